@@ -1,0 +1,350 @@
+#include "common/config.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/log.h"
+
+/* Guards every g_* field below. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *g_file_path;      /* set by tent_load_config_from_file */
+static cJSON *g_overrides;     /* array of [path, value] pairs, in order */
+
+#define MAX_CONFIG_FILE (16u << 20)
+
+static void position_of(const char *text, const char *at, int *line, int *col)
+{
+    *line = 1;
+    *col = 1;
+    for (const char *p = text; p < at && *p; p++) {
+        if (*p == '\n') {
+            (*line)++;
+            *col = 1;
+        } else {
+            (*col)++;
+        }
+    }
+}
+
+int tent_config_parse_text(const char *text, const char *source, cJSON **out)
+{
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        int line, col;
+        position_of(text, end ? end : text, &line, &col);
+        return tent_set_error(TENT_ECONFIG,
+                              "config %s: malformed JSON at line %d, column %d",
+                              source, line, col);
+    }
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return tent_set_error(TENT_ECONFIG,
+                              "config %s: top level must be a JSON object",
+                              source);
+    }
+    *out = root;
+    return TENT_OK;
+}
+
+static int read_file(const char *path, char **out)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return tent_set_error(TENT_ECONFIG, "config %s: cannot open: %s", path,
+                              strerror(errno));
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        fclose(f);
+        return tent_set_error(TENT_ENOMEM, "config %s: out of memory", path);
+    }
+    for (;;) {
+        if (len + 1 >= cap) {
+            if (cap >= MAX_CONFIG_FILE) {
+                free(buf);
+                fclose(f);
+                return tent_set_error(TENT_ECONFIG,
+                                      "config %s: larger than %u bytes", path,
+                                      MAX_CONFIG_FILE);
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return tent_set_error(TENT_ENOMEM, "config %s: out of memory",
+                                      path);
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t n = fread(buf + len, 1, cap - len - 1, f);
+        if (n == 0)
+            break;
+        len += n;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (err) {
+        free(buf);
+        return tent_set_error(TENT_ECONFIG, "config %s: read error", path);
+    }
+    buf[len] = '\0';
+    *out = buf;
+    return TENT_OK;
+}
+
+static cJSON *parse_value_text(const char *text)
+{
+    /* Numbers, booleans, null, arrays and objects are JSON; anything else
+     * (or JSON that does not parse) is a plain string. */
+    const char *p = text;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p == '{' || *p == '[' || *p == '-' || (*p >= '0' && *p <= '9') ||
+        strcmp(p, "true") == 0 || strcmp(p, "false") == 0 ||
+        strcmp(p, "null") == 0 || *p == '"') {
+        const char *end = NULL;
+        cJSON *v = cJSON_ParseWithOpts(text, &end, 1);
+        if (v)
+            return v;
+    }
+    return cJSON_CreateString(text);
+}
+
+static int set_path(cJSON *root, const char *path, cJSON *value)
+{
+    char buf[512];
+    if (!path || !*path || strlen(path) >= sizeof(buf)) {
+        cJSON_Delete(value);
+        return tent_set_error(TENT_EINVAL, "config key '%s' is empty or too long",
+                              path ? path : "(null)");
+    }
+    strcpy(buf, path);
+    cJSON *node = root;
+    char *save = NULL;
+    char *tok = strtok_r(buf, "/", &save);
+    while (tok) {
+        char *next = strtok_r(NULL, "/", &save);
+        if (!next) {
+            if (cJSON_GetObjectItemCaseSensitive(node, tok))
+                cJSON_ReplaceItemInObjectCaseSensitive(node, tok, value);
+            else
+                cJSON_AddItemToObject(node, tok, value);
+            return TENT_OK;
+        }
+        cJSON *child = cJSON_GetObjectItemCaseSensitive(node, tok);
+        if (!child || !cJSON_IsObject(child)) {
+            cJSON *obj = cJSON_CreateObject();
+            if (child)
+                cJSON_ReplaceItemInObjectCaseSensitive(node, tok, obj);
+            else
+                cJSON_AddItemToObject(node, tok, obj);
+            child = obj;
+        }
+        node = child;
+        tok = next;
+    }
+    cJSON_Delete(value);
+    return tent_set_error(TENT_EINVAL, "config key '%s' has no name", path);
+}
+
+int tent_config_set(struct tent_config *cfg, const char *path, const char *text)
+{
+    if (!cfg || !text)
+        return tent_set_error(TENT_ENULL, "config set: NULL argument");
+    cJSON *v = parse_value_text(text);
+    if (!v)
+        return tent_set_error(TENT_ENOMEM, "config set: out of memory");
+    return set_path(cfg->root, path, v);
+}
+
+int tent_config_new_empty(struct tent_config **out)
+{
+    struct tent_config *cfg = calloc(1, sizeof(*cfg));
+    if (!cfg)
+        return tent_set_error(TENT_ENOMEM, "config: out of memory");
+    cfg->root = cJSON_CreateObject();
+    if (!cfg->root) {
+        free(cfg);
+        return tent_set_error(TENT_ENOMEM, "config: out of memory");
+    }
+    *out = cfg;
+    return TENT_OK;
+}
+
+void tent_config_free(struct tent_config *cfg)
+{
+    if (!cfg)
+        return;
+    cJSON_Delete(cfg->root);
+    free(cfg);
+}
+
+int tent_config_snapshot(struct tent_config **out)
+{
+    pthread_mutex_lock(&g_lock);
+    const char *path = g_file_path;
+    if (!path) {
+        const char *env = getenv("MC_TENT_CONF");
+        if (env && *env)
+            path = env;
+    }
+    struct tent_config *cfg = NULL;
+    int rc = TENT_OK;
+    if (path) {
+        char *text = NULL;
+        rc = read_file(path, &text);
+        if (rc == TENT_OK) {
+            cfg = calloc(1, sizeof(*cfg));
+            if (!cfg)
+                rc = tent_set_error(TENT_ENOMEM, "config: out of memory");
+            else
+                rc = tent_config_parse_text(text, path, &cfg->root);
+            free(text);
+        }
+        if (rc == TENT_OK)
+            LOG_INFO("loaded configuration from %s", path);
+    } else {
+        rc = tent_config_new_empty(&cfg);
+    }
+    if (rc == TENT_OK && g_overrides) {
+        const cJSON *pair;
+        cJSON_ArrayForEach(pair, g_overrides)
+        {
+            const cJSON *k = cJSON_GetArrayItem(pair, 0);
+            cJSON *v = cJSON_Duplicate(cJSON_GetArrayItem(pair, 1), 1);
+            rc = set_path(cfg->root, k->valuestring, v);
+            if (rc != TENT_OK)
+                break;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    if (rc != TENT_OK) {
+        if (cfg && !cfg->root)
+            free(cfg);
+        else
+            tent_config_free(cfg);
+        return rc;
+    }
+    *out = cfg;
+    return TENT_OK;
+}
+
+void tent_config_reset_global(void)
+{
+    pthread_mutex_lock(&g_lock);
+    free(g_file_path);
+    g_file_path = NULL;
+    cJSON_Delete(g_overrides);
+    g_overrides = NULL;
+    pthread_mutex_unlock(&g_lock);
+}
+
+void tent_load_config_from_file(const char *path)
+{
+    pthread_mutex_lock(&g_lock);
+    free(g_file_path);
+    g_file_path = path ? strdup(path) : NULL;
+    pthread_mutex_unlock(&g_lock);
+}
+
+void tent_set_config(const char *key, const char *value)
+{
+    if (!key || !value) {
+        tent_set_error(TENT_ENULL, "tent_set_config: key or value is NULL");
+        return;
+    }
+    cJSON *pair = cJSON_CreateArray();
+    cJSON *v = parse_value_text(value);
+    if (!pair || !v) {
+        cJSON_Delete(pair);
+        cJSON_Delete(v);
+        return;
+    }
+    cJSON_AddItemToArray(pair, cJSON_CreateString(key));
+    cJSON_AddItemToArray(pair, v);
+    pthread_mutex_lock(&g_lock);
+    if (!g_overrides)
+        g_overrides = cJSON_CreateArray();
+    cJSON_AddItemToArray(g_overrides, pair);
+    pthread_mutex_unlock(&g_lock);
+}
+
+const cJSON *tent_config_node(const struct tent_config *cfg, const char *path)
+{
+    if (!cfg || !path)
+        return NULL;
+    const cJSON *node = cfg->root;
+    const char *p = path;
+    while (node && *p) {
+        const char *slash = strchr(p, '/');
+        size_t len = slash ? (size_t)(slash - p) : strlen(p);
+        const cJSON *child = NULL;
+        if (cJSON_IsObject(node)) {
+            const cJSON *it;
+            cJSON_ArrayForEach(it, node)
+            {
+                if (it->string && strlen(it->string) == len &&
+                    memcmp(it->string, p, len) == 0) {
+                    child = it;
+                    break;
+                }
+            }
+        }
+        node = child;
+        p = slash ? slash + 1 : p + len;
+    }
+    return node;
+}
+
+int tent_config_get_bool(const struct tent_config *cfg, const char *path,
+                         bool def, bool *out)
+{
+    const cJSON *n = tent_config_node(cfg, path);
+    if (!n || cJSON_IsNull(n)) {
+        *out = def;
+        return TENT_OK;
+    }
+    if (!cJSON_IsBool(n))
+        return tent_set_error(TENT_ECONFIG,
+                              "config key '%s' must be a boolean (true/false)",
+                              path);
+    *out = cJSON_IsTrue(n);
+    return TENT_OK;
+}
+
+int tent_config_get_int(const struct tent_config *cfg, const char *path,
+                        int64_t def, int64_t *out)
+{
+    const cJSON *n = tent_config_node(cfg, path);
+    if (!n || cJSON_IsNull(n)) {
+        *out = def;
+        return TENT_OK;
+    }
+    if (!cJSON_IsNumber(n) || n->valuedouble != (double)(int64_t)n->valuedouble)
+        return tent_set_error(TENT_ECONFIG, "config key '%s' must be an integer",
+                              path);
+    *out = (int64_t)n->valuedouble;
+    return TENT_OK;
+}
+
+int tent_config_get_string(const struct tent_config *cfg, const char *path,
+                           const char *def, const char **out)
+{
+    const cJSON *n = tent_config_node(cfg, path);
+    if (!n || cJSON_IsNull(n)) {
+        *out = def;
+        return TENT_OK;
+    }
+    if (!cJSON_IsString(n))
+        return tent_set_error(TENT_ECONFIG, "config key '%s' must be a string",
+                              path);
+    *out = n->valuestring;
+    return TENT_OK;
+}

@@ -1,0 +1,47 @@
+/* Configuration: a JSON tree (cJSON) addressed by '/'-separated paths such as
+ * "transports/memfabric/enable".
+ *
+ * Process-wide inputs, as in TENT: a file (tent_load_config_from_file, else
+ * MC_TENT_CONF) and overrides (tent_set_config).  Each engine takes a snapshot
+ * at creation, so later changes affect only engines created later. */
+#ifndef TENT_COMMON_CONFIG_H
+#define TENT_COMMON_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct cJSON;
+
+struct tent_config {
+    struct cJSON *root; /* always an object */
+};
+
+/* Builds the snapshot: file (explicit, else $MC_TENT_CONF), then overrides.
+ * Fails with TENT_ECONFIG naming the file and line:column of a parse error. */
+int tent_config_snapshot(struct tent_config **out);
+/* An empty configuration (tests, tools). */
+int tent_config_new_empty(struct tent_config **out);
+void tent_config_free(struct tent_config *cfg);
+
+/* Parses JSON text; on error the message names source and line:column. */
+int tent_config_parse_text(const char *text, const char *source,
+                           struct cJSON **out);
+/* Sets path (creating objects on the way) to the typed value of text. */
+int tent_config_set(struct tent_config *cfg, const char *path,
+                    const char *text);
+
+/* Getters: a missing key yields def; a key of the wrong type is
+ * TENT_ECONFIG naming the key and the expected type. */
+const struct cJSON *tent_config_node(const struct tent_config *cfg,
+                                     const char *path);
+int tent_config_get_bool(const struct tent_config *cfg, const char *path,
+                         bool def, bool *out);
+int tent_config_get_int(const struct tent_config *cfg, const char *path,
+                        int64_t def, int64_t *out);
+int tent_config_get_string(const struct tent_config *cfg, const char *path,
+                           const char *def, const char **out);
+
+/* Resets the process-wide file and overrides (tests). */
+void tent_config_reset_global(void);
+
+#endif

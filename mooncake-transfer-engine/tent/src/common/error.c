@@ -1,0 +1,68 @@
+#include "common/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "common/log.h"
+
+static _Thread_local char last_error[512];
+
+static const char *const error_names[] = {
+    [0] = "TENT_OK: success",
+    [1] = "TENT_EINVAL: invalid argument",
+    [2] = "TENT_ENULL: null pointer",
+    [3] = "TENT_ENOMEM: out of memory",
+    [4] = "TENT_ENOSEGMENT: unknown segment",
+    [5] = "TENT_ENOBATCH: unknown batch",
+    [6] = "TENT_ENOTREG: memory not registered",
+    [7] = "TENT_ERANGE: outside registered buffers",
+    [8] = "TENT_EPERM: permission denied",
+    [9] = "TENT_ECAPACITY: batch capacity exceeded",
+    [10] = "TENT_EBUSY: tasks in flight",
+    [11] = "TENT_EEXIST: overlapping registration",
+    [12] = "TENT_ECONFIG: configuration error",
+    [13] = "TENT_ENODEV: DeviceNotFound",
+    [14] = "TENT_ENOTRANSPORT: no transport available",
+    [15] = "TENT_EIO: input/output error",
+    [16] = "TENT_ETIMEDOUT: timed out",
+    [17] = "TENT_ENOTSUP: not supported",
+    [18] = "TENT_EVENDOR: vendor library error",
+    [19] = "TENT_EPEER: peer unreachable",
+    [20] = "TENT_EPROTO: protocol error",
+    [21] = "TENT_ENOTASK: unknown task",
+    [22] = "TENT_ESHUTDOWN: transport shut down",
+    [23] = "TENT_EOVERFLOW: buffer too small",
+};
+
+const char *tent_strerror(int code)
+{
+    int idx = -code;
+    if (idx < 0 || idx >= (int)(sizeof(error_names) / sizeof(error_names[0])))
+        return "unknown TENT error code";
+    return error_names[idx];
+}
+
+const char *tent_last_error(void) { return last_error; }
+
+void tent_clear_error(void) { last_error[0] = '\0'; }
+
+int tent_set_error(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+int tent_fail_at(const char *file, int line, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    va_end(ap);
+    if (TENT_LOG_ENABLED(TENT_LOG_WARNING))
+        tent_log_write(TENT_LOG_WARNING, file, line, "%s (%s)", last_error,
+                       tent_strerror(code));
+    return code;
+}

@@ -1,0 +1,20 @@
+/* Error reporting: every failure path sets the thread's last-error message
+ * (tent_last_error()) and returns a negative TENT_E* code. */
+#ifndef TENT_COMMON_ERROR_H
+#define TENT_COMMON_ERROR_H
+
+#include "tent/transfer_engine.h"
+
+/* Records "msg" as the calling thread's last error and returns code. */
+int tent_set_error(int code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Records the error and logs it at WARNING with the caller's location. */
+int tent_fail_at(const char *file, int line, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#define TENT_FAIL(code, ...) tent_fail_at(__FILE__, __LINE__, (code), __VA_ARGS__)
+
+void tent_clear_error(void);
+
+#endif

@@ -1,0 +1,67 @@
+#include "common/log.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+atomic_int tent_log_threshold = TENT_LOG_INFO;
+
+static const char *const level_names[] = {"TRACE", "DEBUG", "INFO",
+                                          "WARNING", "ERROR", "OFF"};
+
+int tent_log_level_parse(const char *name)
+{
+    static const struct {
+        const char *name;
+        int level;
+    } table[] = {
+        {"trace", TENT_LOG_TRACE},     {"debug", TENT_LOG_DEBUG},
+        {"info", TENT_LOG_INFO},       {"warning", TENT_LOG_WARNING},
+        {"warn", TENT_LOG_WARNING},    {"error", TENT_LOG_ERROR},
+        {"off", TENT_LOG_OFF},
+    };
+    if (!name)
+        return -1;
+    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+        if (strcasecmp(name, table[i].name) == 0)
+            return table[i].level;
+    return -1;
+}
+
+const char *tent_log_level_name(int level)
+{
+    if (level < TENT_LOG_TRACE || level > TENT_LOG_OFF)
+        return "?";
+    return level_names[level];
+}
+
+void tent_log_set_level(int level)
+{
+    if (level >= TENT_LOG_TRACE && level <= TENT_LOG_OFF)
+        atomic_store(&tent_log_threshold, level);
+}
+
+void tent_log_write(int level, const char *file, int line, const char *fmt, ...)
+{
+    int saved_errno = errno;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    localtime_r(&ts.tv_sec, &tm);
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    /* One fprintf call per line keeps lines from different threads whole. */
+    fprintf(stderr, "%02d:%02d:%02d.%06ld %s %s:%d] %s\n", tm.tm_hour,
+            tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000, tent_log_level_name(level),
+            base, line, msg);
+    errno = saved_errno;
+}

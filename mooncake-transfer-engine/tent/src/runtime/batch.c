@@ -1,0 +1,707 @@
+/* Batches, tasks, submission, status and cross-transport failover. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "runtime/engine.h"
+
+#define SLOT_OF(id) ((size_t)((id)&0xffffffffu) - 1)
+#define GEN_OF(id) ((uint32_t)((id) >> 32))
+#define GROUP 64 /* requests handed to a transport per submit call */
+
+/* Looks the batch up and returns it locked, or NULL with the error set. */
+static struct tent_batch *batch_lock(struct tent_engine *e, uint64_t id,
+                                     const char *what)
+{
+    struct tent_batch *b = NULL;
+    pthread_mutex_lock(&e->batch_lock);
+    size_t slot = SLOT_OF(id);
+    if (id != TENT_INVALID_BATCH_ID && slot < e->nbatches &&
+        e->batches[slot] && e->batches[slot]->id == id) {
+        b = e->batches[slot];
+        pthread_mutex_lock(&b->lock);
+    }
+    pthread_mutex_unlock(&e->batch_lock);
+    if (!b)
+        tent_set_error(TENT_ENOBATCH, "%s: unknown batch id %#llx", what,
+                       (unsigned long long)id);
+    return b;
+}
+
+tent_batch_id_t tent_allocate_batch(tent_engine_t engine, size_t batch_size)
+{
+    struct tent_engine *e = tent_engine_cast(engine);
+    if (!e) {
+        tent_set_error(TENT_ENULL, "tent_allocate_batch: engine is NULL");
+        return TENT_INVALID_BATCH_ID;
+    }
+    if (batch_size == 0 || batch_size > (1u << 24)) {
+        tent_set_error(TENT_EINVAL,
+                       "tent_allocate_batch: batch size %zu is outside 1..%u",
+                       batch_size, 1u << 24);
+        return TENT_INVALID_BATCH_ID;
+    }
+    struct tent_batch *b = calloc(1, sizeof(*b));
+    struct tent_task *tasks = malloc(batch_size * sizeof(*tasks));
+    if (!b || !tasks) {
+        free(b);
+        free(tasks);
+        tent_set_error(TENT_ENOMEM, "tent_allocate_batch: out of memory for %zu "
+                                    "tasks",
+                       batch_size);
+        return TENT_INVALID_BATCH_ID;
+    }
+    pthread_mutex_init(&b->lock, NULL);
+    b->capacity = batch_size;
+    b->tasks = tasks;
+
+    pthread_mutex_lock(&e->batch_lock);
+    size_t slot = e->nbatches;
+    for (size_t i = 0; i < e->nbatches; i++)
+        if (!e->batches[i]) {
+            slot = i;
+            break;
+        }
+    if (slot == e->nbatches) {
+        size_t ncap = e->nbatches ? e->nbatches * 2 : 64;
+        struct tent_batch **nb = realloc(e->batches, ncap * sizeof(*nb));
+        uint32_t *ng = nb ? realloc(e->batch_gen, ncap * sizeof(*ng)) : NULL;
+        if (nb)
+            e->batches = nb;
+        if (!ng) {
+            pthread_mutex_unlock(&e->batch_lock);
+            pthread_mutex_destroy(&b->lock);
+            free(tasks);
+            free(b);
+            tent_set_error(TENT_ENOMEM, "tent_allocate_batch: out of memory");
+            return TENT_INVALID_BATCH_ID;
+        }
+        e->batch_gen = ng;
+        for (size_t i = e->nbatches; i < ncap; i++) {
+            e->batches[i] = NULL;
+            e->batch_gen[i] = 0;
+        }
+        e->nbatches = ncap;
+    }
+    uint32_t gen = ++e->batch_gen[slot];
+    if (gen == 0)
+        gen = e->batch_gen[slot] = 1;
+    b->id = ((uint64_t)gen << 32) | (uint64_t)(slot + 1);
+    e->batches[slot] = b;
+    pthread_mutex_unlock(&e->batch_lock);
+    return b->id;
+}
+
+static void unpin(struct tent_task *t)
+{
+    if (t->src_buf) {
+        atomic_fetch_sub(&t->src_buf->inflight, 1);
+        t->src_buf = NULL;
+    }
+    if (t->dst_buf) {
+        atomic_fetch_sub(&t->dst_buf->inflight, 1);
+        t->dst_buf = NULL;
+    }
+}
+
+static void task_fail(struct tent_task *t, int code)
+{
+    t->state = STATUS_FAILED;
+    t->bytes = 0;
+    t->last_error = code;
+    unpin(t);
+}
+
+static const char *xname(struct tent_engine *e, int xi)
+{
+    return xi >= 0 ? e->xports[xi]->ops->name : "none";
+}
+
+/* Moves a task whose current transport failed to its next candidate.
+ * Returns true when it was re-queued (state WAITING), false when it is now
+ * FAILED for good. */
+static bool advance(struct tent_engine *e, struct tent_task *t, int code)
+{
+    int from = t->cands[t->cand_pos];
+    if (t->attempts >= e->max_failover_attempts) {
+        if (e->max_failover_attempts > 0)
+            LOG_WARN("Task failover limit reached (%d), last transport=%s",
+                     e->max_failover_attempts, xname(e, from));
+        task_fail(t, code);
+        return false;
+    }
+    if (t->cand_pos + 1 >= t->ncand) {
+        LOG_WARN("No more transports available after %s failed",
+                 xname(e, from));
+        task_fail(t, code);
+        return false;
+    }
+    t->attempts++;
+    t->cand_pos++;
+    LOG_WARN("Transport failover: %s -> %s (attempt %d/%d)", xname(e, from),
+             xname(e, t->cands[t->cand_pos]), t->attempts,
+             e->max_failover_attempts);
+    t->state = STATUS_WAITING;
+    t->xport = -1;
+    return true;
+}
+
+static void fill_xfer(struct tent_engine *e, struct tent_task *t, uint32_t slot,
+                      struct tent_xfer *x)
+{
+    struct tent_segment *seg = tent_engine_segment(e, t->req.target_id);
+    x->slot = slot;
+    x->opcode = t->req.opcode;
+    x->local = t->req.source;
+    x->remote = t->req.target_offset;
+    x->length = t->req.length;
+    x->target = seg;
+    pthread_rwlock_rdlock(&seg->lock);
+    x->target_buf = tent_segment_find_locked(seg, x->remote, x->length);
+    pthread_rwlock_unlock(&seg->lock);
+}
+
+/* Hands one group to transport xi; returns whether any task needs another
+ * round (submit-stage failover). */
+static bool flush_group(struct tent_engine *e, struct tent_batch *b, int xi,
+                        struct tent_xfer *x, size_t k)
+{
+    if (k == 0)
+        return false;
+    struct tent_transport *tr = e->xports[xi];
+    int res[GROUP];
+    int rc = TENT_OK;
+    if (!b->subs[xi])
+        rc = tr->ops->alloc_sub_batch(tr, b->capacity, &b->subs[xi]);
+    if (rc == TENT_OK) {
+        tr->ops->submit(tr, b->subs[xi], x, k, res);
+    } else {
+        for (size_t j = 0; j < k; j++)
+            res[j] = rc;
+    }
+    bool again = false;
+    for (size_t j = 0; j < k; j++) {
+        struct tent_task *t = &b->tasks[x[j].slot];
+        if (res[j] == TENT_OK) {
+            t->state = STATUS_PENDING;
+            t->xport = (int8_t)xi;
+            continue;
+        }
+        LOG_WARN("transport '%s' refused task %u: %s (%s)", tr->ops->name,
+                 x[j].slot, tent_last_error(), tent_strerror(res[j]));
+        again |= advance(e, t, res[j]);
+    }
+    return again;
+}
+
+/* Starts every WAITING task among [first, first+n). */
+static void dispatch(struct tent_engine *e, struct tent_batch *b, size_t first,
+                     size_t n)
+{
+    bool again = true;
+    while (again) {
+        again = false;
+        for (int xi = 0; xi < e->nxports; xi++) {
+            struct tent_xfer x[GROUP];
+            size_t k = 0;
+            for (size_t i = first; i < first + n; i++) {
+                struct tent_task *t = &b->tasks[i];
+                if (t->state != STATUS_WAITING || t->cands[t->cand_pos] != xi)
+                    continue;
+                fill_xfer(e, t, (uint32_t)i, &x[k++]);
+                if (k == GROUP) {
+                    again |= flush_group(e, b, xi, x, k);
+                    k = 0;
+                }
+            }
+            again |= flush_group(e, b, xi, x, k);
+        }
+    }
+}
+
+/* Resolves [addr, +len) in seg, refetching a remote descriptor once when the
+ * cached copy lacks it (the peer may have registered more memory). */
+static struct tent_buffer *resolve_target(struct tent_engine *e,
+                                          struct tent_segment *seg,
+                                          uint64_t addr, uint64_t len)
+{
+    pthread_rwlock_rdlock(&seg->lock);
+    struct tent_buffer *buf = tent_segment_find_locked(seg, addr, len);
+    pthread_rwlock_unlock(&seg->lock);
+    if (buf || seg->local || !e->seg_ops)
+        return buf;
+    if (e->seg_ops->fetch(e, seg->name, seg) != TENT_OK)
+        return NULL;
+    pthread_rwlock_rdlock(&seg->lock);
+    buf = tent_segment_find_locked(seg, addr, len);
+    pthread_rwlock_unlock(&seg->lock);
+    return buf;
+}
+
+/* Validates request i into task t (pinning its buffers); nothing to undo on
+ * failure except what it pinned itself. */
+static int prepare(struct tent_engine *e, const tent_request_t *r, size_t i,
+                   struct tent_task *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->xport = -1;
+    t->req = *r;
+    if (r->opcode != OPCODE_READ && r->opcode != OPCODE_WRITE)
+        return tent_set_error(TENT_EINVAL,
+                              "tent_submit: request %zu: opcode %d is neither "
+                              "OPCODE_READ nor OPCODE_WRITE",
+                              i, r->opcode);
+    if (r->length == 0)
+        return tent_set_error(TENT_EINVAL, "tent_submit: request %zu: length is 0",
+                              i);
+    if (!r->source)
+        return tent_set_error(TENT_ENULL, "tent_submit: request %zu: source is NULL",
+                              i);
+    if (r->priority < 0 || r->priority > 2)
+        return tent_set_error(TENT_EINVAL,
+                              "tent_submit: request %zu: priority %d is outside "
+                              "0..2",
+                              i, r->priority);
+    if (r->transport_hint != TRANSPORT_UNSPEC &&
+        strcmp(tent_transport_type_name(r->transport_hint), "unknown") == 0)
+        return tent_set_error(TENT_EINVAL,
+                              "tent_submit: request %zu: transport_hint %d is "
+                              "not a TRANSPORT_* value",
+                              i, r->transport_hint);
+    if ((uintptr_t)r->source + r->length < (uintptr_t)r->source ||
+        r->target_offset + r->length < r->target_offset)
+        return tent_set_error(TENT_EINVAL,
+                              "tent_submit: request %zu: length %llu wraps the "
+                              "address space",
+                              i, (unsigned long long)r->length);
+
+    struct tent_segment *seg = tent_engine_segment(e, r->target_id);
+    if (!seg)
+        return tent_set_error(TENT_ENOSEGMENT,
+                              "tent_submit: request %zu: unknown segment id %llu",
+                              i, (unsigned long long)r->target_id);
+
+    pthread_rwlock_rdlock(&e->local->lock);
+    struct tent_buffer *src =
+        tent_segment_find_locked(e->local, (uintptr_t)r->source, r->length);
+    if (src)
+        atomic_fetch_add(&src->inflight, 1);
+    pthread_rwlock_unlock(&e->local->lock);
+    if (!src)
+        return tent_set_error(TENT_ENOTREG,
+                              "tent_submit: request %zu: source [%p, +%llu) is "
+                              "not inside registered local memory",
+                              i, r->source, (unsigned long long)r->length);
+    t->src_buf = src;
+
+    struct tent_buffer *dst;
+    if (seg->local) {
+        pthread_rwlock_rdlock(&seg->lock);
+        dst = tent_segment_find_locked(seg, r->target_offset, r->length);
+        if (dst)
+            atomic_fetch_add(&dst->inflight, 1);
+        pthread_rwlock_unlock(&seg->lock);
+        t->dst_buf = dst;
+    } else {
+        dst = resolve_target(e, seg, r->target_offset, r->length);
+    }
+    if (!dst)
+        return tent_set_error(TENT_ERANGE,
+                              "tent_submit: request %zu: target [%#llx, +%llu) "
+                              "is outside the buffers of segment '%s'",
+                              i, (unsigned long long)r->target_offset,
+                              (unsigned long long)r->length, seg->name);
+    if (r->opcode == OPCODE_WRITE && dst->perm == PERM_GLOBAL_READ_ONLY)
+        return tent_set_error(TENT_EPERM,
+                              "tent_submit: request %zu: target buffer at "
+                              "%#llx of segment '%s' is read-only",
+                              i, (unsigned long long)dst->base, seg->name);
+    if (!seg->local && dst->perm == PERM_LOCAL_READ_WRITE)
+        return tent_set_error(TENT_EPERM,
+                              "tent_submit: request %zu: target buffer at "
+                              "%#llx of segment '%s' is not remotely accessible",
+                              i, (unsigned long long)dst->base, seg->name);
+    tent_select_candidates(e, t, seg, dst);
+    if (t->ncand == 0)
+        return tent_set_error(TENT_ENOTRANSPORT,
+                              "tent_submit: request %zu: no installed transport "
+                              "can move %s memory to %s memory of segment '%s'",
+                              i, src->location, dst->location, seg->name);
+    t->state = STATUS_WAITING;
+    return TENT_OK;
+}
+
+static int submit_common(struct tent_engine *e, tent_batch_id_t batch_id,
+                         tent_request_t *entries, size_t count,
+                         const char *name, const char *message)
+{
+    const char *what = name ? "tent_submit_notif" : "tent_submit";
+    if (!e)
+        return tent_set_error(TENT_ENULL, "%s: engine is NULL", what);
+    if (!entries)
+        return tent_set_error(TENT_ENULL, "%s: entries is NULL", what);
+    if (count == 0)
+        return tent_set_error(TENT_EINVAL, "%s: count is 0", what);
+    if (name) {
+        int rc = tent_notif_validate(name, message, what);
+        if (rc)
+            return rc;
+    }
+    struct tent_batch *b = batch_lock(e, batch_id, what);
+    if (!b)
+        return TENT_ENOBATCH;
+    int rc = TENT_OK;
+    if (count > b->capacity - b->ntasks) {
+        rc = tent_set_error(TENT_ECAPACITY,
+                            "%s: %zu request(s) exceed the %zu free of batch "
+                            "%#llx's capacity %zu",
+                            what, count, b->capacity - b->ntasks,
+                            (unsigned long long)batch_id, b->capacity);
+        goto out;
+    }
+    if (name && b->notif_name) {
+        rc = tent_set_error(TENT_EINVAL,
+                            "%s: batch %#llx already carries a notification",
+                            what, (unsigned long long)batch_id);
+        goto out;
+    }
+    size_t first = b->ntasks;
+    for (size_t i = 0; i < count; i++) {
+        struct tent_task *t = &b->tasks[first + i];
+        rc = prepare(e, &entries[i], i, t);
+        if (rc != TENT_OK) {
+            unpin(t);
+            for (size_t j = 0; j < i; j++)
+                unpin(&b->tasks[first + j]);
+            goto out;
+        }
+    }
+    if (name) {
+        b->notif_name = strdup(name);
+        b->notif_msg = strdup(message);
+        b->notif_target = entries[0].target_id;
+        if (!b->notif_name || !b->notif_msg) {
+            free(b->notif_name);
+            free(b->notif_msg);
+            b->notif_name = b->notif_msg = NULL;
+            for (size_t j = 0; j < count; j++)
+                unpin(&b->tasks[first + j]);
+            rc = tent_set_error(TENT_ENOMEM, "%s: out of memory", what);
+            goto out;
+        }
+    }
+    b->ntasks += count;
+    dispatch(e, b, first, count);
+out:
+    pthread_mutex_unlock(&b->lock);
+    return rc;
+}
+
+int tent_submit(tent_engine_t engine, tent_batch_id_t batch_id,
+                tent_request_t *entries, size_t count)
+{
+    return submit_common(tent_engine_cast(engine), batch_id, entries, count,
+                         NULL, NULL);
+}
+
+int tent_submit_notif(tent_engine_t engine, tent_batch_id_t batch_id,
+                      tent_request_t *entries, size_t count, const char *name,
+                      const char *message)
+{
+    if (!name || !message)
+        return tent_set_error(TENT_ENULL,
+                              "tent_submit_notif: name or message is NULL");
+    return submit_common(tent_engine_cast(engine), batch_id, entries, count,
+                         name, message);
+}
+
+/* Polls one PENDING task; may fail it over. Batch lock held. */
+static int poll_task(struct tent_engine *e, struct tent_batch *b, size_t i,
+                     bool allow_failover)
+{
+    struct tent_task *t = &b->tasks[i];
+    if (t->state != STATUS_PENDING)
+        return TENT_OK;
+    int xi = t->xport;
+    struct tent_transport *tr = e->xports[xi];
+    struct tent_xfer_status st = {0};
+    int rc = tr->ops->status(tr, b->subs[xi], (uint32_t)i, &st);
+    if (rc < 0)
+        return rc; /* unknown outcome: the task stays in flight */
+    if (st.state == TENT_XFER_PENDING)
+        return TENT_OK;
+    if (st.state == TENT_XFER_COMPLETED) {
+        t->state = STATUS_COMPLETED;
+        t->bytes = st.bytes;
+        unpin(t);
+        return TENT_OK;
+    }
+    LOG_DEBUG("task %zu failed on transport '%s' (native code %d)", i,
+              tr->ops->name, st.native_code);
+    if (!allow_failover) {
+        task_fail(t, TENT_EIO);
+        return TENT_OK;
+    }
+    if (advance(e, t, TENT_EIO))
+        dispatch(e, b, i, 1);
+    return TENT_OK;
+}
+
+/* Sends the batch's notification once every task has completed. */
+static void maybe_notify(struct tent_engine *e, struct tent_batch *b)
+{
+    if (!b->notif_name)
+        return;
+    for (size_t i = 0; i < b->ntasks; i++)
+        if (b->tasks[i].state != STATUS_COMPLETED) {
+            if (b->tasks[i].state == STATUS_FAILED)
+                goto drop;
+            return;
+        }
+    if (tent_engine_send_notif(e, b->notif_target, b->notif_name,
+                               b->notif_msg) != TENT_OK)
+        LOG_WARN("notification '%s' of batch %#llx not delivered: %s",
+                 b->notif_name, (unsigned long long)b->id, tent_last_error());
+    goto done;
+drop:
+    LOG_WARN("notification '%s' of batch %#llx dropped: a task failed",
+             b->notif_name, (unsigned long long)b->id);
+done:
+    free(b->notif_name);
+    free(b->notif_msg);
+    b->notif_name = b->notif_msg = NULL;
+}
+
+static void to_status(const struct tent_task *t, tent_status_t *out)
+{
+    out->status = t->state == STATUS_WAITING ? STATUS_PENDING : t->state;
+    out->transferred_bytes = t->state == STATUS_COMPLETED ? t->bytes : 0;
+}
+
+int tent_task_status(tent_engine_t engine, tent_batch_id_t batch_id,
+                     size_t task_id, tent_status_t *status)
+{
+    struct tent_engine *e = tent_engine_cast(engine);
+    if (!e)
+        return tent_set_error(TENT_ENULL, "tent_task_status: engine is NULL");
+    if (!status)
+        return tent_set_error(TENT_ENULL, "tent_task_status: status is NULL");
+    struct tent_batch *b = batch_lock(e, batch_id, "tent_task_status");
+    if (!b)
+        return TENT_ENOBATCH;
+    int rc = TENT_OK;
+    if (task_id >= b->ntasks) {
+        rc = tent_set_error(TENT_ENOTASK,
+                            "tent_task_status: task %zu of batch %#llx does not "
+                            "exist (%zu submitted)",
+                            task_id, (unsigned long long)batch_id, b->ntasks);
+        status->status = STATUS_INVALID;
+        status->transferred_bytes = 0;
+    } else {
+        rc = poll_task(e, b, task_id, e->auto_failover_on_poll);
+        to_status(&b->tasks[task_id], status);
+        maybe_notify(e, b);
+    }
+    pthread_mutex_unlock(&b->lock);
+    return rc;
+}
+
+/* Polls every task; returns the first query error, if any. */
+static int poll_all(struct tent_engine *e, struct tent_batch *b)
+{
+    int first_err = TENT_OK;
+    for (size_t i = 0; i < b->ntasks; i++) {
+        int rc = poll_task(e, b, i, e->auto_failover_on_poll);
+        if (rc && !first_err)
+            first_err = rc;
+    }
+    maybe_notify(e, b);
+    return first_err;
+}
+
+int tent_overall_status(tent_engine_t engine, tent_batch_id_t batch_id,
+                        tent_status_t *status)
+{
+    struct tent_engine *e = tent_engine_cast(engine);
+    if (!e)
+        return tent_set_error(TENT_ENULL, "tent_overall_status: engine is NULL");
+    if (!status)
+        return tent_set_error(TENT_ENULL, "tent_overall_status: status is NULL");
+    struct tent_batch *b = batch_lock(e, batch_id, "tent_overall_status");
+    if (!b)
+        return TENT_ENOBATCH;
+    int rc = poll_all(e, b);
+    bool pending = false, failed = false;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < b->ntasks; i++) {
+        int s = b->tasks[i].state;
+        pending |= s == STATUS_PENDING || s == STATUS_WAITING;
+        failed |= s == STATUS_FAILED;
+        if (s == STATUS_COMPLETED)
+            bytes += b->tasks[i].bytes;
+    }
+    if (b->ntasks == 0)
+        status->status = STATUS_WAITING;
+    else if (pending)
+        status->status = STATUS_PENDING;
+    else if (failed)
+        status->status = STATUS_FAILED;
+    else
+        status->status = STATUS_COMPLETED;
+    status->transferred_bytes = bytes;
+    pthread_mutex_unlock(&b->lock);
+    return rc;
+}
+
+int tent_task_status_list(tent_engine_t engine, tent_batch_id_t batch_id,
+                          tent_status_t *statuses, size_t *count)
+{
+    struct tent_engine *e = tent_engine_cast(engine);
+    if (!e)
+        return tent_set_error(TENT_ENULL, "tent_task_status_list: engine is NULL");
+    if (!statuses || !count)
+        return tent_set_error(TENT_ENULL,
+                              "tent_task_status_list: statuses or count is NULL");
+    struct tent_batch *b = batch_lock(e, batch_id, "tent_task_status_list");
+    if (!b)
+        return TENT_ENOBATCH;
+    int rc;
+    if (*count < b->ntasks) {
+        rc = tent_set_error(TENT_EOVERFLOW,
+                            "tent_task_status_list: room for %zu statuses, "
+                            "batch %#llx has %zu tasks",
+                            *count, (unsigned long long)batch_id, b->ntasks);
+        *count = b->ntasks;
+    } else {
+        rc = poll_all(e, b);
+        for (size_t i = 0; i < b->ntasks; i++)
+            to_status(&b->tasks[i], &statuses[i]);
+        *count = b->ntasks;
+    }
+    pthread_mutex_unlock(&b->lock);
+    return rc;
+}
+
+int tent_cancel_task(tent_engine_t engine, tent_batch_id_t batch_id,
+                     size_t task_id)
+{
+    struct tent_engine *e = tent_engine_cast(engine);
+    if (!e)
+        return tent_set_error(TENT_ENULL, "tent_cancel_task: engine is NULL");
+    struct tent_batch *b = batch_lock(e, batch_id, "tent_cancel_task");
+    if (!b)
+        return TENT_ENOBATCH;
+    int rc = TENT_OK;
+    if (task_id >= b->ntasks)
+        rc = tent_set_error(TENT_ENOTASK,
+                            "tent_cancel_task: task %zu of batch %#llx does not "
+                            "exist",
+                            task_id, (unsigned long long)batch_id);
+    else if (b->tasks[task_id].state == STATUS_PENDING)
+        rc = tent_set_error(TENT_ENOTSUP,
+                            "tent_cancel_task: task %zu is already running on "
+                            "transport '%s' and cannot be cancelled; poll it "
+                            "until it is terminal",
+                            task_id, xname(e, b->tasks[task_id].xport));
+    pthread_mutex_unlock(&b->lock);
+    return rc;
+}
+
+/* Frees the transports' sub-batches; stops at the first that refuses. */
+static int free_subs(struct tent_engine *e, struct tent_batch *b)
+{
+    for (int xi = 0; xi < e->nxports; xi++) {
+        if (!b->subs[xi] || e->xport_abandoned[xi])
+            continue;
+        struct tent_transport *tr = e->xports[xi];
+        int rc = tr->ops->free_sub_batch(tr, b->subs[xi]);
+        if (rc != TENT_OK)
+            return rc;
+        b->subs[xi] = NULL;
+    }
+    return TENT_OK;
+}
+
+static void destroy_batch(struct tent_batch *b)
+{
+    free(b->notif_name);
+    free(b->notif_msg);
+    free(b->tasks);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
+}
+
+int tent_free_batch(tent_engine_t engine, tent_batch_id_t batch_id)
+{
+    struct tent_engine *e = tent_engine_cast(engine);
+    if (!e)
+        return tent_set_error(TENT_ENULL, "tent_free_batch: engine is NULL");
+    pthread_mutex_lock(&e->batch_lock);
+    size_t slot = SLOT_OF(batch_id);
+    struct tent_batch *b = NULL;
+    if (batch_id != TENT_INVALID_BATCH_ID && slot < e->nbatches &&
+        e->batches[slot] && e->batches[slot]->id == batch_id)
+        b = e->batches[slot];
+    if (!b) {
+        pthread_mutex_unlock(&e->batch_lock);
+        return tent_set_error(TENT_ENOBATCH,
+                              "tent_free_batch: unknown batch id %#llx",
+                              (unsigned long long)batch_id);
+    }
+    pthread_mutex_lock(&b->lock);
+    (void)poll_all(e, b);
+    size_t busy = 0;
+    for (size_t i = 0; i < b->ntasks; i++)
+        busy += b->tasks[i].state == STATUS_PENDING;
+    int rc = TENT_OK;
+    if (busy)
+        rc = tent_set_error(TENT_EBUSY,
+                            "tent_free_batch: batch %#llx has %zu task(s) still "
+                            "in flight",
+                            (unsigned long long)batch_id, busy);
+    else
+        rc = free_subs(e, b);
+    if (rc == TENT_OK)
+        e->batches[slot] = NULL;
+    pthread_mutex_unlock(&b->lock);
+    pthread_mutex_unlock(&e->batch_lock);
+    if (rc == TENT_OK)
+        destroy_batch(b);
+    return rc;
+}
+
+void tent_batches_teardown(struct tent_engine *e)
+{
+    pthread_mutex_lock(&e->batch_lock);
+    for (size_t s = 0; s < e->nbatches; s++) {
+        struct tent_batch *b = e->batches[s];
+        if (!b)
+            continue;
+        pthread_mutex_lock(&b->lock);
+        (void)poll_all(e, b);
+        size_t busy = 0;
+        for (size_t i = 0; i < b->ntasks; i++)
+            busy += b->tasks[i].state == STATUS_PENDING;
+        int rc = busy ? TENT_EBUSY : free_subs(e, b);
+        pthread_mutex_unlock(&b->lock);
+        if (busy || rc != TENT_OK) {
+            /* Leave the batch, its sub-batches and its pinned buffers alone:
+             * a backend may still be working on them. */
+            LOG_WARN("batch %#llx left allocated at teardown: %zu task(s) "
+                     "still in flight",
+                     (unsigned long long)b->id, busy);
+            e->batches[s] = NULL;
+            continue;
+        }
+        e->batches[s] = NULL;
+        destroy_batch(b);
+    }
+    free(e->batches);
+    free(e->batch_gen);
+    e->batches = NULL;
+    e->batch_gen = NULL;
+    e->nbatches = 0;
+    pthread_mutex_unlock(&e->batch_lock);
+}

@@ -1,0 +1,278 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "runtime/engine.h"
+
+const struct tent_config *tent_engine_config(const struct tent_engine *e)
+{
+    return e->cfg;
+}
+
+const char *tent_engine_hostname(const struct tent_engine *e)
+{
+    return e->hostname;
+}
+
+static int load_settings(struct tent_engine *e)
+{
+    const char *level = NULL;
+    int rc = tent_config_get_string(e->cfg, "log_level", NULL, &level);
+    if (rc)
+        return rc;
+    if (level) {
+        int l = tent_log_level_parse(level);
+        if (l < 0)
+            return tent_set_error(TENT_ECONFIG,
+                                  "config key 'log_level' has unknown value "
+                                  "'%s' (accepted: trace, debug, info, "
+                                  "warning, error)",
+                                  level);
+        tent_log_set_level(l);
+    }
+
+    int64_t v;
+    rc = tent_config_get_int(e->cfg, "max_failover_attempts", 3, &v);
+    if (rc)
+        return rc;
+    if (v < 0 || v > 255)
+        return tent_set_error(TENT_ECONFIG,
+                              "config key 'max_failover_attempts' = %lld is out "
+                              "of range 0..255",
+                              (long long)v);
+    e->max_failover_attempts = (int)v;
+
+    rc = tent_config_get_bool(e->cfg, "enable_auto_failover_on_poll", true,
+                              &e->auto_failover_on_poll);
+    if (rc)
+        return rc;
+
+    const char *host = NULL;
+    rc = tent_config_get_string(e->cfg, "rpc_server_hostname", "127.0.0.1",
+                                &host);
+    if (rc)
+        return rc;
+    if (!*host || strlen(host) >= sizeof(e->hostname))
+        return tent_set_error(TENT_ECONFIG,
+                              "config key 'rpc_server_hostname' is empty or "
+                              "too long");
+    snprintf(e->hostname, sizeof(e->hostname), "%s", host);
+
+    rc = tent_config_get_int(e->cfg, "rpc_server_port", 0, &v);
+    if (rc)
+        return rc;
+    if (v < 0 || v > 65535)
+        return tent_set_error(TENT_ECONFIG,
+                              "config key 'rpc_server_port' = %lld is not a "
+                              "port number",
+                              (long long)v);
+    e->rpc_port = (uint16_t)v;
+
+    const char *name = NULL;
+    rc = tent_config_get_string(e->cfg, "local_segment_name", NULL, &name);
+    if (rc)
+        return rc;
+    if (name && *name)
+        snprintf(e->segment_name, sizeof(e->segment_name), "%s", name);
+    else
+        snprintf(e->segment_name, sizeof(e->segment_name), "%s:%u",
+                 e->hostname, (unsigned)e->rpc_port);
+
+    /* Hugepages for tent_allocate_memory, from the environment of the seed. */
+    const char *use = getenv("MC_STORE_USE_HUGEPAGE");
+    e->use_hugepage = use && strcmp(use, "1") == 0;
+    if (e->use_hugepage) {
+        const char *size = getenv("MC_STORE_HUGEPAGE_SIZE");
+        if (!size || !*size || strcmp(size, "2MB") == 0)
+            e->hugepage_size = 2ul << 20;
+        else if (strcmp(size, "512MB") == 0)
+            e->hugepage_size = 512ul << 20;
+        else if (strcmp(size, "1GB") == 0)
+            e->hugepage_size = 1ul << 30;
+        else
+            return tent_set_error(TENT_ECONFIG,
+                                  "MC_STORE_HUGEPAGE_SIZE='%s' is not "
+                                  "supported (accepted: 2MB, 512MB, 1GB)",
+                                  size);
+    }
+    return tent_policies_load(e);
+}
+
+static void install_transports(struct tent_engine *e)
+{
+    const struct tent_transport_ops *ops[16];
+    size_t n = tent_transport_registry_snapshot(ops, 16);
+    for (size_t i = 0; i < n && e->nxports < TENT_MAX_TRANSPORTS; i++) {
+        char key[128];
+        snprintf(key, sizeof(key), "transports/%s/enable", ops[i]->name);
+        bool enabled;
+        if (tent_config_get_bool(e->cfg, key, ops[i]->default_enabled,
+                                 &enabled) != TENT_OK) {
+            LOG_WARN("%s; transport '%s' left disabled", tent_last_error(),
+                     ops[i]->name);
+            continue;
+        }
+        if (!enabled)
+            continue;
+        struct tent_transport *t = calloc(1, ops[i]->instance_size);
+        if (!t) {
+            LOG_ERROR("transport '%s': out of memory", ops[i]->name);
+            continue;
+        }
+        t->ops = ops[i];
+        t->engine = e;
+        t->cfg = e->cfg;
+        t->index = e->nxports;
+        int rc = ops[i]->install(t);
+        if (rc != TENT_OK) {
+            LOG_WARN("transport '%s' not installed: %s (%s)", ops[i]->name,
+                     tent_last_error(), tent_strerror(rc));
+            ops[i]->uninstall(t);
+            free(t);
+            continue;
+        }
+        LOG_INFO("transport '%s' installed", ops[i]->name);
+        e->xports[e->nxports++] = t;
+    }
+}
+
+tent_engine_t tent_create_engine(void)
+{
+    struct tent_engine *e = calloc(1, sizeof(*e));
+    if (!e) {
+        tent_set_error(TENT_ENOMEM, "tent_create_engine: out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&e->seg_lock, NULL);
+    pthread_mutex_init(&e->reg_lock, NULL);
+    pthread_mutex_init(&e->batch_lock, NULL);
+    pthread_mutex_init(&e->notif_lock, NULL);
+
+    int rc = tent_config_snapshot(&e->cfg);
+    if (rc)
+        goto fail_config;
+    rc = load_settings(e);
+    if (rc)
+        goto fail_settings;
+    rc = tent_segment_new(LOCAL_SEGMENT_ID, e->segment_name, true, &e->local);
+    if (rc)
+        goto fail_settings;
+    e->segs = calloc(1, sizeof(*e->segs));
+    if (!e->segs) {
+        rc = tent_set_error(TENT_ENOMEM, "tent_create_engine: out of memory");
+        goto fail_segs;
+    }
+    e->segs[0] = e->local;
+    e->nsegs = 1;
+    install_transports(e);
+    LOG_INFO("engine created: segment '%s', %d transport(s)", e->segment_name,
+             e->nxports);
+    return e;
+
+fail_segs:
+    tent_segment_free(e->local);
+fail_settings:
+    tent_config_free(e->cfg);
+fail_config:
+    LOG_ERROR("tent_create_engine failed: %s", tent_last_error());
+    pthread_mutex_destroy(&e->seg_lock);
+    pthread_mutex_destroy(&e->reg_lock);
+    pthread_mutex_destroy(&e->batch_lock);
+    pthread_mutex_destroy(&e->notif_lock);
+    free(e);
+    (void)rc; /* the thread's last error already says what failed */
+    return NULL;
+}
+
+void tent_destroy_engine(tent_engine_t engine)
+{
+    struct tent_engine *e = tent_engine_cast(engine);
+    if (!e)
+        return;
+    /* Quiesce first: a transport whose backend may still write into memory
+     * keeps that memory and its own resources rather than risk a
+     * use-after-free. */
+    for (int i = 0; i < e->nxports; i++) {
+        struct tent_transport *t = e->xports[i];
+        int rc = t->ops->quiesce(t);
+        if (rc != TENT_OK) {
+            e->xport_abandoned[i] = true;
+            LOG_ERROR("quiesce of transport '%s' failed: %s (%s); keeping its "
+                      "registered buffers and backend alive",
+                      t->ops->name, tent_last_error(), tent_strerror(rc));
+        }
+    }
+    tent_batches_teardown(e);
+    tent_memory_release_all(e);
+    for (int i = 0; i < e->nxports; i++) {
+        if (e->xport_abandoned[i])
+            continue; /* deliberately leaked, see above */
+        e->xports[i]->ops->uninstall(e->xports[i]);
+        free(e->xports[i]);
+    }
+    for (size_t i = 1; i < e->nsegs; i++) {
+        if (!e->segs[i])
+            continue;
+        if (e->seg_ops)
+            e->seg_ops->release(e, e->segs[i]);
+        tent_segment_free(e->segs[i]);
+    }
+    free(e->segs);
+    /* The local segment may still hold buffers pinned by in-flight tasks;
+     * tent_memory_release_all kept those (and said so). */
+    if (e->local->nbufs == 0)
+        tent_segment_free(e->local);
+    tent_notifs_teardown(e);
+    tent_config_free(e->cfg);
+    pthread_mutex_destroy(&e->seg_lock);
+    pthread_mutex_destroy(&e->reg_lock);
+    pthread_mutex_destroy(&e->batch_lock);
+    pthread_mutex_destroy(&e->notif_lock);
+    free(e);
+}
+
+int tent_available(tent_engine_t engine)
+{
+    struct tent_engine *e = tent_engine_cast(engine);
+    return e && e->nxports > 0 ? 1 : 0;
+}
+
+static int copy_out(char *buf, size_t len, const char *s, const char *what)
+{
+    if (!buf)
+        return tent_set_error(TENT_ENULL, "%s: buffer is NULL", what);
+    if (strlen(s) + 1 > len)
+        return tent_set_error(TENT_EOVERFLOW,
+                              "%s: buffer of %zu bytes is too small for '%s'",
+                              what, len, s);
+    memcpy(buf, s, strlen(s) + 1);
+    return TENT_OK;
+}
+
+int tent_segment_name(tent_engine_t engine, char *buf, size_t buf_len)
+{
+    struct tent_engine *e = tent_engine_cast(engine);
+    if (!e)
+        return tent_set_error(TENT_ENULL, "tent_segment_name: engine is NULL");
+    return copy_out(buf, buf_len, e->segment_name, "tent_segment_name");
+}
+
+int tent_rpc_server_addr_port(tent_engine_t engine, char *addr_buf,
+                              size_t buf_len, uint16_t *port)
+{
+    struct tent_engine *e = tent_engine_cast(engine);
+    if (!e)
+        return tent_set_error(TENT_ENULL,
+                              "tent_rpc_server_addr_port: engine is NULL");
+    if (!port)
+        return tent_set_error(TENT_ENULL,
+                              "tent_rpc_server_addr_port: port is NULL");
+    int rc = copy_out(addr_buf, buf_len, e->hostname,
+                      "tent_rpc_server_addr_port");
+    if (rc)
+        return rc;
+    *port = e->rpc_port;
+    return TENT_OK;
+}

@@ -1,0 +1,192 @@
+/* Runtime internals: engine, segments, registered buffers, batches, tasks.
+ *
+ * Lock order (outer to inner): engine->batch_lock (table only, never held
+ * while calling out) -> batch->lock -> segment->lock -> a transport's own
+ * locks.  engine->reg_lock serialises register/unregister/allocate/free and
+ * is taken before segment->lock. */
+#ifndef TENT_RUNTIME_ENGINE_H
+#define TENT_RUNTIME_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/config.h"
+#include "tent/transfer_engine.h"
+#include "transport/transport.h"
+
+#define TENT_MAX_ATTRS 16
+#define TENT_MAX_POLICIES 32
+
+/* A registered buffer: in the local segment, one the application (or
+ * tent_allocate_memory) registered; in a remote segment, one the peer
+ * published. */
+struct tent_buffer {
+    uint64_t base;
+    uint64_t length;
+    char location[64];
+    int perm;              /* PERM_* */
+    uint32_t xport_mask;   /* bit (1 << TRANSPORT_*) per transport serving it */
+    atomic_int inflight;   /* local only: tasks that may touch it */
+    int alloc_kind;        /* local only: 0 registered, else how it was allocated */
+    size_t alloc_size;     /* local only: mapping length for allocated memory */
+    int alloc_fd;          /* local only: memfd backing allocated memory, or -1 */
+    bool is_device;        /* location names an accelerator */
+    char shm_name[64];     /* shm transport: handle a same-host peer can map */
+    uint64_t shm_offset;
+};
+
+struct tent_attr {
+    char key[64];
+    char value[256];
+};
+
+/* Remote segment hooks, filled by the control plane (p2p RPC, etcd, ...). */
+struct tent_segment_ops {
+    /* Fetches the descriptor of name into seg (buffers, attrs, host_id). */
+    int (*fetch)(struct tent_engine *e, const char *name,
+                 struct tent_segment *seg);
+    void (*release)(struct tent_engine *e, struct tent_segment *seg);
+    /* Delivers a notification to the peer owning seg. */
+    int (*notify)(struct tent_engine *e, struct tent_segment *seg,
+                  const char *name, const char *msg);
+};
+
+struct tent_segment {
+    uint64_t id;
+    char name[256];
+    bool local;
+    int type;           /* TYPE_MEMORY */
+    char host_id[128];  /* machine identity, for same-host detection */
+    /* Guards bufs/nbufs and attrs. */
+    pthread_rwlock_t lock;
+    struct tent_buffer **bufs; /* sorted by base, non-overlapping */
+    size_t nbufs, cap;
+    struct tent_attr attrs[TENT_MAX_ATTRS];
+    int nattrs;
+    void *priv; /* control plane's per-segment state */
+};
+
+struct tent_policy {
+    char name[64];
+    int segment_type;  /* TYPE_MEMORY / TYPE_FILE */
+    int priority;      /* -1 any */
+    uint64_t min_size, max_size;
+    int local_kind, remote_kind; /* -1 any, 0 dram, 1 device */
+    int transports[TENT_MAX_TRANSPORTS]; /* TRANSPORT_* in order */
+    int ntransports;
+};
+
+struct tent_task {
+    tent_request_t req;
+    struct tent_buffer *src_buf;  /* pinned (inflight) until terminal */
+    struct tent_buffer *dst_buf;  /* pinned too when the target is local */
+    uint64_t bytes;
+    int32_t last_error;
+    uint8_t state;     /* STATUS_* */
+    int8_t xport;      /* engine transport index now executing it, -1 none */
+    uint8_t attempts;  /* failovers taken */
+    uint8_t ncand, cand_pos;
+    uint8_t cands[TENT_MAX_TRANSPORTS];
+};
+
+struct tent_batch {
+    uint64_t id;
+    /* Guards everything below. */
+    pthread_mutex_t lock;
+    size_t capacity, ntasks;
+    struct tent_task *tasks;
+    struct tent_sub_batch *subs[TENT_MAX_TRANSPORTS];
+    /* tent_submit_notif: sent once every task has completed. */
+    char *notif_name, *notif_msg;
+    uint64_t notif_target;
+};
+
+struct tent_engine {
+    struct tent_config *cfg;
+    char hostname[256];
+    char segment_name[320];
+    uint16_t rpc_port;
+
+    /* Settings read once from cfg at creation. */
+    int max_failover_attempts;
+    bool auto_failover_on_poll;
+    bool use_hugepage;
+    size_t hugepage_size;
+    struct tent_policy policies[TENT_MAX_POLICIES];
+    int npolicies;
+
+    struct tent_transport *xports[TENT_MAX_TRANSPORTS];
+    int nxports;
+    bool xport_abandoned[TENT_MAX_TRANSPORTS]; /* quiesce failed at teardown */
+
+    /* Segments: slot i holds segment id i (0 = local). Guards segs/nsegs. */
+    pthread_mutex_t seg_lock;
+    struct tent_segment **segs;
+    size_t nsegs;
+    struct tent_segment *local;
+    const struct tent_segment_ops *seg_ops;
+    void *ctrl; /* control plane state */
+
+    pthread_mutex_t reg_lock;
+
+    /* Received notifications. Guards notifs/nnotifs/notif_cap. */
+    pthread_mutex_t notif_lock;
+    struct tent_notifi_record *notifs;
+    size_t nnotifs, notif_cap;
+
+    /* Batches: slot (id & 0xffffffff) - 1, generation in the high half.
+     * Guards batches/nbatches/free list and generation counters. */
+    pthread_mutex_t batch_lock;
+    struct tent_batch **batches;
+    uint32_t *batch_gen;
+    size_t nbatches;
+};
+
+/* segment.c */
+int tent_segment_new(uint64_t id, const char *name, bool local,
+                     struct tent_segment **out);
+void tent_segment_free(struct tent_segment *seg);
+/* Finds the buffer wholly containing [addr, addr+len); caller holds lock. */
+struct tent_buffer *tent_segment_find_locked(const struct tent_segment *seg,
+                                             uint64_t addr, uint64_t len);
+/* Whether any buffer overlaps [addr, addr+len); caller holds lock. */
+bool tent_segment_overlaps_locked(const struct tent_segment *seg,
+                                  uint64_t addr, uint64_t len);
+int tent_segment_insert_locked(struct tent_segment *seg,
+                               struct tent_buffer *buf);
+void tent_segment_remove_locked(struct tent_segment *seg,
+                                struct tent_buffer *buf);
+int tent_segment_set_attr_locked(struct tent_segment *seg, const char *key,
+                                 const char *value);
+struct tent_segment *tent_engine_segment(struct tent_engine *e, uint64_t id);
+
+/* memory.c */
+void tent_memory_release_all(struct tent_engine *e);
+bool tent_location_is_device(const char *location);
+
+/* selector.c */
+int tent_policies_load(struct tent_engine *e);
+/* Fills task->cands with engine transport indices, best first. */
+void tent_select_candidates(struct tent_engine *e, struct tent_task *task,
+                            const struct tent_segment *target,
+                            const struct tent_buffer *target_buf);
+
+/* notify.c: queues a received notification for tent_recv_notifs. */
+int tent_engine_deliver_notif(struct tent_engine *e, uint64_t from,
+                              const char *name, const char *msg);
+void tent_notifs_teardown(struct tent_engine *e);
+int tent_engine_send_notif(struct tent_engine *e, uint64_t handle,
+                           const char *name, const char *msg);
+int tent_notif_validate(const char *name, const char *msg, const char *what);
+
+/* batch.c */
+void tent_batches_teardown(struct tent_engine *e);
+
+static inline struct tent_engine *tent_engine_cast(tent_engine_t h)
+{
+    return (struct tent_engine *)h;
+}
+
+#endif

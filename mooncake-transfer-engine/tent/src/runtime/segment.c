@@ -1,0 +1,310 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "runtime/engine.h"
+
+int tent_segment_new(uint64_t id, const char *name, bool local,
+                     struct tent_segment **out)
+{
+    struct tent_segment *seg = calloc(1, sizeof(*seg));
+    if (!seg)
+        return tent_set_error(TENT_ENOMEM, "segment '%s': out of memory", name);
+    seg->id = id;
+    snprintf(seg->name, sizeof(seg->name), "%s", name);
+    seg->local = local;
+    seg->type = TYPE_MEMORY;
+    pthread_rwlock_init(&seg->lock, NULL);
+    *out = seg;
+    return TENT_OK;
+}
+
+void tent_segment_free(struct tent_segment *seg)
+{
+    if (!seg)
+        return;
+    for (size_t i = 0; i < seg->nbufs; i++)
+        free(seg->bufs[i]);
+    free(seg->bufs);
+    pthread_rwlock_destroy(&seg->lock);
+    free(seg);
+}
+
+/* Index of the last buffer with base <= addr, or -1. */
+static long floor_index(const struct tent_segment *seg, uint64_t addr)
+{
+    long lo = 0, hi = (long)seg->nbufs - 1, ans = -1;
+    while (lo <= hi) {
+        long mid = lo + (hi - lo) / 2;
+        if (seg->bufs[mid]->base <= addr) {
+            ans = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return ans;
+}
+
+struct tent_buffer *tent_segment_find_locked(const struct tent_segment *seg,
+                                             uint64_t addr, uint64_t len)
+{
+    long i = floor_index(seg, addr);
+    if (i < 0)
+        return NULL;
+    struct tent_buffer *b = seg->bufs[i];
+    uint64_t off = addr - b->base;
+    if (off >= b->length || len > b->length - off)
+        return NULL;
+    return b;
+}
+
+bool tent_segment_overlaps_locked(const struct tent_segment *seg, uint64_t addr,
+                                  uint64_t len)
+{
+    long i = floor_index(seg, addr);
+    if (i >= 0 && addr - seg->bufs[i]->base < seg->bufs[i]->length)
+        return true;
+    size_t next = (size_t)(i + 1);
+    return next < seg->nbufs && seg->bufs[next]->base - addr < len;
+}
+
+int tent_segment_insert_locked(struct tent_segment *seg, struct tent_buffer *buf)
+{
+    if (seg->nbufs == seg->cap) {
+        size_t ncap = seg->cap ? seg->cap * 2 : 16;
+        struct tent_buffer **nb = realloc(seg->bufs, ncap * sizeof(*nb));
+        if (!nb)
+            return tent_set_error(TENT_ENOMEM, "segment '%s': out of memory",
+                                  seg->name);
+        seg->bufs = nb;
+        seg->cap = ncap;
+    }
+    size_t pos = (size_t)(floor_index(seg, buf->base) + 1);
+    memmove(&seg->bufs[pos + 1], &seg->bufs[pos],
+            (seg->nbufs - pos) * sizeof(*seg->bufs));
+    seg->bufs[pos] = buf;
+    seg->nbufs++;
+    return TENT_OK;
+}
+
+void tent_segment_remove_locked(struct tent_segment *seg, struct tent_buffer *buf)
+{
+    for (size_t i = 0; i < seg->nbufs; i++) {
+        if (seg->bufs[i] == buf) {
+            memmove(&seg->bufs[i], &seg->bufs[i + 1],
+                    (seg->nbufs - i - 1) * sizeof(*seg->bufs));
+            seg->nbufs--;
+            return;
+        }
+    }
+}
+
+int tent_segment_set_attr_locked(struct tent_segment *seg, const char *key,
+                                 const char *value)
+{
+    if (!key || strlen(key) >= sizeof(seg->attrs[0].key) ||
+        (value && strlen(value) >= sizeof(seg->attrs[0].value)))
+        return tent_set_error(TENT_EINVAL,
+                              "segment attribute '%s' or its value is too long",
+                              key ? key : "(null)");
+    for (int i = 0; i < seg->nattrs; i++) {
+        if (strcmp(seg->attrs[i].key, key) != 0)
+            continue;
+        if (value) {
+            snprintf(seg->attrs[i].value, sizeof(seg->attrs[i].value), "%s",
+                     value);
+        } else {
+            seg->attrs[i] = seg->attrs[seg->nattrs - 1];
+            seg->nattrs--;
+        }
+        return TENT_OK;
+    }
+    if (!value)
+        return TENT_OK;
+    if (seg->nattrs == TENT_MAX_ATTRS)
+        return tent_set_error(TENT_ENOMEM,
+                              "segment '%s': more than %d attributes",
+                              seg->name, TENT_MAX_ATTRS);
+    snprintf(seg->attrs[seg->nattrs].key, sizeof(seg->attrs[0].key), "%s", key);
+    snprintf(seg->attrs[seg->nattrs].value, sizeof(seg->attrs[0].value), "%s",
+             value);
+    seg->nattrs++;
+    return TENT_OK;
+}
+
+const char *tent_segment_attr(const struct tent_segment *seg, const char *key)
+{
+    if (!seg || !key)
+        return NULL;
+    const char *v = NULL;
+    pthread_rwlock_rdlock((pthread_rwlock_t *)&seg->lock);
+    for (int i = 0; i < seg->nattrs; i++)
+        if (strcmp(seg->attrs[i].key, key) == 0) {
+            v = seg->attrs[i].value;
+            break;
+        }
+    pthread_rwlock_unlock((pthread_rwlock_t *)&seg->lock);
+    return v;
+}
+
+const char *tent_segment_name_of(const struct tent_segment *seg)
+{
+    return seg ? seg->name : "";
+}
+
+bool tent_segment_is_local(const struct tent_segment *seg)
+{
+    return seg && seg->local;
+}
+
+int tent_engine_publish_attr(struct tent_engine *e, const char *key,
+                             const char *value)
+{
+    pthread_rwlock_wrlock(&e->local->lock);
+    int rc = tent_segment_set_attr_locked(e->local, key, value);
+    pthread_rwlock_unlock(&e->local->lock);
+    return rc;
+}
+
+struct tent_segment *tent_engine_segment(struct tent_engine *e, uint64_t id)
+{
+    struct tent_segment *seg = NULL;
+    pthread_mutex_lock(&e->seg_lock);
+    if (id < e->nsegs)
+        seg = e->segs[id];
+    pthread_mutex_unlock(&e->seg_lock);
+    return seg;
+}
+
+int tent_open_segment(tent_engine_t engine, tent_segment_id_t *handle,
+                      const char *segment_name)
+{
+    struct tent_engine *e = tent_engine_cast(engine);
+    if (!e)
+        return tent_set_error(TENT_ENULL, "tent_open_segment: engine is NULL");
+    if (!handle)
+        return tent_set_error(TENT_ENULL, "tent_open_segment: handle is NULL");
+    if (!segment_name || !*segment_name)
+        return tent_set_error(TENT_EINVAL,
+                              "tent_open_segment: segment name is empty");
+    if (strlen(segment_name) >= sizeof(e->local->name))
+        return tent_set_error(TENT_EINVAL,
+                              "tent_open_segment: segment name is too long");
+    if (strcmp(segment_name, e->segment_name) == 0) {
+        *handle = LOCAL_SEGMENT_ID;
+        return TENT_OK;
+    }
+    /* Reuse an open segment of the same name. */
+    pthread_mutex_lock(&e->seg_lock);
+    for (size_t i = 1; i < e->nsegs; i++) {
+        if (e->segs[i] && strcmp(e->segs[i]->name, segment_name) == 0) {
+            *handle = i;
+            pthread_mutex_unlock(&e->seg_lock);
+            return TENT_OK;
+        }
+    }
+    pthread_mutex_unlock(&e->seg_lock);
+    if (!e->seg_ops)
+        return tent_set_error(TENT_ENOSEGMENT,
+                              "segment '%s' not found: no metadata service in "
+                              "this engine can resolve it",
+                              segment_name);
+    struct tent_segment *seg;
+    int rc = tent_segment_new(0, segment_name, false, &seg);
+    if (rc)
+        return rc;
+    rc = e->seg_ops->fetch(e, segment_name, seg);
+    if (rc) {
+        tent_segment_free(seg);
+        return rc;
+    }
+    pthread_mutex_lock(&e->seg_lock);
+    size_t slot = e->nsegs;
+    for (size_t i = 1; i < e->nsegs; i++)
+        if (!e->segs[i]) {
+            slot = i;
+            break;
+        }
+    if (slot == e->nsegs) {
+        struct tent_segment **ns =
+            realloc(e->segs, (e->nsegs + 1) * sizeof(*ns));
+        if (!ns) {
+            pthread_mutex_unlock(&e->seg_lock);
+            e->seg_ops->release(e, seg);
+            tent_segment_free(seg);
+            return tent_set_error(TENT_ENOMEM, "open segment: out of memory");
+        }
+        e->segs = ns;
+        e->nsegs++;
+    }
+    seg->id = slot;
+    e->segs[slot] = seg;
+    pthread_mutex_unlock(&e->seg_lock);
+    *handle = slot;
+    return TENT_OK;
+}
+
+int tent_close_segment(tent_engine_t engine, tent_segment_id_t handle)
+{
+    struct tent_engine *e = tent_engine_cast(engine);
+    if (!e)
+        return tent_set_error(TENT_ENULL, "tent_close_segment: engine is NULL");
+    if (handle == LOCAL_SEGMENT_ID)
+        return TENT_OK;
+    pthread_mutex_lock(&e->seg_lock);
+    if (handle >= e->nsegs || !e->segs[handle]) {
+        pthread_mutex_unlock(&e->seg_lock);
+        return tent_set_error(TENT_ENOSEGMENT,
+                              "tent_close_segment: unknown segment id %llu",
+                              (unsigned long long)handle);
+    }
+    /* Kept open: tasks of open batches may still reference it.  The
+     * descriptor is released when the engine is destroyed. */
+    pthread_mutex_unlock(&e->seg_lock);
+    return TENT_OK;
+}
+
+int tent_get_segment_info(tent_engine_t engine, tent_segment_id_t handle,
+                          tent_segment_info_t *info)
+{
+    struct tent_engine *e = tent_engine_cast(engine);
+    if (!e)
+        return tent_set_error(TENT_ENULL, "tent_get_segment_info: engine is NULL");
+    if (!info)
+        return tent_set_error(TENT_ENULL, "tent_get_segment_info: info is NULL");
+    struct tent_segment *seg = tent_engine_segment(e, handle);
+    if (!seg)
+        return tent_set_error(TENT_ENOSEGMENT,
+                              "tent_get_segment_info: unknown segment id %llu",
+                              (unsigned long long)handle);
+    pthread_rwlock_rdlock(&seg->lock);
+    size_t n = seg->nbufs;
+    struct tent_buffer_info *bi = n ? calloc(n, sizeof(*bi)) : NULL;
+    if (n && !bi) {
+        pthread_rwlock_unlock(&seg->lock);
+        return tent_set_error(TENT_ENOMEM, "tent_get_segment_info: out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        bi[i].base = seg->bufs[i]->base;
+        bi[i].length = seg->bufs[i]->length;
+        snprintf(bi[i].location, sizeof(bi[i].location), "%s",
+                 seg->bufs[i]->location);
+    }
+    info->type = seg->type;
+    info->num_buffers = (int)n;
+    info->buffers = bi;
+    pthread_rwlock_unlock(&seg->lock);
+    return TENT_OK;
+}
+
+void tent_free_segment_info(tent_segment_info_t *info)
+{
+    if (!info)
+        return;
+    free(info->buffers);
+    info->buffers = NULL;
+    info->num_buffers = 0;
+}

@@ -1,0 +1,149 @@
+#include <pthread.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/error.h"
+#include "transport/transport.h"
+
+#ifdef TENT_WITH_TCP
+extern const struct tent_transport_ops tent_tcp_transport_ops;
+#endif
+#ifdef TENT_WITH_SHM
+extern const struct tent_transport_ops tent_shm_transport_ops;
+#endif
+#ifdef TENT_WITH_MEMFABRIC
+extern const struct tent_transport_ops tent_memfabric_transport_ops;
+#endif
+
+/* Guards registry/nregistry/seeded. */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static const struct tent_transport_ops *registry[16];
+static size_t nregistry;
+static int seeded;
+
+/* Built-in order = default preference order (fastest first), which is the
+ * order from buffer registration when no policy is configured. */
+static void seed_locked(void)
+{
+    if (seeded)
+        return;
+    seeded = 1;
+#ifdef TENT_WITH_MEMFABRIC
+    registry[nregistry++] = &tent_memfabric_transport_ops;
+#endif
+#ifdef TENT_WITH_SHM
+    registry[nregistry++] = &tent_shm_transport_ops;
+#endif
+#ifdef TENT_WITH_TCP
+    registry[nregistry++] = &tent_tcp_transport_ops;
+#endif
+}
+
+int tent_transport_register(const struct tent_transport_ops *ops)
+{
+    if (!ops || !ops->name)
+        return tent_set_error(TENT_ENULL, "transport register: ops is NULL");
+    pthread_mutex_lock(&reg_lock);
+    seed_locked();
+    for (size_t i = 0; i < nregistry; i++)
+        if (strcmp(registry[i]->name, ops->name) == 0) {
+            pthread_mutex_unlock(&reg_lock);
+            return tent_set_error(TENT_EEXIST,
+                                  "transport '%s' is already registered",
+                                  ops->name);
+        }
+    if (nregistry == sizeof(registry) / sizeof(registry[0])) {
+        pthread_mutex_unlock(&reg_lock);
+        return tent_set_error(TENT_ENOMEM, "transport registry is full");
+    }
+    registry[nregistry++] = ops;
+    pthread_mutex_unlock(&reg_lock);
+    return TENT_OK;
+}
+
+int tent_transport_unregister(const char *name)
+{
+    pthread_mutex_lock(&reg_lock);
+    seed_locked();
+    for (size_t i = 0; i < nregistry; i++)
+        if (strcmp(registry[i]->name, name) == 0) {
+            memmove(&registry[i], &registry[i + 1],
+                    (nregistry - i - 1) * sizeof(registry[0]));
+            nregistry--;
+            pthread_mutex_unlock(&reg_lock);
+            return TENT_OK;
+        }
+    pthread_mutex_unlock(&reg_lock);
+    return tent_set_error(TENT_EINVAL, "transport '%s' is not registered", name);
+}
+
+size_t tent_transport_registry_snapshot(const struct tent_transport_ops **out,
+                                        size_t max)
+{
+    pthread_mutex_lock(&reg_lock);
+    seed_locked();
+    size_t n = nregistry < max ? nregistry : max;
+    memcpy(out, registry, n * sizeof(*out));
+    pthread_mutex_unlock(&reg_lock);
+    return n;
+}
+
+static const char *const type_names[] = {
+    [TRANSPORT_UNSPEC] = "unspec",     [TRANSPORT_RDMA] = "rdma",
+    [TRANSPORT_MNNVL] = "mnnvl",       [TRANSPORT_SHM] = "shm",
+    [TRANSPORT_NVLINK] = "nvlink",     [TRANSPORT_GDS] = "gds",
+    [TRANSPORT_IOURING] = "io_uring",  [TRANSPORT_TCP] = "tcp",
+    [TRANSPORT_ASCEND_DIRECT] = "ascend_direct",
+    [TRANSPORT_SUNRISE_LINK] = "sunrise_link",
+    [TRANSPORT_MEMFABRIC] = "memfabric",
+};
+#define NTYPES ((int)(sizeof(type_names) / sizeof(type_names[0])))
+
+const char *tent_transport_type_name(int type)
+{
+    if (type >= 0 && type < NTYPES && type_names[type])
+        return type_names[type];
+    /* Test transports use types beyond the public ones. */
+    const struct tent_transport_ops *ops[16];
+    size_t n = tent_transport_registry_snapshot(ops, 16);
+    for (size_t i = 0; i < n; i++)
+        if (ops[i]->type == type)
+            return ops[i]->name;
+    return "unknown";
+}
+
+int tent_transport_type_from_name(const char *name)
+{
+    if (!name)
+        return -1;
+    for (int i = 0; i < NTYPES; i++)
+        if (type_names[i] && strcasecmp(type_names[i], name) == 0)
+            return i;
+    const struct tent_transport_ops *ops[16];
+    size_t n = tent_transport_registry_snapshot(ops, 16);
+    for (size_t i = 0; i < n; i++)
+        if (strcasecmp(ops[i]->name, name) == 0)
+            return ops[i]->type;
+    return -1;
+}
+
+bool tent_xport_reach_any(struct tent_transport *t,
+                          const struct tent_segment *target)
+{
+    (void)t;
+    (void)target;
+    return true;
+}
+
+int tent_xport_nosup_quiesce(struct tent_transport *t)
+{
+    (void)t;
+    return TENT_OK;
+}
+
+int tent_xport_nosup_buffer(struct tent_transport *t, struct tent_buffer *buf)
+{
+    (void)t;
+    (void)buf;
+    return TENT_OK;
+}

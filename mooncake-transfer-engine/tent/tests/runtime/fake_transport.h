@@ -1,0 +1,48 @@
+/* Test-only transports driven through the real engine.
+ *
+ * fake: copies bytes with memcpy at submit and reports the task after a
+ * programmable number of polls; can fail chosen submits, fail at completion,
+ * fail the status query, or never complete.  Two instances ("fake_a",
+ * "fake_b", "fake_c") let tests exercise selection and failover. */
+#ifndef TENT_TEST_FAKE_TRANSPORT_H
+#define TENT_TEST_FAKE_TRANSPORT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "transport/transport.h"
+
+#define FAKE_A_TYPE 20
+#define FAKE_B_TYPE 21
+#define FAKE_C_TYPE 22
+
+struct fake_behavior {
+    int polls_before_done;     /* PENDING for this many status calls */
+    bool fail_completion;      /* terminal FAILED instead of COMPLETED */
+    int fail_submit_every;     /* refuse request k when k % n == n-1 (0 off) */
+    bool fail_all_submits;
+    int status_error;          /* status returns this (<0) instead */
+    bool never_complete;
+    bool fail_install;
+    bool copy_bytes;           /* really memcpy (default true via reset) */
+};
+
+struct fake_stats {
+    atomic_int submitted;      /* requests accepted */
+    atomic_int refused;        /* requests refused at submit */
+    atomic_int status_calls;
+    atomic_int completed;
+    atomic_int failed;
+    atomic_int installs;
+    atomic_int buffers;        /* add_buffer - remove_buffer */
+};
+
+extern struct fake_behavior fake_behavior[3];
+extern struct fake_stats fake_stats[3];
+extern const struct tent_transport_ops fake_a_ops, fake_b_ops, fake_c_ops;
+
+/* Registers the three fakes (idempotent) and resets behaviour and stats. */
+void fake_transports_setup(void);
+void fake_transports_reset(void);
+
+#endif
