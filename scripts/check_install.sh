@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds and runs a program that uses only TENT's C API against an installed
+# copy: once through pkg-config, once through find_package(tent).
+set -euo pipefail
+PREFIX=${1:?usage: check_install.sh <install prefix>}
+cd "$(dirname "$0")/.."
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+libdir=$(dirname "$(find "$PREFIX" -name 'tent.pc' | head -1)")/..
+export PKG_CONFIG_PATH="$libdir/pkgconfig"
+cc -std=c11 -Wall -Werror mooncake-transfer-engine/tent/examples/example_copy.c \
+  $(pkg-config --cflags --libs tent) -o "$work/example_pc"
+LD_LIBRARY_PATH="$libdir" "$work/example_pc" 1048576 | tee "$work/out.txt"
+grep -q "moved and verified" "$work/out.txt"
+
+mkdir -p "$work/cm"
+cp mooncake-transfer-engine/tent/examples/example_copy.c "$work/cm/"
+cat > "$work/cm/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.16)
+project(consumer C)
+find_package(tent REQUIRED)
+add_executable(example_cm example_copy.c)
+target_link_libraries(example_cm PRIVATE tent::tent)
+CM
+cmake -S "$work/cm" -B "$work/cm/build" -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX" >/dev/null
+cmake --build "$work/cm/build" >/dev/null
+LD_LIBRARY_PATH="$libdir" "$work/cm/build/example_cm" 1048576 | grep -q "moved and verified"
+echo "check_install: pkg-config and find_package consumers built and moved bytes"
