@@ -441,8 +441,9 @@ int tent_allocate_memory_ex(tent_engine_t engine, void **addr, size_t size,
     if (node >= 0) {
         unsigned long mask[16] = {0};
         mask[node / (8 * sizeof(long))] |= 1ul << (node % (8 * sizeof(long)));
-        /* MPOL_BIND = 2 */
-        if (syscall(SYS_mbind, p, len, 2, mask, 1024ul, 0u) != 0)
+        /* MPOL_BIND = 2; MPOL_MF_MOVE = 2: MAP_POPULATE already placed the
+         * pages, so they must be moved, not only future ones bound. */
+        if (syscall(SYS_mbind, p, len, 2, mask, 1024ul, 2u) != 0)
             LOG_WARN("mbind of %zu bytes to NUMA node %d failed: %s", len, node,
                      strerror(errno));
     }
