@@ -226,6 +226,9 @@ static void test_wrong_types_name_the_key(void **state)
         {"{\"policy\": [{\"segment_type\": \"memory\"}, {\"segment_type\": "
          "\"memory\", \"transports\": [\"bogus\"]}]}",
          "'policy[1]/transports'"},
+        {"{\"policy\": [{\"segment_type\": \"memory\", \"min_size\": 4096, "
+         "\"max_size\": 1024}]}",
+         "'policy[0]/min_size'"},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         tent_config_reset_global();
@@ -425,13 +428,19 @@ static void test_submit_notif_after_data_once(void **state)
     fake_behavior[0].polls_before_done = 3;
     fake_behavior[0].copy_bytes = false; /* bytes land only via failover */
     fake_behavior[0].fail_completion = true;
-    tent_batch_id_t b = tent_allocate_batch(e, 2);
+    tent_batch_id_t b = tent_allocate_batch(e, 3);
     tent_request_t r[2] = {tu_write(&p, 0, LEN / 2),
                            tu_write(&p, LEN / 2, LEN / 2)};
     assert_int_equal(tent_submit_notif(e, b, r, 2, "kv-done", "layer=3"),
                      TENT_OK);
-    /* A second notification on the same batch is refused. */
-    assert_int_equal(tent_submit_notif(e, b, r, 0, "again", "x"), TENT_EINVAL);
+    /* A second notification on the same batch is refused, and its request
+     * is not submitted. */
+    assert_int_equal(tent_submit_notif(e, b, r, 1, "again", "x"), TENT_EINVAL);
+    assert_contains(tent_last_error(), "already carries a notification");
+    size_t ntasks = 3;
+    tent_status_t list[3];
+    assert_int_equal(tent_task_status_list(e, b, list, &ntasks), TENT_OK);
+    assert_int_equal(ntasks, 2);
     assert_int_equal(recv_count(e, "kv-done", "layer=3"), 0);
     tent_status_t st;
     assert_int_equal(tent_task_status(e, b, 0, &st), TENT_OK);
