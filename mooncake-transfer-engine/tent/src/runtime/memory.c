@@ -335,6 +335,13 @@ int tent_unregister_memory_batch(tent_engine_t engine, void **addrs,
                                 "unregister memory batch: entry %zu: tasks in "
                                 "flight use %p",
                                 i, addrs[i]);
+        /* A repeated entry would pass this check yet fail halfway below. */
+        for (size_t j = 0; j < i && rc == TENT_OK; j++)
+            if (addrs[j] == addrs[i])
+                rc = tent_set_error(TENT_EINVAL,
+                                    "unregister memory batch: entries %zu and "
+                                    "%zu both name %p",
+                                    j, i, addrs[i]);
     }
     pthread_rwlock_unlock(&e->local->lock);
     for (size_t i = 0; i < count && rc == TENT_OK; i++) {

@@ -133,6 +133,14 @@ static void test_register_batch_all_or_nothing(void **state)
     assert_contains(tent_last_error(), "entry 1");
     assert_int_equal(nbufs(e), 2);
 
+    /* The same buffer twice in one unregister batch: refused whole, not
+     * half-applied (the first entry must stay registered). */
+    void *dup[2] = {m, m};
+    assert_int_equal(tent_unregister_memory_batch(e, dup, NULL, 2),
+                     TENT_EINVAL);
+    assert_contains(tent_last_error(), "entries 0 and 1");
+    assert_int_equal(nbufs(e), 2);
+
     /* _ex batch with options: location and permission carried. */
     tent_memory_options_t o;
     memset(&o, 0, sizeof(o));
