@@ -297,8 +297,13 @@ static void test_remote_notifications(void **state)
     }
     assert_int_equal(tent_submit_notif(e, b, r, 2, "kv", "ready"), TENT_OK);
     assert_int_equal(peer.notifies, 1); /* not before the data */
+    /* The peer's buffer is pinned while the tasks run (a descriptor refresh
+     * must not free it), and released when they are terminal. */
+    struct tent_segment *seg = tent_engine_segment(tent_engine_cast(e), h);
+    assert_int_equal(atomic_load(&seg->bufs[0]->inflight), 2);
     tent_status_t st;
     assert_int_equal(tu_wait_all(e, b, &st, 2000), TENT_OK);
+    assert_int_equal(atomic_load(&seg->bufs[0]->inflight), 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(peer.notifies, 2);
     assert_string_equal(peer.last_name, "kv");
