@@ -113,7 +113,8 @@ static void test_free_after_failure(void **state)
     tent_destroy_engine(e);
 }
 
-/* Reads move remote (here: local target) bytes into the source buffer. */
+/* Reads move remote (here: local target) bytes into the source buffer;
+ * the transport completes only after a delay. */
 static void test_read(void **state)
 {
     (void)state;
@@ -121,11 +122,17 @@ static void test_read(void **state)
     struct tu_bufs p;
     tu_bufs_init(e, &p, LEN);
     memset(p.dst, 0x6b, LEN);
+    fake_behavior[0].complete_after_ns = 5 * 1000000L; /* 5 ms */
     tent_batch_id_t b = tent_allocate_batch(e, 1);
     tent_request_t r = tu_write(&p, 0, LEN);
     r.opcode = OPCODE_READ;
+    long t0 = tu_now_ms();
     assert_int_equal(tent_submit(e, b, &r, 1), TENT_OK);
     tent_status_t st;
+    assert_int_equal(tent_task_status(e, b, 0, &st), TENT_OK);
+    assert_int_equal(st.status, STATUS_PENDING);
+    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    assert_true(tu_now_ms() - t0 >= 5);
     assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_memory_equal(p.src, p.dst, LEN);
