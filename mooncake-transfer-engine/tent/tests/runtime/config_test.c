@@ -158,9 +158,22 @@ static void test_defaults(void **state)
     tent_destroy_engine(e);
 }
 
+/* tent_create_engine with the failure's log line captured (and checked). */
+static tent_engine_t create_quietly(void)
+{
+    struct tu_capture cap;
+    tu_capture_begin(&cap);
+    tent_engine_t e = tent_create_engine();
+    char *log = tu_capture_end(&cap);
+    if (!e)
+        assert_contains(log, tent_last_error());
+    free(log);
+    return e;
+}
+
 static void expect_create_fails(const char *fragment1, const char *fragment2)
 {
-    tent_engine_t e = tent_create_engine();
+    tent_engine_t e = create_quietly();
     if (e) {
         tent_destroy_engine(e);
         fail_msg("tent_create_engine succeeded; expected \"%s\"", fragment1);
@@ -233,7 +246,7 @@ static void test_wrong_types_name_the_key(void **state)
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         tent_config_reset_global();
         tent_load_config_from_file(write_conf(rows[i].json));
-        tent_engine_t e = tent_create_engine();
+        tent_engine_t e = create_quietly();
         if (e) {
             tent_destroy_engine(e);
             fail_msg("%s: engine created", rows[i].json);
@@ -265,6 +278,25 @@ static void test_wrong_typed_enable_flag(void **state)
     free(log);
     assert_int_equal(fake_stats[0].installs, 0);
     assert_int_equal(internal(e)->nxports, 1);
+    tent_destroy_engine(e);
+}
+
+/* A key that can never be applied is refused by tent_set_config itself
+ * instead of failing every later tent_create_engine. */
+static void test_set_config_bad_key(void **state)
+{
+    (void)state;
+    tent_set_config("log_level", "error");
+    tent_set_config("", "1");
+    assert_contains(tent_last_error(), "is empty or too long");
+    tent_set_config("//", "1");
+    assert_contains(tent_last_error(), "'//'");
+    tent_set_config(NULL, "1");
+    assert_contains(tent_last_error(), "NULL");
+    tent_set_config("max_failover_attempts", NULL);
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    assert_int_equal(internal(e)->max_failover_attempts, 3);
     tent_destroy_engine(e);
 }
 
@@ -500,6 +532,7 @@ int main(void)
         T(test_malformed_file),
         T(test_wrong_types_name_the_key),
         T(test_wrong_typed_enable_flag),
+        T(test_set_config_bad_key),
         T(test_unknown_keys_ignored),
         T(test_log_levels),
         T(test_log_prefix),

@@ -333,8 +333,13 @@ static void test_hugepage_size_rejected(void **state)
     (void)state;
     setenv("MC_STORE_USE_HUGEPAGE", "1", 1);
     setenv("MC_STORE_HUGEPAGE_SIZE", "3MB", 1);
+    struct tu_capture cap;
+    tu_capture_begin(&cap);
     tent_engine_t e = TU_ENGINE("fake_a");
+    char *log = tu_capture_end(&cap);
     assert_null(e);
+    assert_contains(log, "2MB, 512MB, 1GB");
+    free(log);
     assert_contains(tent_last_error(), "MC_STORE_HUGEPAGE_SIZE='3MB'");
     assert_contains(tent_last_error(), "2MB, 512MB, 1GB");
     /* Every accepted size gives an engine. */
