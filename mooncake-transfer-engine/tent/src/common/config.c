@@ -209,7 +209,7 @@ int tent_config_snapshot(struct tent_config **out)
             free(text);
         }
         if (rc == TENT_OK)
-            LOG_INFO("loaded configuration from %s", path);
+            LOG_DEBUG("loaded configuration from %s", path);
     } else {
         rc = tent_config_new_empty(&cfg);
     }

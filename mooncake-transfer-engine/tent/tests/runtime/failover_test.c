@@ -117,18 +117,23 @@ static void test_budget_one(void **state)
     tu_bufs_init(e, &p, LEN);
     /* One failover is allowed: a -> b completes. */
     fake_behavior[0].fail_completion = true;
+    struct tu_capture cap;
+    tu_capture_begin(&cap);
     tent_batch_id_t b = submit_n(e, &p, 1, LEN);
     tent_status_t st;
-    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    int rc = tu_wait_task(e, b, 0, &st, 2000);
+    char *log = tu_capture_end(&cap);
+    assert_int_equal(rc, TENT_OK);
+    assert_contains(log, "Transport failover: fake_a -> fake_b (attempt 1/1)");
+    free(log);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(tent_free_batch(e, b), TENT_OK);
     /* a and b fail: the budget of one is spent, c is never tried. */
     fake_behavior[1].fail_completion = true;
-    struct tu_capture cap;
     tu_capture_begin(&cap);
     b = submit_n(e, &p, 1, LEN);
-    int rc = tu_wait_task(e, b, 0, &st, 2000);
-    char *log = tu_capture_end(&cap);
+    rc = tu_wait_task(e, b, 0, &st, 2000);
+    log = tu_capture_end(&cap);
     assert_int_equal(rc, TENT_OK);
     assert_int_equal(st.status, STATUS_FAILED);
     assert_int_equal(fake_stats[2].submitted, 0);
