@@ -639,12 +639,33 @@ static void test_strerror(void **state)
     assert_non_null(tent_strerror(5));
 }
 
+/* Calls without a return code tolerate NULL and leave no error behind. */
+static void test_null_tolerant_calls(void **state)
+{
+    (void)state;
+    tent_destroy_engine(NULL);
+    tent_free_segment_info(NULL);
+    tent_free_notifs(NULL);
+    assert_int_equal(tent_available(NULL), 0);
+    tent_set_config(NULL, "1");
+    assert_contains(tent_last_error(), "key or value is NULL");
+    tent_set_config("log_level", NULL);
+    assert_contains(tent_last_error(), "key or value is NULL");
+    tent_load_config_from_file(NULL); /* forgets an explicit file */
+    tent_segment_info_t info = {0};
+    tent_free_segment_info(&info);
+    tent_notifi_info ni = {0};
+    tent_free_notifs(&ni);
+    tent_config_reset_global();
+}
+
 int main(void)
 {
     tu_reset_all();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_input_table),
         cmocka_unit_test(test_strerror),
+        cmocka_unit_test(test_null_tolerant_calls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

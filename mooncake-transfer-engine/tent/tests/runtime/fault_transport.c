@@ -193,6 +193,8 @@ static int fault_status(struct tent_transport *t, struct tent_sub_batch *sb,
 
 static int fault_quiesce(struct tent_transport *t)
 {
+    if (fault_cfg.quiesce_error)
+        return fault_cfg.quiesce_error;
     return inner_of(t)->ops->quiesce(inner_of(t));
 }
 

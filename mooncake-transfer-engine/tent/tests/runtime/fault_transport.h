@@ -24,7 +24,8 @@ struct fault_config {
     int delay_polls;              /* extra PENDING polls before asking inner */
     long delay_ns;                /* PENDING until this long after submit */
     bool never_complete;
-    int status_error; /* status returns this (<0) instead */
+    int status_error;  /* status returns this (<0) instead */
+    int quiesce_error; /* quiesce returns this (<0) instead */
 };
 
 struct fault_stats {

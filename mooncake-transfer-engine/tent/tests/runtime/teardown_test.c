@@ -77,11 +77,35 @@ static void test_destroy_releases_idle_state(void **state)
     free(reg);
 }
 
+/* A transport that fails to quiesce is abandoned: its memory stays
+ * registered and mapped, and the log says which transport and why. */
+static void test_quiesce_failure_keeps_memory(void **state)
+{
+    (void)state;
+    TU_CONFIG("fault");
+    tent_set_config("log_level", "warning");
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    void *a = NULL;
+    assert_int_equal(tent_allocate_memory(e, &a, 4096, "cpu"), TENT_OK);
+    fault_cfg.quiesce_error = TENT_ETIMEDOUT;
+    struct tu_capture cap;
+    tu_capture_begin(&cap);
+    tent_destroy_engine(e);
+    char *log = tu_capture_end(&cap);
+    assert_contains(log, "quiesce of transport 'fault' failed");
+    assert_contains(log, "a transport failed to quiesce");
+    free(log);
+    /* Still mapped: writing to it must not fault. */
+    memset(a, 0x42, 4096);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         T(test_destroy_with_inflight_task),
         T(test_destroy_releases_idle_state),
+        T(test_quiesce_failure_keeps_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
