@@ -692,37 +692,53 @@ static void destroy_batch(struct tent_batch *b)
     free(b);
 }
 
+/* With b locked: EBUSY while a task is in flight, else frees the
+ * transports' sub-batches. */
+static int release_idle(struct tent_engine *e, struct tent_batch *b)
+{
+    size_t busy = 0;
+    for (size_t i = 0; i < b->ntasks; i++)
+        busy += b->tasks[i].state == STATUS_PENDING ||
+                b->tasks[i].state == STATUS_WAITING;
+    if (busy)
+        return tent_set_error(TENT_EBUSY,
+                              "tent_free_batch: batch %#llx has %zu task(s) "
+                              "still in flight",
+                              (unsigned long long)b->id, busy);
+    return free_subs(e, b);
+}
+
 int tent_free_batch(tent_engine_t engine, tent_batch_id_t batch_id)
 {
     struct tent_engine *e = tent_engine_cast(engine);
     if (!e)
         return tent_set_error(TENT_ENULL, "tent_free_batch: engine is NULL");
+    /* Poll and release the sub-batches holding only b->lock: transports are
+     * called out to, which the table lock must never wait on. */
+    struct tent_batch *b = batch_lock(e, batch_id, "tent_free_batch");
+    if (!b)
+        return TENT_ENOBATCH;
+    (void)poll_all(e, b);
+    int rc = release_idle(e, b);
+    pthread_mutex_unlock(&b->lock);
+    if (rc != TENT_OK)
+        return rc;
+    /* Unlink under the table lock, then b->lock.  Every other thread that
+     * found b took b->lock while holding the table lock, so once we hold
+     * both, nobody else holds or waits for b.  A racing submit may have
+     * added tasks meanwhile: check again (usually no transport call). */
     pthread_mutex_lock(&e->batch_lock);
     size_t slot = SLOT_OF(batch_id);
-    struct tent_batch *b = NULL;
-    if (batch_id != TENT_INVALID_BATCH_ID && slot < e->nbatches &&
-        e->batches[slot] && e->batches[slot]->id == batch_id)
-        b = e->batches[slot];
-    if (!b) {
+    if (slot >= e->nbatches || !e->batches[slot] ||
+        e->batches[slot]->id != batch_id) {
         pthread_mutex_unlock(&e->batch_lock);
         return tent_set_error(TENT_ENOBATCH,
-                              "tent_free_batch: unknown batch id %#llx",
+                              "tent_free_batch: batch id %#llx was freed "
+                              "concurrently",
                               (unsigned long long)batch_id);
     }
     pthread_mutex_lock(&b->lock);
-    (void)poll_all(e, b);
-    size_t busy = 0;
-    for (size_t i = 0; i < b->ntasks; i++)
-        busy += b->tasks[i].state == STATUS_PENDING;
-    int rc = TENT_OK;
-    if (busy)
-        rc =
-            tent_set_error(TENT_EBUSY,
-                           "tent_free_batch: batch %#llx has %zu task(s) still "
-                           "in flight",
-                           (unsigned long long)batch_id, busy);
-    else
-        rc = free_subs(e, b);
+    rc = release_idle(e, b);
     if (rc == TENT_OK)
         e->batches[slot] = NULL;
     pthread_mutex_unlock(&b->lock);

@@ -158,10 +158,87 @@ static void test_threads_share_one_engine(void **state)
     tent_destroy_engine(g_engine);
 }
 
+/* Threads racing on the same batch ids: one allocates, submits, polls and
+ * frees; others poll and try to free whatever id is current.  Every call
+ * returns a defined code (never a crash or a use-after-free), and in the end
+ * no buffer is left pinned. */
+static _Atomic tent_batch_id_t g_shared;
+
+static void *poker(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&g_stop)) {
+        tent_batch_id_t id = atomic_load(&g_shared);
+        tent_status_t st;
+        int rc = tent_overall_status(g_engine, id, &st);
+        if (rc != TENT_OK && rc != TENT_ENOBATCH)
+            atomic_fetch_add(&g_failures, 1);
+        rc = tent_task_status(g_engine, id, 0, &st);
+        if (rc != TENT_OK && rc != TENT_ENOBATCH && rc != TENT_ENOTASK)
+            atomic_fetch_add(&g_failures, 1);
+        rc = tent_free_batch(g_engine, id);
+        if (rc != TENT_OK && rc != TENT_ENOBATCH && rc != TENT_EBUSY)
+            atomic_fetch_add(&g_failures, 1);
+    }
+    return NULL;
+}
+
+static void test_racing_on_one_batch(void **state)
+{
+    (void)state;
+    g_engine = TU_ENGINE("fake_a");
+    assert_non_null(g_engine);
+    fake_behavior[0].polls_before_done = 2;
+    atomic_store(&g_failures, 0);
+    atomic_store(&g_stop, false);
+    atomic_store(&g_shared, TENT_INVALID_BATCH_ID);
+    struct tu_bufs p;
+    tu_bufs_init(g_engine, &p, 4096);
+    pthread_t pk[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&pk[i], NULL, poker, NULL), 0);
+    int completed = 0, stolen = 0;
+    for (int round = 0; round < 300; round++) {
+        tent_batch_id_t b = tent_allocate_batch(g_engine, 4);
+        assert_int_not_equal(b, TENT_INVALID_BATCH_ID);
+        atomic_store(&g_shared, b);
+        tent_request_t r[4];
+        for (int i = 0; i < 4; i++)
+            r[i] = tu_write(&p, (size_t)i * 1024, 1024);
+        int rc = tent_submit(g_engine, b, r, 4);
+        if (rc == TENT_ENOBATCH) { /* a poker freed the empty batch */
+            stolen++;
+            continue;
+        }
+        assert_int_equal(rc, TENT_OK);
+        tent_status_t st;
+        rc = tu_wait_all(g_engine, b, &st, 2000);
+        if (rc == TENT_ENOBATCH) {
+            stolen++;
+            continue;
+        }
+        assert_int_equal(rc, TENT_OK);
+        assert_int_equal(st.status, STATUS_COMPLETED);
+        completed++;
+        rc = tent_free_batch(g_engine, b);
+        assert_true(rc == TENT_OK || rc == TENT_ENOBATCH);
+    }
+    atomic_store(&g_stop, true);
+    for (int i = 0; i < 2; i++)
+        pthread_join(pk[i], NULL);
+    assert_int_equal(atomic_load(&g_failures), 0);
+    assert_int_equal(completed + stolen, 300);
+    /* Nothing left pinned: both buffers unregister. */
+    tu_bufs_fini(g_engine, &p);
+    tent_destroy_engine(g_engine);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_threads_share_one_engine, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_racing_on_one_batch, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
