@@ -1,5 +1,8 @@
 #include "common/config.h"
 
+#include "common/error.h"
+#include "common/log.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <pthread.h>
@@ -7,13 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/error.h"
-#include "common/log.h"
-
 /* Guards every g_* field below. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static char *g_file_path;      /* set by tent_load_config_from_file */
-static cJSON *g_overrides;     /* array of [path, value] pairs, in order */
+static char *g_file_path;  /* set by tent_load_config_from_file */
+static cJSON *g_overrides; /* array of [path, value] pairs, in order */
 
 #define MAX_CONFIG_FILE (16u << 20)
 
@@ -44,9 +44,8 @@ int tent_config_parse_text(const char *text, const char *source, cJSON **out)
     }
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return tent_set_error(TENT_ECONFIG,
-                              "config %s: top level must be a JSON object",
-                              source);
+        return tent_set_error(
+            TENT_ECONFIG, "config %s: top level must be a JSON object", source);
     }
     *out = root;
     return TENT_OK;
@@ -122,7 +121,8 @@ static int set_path(cJSON *root, const char *path, cJSON *value)
     char buf[512];
     if (!path || !*path || strlen(path) >= sizeof(buf)) {
         cJSON_Delete(value);
-        return tent_set_error(TENT_EINVAL, "config key '%s' is empty or too long",
+        return tent_set_error(TENT_EINVAL,
+                              "config key '%s' is empty or too long",
                               path ? path : "(null)");
     }
     strcpy(buf, path);
@@ -209,7 +209,7 @@ int tent_config_snapshot(struct tent_config **out)
             free(text);
         }
         if (rc == TENT_OK)
-            LOG_INFO("loaded configuration from %s", path);
+            LOG_DEBUG("loaded configuration from %s", path);
     } else {
         rc = tent_config_new_empty(&cfg);
     }
@@ -258,6 +258,14 @@ void tent_set_config(const char *key, const char *value)
 {
     if (!key || !value) {
         tent_set_error(TENT_ENULL, "tent_set_config: key or value is NULL");
+        return;
+    }
+    /* A key that can never be applied would fail every later engine. */
+    if (strlen(key) >= 512 || strspn(key, "/") == strlen(key)) {
+        tent_set_error(TENT_EINVAL,
+                       "tent_set_config: key '%.64s' is empty or too long; "
+                       "ignored",
+                       key);
         return;
     }
     cJSON *pair = cJSON_CreateArray();
@@ -328,8 +336,8 @@ int tent_config_get_int(const struct tent_config *cfg, const char *path,
         return TENT_OK;
     }
     if (!cJSON_IsNumber(n) || n->valuedouble != (double)(int64_t)n->valuedouble)
-        return tent_set_error(TENT_ECONFIG, "config key '%s' must be an integer",
-                              path);
+        return tent_set_error(TENT_ECONFIG,
+                              "config key '%s' must be an integer", path);
     *out = (int64_t)n->valuedouble;
     return TENT_OK;
 }

@@ -1,15 +1,15 @@
 /* Batches, tasks, submission, status and cross-transport failover. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "common/error.h"
 #include "common/log.h"
 #include "runtime/engine.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #define SLOT_OF(id) ((size_t)((id)&0xffffffffu) - 1)
-#define GEN_OF(id) ((uint32_t)((id) >> 32))
-#define GROUP 64 /* requests handed to a transport per submit call */
+#define GEN_OF(id)  ((uint32_t)((id) >> 32))
+#define GROUP       64 /* requests handed to a transport per submit call */
 
 /* Looks the batch up and returns it locked, or NULL with the error set. */
 static struct tent_batch *batch_lock(struct tent_engine *e, uint64_t id,
@@ -18,8 +18,8 @@ static struct tent_batch *batch_lock(struct tent_engine *e, uint64_t id,
     struct tent_batch *b = NULL;
     pthread_mutex_lock(&e->batch_lock);
     size_t slot = SLOT_OF(id);
-    if (id != TENT_INVALID_BATCH_ID && slot < e->nbatches &&
-        e->batches[slot] && e->batches[slot]->id == id) {
+    if (id != TENT_INVALID_BATCH_ID && slot < e->nbatches && e->batches[slot] &&
+        e->batches[slot]->id == id) {
         b = e->batches[slot];
         pthread_mutex_lock(&b->lock);
     }
@@ -48,8 +48,9 @@ tent_batch_id_t tent_allocate_batch(tent_engine_t engine, size_t batch_size)
     if (!b || !tasks) {
         free(b);
         free(tasks);
-        tent_set_error(TENT_ENOMEM, "tent_allocate_batch: out of memory for %zu "
-                                    "tasks",
+        tent_set_error(TENT_ENOMEM,
+                       "tent_allocate_batch: out of memory for %zu "
+                       "tasks",
                        batch_size);
         return TENT_INVALID_BATCH_ID;
     }
@@ -148,19 +149,33 @@ static bool advance(struct tent_engine *e, struct tent_task *t, int code)
     return true;
 }
 
-static void fill_xfer(struct tent_engine *e, struct tent_task *t, uint32_t slot,
-                      struct tent_xfer *x)
+/* Remembers the last segment looked up: the requests of one call mostly
+ * share a target, and an open segment is never freed before the engine. */
+struct seg_cache {
+    uint64_t id;
+    struct tent_segment *seg;
+};
+
+static struct tent_segment *seg_lookup(struct tent_engine *e,
+                                       struct seg_cache *c, uint64_t id)
 {
-    struct tent_segment *seg = tent_engine_segment(e, t->req.target_id);
+    if (!c->seg || c->id != id) {
+        c->seg = tent_engine_segment(e, id);
+        c->id = id;
+    }
+    return c->seg;
+}
+
+static void fill_xfer(struct tent_engine *e, struct seg_cache *c,
+                      struct tent_task *t, uint32_t slot, struct tent_xfer *x)
+{
     x->slot = slot;
     x->opcode = t->req.opcode;
     x->local = t->req.source;
     x->remote = t->req.target_offset;
     x->length = t->req.length;
-    x->target = seg;
-    pthread_rwlock_rdlock(&seg->lock);
-    x->target_buf = tent_segment_find_locked(seg, x->remote, x->length);
-    pthread_rwlock_unlock(&seg->lock);
+    x->target = seg_lookup(e, c, t->req.target_id);
+    x->target_buf = t->dst_buf; /* pinned by resolve() until terminal */
 }
 
 /* Hands one group to transport xi; returns whether any task needs another
@@ -200,6 +215,7 @@ static bool flush_group(struct tent_engine *e, struct tent_batch *b, int xi,
 static void dispatch(struct tent_engine *e, struct tent_batch *b, size_t first,
                      size_t n)
 {
+    struct seg_cache c = {0};
     bool again = true;
     while (again) {
         again = false;
@@ -210,7 +226,7 @@ static void dispatch(struct tent_engine *e, struct tent_batch *b, size_t first,
                 struct tent_task *t = &b->tasks[i];
                 if (t->state != STATUS_WAITING || t->cands[t->cand_pos] != xi)
                     continue;
-                fill_xfer(e, t, (uint32_t)i, &x[k++]);
+                fill_xfer(e, &c, t, (uint32_t)i, &x[k++]);
                 if (k == GROUP) {
                     again |= flush_group(e, b, xi, x, k);
                     k = 0;
@@ -221,49 +237,47 @@ static void dispatch(struct tent_engine *e, struct tent_batch *b, size_t first,
     }
 }
 
-/* Resolves [addr, +len) in seg, refetching a remote descriptor once when the
- * cached copy lacks it (the peer may have registered more memory). */
-static struct tent_buffer *resolve_target(struct tent_engine *e,
-                                          struct tent_segment *seg,
-                                          uint64_t addr, uint64_t len)
+/* Finds the buffer of seg holding [addr, +len) and pins it (inflight), so
+ * that neither unregister nor a descriptor refresh frees it under a task.
+ * Caller holds seg->lock (read). */
+static struct tent_buffer *find_pin_locked(struct tent_segment *seg,
+                                           uint64_t addr, uint64_t len)
+{
+    struct tent_buffer *buf = tent_segment_find_locked(seg, addr, len);
+    if (buf)
+        atomic_fetch_add_explicit(&buf->inflight, 1, memory_order_relaxed);
+    return buf;
+}
+
+static struct tent_buffer *find_pinned(struct tent_segment *seg, uint64_t addr,
+                                       uint64_t len)
 {
     pthread_rwlock_rdlock(&seg->lock);
-    struct tent_buffer *buf = tent_segment_find_locked(seg, addr, len);
-    pthread_rwlock_unlock(&seg->lock);
-    if (buf || seg->local || !e->seg_ops)
-        return buf;
-    if (e->seg_ops->fetch(e, seg->name, seg) != TENT_OK)
-        return NULL;
-    pthread_rwlock_rdlock(&seg->lock);
-    buf = tent_segment_find_locked(seg, addr, len);
+    struct tent_buffer *buf = find_pin_locked(seg, addr, len);
     pthread_rwlock_unlock(&seg->lock);
     return buf;
 }
 
-/* Validates request i into task t (pinning its buffers); nothing to undo on
- * failure except what it pinned itself. */
-static int prepare(struct tent_engine *e, const tent_request_t *r, size_t i,
-                   struct tent_task *t)
+/* Checks the fields of request i that need no lookup. */
+static int check_request(const tent_request_t *r, size_t i)
 {
-    memset(t, 0, sizeof(*t));
-    t->xport = -1;
-    t->req = *r;
     if (r->opcode != OPCODE_READ && r->opcode != OPCODE_WRITE)
         return tent_set_error(TENT_EINVAL,
                               "tent_submit: request %zu: opcode %d is neither "
                               "OPCODE_READ nor OPCODE_WRITE",
                               i, r->opcode);
     if (r->length == 0)
-        return tent_set_error(TENT_EINVAL, "tent_submit: request %zu: length is 0",
-                              i);
-    if (!r->source)
-        return tent_set_error(TENT_ENULL, "tent_submit: request %zu: source is NULL",
-                              i);
-    if (r->priority < 0 || r->priority > 2)
         return tent_set_error(TENT_EINVAL,
-                              "tent_submit: request %zu: priority %d is outside "
-                              "0..2",
-                              i, r->priority);
+                              "tent_submit: request %zu: length is 0", i);
+    if (!r->source)
+        return tent_set_error(TENT_ENULL,
+                              "tent_submit: request %zu: source is NULL", i);
+    if (r->priority < 0 || r->priority > 2)
+        return tent_set_error(
+            TENT_EINVAL,
+            "tent_submit: request %zu: priority %d is outside "
+            "0..2",
+            i, r->priority);
     if (r->transport_hint != TRANSPORT_UNSPEC &&
         strcmp(tent_transport_type_name(r->transport_hint), "unknown") == 0)
         return tent_set_error(TENT_EINVAL,
@@ -276,61 +290,108 @@ static int prepare(struct tent_engine *e, const tent_request_t *r, size_t i,
                               "tent_submit: request %zu: length %llu wraps the "
                               "address space",
                               i, (unsigned long long)r->length);
+    return TENT_OK;
+}
 
-    struct tent_segment *seg = tent_engine_segment(e, r->target_id);
+/* Resolves request i into task t and pins its source and target buffers.
+ * Caller holds e->local->lock (read) for the whole submit call; it is let go
+ * only around a remote descriptor refetch.  On failure t holds only its own
+ * pins (the caller unpins). */
+static int resolve(struct tent_engine *e, struct seg_cache *c,
+                   const tent_request_t *r, size_t i, struct tent_task *t)
+{
+    t->req = *r;
+    t->src_buf = t->dst_buf = NULL;
+    t->bytes = 0;
+    t->last_error = 0;
+    t->xport = -1;
+    t->attempts = 0;
+    struct tent_segment *seg = seg_lookup(e, c, r->target_id);
     if (!seg)
-        return tent_set_error(TENT_ENOSEGMENT,
-                              "tent_submit: request %zu: unknown segment id %llu",
-                              i, (unsigned long long)r->target_id);
-
-    pthread_rwlock_rdlock(&e->local->lock);
-    struct tent_buffer *src =
-        tent_segment_find_locked(e->local, (uintptr_t)r->source, r->length);
-    if (src)
-        atomic_fetch_add(&src->inflight, 1);
-    pthread_rwlock_unlock(&e->local->lock);
-    if (!src)
+        return tent_set_error(
+            TENT_ENOSEGMENT,
+            "tent_submit: request %zu: unknown segment id %llu", i,
+            (unsigned long long)r->target_id);
+    t->src_buf = find_pin_locked(e->local, (uintptr_t)r->source, r->length);
+    if (!t->src_buf)
         return tent_set_error(TENT_ENOTREG,
                               "tent_submit: request %zu: source [%p, +%llu) is "
                               "not inside registered local memory",
                               i, r->source, (unsigned long long)r->length);
-    t->src_buf = src;
-
-    struct tent_buffer *dst;
     if (seg->local) {
-        pthread_rwlock_rdlock(&seg->lock);
-        dst = tent_segment_find_locked(seg, r->target_offset, r->length);
-        if (dst)
-            atomic_fetch_add(&dst->inflight, 1);
-        pthread_rwlock_unlock(&seg->lock);
-        t->dst_buf = dst;
+        t->dst_buf = find_pin_locked(seg, r->target_offset, r->length);
     } else {
-        dst = resolve_target(e, seg, r->target_offset, r->length);
+        t->dst_buf = find_pinned(seg, r->target_offset, r->length);
+        if (!t->dst_buf && e->seg_ops) {
+            /* The peer may have registered more memory since we fetched its
+             * descriptor: refetch once, without holding our own lock. */
+            pthread_rwlock_unlock(&e->local->lock);
+            if (e->seg_ops->fetch(e, seg->name, seg) == TENT_OK)
+                t->dst_buf = find_pinned(seg, r->target_offset, r->length);
+            pthread_rwlock_rdlock(&e->local->lock);
+        }
     }
-    if (!dst)
+    if (!t->dst_buf)
         return tent_set_error(TENT_ERANGE,
                               "tent_submit: request %zu: target [%#llx, +%llu) "
                               "is outside the buffers of segment '%s'",
                               i, (unsigned long long)r->target_offset,
                               (unsigned long long)r->length, seg->name);
-    if (r->opcode == OPCODE_WRITE && dst->perm == PERM_GLOBAL_READ_ONLY)
+    return TENT_OK;
+}
+
+/* Permission and transport selection for a resolved task (no lock held:
+ * transports' capability and reachability ops may take segment locks). */
+static int select_for(struct tent_engine *e, struct seg_cache *c, size_t i,
+                      struct tent_task *t)
+{
+    struct tent_segment *seg = seg_lookup(e, c, t->req.target_id);
+    const struct tent_buffer *dst = t->dst_buf;
+    if (t->req.opcode == OPCODE_WRITE && dst->perm == PERM_GLOBAL_READ_ONLY)
         return tent_set_error(TENT_EPERM,
                               "tent_submit: request %zu: target buffer at "
                               "%#llx of segment '%s' is read-only",
                               i, (unsigned long long)dst->base, seg->name);
     if (!seg->local && dst->perm == PERM_LOCAL_READ_WRITE)
-        return tent_set_error(TENT_EPERM,
-                              "tent_submit: request %zu: target buffer at "
-                              "%#llx of segment '%s' is not remotely accessible",
-                              i, (unsigned long long)dst->base, seg->name);
+        return tent_set_error(
+            TENT_EPERM,
+            "tent_submit: request %zu: target buffer at "
+            "%#llx of segment '%s' is not remotely accessible",
+            i, (unsigned long long)dst->base, seg->name);
     tent_select_candidates(e, t, seg, dst);
     if (t->ncand == 0)
-        return tent_set_error(TENT_ENOTRANSPORT,
-                              "tent_submit: request %zu: no installed transport "
-                              "can move %s memory to %s memory of segment '%s'",
-                              i, src->location, dst->location, seg->name);
+        return tent_set_error(
+            TENT_ENOTRANSPORT,
+            "tent_submit: request %zu: no installed transport "
+            "can move %s memory to %s memory of segment '%s'",
+            i, t->src_buf->location, dst->location, seg->name);
     t->state = STATUS_WAITING;
     return TENT_OK;
+}
+
+/* Validates, resolves and selects every request into tasks[0..count); on
+ * failure nothing stays pinned and the error names the request. */
+static int prepare_all(struct tent_engine *e, const tent_request_t *entries,
+                       size_t count, struct tent_task *tasks)
+{
+    for (size_t i = 0; i < count; i++) {
+        int rc = check_request(&entries[i], i);
+        if (rc)
+            return rc;
+    }
+    struct seg_cache c = {0};
+    size_t pinned = 0;
+    int rc = TENT_OK;
+    pthread_rwlock_rdlock(&e->local->lock);
+    for (; pinned < count && rc == TENT_OK; pinned++)
+        rc = resolve(e, &c, &entries[pinned], pinned, &tasks[pinned]);
+    pthread_rwlock_unlock(&e->local->lock);
+    for (size_t i = 0; i < count && rc == TENT_OK; i++)
+        rc = select_for(e, &c, i, &tasks[i]);
+    if (rc != TENT_OK)
+        for (size_t i = 0; i < pinned; i++)
+            unpin(&tasks[i]);
+    return rc;
 }
 
 static int submit_common(struct tent_engine *e, tent_batch_id_t batch_id,
@@ -368,16 +429,9 @@ static int submit_common(struct tent_engine *e, tent_batch_id_t batch_id,
         goto out;
     }
     size_t first = b->ntasks;
-    for (size_t i = 0; i < count; i++) {
-        struct tent_task *t = &b->tasks[first + i];
-        rc = prepare(e, &entries[i], i, t);
-        if (rc != TENT_OK) {
-            unpin(t);
-            for (size_t j = 0; j < i; j++)
-                unpin(&b->tasks[first + j]);
-            goto out;
-        }
-    }
+    rc = prepare_all(e, entries, count, &b->tasks[first]);
+    if (rc != TENT_OK)
+        goto out;
     if (name) {
         b->notif_name = strdup(name);
         b->notif_msg = strdup(message);
@@ -493,10 +547,11 @@ int tent_task_status(tent_engine_t engine, tent_batch_id_t batch_id,
         return TENT_ENOBATCH;
     int rc = TENT_OK;
     if (task_id >= b->ntasks) {
-        rc = tent_set_error(TENT_ENOTASK,
-                            "tent_task_status: task %zu of batch %#llx does not "
-                            "exist (%zu submitted)",
-                            task_id, (unsigned long long)batch_id, b->ntasks);
+        rc =
+            tent_set_error(TENT_ENOTASK,
+                           "tent_task_status: task %zu of batch %#llx does not "
+                           "exist (%zu submitted)",
+                           task_id, (unsigned long long)batch_id, b->ntasks);
         status->status = STATUS_INVALID;
         status->transferred_bytes = 0;
     } else {
@@ -526,9 +581,11 @@ int tent_overall_status(tent_engine_t engine, tent_batch_id_t batch_id,
 {
     struct tent_engine *e = tent_engine_cast(engine);
     if (!e)
-        return tent_set_error(TENT_ENULL, "tent_overall_status: engine is NULL");
+        return tent_set_error(TENT_ENULL,
+                              "tent_overall_status: engine is NULL");
     if (!status)
-        return tent_set_error(TENT_ENULL, "tent_overall_status: status is NULL");
+        return tent_set_error(TENT_ENULL,
+                              "tent_overall_status: status is NULL");
     struct tent_batch *b = batch_lock(e, batch_id, "tent_overall_status");
     if (!b)
         return TENT_ENOBATCH;
@@ -560,10 +617,11 @@ int tent_task_status_list(tent_engine_t engine, tent_batch_id_t batch_id,
 {
     struct tent_engine *e = tent_engine_cast(engine);
     if (!e)
-        return tent_set_error(TENT_ENULL, "tent_task_status_list: engine is NULL");
-    if (!statuses || !count)
         return tent_set_error(TENT_ENULL,
-                              "tent_task_status_list: statuses or count is NULL");
+                              "tent_task_status_list: engine is NULL");
+    if (!statuses || !count)
+        return tent_set_error(
+            TENT_ENULL, "tent_task_status_list: statuses or count is NULL");
     struct tent_batch *b = batch_lock(e, batch_id, "tent_task_status_list");
     if (!b)
         return TENT_ENOBATCH;
@@ -595,10 +653,11 @@ int tent_cancel_task(tent_engine_t engine, tent_batch_id_t batch_id,
         return TENT_ENOBATCH;
     int rc = TENT_OK;
     if (task_id >= b->ntasks)
-        rc = tent_set_error(TENT_ENOTASK,
-                            "tent_cancel_task: task %zu of batch %#llx does not "
-                            "exist",
-                            task_id, (unsigned long long)batch_id);
+        rc =
+            tent_set_error(TENT_ENOTASK,
+                           "tent_cancel_task: task %zu of batch %#llx does not "
+                           "exist",
+                           task_id, (unsigned long long)batch_id);
     else if (b->tasks[task_id].state == STATUS_PENDING)
         rc = tent_set_error(TENT_ENOTSUP,
                             "tent_cancel_task: task %zu is already running on "
@@ -633,36 +692,53 @@ static void destroy_batch(struct tent_batch *b)
     free(b);
 }
 
+/* With b locked: EBUSY while a task is in flight, else frees the
+ * transports' sub-batches. */
+static int release_idle(struct tent_engine *e, struct tent_batch *b)
+{
+    size_t busy = 0;
+    for (size_t i = 0; i < b->ntasks; i++)
+        busy += b->tasks[i].state == STATUS_PENDING ||
+                b->tasks[i].state == STATUS_WAITING;
+    if (busy)
+        return tent_set_error(TENT_EBUSY,
+                              "tent_free_batch: batch %#llx has %zu task(s) "
+                              "still in flight",
+                              (unsigned long long)b->id, busy);
+    return free_subs(e, b);
+}
+
 int tent_free_batch(tent_engine_t engine, tent_batch_id_t batch_id)
 {
     struct tent_engine *e = tent_engine_cast(engine);
     if (!e)
         return tent_set_error(TENT_ENULL, "tent_free_batch: engine is NULL");
+    /* Poll and release the sub-batches holding only b->lock: transports are
+     * called out to, which the table lock must never wait on. */
+    struct tent_batch *b = batch_lock(e, batch_id, "tent_free_batch");
+    if (!b)
+        return TENT_ENOBATCH;
+    (void)poll_all(e, b);
+    int rc = release_idle(e, b);
+    pthread_mutex_unlock(&b->lock);
+    if (rc != TENT_OK)
+        return rc;
+    /* Unlink under the table lock, then b->lock.  Every other thread that
+     * found b took b->lock while holding the table lock, so once we hold
+     * both, nobody else holds or waits for b.  A racing submit may have
+     * added tasks meanwhile: check again (usually no transport call). */
     pthread_mutex_lock(&e->batch_lock);
     size_t slot = SLOT_OF(batch_id);
-    struct tent_batch *b = NULL;
-    if (batch_id != TENT_INVALID_BATCH_ID && slot < e->nbatches &&
-        e->batches[slot] && e->batches[slot]->id == batch_id)
-        b = e->batches[slot];
-    if (!b) {
+    if (slot >= e->nbatches || !e->batches[slot] ||
+        e->batches[slot]->id != batch_id) {
         pthread_mutex_unlock(&e->batch_lock);
         return tent_set_error(TENT_ENOBATCH,
-                              "tent_free_batch: unknown batch id %#llx",
+                              "tent_free_batch: batch id %#llx was freed "
+                              "concurrently",
                               (unsigned long long)batch_id);
     }
     pthread_mutex_lock(&b->lock);
-    (void)poll_all(e, b);
-    size_t busy = 0;
-    for (size_t i = 0; i < b->ntasks; i++)
-        busy += b->tasks[i].state == STATUS_PENDING;
-    int rc = TENT_OK;
-    if (busy)
-        rc = tent_set_error(TENT_EBUSY,
-                            "tent_free_batch: batch %#llx has %zu task(s) still "
-                            "in flight",
-                            (unsigned long long)batch_id, busy);
-    else
-        rc = free_subs(e, b);
+    rc = release_idle(e, b);
     if (rc == TENT_OK)
         e->batches[slot] = NULL;
     pthread_mutex_unlock(&b->lock);

@@ -28,7 +28,8 @@ struct tent_buffer {
     char location[64];
     int perm;              /* PERM_* */
     uint32_t xport_mask;   /* bit (1 << TRANSPORT_*) per transport serving it */
-    atomic_int inflight;   /* local only: tasks that may touch it */
+    atomic_int inflight;   /* tasks that may touch it (remote ones too: a
+                              descriptor refresh must not free it while > 0) */
     int alloc_kind;        /* local only: 0 registered, else how it was allocated */
     size_t alloc_size;     /* local only: mapping length for allocated memory */
     int alloc_fd;          /* local only: memfd backing allocated memory, or -1 */
@@ -81,7 +82,7 @@ struct tent_policy {
 struct tent_task {
     tent_request_t req;
     struct tent_buffer *src_buf;  /* pinned (inflight) until terminal */
-    struct tent_buffer *dst_buf;  /* pinned too when the target is local */
+    struct tent_buffer *dst_buf;  /* target buffer, pinned too */
     uint64_t bytes;
     int32_t last_error;
     uint8_t state;     /* STATUS_* */

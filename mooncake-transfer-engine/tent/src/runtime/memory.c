@@ -335,6 +335,13 @@ int tent_unregister_memory_batch(tent_engine_t engine, void **addrs,
                                 "unregister memory batch: entry %zu: tasks in "
                                 "flight use %p",
                                 i, addrs[i]);
+        /* A repeated entry would pass this check yet fail halfway below. */
+        for (size_t j = 0; j < i && rc == TENT_OK; j++)
+            if (addrs[j] == addrs[i])
+                rc = tent_set_error(TENT_EINVAL,
+                                    "unregister memory batch: entries %zu and "
+                                    "%zu both name %p",
+                                    j, i, addrs[i]);
     }
     pthread_rwlock_unlock(&e->local->lock);
     for (size_t i = 0; i < count && rc == TENT_OK; i++) {
@@ -441,8 +448,9 @@ int tent_allocate_memory_ex(tent_engine_t engine, void **addr, size_t size,
     if (node >= 0) {
         unsigned long mask[16] = {0};
         mask[node / (8 * sizeof(long))] |= 1ul << (node % (8 * sizeof(long)));
-        /* MPOL_BIND = 2 */
-        if (syscall(SYS_mbind, p, len, 2, mask, 1024ul, 0u) != 0)
+        /* MPOL_BIND = 2; MPOL_MF_MOVE = 2: MAP_POPULATE already placed the
+         * pages, so they must be moved, not only future ones bound. */
+        if (syscall(SYS_mbind, p, len, 2, mask, 1024ul, 2u) != 0)
             LOG_WARN("mbind of %zu bytes to NUMA node %d failed: %s", len, node,
                      strerror(errno));
     }

@@ -2,14 +2,14 @@
  * transport order), else the order from buffer registration; only installed
  * transports able to serve the request are candidates; a transport_hint pins
  * the first attempt. */
-#include <stdio.h>
-#include <cjson/cJSON.h>
-#include <string.h>
-#include <strings.h>
-
 #include "common/error.h"
 #include "common/log.h"
 #include "runtime/engine.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
 
 static int parse_priority(const cJSON *n, int *out)
 {
@@ -74,24 +74,24 @@ int tent_policies_load(struct tent_engine *e)
         p->local_kind = p->remote_kind = -1;
         p->max_size = UINT64_MAX;
         if (!cJSON_IsObject(rule))
-            return tent_set_error(TENT_ECONFIG,
-                                  "config key 'policy[%d]' must be an object",
-                                  idx);
+            return tent_set_error(
+                TENT_ECONFIG, "config key 'policy[%d]' must be an object", idx);
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(rule, "name");
         if (n && !cJSON_IsString(n))
-            return tent_set_error(TENT_ECONFIG,
-                                  "config key 'policy[%d]/name' must be a string",
-                                  idx);
+            return tent_set_error(
+                TENT_ECONFIG, "config key 'policy[%d]/name' must be a string",
+                idx);
         snprintf(p->name, sizeof(p->name), "%s",
                  n ? n->valuestring : "(unnamed)");
         n = cJSON_GetObjectItemCaseSensitive(rule, "segment_type");
         if (!n || !cJSON_IsString(n) ||
             (strcmp(n->valuestring, "memory") != 0 &&
              strcmp(n->valuestring, "file") != 0))
-            return tent_set_error(TENT_ECONFIG,
-                                  "config key 'policy[%d]/segment_type' must be "
-                                  "\"memory\" or \"file\"",
-                                  idx);
+            return tent_set_error(
+                TENT_ECONFIG,
+                "config key 'policy[%d]/segment_type' must be "
+                "\"memory\" or \"file\"",
+                idx);
         p->segment_type =
             strcmp(n->valuestring, "file") == 0 ? TYPE_FILE : TYPE_MEMORY;
         if ((n = cJSON_GetObjectItemCaseSensitive(rule, "priority")) &&
@@ -112,24 +112,33 @@ int tent_policies_load(struct tent_engine *e)
                                   "config key 'policy[%d]/max_size' must be a "
                                   "non-negative number",
                                   idx);
+        if (p->min_size > p->max_size)
+            return tent_set_error(TENT_ECONFIG,
+                                  "config key 'policy[%d]/min_size' (%llu) is "
+                                  "larger than its max_size (%llu)",
+                                  idx, (unsigned long long)p->min_size,
+                                  (unsigned long long)p->max_size);
         if ((n = cJSON_GetObjectItemCaseSensitive(rule, "local_memory")) &&
             parse_kind(n, &p->local_kind))
-            return tent_set_error(TENT_ECONFIG,
-                                  "config key 'policy[%d]/local_memory' must be "
-                                  "a string",
-                                  idx);
+            return tent_set_error(
+                TENT_ECONFIG,
+                "config key 'policy[%d]/local_memory' must be "
+                "a string",
+                idx);
         if ((n = cJSON_GetObjectItemCaseSensitive(rule, "remote_memory")) &&
             parse_kind(n, &p->remote_kind))
-            return tent_set_error(TENT_ECONFIG,
-                                  "config key 'policy[%d]/remote_memory' must be "
-                                  "a string",
-                                  idx);
+            return tent_set_error(
+                TENT_ECONFIG,
+                "config key 'policy[%d]/remote_memory' must be "
+                "a string",
+                idx);
         n = cJSON_GetObjectItemCaseSensitive(rule, "transports");
         if (n && !cJSON_IsArray(n))
-            return tent_set_error(TENT_ECONFIG,
-                                  "config key 'policy[%d]/transports' must be an "
-                                  "array of transport names",
-                                  idx);
+            return tent_set_error(
+                TENT_ECONFIG,
+                "config key 'policy[%d]/transports' must be an "
+                "array of transport names",
+                idx);
         const cJSON *t;
         cJSON_ArrayForEach(t, n)
         {
@@ -137,11 +146,11 @@ int tent_policies_load(struct tent_engine *e)
                            ? tent_transport_type_from_name(t->valuestring)
                            : -1;
             if (type <= 0)
-                return tent_set_error(TENT_ECONFIG,
-                                      "config key 'policy[%d]/transports' names "
-                                      "an unknown transport '%s'",
-                                      idx,
-                                      cJSON_IsString(t) ? t->valuestring : "?");
+                return tent_set_error(
+                    TENT_ECONFIG,
+                    "config key 'policy[%d]/transports' names "
+                    "an unknown transport '%s'",
+                    idx, cJSON_IsString(t) ? t->valuestring : "?");
             if (p->ntransports < TENT_MAX_TRANSPORTS)
                 p->transports[p->ntransports++] = type;
         }

@@ -2,11 +2,20 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct fake_behavior fake_behavior[3];
 struct fake_stats fake_stats[3];
 
+static long mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
 struct fake_slot {
+    long ready_at; /* monotonic ns before which the task stays PENDING */
     int polls_left;
     uint64_t length;
     bool fail;
@@ -37,12 +46,21 @@ static int fake_install(struct tent_transport *t)
     return TENT_OK;
 }
 
-static void fake_uninstall(struct tent_transport *t) { (void)t; }
+static void fake_uninstall(struct tent_transport *t)
+{
+    (void)t;
+}
 
 static uint32_t fake_caps(struct tent_transport *t)
 {
-    (void)t;
-    return TENT_CAP_ALL;
+    return fake_behavior[which_of(t)].caps;
+}
+
+static bool fake_can_reach(struct tent_transport *t,
+                           const struct tent_segment *target)
+{
+    (void)target;
+    return !fake_behavior[which_of(t)].unreachable;
 }
 
 static int fake_alloc_sub(struct tent_transport *t, size_t cap,
@@ -74,9 +92,11 @@ static int fake_submit(struct tent_transport *t, struct tent_sub_batch *sb,
     for (size_t i = 0; i < n; i++) {
         int k = atomic_load(&fake_stats[w].submitted) +
                 atomic_load(&fake_stats[w].refused);
-        bool refuse = b->fail_all_submits ||
-                      (b->fail_submit_every > 0 &&
-                       k % b->fail_submit_every == b->fail_submit_every - 1);
+        bool refuse =
+            b->fail_all_submits ||
+            (reqs[i].slot < 64 && (b->fail_submit_slots >> reqs[i].slot) & 1) ||
+            (b->fail_submit_every > 0 &&
+             k % b->fail_submit_every == b->fail_submit_every - 1);
         if (refuse) {
             atomic_fetch_add(&fake_stats[w].refused, 1);
             results[i] = TENT_EIO;
@@ -86,6 +106,8 @@ static int fake_submit(struct tent_transport *t, struct tent_sub_batch *sb,
         }
         struct fake_slot *slot = &s->slots[reqs[i].slot];
         slot->polls_left = b->polls_before_done;
+        slot->ready_at =
+            b->complete_after_ns ? mono_ns() + b->complete_after_ns : 0;
         slot->length = reqs[i].length;
         slot->fail = b->fail_completion;
         if (b->copy_bytes && !b->fail_completion) {
@@ -110,7 +132,8 @@ static int fake_status(struct tent_transport *t, struct tent_sub_batch *sb,
     atomic_fetch_add(&fake_stats[w].status_calls, 1);
     if (b->status_error)
         return b->status_error;
-    if (b->never_complete || slot->polls_left > 0) {
+    if (b->never_complete || slot->polls_left > 0 ||
+        (slot->ready_at && mono_ns() < slot->ready_at)) {
         if (slot->polls_left > 0)
             slot->polls_left--;
         out->state = TENT_XFER_PENDING;
@@ -152,7 +175,7 @@ static int fake_remove_buffer(struct tent_transport *t, struct tent_buffer *buf)
         .install = fake_install,                                               \
         .uninstall = fake_uninstall,                                           \
         .capabilities = fake_caps,                                             \
-        .can_reach = tent_xport_reach_any,                                     \
+        .can_reach = fake_can_reach,                                           \
         .alloc_sub_batch = fake_alloc_sub,                                     \
         .free_sub_batch = fake_free_sub,                                       \
         .submit = fake_submit,                                                 \
@@ -171,6 +194,7 @@ void fake_transports_reset(void)
     for (int i = 0; i < 3; i++) {
         memset(&fake_behavior[i], 0, sizeof(fake_behavior[i]));
         fake_behavior[i].copy_bytes = true;
+        fake_behavior[i].caps = TENT_CAP_ALL;
         memset(&fake_stats[i], 0, sizeof(fake_stats[i]));
     }
 }

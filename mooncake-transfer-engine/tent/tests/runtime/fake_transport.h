@@ -2,39 +2,44 @@
  *
  * fake: copies bytes with memcpy at submit and reports the task after a
  * programmable number of polls; can fail chosen submits, fail at completion,
- * fail the status query, or never complete.  Two instances ("fake_a",
- * "fake_b", "fake_c") let tests exercise selection and failover. */
+ * fail the status query, never complete, complete only after a delay,
+ * report reduced capabilities or an unreachable target.  Two instances
+ * ("fake_a", "fake_b", "fake_c") let tests exercise selection and failover. */
 #ifndef TENT_TEST_FAKE_TRANSPORT_H
 #define TENT_TEST_FAKE_TRANSPORT_H
 
+#include "transport/transport.h"
+
 #include <stdatomic.h>
 #include <stdbool.h>
-
-#include "transport/transport.h"
 
 #define FAKE_A_TYPE 20
 #define FAKE_B_TYPE 21
 #define FAKE_C_TYPE 22
 
 struct fake_behavior {
-    int polls_before_done;     /* PENDING for this many status calls */
-    bool fail_completion;      /* terminal FAILED instead of COMPLETED */
-    int fail_submit_every;     /* refuse request k when k % n == n-1 (0 off) */
+    int polls_before_done; /* PENDING for this many status calls */
+    bool fail_completion;  /* terminal FAILED instead of COMPLETED */
+    int fail_submit_every; /* refuse request k when k % n == n-1 (0 off) */
     bool fail_all_submits;
-    int status_error;          /* status returns this (<0) instead */
+    int status_error; /* status returns this (<0) instead */
     bool never_complete;
     bool fail_install;
-    bool copy_bytes;           /* really memcpy (default true via reset) */
+    bool copy_bytes;            /* really memcpy (default true via reset) */
+    uint64_t fail_submit_slots; /* refuse the requests of these slots (bit) */
+    long complete_after_ns;     /* PENDING until this long after submit */
+    uint32_t caps;              /* capabilities (TENT_CAP_ALL via reset) */
+    bool unreachable;           /* can_reach answers false */
 };
 
 struct fake_stats {
-    atomic_int submitted;      /* requests accepted */
-    atomic_int refused;        /* requests refused at submit */
+    atomic_int submitted; /* requests accepted */
+    atomic_int refused;   /* requests refused at submit */
     atomic_int status_calls;
     atomic_int completed;
     atomic_int failed;
     atomic_int installs;
-    atomic_int buffers;        /* add_buffer - remove_buffer */
+    atomic_int buffers; /* add_buffer - remove_buffer */
 };
 
 extern struct fake_behavior fake_behavior[3];

@@ -1,0 +1,209 @@
+/* Batch lifecycle through the public API: capacity, several submit calls,
+ * per-task status, status list, overall status, free refused while tasks are
+ * in flight, ids that do not come back after free. */
+#include "test_util.h"
+
+#define LEN 65536
+
+static int setup(void **state)
+{
+    (void)state;
+    tu_reset_all();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    fake_transports_reset();
+    fault_reset();
+    tent_config_reset_global();
+    return 0;
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+static void test_lifecycle(void **state)
+{
+    (void)state;
+    tent_engine_t e = TU_ENGINE("fake_a");
+    assert_non_null(e);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fake_behavior[0].polls_before_done = 3;
+    tent_batch_id_t b = tent_allocate_batch(e, 8);
+    assert_int_not_equal(b, TENT_INVALID_BATCH_ID);
+
+    tent_status_t st;
+    assert_int_equal(tent_overall_status(e, b, &st), TENT_OK);
+    assert_int_equal(st.status, STATUS_WAITING); /* nothing submitted yet */
+
+    tent_request_t r[9];
+    for (size_t i = 0; i < 9; i++)
+        r[i] = tu_write(&p, i * 4096, 1000 + i);
+    assert_int_equal(tent_submit(e, b, r, 3), TENT_OK);
+    assert_int_equal(tent_submit(e, b, r + 3, 5), TENT_OK);
+    /* Full: one more does not fit. */
+    assert_int_equal(tent_submit(e, b, r + 8, 1), TENT_ECAPACITY);
+    assert_contains(tent_last_error(), "capacity 8");
+    assert_int_equal(fake_stats[0].submitted, 8);
+
+    assert_int_equal(tent_task_status(e, b, 7, &st), TENT_OK);
+    assert_int_equal(st.status, STATUS_PENDING);
+    assert_int_equal(tent_task_status(e, b, 8, &st), TENT_ENOTASK);
+    assert_int_equal(st.status, STATUS_INVALID);
+    assert_contains(tent_last_error(), "task 8");
+
+    tent_status_t list[8];
+    size_t n = 4;
+    assert_int_equal(tent_task_status_list(e, b, list, &n), TENT_EOVERFLOW);
+    assert_int_equal(n, 8);
+    n = 8;
+    assert_int_equal(tent_task_status_list(e, b, list, &n), TENT_OK);
+    assert_int_equal(n, 8);
+    for (size_t i = 0; i < 8; i++)
+        assert_int_equal(list[i].status, STATUS_PENDING);
+
+    /* In flight: freeing is refused and says why. */
+    assert_int_equal(tent_free_batch(e, b), TENT_EBUSY);
+    assert_contains(tent_last_error(), "still in flight");
+
+    assert_int_equal(tu_wait_all(e, b, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    uint64_t total = 0;
+    for (size_t i = 0; i < 8; i++)
+        total += 1000 + i;
+    assert_int_equal(st.transferred_bytes, total);
+    n = 8;
+    assert_int_equal(tent_task_status_list(e, b, list, &n), TENT_OK);
+    for (size_t i = 0; i < 8; i++) {
+        assert_int_equal(list[i].status, STATUS_COMPLETED);
+        /* Task ids continue across submit calls, in request order. */
+        assert_int_equal(list[i].transferred_bytes, 1000 + i);
+        assert_memory_equal(p.src + i * 4096, p.dst + i * 4096, 1000 + i);
+    }
+    assert_int_equal(tent_cancel_task(e, b, 0), TENT_OK);
+
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    assert_int_equal(tent_free_batch(e, b), TENT_ENOBATCH);
+    assert_int_equal(tent_task_status(e, b, 0, &st), TENT_ENOBATCH);
+    assert_int_equal(tent_submit(e, b, r, 1), TENT_ENOBATCH);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* Free succeeds once the last in-flight task is terminal, also FAILED. */
+static void test_free_after_failure(void **state)
+{
+    (void)state;
+    tent_engine_t e = TU_ENGINE("fake_a");
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fake_behavior[0].polls_before_done = 2;
+    fake_behavior[0].fail_completion = true;
+    tent_batch_id_t b = tent_allocate_batch(e, 2);
+    tent_request_t r = tu_write(&p, 0, 100);
+    assert_int_equal(tent_submit(e, b, &r, 1), TENT_OK);
+    assert_int_equal(tent_free_batch(e, b), TENT_EBUSY);
+    tent_status_t st;
+    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_FAILED);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* Reads move remote (here: local target) bytes into the source buffer;
+ * the transport completes only after a delay. */
+static void test_read(void **state)
+{
+    (void)state;
+    tent_engine_t e = TU_ENGINE("fake_a");
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    memset(p.dst, 0x6b, LEN);
+    fake_behavior[0].complete_after_ns = 5 * 1000000L; /* 5 ms */
+    tent_batch_id_t b = tent_allocate_batch(e, 1);
+    tent_request_t r = tu_write(&p, 0, LEN);
+    r.opcode = OPCODE_READ;
+    long t0 = tu_now_ms();
+    assert_int_equal(tent_submit(e, b, &r, 1), TENT_OK);
+    tent_status_t st;
+    assert_int_equal(tent_task_status(e, b, 0, &st), TENT_OK);
+    assert_int_equal(st.status, STATUS_PENDING);
+    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    assert_true(tu_now_ms() - t0 >= 5);
+    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_memory_equal(p.src, p.dst, LEN);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* Many batches: ids stay unique, a freed id never names a new batch, the
+ * table grows past its first size. */
+static void test_many_batches_unique_ids(void **state)
+{
+    (void)state;
+    tent_engine_t e = TU_ENGINE("fake_a");
+    enum { N = 200 };
+    tent_batch_id_t ids[N];
+    for (int i = 0; i < N; i++) {
+        ids[i] = tent_allocate_batch(e, 1 + (size_t)i % 5);
+        assert_int_not_equal(ids[i], TENT_INVALID_BATCH_ID);
+        for (int j = 0; j < i; j++)
+            assert_true(ids[i] != ids[j]);
+    }
+    for (int i = 0; i < N; i += 2)
+        assert_int_equal(tent_free_batch(e, ids[i]), TENT_OK);
+    for (int i = 0; i < N; i += 2) {
+        tent_batch_id_t again = tent_allocate_batch(e, 2);
+        for (int j = 0; j < N; j++)
+            assert_true(again != ids[j]);
+        tent_status_t st;
+        assert_int_equal(tent_overall_status(e, ids[i], &st), TENT_ENOBATCH);
+        assert_int_equal(tent_free_batch(e, again), TENT_OK);
+    }
+    for (int i = 1; i < N; i += 2)
+        assert_int_equal(tent_free_batch(e, ids[i]), TENT_OK);
+    tent_destroy_engine(e);
+}
+
+/* A batch larger than the runtime's internal submit group (64), submitted
+ * in uneven calls, with a transport that completes late. */
+static void test_large_batch(void **state)
+{
+    (void)state;
+    tent_engine_t e = TU_ENGINE("fake_a");
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fake_behavior[0].polls_before_done = 1;
+    enum { N = 300 };
+    tent_batch_id_t b = tent_allocate_batch(e, N);
+    tent_request_t *r = calloc(N, sizeof(*r));
+    for (size_t i = 0; i < N; i++)
+        r[i] = tu_write(&p, (i * 200) % (LEN - 200), 200);
+    assert_int_equal(tent_submit(e, b, r, 130), TENT_OK);
+    assert_int_equal(tent_submit(e, b, r + 130, 1), TENT_OK);
+    assert_int_equal(tent_submit(e, b, r + 131, N - 131), TENT_OK);
+    assert_int_equal(fake_stats[0].submitted, N);
+    tent_status_t st;
+    assert_int_equal(tu_wait_all(e, b, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(st.transferred_bytes, N * 200);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    free(r);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_lifecycle),   T(test_free_after_failure),
+        T(test_read),        T(test_many_batches_unique_ids),
+        T(test_large_batch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,545 @@
+/* Configuration (MC_TENT_CONF, tent_load_config_from_file, tent_set_config,
+ * malformed and mistyped files, unknown keys, log_level) and notifications to
+ * the local segment. */
+#include "common/log.h"
+#include "runtime/engine.h"
+#include "test_util.h"
+
+#define LEN 8192
+
+static char conf_path[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    tu_reset_all();
+    unsetenv("MC_TENT_CONF");
+    conf_path[0] = '\0';
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    fake_transports_reset();
+    fault_reset();
+    tent_config_reset_global();
+    unsetenv("MC_TENT_CONF");
+    if (conf_path[0])
+        unlink(conf_path);
+    tent_log_set_level(TENT_LOG_ERROR);
+    return 0;
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+/* Writes text to a fresh temporary file; returns its path. */
+static const char *write_conf(const char *text)
+{
+    if (conf_path[0])
+        unlink(conf_path);
+    snprintf(conf_path, sizeof(conf_path), "/tmp/tent_conf_XXXXXX");
+    int fd = mkstemp(conf_path);
+    assert_true(fd >= 0);
+    size_t n = strlen(text);
+    assert_int_equal(write(fd, text, n), (ssize_t)n);
+    close(fd);
+    return conf_path;
+}
+
+static struct tent_engine *internal(tent_engine_t e)
+{
+    return tent_engine_cast(e);
+}
+
+static void test_file_from_env(void **state)
+{
+    (void)state;
+    setenv("MC_TENT_CONF",
+           write_conf("{\"max_failover_attempts\": 0,\n"
+                      " \"enable_auto_failover_on_poll\": false,\n"
+                      " \"log_level\": \"error\",\n"
+                      " \"transports\": {\"fake_a\": {\"enable\": true},\n"
+                      "                  \"fake_b\": {\"enable\": true}}}\n"),
+           1);
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    assert_int_equal(internal(e)->max_failover_attempts, 0);
+    assert_false(internal(e)->auto_failover_on_poll);
+    assert_int_equal(fake_stats[0].installs, 1);
+    assert_int_equal(fake_stats[1].installs, 1);
+    /* And the file's budget 0 governs failover. */
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fake_behavior[0].fail_completion = true;
+    tent_batch_id_t b = tent_allocate_batch(e, 1);
+    tent_request_t r = tu_write(&p, 0, LEN);
+    assert_int_equal(tent_submit(e, b, &r, 1), TENT_OK);
+    tent_status_t st;
+    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_FAILED);
+    assert_int_equal(fake_stats[1].submitted, 0);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* tent_load_config_from_file wins over MC_TENT_CONF; tent_set_config wins
+ * over both, with typed values. */
+static void test_precedence_and_typed_overrides(void **state)
+{
+    (void)state;
+    char env_path[64];
+    snprintf(env_path, sizeof(env_path), "%s",
+             write_conf("{\"max_failover_attempts\": 7}"));
+    setenv("MC_TENT_CONF", env_path, 1);
+    conf_path[0] = '\0'; /* keep env_path; a new file for the explicit one */
+    const char *explicit_path = write_conf(
+        "{\"max_failover_attempts\": 5, \"rpc_server_port\": 1234,\n"
+        " \"local_segment_name\": \"from-file\", \"log_level\": \"error\"}");
+    tent_load_config_from_file(explicit_path);
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    assert_int_equal(internal(e)->max_failover_attempts, 5);
+    assert_int_equal(internal(e)->rpc_port, 1234);
+    char name[64];
+    assert_int_equal(tent_segment_name(e, name, sizeof(name)), TENT_OK);
+    assert_string_equal(name, "from-file");
+    tent_destroy_engine(e);
+
+    tent_set_config("max_failover_attempts", "2");
+    tent_set_config("enable_auto_failover_on_poll", "false");
+    tent_set_config("local_segment_name", "from-override");
+    tent_set_config("transports/fake_a/enable", "true");
+    tent_set_config("policy", "[{\"segment_type\":\"memory\","
+                              "\"transports\":[\"fake_a\"]}]");
+    e = tent_create_engine();
+    assert_non_null(e);
+    assert_int_equal(internal(e)->max_failover_attempts, 2);
+    assert_false(internal(e)->auto_failover_on_poll);
+    assert_int_equal(internal(e)->rpc_port, 1234); /* file value kept */
+    assert_int_equal(internal(e)->npolicies, 1);
+    assert_int_equal(internal(e)->nxports, 1);
+    assert_int_equal(tent_segment_name(e, name, sizeof(name)), TENT_OK);
+    assert_string_equal(name, "from-override");
+    tent_destroy_engine(e);
+
+    /* A later override of the same key wins. */
+    tent_set_config("max_failover_attempts", "4");
+    e = tent_create_engine();
+    assert_int_equal(internal(e)->max_failover_attempts, 4);
+    tent_destroy_engine(e);
+
+    /* Reset forgets the explicit file and the overrides: MC_TENT_CONF. */
+    tent_config_reset_global();
+    tent_set_config("log_level", "error");
+    e = tent_create_engine();
+    assert_non_null(e);
+    assert_int_equal(internal(e)->max_failover_attempts, 7);
+    tent_destroy_engine(e);
+    unlink(env_path);
+}
+
+/* Defaults when nothing is configured. */
+static void test_defaults(void **state)
+{
+    (void)state;
+    tent_set_config("log_level", "error");
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    assert_int_equal(internal(e)->max_failover_attempts, 3);
+    assert_true(internal(e)->auto_failover_on_poll);
+    assert_int_equal(internal(e)->npolicies, 0);
+    char host[64];
+    uint16_t port = 1;
+    assert_int_equal(tent_rpc_server_addr_port(e, host, sizeof(host), &port),
+                     TENT_OK);
+    assert_string_equal(host, "127.0.0.1");
+    tent_destroy_engine(e);
+}
+
+/* tent_create_engine with the failure's log line captured (and checked). */
+static tent_engine_t create_quietly(void)
+{
+    struct tu_capture cap;
+    tu_capture_begin(&cap);
+    tent_engine_t e = tent_create_engine();
+    char *log = tu_capture_end(&cap);
+    if (!e)
+        assert_contains(log, tent_last_error());
+    free(log);
+    return e;
+}
+
+static void expect_create_fails(const char *fragment1, const char *fragment2)
+{
+    tent_engine_t e = create_quietly();
+    if (e) {
+        tent_destroy_engine(e);
+        fail_msg("tent_create_engine succeeded; expected \"%s\"", fragment1);
+    }
+    assert_contains(tent_last_error(), fragment1);
+    if (fragment2)
+        assert_contains(tent_last_error(), fragment2);
+}
+
+static void test_malformed_file(void **state)
+{
+    (void)state;
+    const char *path = write_conf("{\n  \"log_level\": \"error\",\n"
+                                  "  \"max_failover_attempts\": ,\n}\n");
+    tent_load_config_from_file(path);
+    expect_create_fails(path, "line 3, column 28");
+
+    path = write_conf("{\"a\": [1, 2}");
+    tent_load_config_from_file(path);
+    expect_create_fails(path, "line 1, column 12");
+
+    path = write_conf("");
+    tent_load_config_from_file(path);
+    expect_create_fails(path, "line 1, column 1");
+
+    path = write_conf("[1, 2]");
+    tent_load_config_from_file(path);
+    expect_create_fails(path, "top level must be a JSON object");
+
+    /* The same through MC_TENT_CONF. */
+    tent_config_reset_global();
+    setenv("MC_TENT_CONF", write_conf("{\"x\": tru}"), 1);
+    expect_create_fails(conf_path, "line 1, column");
+
+    tent_load_config_from_file("/nonexistent/tent.json");
+    expect_create_fails("/nonexistent/tent.json", "cannot open");
+}
+
+static void test_wrong_types_name_the_key(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *json, *key;
+    } rows[] = {
+        {"{\"max_failover_attempts\": \"three\"}", "'max_failover_attempts'"},
+        {"{\"max_failover_attempts\": 1.5}", "'max_failover_attempts'"},
+        {"{\"max_failover_attempts\": 300}", "'max_failover_attempts'"},
+        {"{\"enable_auto_failover_on_poll\": 1}",
+         "'enable_auto_failover_on_poll'"},
+        {"{\"log_level\": 3}", "'log_level'"},
+        {"{\"rpc_server_port\": 70000}", "'rpc_server_port'"},
+        {"{\"rpc_server_hostname\": false}", "'rpc_server_hostname'"},
+        {"{\"local_segment_name\": []}", "'local_segment_name'"},
+        {"{\"policy\": {}}", "'policy'"},
+        {"{\"policy\": [3]}", "'policy[0]'"},
+        {"{\"policy\": [{\"transports\": [\"fake_a\"]}]}",
+         "'policy[0]/segment_type'"},
+        {"{\"policy\": [{\"segment_type\": \"memory\", \"priority\": "
+         "\"urgent\"}]}",
+         "'policy[0]/priority'"},
+        {"{\"policy\": [{\"segment_type\": \"memory\", \"min_size\": -1}]}",
+         "'policy[0]/min_size'"},
+        {"{\"policy\": [{\"segment_type\": \"memory\"}, {\"segment_type\": "
+         "\"memory\", \"transports\": [\"bogus\"]}]}",
+         "'policy[1]/transports'"},
+        {"{\"policy\": [{\"segment_type\": \"memory\", \"min_size\": 4096, "
+         "\"max_size\": 1024}]}",
+         "'policy[0]/min_size'"},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        tent_config_reset_global();
+        tent_load_config_from_file(write_conf(rows[i].json));
+        tent_engine_t e = create_quietly();
+        if (e) {
+            tent_destroy_engine(e);
+            fail_msg("%s: engine created", rows[i].json);
+        }
+        if (!strstr(tent_last_error(), rows[i].key))
+            fail_msg("%s: \"%s\" lacks %s", rows[i].json, tent_last_error(),
+                     rows[i].key);
+    }
+    /* The same through tent_set_config: "abc" is a string, not a number. */
+    tent_config_reset_global();
+    tent_set_config("max_failover_attempts", "abc");
+    expect_create_fails("'max_failover_attempts'", "integer");
+}
+
+/* A transport enable flag of the wrong type names the key and leaves that
+ * transport out; the engine still comes up. */
+static void test_wrong_typed_enable_flag(void **state)
+{
+    (void)state;
+    tu_config((const char *const[]){"fake_b", NULL});
+    tent_set_config("transports/fake_a/enable", "yes");
+    tent_set_config("log_level", "warning");
+    struct tu_capture cap;
+    tu_capture_begin(&cap);
+    tent_engine_t e = tent_create_engine();
+    char *log = tu_capture_end(&cap);
+    assert_non_null(e);
+    assert_contains(log, "'transports/fake_a/enable'");
+    free(log);
+    assert_int_equal(fake_stats[0].installs, 0);
+    assert_int_equal(internal(e)->nxports, 1);
+    tent_destroy_engine(e);
+}
+
+/* A key that can never be applied is refused by tent_set_config itself
+ * instead of failing every later tent_create_engine. */
+static void test_set_config_bad_key(void **state)
+{
+    (void)state;
+    tent_set_config("log_level", "error");
+    tent_set_config("", "1");
+    assert_contains(tent_last_error(), "is empty or too long");
+    tent_set_config("//", "1");
+    assert_contains(tent_last_error(), "'//'");
+    tent_set_config(NULL, "1");
+    assert_contains(tent_last_error(), "NULL");
+    tent_set_config("max_failover_attempts", NULL);
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    assert_int_equal(internal(e)->max_failover_attempts, 3);
+    tent_destroy_engine(e);
+}
+
+static void test_unknown_keys_ignored(void **state)
+{
+    (void)state;
+    tent_load_config_from_file(
+        write_conf("{\"no_such_key\": 5, \"log_level\": \"error\",\n"
+                   " \"transports\": {\"nonexistent\": {\"enable\": true,"
+                   " \"x\": [1]}},\n"
+                   " \"metadata\": {\"nested\": {\"deep\": null}}}"));
+    tent_set_config("another/unknown/key", "17");
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    tent_destroy_engine(e);
+}
+
+static void test_log_levels(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name;
+        int level;
+    } ok[] = {{"trace", TENT_LOG_TRACE}, {"debug", TENT_LOG_DEBUG},
+              {"info", TENT_LOG_INFO},   {"warning", TENT_LOG_WARNING},
+              {"error", TENT_LOG_ERROR}, {"WARNING", TENT_LOG_WARNING}};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        tent_config_reset_global();
+        tent_set_config("log_level", ok[i].name);
+        struct tu_capture cap;
+        tu_capture_begin(&cap);
+        tent_engine_t e = tent_create_engine();
+        char *log = tu_capture_end(&cap);
+        assert_non_null(e);
+        assert_int_equal(atomic_load(&tent_log_threshold), ok[i].level);
+        /* Creation logs at INFO: visible exactly when the level allows. */
+        if (ok[i].level <= TENT_LOG_INFO)
+            assert_contains(log, "INFO engine.c");
+        else
+            assert_null(strstr(log, "INFO"));
+        free(log);
+        tent_destroy_engine(e);
+    }
+    tent_config_reset_global();
+    tent_set_config("log_level", "verbose");
+    expect_create_fails("'verbose'", "trace, debug, info, warning, error");
+}
+
+/* Log lines carry time, level and source. */
+static void test_log_prefix(void **state)
+{
+    (void)state;
+    tent_log_set_level(TENT_LOG_INFO);
+    struct tu_capture cap;
+    tu_capture_begin(&cap);
+    LOG_INFO("hello %d", 42);
+    LOG_DEBUG("not shown");
+    char *log = tu_capture_end(&cap);
+    int hh, mm, ss, us, line;
+    char lvl[16], file[64];
+    assert_int_equal(sscanf(log, "%d:%d:%d.%d %15s %63[^:]:%d] hello 42", &hh,
+                            &mm, &ss, &us, lvl, file, &line),
+                     7);
+    assert_string_equal(lvl, "INFO");
+    assert_string_equal(file, "config_test.c");
+    assert_null(strstr(log, "not shown"));
+    free(log);
+}
+
+static void test_config_getters(void **state)
+{
+    (void)state;
+    struct tent_config *cfg;
+    assert_int_equal(tent_config_new_empty(&cfg), TENT_OK);
+    assert_int_equal(
+        tent_config_set(cfg, "transports/memfabric/enable", "true"), TENT_OK);
+    assert_int_equal(tent_config_set(cfg, "a/b/n", "12"), TENT_OK);
+    assert_int_equal(tent_config_set(cfg, "a/b/s", "hello world"), TENT_OK);
+    assert_int_equal(tent_config_set(cfg, "a/b/v", "1.2.3"), TENT_OK);
+    bool bv = false;
+    int64_t iv = 0;
+    const char *sv = NULL;
+    assert_int_equal(
+        tent_config_get_bool(cfg, "transports/memfabric/enable", false, &bv),
+        TENT_OK);
+    assert_true(bv);
+    assert_int_equal(tent_config_get_int(cfg, "a/b/n", 0, &iv), TENT_OK);
+    assert_int_equal(iv, 12);
+    assert_int_equal(tent_config_get_string(cfg, "a/b/s", NULL, &sv), TENT_OK);
+    assert_string_equal(sv, "hello world");
+    assert_int_equal(tent_config_get_string(cfg, "a/b/v", NULL, &sv), TENT_OK);
+    assert_string_equal(sv, "1.2.3");
+    /* Missing: the default. */
+    assert_int_equal(tent_config_get_int(cfg, "a/x", 99, &iv), TENT_OK);
+    assert_int_equal(iv, 99);
+    assert_int_equal(
+        tent_config_get_bool(cfg, "transports/tcp/enable", true, &bv), TENT_OK);
+    assert_true(bv);
+    /* Wrong type: an error naming the key. */
+    assert_int_equal(tent_config_get_int(cfg, "a/b/s", 0, &iv), TENT_ECONFIG);
+    assert_contains(tent_last_error(), "'a/b/s'");
+    assert_int_equal(tent_config_get_bool(cfg, "a/b/n", false, &bv),
+                     TENT_ECONFIG);
+    assert_contains(tent_last_error(), "'a/b/n'");
+    assert_int_equal(tent_config_get_string(cfg, "a/b", NULL, &sv),
+                     TENT_ECONFIG);
+    assert_contains(tent_last_error(), "'a/b'");
+    /* Replacing a scalar by an object on the way down. */
+    assert_int_equal(tent_config_set(cfg, "a/b/n/deeper", "false"), TENT_OK);
+    assert_int_equal(tent_config_get_bool(cfg, "a/b/n/deeper", true, &bv),
+                     TENT_OK);
+    assert_false(bv);
+    tent_config_free(cfg);
+}
+
+/* ---- notifications to the local segment ---- */
+
+static void test_send_notif_local(void **state)
+{
+    (void)state;
+    tent_engine_t e = TU_ENGINE("fake_a");
+    assert_int_equal(
+        tent_send_notifs(e, LOCAL_SEGMENT_ID, "greeting", "hello there"),
+        TENT_OK);
+    assert_int_equal(tent_send_notifs(e, LOCAL_SEGMENT_ID, "second", ""),
+                     TENT_OK);
+    tent_notifi_info info;
+    assert_int_equal(tent_recv_notifs(e, &info), TENT_OK);
+    assert_int_equal(info.num_records, 2);
+    assert_int_equal(info.records[0].handle, LOCAL_SEGMENT_ID);
+    assert_string_equal(info.records[0].name, "greeting");
+    assert_string_equal(info.records[0].msg, "hello there");
+    assert_string_equal(info.records[1].name, "second");
+    tent_free_notifs(&info);
+    assert_int_equal(tent_recv_notifs(e, &info), TENT_OK);
+    assert_int_equal(info.num_records, 0);
+    tent_free_notifs(&info);
+    tent_destroy_engine(e);
+}
+
+static int recv_count(tent_engine_t e, const char *name, const char *msg)
+{
+    tent_notifi_info info;
+    assert_int_equal(tent_recv_notifs(e, &info), TENT_OK);
+    int n = info.num_records;
+    for (int i = 0; i < n; i++) {
+        assert_string_equal(info.records[i].name, name);
+        assert_string_equal(info.records[i].msg, msg);
+    }
+    tent_free_notifs(&info);
+    return n;
+}
+
+/* tent_submit_notif: the notification arrives after the data, once. */
+static void test_submit_notif_after_data_once(void **state)
+{
+    (void)state;
+    tent_engine_t e = TU_ENGINE("fake_a", "fake_b");
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fake_behavior[0].polls_before_done = 3;
+    fake_behavior[0].copy_bytes = false; /* bytes land only via failover */
+    fake_behavior[0].fail_completion = true;
+    tent_batch_id_t b = tent_allocate_batch(e, 3);
+    tent_request_t r[2] = {tu_write(&p, 0, LEN / 2),
+                           tu_write(&p, LEN / 2, LEN / 2)};
+    assert_int_equal(tent_submit_notif(e, b, r, 2, "kv-done", "layer=3"),
+                     TENT_OK);
+    /* A second notification on the same batch is refused, and its request
+     * is not submitted. */
+    assert_int_equal(tent_submit_notif(e, b, r, 1, "again", "x"), TENT_EINVAL);
+    assert_contains(tent_last_error(), "already carries a notification");
+    size_t ntasks = 3;
+    tent_status_t list[3];
+    assert_int_equal(tent_task_status_list(e, b, list, &ntasks), TENT_OK);
+    assert_int_equal(ntasks, 2);
+    assert_int_equal(recv_count(e, "kv-done", "layer=3"), 0);
+    tent_status_t st;
+    assert_int_equal(tent_task_status(e, b, 0, &st), TENT_OK);
+    assert_int_equal(st.status, STATUS_PENDING);
+    assert_int_equal(recv_count(e, "kv-done", "layer=3"), 0);
+    int seen = 0;
+    long end = tu_now_ms() + 2000;
+    do {
+        assert_int_equal(tent_overall_status(e, b, &st), TENT_OK);
+        int n = recv_count(e, "kv-done", "layer=3");
+        if (n) {
+            /* By the time it is visible, all the data is there. */
+            assert_int_equal(st.status, STATUS_COMPLETED);
+            assert_memory_equal(p.src, p.dst, LEN);
+        }
+        seen += n;
+    } while (st.status == STATUS_PENDING && tu_now_ms() < end);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(tent_overall_status(e, b, &st), TENT_OK);
+        assert_int_equal(tent_task_status(e, b, 1, &st), TENT_OK);
+        seen += recv_count(e, "kv-done", "layer=3");
+    }
+    assert_int_equal(seen, 1);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    assert_int_equal(recv_count(e, "kv-done", "layer=3"), 0);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* A failed task means the data did not all land: no notification. */
+static void test_submit_notif_dropped_on_failure(void **state)
+{
+    (void)state;
+    tent_engine_t e = TU_ENGINE("fake_a");
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fake_behavior[0].fail_completion = true;
+    tent_batch_id_t b = tent_allocate_batch(e, 1);
+    tent_request_t r = tu_write(&p, 0, LEN);
+    assert_int_equal(tent_submit_notif(e, b, &r, 1, "n", "m"), TENT_OK);
+    tent_status_t st;
+    assert_int_equal(tu_wait_all(e, b, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_FAILED);
+    assert_int_equal(recv_count(e, "n", "m"), 0);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_file_from_env),
+        T(test_precedence_and_typed_overrides),
+        T(test_defaults),
+        T(test_malformed_file),
+        T(test_wrong_types_name_the_key),
+        T(test_wrong_typed_enable_flag),
+        T(test_set_config_bad_key),
+        T(test_unknown_keys_ignored),
+        T(test_log_levels),
+        T(test_log_prefix),
+        T(test_config_getters),
+        T(test_send_notif_local),
+        T(test_submit_notif_after_data_once),
+        T(test_submit_notif_dropped_on_failure),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

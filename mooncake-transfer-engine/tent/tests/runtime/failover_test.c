@@ -1,0 +1,517 @@
+/* Failover through the public API, as in TENT's failover design: a task
+ * whose transport fails at completion moves to the next candidate
+ * (max_failover_attempts, budget per task), enable_auto_failover_on_poll
+ * = false only observes; and beyond TENT, requests a transport refuses at
+ * submit move on without resubmitting the ones that started.  Faults come
+ * from the fakes and from the "fault" decorator (wrapping fake_c). */
+#include "test_util.h"
+
+#define LEN 16384
+
+static int setup(void **state)
+{
+    (void)state;
+    tu_reset_all();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    fake_transports_reset();
+    fault_reset();
+    tent_config_reset_global();
+    return 0;
+}
+
+/* Engine with the listed transports plus extra config pairs. */
+static tent_engine_t engine(const char *const *enable, const char *k1,
+                            const char *v1, const char *k2, const char *v2)
+{
+    tu_config(enable);
+    if (k1)
+        tent_set_config(k1, v1);
+    if (k2)
+        tent_set_config(k2, v2);
+    tent_engine_t e = tent_create_engine();
+    if (!e)
+        fail_msg("engine: %s", tent_last_error());
+    return e;
+}
+
+#define XP(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define FAULT_FIRST                                                            \
+    "[{\"segment_type\":\"memory\",\"transports\":[\"fault\",\"fake_b\"]}]"
+
+/* Submits n writes of chunk bytes (task i at offset i*chunk). */
+static tent_batch_id_t submit_n(tent_engine_t e, struct tu_bufs *p, size_t n,
+                                size_t chunk)
+{
+    tent_batch_id_t b = tent_allocate_batch(e, n);
+    assert_int_not_equal(b, TENT_INVALID_BATCH_ID);
+    tent_request_t r[64];
+    assert_true(n <= 64);
+    for (size_t i = 0; i < n; i++)
+        r[i] = tu_write(p, i * chunk, chunk);
+    assert_int_equal(tent_submit(e, b, r, n), TENT_OK);
+    return b;
+}
+
+static void test_primary_fails_secondary_completes(void **state)
+{
+    (void)state;
+    tent_engine_t e =
+        engine(XP("fake_a", "fake_b"), "log_level", "warning", NULL, NULL);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fake_behavior[0].fail_completion = true;
+    fake_behavior[0].polls_before_done = 2;
+    struct tu_capture cap;
+    tu_capture_begin(&cap);
+    tent_batch_id_t b = submit_n(e, &p, 1, LEN);
+    tent_status_t st;
+    int rc = tu_wait_task(e, b, 0, &st, 2000);
+    char *log = tu_capture_end(&cap);
+    assert_int_equal(rc, TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(st.transferred_bytes, LEN);
+    assert_memory_equal(p.src, p.dst, LEN);
+    assert_int_equal(fake_stats[0].failed, 1);
+    assert_int_equal(fake_stats[1].submitted, 1);
+    assert_int_equal(fake_stats[1].completed, 1);
+    assert_contains(log, "Transport failover: fake_a -> fake_b (attempt 1/3)");
+    free(log);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+static void test_budget_zero_disables_failover(void **state)
+{
+    (void)state;
+    tent_engine_t e = engine(XP("fake_a", "fake_b"), "max_failover_attempts",
+                             "0", NULL, NULL);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fake_behavior[0].fail_completion = true;
+    tent_batch_id_t b = submit_n(e, &p, 1, LEN);
+    tent_status_t st;
+    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_FAILED);
+    assert_int_equal(st.transferred_bytes, 0);
+    assert_int_equal(fake_stats[1].submitted, 0);
+    assert_int_equal(tent_overall_status(e, b, &st), TENT_OK);
+    assert_int_equal(st.status, STATUS_FAILED);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+static void test_budget_one(void **state)
+{
+    (void)state;
+    tent_engine_t e =
+        engine(XP("fake_a", "fake_b", "fake_c"), "max_failover_attempts", "1",
+               "log_level", "warning");
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    /* One failover is allowed: a -> b completes. */
+    fake_behavior[0].fail_completion = true;
+    struct tu_capture cap;
+    tu_capture_begin(&cap);
+    tent_batch_id_t b = submit_n(e, &p, 1, LEN);
+    tent_status_t st;
+    int rc = tu_wait_task(e, b, 0, &st, 2000);
+    char *log = tu_capture_end(&cap);
+    assert_int_equal(rc, TENT_OK);
+    assert_contains(log, "Transport failover: fake_a -> fake_b (attempt 1/1)");
+    free(log);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    /* a and b fail: the budget of one is spent, c is never tried. */
+    fake_behavior[1].fail_completion = true;
+    tu_capture_begin(&cap);
+    b = submit_n(e, &p, 1, LEN);
+    rc = tu_wait_task(e, b, 0, &st, 2000);
+    log = tu_capture_end(&cap);
+    assert_int_equal(rc, TENT_OK);
+    assert_int_equal(st.status, STATUS_FAILED);
+    assert_int_equal(fake_stats[2].submitted, 0);
+    assert_int_equal(fake_stats[0].submitted, 2);
+    assert_int_equal(fake_stats[1].submitted, 2);
+    assert_contains(log, "failover limit reached (1)");
+    free(log);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* Budget larger than the candidates: each is tried once, then FAILED. */
+static void test_candidates_exhausted(void **state)
+{
+    (void)state;
+    tent_engine_t e =
+        engine(XP("fake_a", "fake_b"), "log_level", "warning", NULL, NULL);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fake_behavior[0].fail_completion = true;
+    fake_behavior[1].fail_completion = true;
+    struct tu_capture cap;
+    tu_capture_begin(&cap);
+    tent_batch_id_t b = submit_n(e, &p, 1, LEN);
+    tent_status_t st;
+    int rc = tu_wait_task(e, b, 0, &st, 2000);
+    char *log = tu_capture_end(&cap);
+    assert_int_equal(rc, TENT_OK);
+    assert_int_equal(st.status, STATUS_FAILED);
+    assert_int_equal(fake_stats[0].submitted, 1);
+    assert_int_equal(fake_stats[1].submitted, 1);
+    assert_contains(log, "No more transports available after fake_b failed");
+    free(log);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* Budget 2 with three failing transports: all three tried once each. */
+static void test_budget_two_all_fail(void **state)
+{
+    (void)state;
+    tent_engine_t e = engine(XP("fake_a", "fake_b", "fake_c"),
+                             "max_failover_attempts", "2", NULL, NULL);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    for (int i = 0; i < 3; i++)
+        fake_behavior[i].fail_completion = true;
+    tent_batch_id_t b = submit_n(e, &p, 1, LEN);
+    tent_status_t st;
+    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_FAILED);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(fake_stats[i].submitted, 1);
+        assert_int_equal(fake_stats[i].failed, 1);
+    }
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* The budget belongs to each task: eight tasks each fail over once under a
+ * budget of one. */
+static void test_budget_is_per_task(void **state)
+{
+    (void)state;
+    tent_engine_t e = engine(XP("fake_a", "fake_b"), "max_failover_attempts",
+                             "1", NULL, NULL);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fake_behavior[0].fail_completion = true;
+    tent_batch_id_t b = submit_n(e, &p, 8, LEN / 8);
+    tent_status_t st;
+    assert_int_equal(tu_wait_all(e, b, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(st.transferred_bytes, LEN);
+    assert_int_equal(fake_stats[0].failed, 8);
+    assert_int_equal(fake_stats[1].completed, 8);
+    assert_memory_equal(p.src, p.dst, LEN);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* enable_auto_failover_on_poll = false: FAILED is reported, nothing is
+ * resubmitted, however often it is polled. */
+static void test_poll_observational(void **state)
+{
+    (void)state;
+    tent_engine_t e =
+        engine(XP("fake_a", "fake_b"), "enable_auto_failover_on_poll", "false",
+               NULL, NULL);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fake_behavior[0].fail_completion = true;
+    fake_behavior[0].polls_before_done = 1;
+    tent_batch_id_t b = submit_n(e, &p, 2, LEN / 2);
+    tent_status_t st;
+    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_FAILED);
+    tent_status_t list[2];
+    size_t n = 2;
+    for (int k = 0; k < 5; k++) {
+        assert_int_equal(tent_task_status_list(e, b, list, &n), TENT_OK);
+        assert_int_equal(n, 2);
+    }
+    assert_int_equal(list[0].status, STATUS_FAILED);
+    assert_int_equal(list[1].status, STATUS_FAILED);
+    assert_int_equal(tent_overall_status(e, b, &st), TENT_OK);
+    assert_int_equal(st.status, STATUS_FAILED);
+    assert_int_equal(fake_stats[0].submitted, 2);
+    assert_int_equal(fake_stats[1].submitted, 0);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* Failover also happens when the batch is polled as a whole. */
+static void test_failover_on_overall_and_list(void **state)
+{
+    (void)state;
+    tent_engine_t e = engine(XP("fake_a", "fake_b"), NULL, NULL, NULL, NULL);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fake_behavior[0].fail_completion = true;
+    tent_batch_id_t b = submit_n(e, &p, 4, LEN / 4);
+    tent_status_t list[4];
+    size_t n = 4;
+    assert_int_equal(tent_task_status_list(e, b, list, &n), TENT_OK);
+    assert_int_equal(n, 4);
+    tent_status_t st;
+    assert_int_equal(tu_wait_all(e, b, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(st.transferred_bytes, LEN);
+    assert_int_equal(fake_stats[1].completed, 4);
+    assert_memory_equal(p.src, p.dst, LEN);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* Submit stage: the decorator refuses tasks 1 and 4 of six; only those move
+ * to fake_b, the four that started are not submitted again. */
+static void test_submit_refusal_moves_only_refused(void **state)
+{
+    (void)state;
+    tent_engine_t e = engine(XP("fault", "fake_b"), "policy", FAULT_FIRST,
+                             "log_level", "warning");
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fault_cfg.fail_submit_slots = (1u << 1) | (1u << 4);
+    fault_cfg.delay_polls = 2;
+    struct tu_capture cap;
+    tu_capture_begin(&cap);
+    tent_batch_id_t b = submit_n(e, &p, 6, LEN / 8);
+    char *log = tu_capture_end(&cap);
+    assert_int_equal(fault_stats.refused, 2);
+    assert_int_equal(fault_stats.forwarded, 4);
+    assert_int_equal(fake_stats[2].submitted, 4); /* fake_c inside fault */
+    assert_int_equal(fake_stats[1].submitted, 2);
+    assert_contains(log, "Transport failover: fault -> fake_b (attempt 1/3)");
+    free(log);
+    tent_status_t st;
+    assert_int_equal(tu_wait_all(e, b, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(st.transferred_bytes, 6 * (LEN / 8));
+    assert_int_equal(fake_stats[1].submitted, 2);
+    assert_int_equal(fake_stats[2].submitted, 4);
+    assert_int_equal(fault_stats.submit_calls, 1);
+    assert_memory_equal(p.src, p.dst, 6 * (LEN / 8));
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* The second submit call to the decorator is refused whole: only the
+ * requests of that tent_submit move. */
+static void test_nth_submit_refused(void **state)
+{
+    (void)state;
+    tent_engine_t e =
+        engine(XP("fault", "fake_b"), "policy", FAULT_FIRST, NULL, NULL);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fault_cfg.fail_nth_submit = 2;
+    tent_batch_id_t b = tent_allocate_batch(e, 8);
+    tent_request_t r[8];
+    for (size_t i = 0; i < 8; i++)
+        r[i] = tu_write(&p, i * 1024, 1024);
+    assert_int_equal(tent_submit(e, b, r, 3), TENT_OK);
+    assert_int_equal(tent_submit(e, b, r + 3, 3), TENT_OK);
+    assert_int_equal(tent_submit(e, b, r + 6, 2), TENT_OK);
+    assert_int_equal(fault_stats.submit_calls, 3);
+    assert_int_equal(fault_stats.forwarded, 5);
+    assert_int_equal(fake_stats[1].submitted, 3);
+    tent_status_t st;
+    assert_int_equal(tu_wait_all(e, b, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(st.transferred_bytes, 8 * 1024);
+    assert_memory_equal(p.src, p.dst, 8 * 1024);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* Budget 0: a refused request fails at once; the others still complete. */
+static void test_submit_refusal_budget_zero(void **state)
+{
+    (void)state;
+    tent_engine_t e = engine(XP("fault", "fake_b"), "policy", FAULT_FIRST,
+                             "max_failover_attempts", "0");
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fault_cfg.fail_submit_slots = 1u << 0;
+    tent_batch_id_t b = submit_n(e, &p, 2, LEN / 2);
+    tent_status_t st;
+    assert_int_equal(tent_task_status(e, b, 0, &st), TENT_OK);
+    assert_int_equal(st.status, STATUS_FAILED);
+    assert_int_equal(tu_wait_task(e, b, 1, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(tent_overall_status(e, b, &st), TENT_OK);
+    assert_int_equal(st.status, STATUS_FAILED);
+    assert_int_equal(st.transferred_bytes, LEN / 2);
+    assert_int_equal(fake_stats[1].submitted, 0);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* Every candidate refuses at submit: FAILED, not stuck PENDING. */
+static void test_submit_refused_everywhere(void **state)
+{
+    (void)state;
+    tent_engine_t e =
+        engine(XP("fault", "fake_b"), "policy", FAULT_FIRST, NULL, NULL);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fault_cfg.fail_submit_slots = ~0ull;
+    fake_behavior[1].fail_all_submits = true;
+    tent_batch_id_t b = submit_n(e, &p, 3, 1024);
+    tent_status_t st;
+    assert_int_equal(tent_overall_status(e, b, &st), TENT_OK);
+    assert_int_equal(st.status, STATUS_FAILED);
+    assert_int_equal(fake_stats[1].refused, 3);
+    assert_int_equal(fake_stats[2].submitted, 0);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* The decorator turns completions into failures, for all or chosen tasks. */
+static void test_completed_turned_failed(void **state)
+{
+    (void)state;
+    tent_engine_t e =
+        engine(XP("fault", "fake_b"), "policy", FAULT_FIRST, NULL, NULL);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fault_cfg.fail_complete_slots = (1u << 2) | (1u << 3);
+    tent_batch_id_t b = submit_n(e, &p, 4, LEN / 4);
+    tent_status_t st;
+    assert_int_equal(tu_wait_all(e, b, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(fault_stats.converted, 2);
+    assert_int_equal(fake_stats[1].submitted, 2);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+
+    fault_cfg.fail_complete_slots = 0;
+    fault_cfg.completed_to_failed = true;
+    fake_behavior[1].fail_completion = true;
+    b = submit_n(e, &p, 1, LEN);
+    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_FAILED);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* A delayed completion is PENDING until the delay is over. */
+static void test_delayed_completion(void **state)
+{
+    (void)state;
+    tent_engine_t e = engine(XP("fault"), NULL, NULL, NULL, NULL);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fault_cfg.delay_ns = 30 * 1000000L;
+    long t0 = tu_now_ms();
+    tent_batch_id_t b = submit_n(e, &p, 1, LEN);
+    tent_status_t st;
+    assert_int_equal(tent_task_status(e, b, 0, &st), TENT_OK);
+    assert_int_equal(st.status, STATUS_PENDING);
+    assert_int_equal(tu_wait_task(e, b, 0, &st, 5000), TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_true(tu_now_ms() - t0 >= 30);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* A task that never completes keeps its batch and memory busy. */
+static void test_never_complete_keeps_busy(void **state)
+{
+    (void)state;
+    tent_engine_t e = engine(XP("fault", "fake_b"), NULL, NULL, NULL, NULL);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fault_cfg.never_complete = true;
+    tent_request_t r = tu_write(&p, 0, LEN);
+    r.transport_hint = FAULT_TYPE;
+    tent_batch_id_t b = tent_allocate_batch(e, 1);
+    assert_int_equal(tent_submit(e, b, &r, 1), TENT_OK);
+    tent_status_t st;
+    for (int i = 0; i < 50; i++) {
+        assert_int_equal(tent_task_status(e, b, 0, &st), TENT_OK);
+        assert_int_equal(st.status, STATUS_PENDING);
+    }
+    assert_int_equal(tent_free_batch(e, b), TENT_EBUSY);
+    assert_int_equal(tent_unregister_memory(e, p.src, p.len), TENT_EBUSY);
+    assert_int_equal(tent_unregister_memory(e, p.dst, p.len), TENT_EBUSY);
+    assert_int_equal(tent_cancel_task(e, b, 0), TENT_ENOTSUP);
+    assert_int_equal(fake_stats[1].submitted, 0);
+    fault_cfg.never_complete = false;
+    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* A status query that fails says so and leaves the task in flight. */
+static void test_status_query_error(void **state)
+{
+    (void)state;
+    tent_engine_t e = engine(XP("fault", "fake_b"), NULL, NULL, NULL, NULL);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    tent_request_t r = tu_write(&p, 0, LEN);
+    r.transport_hint = FAULT_TYPE;
+    tent_batch_id_t b = tent_allocate_batch(e, 1);
+    assert_int_equal(tent_submit(e, b, &r, 1), TENT_OK);
+    fault_cfg.status_error = TENT_EIO;
+    tent_status_t st;
+    assert_int_equal(tent_task_status(e, b, 0, &st), TENT_EIO);
+    assert_int_equal(st.status, STATUS_PENDING);
+    assert_int_equal(tent_overall_status(e, b, &st), TENT_EIO);
+    assert_int_equal(st.status, STATUS_PENDING);
+    assert_int_equal(tent_free_batch(e, b), TENT_EBUSY);
+    assert_int_equal(fake_stats[1].submitted, 0);
+    fault_cfg.status_error = 0;
+    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_primary_fails_secondary_completes),
+        T(test_budget_zero_disables_failover),
+        T(test_budget_one),
+        T(test_candidates_exhausted),
+        T(test_budget_two_all_fail),
+        T(test_budget_is_per_task),
+        T(test_poll_observational),
+        T(test_failover_on_overall_and_list),
+        T(test_submit_refusal_moves_only_refused),
+        T(test_nth_submit_refused),
+        T(test_submit_refusal_budget_zero),
+        T(test_submit_refused_everywhere),
+        T(test_completed_turned_failed),
+        T(test_delayed_completion),
+        T(test_never_complete_keeps_busy),
+        T(test_status_query_error),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
