@@ -16,7 +16,6 @@
 #include "transport/memfabric/memfabric_api.h"
 #include "transport/memfabric/memfabric_transport.h"
 
-#include <cmocka.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +30,11 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+/* cmocka needs setjmp.h, stdarg.h and stddef.h first. */
+// clang-format off
+#include <cmocka.h>
+// clang-format on
 
 /* ---- the mock's controls, found with dlsym ------------------------------ */
 
