@@ -1318,6 +1318,39 @@ static void test_note4_log_level_follows_tent_log_level(void **s)
     }
 }
 
+/* MF_SMEM_LIBRARY names a file, used instead of the loader search path. */
+static void test_mf_smem_library_names_a_file(void **s)
+{
+    (void)s;
+    setenv("MF_SMEM_LIBRARY", MOCK_LIBRARY, 1);
+    tent_engine_t e = new_engine();
+    Dl_info info;
+    void *fn;
+    memcpy(&fn, &memfabric_api.smem_trans_create, sizeof(fn));
+    assert_int_not_equal(dladdr(fn, &info), 0);
+    assert_string_equal(info.dli_fname, MOCK_LIBRARY);
+    tent_destroy_engine(e);
+}
+
+/* With libascendcl.so loadable, the device id comes from aclrtGetDevice;
+ * without it (every other test), from transports/memfabric/device_id.
+ * Runs in CTest's tent_memfabric_acl_device_test, which puts a fake
+ * libascendcl.so (device 5) on LD_LIBRARY_PATH. */
+static void test_device_id_from_aclrtGetDevice(void **s)
+{
+    (void)s;
+    const char *want = getenv("TENT_TEST_ACL_DEVICE");
+    if (!want)
+        skip();
+    tent_set_config("transports/memfabric/device_id", "3");
+    tent_engine_t e = new_engine();
+    smem_trans_config_t c;
+    assert_true(mk.mock_last_config(&c));
+    assert_int_equal(c.deviceId, atoi(want));
+    assert_int_equal(mf_in(e)->set.device_id, atoi(want));
+    tent_destroy_engine(e);
+}
+
 /* ======================= install / uninstall ============================ */
 
 static void test_install_creates_role_both_and_publishes_unique_id(void **s)
@@ -1887,6 +1920,8 @@ int main(void)
         T(test_note2_each_protocol_maps_to_its_data_op_bit),
         T(test_mf_transfer_timeout_default_and_validation),
         T(test_note4_log_level_follows_tent_log_level),
+        T(test_mf_smem_library_names_a_file),
+        T(test_device_id_from_aclrtGetDevice),
         /* install / uninstall */
         T(test_install_creates_role_both_and_publishes_unique_id),
         T(test_smem_trans_init_refcounted_across_instances),
@@ -1905,5 +1940,8 @@ int main(void)
         T(test_batch_copy_failure_fails_group_over),
         T(test_peer_down_marks_peer_and_fails_over),
     };
+    const char *filter = getenv("TENT_TEST_FILTER");
+    if (filter)
+        cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
