@@ -302,14 +302,15 @@ static int peer_fetch(struct tent_engine *e, const char *name,
             continue;
         pthread_rwlock_rdlock(&p->local->lock);
         pthread_rwlock_wrlock(&seg->lock);
-        for (size_t k = 0; k < seg->nbufs; k++)
-            free(seg->bufs[k]);
-        seg->nbufs = 0;
         int rc = TENT_OK;
+        /* Adds what the cached copy lacks; never frees a buffer that a
+         * task may have pinned. */
         for (size_t k = 0; k < p->local->nbufs && rc == TENT_OK; k++) {
+            const struct tent_buffer *src = p->local->bufs[k];
+            if (tent_segment_overlaps_locked(seg, src->base, src->length))
+                continue;
             struct tent_buffer *b = calloc(1, sizeof(*b));
             assert_non_null(b);
-            const struct tent_buffer *src = p->local->bufs[k];
             b->base = src->base;
             b->length = src->length;
             memcpy(b->location, src->location, sizeof(b->location));
@@ -318,6 +319,8 @@ static int peer_fetch(struct tent_engine *e, const char *name,
             b->is_device = src->is_device;
             atomic_init(&b->inflight, 0);
             rc = tent_segment_insert_locked(seg, b);
+            if (rc != TENT_OK)
+                free(b);
         }
         memcpy(seg->attrs, p->local->attrs, sizeof(seg->attrs));
         seg->nattrs = p->local->nattrs;
