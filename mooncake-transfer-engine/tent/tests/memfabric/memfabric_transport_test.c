@@ -85,6 +85,10 @@ static int setup(void **state)
     unsetenv("MF_TRANSFER_TIMEOUT");
     unsetenv("MF_SMEM_LIBRARY");
     tent_set_config("transports/memfabric/enable", "true");
+    /* Only memfabric (and the fakes a test enables): no other built-in
+     * transport may pick up a failover these tests count. */
+    tent_set_config("transports/tcp/enable", "false");
+    tent_set_config("transports/shm/enable", "false");
     tent_set_config("log_level", "error");
     tent_log_set_level(TENT_LOG_ERROR);
     return 0;
