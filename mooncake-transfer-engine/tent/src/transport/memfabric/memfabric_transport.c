@@ -265,12 +265,10 @@ static int mf_install(struct tent_transport *t)
 
     pthread_mutex_init(&mf->lock, NULL);
     pthread_mutex_init(&mf->peer_lock, NULL);
-    mf->locks_ready = true;
 
     rc = memfabric_api_load();
     if (rc)
-        goto fail;
-    mf->api_loaded = true;
+        goto fail_load;
 
     uint32_t acl_dev;
     if (memfabric_api_acl_device(&acl_dev))
@@ -283,8 +281,7 @@ static int mf_install(struct tent_transport *t)
 
     rc = trans_init_ref(set.device_id);
     if (rc)
-        goto fail;
-    mf->trans_inited = true;
+        goto fail_init;
 
     smem_trans_config_t cfg;
     memset(&cfg, 0, sizeof(cfg));
@@ -292,7 +289,7 @@ static int mf_install(struct tent_transport *t)
     if (vrc != SM_OK) {
         rc = tent_set_error(
             TENT_EVENDOR, "smem_trans_config_init failed: vendor code %d", vrc);
-        goto fail;
+        goto fail_config;
     }
     cfg.role = SMEM_TRANS_BOTH;
     cfg.deviceId = set.device_id;
@@ -304,56 +301,61 @@ static int mf_install(struct tent_transport *t)
                             "memfabric: host '%s' is too long for the vendor's "
                             "url (%zu bytes)",
                             host, sizeof(cfg.url));
-        goto fail;
+        goto fail_config;
     }
-    mf->handle = memfabric_smem_trans_create(&cfg, 0);
-    if (!mf->handle) {
+    smem_trans_t handle = memfabric_smem_trans_create(&cfg, 0);
+    if (!handle) {
         rc = tent_set_error(TENT_EVENDOR,
                             "smem_trans_create(url %s, protocol %s, device %u) "
                             "failed",
                             cfg.url, set.protocol, set.device_id);
-        goto fail;
+        goto fail_config;
     }
     uint16_t port = 0;
-    vrc = memfabric_smem_trans_get_rpc_port(mf->handle, &port);
+    vrc = memfabric_smem_trans_get_rpc_port(handle, &port);
     if (vrc != SM_OK || port == 0) {
         rc = tent_set_error(TENT_EVENDOR,
                             "smem_trans_get_rpc_port failed: vendor code %d, "
                             "port %u",
                             vrc, (unsigned)port);
-        goto fail;
+        goto fail_create;
     }
-    snprintf(mf->unique_id, sizeof(mf->unique_id), "%s:%u", host,
-             (unsigned)port);
-    rc = tent_engine_publish_attr(t->engine, MEMFABRIC_UNIQUE_ID_ATTR,
-                                  mf->unique_id);
+    char id[sizeof(mf->unique_id)];
+    snprintf(id, sizeof(id), "%s:%u", host, (unsigned)port);
+    rc = tent_engine_publish_attr(t->engine, MEMFABRIC_UNIQUE_ID_ATTR, id);
     if (rc)
-        goto fail;
-    mf->published = true;
-    vrc = memfabric_smem_trans_set_peer_down_callback(mf->handle, on_peer_down,
-                                                      mf);
+        goto fail_create;
+    vrc = memfabric_smem_trans_set_peer_down_callback(handle, on_peer_down, mf);
     if (vrc != SM_OK) {
         rc = tent_set_error(TENT_EVENDOR,
                             "smem_trans_set_peer_down_callback failed: vendor "
                             "code %d",
                             vrc);
-        goto fail;
+        goto fail_publish;
     }
+
+    /* Outputs only now that everything succeeded. */
     mf->set = set;
+    mf->handle = handle;
+    memcpy(mf->unique_id, id, sizeof(id));
+    mf->locks_ready = mf->api_loaded = mf->trans_inited = mf->published = true;
     mf->accepting = true;
     LOG_INFO("memfabric: unique id %s, protocol %s, device %u, timeout %u ms",
              mf->unique_id, set.protocol, set.device_id, set.timeout_ms);
     return TENT_OK;
 
-fail:
-    /* uninstall undoes exactly the steps recorded as done, in reverse. */
+fail_publish:
+    tent_engine_publish_attr(t->engine, MEMFABRIC_UNIQUE_ID_ATTR, NULL);
+fail_create:
+    memfabric_smem_trans_destroy(handle, 0);
+fail_config:
+    trans_uninit_ref();
+fail_init:
+    memfabric_api_unload();
+fail_load:
+    pthread_mutex_destroy(&mf->lock);
+    pthread_mutex_destroy(&mf->peer_lock);
     LOG_WARN("memfabric install failed: %s", tent_last_error());
-    {
-        char saved[512];
-        snprintf(saved, sizeof(saved), "%s", tent_last_error());
-        mf_uninstall(t);
-        tent_set_error(rc, "%s", saved);
-    }
     return rc;
 }
 

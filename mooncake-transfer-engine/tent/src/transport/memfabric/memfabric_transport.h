@@ -69,7 +69,9 @@ struct memfabric_transport {
     struct tent_transport base;
     struct memfabric_settings set;
 
-    /* Install progress, for uninstall (idempotent, safe after failure). */
+    /* Set together when install succeeds (a failed install unwinds itself
+     * and leaves them false); uninstall releases what they say and clears
+     * them, so it is idempotent and a no-op after a failed install. */
     bool locks_ready, api_loaded, trans_inited, published;
     smem_trans_t handle;
     char unique_id[256]; /* "<host>:<port>" */
