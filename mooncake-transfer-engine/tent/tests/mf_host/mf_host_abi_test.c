@@ -2,18 +2,22 @@
  * function and its error paths, the consume-once rule, range checks that
  * touch nothing, thread safety, destroy/uninit with batches in flight.
  * Two instances in one process talk to each other over loopback. */
+/* cmocka.h needs these first. */
+/* clang-format off */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+/* clang-format on */
+
 #include "mfh_test_util.h"
 
 #include <arpa/inet.h>
-#include <cmocka.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <setjmp.h>
-#include <stdarg.h>
 #include <stdatomic.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <sys/socket.h>
 
 static struct mfh_api api;

@@ -2,14 +2,18 @@
  * its unique id; it is killed while batches to it are in flight.  The
  * callback fires with that id, every batch finishes (no hang), and the ones
  * that had not finished report SM_NOT_CONNECTED. */
-#include "mfh_test_util.h"
-
-#include <cmocka.h>
-#include <pthread.h>
+/* cmocka.h needs these first. */
+/* clang-format off */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <cmocka.h>
+/* clang-format on */
+
+#include "mfh_test_util.h"
+
+#include <pthread.h>
 
 static struct mfh_api api;
 static const struct mfh_api *A = &api;

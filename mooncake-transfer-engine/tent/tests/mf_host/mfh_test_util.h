@@ -195,7 +195,9 @@ static inline void mfh_child_main(const struct mfh_api *a, uint32_t proto,
     smem_trans_t h = mfh_create(a, proto);
     if (!h || a->smem_trans_register_mem(h, buf, size, 0) != SM_OK)
         _exit(3);
-    struct mfh_child_hello hello = {.base = (uint64_t)(uintptr_t)buf};
+    struct mfh_child_hello hello;
+    memset(&hello, 0, sizeof(hello));
+    hello.base = (uint64_t)(uintptr_t)buf;
     mfh_uid(a, h, hello.uid, sizeof(hello.uid));
     if (write(ans_fd, &hello, sizeof(hello)) != (ssize_t)sizeof(hello))
         _exit(4);
@@ -266,7 +268,12 @@ static inline int mfh_child_start(struct mfh_child *c, const struct mfh_api *a,
 static inline int mfh_child_cmd(struct mfh_child *c, char op, uint64_t off,
                                 uint64_t len, uint32_t seed)
 {
-    struct mfh_child_cmd cmd = {.op = op, .off = off, .len = len, .seed = seed};
+    struct mfh_child_cmd cmd;
+    memset(&cmd, 0, sizeof(cmd)); /* no uninitialized padding on the pipe */
+    cmd.op = op;
+    cmd.off = off;
+    cmd.len = len;
+    cmd.seed = seed;
     uint8_t ok = 0;
     if (write(c->cmd_fd, &cmd, sizeof(cmd)) != (ssize_t)sizeof(cmd) ||
         mfh_full_read(c->ans_fd, &ok, 1) != 0)
@@ -280,7 +287,9 @@ static inline int mfh_child_stop(struct mfh_child *c, bool kill_it)
     if (kill_it) {
         kill(c->pid, SIGKILL);
     } else {
-        struct mfh_child_cmd cmd = {.op = 'Q'};
+        struct mfh_child_cmd cmd;
+        memset(&cmd, 0, sizeof(cmd));
+        cmd.op = 'Q';
         ssize_t n = write(c->cmd_fd, &cmd, sizeof(cmd));
         (void)n;
     }
