@@ -58,6 +58,42 @@ void mfh_log_write(int level, const char *file, int line, const char *fmt, ...)
 #define MFH_WARN(...)  MFH_LOG(MFH_LOG_WARN, __VA_ARGS__)
 #define MFH_ERROR(...) MFH_LOG(MFH_LOG_ERROR, __VA_ARGS__)
 
+/* ---- ThreadSanitizer ----------------------------------------------------
+ * User buffers go to send()/recv(); whoever uses those bytes next learns
+ * they are complete from a later message (the reply, then the batch
+ * result), an ordering TSan cannot see - across processes not at all.  The
+ * kernel's copies of user buffers are therefore hidden from TSan. */
+#if defined(__SANITIZE_THREAD__)
+#define MFH_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define MFH_TSAN 1
+#endif
+#endif
+#ifdef MFH_TSAN
+void AnnotateIgnoreReadsBegin(const char *file, int line);
+void AnnotateIgnoreReadsEnd(const char *file, int line);
+void AnnotateIgnoreWritesBegin(const char *file, int line);
+void AnnotateIgnoreWritesEnd(const char *file, int line);
+#define MFH_USER_IO_BEGIN()                                                    \
+    do {                                                                       \
+        AnnotateIgnoreReadsBegin(__FILE__, __LINE__);                          \
+        AnnotateIgnoreWritesBegin(__FILE__, __LINE__);                         \
+    } while (0)
+#define MFH_USER_IO_END()                                                      \
+    do {                                                                       \
+        AnnotateIgnoreWritesEnd(__FILE__, __LINE__);                           \
+        AnnotateIgnoreReadsEnd(__FILE__, __LINE__);                            \
+    } while (0)
+#else
+#define MFH_USER_IO_BEGIN() ((void)0)
+#define MFH_USER_IO_END()   ((void)0)
+#endif
+
+/* Sends/receives len bytes of user memory (see above); 0 or -1 + errno. */
+int mfh_send_user(int fd, const void *buf, size_t len);
+int mfh_recv_user(int fd, void *buf, size_t len);
+
 /* ---- wire format (both ends are this library on one byte order) ------- */
 #define MFH_MAGIC   0x3148464du /* "MFH1" */
 #define MFH_VERSION 1u

@@ -339,9 +339,6 @@ MFH_EXPORT smem_trans_t smem_trans_create(const smem_trans_config_t *config,
         handle_free(h);
         return NULL;
     }
-    const char *colon = strrchr(url, ':');
-    snprintf(h->uid, sizeof(h->uid), "%.*s:%u", (int)(colon - url), url,
-             (unsigned)h->port);
 
     pthread_mutex_lock(&g_lock);
     h->next = g_handles;

@@ -123,7 +123,7 @@ static int32_t copy_tcp(struct mfh_batch *b, const struct mfh_slice *s)
     if (write) {
         if (send(c->fd, &m, sizeof(m), MSG_NOSIGNAL | MSG_MORE) !=
                 (ssize_t)sizeof(m) ||
-            mfh_send_full(c->fd, (const void *)s->local, s->len) != 0 ||
+            mfh_send_user(c->fd, (const void *)s->local, s->len) != 0 ||
             mfh_recv_full(c->fd, &m, sizeof(m)) != 0)
             return io_fail(p, c, errno);
         if (m.magic != MFH_MAGIC || m.type != MFH_MSG_REPLY || m.len != 0)
@@ -137,7 +137,7 @@ static int32_t copy_tcp(struct mfh_batch *b, const struct mfh_slice *s)
             (m.status != SM_OK && m.len != 0))
             return io_fail(p, c, EPROTO);
         if (m.status == SM_OK &&
-            mfh_recv_full(c->fd, (void *)s->local, s->len) != 0)
+            mfh_recv_user(c->fd, (void *)s->local, s->len) != 0)
             return io_fail(p, c, errno);
     }
     mfh_conn_release(p, c, false);

@@ -134,6 +134,26 @@ int mfh_recv_full(int fd, void *buf, size_t len)
     return 0;
 }
 
+int mfh_send_user(int fd, const void *buf, size_t len)
+{
+    MFH_USER_IO_BEGIN();
+    int rc = mfh_send_full(fd, buf, len);
+    int err = errno;
+    MFH_USER_IO_END();
+    errno = err;
+    return rc;
+}
+
+int mfh_recv_user(int fd, void *buf, size_t len)
+{
+    MFH_USER_IO_BEGIN();
+    int rc = mfh_recv_full(fd, buf, len);
+    int err = errno;
+    MFH_USER_IO_END();
+    errno = err;
+    return rc;
+}
+
 /* ---- server ------------------------------------------------------------- */
 
 static int reply(int fd, int32_t status, uint64_t addr, uint64_t len)
@@ -214,7 +234,7 @@ static int serve_write(struct mfh_handle *h, int fd, const struct mfh_msg *m)
             return -1;
         return reply(fd, SM_INVALID_PARAM, 0, 0);
     }
-    if (mfh_recv_full(fd, (void *)(uintptr_t)m->addr, m->len) != 0)
+    if (mfh_recv_user(fd, (void *)(uintptr_t)m->addr, m->len) != 0)
         return -1;
     return reply(fd, SM_OK, 0, 0);
 }
@@ -228,7 +248,7 @@ static int serve_read(struct mfh_handle *h, int fd, const struct mfh_msg *m)
     }
     if (reply(fd, SM_OK, 0, m->len) != 0)
         return -1;
-    return mfh_send_full(fd, (const void *)(uintptr_t)m->addr, m->len);
+    return mfh_send_user(fd, (const void *)(uintptr_t)m->addr, m->len);
 }
 
 static void *srv_conn_main(void *arg)
@@ -382,6 +402,9 @@ int mfh_server_start(struct mfh_handle *h)
         ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                        : ((struct sockaddr_in *)&ss)->sin_port);
     h->listen_fd = fd;
+    /* The unique id peers use as destUrl; set before anyone can ask. */
+    snprintf(h->uid, sizeof(h->uid), strchr(h->host, ':') ? "[%s]:%u" : "%s:%u",
+             h->host, (unsigned)h->port);
     if (pthread_create(&h->accept_thread, NULL, accept_main, h) != 0) {
         MFH_ERROR("cannot start the rpc server thread");
         close(fd);
