@@ -96,7 +96,7 @@ int mfh_recv_user(int fd, void *buf, size_t len);
 
 /* ---- wire format (both ends are this library on one byte order) ------- */
 #define MFH_MAGIC   0x3148464du /* "MFH1" */
-#define MFH_VERSION 1u
+#define MFH_VERSION 2u
 
 enum mfh_msg_type {
     MFH_MSG_HELLO = 1,
@@ -104,6 +104,7 @@ enum mfh_msg_type {
     MFH_MSG_WRITE = 3,
     MFH_MSG_READ = 4,
     MFH_MSG_REPLY = 5,
+    MFH_MSG_RANGES = 6, /* reply: addr = generation, count ranges follow */
 };
 
 struct mfh_msg {
@@ -121,6 +122,7 @@ struct mfh_hello {
     uint32_t pid;
     uint32_t proto;
     uint32_t reserved;
+    uint64_t gen_addr;    /* address of the sender's mem_gen */
     uint64_t probe_addr;  /* address of a token in the sender's memory */
     uint64_t probe_value; /* its value: a successful CMA read proves we
                              can reach the sender's address space */
@@ -156,7 +158,16 @@ struct mfh_peer {
     char uid[MFH_UID_MAX];
     pid_t pid;
     bool use_cma;
+    uint64_t gen_addr; /* cma peers: where to read their mem_gen */
     int ctrl_fd;
+    /* cma peers: their registered ranges as of generation cache_gen, so a
+     * batch is checked with one 8-byte cross-memory read instead of a round
+     * trip while the peer's registrations do not change. */
+    pthread_mutex_t cache_lock;
+    bool cache_valid;
+    uint64_t cache_gen;
+    struct mfh_range *cache;
+    size_t n_cache;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     struct mfh_conn *conns;
@@ -213,6 +224,8 @@ struct mfh_handle {
     pthread_rwlock_t mem_lock; /* registered ranges */
     struct mfh_range *ranges;
     size_t n_ranges, cap_ranges;
+    _Atomic uint64_t mem_gen; /* bumped on every change of ranges; peers
+                                 read it across processes */
 
     pthread_mutex_t cb_lock;
     smem_trans_peer_down_callback_t cb;
@@ -244,6 +257,8 @@ struct mfh_handle {
 
 /* api.c */
 bool mfh_range_registered(struct mfh_handle *h, uint64_t addr, uint64_t len);
+bool mfh_ranges_cover(const struct mfh_range *r, size_t n, uint64_t addr,
+                      uint64_t len);
 void mfh_fire_peer_down(struct mfh_handle *h, const char *uid);
 
 /* net.c */

@@ -99,10 +99,11 @@ static void handle_put(struct mfh_handle *h)
 static void handle_free(struct mfh_handle *h)
 {
     atomic_store(&h->stopping, true);
+    /* Close the server first so peers learn at once that we are gone. */
+    mfh_server_stop(h);
     mfh_peers_shutdown(h);
     mfh_workers_stop(h);
     mfh_monitor_stop(h);
-    mfh_server_stop(h);
     mfh_batches_free(h);
     mfh_peers_release(h);
     pthread_rwlock_destroy(&h->mem_lock);
@@ -144,17 +145,17 @@ void mfh_fire_peer_down(struct mfh_handle *h, const char *uid)
 
 /* ---- registered memory -------------------------------------------------- */
 
-/* True if [addr, addr+len) is covered by the union of registered ranges. */
-bool mfh_range_registered(struct mfh_handle *h, uint64_t addr, uint64_t len)
+/* True if [addr, addr+len) is covered by the union of the ranges r. */
+bool mfh_ranges_cover(const struct mfh_range *r, size_t n, uint64_t addr,
+                      uint64_t len)
 {
     if (len == 0 || addr + len < addr)
         return false;
     uint64_t cur = addr, end = addr + len;
-    pthread_rwlock_rdlock(&h->mem_lock);
     while (cur < end) {
         uint64_t best = cur;
-        for (size_t i = 0; i < h->n_ranges; i++) {
-            uint64_t b = h->ranges[i].base, e = b + h->ranges[i].len;
+        for (size_t i = 0; i < n; i++) {
+            uint64_t b = r[i].base, e = b + r[i].len;
             if (b <= cur && cur < e && e > best)
                 best = e;
         }
@@ -162,8 +163,15 @@ bool mfh_range_registered(struct mfh_handle *h, uint64_t addr, uint64_t len)
             break;
         cur = best;
     }
-    pthread_rwlock_unlock(&h->mem_lock);
     return cur >= end;
+}
+
+bool mfh_range_registered(struct mfh_handle *h, uint64_t addr, uint64_t len)
+{
+    pthread_rwlock_rdlock(&h->mem_lock);
+    bool ok = mfh_ranges_cover(h->ranges, h->n_ranges, addr, len);
+    pthread_rwlock_unlock(&h->mem_lock);
+    return ok;
 }
 
 static int32_t mem_add(struct mfh_handle *h, void *const *addrs,
@@ -209,6 +217,7 @@ static int32_t mem_add(struct mfh_handle *h, void *const *addrs,
         for (uint32_t i = 0; i < count; i++)
             h->ranges[h->n_ranges++] =
                 (struct mfh_range){.base = (uintptr_t)addrs[i], .len = caps[i]};
+        atomic_fetch_add(&h->mem_gen, 1);
     }
     pthread_rwlock_unlock(&h->mem_lock);
     return rc;
@@ -429,6 +438,7 @@ MFH_EXPORT int32_t smem_trans_deregister_mem(smem_trans_t handle, void *address)
     for (size_t i = 0; i < h->n_ranges; i++) {
         if (h->ranges[i].base == (uintptr_t)address) {
             h->ranges[i] = h->ranges[--h->n_ranges];
+            atomic_fetch_add(&h->mem_gen, 1);
             rc = SM_OK;
             break;
         }

@@ -184,6 +184,7 @@ static int serve_hello(struct mfh_handle *h, int fd, const struct mfh_msg *m)
         out = {.version = MFH_VERSION,
                .pid = (uint32_t)getpid(),
                .proto = h->proto,
+               .gen_addr = (uint64_t)(uintptr_t)&h->mem_gen,
                .probe_addr = (uint64_t)(uintptr_t)&h->probe_value,
                .probe_value = h->probe_value};
     if (m->len != sizeof(in) || mfh_recv_full(fd, &in, sizeof(in)) != 0)
@@ -223,6 +224,33 @@ static int serve_check(struct mfh_handle *h, int fd, const struct mfh_msg *m)
     }
     free(r);
     return reply(fd, status, bad, 0);
+}
+
+static int serve_ranges(struct mfh_handle *h, int fd, const struct mfh_msg *m)
+{
+    if (m->len != 0)
+        return -1;
+    pthread_rwlock_rdlock(&h->mem_lock);
+    uint64_t gen = atomic_load(&h->mem_gen);
+    size_t n = h->n_ranges;
+    struct mfh_wire_range *w = malloc((n ? n : 1) * sizeof(*w));
+    for (size_t i = 0; w && i < n; i++)
+        w[i] = (struct mfh_wire_range){.addr = h->ranges[i].base,
+                                       .len = h->ranges[i].len};
+    pthread_rwlock_unlock(&h->mem_lock);
+    if (!w)
+        return reply(fd, SM_MALLOC_FAILED, 0, 0);
+    struct mfh_msg r = {.magic = MFH_MAGIC,
+                        .type = MFH_MSG_REPLY,
+                        .status = SM_OK,
+                        .count = (uint32_t)n,
+                        .addr = gen,
+                        .len = n * sizeof(*w)};
+    int rc = mfh_send_full(fd, &r, sizeof(r));
+    if (rc == 0 && n)
+        rc = mfh_send_full(fd, w, n * sizeof(*w));
+    free(w);
+    return rc;
 }
 
 static int serve_write(struct mfh_handle *h, int fd, const struct mfh_msg *m)
@@ -280,6 +308,9 @@ static void *srv_conn_main(void *arg)
             break;
         case MFH_MSG_READ:
             rc = serve_read(h, c->fd, &m);
+            break;
+        case MFH_MSG_RANGES:
+            rc = serve_ranges(h, c->fd, &m);
             break;
         default:
             MFH_WARN("%s: unknown request type %u", h->uid, m.type);
@@ -455,6 +486,8 @@ void mfh_peer_put(struct mfh_peer *p)
     }
     if (p->ctrl_fd >= 0)
         close(p->ctrl_fd);
+    free(p->cache);
+    pthread_mutex_destroy(&p->cache_lock);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
     free(p);
@@ -519,6 +552,7 @@ static int handshake(struct mfh_handle *h, struct mfh_peer *p)
     in.uid[MFH_UID_MAX - 1] = '\0';
     snprintf(p->uid, sizeof(p->uid), "%s", in.uid[0] ? in.uid : p->url);
     p->pid = (pid_t)in.pid;
+    p->gen_addr = in.gen_addr;
     if (h->proto == SMEMB_DATA_OP_HOST_SHM) {
         uint64_t v = 0;
         struct iovec l = {.iov_base = &v, .iov_len = sizeof(v)};
@@ -569,6 +603,7 @@ struct mfh_peer *mfh_peer_get(struct mfh_handle *h, const char *url)
     p->h = h;
     snprintf(p->url, sizeof(p->url), "%s", url);
     pthread_mutex_init(&p->lock, NULL);
+    pthread_mutex_init(&p->cache_lock, NULL);
     pthread_cond_init(&p->cond, NULL);
     p->ctrl_fd = mfh_connect(host, port, MFH_IO_TIMEOUT_MS);
     if (p->ctrl_fd < 0) {

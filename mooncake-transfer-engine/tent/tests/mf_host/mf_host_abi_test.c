@@ -698,7 +698,7 @@ static void test_destroy_target_in_flight(void **state)
     assert_int_equal(A->smem_trans_set_peer_down_callback(p->a, on_down, &rec),
                      SM_OK);
     uint8_t *local = calloc(1, p->size_b);
-    enum { N = 64 };
+    enum { N = 128 };
     uint64_t ids[N];
     for (int i = 0; i < N; i++)
         ids[i] = submit_big(p, p->a, local, SMEM_TRANS_OP_WRITE);
