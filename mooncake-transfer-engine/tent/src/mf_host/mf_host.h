@@ -34,13 +34,14 @@
 
 #define MFH_EXPORT __attribute__((visibility("default")))
 
-#define MFH_UID_MAX       64
-#define MFH_WORKERS       4          /* copy threads per handle */
-#define MFH_POOL_MAX      4          /* data connections per peer */
-#define MFH_SLICE         (1u << 20) /* copies are cut into slices of this size */
-#define MFH_IO_TIMEOUT_MS 10000      /* bound on every blocking socket call */
-#define MFH_MAX_BATCH     (1u << 20)
-#define MFH_BATCH_BUCKETS 256
+#define MFH_UID_MAX            64
+#define MFH_WORKERS            4          /* copy threads per handle */
+#define MFH_POOL_MAX           4          /* data connections per peer */
+#define MFH_SLICE              (1u << 20) /* copies are cut into slices of this size */
+#define MFH_IO_TIMEOUT_MS      10000 /* bound on every blocking socket call */
+#define MFH_CONNECT_TIMEOUT_MS 3000  /* bound on connect() */
+#define MFH_MAX_BATCH          (1u << 20)
+#define MFH_BATCH_BUCKETS      256
 
 /* ---- logging (level set by smem_set_log_level) ---------------------- */
 enum { MFH_LOG_DEBUG = 0, MFH_LOG_INFO, MFH_LOG_WARN, MFH_LOG_ERROR };

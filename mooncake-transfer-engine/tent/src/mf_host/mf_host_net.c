@@ -58,8 +58,8 @@ static void set_nodelay(int fd)
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-/* Returns a connected socket with bounded I/O timeouts, or -1 (errno set).
- * Linux bounds connect() itself by SO_SNDTIMEO. */
+/* Returns a connected socket with I/O timeouts of timeout_ms, or -1 (errno
+ * set).  Linux bounds connect() itself by SO_SNDTIMEO. */
 int mfh_connect(const char *host, uint16_t port, int timeout_ms)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
@@ -82,10 +82,12 @@ int mfh_connect(const char *host, uint16_t port, int timeout_ms)
             err = errno;
             continue;
         }
-        set_timeouts(fd, timeout_ms);
+        set_timeouts(fd, MFH_CONNECT_TIMEOUT_MS);
         set_nodelay(fd);
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            set_timeouts(fd, timeout_ms);
             break;
+        }
         err = errno;
         close(fd);
         fd = -1;
