@@ -23,8 +23,11 @@ static int io_fail(struct mfh_peer *p, struct mfh_conn *c, int err)
     /* A bad local buffer breaks only this connection; anything else means
      * the connection to the peer dropped. */
     mfh_conn_release(p, c, true);
-    if (err == EFAULT)
+    if (err == EFAULT) {
+        MFH_ERROR("%s: copy with %s: a local buffer is not accessible",
+                  p->h->uid, p->uid);
         return SM_ERROR;
+    }
     mfh_peer_mark_down(p, strerror(err));
     return SM_NOT_CONNECTED;
 }

@@ -594,6 +594,29 @@ static void test_range_violation_touches_nothing(void **state)
     free(rl);
 }
 
+/* A local buffer we cannot access fails that batch (no crash), but the
+ * peer stays usable. */
+static void test_bad_local_buffer(void **state)
+{
+    struct pair *p = *state;
+    size_t n = 2u << 20;
+    uint8_t *bad = mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(bad != MAP_FAILED);
+    assert_int_equal(
+        mfh_copy1(A, p->a, p->uid_b, SMEM_TRANS_OP_WRITE, bad, p->buf_b, n),
+        SM_ERROR);
+    assert_int_equal(
+        mfh_copy1(A, p->a, p->uid_b, SMEM_TRANS_OP_READ, bad, p->buf_b, 100),
+        SM_ERROR);
+    munmap(bad, n);
+    uint8_t good[64];
+    mfh_fill(good, sizeof(good), 77);
+    assert_int_equal(mfh_copy1(A, p->a, p->uid_b, SMEM_TRANS_OP_WRITE, good,
+                               p->buf_b, sizeof(good)),
+                     0);
+    assert_int_equal(mfh_check(p->buf_b, sizeof(good), 77), sizeof(good));
+}
+
 /* ---- thread safety ------------------------------------------------------ */
 
 struct thr_arg {
@@ -769,6 +792,7 @@ int main(void)
         PAIR_TEST(test_write_read_consume_once),
         PAIR_TEST(test_multi_entry_batch),
         PAIR_TEST(test_range_violation_touches_nothing),
+        PAIR_TEST(test_bad_local_buffer),
         PAIR_TEST(test_concurrent_batches),
         PAIR_TEST(test_destroy_initiator_in_flight),
         PAIR_TEST(test_destroy_target_in_flight),
