@@ -575,9 +575,8 @@ static int handshake(struct mfh_handle *h, struct mfh_peer *p)
 
 /* Returns a referenced, connected peer for url, connecting on first use;
  * NULL if nobody answers there. */
-struct mfh_peer *mfh_peer_get(struct mfh_handle *h, const char *url)
+static struct mfh_peer *peer_lookup(struct mfh_handle *h, const char *url)
 {
-    pthread_mutex_lock(&h->connect_lock);
     pthread_mutex_lock(&h->peer_lock);
     struct mfh_peer *p = h->peers;
     while (p && strcmp(p->url, url) != 0)
@@ -585,6 +584,17 @@ struct mfh_peer *mfh_peer_get(struct mfh_handle *h, const char *url)
     if (p)
         atomic_fetch_add(&p->refs, 1);
     pthread_mutex_unlock(&h->peer_lock);
+    return p;
+}
+
+struct mfh_peer *mfh_peer_get(struct mfh_handle *h, const char *url)
+{
+    /* Known peers never wait behind a connection being made to another. */
+    struct mfh_peer *p = peer_lookup(h, url);
+    if (p)
+        return p;
+    pthread_mutex_lock(&h->connect_lock);
+    p = peer_lookup(h, url); /* connected while we waited? */
     if (p) {
         pthread_mutex_unlock(&h->connect_lock);
         return p;
