@@ -223,6 +223,28 @@ static int32_t mem_add(struct mfh_handle *h, void *const *addrs,
     return rc;
 }
 
+/* Unloading the library (dlclose) or leaving the process with instances
+ * alive would leave their threads running code that is gone: stop them. */
+__attribute__((destructor)) static void mfh_unload(void)
+{
+    struct mfh_handle *doomed = NULL;
+    pthread_mutex_lock(&g_lock);
+    while (g_handles) {
+        struct mfh_handle *h = g_handles;
+        MFH_WARN("unload: destroying instance %s still alive", h->uid);
+        handle_unlink_locked(h);
+        h->next = doomed;
+        doomed = h;
+    }
+    g_init_count = 0;
+    pthread_mutex_unlock(&g_lock);
+    while (doomed) {
+        struct mfh_handle *next = doomed->next;
+        handle_free(doomed);
+        doomed = next;
+    }
+}
+
 /* ---- the ABI ------------------------------------------------------------ */
 
 MFH_EXPORT int32_t smem_trans_init(uint32_t deviceId, uint32_t flags)

@@ -774,6 +774,23 @@ static void test_uninit_in_flight(void **state)
     free(local);
 }
 
+/* dlclose with instances alive and batches in flight: the library stops
+ * its threads as it unloads (no crash), and loads again cleanly. */
+static void test_unload_in_flight(void **state)
+{
+    struct pair *p = *state;
+    uint8_t *local = calloc(1, p->size_b);
+    for (int i = 0; i < 8; i++)
+        submit_big(p, p->a, local, SMEM_TRANS_OP_WRITE);
+    assert_int_equal(dlclose(api.dl), 0);
+    assert_int_equal(mfh_api_load(&api), 0);
+    uint16_t port;
+    assert_int_equal(A->smem_trans_get_rpc_port(p->a, &port), SM_INVALID_PARAM);
+    p->a = p->b = NULL;
+    assert_int_equal(A->smem_trans_init(0, 0), SM_OK); /* for teardown */
+    free(local);
+}
+
 #define PAIR_TEST(fn)                                                          \
     cmocka_unit_test_setup_teardown(fn, tcp_setup, pair_teardown),             \
         cmocka_unit_test_setup_teardown(fn, shm_setup, pair_teardown)
@@ -799,6 +816,7 @@ int main(void)
         PAIR_TEST(test_destroy_initiator_in_flight),
         PAIR_TEST(test_destroy_target_in_flight),
         PAIR_TEST(test_uninit_in_flight),
+        PAIR_TEST(test_unload_in_flight),
     };
     if (getenv("MFH_TEST_FILTER")) /* e.g. MFH_TEST_FILTER='*concurrent*' */
         cmocka_set_test_filter(getenv("MFH_TEST_FILTER"));
