@@ -8,10 +8,10 @@
 #ifndef TENT_RPC_RPC_H
 #define TENT_RPC_RPC_H
 
+#include "rpc/wire.h"
+
 #include <stddef.h>
 #include <stdint.h>
-
-#include "rpc/wire.h"
 
 struct tent_engine;
 struct tent_rpc_server;

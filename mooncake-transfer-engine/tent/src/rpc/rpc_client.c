@@ -1,5 +1,8 @@
 /* Client side of the RPC protocol: connection set-up and the two control
  * calls (descriptor fetch, notification). */
+#include "common/error.h"
+#include "rpc/rpc.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -12,9 +15,6 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
-
-#include "common/error.h"
-#include "rpc/rpc.h"
 
 int tent_rpc_parse_addr(const char *name, char *host, size_t cap,
                         uint16_t *port)
@@ -129,8 +129,7 @@ int tent_rpc_send_all(int fd, const void *buf, size_t n)
             if (err == EAGAIN || err == EWOULDBLOCK)
                 return tent_set_error(TENT_ETIMEDOUT,
                                       "send timed out with %zu bytes left", n);
-            return tent_set_error(TENT_EPEER, "send failed: %s",
-                                  strerror(err));
+            return tent_set_error(TENT_EPEER, "send failed: %s", strerror(err));
         }
         p += w;
         n -= (size_t)w;
@@ -153,9 +152,8 @@ int tent_rpc_recv_all(int fd, void *buf, size_t n)
         if (r < 0) {
             int err = errno;
             if (err == EAGAIN || err == EWOULDBLOCK)
-                return tent_set_error(TENT_ETIMEDOUT,
-                                      "receive timed out with %zu bytes left",
-                                      n);
+                return tent_set_error(
+                    TENT_ETIMEDOUT, "receive timed out with %zu bytes left", n);
             return tent_set_error(TENT_EPEER, "receive failed: %s",
                                   strerror(err));
         }

@@ -7,6 +7,11 @@
  * (bounds, permission, served by tcp) and pin the buffer (inflight) for the
  * duration of the copy, so an unregister in parallel answers busy instead of
  * freeing memory under the server. */
+#include "common/error.h"
+#include "common/log.h"
+#include "rpc/rpc.h"
+#include "runtime/engine.h"
+
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -21,13 +26,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "common/error.h"
-#include "common/log.h"
-#include "rpc/rpc.h"
-#include "runtime/engine.h"
-
-#define MAX_CONNS 256
-#define IO_TICK_MS 500      /* receive timeout; the stop flag is checked */
+#define MAX_CONNS       256
+#define IO_TICK_MS      500 /* receive timeout; the stop flag is checked */
 #define MID_FRAME_TICKS 20  /* a frame stalled this long (10 s) is dropped */
 
 struct conn {
@@ -427,9 +427,9 @@ int tent_rpc_server_start(struct tent_engine *e, const char *host,
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
     getsockname(lfd, (struct sockaddr *)&ss, &sl);
-    uint16_t real = ntohs(ss.ss_family == AF_INET6
-                              ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                              : ((struct sockaddr_in *)&ss)->sin_port);
+    uint16_t real =
+        ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                       : ((struct sockaddr_in *)&ss)->sin_port);
 
     struct tent_rpc_server *s = calloc(1, sizeof(*s));
     if (!s) {

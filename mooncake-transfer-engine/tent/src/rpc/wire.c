@@ -3,15 +3,15 @@
  * before anything else looks at it. */
 #include "rpc/wire.h"
 
+#include "common/error.h"
+#include "tent/transfer_engine.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "common/error.h"
-#include "tent/transfer_engine.h"
 
 static void put16(uint8_t *p, uint16_t v)
 {
@@ -348,9 +348,9 @@ int tent_wire_decode_desc(const char *in, size_t n, struct tent_wire_desc *out)
     struct tent_wire_desc d;
     memset(&d, 0, sizeof(d));
     int64_t ver;
-    int rc = cJSON_IsObject(root) ? TENT_OK
-                                  : tent_set_error(TENT_EPROTO,
-                                                   "descriptor is not an object");
+    int rc = cJSON_IsObject(root)
+                 ? TENT_OK
+                 : tent_set_error(TENT_EPROTO, "descriptor is not an object");
     if (!rc)
         rc = get_int(root, "version", 0, 255, &ver, "root");
     if (!rc && ver != TENT_WIRE_VERSION)
@@ -362,7 +362,8 @@ int tent_wire_decode_desc(const char *in, size_t n, struct tent_wire_desc *out)
         rc = get_str(root, "host_id", d.host_id, sizeof(d.host_id), "root");
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "buffers");
     if (!rc && !cJSON_IsArray(arr))
-        rc = tent_set_error(TENT_EPROTO, "descriptor: 'buffers' is not an array");
+        rc = tent_set_error(TENT_EPROTO,
+                            "descriptor: 'buffers' is not an array");
     size_t nb = rc ? 0 : (size_t)cJSON_GetArraySize(arr);
     if (!rc && nb > TENT_WIRE_MAX_BUFS)
         rc = tent_set_error(TENT_EPROTO, "descriptor has %zu buffers, limit %u",
@@ -395,7 +396,8 @@ int tent_wire_decode_desc(const char *in, size_t n, struct tent_wire_desc *out)
     }
     const cJSON *attrs = cJSON_GetObjectItemCaseSensitive(root, "attrs");
     if (!rc && !cJSON_IsObject(attrs))
-        rc = tent_set_error(TENT_EPROTO, "descriptor: 'attrs' is not an object");
+        rc =
+            tent_set_error(TENT_EPROTO, "descriptor: 'attrs' is not an object");
     if (!rc) {
         cJSON_ArrayForEach(it, attrs)
         {

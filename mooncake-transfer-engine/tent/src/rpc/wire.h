@@ -29,16 +29,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TENT_WIRE_MAGIC 0x31544e54u /* "TNT1" on the wire */
-#define TENT_WIRE_VERSION 1
-#define TENT_WIRE_HDR_LEN 16
-#define TENT_WIRE_RW_LEN 16
-#define TENT_WIRE_RESP_LEN 8
-#define TENT_WIRE_MAX_DATA (16u << 20)
-#define TENT_WIRE_MAX_BODY (TENT_WIRE_MAX_DATA + TENT_WIRE_RW_LEN)
+#define TENT_WIRE_MAGIC      0x31544e54u /* "TNT1" on the wire */
+#define TENT_WIRE_VERSION    1
+#define TENT_WIRE_HDR_LEN    16
+#define TENT_WIRE_RW_LEN     16
+#define TENT_WIRE_RESP_LEN   8
+#define TENT_WIRE_MAX_DATA   (16u << 20)
+#define TENT_WIRE_MAX_BODY   (TENT_WIRE_MAX_DATA + TENT_WIRE_RW_LEN)
 #define TENT_WIRE_MAX_NOTIFY (8 + 255 + 4095 + 255)
-#define TENT_WIRE_MAX_NAME 255
-#define TENT_WIRE_MAX_MSG 4095
+#define TENT_WIRE_MAX_NAME   255
+#define TENT_WIRE_MAX_MSG    4095
 
 enum tent_wire_type {
     TENT_WIRE_DESC_REQ = 1,
@@ -76,7 +76,7 @@ struct tent_wire_buf {
     uint64_t shm_offset;
 };
 
-#define TENT_WIRE_MAX_BUFS (1u << 16)
+#define TENT_WIRE_MAX_BUFS  (1u << 16)
 #define TENT_WIRE_MAX_ATTRS 16
 
 struct tent_wire_desc {
@@ -92,7 +92,8 @@ struct tent_wire_desc {
 void tent_wire_encode_hdr(uint8_t out[TENT_WIRE_HDR_LEN], uint8_t type,
                           uint32_t seq, uint32_t len);
 /* Validates magic, version, flags, type and length. 0 or TENT_EPROTO. */
-int tent_wire_decode_hdr(const uint8_t *in, size_t n, struct tent_wire_hdr *out);
+int tent_wire_decode_hdr(const uint8_t *in, size_t n,
+                         struct tent_wire_hdr *out);
 
 void tent_wire_encode_rw(uint8_t out[TENT_WIRE_RW_LEN], uint64_t addr,
                          uint64_t length);

@@ -11,16 +11,17 @@
  * list to a per-segment "retired" list freed only when the segment is
  * released (engine destruction).  Growth is bounded by what the peer
  * actually changed between fetches, and a fetch happens only on a miss. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
+#include "runtime/p2p_meta.h"
 
 #include "common/error.h"
 #include "common/log.h"
 #include "rpc/rpc.h"
 #include "runtime/engine.h"
-#include "runtime/p2p_meta.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 struct p2p_ctrl {
     struct tent_rpc_server *srv;
@@ -42,9 +43,8 @@ static int peer_addr(const struct tent_segment *seg, const char *name,
 
 static bool same_buf(const struct tent_buffer *b, const struct tent_wire_buf *w)
 {
-    return b->base == w->base && b->length == w->length &&
-           b->perm == w->perm && b->xport_mask == w->xport_mask &&
-           b->shm_offset == w->shm_offset &&
+    return b->base == w->base && b->length == w->length && b->perm == w->perm &&
+           b->xport_mask == w->xport_mask && b->shm_offset == w->shm_offset &&
            strcmp(b->location, w->location) == 0 &&
            strcmp(b->shm_name, w->shm_name) == 0;
 }
@@ -160,9 +160,8 @@ static int p2p_fetch(struct tent_engine *e, const char *name,
     uint16_t port;
     int rc = peer_addr(seg->priv ? seg : NULL, name, host, sizeof(host), &port);
     if (rc)
-        return tent_set_error(TENT_ENOSEGMENT,
-                              "segment '%s' not found: %s", name,
-                              tent_last_error());
+        return tent_set_error(TENT_ENOSEGMENT, "segment '%s' not found: %s",
+                              name, tent_last_error());
     struct tent_wire_desc *d = calloc(1, sizeof(*d));
     if (!d)
         return tent_set_error(TENT_ENOMEM, "fetch '%s': out of memory", name);

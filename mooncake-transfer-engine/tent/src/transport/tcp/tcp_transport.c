@@ -13,6 +13,12 @@
  * stalled peer fails the window within that bound; the worker then fails
  * every slice still queued on the peer as well, so a whole batch turns
  * FAILED within about one timeout rather than one timeout per slice. */
+#include "common/error.h"
+#include "common/log.h"
+#include "rpc/rpc.h"
+#include "runtime/engine.h"
+#include "transport/transport.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -25,15 +31,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/error.h"
-#include "common/log.h"
-#include "rpc/rpc.h"
-#include "runtime/engine.h"
-#include "transport/transport.h"
-
-#define MAX_CONNS 16
+#define MAX_CONNS     16
 #define WINDOW_SLICES 64
-#define WINDOW_BYTES (8u << 20)
+#define WINDOW_BYTES  (8u << 20)
 
 struct tcp_sub;
 
@@ -126,8 +126,7 @@ static int run_window(int fd, struct slice **w, int n, int32_t *status)
         uint8_t h[TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN];
         bool wr = s->opcode == OPCODE_WRITE;
         tent_wire_encode_hdr(h, wr ? TENT_WIRE_WRITE : TENT_WIRE_READ,
-                             (uint32_t)i,
-                             TENT_WIRE_RW_LEN + (wr ? s->len : 0));
+                             (uint32_t)i, TENT_WIRE_RW_LEN + (wr ? s->len : 0));
         tent_wire_encode_rw(h + TENT_WIRE_HDR_LEN, s->remote, s->len);
         int rc = tent_rpc_send_all(fd, h, sizeof(h));
         if (!rc && wr)
@@ -305,8 +304,8 @@ static int tcp_install(struct tent_transport *base)
 {
     struct tcp_transport *t = tcp_of(base);
     int64_t to, nc, ss;
-    int rc = tent_config_get_int(base->cfg, "transports/tcp/timeout_ms", 3000,
-                                 &to);
+    int rc =
+        tent_config_get_int(base->cfg, "transports/tcp/timeout_ms", 3000, &to);
     if (!rc)
         rc = tent_config_get_int(base->cfg, "transports/tcp/connections", 4,
                                  &nc);
@@ -407,8 +406,8 @@ static int tcp_alloc_sub(struct tent_transport *t, size_t capacity,
     if (!sb || !tasks) {
         free(sb);
         free(tasks);
-        return tent_set_error(TENT_ENOMEM,
-                              "tcp: out of memory for %zu tasks", capacity);
+        return tent_set_error(TENT_ENOMEM, "tcp: out of memory for %zu tasks",
+                              capacity);
     }
     sb->base.owner = t;
     sb->base.capacity = capacity;
