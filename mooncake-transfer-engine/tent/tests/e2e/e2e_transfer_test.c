@@ -1,10 +1,7 @@
 /* End-to-end: two engines in two processes on 127.0.0.1.  The same suite
  * runs for each transport (argv[1] = "tcp" or "shm"); every byte moved is
  * checked against a mirror of the target's memory. */
-#include "e2e_peer.h"
-#include "tent/transfer_engine.h"
-
-#include <cmocka.h>
+// clang-format off
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <cmocka.h>
+// clang-format on
+
+#include "e2e_peer.h"
+#include "tent/transfer_engine.h"
 
 #define RW_LEN ((size_t)80 << 20)
 #define BIG    ((size_t)64 << 20)
