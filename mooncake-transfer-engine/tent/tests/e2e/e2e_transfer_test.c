@@ -349,10 +349,51 @@ static void test_failover_tcp_to_shm(void **state)
                 e2e_fnv(f->src, n * len));
 }
 
+/* One process: the engine's own segment as the target. */
+static void test_single_process_local_segment(void **state)
+{
+    (void)state;
+    e2e_config(g_shm, !g_shm);
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    char name[256];
+    uint16_t port = 0;
+    assert_int_equal(tent_segment_name(e, name, sizeof(name)), 0);
+    assert_int_equal(tent_rpc_server_addr_port(e, name + 128, 128, &port), 0);
+    assert_int_not_equal(port, 0);
+    char expect[300];
+    snprintf(expect, sizeof(expect), "%s:%u", name + 128, port);
+    assert_int_equal(tent_segment_name(e, name, sizeof(name)), 0);
+    assert_string_equal(name, expect);
+    tent_segment_id_t seg;
+    assert_int_equal(tent_open_segment(e, &seg, name), 0);
+    assert_int_equal(seg, LOCAL_SEGMENT_ID);
+    const size_t len = (size_t)3 << 20;
+    void *a, *b;
+    assert_int_equal(tent_allocate_memory(e, &a, len, "cpu"), 0);
+    assert_int_equal(tent_allocate_memory(e, &b, len, "cpu"), 0);
+    for (size_t i = 0; i < len; i++)
+        ((uint8_t *)a)[i] = e2e_pattern(i + 5);
+    tent_request_t r = {.opcode = OPCODE_WRITE,
+                        .source = a,
+                        .target_id = LOCAL_SEGMENT_ID,
+                        .target_offset = (uintptr_t)b,
+                        .length = len};
+    tent_batch_id_t bt = tent_allocate_batch(e, 1);
+    assert_int_equal(tent_submit(e, bt, &r, 1), 0);
+    tent_status_t st;
+    assert_int_equal(e2e_wait(e, bt, 10000, &st), 0);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_memory_equal(a, b, len);
+    assert_int_equal(tent_free_batch(e, bt), 0);
+    tent_destroy_engine(e);
+}
+
 int main(int argc, char **argv)
 {
     g_shm = argc > 1 && strcmp(argv[1], "shm") == 0;
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single_process_local_segment),
         cmocka_unit_test_setup_teardown(test_random_reads_writes, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bounds_and_permissions, setup,
