@@ -55,7 +55,6 @@ struct tcp_task {
 
 struct tcp_sub {
     struct tent_sub_batch base;
-    atomic_size_t outstanding; /* slices queued or in flight */
     struct tcp_task *tasks;
 };
 
@@ -94,17 +93,18 @@ static struct tcp_transport *tcp_of(struct tent_transport *t)
     return (struct tcp_transport *)t;
 }
 
+/* The remaining decrement is the slice's last touch of its sub-batch: once
+ * every task of a sub-batch has remaining == 0 it may be freed. */
 static void slice_done(struct tcp_transport *t, struct slice *s, int err)
 {
     struct tcp_task *k = &s->sb->tasks[s->slot];
+    free(s);
     if (err) {
         int zero = 0;
         atomic_compare_exchange_strong(&k->error, &zero, err);
     }
     atomic_fetch_sub(&k->remaining, 1);
-    atomic_fetch_sub(&s->sb->outstanding, 1);
     atomic_fetch_sub(&t->inflight, 1);
-    free(s);
 }
 
 static void fail_list(struct tcp_transport *t, struct slice *s, int err)
@@ -456,9 +456,12 @@ static int tcp_free_sub(struct tent_transport *t, struct tent_sub_batch *base)
 {
     (void)t;
     struct tcp_sub *sb = (struct tcp_sub *)base;
-    if (atomic_load(&sb->outstanding) > 0)
-        return tent_set_error(TENT_EBUSY, "tcp: %zu slice(s) still in flight",
-                              atomic_load(&sb->outstanding));
+    for (size_t i = 0; i < sb->base.capacity; i++)
+        if (atomic_load(&sb->tasks[i].remaining) > 0)
+            return tent_set_error(TENT_EBUSY,
+                                  "tcp: task %zu still has %u slice(s) in "
+                                  "flight",
+                                  i, atomic_load(&sb->tasks[i].remaining));
     free(sb->tasks);
     free(sb);
     return TENT_OK;
@@ -558,7 +561,6 @@ static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
         atomic_store(&k->error, 0);
         k->length = x->length;
         atomic_store(&k->remaining, cnt);
-        atomic_fetch_add(&sb->outstanding, cnt);
         atomic_fetch_add(&t->inflight, cnt);
         int j = 0;
         while (j < npend && pend[j].p != p)
