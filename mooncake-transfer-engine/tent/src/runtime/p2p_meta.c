@@ -129,14 +129,21 @@ static int apply_desc(struct tent_segment *seg, const struct tent_wire_desc *d)
     seg->bufs = nb;
     seg->nbufs = seg->cap = n;
     snprintf(seg->host_id, sizeof(seg->host_id), "%s", d->host_id);
-    seg->nattrs = 0;
-    for (int i = 0; i < d->nattrs && i < TENT_MAX_ATTRS; i++) {
+    /* Attribute strings are handed out by tent_segment_attr and read after
+     * the lock is dropped, so they are rewritten only when they changed. */
+    bool same = seg->nattrs == d->nattrs;
+    for (int i = 0; same && i < d->nattrs; i++)
+        same = strcmp(seg->attrs[i].key, d->attr_key[i]) == 0 &&
+               strcmp(seg->attrs[i].value, d->attr_value[i]) == 0;
+    for (int i = 0; !same && i < d->nattrs && i < TENT_MAX_ATTRS; i++) {
         snprintf(seg->attrs[i].key, sizeof(seg->attrs[i].key), "%s",
                  d->attr_key[i]);
         snprintf(seg->attrs[i].value, sizeof(seg->attrs[i].value), "%s",
                  d->attr_value[i]);
         seg->nattrs = i + 1;
     }
+    if (!same && d->nattrs == 0)
+        seg->nattrs = 0;
     seg->priv = ps;
     pthread_rwlock_unlock(&seg->lock);
     free(kept);

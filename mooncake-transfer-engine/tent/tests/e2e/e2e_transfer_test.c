@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <unistd.h>
 #include <cmocka.h>
 // clang-format on
@@ -262,6 +263,38 @@ static void test_kill_target_mid_batch(void **state)
     free(r);
 }
 
+/* A target that stops answering (SIGSTOP: sockets stay open, nothing is
+ * read) turns tcp tasks FAILED within transports/tcp/timeout_ms (1500). */
+static void test_stalled_target_times_out(void **state)
+{
+    struct fixture *f = *state;
+    if (g_shm) {
+        skip(); /* shm copies need no cooperation from the target */
+        return;
+    }
+    const size_t n = 32, len = (size_t)2 << 20;
+    tent_request_t *r = calloc(n, sizeof(*r));
+    for (size_t i = 0; i < n; i++) {
+        r[i].opcode = i % 2 ? OPCODE_READ : OPCODE_WRITE;
+        r[i].source = (i % 2 ? f->dst : f->src) + i * len;
+        r[i].target_id = f->seg;
+        r[i].target_offset = f->peer.rw_base + i * len;
+        r[i].length = len;
+    }
+    kill(f->peer.pid, SIGSTOP);
+    long t0 = e2e_now_ms();
+    tent_batch_id_t b = tent_allocate_batch(f->e, n);
+    assert_int_equal(tent_submit(f->e, b, r, n), 0);
+    tent_status_t st;
+    assert_int_equal(e2e_wait(f->e, b, 15000, &st), 0);
+    long took = e2e_now_ms() - t0;
+    kill(f->peer.pid, SIGCONT);
+    assert_int_equal(st.status, STATUS_FAILED);
+    assert_in_range(took, 1000, 6000);
+    assert_int_equal(tent_free_batch(f->e, b), 0);
+    free(r);
+}
+
 static void test_notifications_after_data(void **state)
 {
     struct fixture *f = *state;
@@ -403,6 +436,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_notifications_after_data, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_kill_target_mid_batch, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_stalled_target_times_out, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_failover_tcp_to_shm, setup_both,
                                         teardown),
