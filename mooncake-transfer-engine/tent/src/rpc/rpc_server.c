@@ -30,9 +30,20 @@
 #define IO_TICK_MS      500 /* receive timeout; the stop flag is checked */
 #define MID_FRAME_TICKS 20  /* a frame stalled this long (10 s) is dropped */
 
+#define IOBUF      65536 /* per-connection input and output buffers */
+#define DIRECT_MIN 16384 /* larger reads bypass the input buffer */
+
+/* Small requests are read many at a time into in[] and their small answers
+ * gathered in out[], which is flushed before the thread would wait for
+ * input (so a client waiting for answers always gets them) and before any
+ * answer that carries data (so answers stay in order). */
 struct conn {
     struct tent_rpc_server *srv;
     int fd;
+    uint8_t in[IOBUF];
+    size_t in_pos, in_len;
+    uint8_t out[IOBUF];
+    size_t out_len;
     pthread_t thread;
     atomic_bool done;
     struct conn *next;
@@ -48,36 +59,6 @@ struct tent_rpc_server {
     struct conn *conns;
     int nconns;
 };
-
-/* Receives exactly n bytes; idle_ok lets a frame boundary wait forever (until
- * stop).  0, or -1 when the connection must be dropped. */
-static int srv_recv(struct conn *c, void *buf, size_t n, bool idle_ok)
-{
-    char *p = buf;
-    int ticks = 0;
-    size_t got = 0;
-    while (got < n) {
-        if (atomic_load(&c->srv->stop))
-            return -1;
-        ssize_t r = recv(c->fd, p + got, n - got, 0);
-        if (r > 0) {
-            got += (size_t)r;
-            ticks = 0;
-            continue;
-        }
-        if (r == 0)
-            return -1;
-        if (errno == EINTR)
-            continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return -1;
-        if (got == 0 && idle_ok)
-            continue;
-        if (++ticks >= MID_FRAME_TICKS)
-            return -1;
-    }
-    return 0;
-}
 
 static int srv_send(struct conn *c, struct iovec *iov, int n)
 {
@@ -110,12 +91,75 @@ static int srv_send(struct conn *c, struct iovec *iov, int n)
     return 0;
 }
 
+static int flush_out(struct conn *c)
+{
+    if (!c->out_len)
+        return 0;
+    struct iovec iov = {c->out, c->out_len};
+    c->out_len = 0;
+    return srv_send(c, &iov, 1);
+}
+
+/* Receives exactly n bytes; idle_ok lets a frame boundary wait forever (until
+ * stop).  0, or -1 when the connection must be dropped. */
+static int srv_recv(struct conn *c, void *buf, size_t n, bool idle_ok)
+{
+    char *p = buf;
+    int ticks = 0;
+    size_t got = 0;
+    while (got < n) {
+        if (c->in_pos < c->in_len) {
+            size_t k = c->in_len - c->in_pos;
+            if (k > n - got)
+                k = n - got;
+            memcpy(p + got, c->in + c->in_pos, k);
+            c->in_pos += k;
+            got += k;
+            ticks = 0;
+            continue;
+        }
+        if (flush_out(c) || atomic_load(&c->srv->stop))
+            return -1;
+        bool direct = n - got >= DIRECT_MIN;
+        ssize_t r = direct ? recv(c->fd, p + got, n - got, 0)
+                           : recv(c->fd, c->in, sizeof(c->in), 0);
+        if (r > 0) {
+            if (direct) {
+                got += (size_t)r;
+            } else {
+                c->in_pos = 0;
+                c->in_len = (size_t)r;
+            }
+            ticks = 0;
+            continue;
+        }
+        if (r == 0)
+            return -1;
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return -1;
+        if (got == 0 && idle_ok)
+            continue;
+        if (++ticks >= MID_FRAME_TICKS)
+            return -1;
+    }
+    return 0;
+}
+
 static int send_resp(struct conn *c, uint32_t seq, int32_t status,
                      const void *data, uint32_t len)
 {
     uint8_t h[TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN];
     tent_wire_encode_hdr(h, TENT_WIRE_RESP, seq, TENT_WIRE_RESP_LEN + len);
     tent_wire_encode_resp(h + TENT_WIRE_HDR_LEN, status);
+    if (!len && c->out_len + sizeof(h) <= sizeof(c->out)) {
+        memcpy(c->out + c->out_len, h, sizeof(h));
+        c->out_len += sizeof(h);
+        return 0;
+    }
+    if (flush_out(c))
+        return -1;
     struct iovec iov[2] = {{h, sizeof(h)}, {(void *)data, len}};
     return srv_send(c, iov, len ? 2 : 1);
 }
@@ -280,7 +324,7 @@ static int serve_desc(struct conn *c, const struct tent_wire_hdr *h)
     uint8_t hdr[TENT_WIRE_HDR_LEN];
     tent_wire_encode_hdr(hdr, TENT_WIRE_DESC_RESP, h->seq, (uint32_t)len);
     struct iovec iov[2] = {{hdr, sizeof(hdr)}, {json, len}};
-    int rc = srv_send(c, iov, 2);
+    int rc = flush_out(c) ? -1 : srv_send(c, iov, 2);
     free(json);
     return rc;
 }
@@ -322,6 +366,7 @@ static void *conn_main(void *arg)
             break;
         }
     }
+    (void)flush_out(c); /* answers to the requests before the end */
     shutdown(c->fd, SHUT_RDWR);
     atomic_store(&c->done, true);
     return NULL;
