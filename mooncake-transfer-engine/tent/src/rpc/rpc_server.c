@@ -451,7 +451,10 @@ int tent_rpc_server_start(struct tent_engine *e, const char *host,
                               host, gai_strerror(g));
     int rc, lfd = -1, err = 0;
     for (struct addrinfo *a = res; a && lfd < 0; a = a->ai_next) {
-        lfd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+        /* non-blocking: a connection reset between poll and accept must
+         * not stall the accept thread */
+        lfd = socket(a->ai_family,
+                     a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (lfd < 0) {
             err = errno;
             continue;
