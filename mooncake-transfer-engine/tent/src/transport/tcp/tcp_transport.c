@@ -149,7 +149,47 @@ static int send_iov(int fd, struct iovec *iov, int n)
     return TENT_OK;
 }
 
-static int run_window(int fd, struct slice **w, int n, int32_t *status)
+/* Answers are read through a per-connection buffer, so that a window of
+ * small answers costs one receive call rather than one per answer. */
+struct inbuf {
+    uint8_t b[65536];
+    size_t pos, len;
+};
+
+static int in_read(int fd, struct inbuf *in, void *dst, size_t n)
+{
+    uint8_t *p = dst;
+    while (n) {
+        if (in->pos < in->len) {
+            size_t k = in->len - in->pos < n ? in->len - in->pos : n;
+            memcpy(p, in->b + in->pos, k);
+            in->pos += k;
+            p += k;
+            n -= k;
+            continue;
+        }
+        if (n >= 16384)
+            return tent_rpc_recv_all(fd, p, n);
+        ssize_t r = recv(fd, in->b, sizeof(in->b), 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r == 0)
+            return tent_set_error(TENT_EPEER, "tcp: connection closed by peer");
+        if (r < 0) {
+            int err = errno;
+            if (err == EAGAIN || err == EWOULDBLOCK)
+                return tent_set_error(TENT_ETIMEDOUT, "tcp: receive timed out");
+            return tent_set_error(TENT_EPEER, "tcp: receive failed: %s",
+                                  strerror(err));
+        }
+        in->pos = 0;
+        in->len = (size_t)r;
+    }
+    return TENT_OK;
+}
+
+static int run_window(int fd, struct inbuf *in, struct slice **w, int n,
+                      int32_t *status)
 {
     uint8_t hdrs[WINDOW_SLICES][TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN];
     struct iovec iov[2 * WINDOW_SLICES];
@@ -174,7 +214,7 @@ static int run_window(int fd, struct slice **w, int n, int32_t *status)
         struct slice *s = w[i];
         uint8_t h[TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN];
         struct tent_wire_hdr hdr;
-        int rc = tent_rpc_recv_all(fd, h, sizeof(h));
+        int rc = in_read(fd, in, h, sizeof(h));
         if (!rc)
             rc = tent_wire_decode_hdr(h, TENT_WIRE_HDR_LEN, &hdr);
         if (!rc && (hdr.type != TENT_WIRE_RESP || hdr.seq != (uint32_t)i ||
@@ -193,22 +233,24 @@ static int run_window(int fd, struct slice **w, int n, int32_t *status)
             return tent_set_error(TENT_EPROTO,
                                   "tcp: answer carries %u bytes, expected %u",
                                   data, rd_ok ? s->len : 0);
-        if (rd_ok && (rc = tent_rpc_recv_all(fd, s->local, s->len)))
+        if (rd_ok && (rc = in_read(fd, in, s->local, s->len)))
             return rc;
     }
     return TENT_OK;
 }
 
+/* Owned by its worker thread, which frees it on exit. */
 struct worker_arg {
     struct tcp_peer *p;
     int idx;
+    struct inbuf in;
 };
 
 static void *worker_main(void *arg)
 {
-    struct worker_arg wa = *(struct worker_arg *)arg;
-    free(arg);
-    struct tcp_peer *p = wa.p;
+    struct worker_arg *wa = arg;
+    struct inbuf *in = &wa->in;
+    struct tcp_peer *p = wa->p;
     struct tcp_transport *t = p->t;
     int fd = -1;
     struct slice *w[WINDOW_SLICES];
@@ -239,14 +281,15 @@ static void *worker_main(void *arg)
         int rc = TENT_OK;
         if (fd < 0) {
             rc = tent_rpc_connect(p->host, p->port, t->timeout_ms, &fd);
+            in->pos = in->len = 0; /* nothing carries over connections */
             if (!rc) {
                 pthread_mutex_lock(&p->lock);
-                p->fds[wa.idx] = fd;
+                p->fds[wa->idx] = fd;
                 pthread_mutex_unlock(&p->lock);
             }
         }
         if (!rc)
-            rc = run_window(fd, w, n, status);
+            rc = run_window(fd, in, w, n, status);
         if (rc) {
             LOG_WARN("tcp: peer %s: %s; failing %d slice(s) and the peer's "
                      "queue",
@@ -255,7 +298,7 @@ static void *worker_main(void *arg)
             struct slice *rest = p->queue;
             p->queue = p->tail = NULL;
             if (fd >= 0) {
-                p->fds[wa.idx] = -1;
+                p->fds[wa->idx] = -1;
                 close(fd);
                 fd = -1;
             }
@@ -270,10 +313,11 @@ static void *worker_main(void *arg)
     }
     if (fd >= 0) {
         pthread_mutex_lock(&p->lock);
-        p->fds[wa.idx] = -1;
+        p->fds[wa->idx] = -1;
         pthread_mutex_unlock(&p->lock);
         close(fd);
     }
+    free(wa);
     return NULL;
 }
 
