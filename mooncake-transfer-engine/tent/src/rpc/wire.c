@@ -312,7 +312,7 @@ static int decode_buf(const cJSON *o, size_t i, struct tent_wire_buf *b)
     if (!cJSON_IsObject(o))
         return tent_set_error(TENT_EPROTO, "descriptor %s is not an object",
                               where);
-    int64_t v;
+    int64_t v = 0;
     int rc = get_u64(o, "base", &b->base, where);
     if (!rc)
         rc = get_u64(o, "length", &b->length, where);
@@ -347,7 +347,7 @@ int tent_wire_decode_desc(const char *in, size_t n, struct tent_wire_desc *out)
         return tent_set_error(TENT_EPROTO, "descriptor is not valid JSON");
     struct tent_wire_desc d;
     memset(&d, 0, sizeof(d));
-    int64_t ver;
+    int64_t ver = 0;
     int rc = cJSON_IsObject(root)
                  ? TENT_OK
                  : tent_set_error(TENT_EPROTO, "descriptor is not an object");
