@@ -130,6 +130,9 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
                 m[i] = e2e_pattern(i);
             uint64_t a = tent_register_memory(eh, m, c.len) ? 0 : (uintptr_t)m;
             wr(afd, &a, sizeof(a));
+        } else if (c.op == 'F') {
+            int32_t rc = tent_free_memory(eh, rw);
+            wr(afd, &rc, sizeof(rc));
         } else if (c.op == 'S') {
             tent_p2p_stop(e);
             char ok = 1;
@@ -218,6 +221,15 @@ uint64_t e2e_peer_register(struct e2e_peer *p, uint64_t len)
     if (wr(p->cmd_fd, &c, sizeof(c)) || rd(p->ans_fd, &a, sizeof(a)))
         return 0;
     return a;
+}
+
+int e2e_peer_free_rw(struct e2e_peer *p)
+{
+    struct cmd c = {.op = 'F'};
+    int32_t rc = -1;
+    if (wr(p->cmd_fd, &c, sizeof(c)) || rd(p->ans_fd, &rc, sizeof(rc)))
+        return -1;
+    return rc;
 }
 
 void e2e_peer_stop_rpc(struct e2e_peer *p)

@@ -32,6 +32,8 @@ uint64_t e2e_peer_hash(struct e2e_peer *p, bool plain, uint64_t off,
 /* Registers len more bytes (pattern-filled malloc memory) in the child;
  * returns its address or 0. */
 uint64_t e2e_peer_register(struct e2e_peer *p, uint64_t len);
+/* The child frees its rw buffer (tent_free_memory); returns its result. */
+int e2e_peer_free_rw(struct e2e_peer *p);
 /* Asks the child to stop its RPC server (data and control plane). */
 void e2e_peer_stop_rpc(struct e2e_peer *p);
 /* The child checks its queued notifications: each msg is "<off> <len>

@@ -235,6 +235,25 @@ static void test_refetch_after_peer_registers(void **state)
     tent_free_segment_info(&info);
 }
 
+/* The target frees memory the initiator's cached descriptor still lists:
+ * a write there must not be reported COMPLETED (tcp: the server refuses;
+ * shm: the published fd no longer names that memory). */
+static void test_write_to_freed_memory_not_completed(void **state)
+{
+    struct fixture *f = *state;
+    int st = -1;
+    assert_int_equal(submit_one(f, OPCODE_WRITE, f->peer.rw_base, 4096, &st),
+                     0);
+    assert_int_equal(st, STATUS_COMPLETED);
+    assert_int_equal(e2e_peer_free_rw(&f->peer), 0);
+    st = -1;
+    int rc = submit_one(f, OPCODE_WRITE, f->peer.rw_base, 4096, &st);
+    if (rc == 0)
+        assert_int_equal(st, STATUS_FAILED);
+    else
+        assert_true(rc < 0);
+}
+
 static void test_kill_target_mid_batch(void **state)
 {
     struct fixture *f = *state;
@@ -435,6 +454,8 @@ int main(int argc, char **argv)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_notifications_after_data, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(
+            test_write_to_freed_memory_not_completed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kill_target_mid_batch, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_stalled_target_times_out, setup,

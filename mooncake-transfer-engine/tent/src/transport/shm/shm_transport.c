@@ -56,6 +56,7 @@ struct shm_proc {
 struct shm_map {
     long pid;
     unsigned long long ino;
+    char path[64]; /* /proc/<pid>/fd/<fd>: still the same file? */
     void *addr;
     size_t len;
     bool writable;
@@ -289,6 +290,7 @@ static int map_get_locked(struct shm_transport *t, long pid,
     }
     m->pid = pid;
     m->ino = ino;
+    snprintf(m->path, sizeof(m->path), "%s", path);
     m->addr = a;
     m->len = tb->length;
     m->writable = rw;
@@ -365,6 +367,15 @@ static int submit_one(struct shm_transport *t, const struct tent_xfer *x,
     if (!proc_alive(p))
         return tent_set_error(TENT_EPEER, "shm: peer process %ld has exited",
                               pid);
+    /* A peer that freed the memory closed its fd: our mapping would still
+     * work, into memory nobody owns any more.  Refuse instead. */
+    struct stat st;
+    if (memfd &&
+        (stat(m->path, &st) != 0 || (unsigned long long)st.st_ino != m->ino))
+        return tent_set_error(TENT_EPEER,
+                              "shm: buffer at %#" PRIx64 " of pid %ld is no "
+                              "longer registered",
+                              tb->base, pid);
     int state = TENT_XFER_COMPLETED;
     if (memfd) {
         /* target_buf wholly holds [remote, +length): checked by the runtime
