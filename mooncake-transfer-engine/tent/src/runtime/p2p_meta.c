@@ -287,7 +287,7 @@ int tent_p2p_start(struct tent_engine *e)
         rc = tent_segment_set_attr_locked(e->local, "pid", pid);
     pthread_rwlock_unlock(&e->local->lock);
     if (rc) {
-        tent_p2p_stop(e);
+        tent_p2p_free(e);
         return rc;
     }
     if (strcmp(mtype, "p2p") == 0 && !e->seg_ops)
