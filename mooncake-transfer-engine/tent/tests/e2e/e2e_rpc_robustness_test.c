@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -275,11 +278,102 @@ static void test_server_enforces_bounds_and_permissions(void **state)
     free(exp);
 }
 
+/* A fake peer that answers every descriptor request with `reply`. */
+struct fake_peer {
+    int lfd;
+    uint16_t port;
+    const uint8_t *reply;
+    size_t reply_len;
+    pthread_t thr;
+};
+
+static void *fake_main(void *arg)
+{
+    struct fake_peer *f = arg;
+    int fd = accept(f->lfd, NULL, NULL);
+    if (fd >= 0) {
+        uint8_t h[TENT_WIRE_HDR_LEN];
+        if (tent_rpc_recv_all(fd, h, sizeof(h)) == 0)
+            (void)send(fd, f->reply, f->reply_len, MSG_NOSIGNAL);
+        shutdown(fd, SHUT_WR);
+        char x;
+        while (recv(fd, &x, 1, 0) > 0)
+            ;
+        close(fd);
+    }
+    return NULL;
+}
+
+static void fake_start(struct fake_peer *f)
+{
+    f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof(a);
+    assert_int_equal(bind(f->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(f->lfd, 4), 0);
+    assert_int_equal(getsockname(f->lfd, (struct sockaddr *)&a, &al), 0);
+    f->port = ntohs(a.sin_port);
+    assert_int_equal(pthread_create(&f->thr, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(struct fake_peer *f)
+{
+    pthread_join(f->thr, NULL);
+    close(f->lfd);
+}
+
+/* Opening a segment whose server answers with a bad descriptor fails
+ * cleanly with TENT_ENOSEGMENT, whatever the bytes. */
+static void test_bad_descriptor_refused_by_initiator(void **state)
+{
+    (void)state;
+    static const char *bodies[] = {
+        "not json", "{\"version\":1}",
+        "{\"version\":1,\"name\":\"x\",\"host_id\":\"h\",\"buffers\":"
+        "[{\"base\":\"10\",\"length\":\"0\",\"location\":\"cpu\","
+        "\"perm\":2,\"xport_mask\":1,\"shm_name\":\"\",\"shm_offset\":"
+        "\"0\"}],\"attrs\":{}}",
+        "", /* truncated: header promises more than is sent */
+    };
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        uint8_t buf[512];
+        size_t bl = strlen(bodies[i]);
+        tent_wire_encode_hdr(buf, TENT_WIRE_DESC_RESP, 1,
+                             bl ? (uint32_t)bl : 100);
+        memcpy(buf + TENT_WIRE_HDR_LEN, bodies[i], bl);
+        struct fake_peer f = {.reply = buf,
+                              .reply_len = TENT_WIRE_HDR_LEN + bl};
+        fake_start(&f);
+        char name[64];
+        snprintf(name, sizeof(name), "127.0.0.1:%u", (unsigned)f.port);
+        tent_segment_id_t seg;
+        assert_int_equal(tent_open_segment(e, &seg, name), TENT_ENOSEGMENT);
+        fake_stop(&f);
+    }
+    /* a wrong frame type, and a header that does not decode */
+    uint8_t h[TENT_WIRE_HDR_LEN];
+    for (int k = 0; k < 2; k++) {
+        tent_wire_encode_hdr(h, k ? TENT_WIRE_RESP : 99, 1, 0);
+        struct fake_peer f = {.reply = h, .reply_len = sizeof(h)};
+        fake_start(&f);
+        char name[64];
+        snprintf(name, sizeof(name), "127.0.0.1:%u", (unsigned)f.port);
+        tent_segment_id_t seg;
+        assert_int_equal(tent_open_segment(e, &seg, name), TENT_ENOSEGMENT);
+        fake_stop(&f);
+    }
+    tent_destroy_engine(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_malformed_frames_drop_only_their_connection),
         cmocka_unit_test(test_server_enforces_bounds_and_permissions),
+        cmocka_unit_test(test_bad_descriptor_refused_by_initiator),
     };
     return cmocka_run_group_tests_name("e2e_rpc_robustness", tests, group_setup,
                                        group_teardown);
