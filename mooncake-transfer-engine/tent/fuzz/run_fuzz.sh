@@ -7,11 +7,12 @@ secs=${1:-60}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 build=${2:-$root/build-fuzz}
+targets="fuzz_wire_frame fuzz_wire_desc fuzz_peer_addr fuzz_shm_handle"
 CC=clang cmake -S "$root" -B "$build" -G Ninja -DTENT_BUILD_FUZZ=ON \
   -DTENT_BUILD_BENCH=OFF -DBUILD_UNIT_TESTS=OFF >/dev/null
-ninja -C "$build" fuzz_wire_frame fuzz_wire_desc fuzz_peer_addr
+ninja -C "$build" $targets
 status=0
-for t in fuzz_wire_frame fuzz_wire_desc fuzz_peer_addr; do
+for t in $targets; do
   corpus="$build/corpus/$t"
   mkdir -p "$corpus"
   cp -n "$here/corpus/$t/"* "$corpus/" 2>/dev/null || true

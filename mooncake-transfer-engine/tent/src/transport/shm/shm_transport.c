@@ -25,6 +25,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "runtime/engine.h"
+#include "transport/shm/shm_handle.h"
 #include "transport/transport.h"
 
 #include <errno.h>
@@ -134,12 +135,7 @@ static uint32_t shm_caps(struct tent_transport *t)
 
 static long peer_pid(const struct tent_segment *seg)
 {
-    const char *s = tent_segment_attr(seg, "pid");
-    if (!s || !*s)
-        return -1;
-    char *end;
-    long pid = strtol(s, &end, 10);
-    return *end || pid <= 0 || pid > (1L << 30) ? -1 : pid;
+    return tent_shm_parse_pid(tent_segment_attr(seg, "pid"));
 }
 
 static bool shm_can_reach(struct tent_transport *base,
@@ -243,11 +239,9 @@ static int map_get_locked(struct shm_transport *t, long pid,
 {
     int fdnum;
     unsigned long long ino;
-    int used = 0;
-    if (sscanf(tb->shm_name, "memfd:%d:%llu%n", &fdnum, &ino, &used) != 2 ||
-        tb->shm_name[used] || fdnum < 0)
-        return tent_set_error(TENT_EPROTO, "shm: handle '%s' is malformed",
-                              tb->shm_name);
+    int rc = tent_shm_parse_handle(tb->shm_name, &fdnum, &ino);
+    if (rc)
+        return rc;
     for (struct shm_map *m = t->maps; m; m = m->next)
         if (m->pid == pid && m->ino == ino && m->len >= tb->length &&
             (m->writable || !write)) {
@@ -262,7 +256,7 @@ static int map_get_locked(struct shm_transport *t, long pid,
         return tent_set_error(TENT_EPEER, "shm: open %s failed: %s", path,
                               strerror(errno));
     struct stat st;
-    int rc = TENT_OK;
+    rc = TENT_OK;
     if (fstat(fd, &st) != 0 || (unsigned long long)st.st_ino != ino)
         rc = tent_set_error(TENT_EPEER,
                             "shm: %s is not the published memory (inode "
