@@ -14,6 +14,7 @@
 #include "rpc/rpc.h"
 #include "rpc/wire.h"
 #include "tent/transfer_engine.h"
+#include "transport/shm/shm_handle.h"
 
 static void test_header(void **state)
 {
@@ -200,6 +201,28 @@ static void test_peer_addr(void **state)
                          TENT_EINVAL);
 }
 
+static void test_shm_fields(void **state)
+{
+    (void)state;
+    int fd;
+    unsigned long long ino;
+    assert_int_equal(tent_shm_parse_handle("memfd:12:345", &fd, &ino), 0);
+    assert_int_equal(fd, 12);
+    assert_int_equal(ino, 345);
+    const char *bad[] = {"",           "cma",        "memfd:",
+                         "memfd:1",    "memfd:1:",   "memfd:-1:2",
+                         "memfd:1:2x", "memfd: 1:2", "memfd:99999999999:1",
+                         "memfd:1:2:3"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(tent_shm_parse_handle(bad[i], &fd, &ino), TENT_EPROTO);
+    assert_int_equal(tent_shm_parse_pid("4242"), 4242);
+    assert_int_equal(tent_shm_parse_pid("0"), -1);
+    assert_int_equal(tent_shm_parse_pid("-5"), -1);
+    assert_int_equal(tent_shm_parse_pid("12a"), -1);
+    assert_int_equal(tent_shm_parse_pid("9999999999"), -1);
+    assert_int_equal(tent_shm_parse_pid(NULL), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -207,6 +230,7 @@ int main(void)
         cmocka_unit_test(test_rw_resp_notify),
         cmocka_unit_test(test_descriptor),
         cmocka_unit_test(test_peer_addr),
+        cmocka_unit_test(test_shm_fields),
     };
     return cmocka_run_group_tests_name("rpc_wire", tests, NULL, NULL);
 }
