@@ -104,6 +104,9 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
         tent_register_memory_with_perm(eh, loc, SMALL, PERM_LOCAL_READ_WRITE) ||
         tent_register_memory(eh, plain, SMALL))
         _exit(4);
+    /* as a transport would publish memfabric_unique_id */
+    if (tent_engine_publish_attr(e, "memfabric_unique_id", "127.0.0.1:4242"))
+        _exit(5);
     struct e2e_peer info = {0};
     tent_segment_name(eh, info.name, sizeof(info.name));
     info.rw_base = (uintptr_t)rw;

@@ -15,6 +15,7 @@
 // clang-format on
 
 #include "e2e_peer.h"
+#include "runtime/engine.h"
 #include "tent/transfer_engine.h"
 
 #define RW_LEN ((size_t)80 << 20)
@@ -233,6 +234,13 @@ static void test_refetch_after_peer_registers(void **state)
     assert_int_equal(tent_get_segment_info(f->e, f->seg, &info), 0);
     assert_int_equal(info.num_buffers, 5);
     tent_free_segment_info(&info);
+    /* per-transport attributes and host identity travel with it */
+    struct tent_segment *seg = tent_engine_segment(f->e, f->seg);
+    assert_non_null(seg);
+    assert_string_equal(tent_segment_attr(seg, "memfabric_unique_id"),
+                        "127.0.0.1:4242");
+    assert_non_null(tent_segment_attr(seg, "rpc_addr"));
+    assert_true(strlen(seg->host_id) > 1);
 }
 
 /* The target frees memory the initiator's cached descriptor still lists:
