@@ -59,7 +59,8 @@ struct shm_map {
     unsigned long long ino;
     char path[64]; /* /proc/<pid>/fd/<fd>: still the same file? */
     void *addr;
-    size_t len;
+    size_t len;    /* the buffer's length */
+    size_t maplen; /* mapped: rounded to the file's block (huge page) size */
     bool writable;
     struct shm_map *next;
 };
@@ -112,7 +113,7 @@ static void shm_uninstall(struct tent_transport *base)
         return;
     for (struct shm_map *m = t->maps, *n; m; m = n) {
         n = m->next;
-        munmap(m->addr, m->len);
+        munmap(m->addr, m->maplen);
         free(m);
     }
     for (struct shm_proc *p = t->procs, *n; p; p = n) {
@@ -273,8 +274,13 @@ static int map_get_locked(struct shm_transport *t, long pid,
         close(fd);
         return rc;
     }
-    void *a = mmap(NULL, tb->length, PROT_READ | (rw ? PROT_WRITE : 0),
-                   MAP_SHARED, fd, (off_t)tb->shm_offset);
+    /* hugetlbfs wants whole huge pages; st_blksize is that size there. */
+    uint64_t blk = st.st_blksize > 0 ? (uint64_t)st.st_blksize : 4096;
+    uint64_t maplen = (tb->length + blk - 1) / blk * blk;
+    if (maplen > (uint64_t)st.st_size - tb->shm_offset)
+        maplen = tb->length;
+    void *a = mmap(NULL, maplen, PROT_READ | (rw ? PROT_WRITE : 0), MAP_SHARED,
+                   fd, (off_t)tb->shm_offset);
     int err = errno;
     close(fd);
     if (a == MAP_FAILED) {
@@ -287,6 +293,7 @@ static int map_get_locked(struct shm_transport *t, long pid,
     snprintf(m->path, sizeof(m->path), "%s", path);
     m->addr = a;
     m->len = tb->length;
+    m->maplen = maplen;
     m->writable = rw;
     m->next = t->maps;
     t->maps = m;

@@ -60,7 +60,7 @@ struct tcp_sub {
 
 struct tcp_transport;
 
-/* lock guards queue/tail/stop/inflight. */
+/* lock guards queue/tail/stop/fds. */
 struct tcp_peer {
     struct tcp_transport *t;
     char addr[320];
