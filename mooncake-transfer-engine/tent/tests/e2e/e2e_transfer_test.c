@@ -449,11 +449,51 @@ static void test_single_process_local_segment(void **state)
     tent_destroy_engine(e);
 }
 
+/* An IPv6 server address gives a bracketed segment name that opens. */
+static void test_ipv6_segment_name(void **state)
+{
+    (void)state;
+    e2e_config(g_shm, !g_shm);
+    tent_set_config("rpc_server_hostname", "::1");
+    tent_engine_t a = tent_create_engine();
+    if (!a) {
+        skip(); /* no IPv6 loopback here */
+        return;
+    }
+    tent_engine_t b = tent_create_engine();
+    assert_non_null(b);
+    char name[256];
+    assert_int_equal(tent_segment_name(a, name, sizeof(name)), 0);
+    assert_true(strncmp(name, "[::1]:", 6) == 0);
+    tent_segment_id_t seg;
+    assert_int_equal(tent_open_segment(b, &seg, name), 0);
+    void *src, *dst;
+    assert_int_equal(tent_allocate_memory(a, &dst, 65536, "cpu"), 0);
+    assert_int_equal(tent_allocate_memory(b, &src, 65536, "cpu"), 0);
+    memset(src, 0x3c, 65536);
+    assert_int_equal(tent_open_segment(b, &seg, name), 0); /* cached */
+    tent_request_t r = {.opcode = OPCODE_WRITE,
+                        .source = src,
+                        .target_id = seg,
+                        .target_offset = (uintptr_t)dst,
+                        .length = 65536};
+    tent_batch_id_t bt = tent_allocate_batch(b, 1);
+    assert_int_equal(tent_submit(b, bt, &r, 1), 0);
+    tent_status_t st;
+    assert_int_equal(e2e_wait(b, bt, 10000, &st), 0);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_memory_equal(src, dst, 65536);
+    assert_int_equal(tent_free_batch(b, bt), 0);
+    tent_destroy_engine(b);
+    tent_destroy_engine(a);
+}
+
 int main(int argc, char **argv)
 {
     g_shm = argc > 1 && strcmp(argv[1], "shm") == 0;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_process_local_segment),
+        cmocka_unit_test(test_ipv6_segment_name),
         cmocka_unit_test_setup_teardown(test_random_reads_writes, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bounds_and_permissions, setup,
