@@ -212,7 +212,7 @@ int tent_open_segment(tent_engine_t engine, tent_segment_id_t *handle,
                               "segment '%s' not found: no metadata service in "
                               "this engine can resolve it",
                               segment_name);
-    struct tent_segment *seg = NULL;
+    struct tent_segment *seg = NULL; /* gcc -O3 maybe-uninitialized */
     int rc = tent_segment_new(0, segment_name, false, &seg);
     if (rc)
         return rc;

@@ -1,0 +1,11 @@
+/* Parsers of the shm fields a peer publishes in its descriptor: pure
+ * functions, fuzzed by fuzz/fuzz_shm_handle.c. */
+#ifndef TENT_TRANSPORT_SHM_HANDLE_H
+#define TENT_TRANSPORT_SHM_HANDLE_H
+
+/* "memfd:<fd>:<inode>" -> fd >= 0 and inode; 0 or TENT_EPROTO. */
+int tent_shm_parse_handle(const char *s, int *fd, unsigned long long *ino);
+/* The "pid" attribute: a decimal in 1..2^30, else -1. */
+long tent_shm_parse_pid(const char *s);
+
+#endif

@@ -1,0 +1,236 @@
+/* The wire codec on its own: round trips, and every field of every frame
+ * and descriptor validated (each bad value refused with TENT_EPROTO). */
+// clang-format off
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+// clang-format on
+
+#include "rpc/rpc.h"
+#include "rpc/wire.h"
+#include "tent/transfer_engine.h"
+#include "transport/shm/shm_handle.h"
+
+static void test_header(void **state)
+{
+    (void)state;
+    uint8_t h[TENT_WIRE_HDR_LEN];
+    struct tent_wire_hdr d;
+    tent_wire_encode_hdr(h, TENT_WIRE_READ, 42, TENT_WIRE_RW_LEN);
+    assert_int_equal(tent_wire_decode_hdr(h, sizeof(h), &d), 0);
+    assert_int_equal(d.type, TENT_WIRE_READ);
+    assert_int_equal(d.seq, 42);
+    assert_int_equal(d.len, TENT_WIRE_RW_LEN);
+    assert_int_equal(tent_wire_decode_hdr(h, sizeof(h) - 1, &d), TENT_EPROTO);
+    uint8_t b[TENT_WIRE_HDR_LEN];
+    for (int field = 0; field < 5; field++) {
+        memcpy(b, h, sizeof(b));
+        switch (field) {
+        case 0:
+            b[1] ^= 1;
+            break; /* magic */
+        case 1:
+            b[4] = 2;
+            break; /* version */
+        case 2:
+            b[5] = 0;
+            break; /* type */
+        case 3:
+            b[7] = 1;
+            break; /* flags */
+        case 4:
+            b[12] = 17;
+            break; /* READ body must be 16 */
+        }
+        assert_int_equal(tent_wire_decode_hdr(b, sizeof(b), &d), TENT_EPROTO);
+    }
+    tent_wire_encode_hdr(b, TENT_WIRE_DESC_REQ, 1, 1);
+    assert_int_equal(tent_wire_decode_hdr(b, sizeof(b), &d), TENT_EPROTO);
+    tent_wire_encode_hdr(b, TENT_WIRE_WRITE, 1, TENT_WIRE_MAX_BODY + 1);
+    assert_int_equal(tent_wire_decode_hdr(b, sizeof(b), &d), TENT_EPROTO);
+}
+
+static void test_rw_resp_notify(void **state)
+{
+    (void)state;
+    uint8_t b[TENT_WIRE_MAX_NOTIFY];
+    struct tent_wire_rw rw;
+    tent_wire_encode_rw(b, 0x1000, 64);
+    assert_int_equal(tent_wire_decode_rw(b, 16, &rw), 0);
+    assert_int_equal(rw.addr, 0x1000);
+    assert_int_equal(rw.length, 64);
+    tent_wire_encode_rw(b, 0x1000, 0);
+    assert_int_equal(tent_wire_decode_rw(b, 16, &rw), TENT_EPROTO);
+    tent_wire_encode_rw(b, 0x1000, TENT_WIRE_MAX_DATA + 1ull);
+    assert_int_equal(tent_wire_decode_rw(b, 16, &rw), TENT_EPROTO);
+    tent_wire_encode_rw(b, UINT64_MAX - 10, 64);
+    assert_int_equal(tent_wire_decode_rw(b, 16, &rw), TENT_EPROTO);
+    assert_int_equal(tent_wire_decode_rw(b, 15, &rw), TENT_EPROTO);
+
+    int32_t st;
+    tent_wire_encode_resp(b, TENT_EPERM);
+    assert_int_equal(tent_wire_decode_resp(b, 8, &st), 0);
+    assert_int_equal(st, TENT_EPERM);
+    tent_wire_encode_resp(b, 5);
+    assert_int_equal(tent_wire_decode_resp(b, 8, &st), TENT_EPROTO);
+
+    struct tent_wire_notify *n = malloc(sizeof(*n));
+    int len = tent_wire_encode_notify(b, "name", "hello", "h:1");
+    assert_int_equal(len, 8 + 4 + 5 + 3);
+    assert_int_equal(tent_wire_decode_notify(b, (size_t)len, n), 0);
+    assert_string_equal(n->name, "name");
+    assert_string_equal(n->msg, "hello");
+    assert_string_equal(n->from, "h:1");
+    assert_int_equal(tent_wire_decode_notify(b, (size_t)len - 1, n),
+                     TENT_EPROTO);
+    b[8] = 0; /* NUL inside the name */
+    assert_int_equal(tent_wire_decode_notify(b, (size_t)len, n), TENT_EPROTO);
+    free(n);
+}
+
+static const char *good_desc =
+    "{\"version\":1,\"name\":\"127.0.0.1:1\",\"host_id\":\"b/h\","
+    "\"buffers\":[{\"base\":\"4096\",\"length\":\"100\",\"location\":\"cpu\","
+    "\"perm\":2,\"xport_mask\":128,\"shm_name\":\"cma\",\"shm_offset\":\"0\"},"
+    "{\"base\":\"8192\",\"length\":\"100\",\"location\":\"cpu\",\"perm\":1,"
+    "\"xport_mask\":128,\"shm_name\":\"\",\"shm_offset\":\"0\"}],"
+    "\"attrs\":{\"rpc_addr\":\"127.0.0.1:1\"}}";
+
+static int decode_str(const char *s)
+{
+    struct tent_wire_desc *d = calloc(1, sizeof(*d));
+    int rc = tent_wire_decode_desc(s, strlen(s), d);
+    if (rc == 0)
+        tent_wire_desc_free(d);
+    free(d);
+    return rc;
+}
+
+/* good_desc with the first occurrence of `from` replaced by `to`. */
+static int decode_mutated(const char *from, const char *to)
+{
+    char buf[2048];
+    const char *p = strstr(good_desc, from);
+    assert_non_null(p);
+    snprintf(buf, sizeof(buf), "%.*s%s%s", (int)(p - good_desc), good_desc, to,
+             p + strlen(from));
+    return decode_str(buf);
+}
+
+static void test_descriptor(void **state)
+{
+    (void)state;
+    struct tent_wire_desc *d = calloc(1, sizeof(*d));
+    assert_int_equal(tent_wire_decode_desc(good_desc, strlen(good_desc), d), 0);
+    assert_int_equal(d->nbufs, 2);
+    assert_int_equal(d->bufs[1].perm, PERM_GLOBAL_READ_ONLY);
+    assert_string_equal(d->attr_value[0], "127.0.0.1:1");
+    size_t len;
+    char *again = tent_wire_encode_desc(d, &len);
+    assert_non_null(again);
+    struct tent_wire_desc *d2 = calloc(1, sizeof(*d2));
+    assert_int_equal(tent_wire_decode_desc(again, len, d2), 0);
+    assert_memory_equal(d->bufs, d2->bufs, 2 * sizeof(*d->bufs));
+    tent_wire_desc_free(d2);
+    tent_wire_desc_free(d);
+    free(again);
+    free(d);
+    free(d2);
+
+    assert_int_equal(decode_str("{"), TENT_EPROTO);
+    assert_int_equal(decode_str("[]"), TENT_EPROTO);
+    assert_int_equal(decode_mutated("\"version\":1", "\"version\":2"),
+                     TENT_EPROTO);
+    assert_int_equal(decode_mutated("\"base\":\"4096\"", "\"base\":4096"),
+                     TENT_EPROTO);
+    assert_int_equal(decode_mutated("\"base\":\"4096\"", "\"base\":\"-1\""),
+                     TENT_EPROTO);
+    assert_int_equal(decode_mutated("\"base\":\"4096\"",
+                                    "\"base\":\"99999999999999999999\""),
+                     TENT_EPROTO);
+    assert_int_equal(decode_mutated("\"length\":\"100\"", "\"length\":\"0\""),
+                     TENT_EPROTO);
+    assert_int_equal(decode_mutated("\"base\":\"4096\"",
+                                    "\"base\":\"18446744073709551600\""),
+                     TENT_EPROTO); /* wraps */
+    assert_int_equal(decode_mutated("\"perm\":2", "\"perm\":3"), TENT_EPROTO);
+    assert_int_equal(decode_mutated("\"perm\":2", "\"perm\":1.5"), TENT_EPROTO);
+    assert_int_equal(decode_mutated("\"xport_mask\":128", "\"xport_mask\":-1"),
+                     TENT_EPROTO);
+    assert_int_equal(decode_mutated("\"location\":\"cpu\"", "\"location\":7"),
+                     TENT_EPROTO);
+    assert_int_equal(decode_mutated("\"base\":\"8192\"", "\"base\":\"4100\""),
+                     TENT_EPROTO); /* overlaps the first */
+    assert_int_equal(decode_mutated("\"base\":\"8192\"", "\"base\":\"0\""),
+                     TENT_EPROTO); /* out of order */
+    assert_int_equal(decode_mutated("\"buffers\":[", "\"buffers\":{\"x\":["),
+                     TENT_EPROTO);
+    assert_int_equal(
+        decode_mutated("\"rpc_addr\":\"127.0.0.1:1\"", "\"rpc_addr\":1"),
+        TENT_EPROTO);
+    char longname[400];
+    memset(longname, 'a', sizeof(longname));
+    longname[sizeof(longname) - 1] = 0;
+    char repl[420];
+    snprintf(repl, sizeof(repl), "\"name\":\"%s\"", longname);
+    assert_int_equal(decode_mutated("\"name\":\"127.0.0.1:1\"", repl),
+                     TENT_EPROTO);
+}
+
+static void test_peer_addr(void **state)
+{
+    (void)state;
+    char host[64];
+    uint16_t port;
+    assert_int_equal(
+        tent_rpc_parse_addr("127.0.0.1:15000", host, sizeof(host), &port), 0);
+    assert_string_equal(host, "127.0.0.1");
+    assert_int_equal(port, 15000);
+    assert_int_equal(tent_rpc_parse_addr("[::1]:80", host, sizeof(host), &port),
+                     0);
+    assert_string_equal(host, "::1");
+    const char *bad[] = {"",    "host",    "host:", ":80",
+                         "h:0", "h:65536", "h:8x",  "h:-1"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(tent_rpc_parse_addr(bad[i], host, sizeof(host), &port),
+                         TENT_EINVAL);
+}
+
+static void test_shm_fields(void **state)
+{
+    (void)state;
+    int fd;
+    unsigned long long ino;
+    assert_int_equal(tent_shm_parse_handle("memfd:12:345", &fd, &ino), 0);
+    assert_int_equal(fd, 12);
+    assert_int_equal(ino, 345);
+    const char *bad[] = {"",           "cma",        "memfd:",
+                         "memfd:1",    "memfd:1:",   "memfd:-1:2",
+                         "memfd:1:2x", "memfd: 1:2", "memfd:99999999999:1",
+                         "memfd:1:2:3"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(tent_shm_parse_handle(bad[i], &fd, &ino), TENT_EPROTO);
+    assert_int_equal(tent_shm_parse_pid("4242"), 4242);
+    assert_int_equal(tent_shm_parse_pid("0"), -1);
+    assert_int_equal(tent_shm_parse_pid("-5"), -1);
+    assert_int_equal(tent_shm_parse_pid("12a"), -1);
+    assert_int_equal(tent_shm_parse_pid("9999999999"), -1);
+    assert_int_equal(tent_shm_parse_pid(NULL), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_header),
+        cmocka_unit_test(test_rw_resp_notify),
+        cmocka_unit_test(test_descriptor),
+        cmocka_unit_test(test_peer_addr),
+        cmocka_unit_test(test_shm_fields),
+    };
+    return cmocka_run_group_tests_name("rpc_wire", tests, NULL, NULL);
+}
