@@ -60,7 +60,8 @@ static void test_file_from_env(void **state)
                       " \"enable_auto_failover_on_poll\": false,\n"
                       " \"log_level\": \"error\",\n"
                       " \"transports\": {\"fake_a\": {\"enable\": true},\n"
-                      "                  \"fake_b\": {\"enable\": true}}}\n"),
+                      "                  \"fake_b\": {\"enable\": true},\n"
+                      "                  \"tcp\": {\"enable\": false}}}\n"),
            1);
     tent_engine_t e = tent_create_engine();
     assert_non_null(e);
@@ -111,6 +112,7 @@ static void test_precedence_and_typed_overrides(void **state)
     tent_set_config("enable_auto_failover_on_poll", "false");
     tent_set_config("local_segment_name", "from-override");
     tent_set_config("transports/fake_a/enable", "true");
+    tent_set_config("transports/tcp/enable", "false");
     tent_set_config("policy", "[{\"segment_type\":\"memory\","
                               "\"transports\":[\"fake_a\"]}]");
     e = tent_create_engine();
