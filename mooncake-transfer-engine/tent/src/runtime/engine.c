@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "runtime/engine.h"
+#include "runtime/p2p_meta.h"
 
 const struct tent_config *tent_engine_config(const struct tent_engine *e)
 {
@@ -166,11 +167,17 @@ tent_engine_t tent_create_engine(void)
     }
     e->segs[0] = e->local;
     e->nsegs = 1;
+    /* The RPC server fixes the segment name, so it starts first. */
+    rc = tent_p2p_start(e);
+    if (rc)
+        goto fail_rpc;
     install_transports(e);
     LOG_INFO("engine created: segment '%s', %d transport(s)", e->segment_name,
              e->nxports);
     return e;
 
+fail_rpc:
+    free(e->segs);
 fail_segs:
     tent_segment_free(e->local);
 fail_settings:
@@ -191,6 +198,8 @@ void tent_destroy_engine(tent_engine_t engine)
     struct tent_engine *e = tent_engine_cast(engine);
     if (!e)
         return;
+    /* No peer request may touch memory once teardown begins. */
+    tent_p2p_stop(e);
     /* Quiesce first: a transport whose backend may still write into memory
      * keeps that memory and its own resources rather than risk a
      * use-after-free. */
@@ -220,6 +229,7 @@ void tent_destroy_engine(tent_engine_t engine)
         tent_segment_free(e->segs[i]);
     }
     free(e->segs);
+    tent_p2p_free(e);
     /* The local segment may still hold buffers pinned by in-flight tasks;
      * tent_memory_release_all kept those (and said so). */
     if (e->local->nbufs == 0)

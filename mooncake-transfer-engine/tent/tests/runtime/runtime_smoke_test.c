@@ -18,6 +18,7 @@ static int setup(void **state)
     tent_config_reset_global();
     tent_set_config("transports/fake_a/enable", "true");
     tent_set_config("transports/fake_b/enable", "true");
+    tent_set_config("transports/tcp/enable", "false"); /* fakes only */
     tent_set_config("log_level", "error");
     return 0;
 }

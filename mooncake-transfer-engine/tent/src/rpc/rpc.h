@@ -1,0 +1,47 @@
+/* The engine's RPC server and the client calls that reach a peer's server.
+ *
+ * One server per engine, bound to rpc_server_hostname:rpc_server_port.  It
+ * answers descriptor fetches and notifications (control plane) and the tcp
+ * transport's reads and writes (data plane), all in the wire format of
+ * wire.h.  A connection that sends a frame that does not validate is closed;
+ * other connections are not affected. */
+#ifndef TENT_RPC_RPC_H
+#define TENT_RPC_RPC_H
+
+#include "rpc/wire.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct tent_engine;
+struct tent_rpc_server;
+
+/* Binds host:port (0 = ephemeral) and starts serving e.  *bound_port is the
+ * real port. */
+int tent_rpc_server_start(struct tent_engine *e, const char *host,
+                          uint16_t port, struct tent_rpc_server **out,
+                          uint16_t *bound_port);
+/* Stops accepting, closes every connection and joins every thread; after it
+ * returns the server touches no engine memory.  NULL is a no-op. */
+void tent_rpc_server_stop(struct tent_rpc_server *s);
+
+/* ---- client side -------------------------------------------------------- */
+/* Splits "host:port" (last ':'; "[v6]:port" accepted). */
+int tent_rpc_parse_addr(const char *name, char *host, size_t cap,
+                        uint16_t *port);
+/* Connects with a timeout; the socket has TCP_NODELAY and send/receive
+ * timeouts of timeout_ms. */
+int tent_rpc_connect(const char *host, uint16_t port, int timeout_ms, int *fd);
+/* Full send/receive; TENT_ETIMEDOUT on a socket timeout, TENT_EPEER on a
+ * closed or failed connection. */
+int tent_rpc_send_all(int fd, const void *buf, size_t n);
+int tent_rpc_recv_all(int fd, void *buf, size_t n);
+/* Sets send and receive timeouts of a connected socket. */
+void tent_rpc_set_timeouts(int fd, int timeout_ms);
+
+int tent_rpc_fetch_desc(const char *host, uint16_t port, int timeout_ms,
+                        struct tent_wire_desc *out);
+int tent_rpc_notify(const char *host, uint16_t port, int timeout_ms,
+                    const char *name, const char *msg, const char *from);
+
+#endif

@@ -1,0 +1,485 @@
+/* The engine's RPC server: an accept thread (poll on the listening socket
+ * and a wake-up eventfd) and one thread per connection, so that a slow or
+ * stalled peer holds only its own thread.  Every frame is decoded by
+ * wire.c before use; a frame that does not validate closes its connection.
+ *
+ * Data requests are checked against the local segment's registered buffers
+ * (bounds, permission, served by tcp) and pin the buffer (inflight) for the
+ * duration of the copy, so an unregister in parallel answers busy instead of
+ * freeing memory under the server. */
+#include "common/error.h"
+#include "common/log.h"
+#include "rpc/rpc.h"
+#include "runtime/engine.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define MAX_CONNS       256
+#define IO_TICK_MS      500 /* receive timeout; the stop flag is checked */
+#define MID_FRAME_TICKS 20  /* a frame stalled this long (10 s) is dropped */
+
+struct conn {
+    struct tent_rpc_server *srv;
+    int fd;
+    pthread_t thread;
+    atomic_bool done;
+    struct conn *next;
+};
+
+/* lock guards conns/nconns; stop is set once, under lock. */
+struct tent_rpc_server {
+    struct tent_engine *e;
+    int lfd, wake_fd;
+    pthread_t accept_thread;
+    atomic_bool stop;
+    pthread_mutex_t lock;
+    struct conn *conns;
+    int nconns;
+};
+
+/* Receives exactly n bytes; idle_ok lets a frame boundary wait forever (until
+ * stop).  0, or -1 when the connection must be dropped. */
+static int srv_recv(struct conn *c, void *buf, size_t n, bool idle_ok)
+{
+    char *p = buf;
+    int ticks = 0;
+    size_t got = 0;
+    while (got < n) {
+        if (atomic_load(&c->srv->stop))
+            return -1;
+        ssize_t r = recv(c->fd, p + got, n - got, 0);
+        if (r > 0) {
+            got += (size_t)r;
+            ticks = 0;
+            continue;
+        }
+        if (r == 0)
+            return -1;
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return -1;
+        if (got == 0 && idle_ok)
+            continue;
+        if (++ticks >= MID_FRAME_TICKS)
+            return -1;
+    }
+    return 0;
+}
+
+static int srv_send(struct conn *c, struct iovec *iov, int n)
+{
+    int ticks = 0;
+    while (n > 0) {
+        if (atomic_load(&c->srv->stop))
+            return -1;
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if ((errno == EAGAIN || errno == EWOULDBLOCK) &&
+                ++ticks < MID_FRAME_TICKS)
+                continue;
+            return -1;
+        }
+        ticks = 0;
+        size_t left = (size_t)w;
+        while (n > 0 && left >= iov->iov_len) {
+            left -= iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
+    }
+    return 0;
+}
+
+static int send_resp(struct conn *c, uint32_t seq, int32_t status,
+                     const void *data, uint32_t len)
+{
+    uint8_t h[TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN];
+    tent_wire_encode_hdr(h, TENT_WIRE_RESP, seq, TENT_WIRE_RESP_LEN + len);
+    tent_wire_encode_resp(h + TENT_WIRE_HDR_LEN, status);
+    struct iovec iov[2] = {{h, sizeof(h)}, {(void *)data, len}};
+    return srv_send(c, iov, len ? 2 : 1);
+}
+
+/* Finds and pins the local buffer wholly holding the range; the error says
+ * why the request is refused. */
+static int pin_local(struct tent_engine *e, uint64_t addr, uint64_t len,
+                     bool write, struct tent_buffer **out)
+{
+    struct tent_segment *seg = e->local;
+    int rc = TENT_OK;
+    pthread_rwlock_rdlock(&seg->lock);
+    struct tent_buffer *b = tent_segment_find_locked(seg, addr, len);
+    if (!b)
+        rc = TENT_ERANGE;
+    else if (b->perm == PERM_LOCAL_READ_WRITE ||
+             (write && b->perm == PERM_GLOBAL_READ_ONLY))
+        rc = TENT_EPERM;
+    else if (b->is_device || !(b->xport_mask & (1u << TRANSPORT_TCP)))
+        rc = TENT_ENOTSUP;
+    else
+        atomic_fetch_add(&b->inflight, 1);
+    pthread_rwlock_unlock(&seg->lock);
+    if (rc)
+        LOG_DEBUG("rpc: %s of [%#llx, +%llu) refused: %s",
+                  write ? "write" : "read", (unsigned long long)addr,
+                  (unsigned long long)len, tent_strerror(rc));
+    else
+        *out = b;
+    return rc;
+}
+
+static int serve_read(struct conn *c, const struct tent_wire_hdr *h)
+{
+    uint8_t body[TENT_WIRE_RW_LEN];
+    struct tent_wire_rw rw;
+    if (h->len != TENT_WIRE_RW_LEN || srv_recv(c, body, sizeof(body), false) ||
+        tent_wire_decode_rw(body, sizeof(body), &rw))
+        return -1;
+    struct tent_buffer *b;
+    int st = pin_local(c->srv->e, rw.addr, rw.length, false, &b);
+    if (st)
+        return send_resp(c, h->seq, st, NULL, 0);
+    int rc = send_resp(c, h->seq, 0, (const void *)(uintptr_t)rw.addr,
+                       (uint32_t)rw.length);
+    atomic_fetch_sub(&b->inflight, 1);
+    return rc;
+}
+
+static int drain(struct conn *c, uint64_t n)
+{
+    char tmp[65536];
+    while (n) {
+        size_t k = n < sizeof(tmp) ? (size_t)n : sizeof(tmp);
+        if (srv_recv(c, tmp, k, false))
+            return -1;
+        n -= k;
+    }
+    return 0;
+}
+
+static int serve_write(struct conn *c, const struct tent_wire_hdr *h)
+{
+    uint8_t body[TENT_WIRE_RW_LEN];
+    struct tent_wire_rw rw;
+    if (h->len < TENT_WIRE_RW_LEN || srv_recv(c, body, sizeof(body), false) ||
+        tent_wire_decode_rw(body, sizeof(body), &rw) ||
+        rw.length != h->len - TENT_WIRE_RW_LEN)
+        return -1;
+    struct tent_buffer *b;
+    int st = pin_local(c->srv->e, rw.addr, rw.length, true, &b);
+    if (st) {
+        if (drain(c, rw.length))
+            return -1;
+        return send_resp(c, h->seq, st, NULL, 0);
+    }
+    int rc = srv_recv(c, (void *)(uintptr_t)rw.addr, rw.length, false);
+    atomic_fetch_sub(&b->inflight, 1);
+    if (rc)
+        return -1;
+    return send_resp(c, h->seq, 0, NULL, 0);
+}
+
+static int serve_notify(struct conn *c, const struct tent_wire_hdr *h)
+{
+    uint8_t *body = malloc(h->len ? h->len : 1);
+    struct tent_wire_notify *n = malloc(sizeof(*n));
+    int rc = -1;
+    if (!body || !n || srv_recv(c, body, h->len, false) ||
+        tent_wire_decode_notify(body, h->len, n))
+        goto out;
+    struct tent_engine *e = c->srv->e;
+    uint64_t from = 0; /* the sender's segment id here, if it is open */
+    pthread_mutex_lock(&e->seg_lock);
+    for (size_t i = 1; i < e->nsegs; i++)
+        if (e->segs[i] && strcmp(e->segs[i]->name, n->from) == 0) {
+            from = i;
+            break;
+        }
+    pthread_mutex_unlock(&e->seg_lock);
+    int st = tent_engine_deliver_notif(e, from, n->name, n->msg);
+    rc = send_resp(c, h->seq, st, NULL, 0);
+out:
+    free(n);
+    free(body);
+    return rc;
+}
+
+/* Snapshot of the local segment in wire form. */
+static char *encode_local(struct tent_engine *e, size_t *len)
+{
+    struct tent_segment *seg = e->local;
+    struct tent_wire_desc *d = calloc(1, sizeof(*d));
+    char *out = NULL;
+    if (!d)
+        return NULL;
+    pthread_rwlock_rdlock(&seg->lock);
+    snprintf(d->name, sizeof(d->name), "%s", seg->name);
+    snprintf(d->host_id, sizeof(d->host_id), "%s", seg->host_id);
+    d->bufs = seg->nbufs ? calloc(seg->nbufs, sizeof(*d->bufs)) : NULL;
+    if (seg->nbufs && !d->bufs)
+        goto unlock;
+    for (size_t i = 0; i < seg->nbufs; i++) {
+        const struct tent_buffer *b = seg->bufs[i];
+        struct tent_wire_buf *w = &d->bufs[i];
+        w->base = b->base;
+        w->length = b->length;
+        snprintf(w->location, sizeof(w->location), "%s", b->location);
+        w->perm = b->perm;
+        w->xport_mask = b->xport_mask;
+        snprintf(w->shm_name, sizeof(w->shm_name), "%s", b->shm_name);
+        w->shm_offset = b->shm_offset;
+    }
+    d->nbufs = seg->nbufs;
+    for (int i = 0; i < seg->nattrs && i < TENT_WIRE_MAX_ATTRS; i++) {
+        snprintf(d->attr_key[i], sizeof(d->attr_key[i]), "%s",
+                 seg->attrs[i].key);
+        snprintf(d->attr_value[i], sizeof(d->attr_value[i]), "%s",
+                 seg->attrs[i].value);
+        d->nattrs = i + 1;
+    }
+    pthread_rwlock_unlock(&seg->lock);
+    out = tent_wire_encode_desc(d, len);
+    tent_wire_desc_free(d);
+    free(d);
+    return out;
+unlock:
+    pthread_rwlock_unlock(&seg->lock);
+    free(d);
+    return NULL;
+}
+
+static int serve_desc(struct conn *c, const struct tent_wire_hdr *h)
+{
+    size_t len = 0;
+    char *json = encode_local(c->srv->e, &len);
+    if (!json || len > TENT_WIRE_MAX_BODY) {
+        free(json);
+        LOG_ERROR("rpc: cannot encode the local segment descriptor");
+        return -1;
+    }
+    uint8_t hdr[TENT_WIRE_HDR_LEN];
+    tent_wire_encode_hdr(hdr, TENT_WIRE_DESC_RESP, h->seq, (uint32_t)len);
+    struct iovec iov[2] = {{hdr, sizeof(hdr)}, {json, len}};
+    int rc = srv_send(c, iov, 2);
+    free(json);
+    return rc;
+}
+
+static void *conn_main(void *arg)
+{
+    struct conn *c = arg;
+    for (;;) {
+        uint8_t raw[TENT_WIRE_HDR_LEN];
+        struct tent_wire_hdr h;
+        if (srv_recv(c, raw, sizeof(raw), true))
+            break;
+        if (tent_wire_decode_hdr(raw, sizeof(raw), &h)) {
+            LOG_WARN("rpc: dropping connection: %s", tent_last_error());
+            break;
+        }
+        int rc;
+        switch (h.type) {
+        case TENT_WIRE_DESC_REQ:
+            rc = serve_desc(c, &h);
+            break;
+        case TENT_WIRE_NOTIFY:
+            rc = serve_notify(c, &h);
+            break;
+        case TENT_WIRE_READ:
+            rc = serve_read(c, &h);
+            break;
+        case TENT_WIRE_WRITE:
+            rc = serve_write(c, &h);
+            break;
+        default:
+            LOG_WARN("rpc: dropping connection: frame type %u is not a "
+                     "request",
+                     h.type);
+            rc = -1;
+        }
+        if (rc) {
+            LOG_DEBUG("rpc: connection closed after frame type %u", h.type);
+            break;
+        }
+    }
+    shutdown(c->fd, SHUT_RDWR);
+    atomic_store(&c->done, true);
+    return NULL;
+}
+
+/* Joins connections whose thread has finished.  Caller holds lock. */
+static void reap_locked(struct tent_rpc_server *s, bool all)
+{
+    struct conn **pp = &s->conns;
+    while (*pp) {
+        struct conn *c = *pp;
+        if (!all && !atomic_load(&c->done)) {
+            pp = &c->next;
+            continue;
+        }
+        if (all)
+            shutdown(c->fd, SHUT_RDWR);
+        pthread_join(c->thread, NULL);
+        close(c->fd);
+        *pp = c->next;
+        s->nconns--;
+        free(c);
+    }
+}
+
+static void *accept_main(void *arg)
+{
+    struct tent_rpc_server *s = arg;
+    struct pollfd p[2] = {{.fd = s->lfd, .events = POLLIN},
+                          {.fd = s->wake_fd, .events = POLLIN}};
+    while (!atomic_load(&s->stop)) {
+        int r = poll(p, 2, 1000);
+        pthread_mutex_lock(&s->lock);
+        reap_locked(s, false);
+        pthread_mutex_unlock(&s->lock);
+        if (r <= 0 || !(p[0].revents & POLLIN))
+            continue;
+        int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        pthread_mutex_lock(&s->lock);
+        struct conn *c = s->nconns < MAX_CONNS ? calloc(1, sizeof(*c)) : NULL;
+        if (!c) {
+            pthread_mutex_unlock(&s->lock);
+            LOG_WARN("rpc: refusing a connection: %d open", MAX_CONNS);
+            close(fd);
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        tent_rpc_set_timeouts(fd, IO_TICK_MS);
+        c->srv = s;
+        c->fd = fd;
+        if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
+            pthread_mutex_unlock(&s->lock);
+            close(fd);
+            free(c);
+            continue;
+        }
+        c->next = s->conns;
+        s->conns = c;
+        s->nconns++;
+        pthread_mutex_unlock(&s->lock);
+    }
+    return NULL;
+}
+
+int tent_rpc_server_start(struct tent_engine *e, const char *host,
+                          uint16_t port, struct tent_rpc_server **out,
+                          uint16_t *bound_port)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE};
+    struct addrinfo *res = NULL;
+    char ps[8];
+    snprintf(ps, sizeof(ps), "%u", (unsigned)port);
+    int g = getaddrinfo(host, ps, &hints, &res);
+    if (g != 0)
+        return tent_set_error(TENT_ECONFIG,
+                              "rpc_server_hostname '%s' does not resolve: %s",
+                              host, gai_strerror(g));
+    int rc, lfd = -1, err = 0;
+    for (struct addrinfo *a = res; a && lfd < 0; a = a->ai_next) {
+        lfd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+        if (lfd < 0) {
+            err = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(lfd, a->ai_addr, a->ai_addrlen) != 0 ||
+            listen(lfd, 128) != 0) {
+            err = errno;
+            close(lfd);
+            lfd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (lfd < 0)
+        return tent_set_error(TENT_EPEER, "rpc server: cannot bind %s:%u: %s",
+                              host, (unsigned)port, strerror(err));
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    getsockname(lfd, (struct sockaddr *)&ss, &sl);
+    uint16_t real =
+        ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                       : ((struct sockaddr_in *)&ss)->sin_port);
+
+    struct tent_rpc_server *s = calloc(1, sizeof(*s));
+    if (!s) {
+        rc = tent_set_error(TENT_ENOMEM, "rpc server: out of memory");
+        goto fail_alloc;
+    }
+    s->e = e;
+    s->lfd = lfd;
+    s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->wake_fd < 0) {
+        rc = tent_set_error(TENT_ENOMEM, "rpc server: eventfd failed: %s",
+                            strerror(errno));
+        goto fail_event;
+    }
+    pthread_mutex_init(&s->lock, NULL);
+    if (pthread_create(&s->accept_thread, NULL, accept_main, s) != 0) {
+        rc = tent_set_error(TENT_ENOMEM, "rpc server: cannot start a thread");
+        goto fail_thread;
+    }
+    LOG_INFO("rpc server listening on %s:%u", host, (unsigned)real);
+    *out = s;
+    *bound_port = real;
+    return TENT_OK;
+
+fail_thread:
+    pthread_mutex_destroy(&s->lock);
+    close(s->wake_fd);
+fail_event:
+    free(s);
+fail_alloc:
+    close(lfd);
+    return rc;
+}
+
+void tent_rpc_server_stop(struct tent_rpc_server *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->lock);
+    atomic_store(&s->stop, true);
+    pthread_mutex_unlock(&s->lock);
+    uint64_t one = 1;
+    if (write(s->wake_fd, &one, sizeof(one)) < 0)
+        LOG_DEBUG("rpc server: wake-up write failed: %s", strerror(errno));
+    pthread_join(s->accept_thread, NULL);
+    pthread_mutex_lock(&s->lock);
+    reap_locked(s, true);
+    pthread_mutex_unlock(&s->lock);
+    close(s->lfd);
+    close(s->wake_fd);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}

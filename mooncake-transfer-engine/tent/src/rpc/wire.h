@@ -1,0 +1,123 @@
+/* Wire format of the engine's RPC server (control plane and tcp data path).
+ *
+ * Every message is a frame: a fixed 16-byte header followed by `len` bytes
+ * of body.  All integers are little-endian.
+ *
+ *   offset 0  u32 magic   TENT_WIRE_MAGIC
+ *          4  u8  version TENT_WIRE_VERSION (a different version is refused)
+ *          5  u8  type    enum tent_wire_type
+ *          6  u16 flags   must be 0
+ *          8  u32 seq     echoed in the response
+ *         12  u32 len     body length, <= TENT_WIRE_MAX_BODY
+ *
+ * Bodies:
+ *   DESC_REQ   empty
+ *   DESC_RESP  JSON segment descriptor (see tent_wire_decode_desc)
+ *   NOTIFY     u16 name_len, u16 msg_len, u16 from_len, u16 0,
+ *              name, msg, from (no NULs; lengths < 256, 4096, 256)
+ *   READ       u64 addr, u64 length (length <= TENT_WIRE_MAX_DATA)
+ *   WRITE      u64 addr, u64 length, then exactly `length` data bytes
+ *   RESP       i32 status (0 or a negative TENT_E* code), u32 0, then for a
+ *              successful READ exactly the requested bytes
+ *
+ * The decode functions are pure (no I/O, no global state) so that they can
+ * be fuzzed; each validates every field before the caller uses any. */
+#ifndef TENT_RPC_WIRE_H
+#define TENT_RPC_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TENT_WIRE_MAGIC      0x31544e54u /* "TNT1" on the wire */
+#define TENT_WIRE_VERSION    1
+#define TENT_WIRE_HDR_LEN    16
+#define TENT_WIRE_RW_LEN     16
+#define TENT_WIRE_RESP_LEN   8
+#define TENT_WIRE_MAX_DATA   (16u << 20)
+#define TENT_WIRE_MAX_BODY   (TENT_WIRE_MAX_DATA + TENT_WIRE_RW_LEN)
+#define TENT_WIRE_MAX_NOTIFY (8 + 255 + 4095 + 255)
+#define TENT_WIRE_MAX_NAME   255
+#define TENT_WIRE_MAX_MSG    4095
+
+enum tent_wire_type {
+    TENT_WIRE_DESC_REQ = 1,
+    TENT_WIRE_DESC_RESP = 2,
+    TENT_WIRE_NOTIFY = 3,
+    TENT_WIRE_READ = 4,
+    TENT_WIRE_WRITE = 5,
+    TENT_WIRE_RESP = 6,
+};
+
+struct tent_wire_hdr {
+    uint8_t type;
+    uint32_t seq;
+    uint32_t len;
+};
+
+struct tent_wire_rw {
+    uint64_t addr;
+    uint64_t length;
+};
+
+struct tent_wire_notify {
+    char name[TENT_WIRE_MAX_NAME + 1];
+    char msg[TENT_WIRE_MAX_MSG + 1];
+    char from[TENT_WIRE_MAX_NAME + 1];
+};
+
+/* One buffer of a decoded descriptor. */
+struct tent_wire_buf {
+    uint64_t base, length;
+    char location[64];
+    int perm;
+    uint32_t xport_mask;
+    char shm_name[64];
+    uint64_t shm_offset;
+};
+
+#define TENT_WIRE_MAX_BUFS  (1u << 16)
+#define TENT_WIRE_MAX_ATTRS 16
+
+struct tent_wire_desc {
+    char name[256];
+    char host_id[128];
+    struct tent_wire_buf *bufs; /* sorted by base, non-overlapping */
+    size_t nbufs;
+    char attr_key[TENT_WIRE_MAX_ATTRS][64];
+    char attr_value[TENT_WIRE_MAX_ATTRS][256];
+    int nattrs;
+};
+
+void tent_wire_encode_hdr(uint8_t out[TENT_WIRE_HDR_LEN], uint8_t type,
+                          uint32_t seq, uint32_t len);
+/* Validates magic, version, flags, type and length. 0 or TENT_EPROTO. */
+int tent_wire_decode_hdr(const uint8_t *in, size_t n,
+                         struct tent_wire_hdr *out);
+
+void tent_wire_encode_rw(uint8_t out[TENT_WIRE_RW_LEN], uint64_t addr,
+                         uint64_t length);
+/* Validates a READ/WRITE prefix: length in 1..TENT_WIRE_MAX_DATA, no wrap. */
+int tent_wire_decode_rw(const uint8_t *in, size_t n, struct tent_wire_rw *out);
+
+void tent_wire_encode_resp(uint8_t out[TENT_WIRE_RESP_LEN], int32_t status);
+/* Status must be 0 or a negative code >= -1000. */
+int tent_wire_decode_resp(const uint8_t *in, size_t n, int32_t *status);
+
+/* Returns the body length written to out (out must hold
+ * TENT_WIRE_MAX_NOTIFY bytes), or TENT_EINVAL when a field is too long. */
+int tent_wire_encode_notify(uint8_t *out, const char *name, const char *msg,
+                            const char *from);
+int tent_wire_decode_notify(const uint8_t *in, size_t n,
+                            struct tent_wire_notify *out);
+
+/* Decodes a JSON descriptor of n bytes (not NUL-terminated).  On success
+ * out->bufs is allocated (free with tent_wire_desc_free); on failure nothing
+ * is allocated and the error names the bad field. */
+int tent_wire_decode_desc(const char *in, size_t n, struct tent_wire_desc *out);
+void tent_wire_desc_free(struct tent_wire_desc *d);
+
+/* Encodes d as JSON; returns a malloc'd string (length in *len) or NULL. */
+char *tent_wire_encode_desc(const struct tent_wire_desc *d, size_t *len);
+
+#endif

@@ -1,0 +1,561 @@
+/* tcp transport: reads and writes against a peer engine's registered memory,
+ * served by the peer's RPC server (src/rpc, READ/WRITE frames).
+ *
+ * Requests are cut into slices of at most slice_size bytes and queued on
+ * the target peer.  Each peer has a small pool of connections, each driven
+ * by its own worker thread, so a slow peer holds only its own workers and a
+ * large request is spread over the pool while small ones interleave with
+ * it.  A worker takes a window of slices of one opcode (so that only one
+ * direction carries bulk data and neither side can block the other), sends
+ * every request, then reads the answers in order.
+ *
+ * Failure: sockets carry send/receive timeouts of timeout_ms, so a dead or
+ * stalled peer fails the window within that bound; the worker then fails
+ * every slice still queued on the peer as well, so a whole batch turns
+ * FAILED within about one timeout rather than one timeout per slice. */
+#include "common/error.h"
+#include "common/log.h"
+#include "rpc/rpc.h"
+#include "runtime/engine.h"
+#include "transport/transport.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CONNS     16
+#define WINDOW_SLICES 64
+#define WINDOW_BYTES  (8u << 20)
+
+struct tcp_sub;
+
+struct slice {
+    struct tcp_sub *sb;
+    uint32_t slot;
+    int opcode;
+    char *local;
+    uint64_t remote;
+    uint32_t len;
+    struct slice *next;
+};
+
+struct tcp_task {
+    atomic_uint remaining; /* slices not yet terminal */
+    atomic_int error;      /* first failure, 0 if none */
+    uint64_t length;
+};
+
+struct tcp_sub {
+    struct tent_sub_batch base;
+    atomic_size_t outstanding; /* slices queued or in flight */
+    struct tcp_task *tasks;
+};
+
+struct tcp_transport;
+
+/* lock guards queue/tail/stop/inflight. */
+struct tcp_peer {
+    struct tcp_transport *t;
+    char addr[320];
+    char host[256];
+    uint16_t port;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct slice *queue, *tail;
+    bool stop;
+    int nworkers;
+    int fds[MAX_CONNS];
+    pthread_t workers[MAX_CONNS];
+    struct tcp_peer *next;
+};
+
+/* lock guards peers and accepting. */
+struct tcp_transport {
+    struct tent_transport base;
+    int timeout_ms;
+    int nconns;
+    uint32_t slice_size;
+    pthread_mutex_t lock;
+    struct tcp_peer *peers;
+    bool accepting;
+    atomic_size_t inflight; /* slices queued or in flight, all peers */
+};
+
+static struct tcp_transport *tcp_of(struct tent_transport *t)
+{
+    return (struct tcp_transport *)t;
+}
+
+static void slice_done(struct tcp_transport *t, struct slice *s, int err)
+{
+    struct tcp_task *k = &s->sb->tasks[s->slot];
+    if (err) {
+        int zero = 0;
+        atomic_compare_exchange_strong(&k->error, &zero, err);
+    }
+    atomic_fetch_sub(&k->remaining, 1);
+    atomic_fetch_sub(&s->sb->outstanding, 1);
+    atomic_fetch_sub(&t->inflight, 1);
+    free(s);
+}
+
+static void fail_list(struct tcp_transport *t, struct slice *s, int err)
+{
+    while (s) {
+        struct slice *n = s->next;
+        slice_done(t, s, err);
+        s = n;
+    }
+}
+
+/* Sends the window's requests, then reads the answers in order.  Returns 0
+ * or the connection-level error (the connection must then be dropped);
+ * per-slice refusals by the peer are recorded in status[]. */
+static int run_window(int fd, struct slice **w, int n, int32_t *status)
+{
+    for (int i = 0; i < n; i++) {
+        struct slice *s = w[i];
+        uint8_t h[TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN];
+        bool wr = s->opcode == OPCODE_WRITE;
+        tent_wire_encode_hdr(h, wr ? TENT_WIRE_WRITE : TENT_WIRE_READ,
+                             (uint32_t)i, TENT_WIRE_RW_LEN + (wr ? s->len : 0));
+        tent_wire_encode_rw(h + TENT_WIRE_HDR_LEN, s->remote, s->len);
+        int rc = tent_rpc_send_all(fd, h, sizeof(h));
+        if (!rc && wr)
+            rc = tent_rpc_send_all(fd, s->local, s->len);
+        if (rc)
+            return rc;
+    }
+    for (int i = 0; i < n; i++) {
+        struct slice *s = w[i];
+        uint8_t h[TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN];
+        struct tent_wire_hdr hdr;
+        int rc = tent_rpc_recv_all(fd, h, sizeof(h));
+        if (!rc)
+            rc = tent_wire_decode_hdr(h, TENT_WIRE_HDR_LEN, &hdr);
+        if (!rc && (hdr.type != TENT_WIRE_RESP || hdr.seq != (uint32_t)i ||
+                    hdr.len < TENT_WIRE_RESP_LEN))
+            rc = tent_set_error(TENT_EPROTO,
+                                "tcp: unexpected answer type %u seq %u",
+                                hdr.type, hdr.seq);
+        if (!rc)
+            rc = tent_wire_decode_resp(h + TENT_WIRE_HDR_LEN,
+                                       TENT_WIRE_RESP_LEN, &status[i]);
+        if (rc)
+            return rc;
+        uint32_t data = hdr.len - TENT_WIRE_RESP_LEN;
+        bool rd_ok = s->opcode == OPCODE_READ && status[i] == 0;
+        if (data != (rd_ok ? s->len : 0))
+            return tent_set_error(TENT_EPROTO,
+                                  "tcp: answer carries %u bytes, expected %u",
+                                  data, rd_ok ? s->len : 0);
+        if (rd_ok && (rc = tent_rpc_recv_all(fd, s->local, s->len)))
+            return rc;
+    }
+    return TENT_OK;
+}
+
+struct worker_arg {
+    struct tcp_peer *p;
+    int idx;
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker_arg wa = *(struct worker_arg *)arg;
+    free(arg);
+    struct tcp_peer *p = wa.p;
+    struct tcp_transport *t = p->t;
+    int fd = -1;
+    struct slice *w[WINDOW_SLICES];
+    int32_t status[WINDOW_SLICES];
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        while (!p->queue && !p->stop)
+            pthread_cond_wait(&p->cond, &p->lock);
+        if (!p->queue && p->stop) {
+            pthread_mutex_unlock(&p->lock);
+            break;
+        }
+        int n = 0;
+        uint64_t bytes = 0;
+        int op = p->queue->opcode;
+        while (p->queue && n < WINDOW_SLICES && p->queue->opcode == op &&
+               (n == 0 || bytes + p->queue->len <= WINDOW_BYTES)) {
+            struct slice *s = p->queue;
+            p->queue = s->next;
+            s->next = NULL;
+            bytes += s->len;
+            w[n++] = s;
+        }
+        if (!p->queue)
+            p->tail = NULL;
+        pthread_mutex_unlock(&p->lock);
+
+        int rc = TENT_OK;
+        if (fd < 0) {
+            rc = tent_rpc_connect(p->host, p->port, t->timeout_ms, &fd);
+            if (!rc) {
+                pthread_mutex_lock(&p->lock);
+                p->fds[wa.idx] = fd;
+                pthread_mutex_unlock(&p->lock);
+            }
+        }
+        if (!rc)
+            rc = run_window(fd, w, n, status);
+        if (rc) {
+            LOG_WARN("tcp: peer %s: %s; failing %d slice(s) and the peer's "
+                     "queue",
+                     p->addr, tent_last_error(), n);
+            pthread_mutex_lock(&p->lock);
+            struct slice *rest = p->queue;
+            p->queue = p->tail = NULL;
+            if (fd >= 0) {
+                p->fds[wa.idx] = -1;
+                close(fd);
+                fd = -1;
+            }
+            pthread_mutex_unlock(&p->lock);
+            for (int i = 0; i < n; i++)
+                slice_done(t, w[i], rc);
+            fail_list(t, rest, rc);
+            continue;
+        }
+        for (int i = 0; i < n; i++)
+            slice_done(t, w[i], status[i]);
+    }
+    if (fd >= 0) {
+        pthread_mutex_lock(&p->lock);
+        p->fds[wa.idx] = -1;
+        pthread_mutex_unlock(&p->lock);
+        close(fd);
+    }
+    return NULL;
+}
+
+static void peer_stop(struct tcp_peer *p)
+{
+    pthread_mutex_lock(&p->lock);
+    p->stop = true;
+    for (int i = 0; i < p->nworkers; i++)
+        if (p->fds[i] >= 0)
+            shutdown(p->fds[i], SHUT_RDWR);
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    for (int i = 0; i < p->nworkers; i++)
+        pthread_join(p->workers[i], NULL);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->cond);
+}
+
+/* Finds or creates the peer for addr.  Caller holds t->lock. */
+static int peer_get_locked(struct tcp_transport *t, const char *addr,
+                           struct tcp_peer **out)
+{
+    for (struct tcp_peer *p = t->peers; p; p = p->next)
+        if (strcmp(p->addr, addr) == 0) {
+            *out = p;
+            return TENT_OK;
+        }
+    struct tcp_peer *p = calloc(1, sizeof(*p));
+    if (!p)
+        return tent_set_error(TENT_ENOMEM, "tcp: out of memory");
+    int rc = tent_rpc_parse_addr(addr, p->host, sizeof(p->host), &p->port);
+    if (rc) {
+        free(p);
+        return tent_set_error(TENT_EPEER, "tcp: %s", tent_last_error());
+    }
+    snprintf(p->addr, sizeof(p->addr), "%s", addr);
+    p->t = t;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->cond, NULL);
+    for (int i = 0; i < MAX_CONNS; i++)
+        p->fds[i] = -1;
+    for (int i = 0; i < t->nconns; i++) {
+        struct worker_arg *wa = malloc(sizeof(*wa));
+        if (!wa || (wa->p = p, wa->idx = i,
+                    pthread_create(&p->workers[i], NULL, worker_main, wa))) {
+            free(wa);
+            break;
+        }
+        p->nworkers++;
+    }
+    if (p->nworkers == 0) {
+        pthread_mutex_destroy(&p->lock);
+        pthread_cond_destroy(&p->cond);
+        free(p);
+        return tent_set_error(TENT_ENOMEM, "tcp: cannot start worker threads");
+    }
+    p->next = t->peers;
+    t->peers = p;
+    *out = p;
+    return TENT_OK;
+}
+
+static int tcp_install(struct tent_transport *base)
+{
+    struct tcp_transport *t = tcp_of(base);
+    int64_t to, nc, ss;
+    int rc =
+        tent_config_get_int(base->cfg, "transports/tcp/timeout_ms", 3000, &to);
+    if (!rc)
+        rc = tent_config_get_int(base->cfg, "transports/tcp/connections", 4,
+                                 &nc);
+    if (!rc)
+        rc = tent_config_get_int(base->cfg, "transports/tcp/slice_size",
+                                 1 << 20, &ss);
+    if (rc)
+        return rc;
+    if (to < 1 || to > 600000)
+        return tent_set_error(TENT_ECONFIG,
+                              "config key 'transports/tcp/timeout_ms' = %lld "
+                              "is outside 1..600000",
+                              (long long)to);
+    if (nc < 1 || nc > MAX_CONNS)
+        return tent_set_error(TENT_ECONFIG,
+                              "config key 'transports/tcp/connections' = %lld "
+                              "is outside 1..%d",
+                              (long long)nc, MAX_CONNS);
+    if (ss < 4096 || ss > TENT_WIRE_MAX_DATA)
+        return tent_set_error(TENT_ECONFIG,
+                              "config key 'transports/tcp/slice_size' = %lld "
+                              "is outside 4096..%u",
+                              (long long)ss, TENT_WIRE_MAX_DATA);
+    t->timeout_ms = (int)to;
+    t->nconns = (int)nc;
+    t->slice_size = (uint32_t)ss;
+    pthread_mutex_init(&t->lock, NULL);
+    t->accepting = true;
+    return TENT_OK;
+}
+
+/* Waits (bounded) until no slice is queued or in flight. */
+static int tcp_quiesce(struct tent_transport *base)
+{
+    struct tcp_transport *t = tcp_of(base);
+    if (!t->accepting && !t->peers)
+        return TENT_OK;
+    pthread_mutex_lock(&t->lock);
+    t->accepting = false;
+    pthread_mutex_unlock(&t->lock);
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    long limit_ms = 2L * t->timeout_ms + 1000;
+    while (atomic_load(&t->inflight) > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long ms = (now.tv_sec - start.tv_sec) * 1000 +
+                  (now.tv_nsec - start.tv_nsec) / 1000000;
+        if (ms > limit_ms)
+            return tent_set_error(TENT_ETIMEDOUT,
+                                  "tcp: %zu slice(s) still in flight after "
+                                  "%ld ms",
+                                  atomic_load(&t->inflight), ms);
+        poll(NULL, 0, 1);
+    }
+    return TENT_OK;
+}
+
+static void tcp_uninstall(struct tent_transport *base)
+{
+    struct tcp_transport *t = tcp_of(base);
+    if (!t->timeout_ms)
+        return; /* install failed before initialising anything */
+    pthread_mutex_lock(&t->lock);
+    struct tcp_peer *p = t->peers;
+    t->peers = NULL;
+    t->accepting = false;
+    pthread_mutex_unlock(&t->lock);
+    while (p) {
+        struct tcp_peer *n = p->next;
+        peer_stop(p);
+        fail_list(t, p->queue, TENT_ESHUTDOWN);
+        free(p);
+        p = n;
+    }
+    pthread_mutex_destroy(&t->lock);
+    t->timeout_ms = 0;
+}
+
+static uint32_t tcp_caps(struct tent_transport *t)
+{
+    (void)t;
+    return TENT_CAP_DRAM_TO_DRAM;
+}
+
+static bool tcp_can_reach(struct tent_transport *t,
+                          const struct tent_segment *target)
+{
+    (void)t;
+    const char *a = tent_segment_attr(target, "rpc_addr");
+    return a && *a;
+}
+
+static int tcp_alloc_sub(struct tent_transport *t, size_t capacity,
+                         struct tent_sub_batch **out)
+{
+    struct tcp_sub *sb = calloc(1, sizeof(*sb));
+    struct tcp_task *tasks = calloc(capacity, sizeof(*tasks));
+    if (!sb || !tasks) {
+        free(sb);
+        free(tasks);
+        return tent_set_error(TENT_ENOMEM, "tcp: out of memory for %zu tasks",
+                              capacity);
+    }
+    sb->base.owner = t;
+    sb->base.capacity = capacity;
+    sb->tasks = tasks;
+    *out = &sb->base;
+    return TENT_OK;
+}
+
+static int tcp_free_sub(struct tent_transport *t, struct tent_sub_batch *base)
+{
+    (void)t;
+    struct tcp_sub *sb = (struct tcp_sub *)base;
+    if (atomic_load(&sb->outstanding) > 0)
+        return tent_set_error(TENT_EBUSY, "tcp: %zu slice(s) still in flight",
+                              atomic_load(&sb->outstanding));
+    free(sb->tasks);
+    free(sb);
+    return TENT_OK;
+}
+
+/* Cuts one request into slices (all allocated before any is queued). */
+static int make_slices(struct tcp_transport *t, struct tcp_sub *sb,
+                       const struct tent_xfer *x, struct slice **head,
+                       struct slice **tail, uint32_t *count)
+{
+    *head = *tail = NULL;
+    *count = 0;
+    for (uint64_t off = 0; off < x->length; off += t->slice_size) {
+        struct slice *s = malloc(sizeof(*s));
+        if (!s) {
+            while (*head) {
+                struct slice *n = (*head)->next;
+                free(*head);
+                *head = n;
+            }
+            return tent_set_error(TENT_ENOMEM, "tcp: out of memory");
+        }
+        uint64_t left = x->length - off;
+        s->sb = sb;
+        s->slot = x->slot;
+        s->opcode = x->opcode;
+        s->local = (char *)x->local + off;
+        s->remote = x->remote + off;
+        s->len = (uint32_t)(left < t->slice_size ? left : t->slice_size);
+        s->next = NULL;
+        if (*tail)
+            (*tail)->next = s;
+        else
+            *head = s;
+        *tail = s;
+        (*count)++;
+    }
+    return TENT_OK;
+}
+
+static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
+                      const struct tent_xfer *reqs, size_t n, int *results)
+{
+    struct tcp_transport *t = tcp_of(base);
+    struct tcp_sub *sb = (struct tcp_sub *)sbb;
+    int first = TENT_OK;
+    for (size_t i = 0; i < n; i++) {
+        const struct tent_xfer *x = &reqs[i];
+        const char *addr = tent_segment_attr(x->target, "rpc_addr");
+        struct tcp_peer *p = NULL;
+        struct slice *head, *tail;
+        uint32_t cnt = 0;
+        int rc = TENT_OK;
+        if (x->slot >= sb->base.capacity)
+            rc = tent_set_error(TENT_EINVAL, "tcp: slot %u beyond capacity",
+                                x->slot);
+        else if (!addr)
+            rc = tent_set_error(TENT_EPEER,
+                                "tcp: segment '%s' publishes no rpc_addr",
+                                tent_segment_name_of(x->target));
+        if (!rc) {
+            pthread_mutex_lock(&t->lock);
+            rc = t->accepting ? peer_get_locked(t, addr, &p)
+                              : tent_set_error(TENT_ESHUTDOWN,
+                                               "tcp: transport is shutting "
+                                               "down");
+            pthread_mutex_unlock(&t->lock);
+        }
+        if (!rc)
+            rc = make_slices(t, sb, x, &head, &tail, &cnt);
+        results[i] = rc;
+        if (rc) {
+            if (!first)
+                first = rc;
+            continue;
+        }
+        struct tcp_task *k = &sb->tasks[x->slot];
+        atomic_store(&k->error, 0);
+        k->length = x->length;
+        atomic_store(&k->remaining, cnt);
+        atomic_fetch_add(&sb->outstanding, cnt);
+        atomic_fetch_add(&t->inflight, cnt);
+        pthread_mutex_lock(&p->lock);
+        if (p->tail)
+            p->tail->next = head;
+        else
+            p->queue = head;
+        p->tail = tail;
+        pthread_cond_broadcast(&p->cond);
+        pthread_mutex_unlock(&p->lock);
+    }
+    return first;
+}
+
+static int tcp_status(struct tent_transport *t, struct tent_sub_batch *sbb,
+                      uint32_t slot, struct tent_xfer_status *out)
+{
+    (void)t;
+    struct tcp_sub *sb = (struct tcp_sub *)sbb;
+    if (slot >= sb->base.capacity)
+        return tent_set_error(TENT_EINVAL, "tcp: slot %u beyond capacity",
+                              slot);
+    struct tcp_task *k = &sb->tasks[slot];
+    memset(out, 0, sizeof(*out));
+    if (atomic_load(&k->remaining) > 0) {
+        out->state = TENT_XFER_PENDING;
+        return TENT_OK;
+    }
+    int err = atomic_load(&k->error);
+    if (err) {
+        out->state = TENT_XFER_FAILED;
+        out->native_code = err;
+    } else {
+        out->state = TENT_XFER_COMPLETED;
+        out->bytes = k->length;
+    }
+    return TENT_OK;
+}
+
+const struct tent_transport_ops tent_tcp_transport_ops = {
+    .name = "tcp",
+    .type = TRANSPORT_TCP,
+    .default_enabled = true,
+    .instance_size = sizeof(struct tcp_transport),
+    .install = tcp_install,
+    .uninstall = tcp_uninstall,
+    .capabilities = tcp_caps,
+    .can_reach = tcp_can_reach,
+    .alloc_sub_batch = tcp_alloc_sub,
+    .free_sub_batch = tcp_free_sub,
+    .submit = tcp_submit,
+    .status = tcp_status,
+    .quiesce = tcp_quiesce,
+    .add_buffer = tent_xport_nosup_buffer,
+    .remove_buffer = tent_xport_nosup_buffer,
+};

@@ -1,0 +1,271 @@
+#include "e2e_peer.h"
+
+#include "common/config.h"
+#include "runtime/engine.h"
+#include "runtime/p2p_meta.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SMALL (64 * 1024)
+
+long e2e_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+uint8_t e2e_pattern(uint64_t i)
+{
+    return (uint8_t)((i * 2654435761u) >> 13);
+}
+
+uint64_t e2e_fnv(const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+void e2e_config(bool shm, bool tcp)
+{
+    tent_config_reset_global();
+    tent_set_config("log_level", "error");
+    tent_set_config("transports/shm/enable", shm ? "true" : "false");
+    tent_set_config("transports/tcp/enable", tcp ? "true" : "false");
+    tent_set_config("transports/tcp/timeout_ms", "1500");
+}
+
+static int rd(int fd, void *buf, size_t n)
+{
+    char *p = buf;
+    while (n) {
+        ssize_t r = read(fd, p, n);
+        if (r <= 0)
+            return -1;
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int wr(int fd, const void *buf, size_t n)
+{
+    return write(fd, buf, n) == (ssize_t)n ? 0 : -1;
+}
+
+struct cmd {
+    char op;
+    uint8_t plain;
+    int32_t arg;
+    uint64_t off, len;
+};
+
+static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
+{
+    e2e_config(shm, tcp);
+    tent_engine_t eh = tent_create_engine();
+    if (!eh)
+        _exit(2);
+    struct tent_engine *e = eh;
+    void *rw;
+    if (tent_allocate_memory(eh, &rw, rw_len, "cpu"))
+        _exit(3);
+    uint8_t *plain = malloc(SMALL), *ro = malloc(SMALL), *loc = malloc(SMALL);
+    for (size_t i = 0; i < rw_len; i++)
+        ((uint8_t *)rw)[i] = e2e_pattern(i);
+    for (size_t i = 0; i < SMALL; i++)
+        plain[i] = ro[i] = loc[i] = e2e_pattern(i);
+    if (tent_register_memory_with_perm(eh, ro, SMALL, PERM_GLOBAL_READ_ONLY) ||
+        tent_register_memory_with_perm(eh, loc, SMALL, PERM_LOCAL_READ_WRITE) ||
+        tent_register_memory(eh, plain, SMALL))
+        _exit(4);
+    struct e2e_peer info = {0};
+    tent_segment_name(eh, info.name, sizeof(info.name));
+    info.rw_base = (uintptr_t)rw;
+    info.ro_base = (uintptr_t)ro;
+    info.local_base = (uintptr_t)loc;
+    info.reg_base = (uintptr_t)plain;
+    info.rw_len = rw_len;
+    info.small_len = SMALL;
+    wr(afd, &info, sizeof(info));
+    uint64_t last_notif_seq = 0;
+    for (;;) {
+        struct cmd c;
+        if (rd(cfd, &c, sizeof(c)))
+            break;
+        if (c.op == 'H') {
+            const uint8_t *b = c.plain ? plain : rw;
+            uint64_t h = e2e_fnv(b + c.off, c.len);
+            wr(afd, &h, sizeof(h));
+        } else if (c.op == 'R') {
+            /* Registers one more buffer (filled with the pattern). */
+            uint8_t *m = malloc(c.len);
+            for (size_t i = 0; i < c.len; i++)
+                m[i] = e2e_pattern(i);
+            uint64_t a = tent_register_memory(eh, m, c.len) ? 0 : (uintptr_t)m;
+            wr(afd, &a, sizeof(a));
+        } else if (c.op == 'S') {
+            tent_p2p_stop(e);
+            char ok = 1;
+            wr(afd, &ok, 1);
+        } else if (c.op == 'N') {
+            int got = 0;
+            int32_t ok = 1;
+            long end = e2e_now_ms() + c.arg;
+            while (got < (int)c.len && e2e_now_ms() < end) {
+                tent_notifi_info ni;
+                tent_recv_notifs(eh, &ni);
+                for (int i = 0; i < ni.num_records; i++) {
+                    unsigned long long seq, off, len, h;
+                    if (sscanf(ni.records[i].msg, "%llu %llu %llu %llu", &seq,
+                               &off, &len, &h) != 4 ||
+                        seq != last_notif_seq + 1 || off + len > rw_len ||
+                        e2e_fnv((uint8_t *)rw + off, len) != h ||
+                        strcmp(ni.records[i].name, "e2e") != 0)
+                        ok = 0;
+                    last_notif_seq = seq;
+                    got++;
+                }
+                tent_free_notifs(&ni);
+                if (got < (int)c.len)
+                    usleep(1000);
+            }
+            /* Anything extra (a duplicate) shows up a little later. */
+            usleep(50000);
+            tent_notifi_info ni;
+            tent_recv_notifs(eh, &ni);
+            got += ni.num_records;
+            tent_free_notifs(&ni);
+            int32_t r[2] = {got, ok};
+            wr(afd, r, sizeof(r));
+        } else {
+            break;
+        }
+    }
+    tent_destroy_engine(eh);
+    _exit(0);
+}
+
+int e2e_peer_start(struct e2e_peer *p, size_t rw_len, bool shm, bool tcp)
+{
+    int c[2], a[2];
+    if (pipe(c) || pipe(a))
+        return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        close(c[1]);
+        close(a[0]);
+        child(c[0], a[1], rw_len, shm, tcp);
+    }
+    close(c[0]);
+    close(a[1]);
+    struct pollfd pf = {.fd = a[0], .events = POLLIN};
+    if (poll(&pf, 1, 10000) != 1 || rd(a[0], p, sizeof(*p))) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    p->pid = pid;
+    p->cmd_fd = c[1];
+    p->ans_fd = a[0];
+    return 0;
+}
+
+uint64_t e2e_peer_hash(struct e2e_peer *p, bool plain, uint64_t off,
+                       uint64_t len)
+{
+    struct cmd c = {.op = 'H', .plain = plain, .off = off, .len = len};
+    uint64_t h = 0;
+    if (wr(p->cmd_fd, &c, sizeof(c)) || rd(p->ans_fd, &h, sizeof(h)))
+        return 0;
+    return h;
+}
+
+uint64_t e2e_peer_register(struct e2e_peer *p, uint64_t len)
+{
+    struct cmd c = {.op = 'R', .len = len};
+    uint64_t a = 0;
+    if (wr(p->cmd_fd, &c, sizeof(c)) || rd(p->ans_fd, &a, sizeof(a)))
+        return 0;
+    return a;
+}
+
+void e2e_peer_stop_rpc(struct e2e_peer *p)
+{
+    struct cmd c = {.op = 'S'};
+    char ok;
+    if (!wr(p->cmd_fd, &c, sizeof(c)))
+        (void)rd(p->ans_fd, &ok, 1);
+}
+
+int e2e_peer_check_notifs(struct e2e_peer *p, int expect, int timeout_ms,
+                          bool *ok)
+{
+    struct cmd c = {.op = 'N', .arg = timeout_ms, .len = (uint64_t)expect};
+    int32_t r[2] = {-1, 0};
+    if (wr(p->cmd_fd, &c, sizeof(c)) || rd(p->ans_fd, r, sizeof(r)))
+        return -1;
+    *ok = r[1] != 0;
+    return r[0];
+}
+
+void e2e_peer_kill(struct e2e_peer *p)
+{
+    if (p->pid > 0) {
+        kill(p->pid, SIGKILL);
+        waitpid(p->pid, NULL, 0);
+        p->pid = 0;
+    }
+    close(p->cmd_fd);
+    close(p->ans_fd);
+}
+
+void e2e_peer_quit(struct e2e_peer *p)
+{
+    if (p->pid <= 0)
+        return;
+    struct cmd c = {.op = 'Q'};
+    (void)wr(p->cmd_fd, &c, sizeof(c));
+    long end = e2e_now_ms() + 10000;
+    int st;
+    while (waitpid(p->pid, &st, WNOHANG) == 0) {
+        if (e2e_now_ms() > end) {
+            kill(p->pid, SIGKILL);
+            waitpid(p->pid, NULL, 0);
+            break;
+        }
+        usleep(1000);
+    }
+    p->pid = 0;
+    close(p->cmd_fd);
+    close(p->ans_fd);
+}
+
+int e2e_wait(tent_engine_t e, tent_batch_id_t b, int timeout_ms,
+             tent_status_t *st)
+{
+    long end = e2e_now_ms() + timeout_ms;
+    for (;;) {
+        int rc = tent_overall_status(e, b, st);
+        if (rc)
+            return rc;
+        if (st->status != STATUS_PENDING && st->status != STATUS_WAITING)
+            return 0;
+        if (e2e_now_ms() > end)
+            return 1;
+        usleep(200);
+    }
+}

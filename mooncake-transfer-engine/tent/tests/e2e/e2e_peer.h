@@ -1,0 +1,52 @@
+/* Two-process harness for the end-to-end tests: a child process runs a
+ * target engine and answers commands over a pipe; the parent drives its own
+ * engine against the child's segment through the public API. */
+#ifndef TENT_TESTS_E2E_PEER_H
+#define TENT_TESTS_E2E_PEER_H
+
+#include "tent/transfer_engine.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct e2e_peer {
+    pid_t pid;
+    int cmd_fd, ans_fd;
+    char name[256];
+    uint64_t rw_base, ro_base, local_base, reg_base;
+    size_t rw_len, small_len;
+};
+
+/* Sets the common configuration (log level, shm enable) for engines created
+ * from now on in this process. */
+void e2e_config(bool shm, bool tcp);
+/* Starts a child target engine with a rw buffer of rw_len bytes from
+ * tent_allocate_memory (filled with e2e_pattern), plus small read-only,
+ * local-only and plain-registered (malloc) buffers. */
+int e2e_peer_start(struct e2e_peer *p, size_t rw_len, bool shm, bool tcp);
+/* FNV-1a of [off, off+len) of the child's rw buffer (or plain buffer). */
+uint64_t e2e_peer_hash(struct e2e_peer *p, bool plain, uint64_t off,
+                       uint64_t len);
+/* Registers len more bytes (pattern-filled malloc memory) in the child;
+ * returns its address or 0. */
+uint64_t e2e_peer_register(struct e2e_peer *p, uint64_t len);
+/* Asks the child to stop its RPC server (data and control plane). */
+void e2e_peer_stop_rpc(struct e2e_peer *p);
+/* The child checks its queued notifications: each msg is "<off> <len>
+ * <hash>" and must match the buffer content when dequeued; returns the
+ * number received and in-order/valid flag via ok. */
+int e2e_peer_check_notifs(struct e2e_peer *p, int expect, int timeout_ms,
+                          bool *ok);
+void e2e_peer_kill(struct e2e_peer *p);
+void e2e_peer_quit(struct e2e_peer *p);
+
+uint8_t e2e_pattern(uint64_t i);
+uint64_t e2e_fnv(const void *p, size_t n);
+/* Polls the batch until no task is pending or timeout; returns overall. */
+int e2e_wait(tent_engine_t e, tent_batch_id_t b, int timeout_ms,
+             tent_status_t *st);
+long e2e_now_ms(void);
+
+#endif
