@@ -92,6 +92,12 @@ typedef enum {
     SMEM_TRANS_OP_WRITE = 1,
 } smem_trans_opcode_t;
 
+/* Direction convention, which the memfabric transport, the test mock and
+ * mf_host all follow: srcList[i] is always an address in the caller's own
+ * (local) memory and destList[i] an address in the memory of the peer whose
+ * unique id is destUrl.  SMEM_TRANS_OP_WRITE copies srcList[i] ->
+ * destList[i] (local to remote); SMEM_TRANS_OP_READ copies destList[i] ->
+ * srcList[i] (remote to local).  A batch holds one opcode and one peer. */
 typedef struct {
     const char *destUrl;
     void **srcList;

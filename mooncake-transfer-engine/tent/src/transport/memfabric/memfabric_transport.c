@@ -1,0 +1,808 @@
+/* MemFabric transport: TENT transport over libmf_smem.so's smem_trans API.
+ *
+ * Completion contract (the seed's, word for word in behaviour):
+ *  - the four-argument smem_trans_batch_status_query; SM_NEED_RETRY means
+ *    pending; SM_OK means the result is in *result and the vendor batch no
+ *    longer accesses memory, even when *result reports failure;
+ *  - only a successful execution counts bytes; a failed batch is FAILED with
+ *    0 bytes and may have modified memory (nothing is rolled back);
+ *  - a query consumes the vendor's result: it is cached per vendor batch
+ *    for all of that batch's tasks, and pending_batch_count counts the vendor
+ *    batches still without a result;
+ *  - a query error is returned to the caller and changes nothing: the tasks
+ *    stay pending, the count stays;
+ *  - quiesce() stops submissions for good and polls through the same path
+ *    until every vendor batch has a result or MF_TRANSFER_TIMEOUT expires;
+ *    a timeout completes nothing and cancels nothing.
+ *
+ * Direction convention of smem_trans_batch_copy (see smem_trans_abi.h):
+ * srcList always holds local addresses and destList remote addresses of the
+ * peer named by destUrl; WRITE copies srcList[i] -> destList[i], READ copies
+ * destList[i] -> srcList[i]. */
+#include "transport/memfabric/memfabric_transport.h"
+
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "runtime/engine.h" /* struct tent_buffer: base and length only */
+#include "transport/memfabric/memfabric_api.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define QUIESCE_POLL_NS 500000L   /* between polling iterations, lock released \
+                                   */
+#define MAX_TIMEOUT_MS 86400000LL /* one day */
+
+static const struct {
+    const char *name;
+    smem_bm_data_op_type bit;
+} protocols[] = {
+    {"device_sdma", SMEMB_DATA_OP_SDMA},
+    {"device_rdma", SMEMB_DATA_OP_DEVICE_RDMA},
+    {"host_rdma", SMEMB_DATA_OP_HOST_RDMA},
+    {"device_urma", SMEMB_DATA_OP_DEVICE_URMA},
+    {"device_uboe", SMEMB_DATA_OP_DEVICE_UBOE},
+    {"host_tcp", SMEMB_DATA_OP_HOST_TCP},
+    {"host_shm", SMEMB_DATA_OP_HOST_SHM},
+    {"host_urma", SMEMB_DATA_OP_HOST_URMA},
+};
+#define NPROTOCOLS (sizeof(protocols) / sizeof(protocols[0]))
+#define PROTOCOL_LIST                                                          \
+    "device_sdma, device_rdma, host_rdma, device_urma, device_uboe, "          \
+    "host_tcp, host_shm, host_urma"
+
+smem_bm_data_op_type memfabric_protocol_bit(const char *name)
+{
+    for (size_t i = 0; name && i < NPROTOCOLS; i++)
+        if (strcmp(protocols[i].name, name) == 0)
+            return protocols[i].bit;
+    return (smem_bm_data_op_type)0;
+}
+
+/* The vendor's scale: 0 debug, 1 info, 2 warn, 3 error (its most quiet). */
+int memfabric_vendor_log_level(int tent_level)
+{
+    switch (tent_level) {
+    case TENT_LOG_TRACE:
+    case TENT_LOG_DEBUG:
+        return 0;
+    case TENT_LOG_INFO:
+        return 1;
+    case TENT_LOG_WARNING:
+        return 2;
+    default:
+        return 3;
+    }
+}
+
+static struct memfabric_transport *mf_of(struct tent_transport *t)
+{
+    return (struct memfabric_transport *)t;
+}
+
+static struct memfabric_sub_batch *sub_of(struct tent_sub_batch *sb)
+{
+    return (struct memfabric_sub_batch *)sb;
+}
+
+/* ---- process-wide smem_trans_init, reference-counted ------------------- */
+
+/* Guards trans_refs and trans_device. */
+static pthread_mutex_t trans_lock = PTHREAD_MUTEX_INITIALIZER;
+static int trans_refs;
+static uint32_t trans_device;
+
+static int trans_init_ref(uint32_t device_id)
+{
+    pthread_mutex_lock(&trans_lock);
+    if (trans_refs == 0) {
+        int32_t rc = memfabric_smem_trans_init(device_id, 0);
+        if (rc != SM_OK) {
+            pthread_mutex_unlock(&trans_lock);
+            return tent_set_error(TENT_EVENDOR,
+                                  "smem_trans_init(device %u) failed: vendor "
+                                  "code %d",
+                                  device_id, rc);
+        }
+        trans_device = device_id;
+    } else if (trans_device != device_id) {
+        LOG_WARN("memfabric: smem_trans_init already done for device %u; "
+                 "this instance asked for device %u",
+                 trans_device, device_id);
+    }
+    trans_refs++;
+    pthread_mutex_unlock(&trans_lock);
+    return TENT_OK;
+}
+
+static void trans_uninit_ref(void)
+{
+    pthread_mutex_lock(&trans_lock);
+    if (trans_refs > 0 && --trans_refs == 0)
+        memfabric_smem_trans_uninit(0);
+    pthread_mutex_unlock(&trans_lock);
+}
+
+/* ---- settings ----------------------------------------------------------- */
+
+static int parse_settings(struct tent_transport *t,
+                          struct memfabric_settings *s)
+{
+    const char *proto = getenv("MF_PROTOCOL");
+    if (!proto || !*proto)
+        return tent_set_error(TENT_EINVAL, "MF_PROTOCOL must be set");
+    s->op_type = memfabric_protocol_bit(proto);
+    if (!s->op_type)
+        return tent_set_error(
+            TENT_EINVAL,
+            "MF_PROTOCOL='%s' is not supported (accepted: " PROTOCOL_LIST ")",
+            proto);
+    for (size_t i = 0; i < NPROTOCOLS; i++)
+        if (protocols[i].bit == s->op_type)
+            s->protocol = protocols[i].name;
+
+    s->timeout_ms = MEMFABRIC_DEFAULT_TIMEOUT_MS;
+    const char *to = getenv("MF_TRANSFER_TIMEOUT");
+    if (to) {
+        char *end = NULL;
+        errno = 0;
+        long long v = strtoll(to, &end, 10);
+        if (!*to || end == to || *end || errno || v <= 0 || v > MAX_TIMEOUT_MS)
+            return tent_set_error(TENT_EINVAL,
+                                  "MF_TRANSFER_TIMEOUT='%s' is not a positive "
+                                  "number of milliseconds (1..%lld)",
+                                  to, MAX_TIMEOUT_MS);
+        s->timeout_ms = (uint32_t)v;
+    }
+
+    int64_t dev;
+    int rc =
+        tent_config_get_int(t->cfg, "transports/memfabric/device_id", 0, &dev);
+    if (rc)
+        return rc;
+    if (dev < 0 || dev > INT32_MAX)
+        return tent_set_error(TENT_EINVAL,
+                              "config key 'transports/memfabric/device_id' = "
+                              "%lld is not a device id",
+                              (long long)dev);
+    s->device_id = (uint32_t)dev;
+    s->vendor_log_level = memfabric_vendor_log_level(
+        atomic_load_explicit(&tent_log_threshold, memory_order_relaxed));
+    return TENT_OK;
+}
+
+/* ---- peers -------------------------------------------------------------- */
+
+/* Runs on a vendor thread.  A peer's unique id carries the port the vendor
+ * bound at create ("<host>:0"), so a restarted peer comes back under a new
+ * id: marking the old one down for good is safe. */
+static void on_peer_down(const char *peer, void *user)
+{
+    struct memfabric_transport *mf = user;
+    if (!peer)
+        return;
+    atomic_fetch_add(&mf->peer_down_events, 1);
+    pthread_mutex_lock(&mf->peer_lock);
+    bool known = false;
+    int n = mf->ndown < MEMFABRIC_MAX_DOWN_PEERS ? mf->ndown
+                                                 : MEMFABRIC_MAX_DOWN_PEERS;
+    for (int i = 0; i < n && !known; i++)
+        known = strcmp(mf->down_peers[i], peer) == 0;
+    if (!known) {
+        snprintf(mf->down_peers[mf->ndown % MEMFABRIC_MAX_DOWN_PEERS],
+                 sizeof(mf->down_peers[0]), "%s", peer);
+        mf->ndown++;
+    }
+    pthread_mutex_unlock(&mf->peer_lock);
+    LOG_WARN("memfabric: peer %s went down; new transfers to it are refused, "
+             "its in-flight batches finish with the vendor's result",
+             peer);
+}
+
+static bool peer_is_down(struct memfabric_transport *mf, const char *peer)
+{
+    pthread_mutex_lock(&mf->peer_lock);
+    bool down = false;
+    int n = mf->ndown < MEMFABRIC_MAX_DOWN_PEERS ? mf->ndown
+                                                 : MEMFABRIC_MAX_DOWN_PEERS;
+    for (int i = 0; i < n && !down; i++)
+        down = strcmp(mf->down_peers[i], peer) == 0;
+    pthread_mutex_unlock(&mf->peer_lock);
+    return down;
+}
+
+/* ---- install / uninstall ------------------------------------------------ */
+
+static void mf_uninstall(struct tent_transport *t)
+{
+    struct memfabric_transport *mf = mf_of(t);
+    if (mf->published) {
+        tent_engine_publish_attr(t->engine, MEMFABRIC_UNIQUE_ID_ATTR, NULL);
+        mf->published = false;
+    }
+    if (mf->handle) {
+        memfabric_smem_trans_destroy(mf->handle, 0);
+        mf->handle = NULL;
+    }
+    if (mf->trans_inited) {
+        trans_uninit_ref();
+        mf->trans_inited = false;
+    }
+    if (mf->api_loaded) {
+        memfabric_api_unload();
+        mf->api_loaded = false;
+    }
+    if (mf->locks_ready) {
+        /* Sub-batches the runtime left behind hold no vendor batch (quiesce
+         * succeeded, or uninstall would not run). */
+        while (mf->subs) {
+            struct memfabric_sub_batch *s = mf->subs;
+            mf->subs = s->next;
+            free(s->task_list);
+            free(s->batch_status_cache);
+            free(s);
+        }
+        pthread_mutex_destroy(&mf->lock);
+        pthread_mutex_destroy(&mf->peer_lock);
+        mf->locks_ready = false;
+    }
+    mf->unique_id[0] = '\0';
+    mf->accepting = false;
+}
+
+static int mf_install(struct tent_transport *t)
+{
+    struct memfabric_transport *mf = mf_of(t);
+    struct memfabric_settings set = {0};
+    int rc = parse_settings(t, &set);
+    if (rc)
+        return rc;
+
+    pthread_mutex_init(&mf->lock, NULL);
+    pthread_mutex_init(&mf->peer_lock, NULL);
+    mf->locks_ready = true;
+
+    rc = memfabric_api_load();
+    if (rc)
+        goto fail;
+    mf->api_loaded = true;
+
+    uint32_t acl_dev;
+    if (memfabric_api_acl_device(&acl_dev))
+        set.device_id = acl_dev;
+
+    int32_t vrc = memfabric_smem_set_log_level(set.vendor_log_level);
+    if (vrc != SM_OK)
+        LOG_WARN("memfabric: smem_set_log_level(%d) failed: vendor code %d",
+                 set.vendor_log_level, vrc);
+
+    rc = trans_init_ref(set.device_id);
+    if (rc)
+        goto fail;
+    mf->trans_inited = true;
+
+    smem_trans_config_t cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    vrc = memfabric_smem_trans_config_init(&cfg);
+    if (vrc != SM_OK) {
+        rc = tent_set_error(
+            TENT_EVENDOR, "smem_trans_config_init failed: vendor code %d", vrc);
+        goto fail;
+    }
+    cfg.role = SMEM_TRANS_BOTH;
+    cfg.deviceId = set.device_id;
+    cfg.dataOpType = set.op_type;
+    const char *host = tent_engine_hostname(t->engine);
+    int len = snprintf(cfg.url, sizeof(cfg.url), "%s:0", host);
+    if (len < 0 || (size_t)len >= sizeof(cfg.url)) {
+        rc = tent_set_error(TENT_EINVAL,
+                            "memfabric: host '%s' is too long for the vendor's "
+                            "url (%zu bytes)",
+                            host, sizeof(cfg.url));
+        goto fail;
+    }
+    mf->handle = memfabric_smem_trans_create(&cfg, 0);
+    if (!mf->handle) {
+        rc = tent_set_error(TENT_EVENDOR,
+                            "smem_trans_create(url %s, protocol %s, device %u) "
+                            "failed",
+                            cfg.url, set.protocol, set.device_id);
+        goto fail;
+    }
+    uint16_t port = 0;
+    vrc = memfabric_smem_trans_get_rpc_port(mf->handle, &port);
+    if (vrc != SM_OK || port == 0) {
+        rc = tent_set_error(TENT_EVENDOR,
+                            "smem_trans_get_rpc_port failed: vendor code %d, "
+                            "port %u",
+                            vrc, (unsigned)port);
+        goto fail;
+    }
+    snprintf(mf->unique_id, sizeof(mf->unique_id), "%s:%u", host,
+             (unsigned)port);
+    rc = tent_engine_publish_attr(t->engine, MEMFABRIC_UNIQUE_ID_ATTR,
+                                  mf->unique_id);
+    if (rc)
+        goto fail;
+    mf->published = true;
+    vrc = memfabric_smem_trans_set_peer_down_callback(mf->handle, on_peer_down,
+                                                      mf);
+    if (vrc != SM_OK) {
+        rc = tent_set_error(TENT_EVENDOR,
+                            "smem_trans_set_peer_down_callback failed: vendor "
+                            "code %d",
+                            vrc);
+        goto fail;
+    }
+    mf->set = set;
+    mf->accepting = true;
+    LOG_INFO("memfabric: unique id %s, protocol %s, device %u, timeout %u ms",
+             mf->unique_id, set.protocol, set.device_id, set.timeout_ms);
+    return TENT_OK;
+
+fail:
+    /* uninstall undoes exactly the steps recorded as done, in reverse. */
+    LOG_WARN("memfabric install failed: %s", tent_last_error());
+    {
+        char saved[512];
+        snprintf(saved, sizeof(saved), "%s", tent_last_error());
+        mf_uninstall(t);
+        tent_set_error(rc, "%s", saved);
+    }
+    return rc;
+}
+
+static uint32_t mf_capabilities(struct tent_transport *t)
+{
+    (void)t;
+    return TENT_CAP_DRAM_TO_DRAM | TENT_CAP_DRAM_TO_DEVICE |
+           TENT_CAP_DEVICE_TO_DRAM | TENT_CAP_DEVICE_TO_DEVICE;
+}
+
+static bool mf_can_reach(struct tent_transport *t,
+                         const struct tent_segment *target)
+{
+    struct memfabric_transport *mf = mf_of(t);
+    if (tent_segment_is_local(target))
+        return mf->unique_id[0] != '\0';
+    return tent_segment_attr(target, MEMFABRIC_UNIQUE_ID_ATTR) != NULL;
+}
+
+/* ---- sub-batches -------------------------------------------------------- */
+
+static int mf_alloc_sub_batch(struct tent_transport *t, size_t capacity,
+                              struct tent_sub_batch **out)
+{
+    struct memfabric_transport *mf = mf_of(t);
+    struct memfabric_sub_batch *s = calloc(1, sizeof(*s));
+    struct memfabric_task *tl = calloc(capacity ? capacity : 1, sizeof(*tl));
+    if (!s || !tl) {
+        free(s);
+        free(tl);
+        return tent_set_error(TENT_ENOMEM,
+                              "memfabric: out of memory for a sub-batch of %zu "
+                              "tasks",
+                              capacity);
+    }
+    s->base.owner = t;
+    s->base.capacity = capacity;
+    s->task_list = tl;
+    pthread_mutex_lock(&mf->lock);
+    s->next = mf->subs;
+    if (mf->subs)
+        mf->subs->prev = s;
+    mf->subs = s;
+    pthread_mutex_unlock(&mf->lock);
+    *out = &s->base;
+    return TENT_OK;
+}
+
+static int mf_free_sub_batch(struct tent_transport *t,
+                             struct tent_sub_batch *sb)
+{
+    struct memfabric_transport *mf = mf_of(t);
+    struct memfabric_sub_batch *s = sub_of(sb);
+    pthread_mutex_lock(&mf->lock);
+    if (s->pending_batch_count > 0) {
+        size_t n = s->pending_batch_count;
+        pthread_mutex_unlock(&mf->lock);
+        return tent_set_error(TENT_EBUSY,
+                              "memfabric: sub-batch has %zu vendor batch(es) "
+                              "without a result; the vendor may still access "
+                              "their memory",
+                              n);
+    }
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        mf->subs = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    pthread_mutex_unlock(&mf->lock);
+    free(s->task_list);
+    free(s->batch_status_cache);
+    free(s);
+    return TENT_OK;
+}
+
+/* ---- the status path ---------------------------------------------------- */
+
+/* Queries one vendor batch unless its result is cached.  Caller holds
+ * mf->lock.  Returns TENT_OK (vb->state tells pending or done) or
+ * TENT_EVENDOR for a query error, which changes nothing. */
+static int poll_vendor_batch_locked(struct memfabric_transport *mf,
+                                    struct memfabric_sub_batch *s,
+                                    struct memfabric_vendor_batch *vb)
+{
+    if (vb->state == MEMFABRIC_VB_DONE)
+        return TENT_OK;
+    int32_t result = 0;
+    int32_t rc = memfabric_smem_trans_batch_status_query(
+        mf->handle, vb->batch_id, &result, 0);
+    if (rc == SM_NEED_RETRY)
+        return TENT_OK;
+    if (rc != SM_OK)
+        return tent_set_error(TENT_EVENDOR,
+                              "smem_trans_batch_status_query(batch %llu) "
+                              "failed: vendor code %d; its tasks stay in "
+                              "flight",
+                              (unsigned long long)vb->batch_id, rc);
+    /* The one consuming answer: cache it for every task of the batch. */
+    vb->result = result;
+    vb->state = MEMFABRIC_VB_DONE;
+    s->pending_batch_count--;
+    if (result != 0)
+        LOG_WARN("memfabric: vendor batch %llu failed with result %d",
+                 (unsigned long long)vb->batch_id, result);
+    return TENT_OK;
+}
+
+static int mf_status(struct tent_transport *t, struct tent_sub_batch *sb,
+                     uint32_t slot, struct tent_xfer_status *out)
+{
+    struct memfabric_transport *mf = mf_of(t);
+    struct memfabric_sub_batch *s = sub_of(sb);
+    if (slot >= s->base.capacity)
+        return tent_set_error(TENT_EINVAL,
+                              "memfabric status: slot %u is beyond the "
+                              "sub-batch's %zu",
+                              slot, s->base.capacity);
+    pthread_mutex_lock(&mf->lock);
+    struct memfabric_task *task = &s->task_list[slot];
+    if (!task->used) {
+        pthread_mutex_unlock(&mf->lock);
+        return tent_set_error(
+            TENT_EINVAL, "memfabric status: slot %u was never submitted", slot);
+    }
+    struct memfabric_vendor_batch *vb = &s->batch_status_cache[task->vb];
+    int rc = poll_vendor_batch_locked(mf, s, vb);
+    if (rc == TENT_OK) {
+        out->native_code = 0;
+        out->bytes = 0;
+        if (vb->state == MEMFABRIC_VB_PENDING) {
+            out->state = TENT_XFER_PENDING;
+        } else if (vb->result == 0) {
+            out->state = TENT_XFER_COMPLETED;
+            out->bytes = task->length;
+        } else {
+            out->state = TENT_XFER_FAILED;
+            out->native_code = vb->result;
+        }
+    }
+    pthread_mutex_unlock(&mf->lock);
+    return rc;
+}
+
+/* ---- submit ------------------------------------------------------------- */
+
+struct mf_group {
+    char peer[256];
+    int opcode;
+    size_t n;
+};
+
+/* Resolves the peer unique id of request r into peer; 0 or a TENT_E*. */
+static int resolve_peer(struct memfabric_transport *mf,
+                        const struct tent_xfer *r, char *peer, size_t len)
+{
+    const char *name = tent_segment_name_of(r->target);
+    const char *id =
+        tent_segment_is_local(r->target)
+            ? mf->unique_id
+            : tent_segment_attr(r->target, MEMFABRIC_UNIQUE_ID_ATTR);
+    if (!id || !*id)
+        return tent_set_error(TENT_EPEER,
+                              "memfabric: segment '%s' publishes no %s; its "
+                              "owner runs no memfabric transport",
+                              name, MEMFABRIC_UNIQUE_ID_ATTR);
+    if (strlen(id) >= len)
+        return tent_set_error(TENT_EPROTO,
+                              "memfabric: %s of segment '%s' is too long",
+                              MEMFABRIC_UNIQUE_ID_ATTR, name);
+    memcpy(peer, id, strlen(id) + 1);
+    if (peer_is_down(mf, peer))
+        return tent_set_error(TENT_EPEER,
+                              "memfabric: peer %s (segment '%s') went down",
+                              peer, name);
+    return TENT_OK;
+}
+
+static int reserve_vb_locked(struct memfabric_sub_batch *s)
+{
+    if (s->nvb < s->vb_cap)
+        return TENT_OK;
+    size_t ncap = s->vb_cap ? s->vb_cap * 2 : 8;
+    struct memfabric_vendor_batch *n =
+        realloc(s->batch_status_cache, ncap * sizeof(*n));
+    if (!n)
+        return tent_set_error(TENT_ENOMEM,
+                              "memfabric: out of memory for %zu vendor batches",
+                              ncap);
+    s->batch_status_cache = n;
+    s->vb_cap = ncap;
+    return TENT_OK;
+}
+
+/* Issues one smem_trans_batch_copy for the requests of group g (those i with
+ * gidx[i] == g); sets their results. */
+static void issue_group_locked(struct memfabric_transport *mf,
+                               struct memfabric_sub_batch *s,
+                               const struct tent_xfer *reqs, size_t n,
+                               const size_t *gidx, size_t g,
+                               const struct mf_group *grp, void **src,
+                               void **dst, size_t *sizes, int *results)
+{
+    uint32_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (results[i] != TENT_OK || gidx[i] != g)
+            continue;
+        src[k] = reqs[i].local;
+        dst[k] = (void *)(uintptr_t)reqs[i].remote;
+        sizes[k] = (size_t)reqs[i].length;
+        k++;
+    }
+    int rc = reserve_vb_locked(s);
+    uint64_t batch_id = 0;
+    if (rc == TENT_OK) {
+        smem_trans_batch_params_t p = {
+            .destUrl = grp->peer,
+            .srcList = src,
+            .destList = dst,
+            .sizeList = sizes,
+            .batchSize = k,
+            .opcode = grp->opcode == OPCODE_READ ? SMEM_TRANS_OP_READ
+                                                 : SMEM_TRANS_OP_WRITE,
+            .stream = NULL,
+            .flags = 0,
+        };
+        int32_t vrc =
+            memfabric_smem_trans_batch_copy(mf->handle, &p, &batch_id);
+        if (vrc != SM_OK)
+            rc =
+                tent_set_error(TENT_EVENDOR,
+                               "smem_trans_batch_copy of %u %s request(s) to "
+                               "%s failed: vendor code %d",
+                               k, grp->opcode == OPCODE_READ ? "read" : "write",
+                               grp->peer, vrc);
+    }
+    if (rc != TENT_OK) {
+        for (size_t i = 0; i < n; i++)
+            if (results[i] == TENT_OK && gidx[i] == g)
+                results[i] = rc;
+        return;
+    }
+    uint32_t vbi = (uint32_t)s->nvb++;
+    s->batch_status_cache[vbi] = (struct memfabric_vendor_batch){
+        .batch_id = batch_id, .state = MEMFABRIC_VB_PENDING, .result = 0};
+    s->pending_batch_count++;
+    for (size_t i = 0; i < n; i++) {
+        if (results[i] != TENT_OK || gidx[i] != g)
+            continue;
+        struct memfabric_task *task = &s->task_list[reqs[i].slot];
+        task->used = true;
+        task->vb = vbi;
+        task->length = reqs[i].length;
+    }
+}
+
+static int mf_submit(struct tent_transport *t, struct tent_sub_batch *sb,
+                     const struct tent_xfer *reqs, size_t n, int *results)
+{
+    struct memfabric_transport *mf = mf_of(t);
+    struct memfabric_sub_batch *s = sub_of(sb);
+    size_t *gidx = calloc(n ? n : 1, sizeof(*gidx));
+    struct mf_group *groups = calloc(n ? n : 1, sizeof(*groups));
+    void **src = calloc(n ? n : 1, sizeof(*src));
+    void **dst = calloc(n ? n : 1, sizeof(*dst));
+    size_t *sizes = calloc(n ? n : 1, sizeof(*sizes));
+    int rc = TENT_OK;
+    if (!gidx || !groups || !src || !dst || !sizes) {
+        rc = tent_set_error(
+            TENT_ENOMEM, "memfabric: out of memory submitting %zu requests", n);
+        for (size_t i = 0; i < n; i++)
+            results[i] = rc;
+        goto out;
+    }
+
+    pthread_mutex_lock(&mf->lock);
+    if (!mf->accepting) {
+        rc = tent_set_error(TENT_ESHUTDOWN,
+                            "memfabric: transport is quiesced; no new "
+                            "submissions");
+        for (size_t i = 0; i < n; i++)
+            results[i] = rc;
+        pthread_mutex_unlock(&mf->lock);
+        goto out;
+    }
+    /* Group by (peer, opcode): a vendor batch never mixes reads and writes
+     * or peers. */
+    size_t ngroups = 0;
+    char peer[256];
+    for (size_t i = 0; i < n; i++) {
+        const struct tent_xfer *r = &reqs[i];
+        results[i] = TENT_OK;
+        if (r->slot >= s->base.capacity) {
+            results[i] = tent_set_error(TENT_EINVAL,
+                                        "memfabric submit: slot %u is beyond "
+                                        "the sub-batch's %zu",
+                                        r->slot, s->base.capacity);
+            continue;
+        }
+        struct memfabric_task *task = &s->task_list[r->slot];
+        if (task->used &&
+            s->batch_status_cache[task->vb].state == MEMFABRIC_VB_PENDING) {
+            results[i] = tent_set_error(TENT_EBUSY,
+                                        "memfabric submit: slot %u is still in "
+                                        "flight",
+                                        r->slot);
+            continue;
+        }
+        if (r->length > SIZE_MAX) {
+            results[i] = tent_set_error(TENT_EINVAL,
+                                        "memfabric submit: length %llu is too "
+                                        "large",
+                                        (unsigned long long)r->length);
+            continue;
+        }
+        results[i] = resolve_peer(mf, r, peer, sizeof(peer));
+        if (results[i] != TENT_OK)
+            continue;
+        size_t g = 0;
+        while (g < ngroups && (groups[g].opcode != r->opcode ||
+                               strcmp(groups[g].peer, peer) != 0))
+            g++;
+        if (g == ngroups) {
+            memcpy(groups[g].peer, peer, strlen(peer) + 1);
+            groups[g].opcode = r->opcode;
+            ngroups++;
+        }
+        groups[g].n++;
+        gidx[i] = g;
+    }
+    for (size_t g = 0; g < ngroups; g++)
+        issue_group_locked(mf, s, reqs, n, gidx, g, &groups[g], src, dst, sizes,
+                           results);
+    pthread_mutex_unlock(&mf->lock);
+    for (size_t i = 0; i < n && rc == TENT_OK; i++)
+        rc = results[i];
+
+out:
+    free(gidx);
+    free(groups);
+    free(src);
+    free(dst);
+    free(sizes);
+    return rc;
+}
+
+/* ---- quiesce ------------------------------------------------------------ */
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static int mf_quiesce(struct tent_transport *t)
+{
+    struct memfabric_transport *mf = mf_of(t);
+    if (!mf->locks_ready)
+        return TENT_OK;
+    pthread_mutex_lock(&mf->lock);
+    mf->accepting = false; /* for good, timeout included */
+    pthread_mutex_unlock(&mf->lock);
+
+    uint64_t deadline = now_ms() + mf->set.timeout_ms;
+    char last_err[512] = "";
+    for (;;) {
+        size_t outstanding = 0;
+        /* One polling iteration under the lock, through the status path. */
+        pthread_mutex_lock(&mf->lock);
+        for (struct memfabric_sub_batch *s = mf->subs; s; s = s->next) {
+            for (size_t v = 0; v < s->nvb && s->pending_batch_count; v++) {
+                struct memfabric_vendor_batch *vb = &s->batch_status_cache[v];
+                if (vb->state == MEMFABRIC_VB_DONE)
+                    continue;
+                if (poll_vendor_batch_locked(mf, s, vb) != TENT_OK)
+                    snprintf(last_err, sizeof(last_err),
+                             "; last query error: "
+                             "%s",
+                             tent_last_error());
+                if (vb->state != MEMFABRIC_VB_DONE)
+                    outstanding++;
+            }
+        }
+        pthread_mutex_unlock(&mf->lock);
+        if (outstanding == 0)
+            return TENT_OK;
+        uint64_t now = now_ms();
+        if (now >= deadline)
+            return tent_set_error(TENT_ETIMEDOUT,
+                                  "memfabric quiesce: %zu vendor batch(es) "
+                                  "still without a result after "
+                                  "MF_TRANSFER_TIMEOUT=%u ms; nothing was "
+                                  "cancelled, their memory must stay "
+                                  "registered%s",
+                                  outstanding, mf->set.timeout_ms, last_err);
+        struct timespec pause = {0, QUIESCE_POLL_NS};
+        if ((deadline - now) * 1000000u < (uint64_t)QUIESCE_POLL_NS)
+            pause.tv_nsec = (long)((deadline - now) * 1000000u);
+        nanosleep(&pause, NULL);
+    }
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+static int mf_add_buffer(struct tent_transport *t, struct tent_buffer *buf)
+{
+    struct memfabric_transport *mf = mf_of(t);
+    void *addr = (void *)(uintptr_t)buf->base;
+    size_t len = (size_t)buf->length;
+    pthread_mutex_lock(&mf->lock);
+    int32_t vrc = memfabric_smem_trans_register_mem(mf->handle, addr, len, 0);
+    pthread_mutex_unlock(&mf->lock);
+    if (vrc != SM_OK)
+        return tent_set_error(TENT_EVENDOR,
+                              "smem_trans_register_mem([%p, +%zu)) failed: "
+                              "vendor code %d",
+                              addr, len, vrc);
+    return TENT_OK;
+}
+
+static int mf_remove_buffer(struct tent_transport *t, struct tent_buffer *buf)
+{
+    struct memfabric_transport *mf = mf_of(t);
+    void *addr = (void *)(uintptr_t)buf->base;
+    pthread_mutex_lock(&mf->lock);
+    int32_t vrc = memfabric_smem_trans_deregister_mem(mf->handle, addr);
+    pthread_mutex_unlock(&mf->lock);
+    if (vrc != SM_OK)
+        return tent_set_error(TENT_EVENDOR,
+                              "smem_trans_deregister_mem(%p) failed: vendor "
+                              "code %d",
+                              addr, vrc);
+    return TENT_OK;
+}
+
+const struct tent_transport_ops tent_memfabric_transport_ops = {
+    .name = "memfabric",
+    .type = TRANSPORT_MEMFABRIC,
+    .default_enabled = false, /* transports/memfabric/enable: true */
+    .instance_size = sizeof(struct memfabric_transport),
+    .install = mf_install,
+    .uninstall = mf_uninstall,
+    .capabilities = mf_capabilities,
+    .can_reach = mf_can_reach,
+    .alloc_sub_batch = mf_alloc_sub_batch,
+    .free_sub_batch = mf_free_sub_batch,
+    .submit = mf_submit,
+    .status = mf_status,
+    .quiesce = mf_quiesce,
+    .add_buffer = mf_add_buffer,
+    .remove_buffer = mf_remove_buffer,
+};

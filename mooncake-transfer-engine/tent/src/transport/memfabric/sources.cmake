@@ -1,0 +1,8 @@
+# MemFabric transport: loads libmf_smem.so at run time, so nothing from the
+# vendor is needed to build it.
+if(USE_MEMFABRIC)
+  list(APPEND TENT_SOURCES
+    src/transport/memfabric/memfabric_api.c
+    src/transport/memfabric/memfabric_transport.c)
+  list(APPEND TENT_DEFS TENT_WITH_MEMFABRIC)
+endif()
