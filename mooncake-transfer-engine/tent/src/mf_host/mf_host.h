@@ -1,0 +1,239 @@
+/* mf_host: a host-memory implementation of the smem_trans ABI
+ * (src/transport/memfabric/smem_trans_abi.h), built as its own
+ * libmf_smem.so so the memfabric transport moves real bytes without an NPU.
+ *
+ * Pieces (each instance = one "handle"):
+ *   - an rpc server (accept thread + one thread per incoming connection)
+ *     bound to the config url "<host>:0"; it serves HELLO (identity, pid),
+ *     CHECK (are these ranges registered here?), WRITE and READ requests and
+ *     validates every request against the registered ranges;
+ *   - peers: for each destUrl a control connection (HELLO, then watched by
+ *     the monitor thread for EOF = peer down) and a small pool of data
+ *     connections; host_shm peers on the same host are copied with
+ *     process_vm_readv/writev instead of the data connections;
+ *   - batches: smem_trans_batch_copy queues a batch; worker threads first
+ *     CHECK every remote range with the peer (nothing is copied when one is
+ *     outside the peer's registered memory), then copy the batch in slices.
+ *
+ * Lock order (outer first): g_lock (api.c) > h->connect_lock >
+ * h->peer_lock > p->lock; h->q_lock, h->batch_lock, h->mem_lock,
+ * h->cb_lock and h->srv_lock are leaves (nothing else is taken while they
+ * are held).  The peer-down callback is called with no lock held. */
+#ifndef TENT_MF_HOST_H
+#define TENT_MF_HOST_H
+
+#include "transport/memfabric/smem_trans_abi.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define MFH_EXPORT __attribute__((visibility("default")))
+
+#define MFH_UID_MAX       64
+#define MFH_WORKERS       4          /* copy threads per handle */
+#define MFH_POOL_MAX      4          /* data connections per peer */
+#define MFH_SLICE         (1u << 20) /* copies are cut into slices of this size */
+#define MFH_IO_TIMEOUT_MS 10000      /* bound on every blocking socket call */
+#define MFH_MAX_BATCH     (1u << 20)
+#define MFH_BATCH_BUCKETS 256
+
+/* ---- logging (level set by smem_set_log_level) ---------------------- */
+enum { MFH_LOG_DEBUG = 0, MFH_LOG_INFO, MFH_LOG_WARN, MFH_LOG_ERROR };
+extern atomic_int mfh_log_level;
+void mfh_log_write(int level, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define MFH_LOG(lvl, ...)                                                      \
+    do {                                                                       \
+        if ((lvl) >=                                                           \
+            atomic_load_explicit(&mfh_log_level, memory_order_relaxed))        \
+            mfh_log_write((lvl), __FILE__, __LINE__, __VA_ARGS__);             \
+    } while (0)
+#define MFH_DEBUG(...) MFH_LOG(MFH_LOG_DEBUG, __VA_ARGS__)
+#define MFH_INFO(...)  MFH_LOG(MFH_LOG_INFO, __VA_ARGS__)
+#define MFH_WARN(...)  MFH_LOG(MFH_LOG_WARN, __VA_ARGS__)
+#define MFH_ERROR(...) MFH_LOG(MFH_LOG_ERROR, __VA_ARGS__)
+
+/* ---- wire format (both ends are this library on one byte order) ------- */
+#define MFH_MAGIC   0x3148464du /* "MFH1" */
+#define MFH_VERSION 1u
+
+enum mfh_msg_type {
+    MFH_MSG_HELLO = 1,
+    MFH_MSG_CHECK = 2,
+    MFH_MSG_WRITE = 3,
+    MFH_MSG_READ = 4,
+    MFH_MSG_REPLY = 5,
+};
+
+struct mfh_msg {
+    uint32_t magic;
+    uint16_t type;
+    uint16_t flags;
+    int32_t status; /* replies: SM_OK or an SM_* error */
+    uint32_t count; /* CHECK: number of ranges */
+    uint64_t addr;  /* WRITE/READ: remote address; CHECK reply: bad index */
+    uint64_t len;   /* payload bytes following the header */
+};
+
+struct mfh_hello {
+    uint32_t version;
+    uint32_t pid;
+    uint32_t proto;
+    uint32_t reserved;
+    uint64_t probe_addr;  /* address of a token in the sender's memory */
+    uint64_t probe_value; /* its value: a successful CMA read proves we
+                             can reach the sender's address space */
+    char uid[MFH_UID_MAX];
+};
+
+struct mfh_wire_range {
+    uint64_t addr;
+    uint64_t len;
+};
+
+/* ---- objects ---------------------------------------------------------- */
+struct mfh_range {
+    uintptr_t base;
+    size_t len;
+};
+
+struct mfh_conn {
+    struct mfh_conn *next;
+    int fd;
+    bool busy;
+};
+
+/* A remote instance we copy to/from.  refs: one for h->peers membership,
+ * one per batch, one per monitor snapshot.  p->lock guards conns, n_conns,
+ * connecting. */
+struct mfh_peer {
+    struct mfh_peer *next;
+    atomic_int refs;
+    atomic_bool down;
+    struct mfh_handle *h;
+    char url[MFH_UID_MAX];
+    char uid[MFH_UID_MAX];
+    pid_t pid;
+    bool use_cma;
+    int ctrl_fd;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct mfh_conn *conns;
+    int n_conns; /* including ones being connected */
+};
+
+/* One slice of one entry of a batch. */
+struct mfh_slice {
+    uintptr_t local;
+    uint64_t remote;
+    size_t len;
+};
+
+enum mfh_batch_phase { MFH_PHASE_CHECK, MFH_PHASE_COPY };
+
+/* A batch: in h->batch_tab (batch_lock) from submit until its result is
+ * consumed; in the work queue (q_lock) while it has unclaimed work. */
+struct mfh_batch {
+    struct mfh_batch *tab_next; /* batch_lock */
+    struct mfh_batch *q_next;   /* q_lock */
+    uint64_t id;
+    struct mfh_peer *peer; /* ref held until the batch finishes */
+    smem_trans_opcode_t opcode;
+    enum mfh_batch_phase phase;    /* q_lock */
+    struct mfh_wire_range *ranges; /* remote ranges, for CHECK */
+    uint32_t n_ranges;
+    struct mfh_slice *slices;
+    size_t n_slices;
+    size_t next_slice;       /* q_lock */
+    atomic_size_t remaining; /* slices not yet finished */
+    atomic_int first_error;
+    bool done;      /* batch_lock */
+    int32_t result; /* batch_lock, valid when done */
+};
+
+struct mfh_srv_conn {
+    struct mfh_srv_conn *next;
+    struct mfh_handle *h;
+    int fd;
+    pthread_t thread;
+    atomic_bool finished;
+};
+
+struct mfh_handle {
+    struct mfh_handle *next; /* g_lock: registry of live handles */
+    int api_refs;            /* g_lock: API calls using this handle */
+    atomic_bool stopping;
+    uint32_t proto; /* SMEMB_DATA_OP_HOST_TCP or _HOST_SHM */
+    char host[MFH_UID_MAX];
+    uint16_t port;
+    char uid[MFH_UID_MAX];
+    volatile uint64_t probe_value;
+
+    pthread_rwlock_t mem_lock; /* registered ranges */
+    struct mfh_range *ranges;
+    size_t n_ranges, cap_ranges;
+
+    pthread_mutex_t cb_lock;
+    smem_trans_peer_down_callback_t cb;
+    void *cb_user;
+
+    int listen_fd;
+    pthread_t accept_thread;
+    bool accept_started;
+    pthread_mutex_t srv_lock; /* srv_conns */
+    struct mfh_srv_conn *srv_conns;
+
+    pthread_mutex_t connect_lock; /* serializes peer creation */
+    pthread_mutex_t peer_lock;    /* peers list */
+    struct mfh_peer *peers;
+    int monitor_efd;
+    pthread_t monitor_thread;
+    bool monitor_started;
+
+    pthread_mutex_t batch_lock;
+    struct mfh_batch *batch_tab[MFH_BATCH_BUCKETS];
+    uint64_t next_batch_id;
+
+    pthread_mutex_t q_lock;
+    pthread_cond_t q_cond;
+    struct mfh_batch *q_head, *q_tail;
+    pthread_t workers[MFH_WORKERS];
+    int n_workers;
+};
+
+/* api.c */
+bool mfh_range_registered(struct mfh_handle *h, uint64_t addr, uint64_t len);
+void mfh_fire_peer_down(struct mfh_handle *h, const char *uid);
+
+/* net.c */
+int mfh_split_url(const char *url, char *host, size_t host_len, uint16_t *port);
+int mfh_connect(const char *host, uint16_t port, int timeout_ms);
+int mfh_send_full(int fd, const void *buf, size_t len);
+int mfh_recv_full(int fd, void *buf, size_t len);
+int mfh_server_start(struct mfh_handle *h);
+void mfh_server_stop(struct mfh_handle *h);
+int mfh_monitor_start(struct mfh_handle *h);
+void mfh_monitor_stop(struct mfh_handle *h);
+struct mfh_peer *mfh_peer_get(struct mfh_handle *h, const char *url);
+void mfh_peer_put(struct mfh_peer *p);
+void mfh_peer_mark_down(struct mfh_peer *p, const char *why);
+void mfh_peers_shutdown(struct mfh_handle *h);
+void mfh_peers_release(struct mfh_handle *h);
+struct mfh_conn *mfh_conn_acquire(struct mfh_peer *p);
+void mfh_conn_release(struct mfh_peer *p, struct mfh_conn *c, bool broken);
+
+/* batch.c */
+int mfh_workers_start(struct mfh_handle *h);
+void mfh_workers_stop(struct mfh_handle *h);
+int32_t mfh_batch_submit(struct mfh_handle *h, struct mfh_peer *p,
+                         const smem_trans_batch_params_t *params,
+                         uint64_t *batch_id);
+int32_t mfh_batch_query(struct mfh_handle *h, uint64_t id, int32_t *result);
+void mfh_batches_free(struct mfh_handle *h);
+
+#endif

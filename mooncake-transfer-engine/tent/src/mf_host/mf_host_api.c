@@ -1,0 +1,553 @@
+/* mf_host: the 13 exported smem_* functions, the registry of live handles,
+ * registered memory and logging.
+ *
+ * Every handle passed in is looked up in the registry (g_lock) and pinned by
+ * api_refs for the call, so a stale or foreign handle gets an error instead
+ * of a crash, and smem_trans_destroy waits for calls still using it. */
+#include "mf_host.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+atomic_int mfh_log_level = MFH_LOG_WARN;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
+static struct mfh_handle *g_handles; /* g_lock */
+static unsigned g_init_count;        /* g_lock */
+
+void mfh_log_write(int level, const char *file, int line, const char *fmt, ...)
+{
+    static const char *names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
+    int saved = errno;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    const char *base = strrchr(file, '/');
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    /* One write per line keeps lines of concurrent threads whole. */
+    fprintf(stderr, "%02d:%02d:%02d.%06ld %s mf_host %s:%d] %s\n", tm.tm_hour,
+            tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000,
+            names[level < 0   ? 0
+                  : level > 3 ? 3
+                              : level],
+            base ? base + 1 : file, line, msg);
+    errno = saved;
+}
+
+static const char *proto_name(uint32_t t)
+{
+    switch (t) {
+    case SMEMB_DATA_OP_SDMA:
+        return "device_sdma";
+    case SMEMB_DATA_OP_HOST_RDMA:
+        return "host_rdma";
+    case SMEMB_DATA_OP_HOST_TCP:
+        return "host_tcp";
+    case SMEMB_DATA_OP_DEVICE_RDMA:
+        return "device_rdma";
+    case SMEMB_DATA_OP_HOST_URMA:
+        return "host_urma";
+    case SMEMB_DATA_OP_HOST_SHM:
+        return "host_shm";
+    case SMEMB_DATA_OP_DEVICE_URMA:
+        return "device_urma";
+    case SMEMB_DATA_OP_DEVICE_UBOE:
+        return "device_uboe";
+    default:
+        return "unknown";
+    }
+}
+
+/* ---- handle registry ---------------------------------------------------- */
+
+static struct mfh_handle *handle_get(smem_trans_t handle)
+{
+    if (!handle)
+        return NULL;
+    pthread_mutex_lock(&g_lock);
+    struct mfh_handle *h = g_handles;
+    while (h && h != handle)
+        h = h->next;
+    if (h)
+        h->api_refs++;
+    pthread_mutex_unlock(&g_lock);
+    return h;
+}
+
+static void handle_put(struct mfh_handle *h)
+{
+    pthread_mutex_lock(&g_lock);
+    if (--h->api_refs == 0)
+        pthread_cond_broadcast(&g_cond);
+    pthread_mutex_unlock(&g_lock);
+}
+
+/* Stops every thread of h and frees it.  h is already out of the registry
+ * and no API call uses it. */
+static void handle_free(struct mfh_handle *h)
+{
+    atomic_store(&h->stopping, true);
+    mfh_peers_shutdown(h);
+    mfh_workers_stop(h);
+    mfh_monitor_stop(h);
+    mfh_server_stop(h);
+    mfh_batches_free(h);
+    mfh_peers_release(h);
+    pthread_rwlock_destroy(&h->mem_lock);
+    pthread_mutex_destroy(&h->cb_lock);
+    pthread_mutex_destroy(&h->srv_lock);
+    pthread_mutex_destroy(&h->connect_lock);
+    pthread_mutex_destroy(&h->peer_lock);
+    pthread_mutex_destroy(&h->batch_lock);
+    pthread_mutex_destroy(&h->q_lock);
+    pthread_cond_destroy(&h->q_cond);
+    free(h->ranges);
+    free(h);
+}
+
+/* Removes h from the registry and waits for API calls still using it.
+ * Caller holds g_lock. */
+static void handle_unlink_locked(struct mfh_handle *h)
+{
+    for (struct mfh_handle **pp = &g_handles; *pp; pp = &(*pp)->next) {
+        if (*pp == h) {
+            *pp = h->next;
+            break;
+        }
+    }
+    atomic_store(&h->stopping, true);
+    while (h->api_refs > 0)
+        pthread_cond_wait(&g_cond, &g_lock);
+}
+
+void mfh_fire_peer_down(struct mfh_handle *h, const char *uid)
+{
+    pthread_mutex_lock(&h->cb_lock);
+    smem_trans_peer_down_callback_t cb = h->cb;
+    void *user = h->cb_user;
+    pthread_mutex_unlock(&h->cb_lock);
+    if (cb)
+        cb(uid, user);
+}
+
+/* ---- registered memory -------------------------------------------------- */
+
+/* True if [addr, addr+len) is covered by the union of registered ranges. */
+bool mfh_range_registered(struct mfh_handle *h, uint64_t addr, uint64_t len)
+{
+    if (len == 0 || addr + len < addr)
+        return false;
+    uint64_t cur = addr, end = addr + len;
+    pthread_rwlock_rdlock(&h->mem_lock);
+    while (cur < end) {
+        uint64_t best = cur;
+        for (size_t i = 0; i < h->n_ranges; i++) {
+            uint64_t b = h->ranges[i].base, e = b + h->ranges[i].len;
+            if (b <= cur && cur < e && e > best)
+                best = e;
+        }
+        if (best == cur)
+            break;
+        cur = best;
+    }
+    pthread_rwlock_unlock(&h->mem_lock);
+    return cur >= end;
+}
+
+static int32_t mem_add(struct mfh_handle *h, void *const *addrs,
+                       const size_t *caps, uint32_t count)
+{
+    for (uint32_t i = 0; i < count; i++) {
+        if (!addrs[i] || caps[i] == 0 ||
+            (uintptr_t)addrs[i] + caps[i] < (uintptr_t)addrs[i]) {
+            MFH_ERROR("register_mem: bad range %u: address %p, capacity %zu", i,
+                      addrs[i], caps[i]);
+            return SM_INVALID_PARAM;
+        }
+        for (uint32_t j = 0; j < i; j++) {
+            if (addrs[j] == addrs[i]) {
+                MFH_ERROR("register_mem: address %p given twice", addrs[i]);
+                return SM_DUPLICATED;
+            }
+        }
+    }
+    int32_t rc = SM_OK;
+    pthread_rwlock_wrlock(&h->mem_lock);
+    for (uint32_t i = 0; i < count && rc == SM_OK; i++) {
+        for (size_t k = 0; k < h->n_ranges; k++) {
+            if (h->ranges[k].base == (uintptr_t)addrs[i]) {
+                MFH_ERROR("register_mem: address %p is already registered",
+                          addrs[i]);
+                rc = SM_DUPLICATED;
+                break;
+            }
+        }
+    }
+    if (rc == SM_OK && h->n_ranges + count > h->cap_ranges) {
+        size_t cap = (h->n_ranges + count) * 2;
+        struct mfh_range *r = realloc(h->ranges, cap * sizeof(*r));
+        if (r) {
+            h->ranges = r;
+            h->cap_ranges = cap;
+        } else {
+            rc = SM_MALLOC_FAILED;
+        }
+    }
+    if (rc == SM_OK) {
+        for (uint32_t i = 0; i < count; i++)
+            h->ranges[h->n_ranges++] =
+                (struct mfh_range){.base = (uintptr_t)addrs[i], .len = caps[i]};
+    }
+    pthread_rwlock_unlock(&h->mem_lock);
+    return rc;
+}
+
+/* ---- the ABI ------------------------------------------------------------ */
+
+MFH_EXPORT int32_t smem_trans_init(uint32_t deviceId, uint32_t flags)
+{
+    (void)flags;
+    pthread_mutex_lock(&g_lock);
+    g_init_count++;
+    pthread_mutex_unlock(&g_lock);
+    MFH_INFO("initialized (device %u ignored: host memory only)", deviceId);
+    return SM_OK;
+}
+
+MFH_EXPORT void smem_trans_uninit(uint32_t flags)
+{
+    (void)flags;
+    struct mfh_handle *doomed = NULL;
+    pthread_mutex_lock(&g_lock);
+    if (g_init_count == 0) {
+        pthread_mutex_unlock(&g_lock);
+        MFH_WARN("smem_trans_uninit without smem_trans_init");
+        return;
+    }
+    if (--g_init_count == 0) {
+        while (g_handles) {
+            struct mfh_handle *h = g_handles;
+            MFH_WARN("uninit: destroying instance %s still alive", h->uid);
+            handle_unlink_locked(h);
+            h->next = doomed;
+            doomed = h;
+        }
+    }
+    pthread_mutex_unlock(&g_lock);
+    while (doomed) {
+        struct mfh_handle *next = doomed->next;
+        handle_free(doomed);
+        doomed = next;
+    }
+}
+
+MFH_EXPORT int32_t smem_trans_config_init(smem_trans_config_t *config)
+{
+    if (!config) {
+        MFH_ERROR("config_init: config is NULL");
+        return SM_INVALID_PARAM;
+    }
+    memset(config, 0, sizeof(*config));
+    config->role = SMEM_TRANS_BOTH;
+    config->initTimeout = 120;
+    config->dataOpType = SMEMB_DATA_OP_HOST_TCP;
+    snprintf(config->url, sizeof(config->url), "127.0.0.1:0");
+    return SM_OK;
+}
+
+MFH_EXPORT smem_trans_t smem_trans_create(const smem_trans_config_t *config,
+                                          uint32_t flags)
+{
+    (void)flags;
+    if (!config) {
+        MFH_ERROR("create: config is NULL");
+        return NULL;
+    }
+    pthread_mutex_lock(&g_lock);
+    unsigned inited = g_init_count;
+    pthread_mutex_unlock(&g_lock);
+    if (!inited) {
+        MFH_ERROR("create: smem_trans_init has not been called");
+        return NULL;
+    }
+    uint32_t op = (uint32_t)config->dataOpType;
+    if (op != SMEMB_DATA_OP_HOST_TCP && op != SMEMB_DATA_OP_HOST_SHM) {
+        MFH_ERROR("create: this is mf_host, the host-memory implementation of "
+                  "libmf_smem.so; it supports host_tcp and host_shm only. "
+                  "Protocol %s (dataOpType 0x%x) needs the vendor's "
+                  "libmf_smem.so (memfabric_hybrid)",
+                  proto_name(op), op);
+        return NULL;
+    }
+    if (config->hcomTlsConfig.tlsEnable) {
+        MFH_ERROR("create: tls is not supported by mf_host");
+        return NULL;
+    }
+    if (config->role >= SMEM_TRANS_BUTT) {
+        MFH_ERROR("create: bad role %d", (int)config->role);
+        return NULL;
+    }
+    char url[sizeof(config->url) + 1];
+    memcpy(url, config->url, sizeof(config->url));
+    url[sizeof(config->url)] = '\0';
+    if (!url[0])
+        snprintf(url, sizeof(url), "127.0.0.1:0");
+
+    struct mfh_handle *h = calloc(1, sizeof(*h));
+    if (!h) {
+        MFH_ERROR("create: out of memory");
+        return NULL;
+    }
+    if (mfh_split_url(url, h->host, sizeof(h->host), &h->port) != 0) {
+        MFH_ERROR("create: bad url '%s' (want <host>:<port>, e.g. "
+                  "127.0.0.1:0)",
+                  url);
+        free(h);
+        return NULL;
+    }
+    h->proto = op;
+    h->listen_fd = -1;
+    h->monitor_efd = -1;
+    atomic_init(&h->stopping, false);
+    uint64_t token = 0;
+    if (getrandom(&token, sizeof(token), GRND_NONBLOCK) != sizeof(token))
+        token = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    h->probe_value = token | 1;
+    pthread_rwlock_init(&h->mem_lock, NULL);
+    pthread_mutex_init(&h->cb_lock, NULL);
+    pthread_mutex_init(&h->srv_lock, NULL);
+    pthread_mutex_init(&h->connect_lock, NULL);
+    pthread_mutex_init(&h->peer_lock, NULL);
+    pthread_mutex_init(&h->batch_lock, NULL);
+    pthread_mutex_init(&h->q_lock, NULL);
+    pthread_cond_init(&h->q_cond, NULL);
+
+    if (mfh_server_start(h) != SM_OK || mfh_monitor_start(h) != SM_OK ||
+        mfh_workers_start(h) != SM_OK) {
+        handle_free(h);
+        return NULL;
+    }
+    const char *colon = strrchr(url, ':');
+    snprintf(h->uid, sizeof(h->uid), "%.*s:%u", (int)(colon - url), url,
+             (unsigned)h->port);
+
+    pthread_mutex_lock(&g_lock);
+    h->next = g_handles;
+    g_handles = h;
+    pthread_mutex_unlock(&g_lock);
+    MFH_INFO("created instance %s (%s)", h->uid, proto_name(op));
+    return h;
+}
+
+MFH_EXPORT void smem_trans_destroy(smem_trans_t handle, uint32_t flags)
+{
+    (void)flags;
+    pthread_mutex_lock(&g_lock);
+    struct mfh_handle *h = g_handles;
+    while (h && h != handle)
+        h = h->next;
+    if (!h) {
+        pthread_mutex_unlock(&g_lock);
+        MFH_WARN("destroy: %p is not a live instance", handle);
+        return;
+    }
+    handle_unlink_locked(h);
+    pthread_mutex_unlock(&g_lock);
+    MFH_INFO("destroying instance %s", h->uid);
+    handle_free(h);
+}
+
+MFH_EXPORT int32_t smem_trans_get_rpc_port(smem_trans_t handle, uint16_t *port)
+{
+    struct mfh_handle *h = handle_get(handle);
+    if (!h || !port) {
+        MFH_ERROR("get_rpc_port: %s", !h ? "bad handle" : "port is NULL");
+        if (h)
+            handle_put(h);
+        return SM_INVALID_PARAM;
+    }
+    *port = h->port;
+    handle_put(h);
+    return SM_OK;
+}
+
+MFH_EXPORT int32_t smem_trans_register_mem(smem_trans_t handle, void *address,
+                                           size_t capacity, uint32_t flags)
+{
+    (void)flags;
+    struct mfh_handle *h = handle_get(handle);
+    if (!h) {
+        MFH_ERROR("register_mem: bad handle %p", handle);
+        return SM_INVALID_PARAM;
+    }
+    int32_t rc = mem_add(h, &address, &capacity, 1);
+    handle_put(h);
+    return rc;
+}
+
+MFH_EXPORT int32_t smem_trans_batch_register_mem(smem_trans_t handle,
+                                                 void *addresses[],
+                                                 size_t capacities[],
+                                                 uint32_t count, uint32_t flags)
+{
+    (void)flags;
+    if (!addresses || !capacities || count == 0) {
+        MFH_ERROR("batch_register_mem: addresses %p, capacities %p, count %u",
+                  (void *)addresses, (void *)capacities, count);
+        return SM_INVALID_PARAM;
+    }
+    struct mfh_handle *h = handle_get(handle);
+    if (!h) {
+        MFH_ERROR("batch_register_mem: bad handle %p", handle);
+        return SM_INVALID_PARAM;
+    }
+    int32_t rc = mem_add(h, addresses, capacities, count);
+    handle_put(h);
+    return rc;
+}
+
+MFH_EXPORT int32_t smem_trans_deregister_mem(smem_trans_t handle, void *address)
+{
+    struct mfh_handle *h = handle_get(handle);
+    if (!h || !address) {
+        MFH_ERROR("deregister_mem: %s", !h ? "bad handle" : "address is NULL");
+        if (h)
+            handle_put(h);
+        return SM_INVALID_PARAM;
+    }
+    int32_t rc = SM_OBJECT_NOT_EXISTS;
+    pthread_rwlock_wrlock(&h->mem_lock);
+    for (size_t i = 0; i < h->n_ranges; i++) {
+        if (h->ranges[i].base == (uintptr_t)address) {
+            h->ranges[i] = h->ranges[--h->n_ranges];
+            rc = SM_OK;
+            break;
+        }
+    }
+    pthread_rwlock_unlock(&h->mem_lock);
+    if (rc != SM_OK)
+        MFH_ERROR("deregister_mem: %p is not registered", address);
+    handle_put(h);
+    return rc;
+}
+
+static int32_t check_params(const smem_trans_batch_params_t *pr)
+{
+    if (!pr->destUrl || !pr->destUrl[0] || !pr->srcList || !pr->destList ||
+        !pr->sizeList || pr->batchSize == 0 || pr->batchSize > MFH_MAX_BATCH) {
+        MFH_ERROR("batch_copy: bad parameters: destUrl %s, srcList %p, "
+                  "destList %p, sizeList %p, batchSize %u",
+                  pr->destUrl ? pr->destUrl : "(null)", (void *)pr->srcList,
+                  (void *)pr->destList, (void *)pr->sizeList, pr->batchSize);
+        return SM_INVALID_PARAM;
+    }
+    if (pr->opcode != SMEM_TRANS_OP_READ && pr->opcode != SMEM_TRANS_OP_WRITE) {
+        MFH_ERROR("batch_copy: unknown opcode %d", (int)pr->opcode);
+        return SM_INVALID_PARAM;
+    }
+    for (uint32_t i = 0; i < pr->batchSize; i++) {
+        uintptr_t l = (uintptr_t)pr->srcList[i];
+        uintptr_t r = (uintptr_t)pr->destList[i];
+        size_t n = pr->sizeList[i];
+        if (!l || !r || n == 0 || l + n < l || r + n < r) {
+            MFH_ERROR("batch_copy: bad entry %u: src %p, dest %p, size %zu", i,
+                      pr->srcList[i], pr->destList[i], n);
+            return SM_INVALID_PARAM;
+        }
+    }
+    return SM_OK;
+}
+
+MFH_EXPORT int32_t smem_trans_batch_copy(smem_trans_t handle,
+                                         smem_trans_batch_params_t *params,
+                                         uint64_t *batchId)
+{
+    if (!params || !batchId) {
+        MFH_ERROR("batch_copy: %s is NULL", !params ? "params" : "batchId");
+        return SM_INVALID_PARAM;
+    }
+    int32_t rc = check_params(params);
+    if (rc != SM_OK)
+        return rc;
+    struct mfh_handle *h = handle_get(handle);
+    if (!h) {
+        MFH_ERROR("batch_copy: bad handle %p", handle);
+        return SM_INVALID_PARAM;
+    }
+    struct mfh_peer *p = mfh_peer_get(h, params->destUrl);
+    if (!p) {
+        MFH_ERROR("batch_copy: unknown peer '%s'", params->destUrl);
+        handle_put(h);
+        return SM_INVALID_PARAM;
+    }
+    rc = mfh_batch_submit(h, p, params, batchId);
+    if (rc != SM_OK)
+        mfh_peer_put(p);
+    handle_put(h);
+    return rc;
+}
+
+MFH_EXPORT int32_t smem_trans_batch_status_query(smem_trans_t handle,
+                                                 uint64_t batchId,
+                                                 int32_t *result,
+                                                 uint32_t flags)
+{
+    (void)flags;
+    if (!result) {
+        MFH_ERROR("batch_status_query: result is NULL");
+        return SM_INVALID_PARAM;
+    }
+    struct mfh_handle *h = handle_get(handle);
+    if (!h) {
+        MFH_ERROR("batch_status_query: bad handle %p", handle);
+        return SM_INVALID_PARAM;
+    }
+    int32_t rc = mfh_batch_query(h, batchId, result);
+    if (rc == SM_OBJECT_NOT_EXISTS)
+        MFH_ERROR("batch_status_query: batch %llu is unknown or its result "
+                  "was already consumed",
+                  (unsigned long long)batchId);
+    handle_put(h);
+    return rc;
+}
+
+MFH_EXPORT int32_t smem_trans_set_peer_down_callback(
+    smem_trans_t handle, smem_trans_peer_down_callback_t callback,
+    void *userData)
+{
+    struct mfh_handle *h = handle_get(handle);
+    if (!h) {
+        MFH_ERROR("set_peer_down_callback: bad handle %p", handle);
+        return SM_INVALID_PARAM;
+    }
+    pthread_mutex_lock(&h->cb_lock);
+    h->cb = callback;
+    h->cb_user = userData;
+    pthread_mutex_unlock(&h->cb_lock);
+    handle_put(h);
+    return SM_OK;
+}
+
+MFH_EXPORT int32_t smem_set_log_level(int level)
+{
+    if (level < MFH_LOG_DEBUG || level > MFH_LOG_ERROR) {
+        MFH_ERROR("set_log_level: level %d out of range 0 (debug) .. 3 "
+                  "(error)",
+                  level);
+        return SM_INVALID_PARAM;
+    }
+    atomic_store(&mfh_log_level, level);
+    return SM_OK;
+}

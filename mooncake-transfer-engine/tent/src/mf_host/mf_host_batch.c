@@ -1,0 +1,341 @@
+/* mf_host batches: submission, the worker threads that execute them, and
+ * the consume-once status table.
+ *
+ * A batch goes through two phases on the work queue.  CHECK: one worker
+ * asks the peer whether every remote range of the batch lies in memory it
+ * registered; if not, the batch fails with SM_INVALID_PARAM before any byte
+ * moves.  COPY: workers claim slices (at most MFH_SLICE bytes each) from
+ * the head batch, so one large batch is spread over all workers and the
+ * peer's connection pool.  The worker finishing the last slice publishes
+ * the result; only then does a query answer SM_OK, so no memory of the
+ * batch is accessed after its result is seen. */
+#include "mf_host.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+static int io_fail(struct mfh_peer *p, struct mfh_conn *c, int err)
+{
+    /* A bad local buffer breaks only this connection; anything else means
+     * the connection to the peer dropped. */
+    mfh_conn_release(p, c, true);
+    if (err == EFAULT)
+        return SM_ERROR;
+    mfh_peer_mark_down(p, strerror(err));
+    return SM_NOT_CONNECTED;
+}
+
+static int32_t run_check(struct mfh_batch *b)
+{
+    struct mfh_peer *p = b->peer;
+    struct mfh_conn *c = mfh_conn_acquire(p);
+    if (!c)
+        return SM_NOT_CONNECTED;
+    struct mfh_msg m = {.magic = MFH_MAGIC,
+                        .type = MFH_MSG_CHECK,
+                        .count = b->n_ranges,
+                        .len = (uint64_t)b->n_ranges * sizeof(*b->ranges)};
+    if (mfh_send_full(c->fd, &m, sizeof(m)) != 0 ||
+        mfh_send_full(c->fd, b->ranges, m.len) != 0 ||
+        mfh_recv_full(c->fd, &m, sizeof(m)) != 0)
+        return io_fail(p, c, errno);
+    if (m.magic != MFH_MAGIC || m.type != MFH_MSG_REPLY || m.len != 0)
+        return io_fail(p, c, EPROTO);
+    mfh_conn_release(p, c, false);
+    if (m.status != SM_OK)
+        MFH_ERROR(
+            "%s: batch %llu: remote range %llu [0x%llx, +%llu) is not "
+            "registered at %s",
+            p->h->uid, (unsigned long long)b->id, (unsigned long long)m.addr,
+            m.addr < b->n_ranges ? (unsigned long long)b->ranges[m.addr].addr
+                                 : 0ULL,
+            m.addr < b->n_ranges ? (unsigned long long)b->ranges[m.addr].len
+                                 : 0ULL,
+            p->uid);
+    return m.status;
+}
+
+static int32_t copy_cma(struct mfh_batch *b, const struct mfh_slice *s)
+{
+    struct mfh_peer *p = b->peer;
+    size_t done = 0;
+    while (done < s->len) {
+        struct iovec l = {.iov_base = (void *)(s->local + done),
+                          .iov_len = s->len - done};
+        struct iovec r = {.iov_base = (void *)(uintptr_t)(s->remote + done),
+                          .iov_len = s->len - done};
+        ssize_t n = b->opcode == SMEM_TRANS_OP_WRITE
+                        ? process_vm_writev(p->pid, &l, 1, &r, 1, 0)
+                        : process_vm_readv(p->pid, &l, 1, &r, 1, 0);
+        if (n <= 0) {
+            int err = n < 0 ? errno : EFAULT;
+            if (err == EINTR)
+                continue;
+            if (err == ESRCH) {
+                mfh_peer_mark_down(p, "process is gone");
+                return SM_NOT_CONNECTED;
+            }
+            MFH_ERROR("%s: batch %llu: %s of %zu bytes at 0x%llx in pid %d: "
+                      "%s",
+                      p->h->uid, (unsigned long long)b->id,
+                      b->opcode == SMEM_TRANS_OP_WRITE ? "process_vm_writev"
+                                                       : "process_vm_readv",
+                      s->len - done, (unsigned long long)(s->remote + done),
+                      (int)p->pid, strerror(err));
+            return SM_ERROR;
+        }
+        done += (size_t)n;
+    }
+    return SM_OK;
+}
+
+static int32_t copy_tcp(struct mfh_batch *b, const struct mfh_slice *s)
+{
+    struct mfh_peer *p = b->peer;
+    struct mfh_conn *c = mfh_conn_acquire(p);
+    if (!c)
+        return SM_NOT_CONNECTED;
+    bool write = b->opcode == SMEM_TRANS_OP_WRITE;
+    struct mfh_msg m = {.magic = MFH_MAGIC,
+                        .type = write ? MFH_MSG_WRITE : MFH_MSG_READ,
+                        .addr = s->remote,
+                        .len = s->len};
+    if (write) {
+        if (send(c->fd, &m, sizeof(m), MSG_NOSIGNAL | MSG_MORE) !=
+                (ssize_t)sizeof(m) ||
+            mfh_send_full(c->fd, (const void *)s->local, s->len) != 0 ||
+            mfh_recv_full(c->fd, &m, sizeof(m)) != 0)
+            return io_fail(p, c, errno);
+        if (m.magic != MFH_MAGIC || m.type != MFH_MSG_REPLY || m.len != 0)
+            return io_fail(p, c, EPROTO);
+    } else {
+        if (mfh_send_full(c->fd, &m, sizeof(m)) != 0 ||
+            mfh_recv_full(c->fd, &m, sizeof(m)) != 0)
+            return io_fail(p, c, errno);
+        if (m.magic != MFH_MAGIC || m.type != MFH_MSG_REPLY ||
+            (m.status == SM_OK && m.len != s->len) ||
+            (m.status != SM_OK && m.len != 0))
+            return io_fail(p, c, EPROTO);
+        if (m.status == SM_OK &&
+            mfh_recv_full(c->fd, (void *)s->local, s->len) != 0)
+            return io_fail(p, c, errno);
+    }
+    mfh_conn_release(p, c, false);
+    if (m.status != SM_OK)
+        MFH_ERROR("%s: batch %llu: peer %s refused [0x%llx, +%zu): %d",
+                  p->h->uid, (unsigned long long)b->id, p->uid,
+                  (unsigned long long)s->remote, s->len, (int)m.status);
+    return m.status;
+}
+
+static void batch_finish(struct mfh_handle *h, struct mfh_batch *b,
+                         int32_t result)
+{
+    struct mfh_peer *p = b->peer;
+    b->peer = NULL;
+    mfh_peer_put(p);
+    pthread_mutex_lock(&h->batch_lock);
+    b->result = result;
+    b->done = true;
+    pthread_mutex_unlock(&h->batch_lock);
+    /* b may be consumed and freed from here on. */
+}
+
+static void q_push(struct mfh_handle *h, struct mfh_batch *b)
+{
+    b->q_next = NULL;
+    if (h->q_tail)
+        h->q_tail->q_next = b;
+    else
+        h->q_head = b;
+    h->q_tail = b;
+    pthread_cond_broadcast(&h->q_cond);
+}
+
+static void q_pop(struct mfh_handle *h)
+{
+    h->q_head = h->q_head->q_next;
+    if (!h->q_head)
+        h->q_tail = NULL;
+}
+
+static void *worker_main(void *arg)
+{
+    struct mfh_handle *h = arg;
+    pthread_mutex_lock(&h->q_lock);
+    for (;;) {
+        while (!atomic_load(&h->stopping) && !h->q_head)
+            pthread_cond_wait(&h->q_cond, &h->q_lock);
+        if (atomic_load(&h->stopping))
+            break;
+        struct mfh_batch *b = h->q_head;
+        if (b->phase == MFH_PHASE_CHECK) {
+            q_pop(h);
+            pthread_mutex_unlock(&h->q_lock);
+            int32_t rc = run_check(b);
+            if (rc != SM_OK) {
+                batch_finish(h, b, rc);
+                pthread_mutex_lock(&h->q_lock);
+                continue;
+            }
+            pthread_mutex_lock(&h->q_lock);
+            b->phase = MFH_PHASE_COPY;
+            q_push(h, b);
+            continue;
+        }
+        size_t idx = b->next_slice++;
+        if (b->next_slice == b->n_slices)
+            q_pop(h);
+        pthread_mutex_unlock(&h->q_lock);
+
+        int32_t rc = SM_OK;
+        if (atomic_load(&b->first_error) == SM_OK) {
+            if (atomic_load(&b->peer->down))
+                rc = SM_NOT_CONNECTED;
+            else if (b->peer->use_cma)
+                rc = copy_cma(b, &b->slices[idx]);
+            else
+                rc = copy_tcp(b, &b->slices[idx]);
+        }
+        if (rc != SM_OK) {
+            int expected = SM_OK;
+            atomic_compare_exchange_strong(&b->first_error, &expected, rc);
+        }
+        if (atomic_fetch_sub(&b->remaining, 1) == 1)
+            batch_finish(h, b, atomic_load(&b->first_error));
+        pthread_mutex_lock(&h->q_lock);
+    }
+    pthread_mutex_unlock(&h->q_lock);
+    return NULL;
+}
+
+int mfh_workers_start(struct mfh_handle *h)
+{
+    for (int i = 0; i < MFH_WORKERS; i++) {
+        if (pthread_create(&h->workers[i], NULL, worker_main, h) != 0) {
+            MFH_ERROR("cannot start worker thread %d", i);
+            return SM_ERROR;
+        }
+        h->n_workers++;
+    }
+    return SM_OK;
+}
+
+void mfh_workers_stop(struct mfh_handle *h)
+{
+    pthread_mutex_lock(&h->q_lock);
+    pthread_cond_broadcast(&h->q_cond);
+    pthread_mutex_unlock(&h->q_lock);
+    for (int i = 0; i < h->n_workers; i++)
+        pthread_join(h->workers[i], NULL);
+    h->n_workers = 0;
+}
+
+static void batch_free(struct mfh_batch *b)
+{
+    if (b->peer)
+        mfh_peer_put(b->peer);
+    free(b->ranges);
+    free(b->slices);
+    free(b);
+}
+
+/* Parameters are validated by the caller; p is referenced and handed to
+ * the batch on success. */
+int32_t mfh_batch_submit(struct mfh_handle *h, struct mfh_peer *p,
+                         const smem_trans_batch_params_t *params,
+                         uint64_t *batch_id)
+{
+    uint32_t n = params->batchSize;
+    size_t n_slices = 0;
+    for (uint32_t i = 0; i < n; i++)
+        n_slices += (params->sizeList[i] + MFH_SLICE - 1) / MFH_SLICE;
+
+    struct mfh_batch *b = calloc(1, sizeof(*b));
+    if (!b)
+        return SM_MALLOC_FAILED;
+    b->ranges = calloc(n, sizeof(*b->ranges));
+    b->slices = calloc(n_slices, sizeof(*b->slices));
+    if (!b->ranges || !b->slices) {
+        batch_free(b);
+        return SM_MALLOC_FAILED;
+    }
+    b->opcode = params->opcode;
+    b->n_ranges = n;
+    b->n_slices = n_slices;
+    size_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uintptr_t local = (uintptr_t)params->srcList[i];
+        uint64_t remote = (uint64_t)(uintptr_t)params->destList[i];
+        size_t len = params->sizeList[i];
+        b->ranges[i] = (struct mfh_wire_range){.addr = remote, .len = len};
+        for (size_t off = 0; off < len; off += MFH_SLICE) {
+            size_t sl = len - off < MFH_SLICE ? len - off : MFH_SLICE;
+            b->slices[k++] = (struct mfh_slice){
+                .local = local + off, .remote = remote + off, .len = sl};
+        }
+    }
+    atomic_init(&b->remaining, n_slices);
+    atomic_init(&b->first_error, SM_OK);
+    /* The server validates each tcp request itself, so a batch of one slice
+     * needs no separate check; everything else is checked up front so a
+     * bad range leaves the batch's memory untouched. */
+    b->phase =
+        (n_slices == 1 && !p->use_cma) ? MFH_PHASE_COPY : MFH_PHASE_CHECK;
+    b->peer = p;
+
+    pthread_mutex_lock(&h->batch_lock);
+    b->id = ++h->next_batch_id;
+    struct mfh_batch **bucket = &h->batch_tab[b->id % MFH_BATCH_BUCKETS];
+    b->tab_next = *bucket;
+    *bucket = b;
+    pthread_mutex_unlock(&h->batch_lock);
+
+    *batch_id = b->id;
+    pthread_mutex_lock(&h->q_lock);
+    q_push(h, b);
+    pthread_mutex_unlock(&h->q_lock);
+    return SM_OK;
+}
+
+int32_t mfh_batch_query(struct mfh_handle *h, uint64_t id, int32_t *result)
+{
+    struct mfh_batch *found = NULL;
+    int32_t rc;
+    pthread_mutex_lock(&h->batch_lock);
+    struct mfh_batch **pp = &h->batch_tab[id % MFH_BATCH_BUCKETS];
+    while (*pp && (*pp)->id != id)
+        pp = &(*pp)->tab_next;
+    if (!*pp) {
+        rc = SM_OBJECT_NOT_EXISTS;
+    } else if (!(*pp)->done) {
+        rc = SM_NEED_RETRY;
+    } else {
+        found = *pp;
+        *pp = found->tab_next;
+        *result = found->result;
+        rc = SM_OK;
+    }
+    pthread_mutex_unlock(&h->batch_lock);
+    if (found)
+        batch_free(found);
+    return rc;
+}
+
+/* Called after the workers stopped: frees every unconsumed batch. */
+void mfh_batches_free(struct mfh_handle *h)
+{
+    for (size_t i = 0; i < MFH_BATCH_BUCKETS; i++) {
+        struct mfh_batch *b = h->batch_tab[i];
+        while (b) {
+            struct mfh_batch *next = b->tab_next;
+            batch_free(b);
+            b = next;
+        }
+        h->batch_tab[i] = NULL;
+    }
+    h->q_head = h->q_tail = NULL;
+}
