@@ -487,11 +487,14 @@ static bool find_mf_library(char *why, size_t len)
         return file_exists(env);
     }
 #ifdef TEBENCH_MF_HOST_LIB
-    if (file_exists(TEBENCH_MF_HOST_LIB)) {
-        setenv("MF_SMEM_LIBRARY", TEBENCH_MF_HOST_LIB, 1);
-        snprintf(why, len, "mf_host %s", TEBENCH_MF_HOST_LIB);
-        return true;
-    }
+    static const char *const built[] = {TEBENCH_MF_HOST_LIB,
+                                        TEBENCH_MF_HOST_LIB_INSTALLED};
+    for (size_t i = 0; i < sizeof(built) / sizeof(*built); i++)
+        if (file_exists(built[i])) {
+            setenv("MF_SMEM_LIBRARY", built[i], 1);
+            snprintf(why, len, "mf_host %s", built[i]);
+            return true;
+        }
 #endif
     void *h = dlopen("libmf_smem.so", RTLD_LAZY | RTLD_LOCAL);
     if (h) {
@@ -508,12 +511,17 @@ static bool find_mf_library(char *why, size_t len)
 /* Loopback default: memfabric over mf_host when it is there, else tcp. */
 static const char *loopback_transport(const struct tb_opts *o)
 {
-    if (o->set_xport_type && strcasecmp(o->xport_type, "auto") != 0 &&
-        o->xport_type[0])
-        return o->xport_type;
-    if (o->set_xport_type && strcasecmp(o->xport_type, "auto") == 0)
-        return "auto";
     char why[600];
+    if (strcasecmp(o->xport_type, "memfabric") == 0) {
+        if (find_mf_library(why, sizeof(why)) && !getenv("MF_PROTOCOL"))
+            setenv("MF_PROTOCOL", "host_tcp", 1);
+        fprintf(stderr,
+                "tebench: loopback over memfabric (%s, MF_PROTOCOL=%s)\n", why,
+                getenv("MF_PROTOCOL") ? getenv("MF_PROTOCOL") : "unset");
+        return "memfabric";
+    }
+    if (o->xport_type[0])
+        return o->xport_type; /* tcp, shm, or auto: the engine's policy */
     if (find_mf_library(why, sizeof(why))) {
         if (!getenv("MF_PROTOCOL"))
             setenv("MF_PROTOCOL", "host_tcp", 1);
