@@ -407,6 +407,7 @@ static int run_initiator(struct tb_opts *o, const char *xport)
     c.readback_writes = o->check_consistency;
 
     ret = TB_EXIT_OK;
+    /* write_seed leaves the whole range seeded for a later read_verify */
     if (o->op == TB_OP_WRITE_SEED || o->op == TB_OP_READ_VERIFY)
         ret = tb_full_pass(&c, o->op == TB_OP_WRITE_SEED);
 

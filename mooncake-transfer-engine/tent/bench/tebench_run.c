@@ -197,6 +197,7 @@ struct worker {
     uint64_t lslots;    /* blocks in the local slice */
     uint32_t *gen;      /* per block: generation last written */
     uint64_t next_gen;
+    uint64_t seeded; /* blocks [0, seeded) hold generation 0 (check mode) */
     uint64_t rng;
     tent_request_t *reqs;
     uint64_t *blk; /* per request: block index in the slice */
@@ -272,7 +273,9 @@ static bool verify(struct worker *w, const char *what, const char *buf,
 static uint64_t block_key(struct worker *w, uint64_t gen)
 {
     const struct tb_opts *o = w->cs->c->o;
-    bool fixed = o->op == TB_OP_WRITE_SEED || o->op == TB_OP_READ_VERIFY;
+    /* generation 0 is the run's seed pattern (the seed pass wrote it) */
+    bool fixed =
+        gen == 0 || o->op == TB_OP_WRITE_SEED || o->op == TB_OP_READ_VERIFY;
     return tb_pattern_key(o->seed, w->cs->case_idx, gen, fixed);
 }
 
@@ -300,30 +303,38 @@ static tent_request_t make_req(struct worker *w, int opcode, void *local,
     return r;
 }
 
-/* Check mode, read/mix: write generation 0 over the slice, read it back. */
-static int prefill(struct worker *w)
+/* Check mode, read/mix: gives blocks [w->seeded, upto) of the slice the
+ * seed pattern (generation 0), written and read back, ahead of the first
+ * read of them in this case.  Seeding lazily, in chunks of about 4 MiB,
+ * keeps a large buffer from costing a full pass per case. */
+static int seed_ahead(struct worker *w, uint64_t upto)
 {
-    uint64_t block = w->cs->block;
-    uint64_t chunk = w->lslots * block, total = w->nblocks * block;
-    uint64_t key = block_key(w, 0);
+    uint64_t block = w->cs->block, key = block_key(w, 0);
+    uint64_t chunk = (4ull << 20) / block;
+    if (chunk < w->cs->batch)
+        chunk = w->cs->batch;
+    if (chunk > w->lslots)
+        chunk = w->lslots;
     char err[768];
     double tx;
-    for (uint64_t done = 0; done < total; done += chunk) {
-        uint64_t len = total - done < chunk ? total - done : chunk;
-        uint64_t off = w->slice_off + done;
+    while (w->seeded < upto) {
+        uint64_t n =
+            w->nblocks - w->seeded < chunk ? w->nblocks - w->seeded : chunk;
+        uint64_t off = w->slice_off + w->seeded * block, len = n * block;
         tb_pattern_fill(w->lsrc, len, key, off);
         tent_request_t r = make_req(w, OPCODE_WRITE, w->lsrc, off, len);
         if (run_batch(w->cs->c->engine, &r, 1, &tx, err, sizeof(err)))
-            return fail_worker(w, "prefill write", err);
+            return fail_worker(w, "seeding the pattern", err);
         memset(w->lver, 0, len);
         r = make_req(w, OPCODE_READ, w->lver, off, len);
         if (run_batch(w->cs->c->engine, &r, 1, &tx, err, sizeof(err)))
-            return fail_worker(w, "prefill read-back", err);
-        if (!verify(w, "prefill read-back", w->lver, len, key, off))
+            return fail_worker(w, "seed read-back", err);
+        if (!verify(w, "seed read-back", w->lver, len, key, off))
             return -1;
+        for (uint64_t k = w->seeded; k < w->seeded + n; k++)
+            w->gen[k] = 0;
+        w->seeded += n;
     }
-    for (uint64_t i = 0; i < w->nblocks; i++)
-        w->gen[i] = 0;
     return 0;
 }
 
@@ -353,13 +364,10 @@ static void *worker_main(void *arg)
     uint64_t block = cs->block, batch = cs->batch;
     uint64_t cursor = 0, liter = 0, lgroups = w->lslots / batch;
     bool measuring = false;
+    bool need_seed =
+        c->verify_reads && (o->op == TB_OP_READ || o->op == TB_OP_MIX);
     char err[768];
 
-    if (c->verify_reads && (o->op == TB_OP_READ || o->op == TB_OP_MIX) &&
-        prefill(w)) {
-        stop_all(cs);
-        return NULL;
-    }
     for (;;) {
         int ph = atomic_load(&cs->phase);
         if (ph == PH_STOP)
@@ -375,6 +383,13 @@ static void *worker_main(void *arg)
                 .tv_sec = (time_t)(o->request_interval_us / 1000000),
                 .tv_nsec = (long)(o->request_interval_us % 1000000) * 1000};
             nanosleep(&ts, NULL);
+        }
+        if (need_seed && w->seeded < w->nblocks) {
+            uint64_t upto = cursor + batch;
+            if (seed_ahead(w, upto < w->nblocks ? upto : w->nblocks)) {
+                stop_all(cs);
+                break;
+            }
         }
         uint64_t gen = ++w->next_gen;
         uint64_t wkey = block_key(w, gen);
