@@ -39,7 +39,8 @@ uint64_t e2e_fnv(const void *p, size_t n)
 void e2e_config(bool shm, bool tcp)
 {
     tent_config_reset_global();
-    tent_set_config("log_level", "error");
+    tent_set_config("log_level",
+                    getenv("E2E_LOG") ? getenv("E2E_LOG") : "error");
     tent_set_config("transports/shm/enable", shm ? "true" : "false");
     tent_set_config("transports/tcp/enable", tcp ? "true" : "false");
     tent_set_config("transports/tcp/timeout_ms", "1500");

@@ -119,21 +119,57 @@ static void fail_list(struct tcp_transport *t, struct slice *s, int err)
 /* Sends the window's requests, then reads the answers in order.  Returns 0
  * or the connection-level error (the connection must then be dropped);
  * per-slice refusals by the peer are recorded in status[]. */
+/* sendmsg until every iovec is out; SO_SNDTIMEO bounds each wait. */
+static int send_iov(int fd, struct iovec *iov, int n)
+{
+    while (n > 0) {
+        struct msghdr m = {.msg_iov = iov,
+                           .msg_iovlen = (size_t)(n < 1024 ? n : 1024)};
+        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int err = errno;
+            if (err == EAGAIN || err == EWOULDBLOCK)
+                return tent_set_error(TENT_ETIMEDOUT, "tcp: send timed out");
+            return tent_set_error(TENT_EPEER, "tcp: send failed: %s",
+                                  strerror(err));
+        }
+        size_t left = (size_t)w;
+        while (n > 0 && left >= iov->iov_len) {
+            left -= iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
+    }
+    return TENT_OK;
+}
+
 static int run_window(int fd, struct slice **w, int n, int32_t *status)
 {
+    uint8_t hdrs[WINDOW_SLICES][TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN];
+    struct iovec iov[2 * WINDOW_SLICES];
+    int k = 0;
     for (int i = 0; i < n; i++) {
         struct slice *s = w[i];
-        uint8_t h[TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN];
         bool wr = s->opcode == OPCODE_WRITE;
-        tent_wire_encode_hdr(h, wr ? TENT_WIRE_WRITE : TENT_WIRE_READ,
+        tent_wire_encode_hdr(hdrs[i], wr ? TENT_WIRE_WRITE : TENT_WIRE_READ,
                              (uint32_t)i, TENT_WIRE_RW_LEN + (wr ? s->len : 0));
-        tent_wire_encode_rw(h + TENT_WIRE_HDR_LEN, s->remote, s->len);
-        int rc = tent_rpc_send_all(fd, h, sizeof(h));
-        if (!rc && wr)
-            rc = tent_rpc_send_all(fd, s->local, s->len);
-        if (rc)
-            return rc;
+        tent_wire_encode_rw(hdrs[i] + TENT_WIRE_HDR_LEN, s->remote, s->len);
+        iov[k].iov_base = hdrs[i];
+        iov[k++].iov_len = sizeof(hdrs[i]);
+        if (wr) {
+            iov[k].iov_base = s->local;
+            iov[k++].iov_len = s->len;
+        }
     }
+    int rc = send_iov(fd, iov, k);
+    if (rc)
+        return rc;
     for (int i = 0; i < n; i++) {
         struct slice *s = w[i];
         uint8_t h[TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN];
@@ -463,12 +499,31 @@ static int make_slices(struct tcp_transport *t, struct tcp_sub *sb,
     return TENT_OK;
 }
 
+static void enqueue(struct tcp_peer *p, struct slice *head, struct slice *tail)
+{
+    pthread_mutex_lock(&p->lock);
+    if (p->tail)
+        p->tail->next = head;
+    else
+        p->queue = head;
+    p->tail = tail;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+}
+
 static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
                       const struct tent_xfer *reqs, size_t n, int *results)
 {
     struct tcp_transport *t = tcp_of(base);
     struct tcp_sub *sb = (struct tcp_sub *)sbb;
     int first = TENT_OK;
+    /* Slices are queued per peer at the end, one wake-up per peer, so that
+     * a worker finds the whole group and sends it as one window. */
+    struct pending {
+        struct tcp_peer *p;
+        struct slice *head, *tail;
+    } pend[8];
+    int npend = 0;
     for (size_t i = 0; i < n; i++) {
         const struct tent_xfer *x = &reqs[i];
         const char *addr = tent_segment_attr(x->target, "rpc_addr");
@@ -505,15 +560,24 @@ static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
         atomic_store(&k->remaining, cnt);
         atomic_fetch_add(&sb->outstanding, cnt);
         atomic_fetch_add(&t->inflight, cnt);
-        pthread_mutex_lock(&p->lock);
-        if (p->tail)
-            p->tail->next = head;
-        else
-            p->queue = head;
-        p->tail = tail;
-        pthread_cond_broadcast(&p->cond);
-        pthread_mutex_unlock(&p->lock);
+        int j = 0;
+        while (j < npend && pend[j].p != p)
+            j++;
+        if (j == npend && npend == 8) {
+            enqueue(p, head, tail);
+            continue;
+        }
+        if (j == npend) {
+            pend[npend].p = p;
+            pend[npend].head = head;
+            pend[npend++].tail = tail;
+        } else {
+            pend[j].tail->next = head;
+            pend[j].tail = tail;
+        }
     }
+    for (int j = 0; j < npend; j++)
+        enqueue(pend[j].p, pend[j].head, pend[j].tail);
     return first;
 }
 

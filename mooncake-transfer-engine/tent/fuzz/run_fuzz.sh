@@ -1,0 +1,29 @@
+#!/bin/sh
+# Builds the libFuzzer targets (clang, ASan+UBSan) and runs each for
+# <seconds> (default 60).  Exit status is non-zero if any target finds a crash.
+# Usage: fuzz/run_fuzz.sh [seconds] [build-dir]
+set -eu
+secs=${1:-60}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+build=${2:-$root/build-fuzz}
+CC=clang cmake -S "$root" -B "$build" -G Ninja -DTENT_BUILD_FUZZ=ON \
+  -DTENT_BUILD_BENCH=OFF -DBUILD_UNIT_TESTS=OFF >/dev/null
+ninja -C "$build" fuzz_wire_frame fuzz_wire_desc fuzz_peer_addr
+status=0
+for t in fuzz_wire_frame fuzz_wire_desc fuzz_peer_addr; do
+  corpus="$build/corpus/$t"
+  mkdir -p "$corpus"
+  cp -n "$here/corpus/$t/"* "$corpus/" 2>/dev/null || true
+  bin=$(find "$build" -name "$t" -type f -perm -u+x | head -n 1)
+  echo "== $t for ${secs}s"
+  if ! "$bin" -max_total_time="$secs" -max_len=65536 -timeout=10 \
+      -print_final_stats=1 "$corpus" >"$build/$t.log" 2>&1; then
+    echo "!! $t failed; see $build/$t.log"
+    tail -n 40 "$build/$t.log"
+    status=1
+  else
+    grep -E "stat::number_of_executed_units|Done" "$build/$t.log" | tail -n 2
+  fi
+done
+exit $status

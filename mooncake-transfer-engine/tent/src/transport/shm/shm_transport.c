@@ -1,0 +1,440 @@
+/* shm transport: same-host copies without a socket.
+ *
+ * Owner side (add_buffer): memory from tent_allocate_memory is a memfd
+ * mapping; its handle "memfd:<fd>:<inode>" goes into the buffer's shm_name
+ * and so into the segment descriptor.  Other registered host memory is
+ * published as "cma": a peer reaches it with process_vm_readv/writev.
+ * Device memory and PERM_LOCAL_READ_WRITE memory are not served.
+ *
+ * Initiator side: a target is a candidate only when its descriptor's host
+ * identity (boot id + hostname) equals ours and it publishes its pid.  A
+ * memfd handle is opened once through /proc/<pid>/fd/<fd> (which needs the
+ * same ptrace "read" access as reading the peer's /proc entries, i.e. same
+ * user), checked against the published inode so that a recycled fd number
+ * is never mistaken for the buffer, mapped MAP_SHARED and cached until the
+ * transport is uninstalled.  "cma" memory uses process_vm_*; when the
+ * kernel refuses (Yama ptrace_scope, other user) the request is refused at
+ * submit, which touched nothing, and the runtime moves it to the next
+ * transport.
+ *
+ * Copies run synchronously in submit (a memcpy of mapped memory is the
+ * fastest thing we could hand to a thread anyway), so quiesce has nothing
+ * to wait for.  A pidfd of the peer tells whether it is still alive after a
+ * copy: data copied into the memory of a process that has died is reported
+ * FAILED, not COMPLETED. */
+#include "common/error.h"
+#include "common/log.h"
+#include "runtime/engine.h"
+#include "transport/transport.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+/* A peer process we copy to/from. */
+struct shm_proc {
+    long pid;
+    char host_id[128];
+    int pidfd; /* -1 when the kernel has no pidfd_open */
+    struct shm_proc *next;
+};
+
+struct shm_map {
+    long pid;
+    unsigned long long ino;
+    void *addr;
+    size_t len;
+    bool writable;
+    struct shm_map *next;
+};
+
+struct shm_task {
+    int state; /* enum tent_xfer_state */
+    uint64_t bytes;
+    int err;
+};
+
+struct shm_sub {
+    struct tent_sub_batch base;
+    struct shm_task *tasks;
+};
+
+/* lock guards procs and maps. */
+struct shm_transport {
+    struct tent_transport base;
+    char host_id[128];
+    pthread_mutex_t lock;
+    bool ready;
+    struct shm_proc *procs;
+    struct shm_map *maps;
+};
+
+static struct shm_transport *shm_of(struct tent_transport *t)
+{
+    return (struct shm_transport *)t;
+}
+
+static int shm_install(struct tent_transport *base)
+{
+    struct shm_transport *t = shm_of(base);
+    struct tent_engine *e = base->engine;
+    pthread_rwlock_rdlock(&e->local->lock);
+    snprintf(t->host_id, sizeof(t->host_id), "%s", e->local->host_id);
+    pthread_rwlock_unlock(&e->local->lock);
+    if (!t->host_id[0])
+        return tent_set_error(TENT_ENODEV,
+                              "shm: this engine publishes no host identity");
+    pthread_mutex_init(&t->lock, NULL);
+    t->ready = true;
+    return TENT_OK;
+}
+
+static void shm_uninstall(struct tent_transport *base)
+{
+    struct shm_transport *t = shm_of(base);
+    if (!t->ready)
+        return;
+    for (struct shm_map *m = t->maps, *n; m; m = n) {
+        n = m->next;
+        munmap(m->addr, m->len);
+        free(m);
+    }
+    for (struct shm_proc *p = t->procs, *n; p; p = n) {
+        n = p->next;
+        if (p->pidfd >= 0)
+            close(p->pidfd);
+        free(p);
+    }
+    t->maps = NULL;
+    t->procs = NULL;
+    pthread_mutex_destroy(&t->lock);
+    t->ready = false;
+}
+
+static uint32_t shm_caps(struct tent_transport *t)
+{
+    (void)t;
+    return TENT_CAP_DRAM_TO_DRAM;
+}
+
+static long peer_pid(const struct tent_segment *seg)
+{
+    const char *s = tent_segment_attr(seg, "pid");
+    if (!s || !*s)
+        return -1;
+    char *end;
+    long pid = strtol(s, &end, 10);
+    return *end || pid <= 0 || pid > (1L << 30) ? -1 : pid;
+}
+
+static bool shm_can_reach(struct tent_transport *base,
+                          const struct tent_segment *target)
+{
+    struct shm_transport *t = shm_of(base);
+    if (tent_segment_is_local(target))
+        return true;
+    if (peer_pid(target) < 0)
+        return false;
+    pthread_rwlock_rdlock((pthread_rwlock_t *)&target->lock);
+    bool same = strcmp(target->host_id, t->host_id) == 0;
+    pthread_rwlock_unlock((pthread_rwlock_t *)&target->lock);
+    return same;
+}
+
+static int shm_add_buffer(struct tent_transport *t, struct tent_buffer *buf)
+{
+    (void)t;
+    if (buf->is_device)
+        return tent_set_error(TENT_ENOTSUP,
+                              "shm: location '%s' is not host memory",
+                              buf->location);
+    if (buf->perm == PERM_LOCAL_READ_WRITE)
+        return tent_set_error(TENT_ENOTSUP,
+                              "shm: buffer is PERM_LOCAL_READ_WRITE, not "
+                              "shared with peers");
+    struct stat st;
+    if (buf->alloc_fd >= 0 && fstat(buf->alloc_fd, &st) == 0) {
+        snprintf(buf->shm_name, sizeof(buf->shm_name), "memfd:%d:%llu",
+                 buf->alloc_fd, (unsigned long long)st.st_ino);
+        buf->shm_offset = 0;
+    } else {
+        snprintf(buf->shm_name, sizeof(buf->shm_name), "cma");
+    }
+    return TENT_OK;
+}
+
+static int shm_remove_buffer(struct tent_transport *t, struct tent_buffer *buf)
+{
+    (void)t;
+    buf->shm_name[0] = 0;
+    return TENT_OK;
+}
+
+static int shm_alloc_sub(struct tent_transport *t, size_t capacity,
+                         struct tent_sub_batch **out)
+{
+    struct shm_sub *sb = calloc(1, sizeof(*sb));
+    struct shm_task *tasks = calloc(capacity, sizeof(*tasks));
+    if (!sb || !tasks) {
+        free(sb);
+        free(tasks);
+        return tent_set_error(TENT_ENOMEM, "shm: out of memory for %zu tasks",
+                              capacity);
+    }
+    sb->base.owner = t;
+    sb->base.capacity = capacity;
+    sb->tasks = tasks;
+    *out = &sb->base;
+    return TENT_OK;
+}
+
+static int shm_free_sub(struct tent_transport *t, struct tent_sub_batch *base)
+{
+    (void)t;
+    struct shm_sub *sb = (struct shm_sub *)base;
+    free(sb->tasks);
+    free(sb);
+    return TENT_OK;
+}
+
+/* The peer record of (pid, host); caller holds t->lock. */
+static struct shm_proc *proc_get_locked(struct shm_transport *t, long pid)
+{
+    for (struct shm_proc *p = t->procs; p; p = p->next)
+        if (p->pid == pid)
+            return p;
+    struct shm_proc *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    p->pid = pid;
+    p->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    p->next = t->procs;
+    t->procs = p;
+    return p;
+}
+
+static bool proc_alive(const struct shm_proc *p)
+{
+    if (p->pidfd < 0)
+        return true; /* no way to tell; the kernel predates pidfd */
+    struct pollfd pf = {.fd = p->pidfd, .events = POLLIN};
+    return poll(&pf, 1, 0) == 0;
+}
+
+/* Maps (or finds) the memfd behind target buffer tb of process pid. */
+static int map_get_locked(struct shm_transport *t, long pid,
+                          const struct tent_buffer *tb, bool write,
+                          struct shm_map **out)
+{
+    int fdnum;
+    unsigned long long ino;
+    int used = 0;
+    if (sscanf(tb->shm_name, "memfd:%d:%llu%n", &fdnum, &ino, &used) != 2 ||
+        tb->shm_name[used] || fdnum < 0)
+        return tent_set_error(TENT_EPROTO, "shm: handle '%s' is malformed",
+                              tb->shm_name);
+    for (struct shm_map *m = t->maps; m; m = m->next)
+        if (m->pid == pid && m->ino == ino && m->len >= tb->length &&
+            (m->writable || !write)) {
+            *out = m;
+            return TENT_OK;
+        }
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%ld/fd/%d", pid, fdnum);
+    bool rw = tb->perm == PERM_GLOBAL_READ_WRITE;
+    int fd = open(path, (rw ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0)
+        return tent_set_error(TENT_EPEER, "shm: open %s failed: %s", path,
+                              strerror(errno));
+    struct stat st;
+    int rc = TENT_OK;
+    if (fstat(fd, &st) != 0 || (unsigned long long)st.st_ino != ino)
+        rc = tent_set_error(TENT_EPEER,
+                            "shm: %s is not the published memory (inode "
+                            "%llu)",
+                            path, ino);
+    else if ((uint64_t)st.st_size < tb->shm_offset + tb->length)
+        rc = tent_set_error(TENT_EPEER,
+                            "shm: %s holds %lld bytes, less than the buffer",
+                            path, (long long)st.st_size);
+    struct shm_map *m = rc ? NULL : calloc(1, sizeof(*m));
+    if (!rc && !m)
+        rc = tent_set_error(TENT_ENOMEM, "shm: out of memory");
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    void *a = mmap(NULL, tb->length, PROT_READ | (rw ? PROT_WRITE : 0),
+                   MAP_SHARED, fd, (off_t)tb->shm_offset);
+    int err = errno;
+    close(fd);
+    if (a == MAP_FAILED) {
+        free(m);
+        return tent_set_error(TENT_EPEER, "shm: mmap of %s failed: %s", path,
+                              strerror(err));
+    }
+    m->pid = pid;
+    m->ino = ino;
+    m->addr = a;
+    m->len = tb->length;
+    m->writable = rw;
+    m->next = t->maps;
+    t->maps = m;
+    *out = m;
+    return TENT_OK;
+}
+
+/* process_vm_* copy; a refusal before any byte moved is a submit error. */
+static int cma_copy(long pid, const struct tent_xfer *x, int *state)
+{
+    uint64_t done = 0;
+    while (done < x->length) {
+        struct iovec l = {(char *)x->local + done, x->length - done};
+        struct iovec r = {(void *)(uintptr_t)(x->remote + done),
+                          x->length - done};
+        ssize_t n = x->opcode == OPCODE_WRITE
+                        ? process_vm_writev((pid_t)pid, &l, 1, &r, 1, 0)
+                        : process_vm_readv((pid_t)pid, &l, 1, &r, 1, 0);
+        if (n <= 0) {
+            int err = n < 0 ? errno : EIO;
+            if (done == 0)
+                return tent_set_error(TENT_ENOTSUP,
+                                      "shm: process_vm_%s of pid %ld refused: "
+                                      "%s",
+                                      x->opcode == OPCODE_WRITE ? "writev"
+                                                                : "readv",
+                                      pid, strerror(err));
+            *state = TENT_XFER_FAILED;
+            return TENT_OK;
+        }
+        done += (uint64_t)n;
+    }
+    *state = TENT_XFER_COMPLETED;
+    return TENT_OK;
+}
+
+static int submit_one(struct shm_transport *t, const struct tent_xfer *x,
+                      struct shm_task *k)
+{
+    const struct tent_buffer *tb = x->target_buf;
+    if (!tb)
+        return tent_set_error(TENT_ERANGE, "shm: request has no target buffer");
+    if (tent_segment_is_local(x->target)) {
+        void *r = (void *)(uintptr_t)x->remote;
+        if (x->opcode == OPCODE_WRITE)
+            memcpy(r, x->local, x->length);
+        else
+            memcpy(x->local, r, x->length);
+        k->state = TENT_XFER_COMPLETED;
+        k->bytes = x->length;
+        return TENT_OK;
+    }
+    long pid = peer_pid(x->target);
+    if (pid < 0)
+        return tent_set_error(TENT_EPEER, "shm: segment '%s' publishes no pid",
+                              tent_segment_name_of(x->target));
+    bool write = x->opcode == OPCODE_WRITE;
+    pthread_mutex_lock(&t->lock);
+    struct shm_proc *p = proc_get_locked(t, pid);
+    int rc = p ? TENT_OK : tent_set_error(TENT_ENOMEM, "shm: out of memory");
+    struct shm_map *m = NULL;
+    bool memfd = strncmp(tb->shm_name, "memfd:", 6) == 0;
+    if (!rc && memfd)
+        rc = map_get_locked(t, pid, tb, write, &m);
+    else if (!rc && strcmp(tb->shm_name, "cma") != 0)
+        rc = tent_set_error(TENT_ENOTSUP,
+                            "shm: buffer at %#" PRIx64 " has no shm handle",
+                            tb->base);
+    pthread_mutex_unlock(&t->lock);
+    if (rc)
+        return rc;
+    if (!proc_alive(p))
+        return tent_set_error(TENT_EPEER, "shm: peer process %ld has exited",
+                              pid);
+    int state = TENT_XFER_COMPLETED;
+    if (memfd) {
+        /* target_buf wholly holds [remote, +length): checked by the runtime
+         * against the descriptor; m maps the whole buffer. */
+        char *r = (char *)m->addr + (x->remote - tb->base);
+        if (write)
+            memcpy(r, x->local, x->length);
+        else
+            memcpy(x->local, r, x->length);
+    } else {
+        rc = cma_copy(pid, x, &state);
+        if (rc)
+            return rc;
+    }
+    if (state == TENT_XFER_COMPLETED && !proc_alive(p))
+        state = TENT_XFER_FAILED; /* the copy landed in a dead process */
+    k->state = state;
+    k->bytes = state == TENT_XFER_COMPLETED ? x->length : 0;
+    k->err = state == TENT_XFER_FAILED ? TENT_EPEER : 0;
+    return TENT_OK;
+}
+
+static int shm_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
+                      const struct tent_xfer *reqs, size_t n, int *results)
+{
+    struct shm_transport *t = shm_of(base);
+    struct shm_sub *sb = (struct shm_sub *)sbb;
+    int first = TENT_OK;
+    for (size_t i = 0; i < n; i++) {
+        int rc =
+            reqs[i].slot < sb->base.capacity
+                ? submit_one(t, &reqs[i], &sb->tasks[reqs[i].slot])
+                : tent_set_error(TENT_EINVAL, "shm: slot %u beyond capacity",
+                                 reqs[i].slot);
+        results[i] = rc;
+        if (rc && !first)
+            first = rc;
+    }
+    return first;
+}
+
+static int shm_status(struct tent_transport *t, struct tent_sub_batch *sbb,
+                      uint32_t slot, struct tent_xfer_status *out)
+{
+    (void)t;
+    struct shm_sub *sb = (struct shm_sub *)sbb;
+    if (slot >= sb->base.capacity)
+        return tent_set_error(TENT_EINVAL, "shm: slot %u beyond capacity",
+                              slot);
+    const struct shm_task *k = &sb->tasks[slot];
+    out->state = k->state;
+    out->bytes = k->bytes;
+    out->native_code = k->err;
+    return TENT_OK;
+}
+
+const struct tent_transport_ops tent_shm_transport_ops = {
+    .name = "shm",
+    .type = TRANSPORT_SHM,
+    .default_enabled = false,
+    .instance_size = sizeof(struct shm_transport),
+    .install = shm_install,
+    .uninstall = shm_uninstall,
+    .capabilities = shm_caps,
+    .can_reach = shm_can_reach,
+    .alloc_sub_batch = shm_alloc_sub,
+    .free_sub_batch = shm_free_sub,
+    .submit = shm_submit,
+    .status = shm_status,
+    .quiesce = tent_xport_nosup_quiesce,
+    .add_buffer = shm_add_buffer,
+    .remove_buffer = shm_remove_buffer,
+};

@@ -1,0 +1,286 @@
+/* The RPC server against raw sockets: malformed or truncated frames close
+ * that connection only; well-formed requests outside the registered
+ * buffers or their permissions are refused with an error answer and touch
+ * nothing; a well-behaved peer keeps being served throughout. */
+// clang-format off
+#include <setjmp.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <cmocka.h>
+// clang-format on
+
+#include "e2e_peer.h"
+#include "rpc/rpc.h"
+#include "rpc/wire.h"
+#include "tent/transfer_engine.h"
+
+static struct e2e_peer g_peer;
+static char g_host[256];
+static uint16_t g_port;
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (e2e_peer_start(&g_peer, 1 << 20, false, true))
+        return -1;
+    e2e_config(false, true);
+    return tent_rpc_parse_addr(g_peer.name, g_host, sizeof(g_host), &g_port);
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    e2e_peer_quit(&g_peer);
+    return 0;
+}
+
+static int raw_connect(void)
+{
+    int fd = -1;
+    assert_int_equal(tent_rpc_connect(g_host, g_port, 3000, &fd), 0);
+    return fd;
+}
+
+/* True when the server closes the connection within 3 s. */
+static bool closed_by_server(int fd)
+{
+    long end = e2e_now_ms() + 3000;
+    char buf[256];
+    while (e2e_now_ms() < end) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        ssize_t r = recv(fd, buf, sizeof(buf), 0);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+            return true;
+    }
+    return false;
+}
+
+static void send_bytes(int fd, const void *b, size_t n)
+{
+    assert_int_equal(send(fd, b, n, MSG_NOSIGNAL), (ssize_t)n);
+}
+
+static void desc_roundtrip(int fd)
+{
+    uint8_t h[TENT_WIRE_HDR_LEN];
+    tent_wire_encode_hdr(h, TENT_WIRE_DESC_REQ, 7, 0);
+    send_bytes(fd, h, sizeof(h));
+    struct tent_wire_hdr hdr;
+    assert_int_equal(tent_rpc_recv_all(fd, h, sizeof(h)), 0);
+    assert_int_equal(tent_wire_decode_hdr(h, sizeof(h), &hdr), 0);
+    assert_int_equal(hdr.type, TENT_WIRE_DESC_RESP);
+    assert_int_equal(hdr.seq, 7);
+    char *body = malloc(hdr.len);
+    assert_int_equal(tent_rpc_recv_all(fd, body, hdr.len), 0);
+    struct tent_wire_desc *d = calloc(1, sizeof(*d));
+    assert_int_equal(tent_wire_decode_desc(body, hdr.len, d), 0);
+    assert_true(d->nbufs >= 4);
+    tent_wire_desc_free(d);
+    free(d);
+    free(body);
+}
+
+/* A transfer through the public API still works. */
+static void engine_roundtrip(void)
+{
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    tent_segment_id_t seg;
+    assert_int_equal(tent_open_segment(e, &seg, g_peer.name), 0);
+    void *buf;
+    assert_int_equal(tent_allocate_memory(e, &buf, 4096, "cpu"), 0);
+    tent_request_t r = {.opcode = OPCODE_READ,
+                        .source = buf,
+                        .target_id = seg,
+                        .target_offset = g_peer.rw_base,
+                        .length = 4096};
+    tent_batch_id_t b = tent_allocate_batch(e, 1);
+    assert_int_equal(tent_submit(e, b, &r, 1), 0);
+    tent_status_t st;
+    assert_int_equal(e2e_wait(e, b, 5000, &st), 0);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    for (size_t i = 0; i < 4096; i++)
+        assert_int_equal(((uint8_t *)buf)[i], e2e_pattern(i));
+    assert_int_equal(tent_free_batch(e, b), 0);
+    tent_destroy_engine(e);
+}
+
+static void test_malformed_frames_drop_only_their_connection(void **state)
+{
+    (void)state;
+    int good = raw_connect(); /* a well-behaved client, open throughout */
+    desc_roundtrip(good);
+
+    uint8_t h[64];
+
+    /* bad magic */
+    int fd = raw_connect();
+    tent_wire_encode_hdr(h, TENT_WIRE_DESC_REQ, 1, 0);
+    h[0] ^= 0xff;
+    send_bytes(fd, h, TENT_WIRE_HDR_LEN);
+    assert_true(closed_by_server(fd));
+    close(fd);
+    /* unsupported version */
+    fd = raw_connect();
+    tent_wire_encode_hdr(h, TENT_WIRE_DESC_REQ, 1, 0);
+    h[4] = 9;
+    send_bytes(fd, h, TENT_WIRE_HDR_LEN);
+    assert_true(closed_by_server(fd));
+    close(fd);
+    /* nonzero flags */
+    fd = raw_connect();
+    tent_wire_encode_hdr(h, TENT_WIRE_DESC_REQ, 1, 0);
+    h[6] = 1;
+    send_bytes(fd, h, TENT_WIRE_HDR_LEN);
+    assert_true(closed_by_server(fd));
+    close(fd);
+    /* unknown type, and a response type sent as a request */
+    fd = raw_connect();
+    tent_wire_encode_hdr(h, 77, 1, 0);
+    send_bytes(fd, h, TENT_WIRE_HDR_LEN);
+    assert_true(closed_by_server(fd));
+    close(fd);
+    fd = raw_connect();
+    tent_wire_encode_hdr(h, TENT_WIRE_RESP, 1, 8);
+    memset(h + 16, 0, 8);
+    send_bytes(fd, h, 24);
+    assert_true(closed_by_server(fd));
+    close(fd);
+    /* huge body length */
+    fd = raw_connect();
+    tent_wire_encode_hdr(h, TENT_WIRE_WRITE, 1, 0xffffffffu);
+    send_bytes(fd, h, TENT_WIRE_HDR_LEN);
+    assert_true(closed_by_server(fd));
+    close(fd);
+    /* write whose body length disagrees with its declared data length */
+    fd = raw_connect();
+    tent_wire_encode_hdr(h, TENT_WIRE_WRITE, 1, 16 + 10);
+    tent_wire_encode_rw(h + 16, g_peer.rw_base, 100);
+    send_bytes(fd, h, 32);
+    assert_true(closed_by_server(fd));
+    close(fd);
+    /* notification with inconsistent lengths */
+    fd = raw_connect();
+    tent_wire_encode_hdr(h, TENT_WIRE_NOTIFY, 1, 12);
+    memset(h + 16, 0, 12);
+    h[16] = 200; /* name_len 200 in a 12-byte body */
+    send_bytes(fd, h, 28);
+    assert_true(closed_by_server(fd));
+    close(fd);
+    /* descriptor request with a body */
+    fd = raw_connect();
+    tent_wire_encode_hdr(h, TENT_WIRE_DESC_REQ, 1, 4);
+    send_bytes(fd, h, 20);
+    assert_true(closed_by_server(fd));
+    close(fd);
+    /* truncated header, then the client goes away */
+    fd = raw_connect();
+    tent_wire_encode_hdr(h, TENT_WIRE_DESC_REQ, 1, 0);
+    send_bytes(fd, h, 7);
+    close(fd);
+    /* truncated write body, then the client goes away: the 10 bytes that
+     * arrived land (the sender had the right to write them), nothing else */
+    uint8_t partial[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    fd = raw_connect();
+    tent_wire_encode_hdr(h, TENT_WIRE_WRITE, 1, 16 + 4096);
+    tent_wire_encode_rw(h + 16, g_peer.rw_base + 8192, 4096);
+    send_bytes(fd, h, 32);
+    send_bytes(fd, partial, sizeof(partial));
+    close(fd);
+    /* garbage */
+    fd = raw_connect();
+    for (size_t i = 0; i < sizeof(h); i++)
+        h[i] = (uint8_t)(i * 37 + 11);
+    send_bytes(fd, h, sizeof(h));
+    assert_true(closed_by_server(fd));
+    close(fd);
+
+    /* The server still serves the well-behaved connection and new peers. */
+    desc_roundtrip(good);
+    close(good);
+    engine_roundtrip();
+    /* The target's memory is untouched by all of the above. */
+    uint8_t *exp = malloc(1 << 20);
+    for (size_t i = 0; i < (1 << 20); i++)
+        exp[i] = e2e_pattern(i);
+    memcpy(exp + 8192, partial, sizeof(partial));
+    assert_true(e2e_peer_hash(&g_peer, false, 0, 1 << 20) ==
+                e2e_fnv(exp, 1 << 20));
+    free(exp);
+}
+
+/* Sends one well-formed request; returns the answer's status. */
+static int32_t raw_rw(int fd, int type, uint64_t addr, uint32_t len)
+{
+    uint8_t h[32];
+    tent_wire_encode_hdr(h, (uint8_t)type, 3,
+                         16 + (type == TENT_WIRE_WRITE ? len : 0));
+    tent_wire_encode_rw(h + 16, addr, len);
+    send_bytes(fd, h, sizeof(h));
+    if (type == TENT_WIRE_WRITE) {
+        uint8_t *junk = calloc(1, len);
+        send_bytes(fd, junk, len);
+        free(junk);
+    }
+    uint8_t a[24];
+    struct tent_wire_hdr hdr;
+    int32_t st = 1;
+    assert_int_equal(tent_rpc_recv_all(fd, a, sizeof(a)), 0);
+    assert_int_equal(tent_wire_decode_hdr(a, 16, &hdr), 0);
+    assert_int_equal(hdr.type, TENT_WIRE_RESP);
+    assert_int_equal(tent_wire_decode_resp(a + 16, 8, &st), 0);
+    if (hdr.len > 8) {
+        uint8_t *d = malloc(hdr.len - 8);
+        assert_int_equal(tent_rpc_recv_all(fd, d, hdr.len - 8), 0);
+        free(d);
+    }
+    return st;
+}
+
+static void test_server_enforces_bounds_and_permissions(void **state)
+{
+    (void)state;
+    int fd = raw_connect();
+    struct e2e_peer *p = &g_peer;
+    assert_int_equal(raw_rw(fd, TENT_WIRE_WRITE, p->ro_base, 64), TENT_EPERM);
+    assert_int_equal(raw_rw(fd, TENT_WIRE_WRITE, p->local_base, 64),
+                     TENT_EPERM);
+    assert_int_equal(raw_rw(fd, TENT_WIRE_READ, p->local_base, 64), TENT_EPERM);
+    assert_int_equal(
+        raw_rw(fd, TENT_WIRE_READ, p->rw_base + p->rw_len - 10, 64),
+        TENT_ERANGE);
+    assert_int_equal(raw_rw(fd, TENT_WIRE_WRITE, p->rw_base - 8, 64),
+                     TENT_ERANGE);
+    assert_int_equal(raw_rw(fd, TENT_WIRE_READ, 0x1000, 64), TENT_ERANGE);
+    /* the connection survives refusals and then serves a valid request */
+    assert_int_equal(raw_rw(fd, TENT_WIRE_READ, p->ro_base, 64), 0);
+    close(fd);
+    uint8_t *exp = malloc(1 << 20);
+    for (size_t i = 0; i < (1 << 20); i++)
+        exp[i] = e2e_pattern(i);
+    for (int i = 0; i < 10; i++)
+        exp[8192 + i] = (uint8_t)(i + 1); /* from the test above */
+    assert_true(e2e_peer_hash(&g_peer, false, 0, 1 << 20) ==
+                e2e_fnv(exp, 1 << 20));
+    free(exp);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_malformed_frames_drop_only_their_connection),
+        cmocka_unit_test(test_server_enforces_bounds_and_permissions),
+    };
+    return cmocka_run_group_tests_name("e2e_rpc_robustness", tests, group_setup,
+                                       group_teardown);
+}
