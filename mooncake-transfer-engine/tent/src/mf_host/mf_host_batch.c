@@ -12,6 +12,7 @@
 #include "mf_host.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -58,6 +59,22 @@ static int32_t run_check(struct mfh_batch *b)
     return m.status;
 }
 
+/* A process being killed loses its address space before its sockets are
+ * closed, so a cross-memory copy into it fails with EFAULT just before the
+ * control connection drops.  Give the connection a moment to tell which it
+ * is: a peer going down, or a bad address. */
+static bool peer_exiting(struct mfh_peer *p)
+{
+    if (atomic_load(&p->down))
+        return true;
+    struct pollfd pfd = {.fd = p->ctrl_fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&pfd, 1, 200) <= 0)
+        return false;
+    char c;
+    ssize_t n = recv(p->ctrl_fd, &c, 1, MSG_DONTWAIT | MSG_PEEK);
+    return n == 0 || (n < 0 && errno != EAGAIN);
+}
+
 static int32_t copy_cma(struct mfh_batch *b, const struct mfh_slice *s)
 {
     struct mfh_peer *p = b->peer;
@@ -74,7 +91,7 @@ static int32_t copy_cma(struct mfh_batch *b, const struct mfh_slice *s)
             int err = n < 0 ? errno : EFAULT;
             if (err == EINTR)
                 continue;
-            if (err == ESRCH) {
+            if (err == ESRCH || peer_exiting(p)) {
                 mfh_peer_mark_down(p, "process is gone");
                 return SM_NOT_CONNECTED;
             }

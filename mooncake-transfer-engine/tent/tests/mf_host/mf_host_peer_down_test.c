@@ -1,0 +1,149 @@
+/* Peer down across processes: a forked target registers memory and reports
+ * its unique id; it is killed while batches to it are in flight.  The
+ * callback fires with that id, every batch finishes (no hang), and the ones
+ * that had not finished report SM_NOT_CONNECTED. */
+/* cmocka.h needs these first. */
+/* clang-format off */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+/* clang-format on */
+
+#include "mfh_test_util.h"
+
+#include <pthread.h>
+
+static struct mfh_api api;
+static const struct mfh_api *A = &api;
+
+#define TARGET_SIZE ((size_t)16 << 20)
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return mfh_api_load(&api);
+}
+
+struct down_rec {
+    pthread_mutex_t lock;
+    int calls;
+    char uid[64];
+};
+
+static void on_down(const char *uid, void *user)
+{
+    struct down_rec *r = user;
+    pthread_mutex_lock(&r->lock);
+    r->calls++;
+    snprintf(r->uid, sizeof(r->uid), "%s", uid);
+    pthread_mutex_unlock(&r->lock);
+}
+
+static int down_calls(struct down_rec *r)
+{
+    pthread_mutex_lock(&r->lock);
+    int n = r->calls;
+    pthread_mutex_unlock(&r->lock);
+    return n;
+}
+
+static void run(uint32_t proto, smem_trans_opcode_t op)
+{
+    struct mfh_child child;
+    assert_int_equal(mfh_child_start(&child, A, proto, TARGET_SIZE), 0);
+    assert_int_equal(A->smem_trans_init(0, 0), SM_OK);
+    smem_trans_t h = mfh_create(A, proto);
+    assert_non_null(h);
+    struct down_rec rec = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    assert_int_equal(A->smem_trans_set_peer_down_callback(h, on_down, &rec),
+                     SM_OK);
+    uint8_t *local = calloc(1, TARGET_SIZE);
+    assert_non_null(local);
+
+    /* Warm up: the connection works. */
+    assert_int_equal(mfh_copy1(A, h, child.uid, op, local, child.base, 4096),
+                     0);
+
+    enum { N = 64 }; /* 1 GiB in flight: far more than moves before kill */
+    uint64_t ids[N];
+    for (int i = 0; i < N; i++) {
+        void *src[1] = {local}, *dst[1] = {child.base};
+        size_t sz[1] = {TARGET_SIZE};
+        smem_trans_batch_params_t p = {.destUrl = child.uid,
+                                       .srcList = src,
+                                       .destList = dst,
+                                       .sizeList = sz,
+                                       .batchSize = 1,
+                                       .opcode = op};
+        assert_int_equal(A->smem_trans_batch_copy(h, &p, &ids[i]), SM_OK);
+    }
+    /* Let the first batches get going (1 GiB takes far longer than this
+     * even over cross-memory attach), then kill the target mid-batch. */
+    mfh_sleep_ms(3);
+    mfh_child_stop(&child, true);
+
+    double end = mfh_now() + 10;
+    while (down_calls(&rec) == 0 && mfh_now() < end)
+        mfh_sleep_ms(2);
+    assert_int_equal(down_calls(&rec), 1);
+    assert_string_equal(rec.uid, child.uid);
+
+    int failed = 0;
+    for (int i = 0; i < N; i++) {
+        int32_t result = 0;
+        assert_int_equal(mfh_wait(A, h, ids[i], &result, 15), SM_OK);
+        if (result != 0) {
+            assert_int_equal(result, SM_NOT_CONNECTED);
+            failed++;
+        }
+        /* consumed */
+        assert_int_not_equal(
+            A->smem_trans_batch_status_query(h, ids[i], &result, 0), SM_OK);
+    }
+    assert_true(failed > 0);
+    assert_int_equal(down_calls(&rec), 1);
+
+    /* The peer is gone: a new batch to it is refused at once. */
+    assert_int_equal(mfh_copy1(A, h, child.uid, op, local, child.base, 1),
+                     SM_INVALID_PARAM);
+    A->smem_trans_destroy(h, 0);
+    A->smem_trans_uninit(0);
+    free(local);
+}
+
+static void test_tcp_write(void **state)
+{
+    (void)state;
+    run(SMEMB_DATA_OP_HOST_TCP, SMEM_TRANS_OP_WRITE);
+}
+
+static void test_tcp_read(void **state)
+{
+    (void)state;
+    run(SMEMB_DATA_OP_HOST_TCP, SMEM_TRANS_OP_READ);
+}
+
+static void test_shm_write(void **state)
+{
+    (void)state;
+    run(SMEMB_DATA_OP_HOST_SHM, SMEM_TRANS_OP_WRITE);
+}
+
+static void test_shm_read(void **state)
+{
+    (void)state;
+    run(SMEMB_DATA_OP_HOST_SHM, SMEM_TRANS_OP_READ);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tcp_write),
+        cmocka_unit_test(test_tcp_read),
+        cmocka_unit_test(test_shm_write),
+        cmocka_unit_test(test_shm_read),
+    };
+    return cmocka_run_group_tests(tests, group_setup, NULL);
+}
