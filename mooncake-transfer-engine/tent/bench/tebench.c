@@ -80,11 +80,14 @@ static tent_engine_t make_engine(const struct tb_opts *o, const char *xport)
 struct corrupter {
     volatile uint8_t *at;
     bool armed;
+    double delay;      /* seconds between seeing the bytes written and */
+    double written_at; /* flipping one, 0 = not seen yet */
 };
 
 /* TEBENCH_TEST_CORRUPT=1 (test-only): once the initiator has written the
- * bytes at buffer offset TEBENCH_TEST_CORRUPT_OFFSET (default 100), flip
- * one of them, once, so a test can prove --check_consistency notices. */
+ * bytes at buffer offset TEBENCH_TEST_CORRUPT_OFFSET (default 100), wait
+ * TEBENCH_TEST_CORRUPT_DELAY_MS (default 0) and flip one of them, once, so a
+ * test can prove --check_consistency notices. */
 static void corrupter_init(struct corrupter *k, char *buf, uint64_t len)
 {
     const char *env = getenv("TEBENCH_TEST_CORRUPT");
@@ -105,6 +108,9 @@ static void corrupter_init(struct corrupter *k, char *buf, uint64_t len)
     }
     k->at = (volatile uint8_t *)buf + off;
     k->armed = true;
+    const char *d = getenv("TEBENCH_TEST_CORRUPT_DELAY_MS");
+    k->delay = d && *d ? strtod(d, NULL) / 1000 : 0;
+    k->written_at = 0;
     fprintf(stderr,
             "tebench target: test switch TEBENCH_TEST_CORRUPT set: will flip "
             "the byte at buffer offset %llu once it has been written\n",
@@ -119,6 +125,10 @@ static void corrupter_poll(struct corrupter *k, char *buf)
     for (int i = 0; i < 8; i++)
         written |= k->at[i] != 0;
     if (!written)
+        return;
+    if (k->written_at == 0)
+        k->written_at = tb_now();
+    if (tb_now() - k->written_at < k->delay)
         return;
     uint8_t before = k->at[0];
     k->at[0] = (uint8_t)(before ^ 0xff);
@@ -193,7 +203,7 @@ static int run_target(const struct tb_opts *o, const char *xport, int ready_fd)
         report(ready_fd, "ERR %s\n", "tent_segment_name failed");
         goto free_mem;
     }
-    struct corrupter k;
+    struct corrupter k = {0};
     corrupter_init(&k, buf, o->buffer_size);
     if (ready_fd >= 0) {
         report(ready_fd, "OK %s\n", name);

@@ -2,7 +2,8 @@
 # tebench end-to-end checks, one scenario per CTest test:
 #   tebench_test.sh <path to tebench> <scenario> [transport]
 # Scenarios: flags, loopback <xport>, mix <xport>, json <xport>,
-# mainjob <expected default xport>, corrupt <xport>, unreachable.
+# mainjob <expected default xport>, corrupt <xport>, corrupt_read <xport>,
+# unreachable.
 set -u
 
 TEBENCH=$1
@@ -155,6 +156,15 @@ corrupt)
     [ "$RC" -eq 3 ] || fail "expected exit 3 (mismatch), got $RC"
     grep -q 'consistency mismatch: .*buffer offset 100 .*expected 0x[0-9a-f]*, got 0x' "$ERR" ||
         fail "no mismatch line naming offset and bytes"
+    ;;
+corrupt_read)
+    # flipped well after the seed pass: caught by a benchmark read
+    TEBENCH_TEST_CORRUPT=1 TEBENCH_TEST_CORRUPT_DELAY_MS=300 run any \
+        --loopback --xport_type="$XPORT" --check_consistency \
+        --block_size=4096 --total_buffer_size=1M --duration=2 --warmup=0.1
+    [ "$RC" -eq 3 ] || fail "expected exit 3 (mismatch), got $RC"
+    grep -q 'consistency mismatch: case 1 (.*op=read, read), .*buffer offset 100 .*expected 0x[0-9a-f]*, got 0x' "$ERR" ||
+        fail "no mismatch line for a benchmark read"
     ;;
 unreachable)
     start=$(date +%s%N)
