@@ -422,6 +422,7 @@ static int run_initiator(struct tb_opts *o, const char *xport)
         ret = tb_full_pass(&c, o->op == TB_OP_WRITE_SEED);
 
     size_t ncases = o->threads.n * o->blocks.n * o->batches.n, idx = 0;
+    size_t nskipped = 0;
     if (ret == TB_EXIT_OK)
         tb_print_header(stdout, o);
     for (size_t ti = 0; ti < o->threads.n && ret == TB_EXIT_OK; ti++)
@@ -455,6 +456,7 @@ static int run_initiator(struct tb_opts *o, const char *xport)
                         o->duration);
                 struct tb_result r;
                 ret = tb_run_case(&c, (int)idx, threads, block, batch, &r);
+                nskipped += r.skipped;
                 if (ret != TB_EXIT_OK || r.skipped)
                     continue;
                 r.memcpy_gbs = mem;
@@ -466,8 +468,9 @@ static int run_initiator(struct tb_opts *o, const char *xport)
         fprintf(stderr, "tebench: FAILED: consistency check found a "
                         "mismatch\n");
     else if (ret == TB_EXIT_OK)
-        fprintf(stderr, "tebench: %zu case(s) done%s\n", ncases,
-                c.verify_reads ? ", every byte read back verified" : "");
+        fprintf(stderr, "tebench: %zu case(s) done%s%s\n", ncases - nskipped,
+                c.verify_reads ? ", every byte read back verified" : "",
+                nskipped ? " (some skipped, see above)" : "");
 
     if (c.verify)
         tent_free_memory(e, c.verify);
@@ -603,6 +606,14 @@ static int run_loopback(struct tb_opts *o)
         _exit(rc);
     }
     close(fds[1]);
+    /* --rpc_server_port and --seg_name name the target's endpoint; the
+     * initiator picks its own */
+    if (o->rpc_server_port >= 0)
+        tent_set_config("rpc_server_port", "0");
+    if (o->seg_name[0])
+        tent_set_config("local_segment_name", "");
+    o->rpc_server_port = -1;
+    o->seg_name[0] = 0;
     char line[600] = "";
     size_t got = 0;
     double deadline = tb_now() + TB_TARGET_READY_S;

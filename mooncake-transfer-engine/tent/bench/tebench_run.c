@@ -497,14 +497,20 @@ static double case_warmup(const struct tb_opts *o)
     return w > 1 ? 1 : w;
 }
 
-/* Sleeps up to seconds, returning early once the case stopped. */
+/* Sleeps up to seconds, returning early once the case stopped; on long
+ * cases says every 10 s how far it is. */
 static void wait_phase(struct case_state *cs, double seconds)
 {
-    double end = tb_now() + seconds;
+    double start = tb_now(), end = start + seconds, tick = start + 10;
     while (atomic_load(&cs->phase) != PH_STOP) {
-        double left = end - tb_now();
+        double now = tb_now(), left = end - now;
         if (left <= 0)
             return;
+        if (now >= tick) {
+            fprintf(stderr, "tebench: case %d: %.0f of %.0f s\n",
+                    cs->case_idx + 1, now - start, seconds);
+            tick += 10;
+        }
         if (left > 0.01)
             left = 0.01;
         struct timespec ts = {0, (long)(left * 1e9)};

@@ -3,7 +3,7 @@
 #   tebench_test.sh <path to tebench> <scenario> [transport]
 # Scenarios: flags, loopback <xport>, mix <xport>, json <xport>,
 # mainjob <expected default xport>, corrupt <xport>, corrupt_read <xport>,
-# unreachable.
+# range <xport>, target <xport>, unreachable.
 set -u
 
 TEBENCH=$1
@@ -165,6 +165,56 @@ corrupt_read)
     [ "$RC" -eq 3 ] || fail "expected exit 3 (mismatch), got $RC"
     grep -q 'consistency mismatch: case 1 (.*op=read, read), .*buffer offset 100 .*expected 0x[0-9a-f]*, got 0x' "$ERR" ||
         fail "no mismatch line for a benchmark read"
+    ;;
+range)
+    # --target_offset/--target_range_size: a window of the target buffer
+    run 0 --loopback --xport_type="$XPORT" --check_consistency \
+        --op_type=mix --target_offset=12288 --target_range_size=1M \
+        --block_size=4096 --batch_size=4 "${COMMON[@]}"
+    check_table 1 "$XPORT"
+    run 1 --loopback --xport_type="$XPORT" --target_offset=8M \
+        --block_size=4096 "${COMMON[@]}"
+    grep -q -- '--target_offset=8388608' "$ERR" || fail "bad offset not named"
+    ;;
+target)
+    # target mode prints the exact initiator command; two targets serve one
+    # initiator (comma list); SIGINT ends a target cleanly
+    pids=()
+    cmds=()
+    for i in 1 2; do
+        "$TEBENCH" --xport_type="$XPORT" --total_buffer_size=2M \
+            >"$WORK/t$i.out" 2>"$WORK/t$i.err" &
+        pids+=($!)
+    done
+    for i in 1 2; do
+        for _ in $(seq 100); do
+            grep -q 'Serving until' "$WORK/t$i.out" 2>/dev/null && break
+            sleep 0.1
+        done
+        cmd=$(grep -- '--target_seg_name=' "$WORK/t$i.out") ||
+            { kill "${pids[@]}"; fail "target $i printed no initiator command"; }
+        cmds+=("$cmd")
+    done
+    # run target 1's command exactly as printed, with case flags appended
+    read -r -a argv <<<"${cmds[0]}"
+    [ "${argv[0]}" = "$TEBENCH" ] || { kill "${pids[@]}"; fail "command is not this tebench: ${argv[0]}"; }
+    timeout 60 "${argv[@]}" --block_size=4096 --check_consistency \
+        "${COMMON[@]}" >"$OUT" 2>"$ERR" ||
+        { kill "${pids[@]}"; fail "printed initiator command failed"; }
+    check_table 1 "$XPORT"
+    name1=${cmds[0]#*--target_seg_name=}
+    name1=${name1%% *}
+    name2=${cmds[1]#*--target_seg_name=}
+    name2=${name2%% *}
+    timeout 60 "$TEBENCH" --target_seg_name="$name1,$name2" \
+        --xport_type="$XPORT" --threads=2 --block_size=4096 --op_type=write \
+        --check_consistency "${COMMON[@]}" >"$OUT" 2>"$ERR" ||
+        { kill "${pids[@]}"; fail "two-target run failed"; }
+    check_table 1 "$XPORT"
+    kill -INT "${pids[@]}"
+    for p in "${pids[@]}"; do
+        wait "$p" || fail "target $p exited $? after SIGINT"
+    done
     ;;
 unreachable)
     start=$(date +%s%N)
