@@ -464,6 +464,11 @@ static int run_initiator(struct tb_opts *o, const char *xport)
                 tb_print_row(stdout, o, &r);
             }
         }
+    if (ret == TB_EXIT_OK && nskipped == ncases) {
+        fprintf(stderr, "tebench: no case fits the buffers; nothing was "
+                        "measured\n");
+        ret = TB_EXIT_ERROR;
+    }
     if (ret == TB_EXIT_MISMATCH)
         fprintf(stderr, "tebench: FAILED: consistency check found a "
                         "mismatch\n");
