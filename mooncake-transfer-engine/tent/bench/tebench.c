@@ -30,15 +30,8 @@ static const char *xport_names[] = {"tcp", "shm", "memfabric"};
 static tent_engine_t make_engine(const struct tb_opts *o, const char *xport)
 {
     char port[16];
-    if (o->config[0]) {
-        struct stat st;
-        if (stat(o->config, &st) != 0) {
-            fprintf(stderr, "tebench: --config=%s: %s\n", o->config,
-                    strerror(errno));
-            return NULL;
-        }
+    if (o->config[0])
         tent_load_config_from_file(o->config);
-    }
     if (o->set_metadata_type)
         tent_set_config("metadata_type", o->metadata_type);
     if (o->metadata_url_list[0])

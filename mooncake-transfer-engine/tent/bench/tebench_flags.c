@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 enum flag_kind {
     F_STR,
@@ -372,6 +373,9 @@ static int validate(struct tb_opts *o, char *err, size_t errlen)
                     "bad value in --tent_transport_hint=%s (unspec, tcp, shm, "
                     "memfabric)",
                     o->transport_hint);
+    if (o->config[0] && access(o->config, R_OK) != 0)
+        return fail(err, errlen, "bad value in --config=%s: %s", o->config,
+                    strerror(errno));
     if (o->buffer_size == 0)
         return fail(err, errlen, "bad value in --total_buffer_size=0 (> 0)");
     if (!(o->duration > 0))

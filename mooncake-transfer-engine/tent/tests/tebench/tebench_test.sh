@@ -105,7 +105,19 @@ flags)
     run 2 stray_argument
     grep -q "stray_argument" "$ERR" || fail "stray argument not named"
     run 2 --loopback --target_seg_name=x
-    run 0 --help
+    run 2 --config="$WORK/no_such_config.json"
+    grep -q -- "--config=$WORK/no_such_config.json" "$ERR" || fail "bad --config not named"
+    run 2 --seg_type=VRAM
+    grep -q -- '--seg_type=VRAM' "$ERR" || fail "bad --seg_type not named"
+    run 2 --backend=classic
+    run 2 --metadata_type=zookeeper
+    run 2 --rpc_server_port=70000
+    grep -q -- '--rpc_server_port=70000' "$ERR" || fail "bad port not named"
+    run 2 --total_buffer_size=12Q
+    run 2 --nobogus
+    grep -q "unknown flag '--nobogus'" "$ERR" || fail "--nobogus not named"
+    run 2 --noduration
+    run 0 --nojson --check_consistency=false -loopback=true --duration 3 --help
     grep -q -- '--xport_type' "$OUT" || fail "--help lacks flags"
     ;;
 loopback)
