@@ -391,7 +391,10 @@ static void *worker_main(void *arg)
                 break;
             }
         }
-        uint64_t gen = ++w->next_gen;
+        /* generations are 32-bit per block; 0 is the seed pattern */
+        uint32_t gen = (uint32_t)++w->next_gen;
+        if (gen == 0)
+            gen = (uint32_t)++w->next_gen;
         uint64_t wkey = block_key(w, gen);
         char *lbase = w->lsrc + (liter % lgroups) * batch * block;
         bool any_write = false;
@@ -459,7 +462,7 @@ static void *worker_main(void *arg)
                     uint64_t k = w->blk[i];
                     ok = verify(w, "write read-back", w->reqs[i].source, block,
                                 wkey, w->slice_off + k * block);
-                    w->gen[k] = (uint32_t)gen;
+                    w->gen[k] = gen;
                 }
             }
             if (!ok) {
