@@ -71,6 +71,20 @@ struct cmd {
     uint64_t off, len;
 };
 
+/* The data was written by an RPC server thread, and the parent told us so
+ * over a pipe: a causality TSan cannot see.  The server drops its pin on
+ * the buffer (an atomic RMW) after the copy, so an acquire load of that
+ * counter orders the copy before our reads, for TSan and the C11 model. */
+static void sync_with_server(struct tent_engine *e, const void *addr)
+{
+    pthread_rwlock_rdlock(&e->local->lock);
+    struct tent_buffer *b =
+        tent_segment_find_locked(e->local, (uintptr_t)addr, 1);
+    if (b)
+        (void)atomic_load_explicit(&b->inflight, memory_order_acquire);
+    pthread_rwlock_unlock(&e->local->lock);
+}
+
 static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
 {
     e2e_config(shm, tcp);
@@ -106,6 +120,7 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
             break;
         if (c.op == 'H') {
             const uint8_t *b = c.plain ? plain : rw;
+            sync_with_server(e, b);
             uint64_t h = e2e_fnv(b + c.off, c.len);
             wr(afd, &h, sizeof(h));
         } else if (c.op == 'R') {
@@ -126,6 +141,7 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
             while (got < (int)c.len && e2e_now_ms() < end) {
                 tent_notifi_info ni;
                 tent_recv_notifs(eh, &ni);
+                sync_with_server(e, rw);
                 for (int i = 0; i < ni.num_records; i++) {
                     unsigned long long seq, off, len, h;
                     if (sscanf(ni.records[i].msg, "%llu %llu %llu %llu", &seq,
