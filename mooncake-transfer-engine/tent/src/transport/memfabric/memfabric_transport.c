@@ -33,7 +33,8 @@
 #include <string.h>
 #include <time.h>
 
-#define QUIESCE_POLL_NS 500000L   /* between polling iterations, lock released \
+#define QUIESCE_POLL_NS                                                        \
+    500000L                       /* between polling iterations, lock released \
                                    */
 #define MAX_TIMEOUT_MS 86400000LL /* one day */
 
