@@ -489,14 +489,28 @@ static bool file_exists(const char *p)
     return p && *p && stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* Whether a libmf_smem.so is reachable: MF_SMEM_LIBRARY, the mf_host
- * library of this build, or the loader's search path. */
-static bool find_mf_library(char *why, size_t len)
+static bool on_loader_path(void)
+{
+    void *h = dlopen("libmf_smem.so", RTLD_LAZY | RTLD_LOCAL);
+    if (h)
+        dlclose(h);
+    return h != NULL;
+}
+
+/* Whether a libmf_smem.so is reachable: MF_SMEM_LIBRARY, else the mf_host
+ * library of this build (or its installed copy) and the loader's search
+ * path, in the order prefer_vendor says.  Picking mf_host sets
+ * MF_SMEM_LIBRARY, so the engines (and a loopback child) load that file. */
+static bool find_mf_library(bool prefer_vendor, char *why, size_t len)
 {
     const char *env = getenv("MF_SMEM_LIBRARY");
     if (env && *env) {
         snprintf(why, len, "MF_SMEM_LIBRARY=%s", env);
         return file_exists(env);
+    }
+    if (prefer_vendor && on_loader_path()) {
+        snprintf(why, len, "libmf_smem.so on the loader path");
+        return true;
     }
 #ifdef TEBENCH_MF_HOST_LIB
     static const char *const built[] = {TEBENCH_MF_HOST_LIB,
@@ -508,15 +522,12 @@ static bool find_mf_library(char *why, size_t len)
             return true;
         }
 #endif
-    void *h = dlopen("libmf_smem.so", RTLD_LAZY | RTLD_LOCAL);
-    if (h) {
-        dlclose(h);
+    if (!prefer_vendor && on_loader_path()) {
         snprintf(why, len, "libmf_smem.so on the loader path");
         return true;
     }
     snprintf(why, len,
-             "no libmf_smem.so (set MF_SMEM_LIBRARY or build "
-             "mf_host)");
+             "no libmf_smem.so (set MF_SMEM_LIBRARY or build mf_host)");
     return false;
 }
 
@@ -525,7 +536,7 @@ static const char *loopback_transport(const struct tb_opts *o)
 {
     char why[600];
     if (strcasecmp(o->xport_type, "memfabric") == 0) {
-        if (find_mf_library(why, sizeof(why)) && !getenv("MF_PROTOCOL"))
+        if (find_mf_library(false, why, sizeof(why)) && !getenv("MF_PROTOCOL"))
             setenv("MF_PROTOCOL", "host_tcp", 1);
         fprintf(stderr,
                 "tebench: loopback over memfabric (%s, MF_PROTOCOL=%s)\n", why,
@@ -534,7 +545,7 @@ static const char *loopback_transport(const struct tb_opts *o)
     }
     if (o->xport_type[0])
         return o->xport_type; /* tcp, shm, or auto: the engine's policy */
-    if (find_mf_library(why, sizeof(why))) {
+    if (find_mf_library(false, why, sizeof(why))) {
         if (!getenv("MF_PROTOCOL"))
             setenv("MF_PROTOCOL", "host_tcp", 1);
         tent_engine_t e = make_engine(o, "memfabric");
@@ -675,6 +686,12 @@ int main(int argc, char **argv)
                 use_tent);
     if (o.loopback)
         return run_loopback(&o);
+    if (strcasecmp(o.xport_type, "memfabric") == 0) {
+        /* the vendor's library first; mf_host where there is none */
+        char why[600];
+        if (find_mf_library(true, why, sizeof(why)))
+            fprintf(stderr, "tebench: memfabric uses %s\n", why);
+    }
     if (!o.target_seg_name[0])
         return run_target(&o, o.xport_type, -1);
     return run_initiator(&o, o.xport_type);

@@ -14,6 +14,10 @@ trap 'rm -rf "$WORK"' EXIT
 OUT=$WORK/out
 ERR=$WORK/err
 export MC_LOG_LEVEL=${MC_LOG_LEVEL:-warn}
+# memfabric outside --loopback: mf_host over host_tcp unless told otherwise
+if [ "$XPORT" = memfabric ]; then
+    export MF_PROTOCOL=${MF_PROTOCOL:-host_tcp}
+fi
 
 fail() {
     echo "FAIL [$SCENARIO${XPORT:+ $XPORT}]: $*" >&2
