@@ -403,7 +403,9 @@ static int run_initiator(struct tb_opts *o, const char *xport)
     if (tb_transport_from_name(xport) > 0)
         c.transport = xport; /* the only transport this engine installed */
     else if (hint > 0)
-        c.transport = o->transport_hint;
+        c.transport = hint == TRANSPORT_TCP   ? "hint:tcp"
+                      : hint == TRANSPORT_SHM ? "hint:shm"
+                                              : "hint:memfabric";
     else
         c.transport = "auto";
     c.verify_reads = o->check_consistency || o->op == TB_OP_READ_VERIFY;

@@ -127,8 +127,34 @@ void tb_usage(FILE *f, const char *prog)
             prog, prog, prog, prog);
     for (size_t i = 0; i < NFLAGS; i++)
         fprintf(f, "  --%-22s %s\n", g_flags[i].name, g_flags[i].help);
-    fprintf(f, "Exit status: 0 ok, 1 error, 2 bad flag, 3 consistency "
-               "mismatch.\n");
+    fprintf(f,
+            "Cases: every --threads x --block_size x --batch_size, each run "
+            "for --duration s after\n"
+            "  the warm-up; each thread submits batches of batch_size "
+            "requests of block_size\n"
+            "  bytes and polls them to completion.\n"
+            "Columns: BW (GB/S) = bytes / measured time (10^9 B/s); Avg Inst "
+            "GB/s = mean of\n"
+            "  per-batch bytes / Tx; Avg Lat (us) = wall time per batch "
+            "including gaps (x threads);\n"
+            "  Avg/P99/P999 Tx (us) = submit to completion of a batch; "
+            "Transport = --xport_type\n"
+            "  (the only transport enabled), else hint:<name> for "
+            "--tent_transport_hint (its\n"
+            "  first choice), else 'auto' (the engine's policy).  "
+            "--baseline adds\n"
+            "  memcpy and loopback TCP stream ceilings of the same block "
+            "size and threads, and\n"
+            "  BW as a ratio of each.\n"
+            "Environment: MC_TENT_CONF (TENT JSON config, unless --config), "
+            "MC_USE_TENT=1 (accepted),\n"
+            "  MF_SMEM_LIBRARY, MF_PROTOCOL (memfabric; --loopback uses "
+            "mf_host with host_tcp),\n"
+            "  TEBENCH_TEST_CORRUPT=1 [TEBENCH_TEST_CORRUPT_OFFSET=100, "
+            "TEBENCH_TEST_CORRUPT_DELAY_MS=0]\n"
+            "  (test only: the target flips one byte once it was written).\n"
+            "Exit status: 0 ok, 1 error, 2 bad flag, 3 consistency "
+            "mismatch.\n");
 }
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)

@@ -91,6 +91,13 @@ bad:
 
 /* ---- one batch ---------------------------------------------------------- */
 
+static const char *status_name(int s)
+{
+    static const char *names[] = {"WAITING",   "PENDING", "INVALID", "CANCELED",
+                                  "COMPLETED", "TIMEOUT", "FAILED"};
+    return s >= 0 && s <= STATUS_FAILED ? names[s] : "UNKNOWN";
+}
+
 static bool terminal(int s)
 {
     return s == STATUS_COMPLETED || s == STATUS_FAILED ||
@@ -127,8 +134,8 @@ static int run_batch(tent_engine_t e, tent_request_t *reqs, size_t n,
         if (tb_now() > deadline) {
             snprintf(msg, msglen,
                      "batch of %zu requests not complete after %.0f s "
-                     "(status %d%s%s)",
-                     n, TB_BATCH_DEADLINE_S, st.status,
+                     "(%s%s%s)",
+                     n, TB_BATCH_DEADLINE_S, status_name(st.status),
                      rc ? ", last error: " : "", rc ? tent_last_error() : "");
             /* Its memory may still be in use: do not free the batch. */
             return -1;
@@ -138,20 +145,20 @@ static int run_batch(tent_engine_t e, tent_request_t *reqs, size_t n,
     }
     *tx_us = (tb_now() - t0) * 1e6;
     if (st.status != STATUS_COMPLETED) {
-        snprintf(msg, msglen, "batch of %zu requests ended with status %d", n,
-                 st.status);
+        snprintf(msg, msglen, "batch of %zu requests ended %s", n,
+                 status_name(st.status));
         for (size_t i = 0; i < n; i++) {
             tent_status_t ts = {0};
             int trc = tent_task_status(e, bid, i, &ts);
             if (trc != TENT_OK || ts.status != STATUS_COMPLETED) {
                 snprintf(msg, msglen,
                          "task %zu (%s of %llu bytes at target %#llx) ended "
-                         "with status %d: %s",
+                         "%s%s%s (the engine log above says why)",
                          i, reqs[i].opcode == OPCODE_READ ? "read" : "write",
                          (unsigned long long)reqs[i].length,
-                         (unsigned long long)reqs[i].target_offset, ts.status,
-                         trc != TENT_OK ? tent_last_error()
-                                        : "(no error message)");
+                         (unsigned long long)reqs[i].target_offset,
+                         status_name(ts.status), trc != TENT_OK ? ": " : "",
+                         trc != TENT_OK ? tent_last_error() : "");
                 break;
             }
         }
