@@ -1,0 +1,700 @@
+/* tebench: roles.  Target (--target_seg_name empty): allocate and register
+ * the buffer, print the initiator command, serve until SIGINT/SIGTERM.
+ * Initiator: open the target segment(s) and run every case.  Loopback: both,
+ * as two processes of one command. */
+#include "tebench.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TB_OPEN_DEADLINE_S 5
+#define TB_TARGET_READY_S  30
+
+static const char *g_prog = "tebench";
+
+static const char *xport_names[] = {"tcp", "shm", "memfabric"};
+
+/* Applies the flags that map to TENT configuration keys, enables only
+ * xport when it names a transport, and creates the engine. */
+static tent_engine_t make_engine(const struct tb_opts *o, const char *xport)
+{
+    char port[16];
+    if (o->config[0])
+        tent_load_config_from_file(o->config);
+    if (o->set_metadata_type)
+        tent_set_config("metadata_type", o->metadata_type);
+    if (o->metadata_url_list[0])
+        tent_set_config("metadata_servers", o->metadata_url_list);
+    if (o->rpc_server_port >= 0) {
+        snprintf(port, sizeof(port), "%lld", (long long)o->rpc_server_port);
+        tent_set_config("rpc_server_port", port);
+    }
+    if (o->seg_name[0])
+        tent_set_config("local_segment_name", o->seg_name);
+    if (tb_transport_from_name(xport) > 0) {
+        char key[64];
+        for (size_t i = 0; i < sizeof(xport_names) / sizeof(*xport_names);
+             i++) {
+            snprintf(key, sizeof(key), "transports/%s/enable", xport_names[i]);
+            tent_set_config(key,
+                            strcmp(xport, xport_names[i]) ? "false" : "true");
+        }
+    }
+    tent_engine_t e = tent_create_engine();
+    if (!e) {
+        fprintf(stderr, "tebench: tent_create_engine failed: %s\n",
+                tent_last_error());
+        return NULL;
+    }
+    if (!tent_available(e)) {
+        fprintf(stderr,
+                "tebench: no transport could be installed (xport_type=%s); "
+                "see the log above for why\n",
+                *xport ? xport : "auto");
+        tent_destroy_engine(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* ---- target ------------------------------------------------------------- */
+
+struct corrupter {
+    volatile uint8_t *at;
+    bool armed;
+    double delay;      /* seconds between seeing the bytes written and */
+    double written_at; /* flipping one, 0 = not seen yet */
+};
+
+/* TEBENCH_TEST_CORRUPT=1 (test-only): once the initiator has written the
+ * bytes at buffer offset TEBENCH_TEST_CORRUPT_OFFSET (default 100), wait
+ * TEBENCH_TEST_CORRUPT_DELAY_MS (default 0) and flip one of them, once, so a
+ * test can prove --check_consistency notices. */
+static void corrupter_init(struct corrupter *k, char *buf, uint64_t len)
+{
+    const char *env = getenv("TEBENCH_TEST_CORRUPT");
+    k->at = NULL;
+    k->armed = false;
+    if (!env || !*env || strcmp(env, "0") == 0)
+        return;
+    uint64_t off = 100;
+    const char *o = getenv("TEBENCH_TEST_CORRUPT_OFFSET");
+    if (o && *o)
+        off = strtoull(o, NULL, 0);
+    if (off + 8 > len) {
+        fprintf(stderr,
+                "tebench target: TEBENCH_TEST_CORRUPT_OFFSET=%llu is outside "
+                "the %llu-byte buffer; not corrupting\n",
+                (unsigned long long)off, (unsigned long long)len);
+        return;
+    }
+    k->at = (volatile uint8_t *)buf + off;
+    k->armed = true;
+    const char *d = getenv("TEBENCH_TEST_CORRUPT_DELAY_MS");
+    k->delay = d && *d ? strtod(d, NULL) / 1000 : 0;
+    k->written_at = 0;
+    fprintf(stderr,
+            "tebench target: test switch TEBENCH_TEST_CORRUPT set: will flip "
+            "the byte at buffer offset %llu once it has been written\n",
+            (unsigned long long)off);
+}
+
+static void corrupter_poll(struct corrupter *k, char *buf)
+{
+    if (!k->armed)
+        return;
+    bool written = false;
+    for (int i = 0; i < 8; i++)
+        written |= k->at[i] != 0;
+    if (!written)
+        return;
+    if (k->written_at == 0)
+        k->written_at = tb_now();
+    if (tb_now() - k->written_at < k->delay)
+        return;
+    uint8_t before = k->at[0];
+    k->at[0] = (uint8_t)(before ^ 0xff);
+    k->armed = false;
+    fprintf(stderr,
+            "tebench target: TEBENCH_TEST_CORRUPT: flipped byte at buffer "
+            "offset %llu: 0x%02x -> 0x%02x\n",
+            (unsigned long long)((const char *)k->at - buf), before,
+            (unsigned)(uint8_t)(before ^ 0xff));
+}
+
+static void print_initiator_command(const struct tb_opts *o, const char *name,
+                                    const char *xport)
+{
+    printf("tebench target: segment '%s', %llu bytes of %s registered\n", name,
+           (unsigned long long)o->buffer_size, o->seg_type);
+    printf("Start the initiator with:\n  %s --target_seg_name=%s", g_prog,
+           name);
+    if (*xport)
+        printf(" --xport_type=%s", xport);
+    if (o->set_metadata_type)
+        printf(" --metadata_type=%s", o->metadata_type);
+    if (o->metadata_url_list[0])
+        printf(" --metadata_url_list=%s", o->metadata_url_list);
+    if (o->config[0])
+        printf(" --config=%s", o->config);
+    printf("\nServing until Ctrl-C (SIGINT) or SIGTERM.\n");
+    fflush(stdout);
+}
+
+static void report(int fd, const char *fmt, const char *arg)
+{
+    if (fd < 0)
+        return;
+    char line[600];
+    int n = snprintf(line, sizeof(line), fmt, arg);
+    if (n > 0 && write(fd, line, (size_t)n) < 0)
+        perror("tebench target: write to parent");
+}
+
+/* Serves until SIGINT/SIGTERM.  In loopback, ready_fd receives
+ * "OK <segment name>\n" or "ERR <reason>\n". */
+static int run_target(const struct tb_opts *o, const char *xport, int ready_fd)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    /* blocked before the engine starts threads, so they inherit the mask */
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+
+    int ret = TB_EXIT_ERROR;
+    tent_engine_t e = make_engine(o, xport);
+    if (!e) {
+        report(ready_fd, "ERR %s\n", "engine creation failed");
+        return ret;
+    }
+    void *buf = NULL;
+    int rc = tent_allocate_memory(e, &buf, o->buffer_size, "cpu");
+    if (rc != TENT_OK) {
+        fprintf(stderr,
+                "tebench target: tent_allocate_memory(%llu bytes) failed: %s\n",
+                (unsigned long long)o->buffer_size, tent_last_error());
+        report(ready_fd, "ERR %s\n", "tent_allocate_memory failed");
+        goto destroy;
+    }
+    char name[512];
+    rc = tent_segment_name(e, name, sizeof(name));
+    if (rc != TENT_OK) {
+        fprintf(stderr, "tebench target: tent_segment_name failed: %s\n",
+                tent_last_error());
+        report(ready_fd, "ERR %s\n", "tent_segment_name failed");
+        goto free_mem;
+    }
+    struct corrupter k = {0};
+    corrupter_init(&k, buf, o->buffer_size);
+    if (ready_fd >= 0) {
+        report(ready_fd, "OK %s\n", name);
+        close(ready_fd);
+    } else {
+        print_initiator_command(o, name, xport);
+    }
+    for (;;) {
+        struct timespec ts = {0, k.armed ? 1000000 : 200000000};
+        int sig = sigtimedwait(&set, NULL, &ts);
+        if (sig == SIGINT || sig == SIGTERM) {
+            fprintf(stderr, "tebench target: %s received, shutting down\n",
+                    sig == SIGINT ? "SIGINT" : "SIGTERM");
+            break;
+        }
+        corrupter_poll(&k, buf);
+    }
+    ret = TB_EXIT_OK;
+free_mem:
+    tent_free_memory(e, buf);
+destroy:
+    tent_destroy_engine(e);
+    return ret;
+}
+
+/* ---- initiator ---------------------------------------------------------- */
+
+struct opener {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    tent_engine_t e;
+    char name[256];
+    tent_segment_id_t handle;
+    int rc;
+    bool done, abandoned;
+    char msg[512];
+};
+
+static void *opener_main(void *arg)
+{
+    struct opener *op = arg;
+    tent_segment_id_t h = 0;
+    int rc = tent_open_segment(op->e, &h, op->name);
+    pthread_mutex_lock(&op->lock);
+    op->rc = rc;
+    op->handle = h;
+    snprintf(op->msg, sizeof(op->msg), "%s", rc ? tent_last_error() : "");
+    op->done = true;
+    bool abandoned = op->abandoned;
+    pthread_cond_signal(&op->cond);
+    pthread_mutex_unlock(&op->lock);
+    if (abandoned)
+        free(op);
+    return NULL;
+}
+
+/* tent_open_segment with a deadline, so an unreachable target is a clear
+ * error within TB_OPEN_DEADLINE_S whatever the metadata backend does.
+ * Returns 1 when the call is still running (the engine must then be left
+ * alone), 0 on success, -1 on failure. */
+static int open_with_deadline(tent_engine_t e, const char *name,
+                              tent_segment_id_t *out)
+{
+    struct opener *op = calloc(1, sizeof(*op));
+    if (!op)
+        return -1;
+    pthread_mutex_init(&op->lock, NULL);
+    pthread_cond_init(&op->cond, NULL);
+    op->e = e;
+    snprintf(op->name, sizeof(op->name), "%s", name);
+    pthread_t tid;
+    if (pthread_create(&tid, NULL, opener_main, op)) {
+        fprintf(stderr, "tebench: pthread_create failed\n");
+        free(op);
+        return -1;
+    }
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += TB_OPEN_DEADLINE_S;
+    pthread_mutex_lock(&op->lock);
+    while (!op->done)
+        if (pthread_cond_timedwait(&op->cond, &op->lock, &dl) == ETIMEDOUT)
+            break;
+    if (!op->done) {
+        op->abandoned = true;
+        pthread_mutex_unlock(&op->lock);
+        pthread_detach(tid);
+        fprintf(stderr,
+                "tebench: cannot reach target segment '%s': no answer within "
+                "%d s (is the target running, and is the name the one it "
+                "printed?)\n",
+                name, TB_OPEN_DEADLINE_S);
+        return 1;
+    }
+    pthread_mutex_unlock(&op->lock);
+    pthread_join(tid, NULL);
+    int ret = 0;
+    if (op->rc != TENT_OK) {
+        fprintf(stderr, "tebench: cannot open target segment '%s': %s (%s)\n",
+                name, op->msg, tent_strerror(op->rc));
+        ret = -1;
+    } else {
+        *out = op->handle;
+    }
+    free(op);
+    return ret;
+}
+
+/* Picks the target's largest buffer and applies target_offset/range. */
+static int locate_target(const struct tb_opts *o, tent_engine_t e,
+                         struct tb_target *t)
+{
+    tent_segment_info_t info = {0};
+    int rc = tent_get_segment_info(e, t->handle, &info);
+    if (rc != TENT_OK) {
+        fprintf(stderr, "tebench: tent_get_segment_info('%s') failed: %s\n",
+                t->name, tent_last_error());
+        return -1;
+    }
+    int best = -1;
+    for (int i = 0; i < info.num_buffers; i++)
+        if (best < 0 || info.buffers[i].length > info.buffers[best].length)
+            best = i;
+    if (best < 0) {
+        fprintf(stderr, "tebench: target '%s' has no registered buffer\n",
+                t->name);
+        tent_free_segment_info(&info);
+        return -1;
+    }
+    uint64_t base = info.buffers[best].base, len = info.buffers[best].length;
+    tent_free_segment_info(&info);
+    uint64_t range = o->target_range_size;
+    if (o->target_offset >= len || (range && range > len - o->target_offset)) {
+        fprintf(stderr,
+                "tebench: --target_offset=%llu --target_range_size=%llu lie "
+                "outside target '%s' buffer of %llu bytes\n",
+                (unsigned long long)o->target_offset, (unsigned long long)range,
+                t->name, (unsigned long long)len);
+        return -1;
+    }
+    t->buf_base = base;
+    t->base = base + o->target_offset;
+    t->len = range ? range : len - o->target_offset;
+    return 0;
+}
+
+static int run_initiator(struct tb_opts *o, const char *xport)
+{
+    tent_engine_t e = make_engine(o, xport);
+    if (!e)
+        return TB_EXIT_ERROR;
+    struct tb_ctx c = {.o = o, .engine = e};
+    int ret = TB_EXIT_ERROR;
+
+    char names[sizeof(o->target_seg_name)];
+    snprintf(names, sizeof(names), "%s", o->target_seg_name);
+    char *save = NULL;
+    for (char *n = strtok_r(names, ",", &save); n;
+         n = strtok_r(NULL, ",", &save)) {
+        if (c.ntargets == TB_MAX_TARGETS) {
+            fprintf(stderr,
+                    "tebench: more than %d targets in "
+                    "--target_seg_name\n",
+                    TB_MAX_TARGETS);
+            goto close_segs;
+        }
+        struct tb_target *t = &c.targets[c.ntargets];
+        snprintf(t->name, sizeof(t->name), "%s", n);
+        int orc = open_with_deadline(e, n, &t->handle);
+        if (orc > 0)
+            return TB_EXIT_ERROR; /* an open is still running: keep e */
+        if (orc < 0)
+            goto close_segs;
+        c.ntargets++;
+        if (locate_target(o, e, t))
+            goto close_segs;
+    }
+    if (c.ntargets == 0) {
+        fprintf(stderr, "tebench: --target_seg_name names no segment\n");
+        goto close_segs;
+    }
+
+    c.local_len = o->buffer_size;
+    void *p = NULL;
+    if (tent_allocate_memory(e, &p, c.local_len, "cpu") != TENT_OK) {
+        fprintf(stderr,
+                "tebench: tent_allocate_memory(%llu bytes) failed: %s\n",
+                (unsigned long long)c.local_len, tent_last_error());
+        goto close_segs;
+    }
+    c.local = p;
+    if (o->check_consistency) {
+        if (tent_allocate_memory(e, &p, c.local_len, "cpu") != TENT_OK) {
+            fprintf(stderr,
+                    "tebench: tent_allocate_memory(%llu bytes) for the "
+                    "read-back buffer failed: %s\n",
+                    (unsigned long long)c.local_len, tent_last_error());
+            goto free_local;
+        }
+        c.verify = p;
+    }
+    int hint = tb_transport_from_name(o->transport_hint);
+    c.hint = hint > 0 ? hint : tb_transport_from_name(xport);
+    if (tb_transport_from_name(xport) > 0)
+        c.transport = xport; /* the only transport this engine installed */
+    else if (hint > 0)
+        c.transport = hint == TRANSPORT_TCP   ? "hint:tcp"
+                      : hint == TRANSPORT_SHM ? "hint:shm"
+                                              : "hint:memfabric";
+    else
+        c.transport = "auto";
+    c.verify_reads = o->check_consistency || o->op == TB_OP_READ_VERIFY;
+    c.readback_writes = o->check_consistency;
+
+    ret = TB_EXIT_OK;
+    /* write_seed leaves the whole range seeded for a later read_verify */
+    if (o->op == TB_OP_WRITE_SEED || o->op == TB_OP_READ_VERIFY)
+        ret = tb_full_pass(&c, o->op == TB_OP_WRITE_SEED);
+
+    size_t ncases = o->threads.n * o->blocks.n * o->batches.n, idx = 0;
+    size_t nskipped = 0;
+    if (ret == TB_EXIT_OK)
+        tb_print_header(stdout, o);
+    for (size_t ti = 0; ti < o->threads.n && ret == TB_EXIT_OK; ti++)
+        for (size_t bi = 0; bi < o->blocks.n && ret == TB_EXIT_OK; bi++) {
+            uint64_t threads = o->threads.v[ti], block = o->blocks.v[bi];
+            double mem = 0, sock = 0;
+            if (o->baseline) {
+                double s = o->duration / 2 > 1 ? 1 : o->duration / 2;
+                if (s < 0.2)
+                    s = 0.2;
+                fprintf(stderr,
+                        "tebench: baseline threads=%llu block=%llu: memcpy "
+                        "and loopback socket ceilings (%.1f s each)\n",
+                        (unsigned long long)threads, (unsigned long long)block,
+                        s);
+                mem = tb_memcpy_ceiling(threads, block, o->buffer_size, s);
+                sock = tb_socket_ceiling(threads, block, s);
+            }
+            for (size_t ci = 0; ci < o->batches.n && ret == TB_EXIT_OK;
+                 ci++, idx++) {
+                uint64_t batch = o->batches.v[ci];
+                fprintf(stderr,
+                        "tebench: case %zu/%zu: threads=%llu block=%llu "
+                        "batch=%llu op=%s transport=%s%s (%.1f s)\n",
+                        idx + 1, ncases, (unsigned long long)threads,
+                        (unsigned long long)block, (unsigned long long)batch,
+                        tb_op_name(o->op), c.transport,
+                        c.verify_reads || c.readback_writes
+                            ? " check_consistency"
+                            : "",
+                        o->duration);
+                struct tb_result r;
+                ret = tb_run_case(&c, (int)idx, threads, block, batch, &r);
+                nskipped += r.skipped;
+                if (ret != TB_EXIT_OK || r.skipped)
+                    continue;
+                r.memcpy_gbs = mem;
+                r.socket_gbs = sock;
+                tb_print_row(stdout, o, &r);
+            }
+        }
+    if (ret == TB_EXIT_OK && nskipped == ncases) {
+        fprintf(stderr, "tebench: no case fits the buffers; nothing was "
+                        "measured\n");
+        ret = TB_EXIT_ERROR;
+    }
+    if (ret == TB_EXIT_MISMATCH)
+        fprintf(stderr, "tebench: FAILED: consistency check found a "
+                        "mismatch\n");
+    else if (ret == TB_EXIT_OK)
+        fprintf(stderr, "tebench: %zu case(s) done%s%s\n", ncases - nskipped,
+                c.verify_reads ? ", every byte read back verified" : "",
+                nskipped ? " (some skipped, see above)" : "");
+
+    if (c.verify)
+        tent_free_memory(e, c.verify);
+free_local:
+    tent_free_memory(e, c.local);
+close_segs:
+    for (int i = 0; i < c.ntargets; i++)
+        tent_close_segment(e, c.targets[i].handle);
+    tent_destroy_engine(e);
+    return ret;
+}
+
+/* ---- loopback ----------------------------------------------------------- */
+
+static bool file_exists(const char *p)
+{
+    struct stat st;
+    return p && *p && stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static bool on_loader_path(void)
+{
+    void *h = dlopen("libmf_smem.so", RTLD_LAZY | RTLD_LOCAL);
+    if (h)
+        dlclose(h);
+    return h != NULL;
+}
+
+/* Whether a libmf_smem.so is reachable: MF_SMEM_LIBRARY, else the mf_host
+ * library of this build (or its installed copy) and the loader's search
+ * path, in the order prefer_vendor says.  Picking mf_host sets
+ * MF_SMEM_LIBRARY, so the engines (and a loopback child) load that file. */
+static bool find_mf_library(bool prefer_vendor, char *why, size_t len)
+{
+    const char *env = getenv("MF_SMEM_LIBRARY");
+    if (env && *env) {
+        snprintf(why, len, "MF_SMEM_LIBRARY=%s", env);
+        return file_exists(env);
+    }
+    if (prefer_vendor && on_loader_path()) {
+        snprintf(why, len, "libmf_smem.so on the loader path");
+        return true;
+    }
+#ifdef TEBENCH_MF_HOST_LIB
+    static const char *const built[] = {TEBENCH_MF_HOST_LIB,
+                                        TEBENCH_MF_HOST_LIB_INSTALLED};
+    for (size_t i = 0; i < sizeof(built) / sizeof(*built); i++)
+        if (file_exists(built[i])) {
+            setenv("MF_SMEM_LIBRARY", built[i], 1);
+            snprintf(why, len, "mf_host %s", built[i]);
+            return true;
+        }
+#endif
+    if (!prefer_vendor && on_loader_path()) {
+        snprintf(why, len, "libmf_smem.so on the loader path");
+        return true;
+    }
+    snprintf(why, len,
+             "no libmf_smem.so (set MF_SMEM_LIBRARY or build mf_host)");
+    return false;
+}
+
+/* Loopback default: memfabric over mf_host when it is there, else tcp. */
+static const char *loopback_transport(const struct tb_opts *o)
+{
+    char why[600];
+    if (strcasecmp(o->xport_type, "memfabric") == 0) {
+        if (find_mf_library(false, why, sizeof(why)) && !getenv("MF_PROTOCOL"))
+            setenv("MF_PROTOCOL", "host_tcp", 1);
+        fprintf(stderr,
+                "tebench: loopback over memfabric (%s, MF_PROTOCOL=%s)\n", why,
+                getenv("MF_PROTOCOL") ? getenv("MF_PROTOCOL") : "unset");
+        return "memfabric";
+    }
+    if (o->xport_type[0])
+        return o->xport_type; /* tcp, shm, or auto: the engine's policy */
+    if (find_mf_library(false, why, sizeof(why))) {
+        if (!getenv("MF_PROTOCOL"))
+            setenv("MF_PROTOCOL", "host_tcp", 1);
+        tent_engine_t e = make_engine(o, "memfabric");
+        if (e) {
+            tent_destroy_engine(e);
+            fprintf(stderr,
+                    "tebench: loopback over memfabric (%s, MF_PROTOCOL=%s)\n",
+                    why, getenv("MF_PROTOCOL"));
+            return "memfabric";
+        }
+        fprintf(stderr, "tebench: memfabric transport not usable here; "
+                        "loopback over tcp\n");
+    } else {
+        fprintf(stderr, "tebench: loopback over tcp (%s)\n", why);
+    }
+    return "tcp";
+}
+
+static void reap_child(pid_t pid)
+{
+    if (kill(pid, SIGTERM) != 0 && errno != ESRCH)
+        perror("tebench: kill target");
+    double deadline = tb_now() + 5;
+    int st;
+    for (;;) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid || (r < 0 && errno != EINTR))
+            break;
+        if (tb_now() > deadline) {
+            fprintf(stderr,
+                    "tebench: target process %d did not exit within "
+                    "5 s of SIGTERM; killing it\n",
+                    (int)pid);
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return;
+        }
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int run_loopback(struct tb_opts *o)
+{
+    const char *xport = loopback_transport(o);
+    int fds[2];
+    if (pipe(fds)) {
+        perror("tebench: pipe");
+        return TB_EXIT_ERROR;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("tebench: fork");
+        return TB_EXIT_ERROR;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(TB_EXIT_ERROR);
+        int rc = run_target(o, xport, fds[1]);
+        fflush(stdout);
+        fflush(stderr);
+        _exit(rc);
+    }
+    close(fds[1]);
+    /* --rpc_server_port and --seg_name name the target's endpoint; the
+     * initiator picks its own */
+    if (o->rpc_server_port >= 0)
+        tent_set_config("rpc_server_port", "0");
+    if (o->seg_name[0])
+        tent_set_config("local_segment_name", "");
+    o->rpc_server_port = -1;
+    o->seg_name[0] = 0;
+    char line[600] = "";
+    size_t got = 0;
+    double deadline = tb_now() + TB_TARGET_READY_S;
+    while (got < sizeof(line) - 1 && !strchr(line, '\n')) {
+        double left = deadline - tb_now();
+        struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
+        int pr = left > 0 ? poll(&pfd, 1, (int)(left * 1000) + 1) : 0;
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr <= 0)
+            break;
+        ssize_t n = read(fds[0], line + got, sizeof(line) - 1 - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        line[got] = 0;
+    }
+    close(fds[0]);
+    char *nl = strchr(line, '\n');
+    if (!nl || strncmp(line, "OK ", 3) != 0) {
+        if (nl)
+            *nl = 0;
+        fprintf(stderr, "tebench: loopback target did not start: %s\n",
+                line[0] ? line : "no answer within 30 s");
+        reap_child(pid);
+        return TB_EXIT_ERROR;
+    }
+    *nl = 0;
+    snprintf(o->target_seg_name, sizeof(o->target_seg_name), "%s", line + 3);
+    fprintf(stderr, "tebench: loopback target pid %d serves segment '%s'\n",
+            (int)pid, o->target_seg_name);
+    int rc = run_initiator(o, xport);
+    reap_child(pid);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    struct tb_opts o;
+    char err[512];
+    g_prog = argc > 0 && argv[0] ? argv[0] : "tebench";
+    tb_opts_default(&o);
+    if (tb_parse_flags(argc, argv, &o, err, sizeof(err))) {
+        fprintf(stderr, "tebench: %s\n", err);
+        tb_usage(stderr, g_prog);
+        fprintf(stderr, "tebench: %s\n", err);
+        return TB_EXIT_USAGE;
+    }
+    if (o.help) {
+        tb_usage(stdout, g_prog);
+        return TB_EXIT_OK;
+    }
+    const char *use_tent = getenv("MC_USE_TENT");
+    if (use_tent && *use_tent && strcmp(use_tent, "1") != 0 &&
+        strcasecmp(use_tent, "true") != 0)
+        fprintf(stderr,
+                "tebench: MC_USE_TENT=%s ignored: this tebench has "
+                "only the tent backend\n",
+                use_tent);
+    if (o.loopback)
+        return run_loopback(&o);
+    if (strcasecmp(o.xport_type, "memfabric") == 0) {
+        /* the vendor's library first; mf_host where there is none */
+        char why[600];
+        if (find_mf_library(true, why, sizeof(why)))
+            fprintf(stderr, "tebench: memfabric uses %s\n", why);
+    }
+    if (!o.target_seg_name[0])
+        return run_target(&o, o.xport_type, -1);
+    return run_initiator(&o, o.xport_type);
+}

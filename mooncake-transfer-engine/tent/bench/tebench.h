@@ -1,0 +1,151 @@
+/* tebench: benchmark and consistency tool for TENT in C.
+ *
+ * It accepts Mooncake tebench's command lines (gflags style) and prints the
+ * same columns.  It uses only the public C API (tent/transfer_engine.h).
+ *
+ * Files: tebench.c (roles: target, initiator, loopback), tebench_flags.c
+ * (flag parsing, usage), tebench_run.c (cases, workers, statistics,
+ * consistency), tebench_out.c (table, JSON rows, baselines). */
+#ifndef TEBENCH_H
+#define TEBENCH_H
+
+#include "tent/transfer_engine.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Exit statuses. */
+#define TB_EXIT_OK       0
+#define TB_EXIT_ERROR    1 /* engine, network or transfer failure */
+#define TB_EXIT_USAGE    2 /* bad flag or flag value */
+#define TB_EXIT_MISMATCH 3 /* --check_consistency found a wrong byte */
+
+#define TB_MAX_LIST    64
+#define TB_MAX_TARGETS 16
+#define TB_MAX_THREADS 256
+
+enum tb_op {
+    TB_OP_READ,
+    TB_OP_WRITE,
+    TB_OP_MIX,
+    TB_OP_WRITE_SEED,
+    TB_OP_READ_VERIFY,
+};
+
+struct tb_list {
+    uint64_t v[TB_MAX_LIST];
+    size_t n;
+};
+
+struct tb_opts {
+    char target_seg_name[1024];
+    char seg_name[256];
+    char seg_type[16];
+    char op_name[16];
+    int op; /* enum tb_op */
+    bool check_consistency;
+    uint64_t buffer_size;
+
+    /* Lists given as --block_size/--batch_size/--threads; empty = derived
+     * from the start/max pairs (doubling). */
+    char block_list[256], batch_list[256], thread_list[256];
+    uint64_t start_block_size, max_block_size;
+    uint64_t start_batch_size, max_batch_size;
+    uint64_t start_num_threads, max_num_threads;
+    struct tb_list blocks, batches, threads; /* expanded */
+
+    double duration; /* seconds per case */
+    double warmup;   /* seconds; < 0 = automatic */
+    uint64_t target_offset, target_range_size;
+    uint64_t request_interval_us;
+    uint64_t seed;
+
+    char metadata_type[32];
+    char metadata_url_list[512];
+    int64_t rpc_server_port; /* -1 = not given */
+    char xport_type[32];     /* "", auto, tcp, shm, memfabric */
+    char transport_hint[32]; /* --tent_transport_hint */
+    char backend[16];
+    char config[512];
+
+    bool json, loopback, baseline, help;
+
+    /* Which flags were given on the command line. */
+    bool set_metadata_type, set_xport_type;
+};
+
+/* tebench_flags.c */
+void tb_opts_default(struct tb_opts *o);
+/* Parses argv.  On a bad flag writes a one-line reason naming the offending
+ * flag into err and returns -1. */
+int tb_parse_flags(int argc, char **argv, struct tb_opts *o, char *err,
+                   size_t errlen);
+void tb_usage(FILE *f, const char *prog);
+/* TRANSPORT_* for a name ("tcp"), TRANSPORT_UNSPEC for ""/"auto"/"unspec",
+ * -1 for a name this build does not know. */
+int tb_transport_from_name(const char *name);
+const char *tb_op_name(int op);
+
+/* ---- run: one initiator engine running every case ---------------------- */
+
+struct tb_target {
+    tent_segment_id_t handle;
+    char name[256];
+    uint64_t buf_base; /* base of the target buffer used */
+    uint64_t base;     /* first target address used (buffer base + offset) */
+    uint64_t len;      /* bytes of the target range */
+};
+
+struct tb_result {
+    uint64_t threads, block, batch;
+    uint64_t ops;   /* batches completed in the measured window */
+    uint64_t bytes; /* bytes moved in the measured window */
+    double seconds; /* measured window */
+    double bw_gbs, inst_gbs, avg_lat_us, avg_tx_us, p99_tx_us, p999_tx_us;
+    const char *transport;
+    double memcpy_gbs, socket_gbs; /* --baseline, else 0 */
+    bool skipped;
+};
+
+struct tb_ctx {
+    const struct tb_opts *o;
+    tent_engine_t engine;
+    struct tb_target targets[TB_MAX_TARGETS];
+    int ntargets;
+    char *local;  /* registered local buffer */
+    char *verify; /* registered scratch for read-backs (check mode) */
+    uint64_t local_len;
+    int hint;              /* transport_hint put in every request */
+    const char *transport; /* shown in the Transport column */
+    bool verify_reads;     /* compare every byte read */
+    bool readback_writes;  /* read every write back and compare */
+};
+
+/* Runs one case.  Returns TB_EXIT_OK, TB_EXIT_ERROR or TB_EXIT_MISMATCH
+ * (after printing the reason on stderr). */
+int tb_run_case(struct tb_ctx *c, int case_idx, uint64_t threads,
+                uint64_t block, uint64_t batch, struct tb_result *res);
+/* write_seed: writes the seeded pattern over every target range;
+ * read_verify: reads every target range and checks it. */
+int tb_full_pass(struct tb_ctx *c, bool write);
+
+/* Expected byte pattern: byte at target range offset off under key. */
+uint64_t tb_pattern_key(uint64_t seed, int case_idx, uint64_t gen, bool fixed);
+void tb_pattern_fill(void *dst, uint64_t len, uint64_t key, uint64_t off);
+/* Returns the index of the first wrong byte, or len when all match. */
+uint64_t tb_pattern_check(const void *buf, uint64_t len, uint64_t key,
+                          uint64_t off, uint8_t *expected);
+
+/* tebench_out.c */
+void tb_print_header(FILE *f, const struct tb_opts *o);
+void tb_print_row(FILE *f, const struct tb_opts *o, const struct tb_result *r);
+/* --baseline: memcpy and loopback socket stream ceilings for a case. */
+double tb_memcpy_ceiling(uint64_t threads, uint64_t block, uint64_t bytes,
+                         double seconds);
+double tb_socket_ceiling(uint64_t threads, uint64_t block, double seconds);
+
+double tb_now(void);
+
+#endif

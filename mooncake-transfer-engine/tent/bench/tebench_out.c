@@ -1,0 +1,294 @@
+/* tebench output (table, JSON rows) and the --baseline ceilings. */
+#include "tebench.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- table -------------------------------------------------------------- */
+
+void tb_print_header(FILE *f, const struct tb_opts *o)
+{
+    if (o->json)
+        return;
+    int n = fprintf(f, "%12s %6s %10s %14s %13s %12s %12s %13s %8s %-10s",
+                    "BlkSize (B)", "Batch", "BW (GB/S)", "Avg Inst GB/s",
+                    "Avg Lat (us)", "Avg Tx (us)", "P99 Tx (us)",
+                    "P999 Tx (us)", "Threads", "Transport");
+    if (o->baseline)
+        n += fprintf(f, " %13s %13s %10s %10s", "Memcpy (GB/S)",
+                     "Socket (GB/S)", "BW/Memcpy", "BW/Socket");
+    fputc('\n', f);
+    for (int i = 0; i < n; i++)
+        fputc('-', f);
+    fputc('\n', f);
+    fflush(f);
+}
+
+static double ratio(double a, double b)
+{
+    return b > 0 ? a / b : 0;
+}
+
+void tb_print_row(FILE *f, const struct tb_opts *o, const struct tb_result *r)
+{
+    if (o->json) {
+        fprintf(f,
+                "{\"threads\": %llu, \"block_size\": %llu, \"batch_size\": "
+                "%llu, \"op_type\": \"%s\", \"transport\": \"%s\", "
+                "\"bw_gbps\": %.6f, \"avg_inst_gbps\": %.6f, \"avg_lat_us\": "
+                "%.3f, \"avg_tx_us\": %.3f, \"p99_tx_us\": %.3f, "
+                "\"p999_tx_us\": %.3f, \"ops\": %llu, \"bytes\": %llu, "
+                "\"seconds\": %.6f, \"consistency_checked\": %s",
+                (unsigned long long)r->threads, (unsigned long long)r->block,
+                (unsigned long long)r->batch, tb_op_name(o->op), r->transport,
+                r->bw_gbs, r->inst_gbs, r->avg_lat_us, r->avg_tx_us,
+                r->p99_tx_us, r->p999_tx_us, (unsigned long long)r->ops,
+                (unsigned long long)r->bytes, r->seconds,
+                o->check_consistency || o->op == TB_OP_READ_VERIFY ? "true"
+                                                                   : "false");
+        if (o->baseline)
+            fprintf(f,
+                    ", \"memcpy_gbps\": %.6f, \"socket_gbps\": %.6f, "
+                    "\"ratio_memcpy\": %.6f, \"ratio_socket\": %.6f",
+                    r->memcpy_gbs, r->socket_gbs,
+                    ratio(r->bw_gbs, r->memcpy_gbs),
+                    ratio(r->bw_gbs, r->socket_gbs));
+        fprintf(f, "}\n");
+        fflush(f);
+        return;
+    }
+    fprintf(f,
+            "%12llu %6llu %10.3f %14.3f %13.2f %12.2f %12.2f %13.2f %8llu "
+            "%-10s",
+            (unsigned long long)r->block, (unsigned long long)r->batch,
+            r->bw_gbs, r->inst_gbs, r->avg_lat_us, r->avg_tx_us, r->p99_tx_us,
+            r->p999_tx_us, (unsigned long long)r->threads, r->transport);
+    if (o->baseline)
+        fprintf(f, " %13.3f %13.3f %10.3f %10.3f", r->memcpy_gbs, r->socket_gbs,
+                ratio(r->bw_gbs, r->memcpy_gbs),
+                ratio(r->bw_gbs, r->socket_gbs));
+    fputc('\n', f);
+    fflush(f);
+}
+
+/* ---- memcpy ceiling ----------------------------------------------------- */
+
+struct copy_worker {
+    pthread_t tid;
+    char *src, *dst;
+    uint64_t len, block, bytes;
+    atomic_bool *stop;
+};
+
+static void *copy_main(void *arg)
+{
+    struct copy_worker *w = arg;
+    uint64_t slots = w->len / w->block, i = 0;
+    while (!atomic_load_explicit(w->stop, memory_order_relaxed)) {
+        uint64_t off = (i++ % slots) * w->block;
+        memcpy(w->dst + off, w->src + off, w->block);
+        w->bytes += w->block;
+    }
+    return NULL;
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) && errno == EINTR)
+        ;
+}
+
+double tb_memcpy_ceiling(uint64_t threads, uint64_t block, uint64_t bytes,
+                         double seconds)
+{
+    uint64_t per = bytes / threads;
+    if (per < block)
+        per = block;
+    if (per > (256ull << 20))
+        per = 256ull << 20;
+    per -= per % block;
+    struct copy_worker *ws = calloc(threads, sizeof(*ws));
+    char *src = malloc(per * threads), *dst = malloc(per * threads);
+    double gbs = 0;
+    atomic_bool stop;
+    atomic_init(&stop, false);
+    if (!ws || !src || !dst)
+        goto out;
+    memset(src, 0x5a, per * threads);
+    memset(dst, 0, per * threads);
+    uint64_t started = 0;
+    for (; started < threads; started++) {
+        struct copy_worker *w = &ws[started];
+        w->src = src + started * per;
+        w->dst = dst + started * per;
+        w->len = per;
+        w->block = block;
+        w->stop = &stop;
+        if (pthread_create(&w->tid, NULL, copy_main, w))
+            break;
+    }
+    double t0 = tb_now();
+    sleep_s(seconds);
+    atomic_store(&stop, true);
+    double t1 = tb_now();
+    uint64_t total = 0;
+    for (uint64_t t = 0; t < started; t++) {
+        pthread_join(ws[t].tid, NULL);
+        total += ws[t].bytes;
+    }
+    if (started == threads && t1 > t0)
+        gbs = (double)total / (t1 - t0) / 1e9;
+out:
+    free(ws);
+    free(src);
+    free(dst);
+    return gbs;
+}
+
+/* ---- loopback socket stream ceiling ------------------------------------- */
+
+struct sock_worker {
+    pthread_t wtid, rtid;
+    int wfd, rfd;
+    uint64_t block;
+    char *wbuf, *rbuf;
+    size_t rlen;
+    atomic_ullong received;
+    atomic_bool *stop;
+    bool wstarted, rstarted;
+};
+
+static void *sock_writer(void *arg)
+{
+    struct sock_worker *w = arg;
+    while (!atomic_load_explicit(w->stop, memory_order_relaxed)) {
+        uint64_t done = 0;
+        while (done < w->block) {
+            ssize_t n =
+                send(w->wfd, w->wbuf + done, w->block - done, MSG_NOSIGNAL);
+            if (n <= 0) {
+                if (n < 0 && errno == EINTR)
+                    continue;
+                return NULL;
+            }
+            done += (uint64_t)n;
+        }
+    }
+    return NULL;
+}
+
+static void *sock_reader(void *arg)
+{
+    struct sock_worker *w = arg;
+    for (;;) {
+        ssize_t n = recv(w->rfd, w->rbuf, w->rlen, 0);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR)
+                continue;
+            return NULL;
+        }
+        atomic_fetch_add_explicit(&w->received, (unsigned long long)n,
+                                  memory_order_relaxed);
+    }
+}
+
+/* A connected TCP pair over 127.0.0.1. */
+static int tcp_pair(int *wfd, int *rfd)
+{
+    int lfd = socket(AF_INET, SOCK_STREAM, 0), cfd = -1, afd = -1;
+    if (lfd < 0)
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof(a);
+    if (bind(lfd, (struct sockaddr *)&a, sizeof(a)) || listen(lfd, 1) ||
+        getsockname(lfd, (struct sockaddr *)&a, &al))
+        goto fail;
+    cfd = socket(AF_INET, SOCK_STREAM, 0);
+    if (cfd < 0 || connect(cfd, (struct sockaddr *)&a, sizeof(a)))
+        goto fail;
+    afd = accept(lfd, NULL, NULL);
+    if (afd < 0)
+        goto fail;
+    int one = 1;
+    setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    close(lfd);
+    *wfd = cfd;
+    *rfd = afd;
+    return 0;
+fail:
+    if (cfd >= 0)
+        close(cfd);
+    close(lfd);
+    return -1;
+}
+
+double tb_socket_ceiling(uint64_t threads, uint64_t block, double seconds)
+{
+    struct sock_worker *ws = calloc(threads, sizeof(*ws));
+    atomic_bool stop;
+    atomic_init(&stop, false);
+    double gbs = 0;
+    bool ok = ws != NULL;
+    for (uint64_t t = 0; ok && t < threads; t++)
+        ws[t].wfd = ws[t].rfd = -1;
+    for (uint64_t t = 0; ok && t < threads; t++) {
+        struct sock_worker *w = &ws[t];
+        w->block = block;
+        w->stop = &stop;
+        w->rlen = block < (1u << 20) ? block : (1u << 20);
+        w->wbuf = malloc(block);
+        w->rbuf = malloc(w->rlen);
+        atomic_init(&w->received, 0);
+        if (!w->wbuf || !w->rbuf || tcp_pair(&w->wfd, &w->rfd)) {
+            ok = false;
+            break;
+        }
+        memset(w->wbuf, 0xa5, block);
+        w->rstarted = !pthread_create(&w->rtid, NULL, sock_reader, w);
+        w->wstarted = !pthread_create(&w->wtid, NULL, sock_writer, w);
+        ok = w->rstarted && w->wstarted;
+    }
+    if (ok) {
+        sleep_s(seconds / 5); /* let the streams reach steady state */
+        unsigned long long b0 = 0, b1 = 0;
+        for (uint64_t t = 0; t < threads; t++)
+            b0 += atomic_load(&ws[t].received);
+        double t0 = tb_now();
+        sleep_s(seconds);
+        for (uint64_t t = 0; t < threads; t++)
+            b1 += atomic_load(&ws[t].received);
+        double t1 = tb_now();
+        gbs = (double)(b1 - b0) / (t1 - t0) / 1e9;
+    }
+    atomic_store(&stop, true);
+    for (uint64_t t = 0; ws && t < threads; t++) {
+        struct sock_worker *w = &ws[t];
+        if (w->wfd >= 0)
+            shutdown(w->wfd, SHUT_RDWR);
+        if (w->rfd >= 0)
+            shutdown(w->rfd, SHUT_RDWR);
+        if (w->wstarted)
+            pthread_join(w->wtid, NULL);
+        if (w->rstarted)
+            pthread_join(w->rtid, NULL);
+        if (w->wfd >= 0)
+            close(w->wfd);
+        if (w->rfd >= 0)
+            close(w->rfd);
+        free(w->wbuf);
+        free(w->rbuf);
+    }
+    free(ws);
+    return gbs;
+}
