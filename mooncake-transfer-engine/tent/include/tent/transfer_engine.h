@@ -241,6 +241,14 @@ TENT_API int tent_overall_status(tent_engine_t engine, tent_batch_id_t batch_id,
 TENT_API int tent_task_status_list(tent_engine_t engine, tent_batch_id_t batch_id,
                           tent_status_t *statuses, size_t *count);
 
+/* ---- beyond TENT ------------------------------------------------------ */
+
+/** Name of the transport that executed (or is executing) the task: "tcp",
+ *  "shm", "memfabric"...; "" when no transport accepted it.  After a failover
+ *  this is the last transport tried. */
+TENT_API int tent_task_transport(tent_engine_t engine, tent_batch_id_t batch_id,
+                                 size_t task_id, char *name, size_t name_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -668,6 +668,39 @@ int tent_cancel_task(tent_engine_t engine, tent_batch_id_t batch_id,
     return rc;
 }
 
+int tent_task_transport(tent_engine_t engine, tent_batch_id_t batch_id,
+                        size_t task_id, char *name, size_t name_len)
+{
+    struct tent_engine *e = tent_engine_cast(engine);
+    if (!e)
+        return tent_set_error(TENT_ENULL, "tent_task_transport: engine is NULL");
+    if (!name || name_len == 0)
+        return tent_set_error(TENT_ENULL,
+                              "tent_task_transport: name buffer is NULL or empty");
+    struct tent_batch *b = batch_lock(e, batch_id, "tent_task_transport");
+    if (!b)
+        return TENT_ENOBATCH;
+    int rc = TENT_OK;
+    if (task_id >= b->ntasks) {
+        rc = tent_set_error(TENT_ENOTASK,
+                            "tent_task_transport: task %zu of batch %#llx does "
+                            "not exist",
+                            task_id, (unsigned long long)batch_id);
+    } else {
+        int xi = b->tasks[task_id].xport;
+        const char *n = xi >= 0 ? e->xports[xi]->ops->name : "";
+        if (strlen(n) >= name_len)
+            rc = tent_set_error(TENT_EOVERFLOW,
+                                "tent_task_transport: buffer of %zu bytes is "
+                                "too small for '%s'",
+                                name_len, n);
+        else
+            memcpy(name, n, strlen(n) + 1);
+    }
+    pthread_mutex_unlock(&b->lock);
+    return rc;
+}
+
 /* Frees the transports' sub-batches; stops at the first that refuses. */
 static int free_subs(struct tent_engine *e, struct tent_batch *b)
 {

@@ -81,6 +81,13 @@ static void test_primary_fails_secondary_completes(void **state)
     assert_int_equal(fake_stats[1].completed, 1);
     assert_contains(log, "Transport failover: fake_a -> fake_b (attempt 1/3)");
     free(log);
+    /* The transport actually used is the one the task failed over to. */
+    char name[16];
+    assert_int_equal(tent_task_transport(e, b, 0, name, sizeof(name)), TENT_OK);
+    assert_string_equal(name, "fake_b");
+    assert_int_equal(tent_task_transport(e, b, 0, name, 3), TENT_EOVERFLOW);
+    assert_int_equal(tent_task_transport(e, b, 1, name, sizeof(name)),
+                     TENT_ENOTASK);
     assert_int_equal(tent_free_batch(e, b), TENT_OK);
     tu_bufs_fini(e, &p);
     tent_destroy_engine(e);
