@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common/log.h"
 
@@ -46,11 +47,21 @@ const char *tent_last_error(void) { return last_error; }
 
 void tent_clear_error(void) { last_error[0] = '\0'; }
 
+/* Messages often quote the previous error ("...: %s", tent_last_error()), so
+ * format into a scratch buffer first: vsnprintf must not read its own
+ * destination. */
+static void format_last_error(const char *fmt, va_list ap)
+{
+    char tmp[sizeof(last_error)];
+    vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    memcpy(last_error, tmp, sizeof(tmp));
+}
+
 int tent_set_error(int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    format_last_error(fmt, ap);
     va_end(ap);
     return code;
 }
@@ -59,7 +70,7 @@ int tent_fail_at(const char *file, int line, int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    format_last_error(fmt, ap);
     va_end(ap);
     if (TENT_LOG_ENABLED(TENT_LOG_WARNING))
         tent_log_write(TENT_LOG_WARNING, file, line, "%s (%s)", last_error,

@@ -659,12 +659,28 @@ static void test_null_tolerant_calls(void **state)
     tent_config_reset_global();
 }
 
+/* A message may quote the previous one (e.g. "segment 'x' not found: %s"
+ * with tent_last_error()); the quoted text must arrive intact. */
+static void test_error_quoting_previous_error(void **state)
+{
+    (void)state;
+    tent_set_error(TENT_EPEER, "connect to 10.0.0.1:5000 failed: refused");
+    assert_int_equal(tent_set_error(TENT_ENOSEGMENT,
+                                    "segment '10.0.0.1:5000' not found: %s",
+                                    tent_last_error()),
+                     TENT_ENOSEGMENT);
+    assert_string_equal(tent_last_error(),
+                        "segment '10.0.0.1:5000' not found: connect to "
+                        "10.0.0.1:5000 failed: refused");
+}
+
 int main(void)
 {
     tu_reset_all();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_input_table),
         cmocka_unit_test(test_strerror),
+        cmocka_unit_test(test_error_quoting_previous_error),
         cmocka_unit_test(test_null_tolerant_calls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
