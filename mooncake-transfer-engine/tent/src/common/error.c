@@ -1,10 +1,10 @@
 #include "common/error.h"
 
+#include "common/log.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-#include "common/log.h"
 
 static _Thread_local char last_error[512];
 
@@ -43,9 +43,15 @@ const char *tent_strerror(int code)
     return error_names[idx];
 }
 
-const char *tent_last_error(void) { return last_error; }
+const char *tent_last_error(void)
+{
+    return last_error;
+}
 
-void tent_clear_error(void) { last_error[0] = '\0'; }
+void tent_clear_error(void)
+{
+    last_error[0] = '\0';
+}
 
 /* Messages often quote the previous error ("...: %s", tent_last_error()), so
  * format into a scratch buffer first: vsnprintf must not read its own

@@ -11,7 +11,16 @@
 #define GEN_OF(id)  ((uint32_t)((id) >> 32))
 #define GROUP       64 /* requests handed to a transport per submit call */
 
-/* Looks the batch up and returns it locked, or NULL with the error set. */
+static void destroy_batch(struct tent_batch *b);
+
+static void batch_put(struct tent_batch *b)
+{
+    if (atomic_fetch_sub(&b->refs, 1) == 1)
+        destroy_batch(b);
+}
+
+/* Looks the batch up and returns it locked (and referenced), or NULL with the
+ * error set.  The table lock is released before waiting for b->lock. */
 static struct tent_batch *batch_lock(struct tent_engine *e, uint64_t id,
                                      const char *what)
 {
@@ -21,13 +30,29 @@ static struct tent_batch *batch_lock(struct tent_engine *e, uint64_t id,
     if (id != TENT_INVALID_BATCH_ID && slot < e->nbatches && e->batches[slot] &&
         e->batches[slot]->id == id) {
         b = e->batches[slot];
-        pthread_mutex_lock(&b->lock);
+        atomic_fetch_add(&b->refs, 1);
     }
     pthread_mutex_unlock(&e->batch_lock);
-    if (!b)
+    if (!b) {
         tent_set_error(TENT_ENOBATCH, "%s: unknown batch id %#llx", what,
                        (unsigned long long)id);
+        return NULL;
+    }
+    pthread_mutex_lock(&b->lock);
+    if (b->dead) {
+        pthread_mutex_unlock(&b->lock);
+        batch_put(b);
+        tent_set_error(TENT_ENOBATCH, "%s: batch id %#llx was freed", what,
+                       (unsigned long long)id);
+        return NULL;
+    }
     return b;
+}
+
+static void batch_unlock(struct tent_batch *b)
+{
+    pthread_mutex_unlock(&b->lock);
+    batch_put(b);
 }
 
 tent_batch_id_t tent_allocate_batch(tent_engine_t engine, size_t batch_size)
@@ -55,6 +80,7 @@ tent_batch_id_t tent_allocate_batch(tent_engine_t engine, size_t batch_size)
         return TENT_INVALID_BATCH_ID;
     }
     pthread_mutex_init(&b->lock, NULL);
+    atomic_init(&b->refs, 1);
     b->capacity = batch_size;
     b->tasks = tasks;
 
@@ -449,7 +475,7 @@ static int submit_common(struct tent_engine *e, tent_batch_id_t batch_id,
     b->ntasks += count;
     dispatch(e, b, first, count);
 out:
-    pthread_mutex_unlock(&b->lock);
+    batch_unlock(b);
     return rc;
 }
 
@@ -559,7 +585,7 @@ int tent_task_status(tent_engine_t engine, tent_batch_id_t batch_id,
         to_status(&b->tasks[task_id], status);
         maybe_notify(e, b);
     }
-    pthread_mutex_unlock(&b->lock);
+    batch_unlock(b);
     return rc;
 }
 
@@ -608,7 +634,7 @@ int tent_overall_status(tent_engine_t engine, tent_batch_id_t batch_id,
     else
         status->status = STATUS_COMPLETED;
     status->transferred_bytes = bytes;
-    pthread_mutex_unlock(&b->lock);
+    batch_unlock(b);
     return rc;
 }
 
@@ -638,7 +664,7 @@ int tent_task_status_list(tent_engine_t engine, tent_batch_id_t batch_id,
             to_status(&b->tasks[i], &statuses[i]);
         *count = b->ntasks;
     }
-    pthread_mutex_unlock(&b->lock);
+    batch_unlock(b);
     return rc;
 }
 
@@ -664,7 +690,7 @@ int tent_cancel_task(tent_engine_t engine, tent_batch_id_t batch_id,
                             "transport '%s' and cannot be cancelled; poll it "
                             "until it is terminal",
                             task_id, xname(e, b->tasks[task_id].xport));
-    pthread_mutex_unlock(&b->lock);
+    batch_unlock(b);
     return rc;
 }
 
@@ -673,10 +699,11 @@ int tent_task_transport(tent_engine_t engine, tent_batch_id_t batch_id,
 {
     struct tent_engine *e = tent_engine_cast(engine);
     if (!e)
-        return tent_set_error(TENT_ENULL, "tent_task_transport: engine is NULL");
-    if (!name || name_len == 0)
         return tent_set_error(TENT_ENULL,
-                              "tent_task_transport: name buffer is NULL or empty");
+                              "tent_task_transport: engine is NULL");
+    if (!name || name_len == 0)
+        return tent_set_error(
+            TENT_ENULL, "tent_task_transport: name buffer is NULL or empty");
     struct tent_batch *b = batch_lock(e, batch_id, "tent_task_transport");
     if (!b)
         return TENT_ENOBATCH;
@@ -697,7 +724,7 @@ int tent_task_transport(tent_engine_t engine, tent_batch_id_t batch_id,
         else
             memcpy(name, n, strlen(n) + 1);
     }
-    pthread_mutex_unlock(&b->lock);
+    batch_unlock(b);
     return rc;
 }
 
@@ -746,46 +773,38 @@ int tent_free_batch(tent_engine_t engine, tent_batch_id_t batch_id)
     struct tent_engine *e = tent_engine_cast(engine);
     if (!e)
         return tent_set_error(TENT_ENULL, "tent_free_batch: engine is NULL");
-    /* Poll and release the sub-batches holding only b->lock: transports are
-     * called out to, which the table lock must never wait on. */
     struct tent_batch *b = batch_lock(e, batch_id, "tent_free_batch");
     if (!b)
         return TENT_ENOBATCH;
     (void)poll_all(e, b);
     int rc = release_idle(e, b);
-    pthread_mutex_unlock(&b->lock);
-    if (rc != TENT_OK)
-        return rc;
-    /* Unlink under the table lock, then b->lock.  Every other thread that
-     * found b took b->lock while holding the table lock, so once we hold
-     * both, nobody else holds or waits for b.  A racing submit may have
-     * added tasks meanwhile: check again (usually no transport call). */
-    pthread_mutex_lock(&e->batch_lock);
-    size_t slot = SLOT_OF(batch_id);
-    if (slot >= e->nbatches || !e->batches[slot] ||
-        e->batches[slot]->id != batch_id) {
+    if (rc == TENT_OK) {
+        /* Unlink; threads already holding a reference see dead and fail,
+         * and the last reference frees the memory. */
+        b->dead = true;
+        pthread_mutex_lock(&e->batch_lock);
+        size_t slot = SLOT_OF(batch_id);
+        if (slot < e->nbatches && e->batches[slot] == b)
+            e->batches[slot] = NULL;
         pthread_mutex_unlock(&e->batch_lock);
-        return tent_set_error(TENT_ENOBATCH,
-                              "tent_free_batch: batch id %#llx was freed "
-                              "concurrently",
-                              (unsigned long long)batch_id);
+        atomic_fetch_sub(&b->refs, 1); /* the table's; ours is still held */
     }
-    pthread_mutex_lock(&b->lock);
-    rc = release_idle(e, b);
-    if (rc == TENT_OK)
-        e->batches[slot] = NULL;
-    pthread_mutex_unlock(&b->lock);
-    pthread_mutex_unlock(&e->batch_lock);
-    if (rc == TENT_OK)
-        destroy_batch(b);
+    batch_unlock(b);
     return rc;
 }
 
 void tent_batches_teardown(struct tent_engine *e)
 {
     pthread_mutex_lock(&e->batch_lock);
-    for (size_t s = 0; s < e->nbatches; s++) {
-        struct tent_batch *b = e->batches[s];
+    struct tent_batch **list = e->batches;
+    size_t n = e->nbatches;
+    e->batches = NULL;
+    e->nbatches = 0;
+    free(e->batch_gen);
+    e->batch_gen = NULL;
+    pthread_mutex_unlock(&e->batch_lock);
+    for (size_t s = 0; s < n; s++) {
+        struct tent_batch *b = list[s];
         if (!b)
             continue;
         pthread_mutex_lock(&b->lock);
@@ -794,23 +813,22 @@ void tent_batches_teardown(struct tent_engine *e)
         for (size_t i = 0; i < b->ntasks; i++)
             busy += b->tasks[i].state == STATUS_PENDING;
         int rc = busy ? TENT_EBUSY : free_subs(e, b);
+        b->dead = true;
         pthread_mutex_unlock(&b->lock);
-        if (busy || rc != TENT_OK) {
+        if (rc != TENT_OK) {
             /* Leave the batch, its sub-batches and its pinned buffers alone:
              * a backend may still be working on them. */
-            LOG_WARN("batch %#llx left allocated at teardown: %zu task(s) "
-                     "still in flight",
-                     (unsigned long long)b->id, busy);
-            e->batches[s] = NULL;
+            if (busy)
+                LOG_WARN("batch %#llx left allocated at teardown: %zu "
+                         "task(s) still in flight",
+                         (unsigned long long)b->id, busy);
+            else
+                LOG_WARN("batch %#llx left allocated at teardown: a "
+                         "transport refused to free its sub-batch: %s",
+                         (unsigned long long)b->id, tent_last_error());
             continue;
         }
-        e->batches[s] = NULL;
-        destroy_batch(b);
+        batch_put(b);
     }
-    free(e->batches);
-    free(e->batch_gen);
-    e->batches = NULL;
-    e->batch_gen = NULL;
-    e->nbatches = 0;
-    pthread_mutex_unlock(&e->batch_lock);
+    free(list);
 }

@@ -1,9 +1,12 @@
 /* Runtime internals: engine, segments, registered buffers, batches, tasks.
  *
- * Lock order (outer to inner): engine->batch_lock (table only, never held
- * while calling out) -> batch->lock -> segment->lock -> a transport's own
- * locks.  engine->reg_lock serialises register/unregister/allocate/free and
- * is taken before segment->lock. */
+ * Lock order (outer to inner): batch->lock -> engine->batch_lock (the table
+ * only: held for lookups and unlinking, never while waiting for a batch or
+ * calling out) ; batch->lock -> segment->lock -> a transport's own locks.
+ * A batch found in the table is kept alive by a reference (refs) taken under
+ * the table lock, so one slow batch never blocks lookups of the others.
+ * engine->reg_lock serialises register/unregister/allocate/free and is taken
+ * before segment->lock. */
 #ifndef TENT_RUNTIME_ENGINE_H
 #define TENT_RUNTIME_ENGINE_H
 
@@ -94,8 +97,12 @@ struct tent_task {
 
 struct tent_batch {
     uint64_t id;
+    /* One for the table's entry, one per caller between lookup and unlock;
+     * the last reference frees the batch. */
+    atomic_int refs;
     /* Guards everything below. */
     pthread_mutex_t lock;
+    bool dead; /* unlinked by tent_free_batch: every use now fails */
     size_t capacity, ntasks;
     struct tent_task *tasks;
     struct tent_sub_batch *subs[TENT_MAX_TRANSPORTS];

@@ -6,6 +6,7 @@
 #include "test_util.h"
 
 #include <pthread.h>
+#include <time.h>
 
 #define WORKERS 4
 #define ROUNDS  150
@@ -233,6 +234,74 @@ static void test_racing_on_one_batch(void **state)
     tent_destroy_engine(g_engine);
 }
 
+/* A batch whose status call is stuck in a transport must not block lookups
+ * of other batches, even while a second thread waits for the stuck batch. */
+static atomic_bool g_block, g_other_done, g_other_ok;
+
+static void *poll_once(void *arg)
+{
+    tent_status_t st;
+    (void)tent_task_status(g_engine, *(tent_batch_id_t *)arg, 0, &st);
+    return NULL;
+}
+
+static void *other_batch_work(void *arg)
+{
+    (void)arg;
+    tent_batch_id_t b = tent_allocate_batch(g_engine, 1);
+    bool ok = b != TENT_INVALID_BATCH_ID && tent_free_batch(g_engine, b) == 0;
+    atomic_store(&g_other_ok, ok);
+    atomic_store(&g_other_done, true);
+    return NULL;
+}
+
+static bool wait_flag(atomic_bool *flag, int ms)
+{
+    for (int i = 0; i < ms && !atomic_load(flag); i++)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    return atomic_load(flag);
+}
+
+static void test_stuck_batch_does_not_block_others(void **state)
+{
+    (void)state;
+    g_engine = TU_ENGINE("fault");
+    assert_non_null(g_engine);
+    struct tu_bufs p;
+    tu_bufs_init(g_engine, &p, 4096);
+    tent_batch_id_t b1 = tent_allocate_batch(g_engine, 1);
+    tent_request_t r = tu_write(&p, 0, 4096);
+    assert_int_equal(tent_submit(g_engine, b1, &r, 1), TENT_OK);
+    atomic_store(&g_block, true);
+    atomic_store(&g_other_done, false);
+    fault_cfg.block_status = &g_block;
+    pthread_t a, b, c;
+    assert_int_equal(pthread_create(&a, NULL, poll_once, &b1), 0);
+    for (int i = 0; i < 2000 && atomic_load(&fault_stats.blocked) == 0; i++)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    assert_int_equal(atomic_load(&fault_stats.blocked), 1);
+    /* b queues behind a on b1's lock; give it a moment to get there. */
+    assert_int_equal(pthread_create(&b, NULL, poll_once, &b1), 0);
+    nanosleep(&(struct timespec){0, 20000000}, NULL);
+    assert_int_equal(pthread_create(&c, NULL, other_batch_work, NULL), 0);
+    bool done = wait_flag(&g_other_done, 2000);
+    atomic_store(&g_block, false); /* release before asserting: no hang */
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    pthread_join(c, NULL);
+    fault_cfg.block_status = NULL;
+    assert_true(done);
+    assert_true(atomic_load(&g_other_ok));
+    tent_status_t st;
+    assert_int_equal(tu_wait_task(g_engine, b1, 0, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(tent_free_batch(g_engine, b1), TENT_OK);
+    /* The freed id is gone for everyone. */
+    assert_int_equal(tent_task_status(g_engine, b1, 0, &st), TENT_ENOBATCH);
+    tu_bufs_fini(g_engine, &p);
+    tent_destroy_engine(g_engine);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -240,6 +309,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_racing_on_one_batch, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_stuck_batch_does_not_block_others,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -168,6 +168,11 @@ static int fault_status(struct tent_transport *t, struct tent_sub_batch *sb,
 {
     struct fault_sub *s = (struct fault_sub *)sb;
     struct fault_slot *sl = &s->slots[slot];
+    if (fault_cfg.block_status && atomic_load(fault_cfg.block_status)) {
+        atomic_fetch_add(&fault_stats.blocked, 1);
+        while (atomic_load(fault_cfg.block_status))
+            nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
     if (fault_cfg.status_error)
         return fault_cfg.status_error;
     if (fault_cfg.never_complete || sl->polls_left > 0 ||

@@ -24,8 +24,9 @@ struct fault_config {
     int delay_polls;              /* extra PENDING polls before asking inner */
     long delay_ns;                /* PENDING until this long after submit */
     bool never_complete;
-    int status_error;  /* status returns this (<0) instead */
-    int quiesce_error; /* quiesce returns this (<0) instead */
+    int status_error;          /* status returns this (<0) instead */
+    int quiesce_error;         /* quiesce returns this (<0) instead */
+    atomic_bool *block_status; /* while *it is true, status calls wait */
 };
 
 struct fault_stats {
@@ -34,6 +35,7 @@ struct fault_stats {
     atomic_int refused;   /* requests refused by the decorator */
     atomic_int converted; /* COMPLETED turned into FAILED */
     atomic_int installs;
+    atomic_int blocked; /* status calls that waited on block_status */
 };
 
 extern struct fault_config fault_cfg;
