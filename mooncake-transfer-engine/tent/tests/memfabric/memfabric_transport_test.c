@@ -1480,6 +1480,19 @@ static void test_buffers_registered_with_vendor_and_errors_surface(void **s)
     assert_true(mk.mock_is_registered(q));
     mk.mock_fail_next("smem_trans_deregister_mem", SM_ERROR);
     assert_int_equal(tent_unregister_memory(e, q, 0), 0); /* logged only */
+    /* The vendor cannot enforce read-only or local-only access: such
+     * buffers are never handed to it. */
+    char *ro = malloc(LEN);
+    o.permission = PERM_GLOBAL_READ_ONLY;
+    assert_int_equal(tent_register_memory_ex(e, ro, LEN, &o), TENT_ENOTSUP);
+    assert_non_null(strstr(tent_last_error(), "PERM_GLOBAL_READ_ONLY"));
+    assert_false(mk.mock_is_registered(ro));
+    assert_int_equal(tent_register_memory_with_perm(e, ro, LEN,
+                                                    PERM_LOCAL_READ_WRITE),
+                     0); /* registered, but not with memfabric */
+    assert_false(mk.mock_is_registered(ro));
+    assert_int_equal(tent_unregister_memory(e, ro, 0), 0);
+    free(ro);
     free(q);
     tent_destroy_engine(e);
     mk.mock_reset(); /* the failed deregistration left a region behind */

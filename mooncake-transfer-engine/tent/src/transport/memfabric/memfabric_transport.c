@@ -766,6 +766,19 @@ static int mf_add_buffer(struct tent_transport *t, struct tent_buffer *buf)
     struct memfabric_transport *mf = mf_of(t);
     void *addr = (void *)(uintptr_t)buf->base;
     size_t len = (size_t)buf->length;
+    /* Registering memory with the vendor opens it to every smem peer for
+     * reading and writing: the smem_trans ABI has no read-only flag.  Only
+     * globally read-write buffers may be exposed that way; the others are
+     * served by transports that enforce the permission per request. */
+    if (buf->perm != PERM_GLOBAL_READ_WRITE)
+        return tent_set_error(TENT_ENOTSUP,
+                              "memfabric: buffer [%p, +%zu) has permission %s; "
+                              "the vendor library can only expose "
+                              "PERM_GLOBAL_READ_WRITE memory",
+                              addr, len,
+                              buf->perm == PERM_GLOBAL_READ_ONLY
+                                  ? "PERM_GLOBAL_READ_ONLY"
+                                  : "PERM_LOCAL_READ_WRITE");
     pthread_mutex_lock(&mf->lock);
     int32_t vrc = memfabric_smem_trans_register_mem(mf->handle, addr, len, 0);
     pthread_mutex_unlock(&mf->lock);
