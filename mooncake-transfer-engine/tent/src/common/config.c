@@ -335,7 +335,10 @@ int tent_config_get_int(const struct tent_config *cfg, const char *path,
         *out = def;
         return TENT_OK;
     }
-    if (!cJSON_IsNumber(n) || n->valuedouble != (double)(int64_t)n->valuedouble)
+    /* Range first: converting an out-of-range double is undefined. */
+    if (!cJSON_IsNumber(n) ||
+        !(n->valuedouble >= -9.2e18 && n->valuedouble <= 9.2e18) ||
+        n->valuedouble != (double)(int64_t)n->valuedouble)
         return tent_set_error(TENT_ECONFIG,
                               "config key '%s' must be an integer", path);
     *out = (int64_t)n->valuedouble;

@@ -45,7 +45,8 @@ static int parse_kind(const cJSON *n, int *out)
 
 static int parse_size(const cJSON *n, uint64_t *out)
 {
-    if (!cJSON_IsNumber(n) || n->valuedouble < 0)
+    if (!cJSON_IsNumber(n) ||
+        !(n->valuedouble >= 0 && n->valuedouble <= 1.8e19))
         return -1;
     *out = (uint64_t)n->valuedouble;
     return 0;

@@ -338,10 +338,11 @@ static int submit_one(struct shm_transport *t, const struct tent_xfer *x,
         return tent_set_error(TENT_ERANGE, "shm: request has no target buffer");
     if (tent_segment_is_local(x->target)) {
         void *r = (void *)(uintptr_t)x->remote;
+        /* Both ends are in this process and may overlap. */
         if (x->opcode == OPCODE_WRITE)
-            memcpy(r, x->local, x->length);
+            memmove(r, x->local, x->length);
         else
-            memcpy(x->local, r, x->length);
+            memmove(x->local, r, x->length);
         k->state = TENT_XFER_COMPLETED;
         k->bytes = x->length;
         return TENT_OK;
