@@ -2,6 +2,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "common/log.h"
 
@@ -48,19 +49,24 @@ void tent_clear_error(void) { last_error[0] = '\0'; }
 
 int tent_set_error(int code, const char *fmt, ...)
 {
+    /* Formatted aside first: the arguments may include tent_last_error(). */
+    char tmp[sizeof(last_error)];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    vsnprintf(tmp, sizeof(tmp), fmt, ap);
     va_end(ap);
+    memcpy(last_error, tmp, sizeof(tmp));
     return code;
 }
 
 int tent_fail_at(const char *file, int line, int code, const char *fmt, ...)
 {
+    char tmp[sizeof(last_error)];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof(last_error), fmt, ap);
+    vsnprintf(tmp, sizeof(tmp), fmt, ap);
     va_end(ap);
+    memcpy(last_error, tmp, sizeof(tmp));
     if (TENT_LOG_ENABLED(TENT_LOG_WARNING))
         tent_log_write(TENT_LOG_WARNING, file, line, "%s (%s)", last_error,
                        tent_strerror(code));
