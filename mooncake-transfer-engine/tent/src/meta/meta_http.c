@@ -9,6 +9,7 @@
  *    puts it again every period (a restarted server gets it back). */
 #include "common/error.h"
 #include "common/log.h"
+#include "meta/meta_codec.h"
 #include "meta/meta_kv.h"
 
 #include <cjson/cJSON.h>
@@ -20,94 +21,6 @@
 #include <string.h>
 
 #define MAX_RESPONSE (64u << 20)
-
-/* ---- base64 and percent-encoding ---------------------------------------- */
-
-static const char B64[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static char *b64_encode(const void *in, size_t n)
-{
-    const uint8_t *p = in;
-    char *out = malloc(4 * ((n + 2) / 3) + 1), *o = out;
-    if (!out)
-        return NULL;
-    size_t i = 0;
-    for (; i + 2 < n; i += 3) {
-        uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
-        *o++ = B64[v >> 18];
-        *o++ = B64[(v >> 12) & 63];
-        *o++ = B64[(v >> 6) & 63];
-        *o++ = B64[v & 63];
-    }
-    if (i < n) {
-        uint32_t v = (uint32_t)p[i] << 16;
-        if (i + 1 < n)
-            v |= (uint32_t)p[i + 1] << 8;
-        *o++ = B64[v >> 18];
-        *o++ = B64[(v >> 12) & 63];
-        *o++ = i + 1 < n ? B64[(v >> 6) & 63] : '=';
-        *o++ = '=';
-    }
-    *o = 0;
-    return out;
-}
-
-static int b64_val(char c)
-{
-    const char *p = c ? strchr(B64, c) : NULL;
-    return p ? (int)(p - B64) : -1;
-}
-
-/* Decodes NUL-terminated base64 into a malloc'd NUL-terminated buffer. */
-static int b64_decode(const char *in, char **out, size_t *outlen)
-{
-    size_t n = strlen(in);
-    if (n % 4)
-        return TENT_EPROTO;
-    char *o = malloc(n / 4 * 3 + 1);
-    if (!o)
-        return TENT_ENOMEM;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i += 4) {
-        int v[4];
-        for (int j = 0; j < 4; j++) {
-            v[j] = b64_val(in[i + j]);
-            bool pad = in[i + j] == '=' && i + 4 == n && j >= 2 &&
-                       (j == 3 || in[i + 3] == '=');
-            if (v[j] < 0 && !pad) {
-                free(o);
-                return TENT_EPROTO;
-            }
-        }
-        o[k++] = (char)(v[0] << 2 | v[1] >> 4);
-        if (v[2] >= 0)
-            o[k++] = (char)((v[1] & 15) << 4 | v[2] >> 2);
-        if (v[2] >= 0 && v[3] >= 0)
-            o[k++] = (char)((v[2] & 3) << 6 | v[3]);
-    }
-    o[k] = 0;
-    *out = o;
-    *outlen = k;
-    return TENT_OK;
-}
-
-static char *pct_encode(const char *s)
-{
-    char *out = malloc(3 * strlen(s) + 1), *o = out;
-    if (!out)
-        return NULL;
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-            (c >= '0' && c <= '9') || strchr("-_.~/", c))
-            *o++ = (char)c;
-        else
-            o += sprintf(o, "%%%02X", c);
-    }
-    *o = 0;
-    return out;
-}
 
 /* ---- one HTTP request ---------------------------------------------------- */
 
@@ -358,23 +271,18 @@ static int etcd_grant(struct etcd *s)
     cJSON_Delete(req);
     if (rc)
         return rc;
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(ans, "ID");
-    if (cJSON_IsString(id) && id->valuestring[0] &&
-        strspn(id->valuestring, "0123456789") == strlen(id->valuestring) &&
-        strlen(id->valuestring) < sizeof(s->lease)) {
-        snprintf(s->lease, sizeof(s->lease), "%s", id->valuestring);
+    if (tent_meta_etcd_lease_id(ans, s->lease, sizeof(s->lease)) == TENT_OK)
         LOG_DEBUG("etcd: lease %s granted, TTL %d s", s->lease, s->ttl_s);
-    } else {
-        rc = tent_set_error(TENT_EPROTO, "etcd lease grant: no lease ID in the "
-                                         "answer");
-    }
+    else
+        rc = tent_set_error(TENT_EPROTO,
+                            "etcd lease grant: no lease ID in the answer");
     cJSON_Delete(ans);
     return rc;
 }
 
 static cJSON *key_req(const char *key)
 {
-    char *k = b64_encode(key, strlen(key));
+    char *k = tent_b64_encode(key, strlen(key));
     cJSON *req = cJSON_CreateObject();
     if (!k || !req || !cJSON_AddStringToObject(req, "key", k)) {
         free(k);
@@ -393,7 +301,7 @@ static int etcd_put(void *st, const char *key, const char *val, size_t len)
         if (rc)
             return rc;
         cJSON *req = key_req(key), *ans = NULL;
-        char *v = b64_encode(val, len);
+        char *v = tent_b64_encode(val, len);
         if (!req || !v || !cJSON_AddStringToObject(req, "value", v) ||
             !cJSON_AddStringToObject(req, "lease", s->lease)) {
             free(v);
@@ -424,20 +332,7 @@ static int etcd_get(void *st, const char *key, char **val, size_t *len)
     cJSON_Delete(req);
     if (rc)
         return rc;
-    const cJSON *kvs = cJSON_GetObjectItemCaseSensitive(ans, "kvs");
-    const cJSON *kv = cJSON_IsArray(kvs) ? cJSON_GetArrayItem(kvs, 0) : NULL;
-    const cJSON *v = kv ? cJSON_GetObjectItemCaseSensitive(kv, "value") : NULL;
-    if (!kv) {
-        rc = tent_set_error(TENT_ENOSEGMENT, "etcd: no key '%s'", key);
-    } else if (!v) {
-        /* an empty value is omitted by the gateway */
-        *val = calloc(1, 1);
-        *len = 0;
-        rc = *val ? TENT_OK : tent_set_error(TENT_ENOMEM, "out of memory");
-    } else if (!cJSON_IsString(v) || b64_decode(v->valuestring, val, len)) {
-        rc = tent_set_error(TENT_EPROTO, "etcd: value of '%s' is not base64",
-                            key);
-    }
+    rc = tent_meta_etcd_range_value(ans, key, val, len);
     cJSON_Delete(ans);
     return rc;
 }
@@ -472,13 +367,7 @@ static int etcd_keepalive(void *st, const char *key, bool *lost)
     cJSON_Delete(req);
     if (rc)
         return rc;
-    /* {"result":{"ID":..,"TTL":"10"}}; an expired lease has no TTL. */
-    const cJSON *res = cJSON_GetObjectItemCaseSensitive(ans, "result");
-    const cJSON *ttl =
-        res ? cJSON_GetObjectItemCaseSensitive(res, "TTL") : NULL;
-    long t = cJSON_IsString(ttl)   ? strtol(ttl->valuestring, NULL, 10)
-             : cJSON_IsNumber(ttl) ? (long)ttl->valuedouble
-                                   : 0;
+    long t = tent_meta_etcd_keepalive_ttl(ans);
     if (t <= 0) {
         LOG_WARN("etcd: lease %s expired; granting a new one", s->lease);
         s->lease[0] = 0;
@@ -531,7 +420,7 @@ static void httpkv_destroy(void *st)
 static int httpkv_call(struct httpkv *s, const char *method, const char *key,
                        const char *body, size_t blen, long *status, char **resp)
 {
-    char *k = pct_encode(key);
+    char *k = tent_pct_encode(key);
     if (!k)
         return tent_set_error(TENT_ENOMEM, "metadata: out of memory");
     const char *u = s->ep.n ? s->ep.url[s->ep.cur] : "";

@@ -220,9 +220,10 @@ static int publish_locked(struct tent_engine *e, struct tent_meta *m)
         m->up = false;
         return rc;
     }
-    if (!m->up)
-        LOG_INFO("metadata (%s): segment '%s' published under '%s'", m->type,
-                 e->segment_name, m->key);
+    if (!m->up && m->thr_started)
+        LOG_INFO("metadata (%s): service reachable again; segment '%s' "
+                 "re-published under '%s'",
+                 m->type, e->segment_name, m->key);
     m->up = true;
     return TENT_OK;
 }
@@ -442,7 +443,6 @@ int tent_meta_start(struct tent_engine *e)
     if (rc)
         goto fail;
     m->conf.password = NULL;
-    m->up = true; /* so that a failure is reported once */
     rc = publish_locked(e, m);
     if (rc) {
         rc = tent_set_error(rc,
@@ -453,14 +453,16 @@ int tent_meta_start(struct tent_engine *e)
         goto fail;
     }
     e->meta = m;
-    if (pthread_create(&m->thr, NULL, keeper, e) != 0) {
+    pthread_mutex_lock(&m->lock); /* the thread reads thr_started */
+    m->thr_started = pthread_create(&m->thr, NULL, keeper, e) == 0;
+    pthread_mutex_unlock(&m->lock);
+    if (!m->thr_started) {
         e->meta = NULL;
         (void)ops->del(m->kv, m->key);
         rc = tent_set_error(TENT_ENOMEM,
                             "metadata: cannot start the keepalive thread");
         goto fail;
     }
-    m->thr_started = true;
     e->seg_ops = &meta_segment_ops;
     LOG_INFO("metadata (%s at %s): segment '%s' under key '%s', TTL %d s", type,
              m->servers, e->segment_name, m->key, m->conf.ttl_s);
