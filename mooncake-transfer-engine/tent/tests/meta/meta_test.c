@@ -285,7 +285,10 @@ static int rd(int fd, void *buf, size_t n)
 
 static void target_main(int cfd, int afd, const char *segname)
 {
-    configure(g_servers, segname);
+    /* the JSON-array form of metadata_servers */
+    char arr[300];
+    snprintf(arr, sizeof(arr), "[\"%s\"]", g_servers);
+    configure(arr, segname);
     tent_engine_t e = tent_create_engine();
     if (!e) {
         fprintf(stderr, "target: %s\n", tent_last_error());
@@ -527,6 +530,14 @@ static void test_down_at_start(void **state)
     tent_set_config("metadata_type", "zookeeper");
     assert_null(tent_create_engine());
     assert_non_null(strstr(tent_last_error(), "zookeeper"));
+    if (strcmp(g_kind, "redis") == 0) {
+        /* a wrong password is refused with the server's reason */
+        configure(g_servers, NULL);
+        tent_set_config("metadata_password", "wrong");
+        assert_null(tent_create_engine());
+        if (!strstr(tent_last_error(), "AUTH"))
+            fail_msg("wrong password: %s", tent_last_error());
+    }
 }
 
 static void test_transfer(void **state)
