@@ -25,6 +25,10 @@ int tent_rpc_server_start(struct tent_engine *e, const char *host,
  * returns the server touches no engine memory.  NULL is a no-op. */
 void tent_rpc_server_stop(struct tent_rpc_server *s);
 
+/* The local segment's descriptor as JSON (what DESC_RESP carries); malloc'd,
+ * length in *len, NULL when out of memory. */
+char *tent_rpc_encode_local(struct tent_engine *e, size_t *len);
+
 /* ---- client side -------------------------------------------------------- */
 /* Splits "host:port" (last ':'; "[v6]:port" accepted). */
 int tent_rpc_parse_addr(const char *name, char *host, size_t cap,

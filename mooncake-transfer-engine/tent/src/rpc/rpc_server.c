@@ -268,8 +268,7 @@ out:
     return rc;
 }
 
-/* Snapshot of the local segment in wire form. */
-static char *encode_local(struct tent_engine *e, size_t *len)
+char *tent_rpc_encode_local(struct tent_engine *e, size_t *len)
 {
     struct tent_segment *seg = e->local;
     struct tent_wire_desc *d = calloc(1, sizeof(*d));
@@ -315,7 +314,7 @@ unlock:
 static int serve_desc(struct conn *c, const struct tent_wire_hdr *h)
 {
     size_t len = 0;
-    char *json = encode_local(c->srv->e, &len);
+    char *json = tent_rpc_encode_local(c->srv->e, &len);
     if (!json || len > TENT_WIRE_MAX_BODY) {
         free(json);
         LOG_ERROR("rpc: cannot encode the local segment descriptor");

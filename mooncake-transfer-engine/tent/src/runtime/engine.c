@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "runtime/engine.h"
 #include "runtime/p2p_meta.h"
+#include "meta/meta.h"
 
 const struct tent_config *tent_engine_config(const struct tent_engine *e)
 {
@@ -171,6 +172,12 @@ tent_engine_t tent_create_engine(void)
     rc = tent_p2p_start(e);
     if (rc)
         goto fail_rpc;
+    /* metadata_type etcd/redis/http: name the segment and publish it. */
+    rc = tent_meta_start(e);
+    if (rc) {
+        tent_p2p_free(e);
+        goto fail_rpc;
+    }
     install_transports(e);
     LOG_INFO("engine created: segment '%s', %d transport(s)", e->segment_name,
              e->nxports);
@@ -198,7 +205,9 @@ void tent_destroy_engine(tent_engine_t engine)
     struct tent_engine *e = tent_engine_cast(engine);
     if (!e)
         return;
-    /* No peer request may touch memory once teardown begins. */
+    /* Peers stop finding the segment, then no peer request may touch
+     * memory once teardown begins. */
+    tent_meta_stop(e);
     tent_p2p_stop(e);
     /* Quiesce first: a transport whose backend may still write into memory
      * keeps that memory and its own resources rather than risk a

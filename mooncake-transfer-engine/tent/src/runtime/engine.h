@@ -136,6 +136,7 @@ struct tent_engine {
     struct tent_segment *local;
     const struct tent_segment_ops *seg_ops;
     void *ctrl; /* control plane state */
+    struct tent_meta *meta; /* metadata service (etcd/redis/http), or NULL */
 
     pthread_mutex_t reg_lock;
 

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "meta/meta.h"
 #include "runtime/engine.h"
 
 enum { ALLOC_NONE = 0, ALLOC_MEMFD = 1 };
@@ -130,6 +131,7 @@ static int register_locked(struct tent_engine *e, void *addr, size_t size,
         goto fail_attach;
     LOG_DEBUG("registered [%p, +%zu) location %s perm %d", addr, size,
               buf->location, buf->perm);
+    tent_meta_local_changed(e);
     return TENT_OK;
 
 fail_attach:
@@ -175,6 +177,7 @@ static int unregister_locked(struct tent_engine *e, void *addr, size_t size,
     if (rc != TENT_OK)
         return rc;
     detach_transports(e, buf);
+    tent_meta_local_changed(e);
     *out = buf;
     return TENT_OK;
 }

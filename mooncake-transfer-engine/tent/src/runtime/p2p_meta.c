@@ -63,8 +63,7 @@ static int retire(struct p2p_seg *ps, struct tent_buffer *b)
     return TENT_OK;
 }
 
-/* Installs d into seg; on failure seg is unchanged. */
-static int apply_desc(struct tent_segment *seg, const struct tent_wire_desc *d)
+int tent_p2p_apply_desc(struct tent_segment *seg, const struct tent_wire_desc *d)
 {
     struct p2p_seg *ps = seg->priv;
     struct p2p_seg *fresh = NULL;
@@ -180,7 +179,7 @@ static int p2p_fetch(struct tent_engine *e, const char *name,
                               "descriptor failed: %s",
                               name, tent_last_error());
     }
-    rc = apply_desc(seg, d);
+    rc = tent_p2p_apply_desc(seg, d);
     LOG_DEBUG("fetched segment '%s': %zu buffer(s), host %s", name, d->nbufs,
               d->host_id);
     tent_wire_desc_free(d);

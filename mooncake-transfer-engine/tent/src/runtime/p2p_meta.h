@@ -5,6 +5,8 @@
 
 struct tent_engine;
 struct tent_segment_ops;
+struct tent_segment;
+struct tent_wire_desc;
 
 extern const struct tent_segment_ops tent_p2p_segment_ops;
 
@@ -16,5 +18,10 @@ int tent_p2p_start(struct tent_engine *e);
 void tent_p2p_stop(struct tent_engine *e);
 /* Stops and frees the control-plane state. */
 void tent_p2p_free(struct tent_engine *e);
+/* Installs a decoded descriptor into a remote segment (buffer records that
+ * left it are retired, never freed while the segment lives); on failure seg
+ * is unchanged.  Shared with the metadata-service backends. */
+int tent_p2p_apply_desc(struct tent_segment *seg,
+                        const struct tent_wire_desc *d);
 
 #endif

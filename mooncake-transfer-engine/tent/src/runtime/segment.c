@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "meta/meta.h"
 #include "runtime/engine.h"
 
 int tent_segment_new(uint64_t id, const char *name, bool local,
@@ -166,6 +167,8 @@ int tent_engine_publish_attr(struct tent_engine *e, const char *key,
     pthread_rwlock_wrlock(&e->local->lock);
     int rc = tent_segment_set_attr_locked(e->local, key, value);
     pthread_rwlock_unlock(&e->local->lock);
+    if (rc == TENT_OK)
+        tent_meta_local_changed(e);
     return rc;
 }
 

@@ -1,0 +1,50 @@
+/* Key-value backends of the metadata service (etcd, redis, http).
+ *
+ * The service layer (meta_service.c) serialises every call on one backend
+ * instance with its own mutex, so a backend needs no locking of its own.
+ * Each call tries the configured endpoints in turn, starting with the one
+ * that answered last, and fails only when none answers; the error then names
+ * the endpoint(s) tried.  A key that does not exist is TENT_ENOSEGMENT, any
+ * failure to reach the service is TENT_EPEER (so the caller can tell "gone"
+ * from "unreachable"). */
+#ifndef TENT_META_META_KV_H
+#define TENT_META_META_KV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define TENT_META_MAX_ENDPOINTS 16
+
+struct tent_meta_kv_conf {
+    char *endpoints[TENT_META_MAX_ENDPOINTS];
+    int nendpoints;
+    int ttl_s;            /* lease / expiry of put keys */
+    int timeout_ms;       /* per request */
+    const char *password; /* redis AUTH, or NULL */
+    int db;               /* redis SELECT */
+};
+
+struct tent_meta_kv_ops {
+    const char *name;
+    /* Builds the backend state; does not contact the service. */
+    int (*create)(const struct tent_meta_kv_conf *conf, void **out);
+    /* Writes key = val, attached to the backend's lease / expiry. */
+    int (*put)(void *st, const char *key, const char *val, size_t len);
+    /* Reads key into a malloc'd, NUL-terminated *val. */
+    int (*get)(void *st, const char *key, char **val, size_t *len);
+    int (*del)(void *st, const char *key);
+    /* Extends the lease / expiry of key; *lost is set when the key (or its
+     * lease) is gone on the server and must be put again. */
+    int (*keepalive)(void *st, const char *key, bool *lost);
+    void (*destroy)(void *st);
+};
+
+#ifdef TENT_WITH_CURL
+extern const struct tent_meta_kv_ops tent_meta_etcd_ops;
+extern const struct tent_meta_kv_ops tent_meta_http_ops;
+#endif
+#ifdef TENT_WITH_HIREDIS
+extern const struct tent_meta_kv_ops tent_meta_redis_ops;
+#endif
+
+#endif

@@ -1,0 +1,262 @@
+/* Redis backend of the metadata service (hiredis): SET key value EX ttl,
+ * GET, DEL, and EXPIRE to refresh (0 = the key is gone: put it again).
+ * Optional AUTH password and SELECT db from the configuration.  Endpoints
+ * are "host[:port]" (default port 6379), "redis://" accepted. */
+#include "common/error.h"
+#include "common/log.h"
+#include "meta/meta_kv.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+struct rkv {
+    char host[TENT_META_MAX_ENDPOINTS][256];
+    int port[TENT_META_MAX_ENDPOINTS];
+    int n, cur;
+    int ttl_s, timeout_ms, db;
+    char *password;
+    redisContext *ctx; /* NULL = not connected */
+};
+
+static int parse_ep(const char *ep, char *host, size_t cap, int *port)
+{
+    if (strncmp(ep, "redis://", 8) == 0)
+        ep += 8;
+    const char *colon = strrchr(ep, ':');
+    const char *end = ep + strlen(ep);
+    *port = 6379;
+    if (ep[0] == '[') { /* [v6]:port */
+        const char *rb = strchr(ep, ']');
+        if (!rb)
+            return TENT_ECONFIG;
+        colon = rb[1] == ':' ? rb + 1 : NULL;
+        end = rb;
+        ep++;
+    } else if (colon && strchr(ep, ':') != colon) {
+        colon = NULL; /* bare IPv6 address */
+    }
+    if (colon) {
+        char *e = NULL;
+        long p = strtol(colon + 1, &e, 10);
+        if (!*(colon + 1) || *e || p < 1 || p > 65535)
+            return TENT_ECONFIG;
+        *port = (int)p;
+        if (end > colon)
+            end = colon;
+    }
+    size_t len = (size_t)(end - ep);
+    if (len == 0 || len >= cap)
+        return TENT_ECONFIG;
+    memcpy(host, ep, len);
+    host[len] = 0;
+    return TENT_OK;
+}
+
+static int rkv_create(const struct tent_meta_kv_conf *c, void **out)
+{
+    struct rkv *s = calloc(1, sizeof(*s));
+    if (!s)
+        return tent_set_error(TENT_ENOMEM, "metadata: out of memory");
+    for (int i = 0; i < c->nendpoints; i++) {
+        if (parse_ep(c->endpoints[i], s->host[i], sizeof(s->host[i]),
+                     &s->port[i])) {
+            free(s);
+            return tent_set_error(TENT_ECONFIG,
+                                  "config key 'metadata_servers': '%s' is not "
+                                  "a redis endpoint (host[:port])",
+                                  c->endpoints[i]);
+        }
+        s->n++;
+    }
+    s->ttl_s = c->ttl_s;
+    s->timeout_ms = c->timeout_ms;
+    s->db = c->db;
+    if (c->password && *c->password && !(s->password = strdup(c->password))) {
+        free(s);
+        return tent_set_error(TENT_ENOMEM, "metadata: out of memory");
+    }
+    *out = s;
+    return TENT_OK;
+}
+
+static void rkv_disconnect(struct rkv *s)
+{
+    if (s->ctx)
+        redisFree(s->ctx);
+    s->ctx = NULL;
+}
+
+static void rkv_destroy(void *st)
+{
+    struct rkv *s = st;
+    if (!s)
+        return;
+    rkv_disconnect(s);
+    free(s->password);
+    free(s);
+}
+
+/* Runs a command on the current connection; a failed connection is dropped
+ * (TENT_EPEER), an error reply is TENT_EIO. */
+static int raw_cmd(struct rkv *s, int argc, const char **argv,
+                   const size_t *lens, redisReply **out)
+{
+    redisReply *r = redisCommandArgv(s->ctx, argc, argv, lens);
+    if (!r) {
+        int rc = tent_set_error(
+            TENT_EPEER, "redis %s:%d: %s", s->host[s->cur], s->port[s->cur],
+            s->ctx->errstr[0] ? s->ctx->errstr : "connection lost");
+        rkv_disconnect(s);
+        return rc;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        int rc = tent_set_error(TENT_EIO, "redis %s:%d: %s %s", s->host[s->cur],
+                                s->port[s->cur], argv[0], r->str);
+        freeReplyObject(r);
+        return rc;
+    }
+    *out = r;
+    return TENT_OK;
+}
+
+static int connect_one(struct rkv *s, int i)
+{
+    struct timeval tv = {s->timeout_ms / 1000, (s->timeout_ms % 1000) * 1000};
+    redisContext *c = redisConnectWithTimeout(s->host[i], s->port[i], tv);
+    if (!c || c->err) {
+        int rc = tent_set_error(TENT_EPEER, "redis %s:%d: %s", s->host[i],
+                                s->port[i], c ? c->errstr : "out of memory");
+        if (c)
+            redisFree(c);
+        return rc;
+    }
+    redisSetTimeout(c, tv);
+    s->ctx = c;
+    s->cur = i;
+    redisReply *r = NULL;
+    int rc = TENT_OK;
+    if (s->password) {
+        const char *argv[] = {"AUTH", s->password};
+        rc = raw_cmd(s, 2, argv, NULL, &r);
+        freeReplyObject(r);
+        r = NULL;
+    }
+    if (!rc && s->db) {
+        char db[16];
+        snprintf(db, sizeof(db), "%d", s->db);
+        const char *argv[] = {"SELECT", db};
+        rc = raw_cmd(s, 2, argv, NULL, &r);
+        freeReplyObject(r);
+    }
+    if (rc) {
+        /* AUTH / SELECT refused: a configuration problem, not an outage */
+        rkv_disconnect(s);
+        return rc == TENT_EIO ? TENT_ECONFIG : rc;
+    }
+    return TENT_OK;
+}
+
+/* Runs a command, connecting (and failing over between endpoints) first
+ * when needed; a command whose connection broke is retried once on a fresh
+ * connection. */
+static int cmd(struct rkv *s, int argc, const char **argv, const size_t *lens,
+               redisReply **out)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (!s->ctx) {
+            char errs[1024] = "";
+            size_t el = 0;
+            int rc = TENT_EPEER;
+            for (int k = 0; k < s->n && !s->ctx; k++) {
+                int i = (s->cur + k) % s->n;
+                rc = connect_one(s, i);
+                if (rc == TENT_ECONFIG)
+                    return rc;
+                if (rc && el < sizeof(errs))
+                    el += (size_t)snprintf(errs + el, sizeof(errs) - el, "%s%s",
+                                           el ? "; " : "", tent_last_error());
+            }
+            if (!s->ctx)
+                return tent_set_error(TENT_EPEER,
+                                      "metadata service unreachable: %s", errs);
+        }
+        int rc = raw_cmd(s, argc, argv, lens, out);
+        if (rc != TENT_EPEER)
+            return rc;
+    }
+    return TENT_EPEER;
+}
+
+static int rkv_put(void *st, const char *key, const char *val, size_t len)
+{
+    struct rkv *s = st;
+    char ttl[16];
+    snprintf(ttl, sizeof(ttl), "%d", s->ttl_s);
+    const char *argv[] = {"SET", key, val, "EX", ttl};
+    size_t lens[] = {3, strlen(key), len, 2, strlen(ttl)};
+    redisReply *r = NULL;
+    int rc = cmd(s, 5, argv, lens, &r);
+    freeReplyObject(r);
+    return rc;
+}
+
+static int rkv_get(void *st, const char *key, char **val, size_t *len)
+{
+    struct rkv *s = st;
+    const char *argv[] = {"GET", key};
+    redisReply *r = NULL;
+    int rc = cmd(s, 2, argv, NULL, &r);
+    if (rc)
+        return rc;
+    if (r->type == REDIS_REPLY_NIL) {
+        rc = tent_set_error(TENT_ENOSEGMENT, "redis: no key '%s'", key);
+    } else if (r->type != REDIS_REPLY_STRING) {
+        rc = tent_set_error(TENT_EPROTO, "redis: GET '%s' answered type %d",
+                            key, r->type);
+    } else if (!(*val = malloc(r->len + 1))) {
+        rc = tent_set_error(TENT_ENOMEM, "metadata: out of memory");
+    } else {
+        memcpy(*val, r->str, r->len);
+        (*val)[r->len] = 0;
+        *len = r->len;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+static int rkv_del(void *st, const char *key)
+{
+    const char *argv[] = {"DEL", key};
+    redisReply *r = NULL;
+    int rc = cmd(st, 2, argv, NULL, &r);
+    freeReplyObject(r);
+    return rc;
+}
+
+static int rkv_keepalive(void *st, const char *key, bool *lost)
+{
+    struct rkv *s = st;
+    char ttl[16];
+    snprintf(ttl, sizeof(ttl), "%d", s->ttl_s);
+    const char *argv[] = {"EXPIRE", key, ttl};
+    redisReply *r = NULL;
+    int rc = cmd(s, 3, argv, NULL, &r);
+    if (rc)
+        return rc;
+    *lost = r->type != REDIS_REPLY_INTEGER || r->integer != 1;
+    freeReplyObject(r);
+    return TENT_OK;
+}
+
+const struct tent_meta_kv_ops tent_meta_redis_ops = {
+    .name = "redis",
+    .create = rkv_create,
+    .put = rkv_put,
+    .get = rkv_get,
+    .del = rkv_del,
+    .keepalive = rkv_keepalive,
+    .destroy = rkv_destroy,
+};

@@ -1,0 +1,507 @@
+/* Metadata service: publishes the local descriptor to etcd / redis / an
+ * HTTP metadata server and resolves peers' segment names there.
+ *
+ * The descriptor is the RPC server's DESC_RESP JSON (tent_rpc_encode_local)
+ * and is decoded with tent_wire_decode_desc, then installed with the p2p
+ * code (tent_p2p_apply_desc), so that there is one encoding and one set of
+ * buffer-lifetime rules.  Only discovery differs from p2p: the data path and
+ * notifications still go to the rpc_addr in the descriptor.
+ *
+ * Locking: m->lock serialises every backend call and guards the fields
+ * below it; the keepalive thread waits on m->cv with it.  Order: reg_lock ->
+ * m->lock -> segment locks.  A fetch holds m->lock only for the backend call.
+ *
+ * Outages: a failed publish or keepalive marks the service down; while it
+ * is down registration does not wait for it (the descriptor is marked dirty)
+ * and the thread retries every period, re-publishing (with a new lease for
+ * etcd) as soon as an endpoint answers.  Open segments keep working: their
+ * data path never touches the service, and a refresh on a miss falls back
+ * to the peer's RPC server. */
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "meta/meta.h"
+#include "meta/meta_kv.h"
+#include "rpc/rpc.h"
+#include "runtime/engine.h"
+#include "runtime/p2p_meta.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+struct tent_meta {
+    const struct tent_meta_kv_ops *ops;
+    void *kv;
+    struct tent_meta_kv_conf conf;
+    char type[16];
+    char servers[512]; /* for messages */
+    char prefix[256];
+    char key[640];
+    int period_ms;
+    pthread_t thr;
+    bool thr_started;
+
+    pthread_mutex_t lock;
+    pthread_cond_t cv;
+    bool stop;
+    bool up;    /* the last call to the service succeeded */
+    bool dirty; /* the published descriptor is stale */
+};
+
+static const struct {
+    const char *type;
+    const struct tent_meta_kv_ops *ops;
+    const char *lib;
+} g_backends[] = {
+#ifdef TENT_WITH_CURL
+    {"etcd", &tent_meta_etcd_ops, "libcurl"},
+    {"http", &tent_meta_http_ops, "libcurl"},
+#else
+    {"etcd", NULL, "libcurl"},
+    {"http", NULL, "libcurl"},
+#endif
+#ifdef TENT_WITH_HIREDIS
+    {"redis", &tent_meta_redis_ops, "libhiredis"},
+#else
+    {"redis", NULL, "libhiredis"},
+#endif
+};
+
+static void conf_free(struct tent_meta_kv_conf *c)
+{
+    for (int i = 0; i < c->nendpoints; i++)
+        free(c->endpoints[i]);
+    c->nendpoints = 0;
+}
+
+static int add_endpoint(struct tent_meta_kv_conf *c, const char *s, size_t n)
+{
+    while (n && (*s == ' ' || *s == '\t')) {
+        s++;
+        n--;
+    }
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        n--;
+    if (n == 0)
+        return TENT_OK;
+    if (c->nendpoints == TENT_META_MAX_ENDPOINTS)
+        return tent_set_error(TENT_ECONFIG,
+                              "config key 'metadata_servers' lists more than "
+                              "%d endpoints",
+                              TENT_META_MAX_ENDPOINTS);
+    if (n > 400)
+        return tent_set_error(TENT_ECONFIG,
+                              "config key 'metadata_servers': an endpoint is "
+                              "longer than 400 characters");
+    char *e = strndup(s, n);
+    if (!e)
+        return tent_set_error(TENT_ENOMEM, "metadata: out of memory");
+    c->endpoints[c->nendpoints++] = e;
+    return TENT_OK;
+}
+
+/* metadata_servers: "a,b" or ["a", "b"]. */
+static int read_endpoints(const struct tent_config *cfg, const char *type,
+                          struct tent_meta_kv_conf *c)
+{
+    const cJSON *n = tent_config_node(cfg, "metadata_servers");
+    int rc = TENT_OK;
+    if (cJSON_IsString(n)) {
+        const char *p = n->valuestring;
+        while (!rc && *p) {
+            size_t len = strcspn(p, ",");
+            rc = add_endpoint(c, p, len);
+            p += len + (p[len] == ',');
+        }
+    } else if (cJSON_IsArray(n)) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, n)
+        {
+            if (!cJSON_IsString(it)) {
+                rc = tent_set_error(TENT_ECONFIG,
+                                    "config key 'metadata_servers': every "
+                                    "element must be a string");
+                break;
+            }
+            rc = add_endpoint(c, it->valuestring, strlen(it->valuestring));
+            if (rc)
+                break;
+        }
+    } else if (n) {
+        rc = tent_set_error(TENT_ECONFIG,
+                            "config key 'metadata_servers' must be a string "
+                            "(comma list) or an array of strings");
+    }
+    if (!rc && c->nendpoints == 0)
+        rc = tent_set_error(TENT_ECONFIG,
+                            "metadata_type '%s' needs config key "
+                            "'metadata_servers' (endpoint list)",
+                            type);
+    if (rc)
+        conf_free(c);
+    return rc;
+}
+
+static int get_int(const struct tent_config *cfg, const char *key, int64_t def,
+                   int64_t lo, int64_t hi, int *out)
+{
+    int64_t v;
+    int rc = tent_config_get_int(cfg, key, def, &v);
+    if (rc)
+        return rc;
+    if (v < lo || v > hi)
+        return tent_set_error(TENT_ECONFIG,
+                              "config key '%s' = %lld is outside %lld..%lld",
+                              key, (long long)v, (long long)lo, (long long)hi);
+    *out = (int)v;
+    return TENT_OK;
+}
+
+static int read_conf(struct tent_engine *e, struct tent_meta *m)
+{
+    const struct tent_config *cfg = e->cfg;
+    const char *prefix = NULL, *pw = NULL;
+    int rc = get_int(cfg, "metadata_ttl_s", 10, 1, 3600, &m->conf.ttl_s);
+    if (!rc)
+        rc = get_int(cfg, "metadata_timeout_ms", 2000, 1, 600000,
+                     &m->conf.timeout_ms);
+    if (!rc)
+        rc = get_int(cfg, "metadata_db", 0, 0, 1 << 20, &m->conf.db);
+    if (!rc)
+        rc = tent_config_get_string(cfg, "metadata_password", NULL, &pw);
+    if (!rc)
+        rc = tent_config_get_string(cfg, "metadata_key_prefix",
+                                    "mooncake/tent/", &prefix);
+    if (rc)
+        return rc;
+    if (strlen(prefix) >= sizeof(m->prefix))
+        return tent_set_error(TENT_ECONFIG,
+                              "config key 'metadata_key_prefix' is longer "
+                              "than %zu characters",
+                              sizeof(m->prefix) - 1);
+    snprintf(m->prefix, sizeof(m->prefix), "%s", prefix);
+    m->conf.password = pw; /* lives in e->cfg, used during create only */
+    rc = read_endpoints(cfg, m->type, &m->conf);
+    if (rc)
+        return rc;
+    size_t l = 0;
+    for (int i = 0; i < m->conf.nendpoints && l < sizeof(m->servers); i++)
+        l += (size_t)snprintf(m->servers + l, sizeof(m->servers) - l, "%s%s",
+                              i ? "," : "", m->conf.endpoints[i]);
+    m->period_ms = m->conf.ttl_s * 1000 / 3;
+    if (m->period_ms < 100)
+        m->period_ms = 100;
+    return TENT_OK;
+}
+
+/* Publishes the local descriptor; caller holds m->lock. */
+static int publish_locked(struct tent_engine *e, struct tent_meta *m)
+{
+    size_t len = 0;
+    char *json = tent_rpc_encode_local(e, &len);
+    if (!json)
+        return tent_set_error(TENT_ENOMEM, "metadata: cannot encode the local "
+                                           "segment descriptor");
+    m->dirty = false;
+    int rc = m->ops->put(m->kv, m->key, json, len);
+    free(json);
+    if (rc) {
+        m->dirty = true;
+        if (m->up)
+            LOG_WARN("metadata (%s): publishing '%s' failed: %s; retrying "
+                     "every %d ms",
+                     m->type, m->key, tent_last_error(), m->period_ms);
+        m->up = false;
+        return rc;
+    }
+    if (!m->up && m->thr_started)
+        LOG_INFO("metadata (%s): service reachable again; segment '%s' "
+                 "re-published under '%s'",
+                 m->type, e->segment_name, m->key);
+    m->up = true;
+    return TENT_OK;
+}
+
+static void *keeper(void *arg)
+{
+    struct tent_engine *e = arg;
+    struct tent_meta *m = e->meta;
+    pthread_mutex_lock(&m->lock);
+    while (!m->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += m->period_ms / 1000;
+        ts.tv_nsec += (long)(m->period_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        int w = 0;
+        while (!m->stop && w != ETIMEDOUT)
+            w = pthread_cond_timedwait(&m->cv, &m->lock, &ts);
+        if (m->stop)
+            break;
+        if (!m->up || m->dirty) {
+            (void)publish_locked(e, m);
+            continue;
+        }
+        bool lost = false;
+        int rc = m->ops->keepalive(m->kv, m->key, &lost);
+        if (rc) {
+            LOG_WARN("metadata (%s): keepalive of '%s' failed: %s; the "
+                     "segment stays usable by peers that have it open",
+                     m->type, m->key, tent_last_error());
+            m->up = false;
+            m->dirty = true;
+        } else if (lost) {
+            (void)publish_locked(e, m);
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    return NULL;
+}
+
+static void make_name(struct tent_engine *e)
+{
+    char host[64] = "";
+    if (gethostname(host, sizeof(host)) != 0 || !host[0])
+        snprintf(host, sizeof(host), "tent");
+    host[sizeof(host) - 1] = 0;
+    uint32_t r = 0;
+    if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
+        r = (uint32_t)time(NULL) ^ (uint32_t)clock();
+    snprintf(e->segment_name, sizeof(e->segment_name), "%s-%ld-%08x", host,
+             (long)getpid(), r);
+}
+
+static void meta_free(struct tent_meta *m)
+{
+    if (m->kv)
+        m->ops->destroy(m->kv);
+    conf_free(&m->conf);
+    pthread_mutex_destroy(&m->lock);
+    pthread_cond_destroy(&m->cv);
+    free(m);
+}
+
+/* ---- segment ops -----------------------------------------------------------
+ */
+
+static int meta_fetch(struct tent_engine *e, const char *name,
+                      struct tent_segment *seg)
+{
+    struct tent_meta *m = e->meta;
+    char key[640];
+    if ((size_t)snprintf(key, sizeof(key), "%s%s", m->prefix, name) >=
+        sizeof(key))
+        return tent_set_error(TENT_EINVAL, "segment name '%s' is too long",
+                              name);
+    char *val = NULL;
+    size_t len = 0;
+    pthread_mutex_lock(&m->lock);
+    int rc = m->ops->get(m->kv, key, &val, &len);
+    pthread_mutex_unlock(&m->lock);
+    char host[256];
+    uint16_t port;
+    if (rc == TENT_ENOSEGMENT &&
+        tent_rpc_parse_addr(name, host, sizeof(host), &port) == TENT_OK) {
+        /* "<host>:<port>" that nobody published: dial it as in p2p mode */
+        LOG_DEBUG("segment '%s' is not in the %s service; trying it as an "
+                  "RPC address",
+                  name, m->type);
+        return tent_p2p_segment_ops.fetch(e, name, seg);
+    }
+    if (rc == TENT_EPEER && seg->priv) {
+        LOG_WARN("segment '%s': %s; refreshing its descriptor from the peer's "
+                 "RPC server instead",
+                 name, tent_last_error());
+        return tent_p2p_segment_ops.fetch(e, name, seg);
+    }
+    if (rc == TENT_ENOSEGMENT)
+        return tent_set_error(TENT_ENOSEGMENT,
+                              "segment '%s' not found: no key '%s' in the %s "
+                              "metadata service (%s)",
+                              name, key, m->type, m->servers);
+    if (rc)
+        return tent_set_error(TENT_ENOSEGMENT,
+                              "segment '%s' not found: metadata lookup of "
+                              "'%s' failed: %s",
+                              name, key, tent_last_error());
+    struct tent_wire_desc *d = calloc(1, sizeof(*d));
+    if (!d) {
+        free(val);
+        return tent_set_error(TENT_ENOMEM, "fetch '%s': out of memory", name);
+    }
+    rc = tent_wire_decode_desc(val, len, d);
+    free(val);
+    if (rc) {
+        free(d);
+        return tent_set_error(TENT_EPROTO,
+                              "segment '%s': the descriptor under '%s' is "
+                              "malformed: %s",
+                              name, key, tent_last_error());
+    }
+    if (strcmp(d->name, name) != 0) {
+        rc = tent_set_error(TENT_EPROTO,
+                            "segment '%s': the descriptor under '%s' names "
+                            "segment '%s'",
+                            name, key, d->name);
+    } else {
+        rc = tent_p2p_apply_desc(seg, d);
+        LOG_DEBUG("resolved segment '%s' through %s: %zu buffer(s)", name,
+                  m->type, d->nbufs);
+    }
+    tent_wire_desc_free(d);
+    free(d);
+    return rc;
+}
+
+static void meta_release(struct tent_engine *e, struct tent_segment *seg)
+{
+    tent_p2p_segment_ops.release(e, seg);
+}
+
+static int meta_notify(struct tent_engine *e, struct tent_segment *seg,
+                       const char *name, const char *msg)
+{
+    return tent_p2p_segment_ops.notify(e, seg, name, msg);
+}
+
+static const struct tent_segment_ops meta_segment_ops = {
+    .fetch = meta_fetch,
+    .release = meta_release,
+    .notify = meta_notify,
+};
+
+/* ---- lifecycle
+ * --------------------------------------------------------------- */
+
+int tent_meta_start(struct tent_engine *e)
+{
+    const char *type = NULL, *lname = NULL;
+    int rc = tent_config_get_string(e->cfg, "metadata_type", "p2p", &type);
+    if (!rc)
+        rc = tent_config_get_string(e->cfg, "local_segment_name", NULL, &lname);
+    if (rc)
+        return rc;
+    if (strcmp(type, "p2p") == 0)
+        return TENT_OK;
+    const struct tent_meta_kv_ops *ops = NULL;
+    size_t i = 0;
+    for (; i < sizeof(g_backends) / sizeof(g_backends[0]); i++)
+        if (strcmp(type, g_backends[i].type) == 0)
+            break;
+    if (i == sizeof(g_backends) / sizeof(g_backends[0]))
+        return tent_set_error(TENT_ECONFIG,
+                              "config key 'metadata_type' has unknown value "
+                              "'%s' (accepted: p2p, etcd, redis, http)",
+                              type);
+    ops = g_backends[i].ops;
+    if (!ops)
+        return tent_set_error(TENT_ENOTSUP,
+                              "metadata_type '%s' is not built in: %s was "
+                              "missing when the library was configured",
+                              type, g_backends[i].lib);
+    struct tent_meta *m = calloc(1, sizeof(*m));
+    if (!m)
+        return tent_set_error(TENT_ENOMEM, "metadata: out of memory");
+    pthread_mutex_init(&m->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&m->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    m->ops = ops;
+    snprintf(m->type, sizeof(m->type), "%s", type);
+    rc = read_conf(e, m);
+    if (rc)
+        goto fail;
+    if (!lname || !*lname)
+        make_name(e);
+    if ((size_t)snprintf(m->key, sizeof(m->key), "%s%s", m->prefix,
+                         e->segment_name) >= sizeof(m->key)) {
+        rc = tent_set_error(TENT_ECONFIG, "metadata key '%s%s' is too long",
+                            m->prefix, e->segment_name);
+        goto fail;
+    }
+    size_t nl = strlen(e->segment_name);
+    if (nl >= sizeof(e->local->name)) {
+        rc = tent_set_error(TENT_ECONFIG, "segment name '%s' is too long",
+                            e->segment_name);
+        goto fail;
+    }
+    pthread_rwlock_wrlock(&e->local->lock);
+    memcpy(e->local->name, e->segment_name, nl + 1);
+    pthread_rwlock_unlock(&e->local->lock);
+    rc = ops->create(&m->conf, &m->kv);
+    if (rc)
+        goto fail;
+    m->conf.password = NULL;
+    rc = publish_locked(e, m);
+    if (rc) {
+        rc = tent_set_error(rc,
+                            "metadata service '%s' at %s: cannot publish "
+                            "segment '%s': %s",
+                            type, m->servers, e->segment_name,
+                            tent_last_error());
+        goto fail;
+    }
+    e->meta = m;
+    pthread_mutex_lock(&m->lock); /* the thread reads thr_started */
+    m->thr_started = pthread_create(&m->thr, NULL, keeper, e) == 0;
+    pthread_mutex_unlock(&m->lock);
+    if (!m->thr_started) {
+        e->meta = NULL;
+        (void)ops->del(m->kv, m->key);
+        rc = tent_set_error(TENT_ENOMEM,
+                            "metadata: cannot start the keepalive thread");
+        goto fail;
+    }
+    e->seg_ops = &meta_segment_ops;
+    LOG_INFO("metadata (%s at %s): segment '%s' under key '%s', TTL %d s", type,
+             m->servers, e->segment_name, m->key, m->conf.ttl_s);
+    return TENT_OK;
+
+fail:
+    meta_free(m);
+    return rc;
+}
+
+void tent_meta_local_changed(struct tent_engine *e)
+{
+    struct tent_meta *m = e ? e->meta : NULL;
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->lock);
+    if (m->up)
+        (void)publish_locked(e, m);
+    else
+        m->dirty = true; /* the keepalive thread publishes on reconnect */
+    pthread_mutex_unlock(&m->lock);
+}
+
+void tent_meta_stop(struct tent_engine *e)
+{
+    struct tent_meta *m = e->meta;
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->lock);
+    m->stop = true;
+    pthread_cond_broadcast(&m->cv);
+    pthread_mutex_unlock(&m->lock);
+    if (m->thr_started)
+        pthread_join(m->thr, NULL);
+    /* Peers must not find a segment that is going away; when the service is
+     * down the key expires by itself (etcd, redis). */
+    if (m->up && m->ops->del(m->kv, m->key) != TENT_OK)
+        LOG_WARN("metadata (%s): deleting '%s' failed: %s", m->type, m->key,
+                 tent_last_error());
+    e->meta = NULL;
+    meta_free(m);
+}
