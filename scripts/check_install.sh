@@ -8,8 +8,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 libdir=$(dirname "$(find "$PREFIX" -name 'tent.pc' | head -1)")/..
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
+static=""
+if [ ! -e "$libdir/libtent.so" ]; then static="--static"; fi
+# shellcheck disable=SC2046
 cc -std=c11 -Wall -Werror mooncake-transfer-engine/tent/examples/example_copy.c \
-  $(pkg-config --cflags --libs tent) -o "$work/example_pc"
+  $(pkg-config $static --cflags --libs tent) -o "$work/example_pc"
 LD_LIBRARY_PATH="$libdir" "$work/example_pc" 1048576 | tee "$work/out.txt"
 grep -q "moved and verified" "$work/out.txt"
 
