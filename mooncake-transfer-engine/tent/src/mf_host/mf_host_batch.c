@@ -126,6 +126,7 @@ static int32_t fetch_ranges(struct mfh_peer *p)
     p->cache_gen = m.addr;
     p->cache_valid = true;
     pthread_mutex_unlock(&p->cache_lock);
+    mfh_shm_invalidate(p); /* registrations changed: maps may be stale */
     return SM_OK;
 }
 
@@ -306,6 +307,10 @@ static void *worker_main(void *arg)
         if (atomic_load(&b->first_error) == SM_OK) {
             if (atomic_load(&b->peer->down))
                 rc = SM_NOT_CONNECTED;
+            else if (b->peer->use_cma &&
+                     (rc = mfh_shm_copy(b->peer, b->opcode, &b->slices[idx])) !=
+                         MFH_SHM_NOMAP)
+                atomic_store(&b->used_map, true);
             else if (b->peer->use_cma)
                 rc = copy_cma(b, &b->slices[idx]);
             else
@@ -315,8 +320,17 @@ static void *worker_main(void *arg)
             int expected = SM_OK;
             atomic_compare_exchange_strong(&b->first_error, &expected, rc);
         }
-        if (atomic_fetch_sub(&b->remaining, 1) == 1)
-            batch_finish(h, b, atomic_load(&b->first_error));
+        if (atomic_fetch_sub(&b->remaining, 1) == 1) {
+            int32_t result = atomic_load(&b->first_error);
+            /* A mapping outlives the peer: its bytes count only if the
+             * peer is still there after the last one. */
+            if (result == SM_OK && atomic_load(&b->used_map) &&
+                !mfh_shm_peer_alive(b->peer)) {
+                mfh_peer_mark_down(b->peer, "process is gone");
+                result = SM_NOT_CONNECTED;
+            }
+            batch_finish(h, b, result);
+        }
         pthread_mutex_lock(&h->q_lock);
     }
     pthread_mutex_unlock(&h->q_lock);
@@ -391,6 +405,7 @@ int32_t mfh_batch_submit(struct mfh_handle *h, struct mfh_peer *p,
     }
     atomic_init(&b->remaining, n_slices);
     atomic_init(&b->first_error, SM_OK);
+    atomic_init(&b->used_map, false);
     /* The server validates each tcp request itself, so a batch of one slice
      * needs no separate check; everything else is checked up front so a
      * bad range leaves the batch's memory untouched. */
