@@ -231,7 +231,7 @@ int main(int argc, char **argv)
 {
     struct opts o = {
         .secs = 2.0, .block = 1 << 20, .batch = 32, .pair = "all", .op = "all"};
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
             return usage(argv[0]);
@@ -247,7 +247,6 @@ int main(int argc, char **argv)
             o.op = v;
         else
             return usage(argv[0]);
-        i++;
     }
     if (o.secs <= 0 || o.block == 0 || o.block > REGION || o.batch < 1 ||
         o.batch > 4096 ||
