@@ -41,6 +41,8 @@
 #define MFH_IO_TIMEOUT_MS      10000 /* bound on every blocking socket call */
 #define MFH_CONNECT_TIMEOUT_MS 3000  /* bound on connect() */
 #define MFH_MAX_BATCH          (1u << 20)
+#define MFH_RUN_MAX            64         /* slices a worker takes at once */
+#define MFH_RUN_BYTES          (4u << 20) /* and at most this many bytes */
 #define MFH_BATCH_BUCKETS      256
 
 /* ---- logging (level set by smem_set_log_level) ---------------------- */
