@@ -41,6 +41,8 @@
 #define MFH_IO_TIMEOUT_MS      10000 /* bound on every blocking socket call */
 #define MFH_CONNECT_TIMEOUT_MS 3000  /* bound on connect() */
 #define MFH_MAX_BATCH          (1u << 20)
+#define MFH_RUN_MAX            64         /* slices a worker takes at once */
+#define MFH_RUN_BYTES          (4u << 20) /* and at most this many bytes */
 #define MFH_BATCH_BUCKETS      256
 
 /* ---- logging (level set by smem_set_log_level) ---------------------- */
@@ -147,6 +149,8 @@ struct mfh_conn {
     bool busy;
 };
 
+struct mfh_map;
+
 /* A remote instance we copy to/from.  refs: one for h->peers membership,
  * one per batch, one per monitor snapshot.  p->lock guards conns, n_conns,
  * connecting. */
@@ -169,6 +173,12 @@ struct mfh_peer {
     uint64_t cache_gen;
     struct mfh_range *cache;
     size_t n_cache;
+    /* cma peers: shared mappings of their registered ranges (shm.c);
+     * dropped whenever the range cache is refreshed.  map_lock is taken
+     * before cache_lock and held (read) across each copy through a map. */
+    pthread_rwlock_t map_lock;
+    struct mfh_map *maps;
+    size_t n_maps, cap_maps;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     struct mfh_conn *conns;
@@ -200,8 +210,9 @@ struct mfh_batch {
     size_t next_slice;       /* q_lock */
     atomic_size_t remaining; /* slices not yet finished */
     atomic_int first_error;
-    bool done;      /* batch_lock */
-    int32_t result; /* batch_lock, valid when done */
+    atomic_bool used_map; /* a slice went through a shared mapping */
+    bool done;            /* batch_lock */
+    int32_t result;       /* batch_lock, valid when done */
 };
 
 struct mfh_srv_conn {
@@ -278,6 +289,14 @@ void mfh_peers_shutdown(struct mfh_handle *h);
 void mfh_peers_release(struct mfh_handle *h);
 struct mfh_conn *mfh_conn_acquire(struct mfh_peer *p);
 void mfh_conn_release(struct mfh_peer *p, struct mfh_conn *c, bool broken);
+
+/* shm.c: copies to/from a cma peer through shared mappings */
+#define MFH_SHM_NOMAP 2 /* not an SM_* code: use cross-memory attach */
+int32_t mfh_shm_copy(struct mfh_peer *p, smem_trans_opcode_t op,
+                     const struct mfh_slice *s);
+bool mfh_shm_peer_alive(struct mfh_peer *p);
+void mfh_shm_invalidate(struct mfh_peer *p);
+void mfh_shm_release(struct mfh_peer *p);
 
 /* batch.c */
 int mfh_workers_start(struct mfh_handle *h);

@@ -126,6 +126,7 @@ static int32_t fetch_ranges(struct mfh_peer *p)
     p->cache_gen = m.addr;
     p->cache_valid = true;
     pthread_mutex_unlock(&p->cache_lock);
+    mfh_shm_invalidate(p); /* registrations changed: maps may be stale */
     return SM_OK;
 }
 
@@ -178,11 +179,15 @@ static int32_t copy_cma(struct mfh_batch *b, const struct mfh_slice *s)
                           .iov_len = s->len - done};
         struct iovec r = {.iov_base = (void *)(uintptr_t)(s->remote + done),
                           .iov_len = s->len - done};
+        /* the kernel copies user memory: hidden from TSan (mf_host.h) */
+        MFH_USER_IO_BEGIN();
         ssize_t n = b->opcode == SMEM_TRANS_OP_WRITE
                         ? process_vm_writev(p->pid, &l, 1, &r, 1, 0)
                         : process_vm_readv(p->pid, &l, 1, &r, 1, 0);
+        int cma_err = errno;
+        MFH_USER_IO_END();
         if (n <= 0) {
-            int err = n < 0 ? errno : EFAULT;
+            int err = n < 0 ? cma_err : EFAULT;
             if (err == EINTR)
                 continue;
             if (err == ESRCH || peer_exiting(p)) {
@@ -203,43 +208,85 @@ static int32_t copy_cma(struct mfh_batch *b, const struct mfh_slice *s)
     return SM_OK;
 }
 
-static int32_t copy_tcp(struct mfh_batch *b, const struct mfh_slice *s)
+/* sendmsg until every iovec is out. */
+static int send_iov_all(int fd, struct iovec *iov, int n)
+{
+    while (n > 0) {
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -1;
+        size_t left = (size_t)w;
+        while (n > 0 && left >= iov->iov_len) {
+            left -= iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + left;
+            iov->iov_len -= left;
+        }
+    }
+    return 0;
+}
+
+/* Copies a run of k slices of b over one data connection, pipelined: every
+ * request goes out first (one sendmsg), then the answers are read in
+ * order, so small slices cost one round trip per run rather than one
+ * each.  The server answers each request in turn; its answers to writes
+ * are small enough to wait in our receive buffer while we still send, and
+ * read requests are small enough to wait in its. */
+static int32_t copy_tcp_run(struct mfh_batch *b, const struct mfh_slice *s,
+                            size_t k)
 {
     struct mfh_peer *p = b->peer;
     struct mfh_conn *c = mfh_conn_acquire(p);
     if (!c)
         return SM_NOT_CONNECTED;
     bool write = b->opcode == SMEM_TRANS_OP_WRITE;
-    struct mfh_msg m = {.magic = MFH_MAGIC,
-                        .type = write ? MFH_MSG_WRITE : MFH_MSG_READ,
-                        .addr = s->remote,
-                        .len = s->len};
-    if (write) {
-        if (send(c->fd, &m, sizeof(m), MSG_NOSIGNAL | MSG_MORE) !=
-                (ssize_t)sizeof(m) ||
-            mfh_send_user(c->fd, (const void *)s->local, s->len) != 0 ||
-            mfh_recv_full(c->fd, &m, sizeof(m)) != 0)
+    struct mfh_msg m[MFH_RUN_MAX];
+    struct iovec iov[2 * MFH_RUN_MAX];
+    int n = 0;
+    for (size_t i = 0; i < k; i++) {
+        m[i] = (struct mfh_msg){.magic = MFH_MAGIC,
+                                .type = write ? MFH_MSG_WRITE : MFH_MSG_READ,
+                                .addr = s[i].remote,
+                                .len = s[i].len};
+        iov[n++] = (struct iovec){.iov_base = &m[i], .iov_len = sizeof(m[i])};
+        if (write)
+            iov[n++] = (struct iovec){.iov_base = (void *)s[i].local,
+                                      .iov_len = s[i].len};
+    }
+    MFH_USER_IO_BEGIN();
+    int rc = send_iov_all(c->fd, iov, n);
+    int err = errno;
+    MFH_USER_IO_END();
+    if (rc != 0)
+        return io_fail(p, c, err);
+    int32_t status = SM_OK;
+    for (size_t i = 0; i < k; i++) {
+        struct mfh_msg r;
+        if (mfh_recv_full(c->fd, &r, sizeof(r)) != 0)
             return io_fail(p, c, errno);
-        if (m.magic != MFH_MAGIC || m.type != MFH_MSG_REPLY || m.len != 0)
+        if (r.magic != MFH_MAGIC || r.type != MFH_MSG_REPLY ||
+            (!write && r.status == SM_OK && r.len != s[i].len) ||
+            ((write || r.status != SM_OK) && r.len != 0))
             return io_fail(p, c, EPROTO);
-    } else {
-        if (mfh_send_full(c->fd, &m, sizeof(m)) != 0 ||
-            mfh_recv_full(c->fd, &m, sizeof(m)) != 0)
+        if (!write && r.status == SM_OK &&
+            mfh_recv_user(c->fd, (void *)s[i].local, s[i].len) != 0)
             return io_fail(p, c, errno);
-        if (m.magic != MFH_MAGIC || m.type != MFH_MSG_REPLY ||
-            (m.status == SM_OK && m.len != s->len) ||
-            (m.status != SM_OK && m.len != 0))
-            return io_fail(p, c, EPROTO);
-        if (m.status == SM_OK &&
-            mfh_recv_user(c->fd, (void *)s->local, s->len) != 0)
-            return io_fail(p, c, errno);
+        if (r.status != SM_OK) {
+            MFH_ERROR("%s: batch %llu: peer %s refused [0x%llx, +%zu): %d",
+                      p->h->uid, (unsigned long long)b->id, p->uid,
+                      (unsigned long long)s[i].remote, s[i].len, (int)r.status);
+            if (status == SM_OK)
+                status = r.status;
+        }
     }
     mfh_conn_release(p, c, false);
-    if (m.status != SM_OK)
-        MFH_ERROR("%s: batch %llu: peer %s refused [0x%llx, +%zu): %d",
-                  p->h->uid, (unsigned long long)b->id, p->uid,
-                  (unsigned long long)s->remote, s->len, (int)m.status);
-    return m.status;
+    return status;
 }
 
 static void batch_finish(struct mfh_handle *h, struct mfh_batch *b,
@@ -297,26 +344,52 @@ static void *worker_main(void *arg)
             q_push(h, b);
             continue;
         }
-        size_t idx = b->next_slice++;
+        /* A run of slices: an even share of what is left among the
+         * workers, at most MFH_RUN_MAX slices and MFH_RUN_BYTES (one slice
+         * at least), so that small slices are pipelined and large ones
+         * still spread over every worker and connection. */
+        size_t idx = b->next_slice, left = b->n_slices - idx;
+        size_t want = (left + MFH_WORKERS - 1) / MFH_WORKERS, k = 0;
+        size_t bytes = 0;
+        while (k < want && k < MFH_RUN_MAX &&
+               (k == 0 || bytes + b->slices[idx + k].len <= MFH_RUN_BYTES))
+            bytes += b->slices[idx + k++].len;
+        b->next_slice += k;
         if (b->next_slice == b->n_slices)
             q_pop(h);
         pthread_mutex_unlock(&h->q_lock);
 
         int32_t rc = SM_OK;
-        if (atomic_load(&b->first_error) == SM_OK) {
-            if (atomic_load(&b->peer->down))
-                rc = SM_NOT_CONNECTED;
-            else if (b->peer->use_cma)
-                rc = copy_cma(b, &b->slices[idx]);
-            else
-                rc = copy_tcp(b, &b->slices[idx]);
+        if (atomic_load(&b->first_error) != SM_OK) {
+            /* the batch failed already: its other slices are not copied */
+        } else if (atomic_load(&b->peer->down)) {
+            rc = SM_NOT_CONNECTED;
+        } else if (b->peer->use_cma) {
+            for (size_t i = 0; i < k && rc == SM_OK; i++) {
+                rc = mfh_shm_copy(b->peer, b->opcode, &b->slices[idx + i]);
+                if (rc == MFH_SHM_NOMAP)
+                    rc = copy_cma(b, &b->slices[idx + i]);
+                else
+                    atomic_store(&b->used_map, true);
+            }
+        } else {
+            rc = copy_tcp_run(b, &b->slices[idx], k);
         }
         if (rc != SM_OK) {
             int expected = SM_OK;
             atomic_compare_exchange_strong(&b->first_error, &expected, rc);
         }
-        if (atomic_fetch_sub(&b->remaining, 1) == 1)
-            batch_finish(h, b, atomic_load(&b->first_error));
+        if (atomic_fetch_sub(&b->remaining, k) == k) {
+            int32_t result = atomic_load(&b->first_error);
+            /* A mapping outlives the peer: its bytes count only if the
+             * peer is still there after the last one. */
+            if (result == SM_OK && atomic_load(&b->used_map) &&
+                !mfh_shm_peer_alive(b->peer)) {
+                mfh_peer_mark_down(b->peer, "process is gone");
+                result = SM_NOT_CONNECTED;
+            }
+            batch_finish(h, b, result);
+        }
         pthread_mutex_lock(&h->q_lock);
     }
     pthread_mutex_unlock(&h->q_lock);
@@ -391,6 +464,7 @@ int32_t mfh_batch_submit(struct mfh_handle *h, struct mfh_peer *p,
     }
     atomic_init(&b->remaining, n_slices);
     atomic_init(&b->first_error, SM_OK);
+    atomic_init(&b->used_map, false);
     /* The server validates each tcp request itself, so a batch of one slice
      * needs no separate check; everything else is checked up front so a
      * bad range leaves the batch's memory untouched. */

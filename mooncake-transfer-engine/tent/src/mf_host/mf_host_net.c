@@ -489,6 +489,7 @@ void mfh_peer_put(struct mfh_peer *p)
     if (p->ctrl_fd >= 0)
         close(p->ctrl_fd);
     free(p->cache);
+    mfh_shm_release(p);
     pthread_mutex_destroy(&p->cache_lock);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
@@ -616,6 +617,7 @@ struct mfh_peer *mfh_peer_get(struct mfh_handle *h, const char *url)
     snprintf(p->url, sizeof(p->url), "%s", url);
     pthread_mutex_init(&p->lock, NULL);
     pthread_mutex_init(&p->cache_lock, NULL);
+    pthread_rwlock_init(&p->map_lock, NULL);
     pthread_cond_init(&p->cond, NULL);
     p->ctrl_fd = mfh_connect(host, port, MFH_IO_TIMEOUT_MS);
     if (p->ctrl_fd < 0) {

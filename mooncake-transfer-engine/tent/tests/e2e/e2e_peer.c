@@ -36,6 +36,13 @@ uint64_t e2e_fnv(const void *p, size_t n)
     return h;
 }
 
+static bool g_memfabric;
+
+void e2e_set_memfabric(bool on)
+{
+    g_memfabric = on;
+}
+
 void e2e_config(bool shm, bool tcp)
 {
     tent_config_reset_global();
@@ -44,6 +51,8 @@ void e2e_config(bool shm, bool tcp)
     tent_set_config("transports/shm/enable", shm ? "true" : "false");
     tent_set_config("transports/tcp/enable", tcp ? "true" : "false");
     tent_set_config("transports/tcp/timeout_ms", "1500");
+    tent_set_config("transports/memfabric/enable",
+                    g_memfabric ? "true" : "false");
 }
 
 static int rd(int fd, void *buf, size_t n)
@@ -104,8 +113,10 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
         tent_register_memory_with_perm(eh, loc, SMALL, PERM_LOCAL_READ_WRITE) ||
         tent_register_memory(eh, plain, SMALL))
         _exit(4);
-    /* as a transport would publish memfabric_unique_id */
-    if (tent_engine_publish_attr(e, "memfabric_unique_id", "127.0.0.1:4242"))
+    /* as a transport would publish memfabric_unique_id (the real one does
+     * when memfabric is enabled) */
+    if (!g_memfabric &&
+        tent_engine_publish_attr(e, "memfabric_unique_id", "127.0.0.1:4242"))
         _exit(5);
     struct e2e_peer info = {0};
     tent_segment_name(eh, info.name, sizeof(info.name));
@@ -140,6 +151,21 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
             tent_p2p_stop(e);
             char ok = 1;
             wr(afd, &ok, 1);
+        } else if (c.op == 'M') {
+            int32_t rc = -1;
+            for (int i = 0; i < e->nxports; i++) {
+                struct tent_transport *t = e->xports[i];
+                if (t->ops->type != TRANSPORT_MEMFABRIC ||
+                    e->xport_abandoned[i])
+                    continue;
+                /* Marked first: from now on the engine leaves it alone
+                 * (buffers, teardown), as after a failed quiesce. */
+                e->xport_abandoned[i] = true;
+                (void)t->ops->quiesce(t);
+                t->ops->uninstall(t);
+                rc = 0;
+            }
+            wr(afd, &rc, sizeof(rc));
         } else if (c.op == 'N') {
             int got = 0;
             int32_t ok = 1;
@@ -241,6 +267,15 @@ void e2e_peer_stop_rpc(struct e2e_peer *p)
     char ok;
     if (!wr(p->cmd_fd, &c, sizeof(c)))
         (void)rd(p->ans_fd, &ok, 1);
+}
+
+int e2e_peer_drop_memfabric(struct e2e_peer *p)
+{
+    struct cmd c = {.op = 'M'};
+    int32_t rc = -1;
+    if (wr(p->cmd_fd, &c, sizeof(c)) || rd(p->ans_fd, &rc, sizeof(rc)))
+        return -1;
+    return rc;
 }
 
 int e2e_peer_check_notifs(struct e2e_peer *p, int expect, int timeout_ms,

@@ -22,6 +22,10 @@ struct e2e_peer {
 /* Sets the common configuration (log level, shm enable) for engines created
  * from now on in this process. */
 void e2e_config(bool shm, bool tcp);
+/* Whether e2e_config also enables the memfabric transport (off by default;
+ * MF_PROTOCOL and MF_SMEM_LIBRARY come from the environment).  Children
+ * started afterwards inherit the choice. */
+void e2e_set_memfabric(bool on);
 /* Starts a child target engine with a rw buffer of rw_len bytes from
  * tent_allocate_memory (filled with e2e_pattern), plus small read-only,
  * local-only and plain-registered (malloc) buffers. */
@@ -36,6 +40,11 @@ uint64_t e2e_peer_register(struct e2e_peer *p, uint64_t len);
 int e2e_peer_free_rw(struct e2e_peer *p);
 /* Asks the child to stop its RPC server (data and control plane). */
 void e2e_peer_stop_rpc(struct e2e_peer *p);
+/* The child's memfabric transport goes away while its engine (RPC server,
+ * tcp data path) keeps serving: the transport is uninstalled, which
+ * destroys the child's libmf_smem instance, and the engine never calls it
+ * again.  Returns 0, or -1 when the child has no memfabric transport. */
+int e2e_peer_drop_memfabric(struct e2e_peer *p);
 /* The child checks its queued notifications: each msg is "<off> <len>
  * <hash>" and must match the buffer content when dequeued; returns the
  * number received and in-order/valid flag via ok. */

@@ -409,6 +409,45 @@ static void test_failover_tcp_to_shm(void **state)
                 e2e_fnv(f->src, n * len));
 }
 
+/* A batch that reported COMPLETED is free at once: the transport's
+ * sub-batch never looks busy once every task is terminal (tcp once lowered
+ * a task's slice count before the sub-batch's own count, so a free right
+ * after completion could answer TENT_EBUSY).  Tight polling, no pause
+ * between completion and free; tasks of one to three slices. */
+static void test_free_right_after_completed(void **state)
+{
+    struct fixture *f = *state;
+    const size_t n = 8;
+    tent_request_t r[8];
+    for (int iter = 0; iter < 2000; iter++) {
+        for (size_t i = 0; i < n; i++) {
+            /* log-uniform up to 3 MiB: mostly one slice, some several */
+            uint64_t len = 1 + rnd(f) % ((uint64_t)3 << (rnd(f) % 21));
+            uint64_t off = i * (RW_LEN / n) + rnd(f) % (RW_LEN / n - len);
+            r[i] = (tent_request_t){.opcode = (iter + i) % 3 ? OPCODE_WRITE
+                                                             : OPCODE_READ,
+                                    .source = f->src + off,
+                                    .target_id = f->seg,
+                                    .target_offset = f->peer.rw_base + off,
+                                    .length = len};
+        }
+        tent_batch_id_t b = tent_allocate_batch(f->e, n);
+        assert_int_not_equal(b, 0);
+        assert_int_equal(tent_submit(f->e, b, r, n), 0);
+        tent_status_t st;
+        long end = e2e_now_ms() + 10000;
+        do {
+            assert_int_equal(tent_overall_status(f->e, b, &st), 0);
+        } while (st.status == STATUS_PENDING && e2e_now_ms() < end);
+        assert_int_equal(st.status, STATUS_COMPLETED);
+        int rc = tent_free_batch(f->e, b);
+        if (rc != 0)
+            fail_msg("iteration %d: tent_free_batch right after COMPLETED "
+                     "returned %d: %s",
+                     iter, rc, tent_last_error());
+    }
+}
+
 /* One process: the engine's own segment as the target. */
 static void test_single_process_local_segment(void **state)
 {
@@ -497,6 +536,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_random_reads_writes, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_bounds_and_permissions, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_free_right_after_completed, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_refetch_after_peer_registers,
                                         setup, teardown),

@@ -67,9 +67,12 @@ static void run(uint32_t proto, smem_trans_opcode_t op)
                      0);
 
     /* 64 batches of 256 entries of 64 KiB: 1 GiB in small pieces, far more
-     * than can move while the target is being killed (even under
-     * valgrind, whose slowed-down threads still copy at kernel speed). */
-    enum { N = 64, E = 256 };
+     * than can move while the target is being killed.  Under valgrind the
+     * copies still run at kernel speed while this thread waits its turn
+     * for valgrind's lock, so there 1 GiB could (rarely) all land before
+     * the kill: use 256 batches (4 GiB). */
+    enum { NMAX = 256, E = 256 };
+    const int N = getenv("MFH_UNDER_VALGRIND") ? NMAX : 64;
     size_t piece = TARGET_SIZE / E;
     void *src[E], *dst[E];
     size_t sz[E];
@@ -78,7 +81,7 @@ static void run(uint32_t proto, smem_trans_opcode_t op)
         dst[e] = child.base + (size_t)e * piece;
         sz[e] = piece;
     }
-    uint64_t ids[N];
+    uint64_t ids[NMAX];
     for (int i = 0; i < N; i++) {
         smem_trans_batch_params_t p = {.destUrl = child.uid,
                                        .srcList = src,

@@ -149,7 +149,9 @@ static inline void mfh_uid(const struct mfh_api *a, smem_trans_t h, char *uid,
  * bytes and reports {uid, address} on a pipe; then it serves commands:
  *   'Z' zero the buffer; 'F' off len seed: fill a range with the pattern;
  *   'V' off len seed: verify a range against the pattern and that the bytes
- *   just outside it are zero; 'Q' quit.  Each command answers one byte
+ *   just outside it are zero; 'M' (MFH_CHILD_MEMFD only) replace the
+ *   buffer by a new memfd at the same address; 'Q' quit.  Each command
+ *   answers one byte
  *   (1 = ok). */
 struct mfh_child {
     pid_t pid;
@@ -188,8 +190,16 @@ static inline int mfh_full_read(int fd, void *buf, size_t len)
 static inline void mfh_child_main(const struct mfh_api *a, uint32_t proto,
                                   size_t size, int cmd_fd, int ans_fd)
 {
-    uint8_t *buf = mmap(NULL, size, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* MFH_CHILD_MEMFD=1: the buffer is a shared mapping of a memfd (as
+     * TENT's tent_allocate_memory makes), and 'M' replaces it by a new
+     * memfd mapped at the same address (deregistered, then registered). */
+    bool memfd = getenv("MFH_CHILD_MEMFD") != NULL;
+    int mfd = memfd ? memfd_create("mfh_child_a", MFD_CLOEXEC) : -1;
+    if (memfd && (mfd < 0 || ftruncate(mfd, (off_t)size) != 0))
+        _exit(2);
+    uint8_t *buf =
+        mmap(NULL, size, PROT_READ | PROT_WRITE,
+             memfd ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS, mfd, 0);
     if (buf == MAP_FAILED || a->smem_trans_init(0, 0) != SM_OK)
         _exit(2);
     smem_trans_t h = mfh_create(a, proto);
@@ -208,6 +218,15 @@ static inline void mfh_child_main(const struct mfh_api *a, uint32_t proto,
             break;
         if (c.off > size || c.len > size - c.off) {
             ok = 0;
+        } else if (c.op == 'M' && memfd) {
+            int nfd = memfd_create("mfh_child_b", MFD_CLOEXEC);
+            ok = a->smem_trans_deregister_mem(h, buf) == SM_OK && nfd >= 0 &&
+                 ftruncate(nfd, (off_t)size) == 0 &&
+                 mmap(buf, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                      nfd, 0) == buf &&
+                 a->smem_trans_register_mem(h, buf, size, 0) == SM_OK;
+            close(mfd);
+            mfd = nfd;
         } else if (c.op == 'Z') {
             memset(buf, 0, size);
         } else if (c.op == 'F') {
@@ -231,6 +250,8 @@ static inline void mfh_child_main(const struct mfh_api *a, uint32_t proto,
     a->smem_trans_destroy(h, 0);
     a->smem_trans_uninit(0);
     munmap(buf, size);
+    if (mfd >= 0)
+        close(mfd);
     _exit(0);
 }
 

@@ -1,0 +1,267 @@
+/* tent_mf_bench: the memfabric transport over mf_host against the built-in
+ * transport it stands in for, between two processes on 127.0.0.1, both
+ * measured by this program in the same run:
+ *   memfabric (MF_PROTOCOL=host_tcp) vs the tcp transport,
+ *   memfabric (MF_PROTOCOL=host_shm) vs the shm transport.
+ * Each engine has both transports of a pair installed; a request's
+ * transport_hint picks the one measured, and failover is off
+ * (max_failover_attempts 0), so a failure stops the benchmark instead of
+ * being measured as the other transport.
+ *
+ * Usage: tent_mf_bench [--seconds S] [--block BYTES] [--batch N]
+ *                      [--pair tcp|shm|all] [--op write|read|all]
+ * Defaults: 2 s per point, 1 MiB blocks, 32 per batch, both pairs, both
+ * ops.  Each point alternates the two transports 5 times; medians shown.
+ * MF_SMEM_LIBRARY defaults to the mf_host library of this build. */
+#define _GNU_SOURCE
+#include "tent/transfer_engine.h"
+
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define REGION ((size_t)64 << 20)
+#define REPS   5
+
+struct opts {
+    double secs;
+    size_t block;
+    int batch;
+    const char *pair;
+    const char *op;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Engine configuration for a pair: memfabric plus tcp or shm. */
+static void configure(int shm)
+{
+    tent_set_config("log_level", "error");
+    tent_set_config("transports/memfabric/enable", "true");
+    tent_set_config("transports/tcp/enable", shm ? "false" : "true");
+    tent_set_config("transports/shm/enable", shm ? "true" : "false");
+    tent_set_config("max_failover_attempts", "0");
+}
+
+/* A target engine in a child process; its segment name and buffer address
+ * come back on a pipe, and it lives until the pipe to it closes. */
+static pid_t start_target(int shm, char *line, size_t cap, int *keep)
+{
+    int a[2], c[2];
+    if (pipe(a) || pipe(c))
+        return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(a[0]);
+        close(c[1]);
+        configure(shm);
+        tent_engine_t e = tent_create_engine();
+        void *buf;
+        char n[256] = "";
+        if (!e || tent_allocate_memory(e, &buf, REGION, "cpu") ||
+            tent_segment_name(e, n, sizeof(n)))
+            _exit(1);
+        memset(buf, 1, REGION);
+        char out[300];
+        int len = snprintf(out, sizeof(out), "%s %llu\n", n,
+                           (unsigned long long)(uintptr_t)buf);
+        if (write(a[1], out, (size_t)len) != len)
+            _exit(1);
+        char x;
+        while (read(c[0], &x, 1) > 0)
+            ;
+        tent_destroy_engine(e);
+        _exit(0);
+    }
+    close(a[1]);
+    close(c[0]);
+    FILE *f = fdopen(a[0], "r");
+    if (!f || !fgets(line, (int)cap, f)) {
+        if (f)
+            fclose(f);
+        close(c[1]);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    fclose(f);
+    *keep = c[1];
+    return pid;
+}
+
+/* Bytes per second moving blocks of o->block bytes, o->batch per batch, one
+ * batch at a time, through the transport of type hint. */
+static double engine_rate(tent_engine_t e, tent_segment_id_t seg, char *local,
+                          uint64_t remote, int opcode, int hint,
+                          const struct opts *o, double secs)
+{
+    tent_request_t *r = calloc((size_t)o->batch, sizeof(*r));
+    size_t per = REGION / o->block;
+    uint64_t bytes = 0;
+    size_t next = 0;
+    double t0 = now_s(), t;
+    do {
+        for (int i = 0; i < o->batch; i++, next++) {
+            size_t off = (next % per) * o->block;
+            r[i].opcode = opcode;
+            r[i].source = local + off;
+            r[i].target_id = seg;
+            r[i].target_offset = remote + off;
+            r[i].length = o->block;
+            r[i].transport_hint = hint;
+        }
+        tent_batch_id_t b = tent_allocate_batch(e, (size_t)o->batch);
+        if (!b || tent_submit(e, b, r, (size_t)o->batch)) {
+            fprintf(stderr, "submit failed: %s\n", tent_last_error());
+            exit(1);
+        }
+        tent_status_t st;
+        for (;;) {
+            if (tent_overall_status(e, b, &st)) {
+                fprintf(stderr, "status failed: %s\n", tent_last_error());
+                exit(1);
+            }
+            if (st.status != STATUS_PENDING)
+                break;
+            sched_yield(); /* 2-core machines: let the workers run */
+        }
+        if (st.status != STATUS_COMPLETED) {
+            fprintf(stderr, "batch failed (status %d): %s\n", st.status,
+                    tent_last_error());
+            exit(1);
+        }
+        if (tent_free_batch(e, b)) {
+            fprintf(stderr, "free failed: %s\n", tent_last_error());
+            exit(1);
+        }
+        bytes += (uint64_t)o->block * (uint64_t)o->batch;
+        t = now_s();
+    } while (t - t0 < secs);
+    free(r);
+    return (double)bytes / (t - t0);
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v)
+{
+    qsort(v, REPS, sizeof(*v), cmp_d);
+    return v[REPS / 2];
+}
+
+/* One pair: memfabric over proto vs the tcp or shm transport. */
+static int run_pair(int shm, const struct opts *o)
+{
+    const char *proto = shm ? "host_shm" : "host_tcp";
+    const char *other = shm ? "shm" : "tcp";
+    int other_type = shm ? TRANSPORT_SHM : TRANSPORT_TCP;
+    setenv("MF_PROTOCOL", proto, 1); /* the target inherits it */
+    char line[300], name[256];
+    unsigned long long remote;
+    int keep;
+    pid_t pid = start_target(shm, line, sizeof(line), &keep);
+    if (pid < 0 || sscanf(line, "%255s %llu", name, &remote) != 2) {
+        fprintf(stderr, "target did not start\n");
+        return 1;
+    }
+    configure(shm);
+    tent_engine_t e = tent_create_engine();
+    void *src;
+    tent_segment_id_t seg;
+    if (!e || tent_allocate_memory(e, &src, REGION, "cpu") ||
+        tent_open_segment(e, &seg, name)) {
+        fprintf(stderr, "setup failed: %s\n", tent_last_error());
+        return 1;
+    }
+    memset(src, 3, REGION);
+    for (int op = 0; op < 2; op++) {
+        int opcode = op ? OPCODE_READ : OPCODE_WRITE;
+        const char *opname = op ? "read" : "write";
+        if (strcmp(o->op, "all") != 0 && strcmp(o->op, opname) != 0)
+            continue;
+        /* warm-up: connections, caches, page faults */
+        engine_rate(e, seg, src, remote, opcode, TRANSPORT_MEMFABRIC, o, 0.2);
+        engine_rate(e, seg, src, remote, opcode, other_type, o, 0.2);
+        /* Interleaved repetitions, median of each: the machine may be busy
+         * with other work, and this spreads its noise over both sides. */
+        double mf_r[REPS], x_r[REPS];
+        for (int k = 0; k < REPS; k++) {
+            mf_r[k] = engine_rate(e, seg, src, remote, opcode,
+                                  TRANSPORT_MEMFABRIC, o, o->secs / REPS);
+            x_r[k] = engine_rate(e, seg, src, remote, opcode, other_type, o,
+                                 o->secs / REPS);
+        }
+        double mf = median(mf_r), x = median(x_r);
+        printf("memfabric/%-8s %-5s %8zu B x %3d   memfabric %7.2f GB/s   "
+               "%-3s %7.2f GB/s   ratio %5.1f%%\n",
+               proto, opname, o->block, o->batch, mf / 1e9, other, x / 1e9,
+               100 * mf / x);
+        fflush(stdout);
+    }
+    tent_destroy_engine(e);
+    close(keep);
+    waitpid(pid, NULL, 0);
+    return 0;
+}
+
+static int usage(const char *argv0)
+{
+    fprintf(stderr,
+            "usage: %s [--seconds S] [--block BYTES] [--batch N] "
+            "[--pair tcp|shm|all] [--op write|read|all]\n",
+            argv0);
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {
+        .secs = 2.0, .block = 1 << 20, .batch = 32, .pair = "all", .op = "all"};
+    for (int i = 1; i < argc; i += 2) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v)
+            return usage(argv[0]);
+        if (strcmp(a, "--seconds") == 0)
+            o.secs = atof(v);
+        else if (strcmp(a, "--block") == 0)
+            o.block = (size_t)strtoull(v, NULL, 0);
+        else if (strcmp(a, "--batch") == 0)
+            o.batch = atoi(v);
+        else if (strcmp(a, "--pair") == 0)
+            o.pair = v;
+        else if (strcmp(a, "--op") == 0)
+            o.op = v;
+        else
+            return usage(argv[0]);
+    }
+    if (o.secs <= 0 || o.block == 0 || o.block > REGION || o.batch < 1 ||
+        o.batch > 4096 ||
+        (strcmp(o.pair, "all") && strcmp(o.pair, "tcp") &&
+         strcmp(o.pair, "shm")) ||
+        (strcmp(o.op, "all") && strcmp(o.op, "write") && strcmp(o.op, "read")))
+        return usage(argv[0]);
+#ifdef MF_BENCH_LIB
+    setenv("MF_SMEM_LIBRARY", MF_BENCH_LIB, 0); /* unless the user chose */
+#endif
+    signal(SIGPIPE, SIG_IGN);
+    int rc = 0;
+    if (strcmp(o.pair, "shm") != 0)
+        rc = run_pair(0, &o);
+    if (!rc && strcmp(o.pair, "tcp") != 0)
+        rc = run_pair(1, &o);
+    return rc;
+}
