@@ -118,6 +118,22 @@ static void engine_roundtrip(void)
     tent_destroy_engine(e);
 }
 
+/* The first MiB of the target's read-write buffer holds its pattern, with
+ * [8192, 8192 + n) either untouched or equal to partial (the truncated write
+ * of the malformed-frames test). */
+static bool target_intact_but_partial(const uint8_t *partial, size_t n)
+{
+    uint8_t *exp = malloc(1 << 20);
+    for (size_t i = 0; i < (1 << 20); i++)
+        exp[i] = e2e_pattern(i);
+    uint64_t h = e2e_peer_hash(&g_peer, false, 0, 1 << 20);
+    bool ok = h == e2e_fnv(exp, 1 << 20);
+    memcpy(exp + 8192, partial, n);
+    ok = ok || h == e2e_fnv(exp, 1 << 20);
+    free(exp);
+    return ok;
+}
+
 static void test_malformed_frames_drop_only_their_connection(void **state)
 {
     (void)state;
@@ -212,14 +228,10 @@ static void test_malformed_frames_drop_only_their_connection(void **state)
     desc_roundtrip(good);
     close(good);
     engine_roundtrip();
-    /* The target's memory is untouched by all of the above. */
-    uint8_t *exp = malloc(1 << 20);
-    for (size_t i = 0; i < (1 << 20); i++)
-        exp[i] = e2e_pattern(i);
-    memcpy(exp + 8192, partial, sizeof(partial));
-    assert_true(e2e_peer_hash(&g_peer, false, 0, 1 << 20) ==
-                e2e_fnv(exp, 1 << 20));
-    free(exp);
+    /* The target's memory is untouched by all of the above, except that the
+     * 10 bytes of the truncated write may have landed (whether the server
+     * read them before the connection went away is a matter of timing). */
+    assert_true(target_intact_but_partial(partial, sizeof(partial)));
 }
 
 /* Sends one well-formed request; returns the answer's status. */
@@ -268,14 +280,8 @@ static void test_server_enforces_bounds_and_permissions(void **state)
     /* the connection survives refusals and then serves a valid request */
     assert_int_equal(raw_rw(fd, TENT_WIRE_READ, p->ro_base, 64), 0);
     close(fd);
-    uint8_t *exp = malloc(1 << 20);
-    for (size_t i = 0; i < (1 << 20); i++)
-        exp[i] = e2e_pattern(i);
-    for (int i = 0; i < 10; i++)
-        exp[8192 + i] = (uint8_t)(i + 1); /* from the test above */
-    assert_true(e2e_peer_hash(&g_peer, false, 0, 1 << 20) ==
-                e2e_fnv(exp, 1 << 20));
-    free(exp);
+    const uint8_t partial[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    assert_true(target_intact_but_partial(partial, sizeof(partial)));
 }
 
 /* A fake peer that answers every descriptor request with `reply`. */
