@@ -105,6 +105,7 @@ struct tb_result {
     double seconds; /* measured window */
     double bw_gbs, inst_gbs, avg_lat_us, avg_tx_us, p99_tx_us, p999_tx_us;
     const char *transport;
+    char transport_used[48];       /* what the engine picked, when it picked */
     double memcpy_gbs, socket_gbs; /* --baseline, else 0 */
     bool skipped;
 };

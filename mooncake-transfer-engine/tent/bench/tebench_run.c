@@ -107,6 +107,30 @@ static bool terminal(int s)
 /* Allocates a batch, submits reqs, polls until every task is terminal, frees
  * the batch.  *tx_us is submit-to-completion time.  Returns 0 or -1 with the
  * reason in msg. */
+/* When the engine chooses the transport (--xport_type=auto or a hint that
+ * may fail over), the Transport column shows what it actually used, as
+ * tent_task_transport() reports it: one name, or "mixed(a,b)". */
+static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool seen_track;
+static char seen_name[48];
+
+static void note_transport(tent_engine_t e, tent_batch_id_t bid)
+{
+    char name[16];
+    if (!seen_track || tent_task_transport(e, bid, 0, name, sizeof(name)) ||
+        !name[0])
+        return;
+    pthread_mutex_lock(&seen_lock);
+    if (!seen_name[0])
+        snprintf(seen_name, sizeof(seen_name), "%s", name);
+    else if (strcmp(seen_name, name) != 0 && strncmp(seen_name, "mixed", 5)) {
+        char first[16];
+        snprintf(first, sizeof(first), "%s", seen_name);
+        snprintf(seen_name, sizeof(seen_name), "mixed(%s,%s)", first, name);
+    }
+    pthread_mutex_unlock(&seen_lock);
+}
+
 static int run_batch(tent_engine_t e, tent_request_t *reqs, size_t n,
                      double *tx_us, char *msg, size_t msglen)
 {
@@ -165,6 +189,7 @@ static int run_batch(tent_engine_t e, tent_request_t *reqs, size_t n,
         goto free_batch;
     }
     ret = 0;
+    note_transport(e, bid);
 free_batch:
     /* Every task is terminal here, so the batch is free at once: no
      * transport keeps a terminal task's sub-batch busy. */
@@ -532,6 +557,11 @@ int tb_run_case(struct tb_ctx *c, int case_idx, uint64_t threads,
     res->block = block;
     res->batch = batch;
     res->transport = c->transport;
+    pthread_mutex_lock(&seen_lock);
+    seen_track = strcmp(c->transport, "auto") == 0 ||
+                 strncmp(c->transport, "hint:", 5) == 0;
+    seen_name[0] = '\0';
+    pthread_mutex_unlock(&seen_lock);
 
     struct case_state cs = {.c = c,
                             .case_idx = case_idx,
@@ -604,6 +634,13 @@ int tb_run_case(struct tb_ctx *c, int case_idx, uint64_t threads,
     stop_all(&cs);
     for (uint64_t t = 0; t < started; t++)
         pthread_join(ws[t].tid, NULL);
+    pthread_mutex_lock(&seen_lock);
+    if (seen_track && seen_name[0]) {
+        snprintf(res->transport_used, sizeof(res->transport_used), "%s",
+                 seen_name);
+        res->transport = res->transport_used;
+    }
+    pthread_mutex_unlock(&seen_lock);
 
     for (uint64_t t = 0; t < threads; t++)
         if (ws[t].rc != TB_EXIT_OK) {

@@ -3,7 +3,7 @@
 #   tebench_test.sh <path to tebench> <scenario> [transport]
 # Scenarios: flags, loopback <xport>, mix <xport>, json <xport>,
 # mainjob <expected default xport>, corrupt <xport>, corrupt_read <xport>,
-# range <xport>, target <xport>, unreachable.
+# range <xport>, target <xport>, auto <xport used>, unreachable.
 set -u
 
 TEBENCH=$1
@@ -157,6 +157,16 @@ for line in open(sys.argv[1]):
     assert r["bw_gbps"] > 0 and r["transport"] == sys.argv[2], r
 ' "$OUT" "$XPORT" || fail "JSON rows malformed"
     fi
+    ;;
+auto)
+    # --xport_type=auto: the engine picks (shm before tcp when both are
+    # enabled); the Transport column reports what it actually used
+    echo '{"transports": {"tcp": {"enable": true}, "shm": {"enable": true}}}' \
+        >"$WORK/auto.json"
+    run 0 --loopback --xport_type=auto --config="$WORK/auto.json" --json \
+        --block_size=65536 "${COMMON[@]}"
+    grep -q "\"transport\": \"$XPORT\"" "$OUT" ||
+        fail "Transport is not the one the engine used ($XPORT)"
     ;;
 mainjob)
     # the README main job: no --xport_type, so the default transport
