@@ -232,6 +232,40 @@ static int send_iov_all(int fd, struct iovec *iov, int n)
     return 0;
 }
 
+/* Buffered reading of a write run's answers (see copy_tcp_run): they carry
+ * no data, so one receive call takes many. */
+struct run_in {
+    int fd;
+    size_t pos, len;
+    uint8_t b[8192];
+};
+
+static int run_read(struct run_in *in, void *dst, size_t n)
+{
+    uint8_t *p = dst;
+    while (n > 0) {
+        if (in->pos < in->len) {
+            size_t k = in->len - in->pos < n ? in->len - in->pos : n;
+            memcpy(p, in->b + in->pos, k);
+            in->pos += k;
+            p += k;
+            n -= k;
+            continue;
+        }
+        ssize_t r = recv(in->fd, in->b, sizeof(in->b), 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (r == 0)
+                errno = ECONNRESET;
+            return -1;
+        }
+        in->pos = 0;
+        in->len = (size_t)r;
+    }
+    return 0;
+}
+
 /* Copies a run of k slices of b over one data connection, pipelined: every
  * request goes out first (one sendmsg), then the answers are read in
  * order, so small slices cost one round trip per run rather than one
@@ -265,10 +299,15 @@ static int32_t copy_tcp_run(struct mfh_batch *b, const struct mfh_slice *s,
     MFH_USER_IO_END();
     if (rc != 0)
         return io_fail(p, c, err);
+    /* Answers to writes through a buffer (one receive call for many);
+     * answers to reads unbuffered, their data straight into the local
+     * buffer, where the kernel reports a bad address as an error. */
+    struct run_in in = {.fd = c->fd};
     int32_t status = SM_OK;
     for (size_t i = 0; i < k; i++) {
         struct mfh_msg r;
-        if (mfh_recv_full(c->fd, &r, sizeof(r)) != 0)
+        if ((write ? run_read(&in, &r, sizeof(r))
+                   : mfh_recv_full(c->fd, &r, sizeof(r))) != 0)
             return io_fail(p, c, errno);
         if (r.magic != MFH_MAGIC || r.type != MFH_MSG_REPLY ||
             (!write && r.status == SM_OK && r.len != s[i].len) ||
@@ -285,6 +324,8 @@ static int32_t copy_tcp_run(struct mfh_batch *b, const struct mfh_slice *s,
                 status = r.status;
         }
     }
+    if (in.pos != in.len) /* more than we asked for */
+        return io_fail(p, c, EPROTO);
     mfh_conn_release(p, c, false);
     return status;
 }

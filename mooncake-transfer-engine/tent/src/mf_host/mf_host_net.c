@@ -158,29 +158,108 @@ int mfh_recv_user(int fd, void *buf, size_t len)
 
 /* ---- server ------------------------------------------------------------- */
 
-static int reply(int fd, int32_t status, uint64_t addr, uint64_t len)
+/* A served connection's buffered input and output.  Requests of a
+ * pipelined run arrive together: they are read with one receive call and
+ * their small answers leave with one send, instead of one system call per
+ * header and per answer.  Pending answers are flushed before every
+ * blocking receive, so a peer waiting for them is never kept waiting. */
+struct srv_io {
+    int fd;
+    size_t in_pos, in_len, out_len;
+    uint8_t in[65536];
+    uint8_t out[8192];
+};
+
+static int io_flush(struct srv_io *io)
+{
+    if (io->out_len == 0)
+        return 0;
+    size_t n = io->out_len;
+    io->out_len = 0;
+    return mfh_send_full(io->fd, io->out, n);
+}
+
+/* Reads n bytes (from the buffer first).  user: dst is user memory (see
+ * MFH_USER_IO_BEGIN).  idle: nothing of this message was read yet, so a
+ * receive timeout only means an idle connection: keep waiting. */
+static int io_read(struct mfh_handle *h, struct srv_io *io, void *dst, size_t n,
+                   bool user, bool idle)
+{
+    uint8_t *p = dst;
+    while (n > 0) {
+        if (io->in_pos < io->in_len) {
+            size_t k =
+                io->in_len - io->in_pos < n ? io->in_len - io->in_pos : n;
+            if (user)
+                MFH_USER_IO_BEGIN();
+            memcpy(p, io->in + io->in_pos, k);
+            if (user)
+                MFH_USER_IO_END();
+            io->in_pos += k;
+            p += k;
+            n -= k;
+            idle = false;
+            continue;
+        }
+        if (io_flush(io) != 0)
+            return -1;
+        if (n >= 16384) /* bulk data: straight into place */
+            return user ? mfh_recv_user(io->fd, p, n)
+                        : mfh_recv_full(io->fd, p, n);
+        ssize_t r = recv(io->fd, io->in, sizeof(io->in), 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && errno == EAGAIN && idle && !atomic_load(&h->stopping))
+            continue; /* idle connection: keep waiting */
+        if (r <= 0) {
+            if (r == 0)
+                errno = ECONNRESET;
+            return -1;
+        }
+        io->in_pos = 0;
+        io->in_len = (size_t)r;
+    }
+    return 0;
+}
+
+/* Sends len bytes after what is pending.  user: see io_read. */
+static int io_send(struct srv_io *io, const void *buf, size_t len, bool user)
+{
+    if (len <= sizeof(io->out) - io->out_len && !user) {
+        memcpy(io->out + io->out_len, buf, len);
+        io->out_len += len;
+        return 0;
+    }
+    if (io_flush(io) != 0)
+        return -1;
+    return user ? mfh_send_user(io->fd, buf, len)
+                : mfh_send_full(io->fd, buf, len);
+}
+
+static int reply(struct srv_io *io, int32_t status, uint64_t addr, uint64_t len)
 {
     struct mfh_msg m = {.magic = MFH_MAGIC,
                         .type = MFH_MSG_REPLY,
                         .status = status,
                         .addr = addr,
                         .len = len};
-    return mfh_send_full(fd, &m, sizeof(m));
+    return io_send(io, &m, sizeof(m), false);
 }
 
-static int drain(int fd, uint64_t len)
+static int drain(struct mfh_handle *h, struct srv_io *io, uint64_t len)
 {
     char scratch[16384];
     while (len > 0) {
         size_t n = len < sizeof(scratch) ? (size_t)len : sizeof(scratch);
-        if (mfh_recv_full(fd, scratch, n) != 0)
+        if (io_read(h, io, scratch, n, false, false) != 0)
             return -1;
         len -= n;
     }
     return 0;
 }
 
-static int serve_hello(struct mfh_handle *h, int fd, const struct mfh_msg *m)
+static int serve_hello(struct mfh_handle *h, struct srv_io *io,
+                       const struct mfh_msg *m)
 {
     struct mfh_hello in,
         out = {.version = MFH_VERSION,
@@ -189,26 +268,29 @@ static int serve_hello(struct mfh_handle *h, int fd, const struct mfh_msg *m)
                .gen_addr = (uint64_t)(uintptr_t)&h->mem_gen,
                .probe_addr = (uint64_t)(uintptr_t)&h->probe_value,
                .probe_value = h->probe_value};
-    if (m->len != sizeof(in) || mfh_recv_full(fd, &in, sizeof(in)) != 0)
+    if (m->len != sizeof(in) ||
+        io_read(h, io, &in, sizeof(in), false, false) != 0)
         return -1;
     in.uid[MFH_UID_MAX - 1] = '\0';
     snprintf(out.uid, sizeof(out.uid), "%s", h->uid);
     MFH_DEBUG("%s: hello from %s (pid %u)", h->uid, in.uid, in.pid);
-    if (reply(fd, in.version == MFH_VERSION ? SM_OK : SM_NOT_SUPPORTED, 0,
+    if (reply(io, in.version == MFH_VERSION ? SM_OK : SM_NOT_SUPPORTED, 0,
               sizeof(out)) != 0)
         return -1;
-    return mfh_send_full(fd, &out, sizeof(out));
+    return io_send(io, &out, sizeof(out), false);
 }
 
-static int serve_check(struct mfh_handle *h, int fd, const struct mfh_msg *m)
+static int serve_check(struct mfh_handle *h, struct srv_io *io,
+                       const struct mfh_msg *m)
 {
     if (m->count == 0 || m->count > MFH_MAX_BATCH ||
         m->len != (uint64_t)m->count * sizeof(struct mfh_wire_range))
         return -1;
     struct mfh_wire_range *r = malloc(m->len);
     if (!r)
-        return drain(fd, m->len) == 0 ? reply(fd, SM_MALLOC_FAILED, 0, 0) : -1;
-    if (mfh_recv_full(fd, r, m->len) != 0) {
+        return drain(h, io, m->len) == 0 ? reply(io, SM_MALLOC_FAILED, 0, 0)
+                                         : -1;
+    if (io_read(h, io, r, m->len, false, false) != 0) {
         free(r);
         return -1;
     }
@@ -225,10 +307,11 @@ static int serve_check(struct mfh_handle *h, int fd, const struct mfh_msg *m)
         }
     }
     free(r);
-    return reply(fd, status, bad, 0);
+    return reply(io, status, bad, 0);
 }
 
-static int serve_ranges(struct mfh_handle *h, int fd, const struct mfh_msg *m)
+static int serve_ranges(struct mfh_handle *h, struct srv_io *io,
+                        const struct mfh_msg *m)
 {
     if (m->len != 0)
         return -1;
@@ -241,57 +324,60 @@ static int serve_ranges(struct mfh_handle *h, int fd, const struct mfh_msg *m)
                                        .len = h->ranges[i].len};
     pthread_rwlock_unlock(&h->mem_lock);
     if (!w)
-        return reply(fd, SM_MALLOC_FAILED, 0, 0);
+        return reply(io, SM_MALLOC_FAILED, 0, 0);
     struct mfh_msg r = {.magic = MFH_MAGIC,
                         .type = MFH_MSG_REPLY,
                         .status = SM_OK,
                         .count = (uint32_t)n,
                         .addr = gen,
                         .len = n * sizeof(*w)};
-    int rc = mfh_send_full(fd, &r, sizeof(r));
+    int rc = io_send(io, &r, sizeof(r), false);
     if (rc == 0 && n)
-        rc = mfh_send_full(fd, w, n * sizeof(*w));
+        rc = io_send(io, w, n * sizeof(*w), false);
     free(w);
     return rc;
 }
 
-static int serve_write(struct mfh_handle *h, int fd, const struct mfh_msg *m)
+static int serve_write(struct mfh_handle *h, struct srv_io *io,
+                       const struct mfh_msg *m)
 {
     if (!mfh_range_registered(h, m->addr, m->len)) {
         MFH_WARN("%s: write to unregistered [0x%llx, +%llu) refused", h->uid,
                  (unsigned long long)m->addr, (unsigned long long)m->len);
-        if (drain(fd, m->len) != 0)
+        if (drain(h, io, m->len) != 0)
             return -1;
-        return reply(fd, SM_INVALID_PARAM, 0, 0);
+        return reply(io, SM_INVALID_PARAM, 0, 0);
     }
-    if (mfh_recv_user(fd, (void *)(uintptr_t)m->addr, m->len) != 0)
+    if (io_read(h, io, (void *)(uintptr_t)m->addr, m->len, true, false) != 0)
         return -1;
-    return reply(fd, SM_OK, 0, 0);
+    return reply(io, SM_OK, 0, 0);
 }
 
-static int serve_read(struct mfh_handle *h, int fd, const struct mfh_msg *m)
+static int serve_read(struct mfh_handle *h, struct srv_io *io,
+                      const struct mfh_msg *m)
 {
     if (!mfh_range_registered(h, m->addr, m->len)) {
         MFH_WARN("%s: read of unregistered [0x%llx, +%llu) refused", h->uid,
                  (unsigned long long)m->addr, (unsigned long long)m->len);
-        return reply(fd, SM_INVALID_PARAM, 0, 0);
+        return reply(io, SM_INVALID_PARAM, 0, 0);
     }
-    if (reply(fd, SM_OK, 0, m->len) != 0)
+    if (reply(io, SM_OK, 0, m->len) != 0)
         return -1;
-    return mfh_send_user(fd, (const void *)(uintptr_t)m->addr, m->len);
+    return io_send(io, (const void *)(uintptr_t)m->addr, m->len, true);
 }
 
 static void *srv_conn_main(void *arg)
 {
     struct mfh_srv_conn *c = arg;
     struct mfh_handle *h = c->h;
-    for (;;) {
+    struct srv_io *io = malloc(sizeof(*io));
+    if (io) {
+        io->fd = c->fd;
+        io->in_pos = io->in_len = io->out_len = 0;
+    }
+    while (io) {
         struct mfh_msg m;
-        ssize_t n = recv(c->fd, &m, sizeof(m), MSG_WAITALL);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR) &&
-            !atomic_load(&h->stopping))
-            continue; /* idle connection: keep waiting */
-        if (n != (ssize_t)sizeof(m))
+        if (io_read(h, io, &m, sizeof(m), false, true) != 0)
             break;
         if (m.magic != MFH_MAGIC) {
             MFH_WARN("%s: bad magic 0x%x, closing connection", h->uid, m.magic);
@@ -300,19 +386,19 @@ static void *srv_conn_main(void *arg)
         int rc;
         switch (m.type) {
         case MFH_MSG_HELLO:
-            rc = serve_hello(h, c->fd, &m);
+            rc = serve_hello(h, io, &m);
             break;
         case MFH_MSG_CHECK:
-            rc = serve_check(h, c->fd, &m);
+            rc = serve_check(h, io, &m);
             break;
         case MFH_MSG_WRITE:
-            rc = serve_write(h, c->fd, &m);
+            rc = serve_write(h, io, &m);
             break;
         case MFH_MSG_READ:
-            rc = serve_read(h, c->fd, &m);
+            rc = serve_read(h, io, &m);
             break;
         case MFH_MSG_RANGES:
-            rc = serve_ranges(h, c->fd, &m);
+            rc = serve_ranges(h, io, &m);
             break;
         default:
             MFH_WARN("%s: unknown request type %u", h->uid, m.type);
@@ -321,6 +407,7 @@ static void *srv_conn_main(void *arg)
         if (rc != 0)
             break;
     }
+    free(io);
     shutdown(c->fd, SHUT_RDWR);
     atomic_store(&c->finished, true);
     return NULL;

@@ -67,12 +67,8 @@ static void run(uint32_t proto, smem_trans_opcode_t op)
                      0);
 
     /* 64 batches of 256 entries of 64 KiB: 1 GiB in small pieces, far more
-     * than can move while the target is being killed.  Under valgrind the
-     * copies still run at kernel speed while this thread waits its turn
-     * for valgrind's lock, so there 1 GiB could (rarely) all land before
-     * the kill: use 256 batches (4 GiB). */
-    enum { NMAX = 256, E = 256 };
-    const int N = getenv("MFH_UNDER_VALGRIND") ? NMAX : 64;
+     * than can move while the target is being killed. */
+    enum { N = 64, E = 256 };
     size_t piece = TARGET_SIZE / E;
     void *src[E], *dst[E];
     size_t sz[E];
@@ -81,7 +77,7 @@ static void run(uint32_t proto, smem_trans_opcode_t op)
         dst[e] = child.base + (size_t)e * piece;
         sz[e] = piece;
     }
-    uint64_t ids[NMAX];
+    uint64_t ids[N];
     for (int i = 0; i < N; i++) {
         smem_trans_batch_params_t p = {.destUrl = child.uid,
                                        .srcList = src,
@@ -91,11 +87,11 @@ static void run(uint32_t proto, smem_trans_opcode_t op)
                                        .opcode = op};
         assert_int_equal(A->smem_trans_batch_copy(h, &p, &ids[i]), SM_OK);
     }
-    /* Kill the target as soon as the first batch is done: the other 63
-     * (1008 MiB) are still in flight then. */
-    int32_t first = -1;
-    assert_int_equal(mfh_wait(A, h, ids[0], &first, 15), SM_OK);
-    assert_int_equal(first, 0);
+    /* Kill the target right after the last submission: the copies run at
+     * kernel speed whatever this thread does (under valgrind it may wait
+     * long for its turn), so waiting here for a first result could let
+     * every batch land before the kill.  The warm-up above showed that
+     * copies work. */
     mfh_child_stop(&child, true);
 
     double end = mfh_now() + 10;
@@ -105,7 +101,7 @@ static void run(uint32_t proto, smem_trans_opcode_t op)
     assert_string_equal(rec.uid, child.uid);
 
     int failed = 0;
-    for (int i = 1; i < N; i++) {
+    for (int i = 0; i < N; i++) {
         int32_t result = 0;
         assert_int_equal(mfh_wait(A, h, ids[i], &result, 15), SM_OK);
         if (result != 0) {
