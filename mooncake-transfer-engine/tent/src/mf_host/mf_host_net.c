@@ -338,17 +338,26 @@ static int serve_ranges(struct mfh_handle *h, struct srv_io *io,
     return rc;
 }
 
+/* The range stays registered while the server copies into or out of it: the
+ * read side of mem_lock is held across the (time-bounded) socket I/O, so a
+ * concurrent smem_trans_deregister_mem waits for the copy instead of
+ * returning while bytes are still being written into memory its owner is
+ * about to free. */
 static int serve_write(struct mfh_handle *h, struct srv_io *io,
                        const struct mfh_msg *m)
 {
-    if (!mfh_range_registered(h, m->addr, m->len)) {
+    pthread_rwlock_rdlock(&h->mem_lock);
+    if (!mfh_ranges_cover(h->ranges, h->n_ranges, m->addr, m->len)) {
+        pthread_rwlock_unlock(&h->mem_lock);
         MFH_WARN("%s: write to unregistered [0x%llx, +%llu) refused", h->uid,
                  (unsigned long long)m->addr, (unsigned long long)m->len);
         if (drain(h, io, m->len) != 0)
             return -1;
         return reply(io, SM_INVALID_PARAM, 0, 0);
     }
-    if (io_read(h, io, (void *)(uintptr_t)m->addr, m->len, true, false) != 0)
+    int rc = io_read(h, io, (void *)(uintptr_t)m->addr, m->len, true, false);
+    pthread_rwlock_unlock(&h->mem_lock);
+    if (rc != 0)
         return -1;
     return reply(io, SM_OK, 0, 0);
 }
@@ -356,14 +365,18 @@ static int serve_write(struct mfh_handle *h, struct srv_io *io,
 static int serve_read(struct mfh_handle *h, struct srv_io *io,
                       const struct mfh_msg *m)
 {
-    if (!mfh_range_registered(h, m->addr, m->len)) {
+    pthread_rwlock_rdlock(&h->mem_lock);
+    if (!mfh_ranges_cover(h->ranges, h->n_ranges, m->addr, m->len)) {
+        pthread_rwlock_unlock(&h->mem_lock);
         MFH_WARN("%s: read of unregistered [0x%llx, +%llu) refused", h->uid,
                  (unsigned long long)m->addr, (unsigned long long)m->len);
         return reply(io, SM_INVALID_PARAM, 0, 0);
     }
-    if (reply(io, SM_OK, 0, m->len) != 0)
-        return -1;
-    return io_send(io, (const void *)(uintptr_t)m->addr, m->len, true);
+    int rc = reply(io, SM_OK, 0, m->len);
+    if (rc == 0)
+        rc = io_send(io, (const void *)(uintptr_t)m->addr, m->len, true);
+    pthread_rwlock_unlock(&h->mem_lock);
+    return rc;
 }
 
 static void *srv_conn_main(void *arg)

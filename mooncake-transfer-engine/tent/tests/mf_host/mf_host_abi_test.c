@@ -791,6 +791,38 @@ static void test_unload_in_flight(void **state)
     free(local);
 }
 
+/* smem_trans_deregister_mem returns only when no server copy into the range
+ * is still running: once it has returned, the owner may free or reuse the
+ * memory, and no byte of an in-flight batch may land there afterwards.
+ * (host_tcp: the target's server does the copy.  Cross-memory copies of
+ * host_shm cannot be fenced this way; see docs/mf_host.md.) */
+static void test_deregister_waits_for_server_copy(void **state)
+{
+    struct pair *p = *state;
+    uint8_t *local = malloc(p->size_b);
+    memset(local, 0xab, p->size_b);
+    int landed_late = 0;
+    for (int round = 0; round < 32; round++) {
+        uint64_t id = submit_big(p, p->a, local, SMEM_TRANS_OP_WRITE);
+        /* Let a few slices reach the server, then pull the range. */
+        for (volatile int spin = 0; spin < (round % 16) * 10000; spin++)
+            ;
+        assert_int_equal(A->smem_trans_deregister_mem(p->b, p->buf_b), SM_OK);
+        memset(p->buf_b, 0, p->size_b); /* the owner reuses its memory */
+        int32_t result = 0;
+        assert_int_equal(mfh_wait(A, p->a, id, &result, 10), SM_OK);
+        for (size_t i = 0; i < p->size_b; i++)
+            if (p->buf_b[i] != 0) {
+                landed_late++;
+                break;
+            }
+        assert_int_equal(
+            A->smem_trans_register_mem(p->b, p->buf_b, p->size_b, 0), SM_OK);
+    }
+    free(local);
+    assert_int_equal(landed_late, 0);
+}
+
 #define PAIR_TEST(fn)                                                          \
     cmocka_unit_test_setup_teardown(fn, tcp_setup, pair_teardown),             \
         cmocka_unit_test_setup_teardown(fn, shm_setup, pair_teardown)
@@ -817,6 +849,8 @@ int main(void)
         PAIR_TEST(test_destroy_target_in_flight),
         PAIR_TEST(test_uninit_in_flight),
         PAIR_TEST(test_unload_in_flight),
+        cmocka_unit_test_setup_teardown(test_deregister_waits_for_server_copy,
+                                        tcp_setup, pair_teardown),
     };
     if (getenv("MFH_TEST_FILTER")) /* e.g. MFH_TEST_FILTER='*concurrent*' */
         cmocka_set_test_filter(getenv("MFH_TEST_FILTER"));
