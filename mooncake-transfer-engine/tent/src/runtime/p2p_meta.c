@@ -14,6 +14,7 @@
 #include "runtime/p2p_meta.h"
 
 #include "common/error.h"
+#include "common/hostport.h"
 #include "common/log.h"
 #include "rpc/rpc.h"
 #include "runtime/engine.h"
@@ -268,13 +269,11 @@ int tent_p2p_start(struct tent_engine *e)
     e->ctrl = c;
     e->rpc_port = port;
     if (!lname || !*lname) {
-        snprintf(e->segment_name, sizeof(e->segment_name),
-                 strchr(e->hostname, ':') ? "[%s]:%u" : "%s:%u", e->hostname,
-                 (unsigned)port);
+        tent_format_hostport(e->segment_name, sizeof(e->segment_name),
+                             e->hostname, port);
     }
     char addr[320], pid[24];
-    snprintf(addr, sizeof(addr), strchr(e->hostname, ':') ? "[%s]:%u" : "%s:%u",
-             e->hostname, (unsigned)port);
+    tent_format_hostport(addr, sizeof(addr), e->hostname, port);
     snprintf(pid, sizeof(pid), "%ld", (long)getpid());
     pthread_rwlock_wrlock(&e->local->lock);
     size_t nl = strnlen(e->segment_name, sizeof(e->local->name) - 1);

@@ -1383,7 +1383,17 @@ static void test_install_creates_role_both_and_publishes_unique_id(void **s)
                                TENT_CAP_DEVICE_TO_DEVICE);
     assert_true(mf_in(e)->base.ops->can_reach(&mf_in(e)->base, E(e)->local));
     tent_destroy_engine(e);
-    assert_int_equal(mk.mock_call_count("smem_trans_destroy"), 1);
+
+    /* An IPv6 host goes in brackets, the form the vendor reports peers by. */
+    tent_set_config("rpc_server_hostname", "::1");
+    e = new_engine();
+    assert_true(mk.mock_last_config(&c));
+    assert_string_equal(c.url, "[::1]:0");
+    char uid[sizeof(mf_in(e)->unique_id)];
+    snprintf(uid, sizeof(uid), "%s", mf_in(e)->unique_id);
+    assert_true(strncmp(uid, "[::1]:", 6) == 0 && atoi(uid + 6) > 0);
+    tent_destroy_engine(e);
+    assert_int_equal(mk.mock_call_count("smem_trans_destroy"), 2);
 }
 
 static void test_smem_trans_init_refcounted_across_instances(void **s)

@@ -23,6 +23,7 @@
 
 #include "common/config.h"
 #include "common/error.h"
+#include "common/hostport.h"
 #include "common/log.h"
 #include "runtime/engine.h" /* struct tent_buffer: base and length only */
 #include "transport/memfabric/memfabric_api.h"
@@ -295,7 +296,7 @@ static int mf_install(struct tent_transport *t)
     cfg.deviceId = set.device_id;
     cfg.dataOpType = set.op_type;
     const char *host = tent_engine_hostname(t->engine);
-    int len = snprintf(cfg.url, sizeof(cfg.url), "%s:0", host);
+    int len = tent_format_hostport(cfg.url, sizeof(cfg.url), host, 0);
     if (len < 0 || (size_t)len >= sizeof(cfg.url)) {
         rc = tent_set_error(TENT_EINVAL,
                             "memfabric: host '%s' is too long for the vendor's "
@@ -321,7 +322,8 @@ static int mf_install(struct tent_transport *t)
         goto fail_create;
     }
     char id[sizeof(mf->unique_id)];
-    snprintf(id, sizeof(id), "%s:%u", host, (unsigned)port);
+    /* The same form the vendor reports in peer-down callbacks. */
+    tent_format_hostport(id, sizeof(id), host, port);
     rc = tent_engine_publish_attr(t->engine, MEMFABRIC_UNIQUE_ID_ATTR, id);
     if (rc)
         goto fail_create;
