@@ -154,6 +154,9 @@ struct tent_engine {
 };
 
 /* segment.c */
+/* Pointer into the segment's attributes: only for tests and for code that
+ * holds off descriptor refreshes; everyone else uses tent_segment_attr_copy. */
+const char *tent_segment_attr(const struct tent_segment *seg, const char *key);
 int tent_segment_new(uint64_t id, const char *name, bool local,
                      struct tent_segment **out);
 void tent_segment_free(struct tent_segment *seg);

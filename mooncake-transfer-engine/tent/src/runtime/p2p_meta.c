@@ -38,8 +38,9 @@ struct p2p_seg {
 static int peer_addr(const struct tent_segment *seg, const char *name,
                      char *host, size_t cap, uint16_t *port)
 {
-    const char *a = seg ? tent_segment_attr(seg, "rpc_addr") : NULL;
-    return tent_rpc_parse_addr(a && *a ? a : name, host, cap, port);
+    char a[sizeof(((struct tent_attr *)0)->value)];
+    bool have = seg && tent_segment_attr_copy(seg, "rpc_addr", a, sizeof(a));
+    return tent_rpc_parse_addr(have && *a ? a : name, host, cap, port);
 }
 
 static bool same_buf(const struct tent_buffer *b, const struct tent_wire_buf *w)
@@ -64,7 +65,8 @@ static int retire(struct p2p_seg *ps, struct tent_buffer *b)
     return TENT_OK;
 }
 
-int tent_p2p_apply_desc(struct tent_segment *seg, const struct tent_wire_desc *d)
+int tent_p2p_apply_desc(struct tent_segment *seg,
+                        const struct tent_wire_desc *d)
 {
     struct p2p_seg *ps = seg->priv;
     struct p2p_seg *fresh = NULL;

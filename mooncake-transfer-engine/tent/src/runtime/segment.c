@@ -1,11 +1,11 @@
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "common/error.h"
 #include "common/log.h"
 #include "meta/meta.h"
 #include "runtime/engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 int tent_segment_new(uint64_t id, const char *name, bool local,
                      struct tent_segment **out)
@@ -72,7 +72,8 @@ bool tent_segment_overlaps_locked(const struct tent_segment *seg, uint64_t addr,
     return next < seg->nbufs && seg->bufs[next]->base - addr < len;
 }
 
-int tent_segment_insert_locked(struct tent_segment *seg, struct tent_buffer *buf)
+int tent_segment_insert_locked(struct tent_segment *seg,
+                               struct tent_buffer *buf)
 {
     if (seg->nbufs == seg->cap) {
         size_t ncap = seg->cap ? seg->cap * 2 : 16;
@@ -91,7 +92,8 @@ int tent_segment_insert_locked(struct tent_segment *seg, struct tent_buffer *buf
     return TENT_OK;
 }
 
-void tent_segment_remove_locked(struct tent_segment *seg, struct tent_buffer *buf)
+void tent_segment_remove_locked(struct tent_segment *seg,
+                                struct tent_buffer *buf)
 {
     for (size_t i = 0; i < seg->nbufs; i++) {
         if (seg->bufs[i] == buf) {
@@ -149,6 +151,30 @@ const char *tent_segment_attr(const struct tent_segment *seg, const char *key)
         }
     pthread_rwlock_unlock((pthread_rwlock_t *)&seg->lock);
     return v;
+}
+
+bool tent_segment_attr_copy(const struct tent_segment *seg, const char *key,
+                            char *buf, size_t len)
+{
+    bool ok = false;
+    if (!buf || len == 0)
+        return false;
+    buf[0] = '\0';
+    if (!seg || !key)
+        return false;
+    pthread_rwlock_rdlock((pthread_rwlock_t *)&seg->lock);
+    for (int i = 0; i < seg->nattrs; i++) {
+        if (strcmp(seg->attrs[i].key, key) != 0)
+            continue;
+        size_t n = strlen(seg->attrs[i].value);
+        if (n < len) {
+            memcpy(buf, seg->attrs[i].value, n + 1);
+            ok = true;
+        }
+        break;
+    }
+    pthread_rwlock_unlock((pthread_rwlock_t *)&seg->lock);
+    return ok;
 }
 
 const char *tent_segment_name_of(const struct tent_segment *seg)
@@ -275,9 +301,11 @@ int tent_get_segment_info(tent_engine_t engine, tent_segment_id_t handle,
 {
     struct tent_engine *e = tent_engine_cast(engine);
     if (!e)
-        return tent_set_error(TENT_ENULL, "tent_get_segment_info: engine is NULL");
+        return tent_set_error(TENT_ENULL,
+                              "tent_get_segment_info: engine is NULL");
     if (!info)
-        return tent_set_error(TENT_ENULL, "tent_get_segment_info: info is NULL");
+        return tent_set_error(TENT_ENULL,
+                              "tent_get_segment_info: info is NULL");
     struct tent_segment *seg = tent_engine_segment(e, handle);
     if (!seg)
         return tent_set_error(TENT_ENOSEGMENT,
@@ -288,7 +316,8 @@ int tent_get_segment_info(tent_engine_t engine, tent_segment_id_t handle,
     struct tent_buffer_info *bi = n ? calloc(n, sizeof(*bi)) : NULL;
     if (n && !bi) {
         pthread_rwlock_unlock(&seg->lock);
-        return tent_set_error(TENT_ENOMEM, "tent_get_segment_info: out of memory");
+        return tent_set_error(TENT_ENOMEM,
+                              "tent_get_segment_info: out of memory");
     }
     for (size_t i = 0; i < n; i++) {
         bi[i].base = seg->bufs[i]->base;

@@ -135,9 +135,12 @@ const char *tent_engine_hostname(const struct tent_engine *e);
  * local segment), replacing a previous value; value NULL removes it. */
 int tent_engine_publish_attr(struct tent_engine *e, const char *key,
                              const char *value);
-/* Looks up an attribute of a segment ("memfabric_unique_id"); NULL if none.
- * The string stays valid while the segment is open. */
-const char *tent_segment_attr(const struct tent_segment *seg, const char *key);
+/* Copies an attribute of a segment ("memfabric_unique_id", "rpc_addr") into
+ * buf under the segment's lock (a descriptor refresh may rewrite it at any
+ * time).  Returns false, with buf = "", when it is absent or longer than
+ * len - 1. */
+bool tent_segment_attr_copy(const struct tent_segment *seg, const char *key,
+                            char *buf, size_t len);
 const char *tent_segment_name_of(const struct tent_segment *seg);
 bool tent_segment_is_local(const struct tent_segment *seg);
 

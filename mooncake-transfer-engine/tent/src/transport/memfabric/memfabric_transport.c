@@ -374,7 +374,10 @@ static bool mf_can_reach(struct tent_transport *t,
     struct memfabric_transport *mf = mf_of(t);
     if (tent_segment_is_local(target))
         return mf->unique_id[0] != '\0';
-    return tent_segment_attr(target, MEMFABRIC_UNIQUE_ID_ATTR) != NULL;
+    char id[256];
+    return tent_segment_attr_copy(target, MEMFABRIC_UNIQUE_ID_ATTR, id,
+                                  sizeof(id)) &&
+           *id;
 }
 
 /* ---- sub-batches -------------------------------------------------------- */
@@ -515,20 +518,20 @@ static int resolve_peer(struct memfabric_transport *mf,
                         const struct tent_xfer *r, char *peer, size_t len)
 {
     const char *name = tent_segment_name_of(r->target);
-    const char *id =
-        tent_segment_is_local(r->target)
-            ? mf->unique_id
-            : tent_segment_attr(r->target, MEMFABRIC_UNIQUE_ID_ATTR);
-    if (!id || !*id)
+    bool have;
+    if (tent_segment_is_local(r->target)) {
+        have = strlen(mf->unique_id) < len;
+        if (have)
+            memcpy(peer, mf->unique_id, strlen(mf->unique_id) + 1);
+    } else {
+        have = tent_segment_attr_copy(r->target, MEMFABRIC_UNIQUE_ID_ATTR,
+                                      peer, len);
+    }
+    if (!have || !*peer)
         return tent_set_error(TENT_EPEER,
-                              "memfabric: segment '%s' publishes no %s; its "
-                              "owner runs no memfabric transport",
+                              "memfabric: segment '%s' publishes no usable %s; "
+                              "its owner runs no memfabric transport",
                               name, MEMFABRIC_UNIQUE_ID_ATTR);
-    if (strlen(id) >= len)
-        return tent_set_error(TENT_EPROTO,
-                              "memfabric: %s of segment '%s' is too long",
-                              MEMFABRIC_UNIQUE_ID_ATTR, name);
-    memcpy(peer, id, strlen(id) + 1);
     if (peer_is_down(mf, peer))
         return tent_set_error(TENT_EPEER,
                               "memfabric: peer %s (segment '%s') went down",

@@ -136,7 +136,9 @@ static uint32_t shm_caps(struct tent_transport *t)
 
 static long peer_pid(const struct tent_segment *seg)
 {
-    return tent_shm_parse_pid(tent_segment_attr(seg, "pid"));
+    char pid[32];
+    return tent_shm_parse_pid(
+        tent_segment_attr_copy(seg, "pid", pid, sizeof(pid)) ? pid : NULL);
 }
 
 static bool shm_can_reach(struct tent_transport *base,

@@ -474,8 +474,8 @@ static bool tcp_can_reach(struct tent_transport *t,
                           const struct tent_segment *target)
 {
     (void)t;
-    const char *a = tent_segment_attr(target, "rpc_addr");
-    return a && *a;
+    char a[256];
+    return tent_segment_attr_copy(target, "rpc_addr", a, sizeof(a)) && *a;
 }
 
 static int tcp_alloc_sub(struct tent_transport *t, size_t capacity,
@@ -573,7 +573,11 @@ static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
     int npend = 0;
     for (size_t i = 0; i < n; i++) {
         const struct tent_xfer *x = &reqs[i];
-        const char *addr = tent_segment_attr(x->target, "rpc_addr");
+        char addr_buf[256];
+        const char *addr = tent_segment_attr_copy(x->target, "rpc_addr",
+                                                  addr_buf, sizeof(addr_buf))
+                               ? addr_buf
+                               : NULL;
         struct tcp_peer *p = NULL;
         struct slice *head, *tail;
         uint32_t cnt = 0;
