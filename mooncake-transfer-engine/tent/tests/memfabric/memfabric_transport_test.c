@@ -1347,8 +1347,7 @@ static void test_device_id_from_aclrtGetDevice(void **s)
 {
     (void)s;
     const char *want = getenv("TENT_TEST_ACL_DEVICE");
-    if (!want)
-        skip();
+    assert_non_null(want); /* main() leaves this case out without it */
     tent_set_config("transports/memfabric/device_id", "3");
     tent_engine_t e = new_engine();
     smem_trans_config_t c;
@@ -1973,5 +1972,9 @@ int main(void)
     const char *filter = getenv("TENT_TEST_FILTER");
     if (filter)
         cmocka_set_test_filter(filter);
+    /* The ACL case needs the fake libascendcl.so on the loader path: it runs
+     * in its own CTest entry (tent_memfabric_acl_device_test), not here. */
+    if (!getenv("TENT_TEST_ACL_DEVICE"))
+        cmocka_set_skip_filter("test_device_id_from_aclrtGetDevice");
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
