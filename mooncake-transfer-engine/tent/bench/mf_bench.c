@@ -14,6 +14,7 @@
  * ops.  Each point alternates the two transports 5 times; medians shown.
  * MF_SMEM_LIBRARY defaults to the mf_host library of this build. */
 #define _GNU_SOURCE
+#include "bench_target.h"
 #include "tent/transfer_engine.h"
 
 #include <sched.h>
@@ -36,13 +37,6 @@ struct opts {
     const char *op;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Engine configuration for a pair: memfabric plus tcp or shm. */
 static void configure(int shm)
 {
@@ -51,52 +45,6 @@ static void configure(int shm)
     tent_set_config("transports/tcp/enable", shm ? "false" : "true");
     tent_set_config("transports/shm/enable", shm ? "true" : "false");
     tent_set_config("max_failover_attempts", "0");
-}
-
-/* A target engine in a child process; its segment name and buffer address
- * come back on a pipe, and it lives until the pipe to it closes. */
-static pid_t start_target(int shm, char *line, size_t cap, int *keep)
-{
-    int a[2], c[2];
-    if (pipe(a) || pipe(c))
-        return -1;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(a[0]);
-        close(c[1]);
-        configure(shm);
-        tent_engine_t e = tent_create_engine();
-        void *buf;
-        char n[256] = "";
-        if (!e || tent_allocate_memory(e, &buf, REGION, "cpu") ||
-            tent_segment_name(e, n, sizeof(n)))
-            _exit(1);
-        memset(buf, 1, REGION);
-        char out[300];
-        int len = snprintf(out, sizeof(out), "%s %llu\n", n,
-                           (unsigned long long)(uintptr_t)buf);
-        if (write(a[1], out, (size_t)len) != len)
-            _exit(1);
-        char x;
-        while (read(c[0], &x, 1) > 0)
-            ;
-        tent_destroy_engine(e);
-        _exit(0);
-    }
-    close(a[1]);
-    close(c[0]);
-    FILE *f = fdopen(a[0], "r");
-    if (!f || !fgets(line, (int)cap, f)) {
-        if (f)
-            fclose(f);
-        close(c[1]);
-        waitpid(pid, NULL, 0);
-        return -1;
-    }
-    fclose(f);
-    *keep = c[1];
-    return pid;
 }
 
 /* Bytes per second moving blocks of o->block bytes, o->batch per batch, one
@@ -109,7 +57,7 @@ static double engine_rate(tent_engine_t e, tent_segment_id_t seg, char *local,
     size_t per = REGION / o->block;
     uint64_t bytes = 0;
     size_t next = 0;
-    double t0 = now_s(), t;
+    double t0 = bench_now_s(), t;
     do {
         for (int i = 0; i < o->batch; i++, next++) {
             size_t off = (next % per) * o->block;
@@ -145,7 +93,7 @@ static double engine_rate(tent_engine_t e, tent_segment_id_t seg, char *local,
             exit(1);
         }
         bytes += (uint64_t)o->block * (uint64_t)o->batch;
-        t = now_s();
+        t = bench_now_s();
     } while (t - t0 < secs);
     free(r);
     return (double)bytes / (t - t0);
@@ -173,7 +121,8 @@ static int run_pair(int shm, const struct opts *o)
     char line[300], name[256];
     unsigned long long remote;
     int keep;
-    pid_t pid = start_target(shm, line, sizeof(line), &keep);
+    pid_t pid =
+        bench_start_target(configure, shm, REGION, line, sizeof(line), &keep);
     if (pid < 0 || sscanf(line, "%255s %llu", name, &remote) != 2) {
         fprintf(stderr, "target did not start\n");
         return 1;

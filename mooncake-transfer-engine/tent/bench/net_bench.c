@@ -7,6 +7,7 @@
  * Each point alternates baseline and engine runs 5 times; medians shown.
  * Only TENT's public C API is used. */
 #define _GNU_SOURCE
+#include "bench_target.h"
 #include "tent/transfer_engine.h"
 
 #include <arpa/inet.h>
@@ -25,59 +26,11 @@
 #define REGION ((size_t)64 << 20)
 #define BATCH  32
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void configure(int shm)
 {
     tent_set_config("log_level", "error");
     tent_set_config("transports/tcp/enable", shm ? "false" : "true");
     tent_set_config("transports/shm/enable", shm ? "true" : "false");
-}
-
-/* A target engine in a child process; its segment name comes back on a
- * pipe, and it lives until the pipe to it closes. */
-static pid_t start_target(int shm, char *name, size_t cap, int *keep)
-{
-    int a[2], c[2];
-    if (pipe(a) || pipe(c))
-        return -1;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(a[0]);
-        close(c[1]);
-        configure(shm);
-        tent_engine_t e = tent_create_engine();
-        void *buf;
-        char n[256] = "";
-        if (!e || tent_allocate_memory(e, &buf, REGION, "cpu") ||
-            tent_segment_name(e, n, sizeof(n)))
-            _exit(1);
-        memset(buf, 1, REGION);
-        char line[300];
-        int len = snprintf(line, sizeof(line), "%s %llu\n", n,
-                           (unsigned long long)(uintptr_t)buf);
-        if (write(a[1], line, (size_t)len) != len)
-            _exit(1);
-        char x;
-        while (read(c[0], &x, 1) > 0)
-            ;
-        tent_destroy_engine(e);
-        _exit(0);
-    }
-    close(a[1]);
-    close(c[0]);
-    FILE *f = fdopen(a[0], "r");
-    if (!f || !fgets(name, (int)cap, f))
-        return -1;
-    fclose(f);
-    *keep = c[1];
-    return pid;
 }
 
 static void stop_target(pid_t pid, int keep)
@@ -95,7 +48,7 @@ static double engine_rate(tent_engine_t e, tent_segment_id_t seg, char *src,
     size_t per = REGION / block;
     uint64_t bytes = 0;
     size_t next = 0;
-    double t0 = now_s(), t;
+    double t0 = bench_now_s(), t;
     do {
         for (int i = 0; i < BATCH; i++, next++) {
             size_t off = (next % per) * block;
@@ -126,7 +79,7 @@ static double engine_rate(tent_engine_t e, tent_segment_id_t seg, char *src,
         }
         tent_free_batch(e, b);
         bytes += (uint64_t)block * BATCH;
-        t = now_s();
+        t = bench_now_s();
     } while (t - t0 < secs);
     return (double)bytes / (t - t0);
 }
@@ -168,7 +121,7 @@ static double stream_rate(size_t block, double secs)
     memset(src, 2, REGION);
     uint64_t bytes = 0;
     size_t off = 0;
-    double t0 = now_s(), t;
+    double t0 = bench_now_s(), t;
     do {
         for (int i = 0; i < BATCH; i++) {
             size_t left = block;
@@ -181,13 +134,13 @@ static double stream_rate(size_t block, double secs)
             off = (off + block) % (REGION - block + 1);
             bytes += block;
         }
-        t = now_s();
+        t = bench_now_s();
     } while (t - t0 < secs);
     shutdown(fd, SHUT_WR);
     char x;
     while (recv(fd, &x, 1, 0) > 0) /* the receiver has drained everything */
         ;
-    t = now_s();
+    t = bench_now_s();
     close(fd);
     waitpid(pid, NULL, 0);
     free(src);
@@ -198,14 +151,14 @@ static double memcpy_rate(char *src, char *dst, size_t block, double secs)
 {
     size_t per = REGION / block, next = 0;
     uint64_t bytes = 0;
-    double t0 = now_s(), t;
+    double t0 = bench_now_s(), t;
     do {
         for (int i = 0; i < BATCH; i++, next++) {
             size_t off = (next % per) * block;
             memcpy(dst + off, src + off, block);
         }
         bytes += (uint64_t)block * BATCH;
-        t = now_s();
+        t = bench_now_s();
     } while (t - t0 < secs);
     return (double)bytes / (t - t0);
 }
@@ -229,7 +182,8 @@ static int run(int shm, double secs)
     char line[300], name[256];
     unsigned long long remote;
     int keep;
-    pid_t pid = start_target(shm, line, sizeof(line), &keep);
+    pid_t pid =
+        bench_start_target(configure, shm, REGION, line, sizeof(line), &keep);
     if (pid < 0 || sscanf(line, "%255s %llu", name, &remote) != 2) {
         fprintf(stderr, "target did not start\n");
         return 1;
