@@ -5,8 +5,10 @@
 
 #include "tent/transfer_engine.h"
 
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -76,6 +78,36 @@ static inline pid_t bench_start_target(void (*configure)(int), int arg,
     fclose(f);
     *keep = c[1];
     return pid;
+}
+
+/* Submits n requests as one batch, polls until it is terminal and frees
+ * it; any failure ends the benchmark (exit 1) with the engine's message. */
+static inline void bench_run_batch(tent_engine_t e, tent_request_t *r, size_t n)
+{
+    tent_batch_id_t b = tent_allocate_batch(e, n);
+    if (!b || tent_submit(e, b, r, n)) {
+        fprintf(stderr, "submit failed: %s\n", tent_last_error());
+        exit(1);
+    }
+    tent_status_t st;
+    for (;;) {
+        if (tent_overall_status(e, b, &st)) {
+            fprintf(stderr, "status failed: %s\n", tent_last_error());
+            exit(1);
+        }
+        if (st.status != STATUS_PENDING)
+            break;
+        sched_yield(); /* 2-core machines: let the workers run */
+    }
+    if (st.status != STATUS_COMPLETED) {
+        fprintf(stderr, "batch failed (status %d): %s\n", st.status,
+                tent_last_error());
+        exit(1);
+    }
+    if (tent_free_batch(e, b)) {
+        fprintf(stderr, "free failed: %s\n", tent_last_error());
+        exit(1);
+    }
 }
 
 #endif

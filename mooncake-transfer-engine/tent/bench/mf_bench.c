@@ -68,30 +68,7 @@ static double engine_rate(tent_engine_t e, tent_segment_id_t seg, char *local,
             r[i].length = o->block;
             r[i].transport_hint = hint;
         }
-        tent_batch_id_t b = tent_allocate_batch(e, (size_t)o->batch);
-        if (!b || tent_submit(e, b, r, (size_t)o->batch)) {
-            fprintf(stderr, "submit failed: %s\n", tent_last_error());
-            exit(1);
-        }
-        tent_status_t st;
-        for (;;) {
-            if (tent_overall_status(e, b, &st)) {
-                fprintf(stderr, "status failed: %s\n", tent_last_error());
-                exit(1);
-            }
-            if (st.status != STATUS_PENDING)
-                break;
-            sched_yield(); /* 2-core machines: let the workers run */
-        }
-        if (st.status != STATUS_COMPLETED) {
-            fprintf(stderr, "batch failed (status %d): %s\n", st.status,
-                    tent_last_error());
-            exit(1);
-        }
-        if (tent_free_batch(e, b)) {
-            fprintf(stderr, "free failed: %s\n", tent_last_error());
-            exit(1);
-        }
+        bench_run_batch(e, r, (size_t)o->batch);
         bytes += (uint64_t)o->block * (uint64_t)o->batch;
         t = bench_now_s();
     } while (t - t0 < secs);

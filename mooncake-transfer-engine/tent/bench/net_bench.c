@@ -58,26 +58,7 @@ static double engine_rate(tent_engine_t e, tent_segment_id_t seg, char *src,
             r[i].target_offset = remote + off;
             r[i].length = block;
         }
-        tent_batch_id_t b = tent_allocate_batch(e, BATCH);
-        if (!b || tent_submit(e, b, r, BATCH)) {
-            fprintf(stderr, "submit failed: %s\n", tent_last_error());
-            exit(1);
-        }
-        tent_status_t st;
-        for (;;) {
-            if (tent_overall_status(e, b, &st)) {
-                fprintf(stderr, "status failed: %s\n", tent_last_error());
-                exit(1);
-            }
-            if (st.status != STATUS_PENDING)
-                break;
-            sched_yield(); /* 2-core machines: let the workers run */
-        }
-        if (st.status != STATUS_COMPLETED) {
-            fprintf(stderr, "batch failed (status %d)\n", st.status);
-            exit(1);
-        }
-        tent_free_batch(e, b);
+        bench_run_batch(e, r, BATCH);
         bytes += (uint64_t)block * BATCH;
         t = bench_now_s();
     } while (t - t0 < secs);
