@@ -1,0 +1,228 @@
+/* The batch id table: allocation, lookup (reference + dead flag, lock order
+ * in engine.h), freeing and teardown.  An id is (generation << 32) | slot+1,
+ * so a stale id never finds the batch that reused its slot. */
+#include "common/error.h"
+#include "common/log.h"
+#include "runtime/batch.h"
+#include "runtime/engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SLOT_OF(id) ((size_t)((id)&0xffffffffu) - 1)
+
+static void destroy_batch(struct tent_batch *b);
+
+static void batch_put(struct tent_batch *b)
+{
+    if (atomic_fetch_sub(&b->refs, 1) == 1)
+        destroy_batch(b);
+}
+
+/* Looks the batch up and returns it locked (and referenced), or NULL with the
+ * error set.  The table lock is released before waiting for b->lock. */
+struct tent_batch *tent_batch_lock(struct tent_engine *e, uint64_t id,
+                                   const char *what)
+{
+    struct tent_batch *b = NULL;
+    pthread_mutex_lock(&e->batch_lock);
+    size_t slot = SLOT_OF(id);
+    if (id != TENT_INVALID_BATCH_ID && slot < e->nbatches && e->batches[slot] &&
+        e->batches[slot]->id == id) {
+        b = e->batches[slot];
+        atomic_fetch_add(&b->refs, 1);
+    }
+    pthread_mutex_unlock(&e->batch_lock);
+    if (!b) {
+        tent_set_error(TENT_ENOBATCH, "%s: unknown batch id %#llx", what,
+                       (unsigned long long)id);
+        return NULL;
+    }
+    pthread_mutex_lock(&b->lock);
+    if (b->dead) {
+        pthread_mutex_unlock(&b->lock);
+        batch_put(b);
+        tent_set_error(TENT_ENOBATCH, "%s: batch id %#llx was freed", what,
+                       (unsigned long long)id);
+        return NULL;
+    }
+    return b;
+}
+
+void tent_batch_unlock(struct tent_batch *b)
+{
+    pthread_mutex_unlock(&b->lock);
+    batch_put(b);
+}
+
+tent_batch_id_t tent_allocate_batch(tent_engine_t engine, size_t batch_size)
+{
+    struct tent_engine *e = tent_engine_cast(engine);
+    if (!e) {
+        tent_set_error(TENT_ENULL, "tent_allocate_batch: engine is NULL");
+        return TENT_INVALID_BATCH_ID;
+    }
+    if (batch_size == 0 || batch_size > (1u << 24)) {
+        tent_set_error(TENT_EINVAL,
+                       "tent_allocate_batch: batch size %zu is outside 1..%u",
+                       batch_size, 1u << 24);
+        return TENT_INVALID_BATCH_ID;
+    }
+    struct tent_batch *b = calloc(1, sizeof(*b));
+    struct tent_task *tasks = malloc(batch_size * sizeof(*tasks));
+    if (!b || !tasks) {
+        free(b);
+        free(tasks);
+        tent_set_error(TENT_ENOMEM,
+                       "tent_allocate_batch: out of memory for %zu "
+                       "tasks",
+                       batch_size);
+        return TENT_INVALID_BATCH_ID;
+    }
+    pthread_mutex_init(&b->lock, NULL);
+    atomic_init(&b->refs, 1);
+    b->capacity = batch_size;
+    b->tasks = tasks;
+
+    pthread_mutex_lock(&e->batch_lock);
+    size_t slot = e->nbatches;
+    for (size_t i = 0; i < e->nbatches; i++)
+        if (!e->batches[i]) {
+            slot = i;
+            break;
+        }
+    if (slot == e->nbatches) {
+        size_t ncap = e->nbatches ? e->nbatches * 2 : 64;
+        struct tent_batch **nb = realloc(e->batches, ncap * sizeof(*nb));
+        uint32_t *ng = nb ? realloc(e->batch_gen, ncap * sizeof(*ng)) : NULL;
+        if (nb)
+            e->batches = nb;
+        if (!ng) {
+            pthread_mutex_unlock(&e->batch_lock);
+            pthread_mutex_destroy(&b->lock);
+            free(tasks);
+            free(b);
+            tent_set_error(TENT_ENOMEM, "tent_allocate_batch: out of memory");
+            return TENT_INVALID_BATCH_ID;
+        }
+        e->batch_gen = ng;
+        for (size_t i = e->nbatches; i < ncap; i++) {
+            e->batches[i] = NULL;
+            e->batch_gen[i] = 0;
+        }
+        e->nbatches = ncap;
+    }
+    uint32_t gen = ++e->batch_gen[slot];
+    if (gen == 0)
+        gen = e->batch_gen[slot] = 1;
+    b->id = ((uint64_t)gen << 32) | (uint64_t)(slot + 1);
+    e->batches[slot] = b;
+    pthread_mutex_unlock(&e->batch_lock);
+    return b->id;
+}
+
+/* Frees the transports' sub-batches; stops at the first that refuses. */
+static int free_subs(struct tent_engine *e, struct tent_batch *b)
+{
+    for (int xi = 0; xi < e->nxports; xi++) {
+        if (!b->subs[xi] || e->xport_abandoned[xi])
+            continue;
+        struct tent_transport *tr = e->xports[xi];
+        int rc = tr->ops->free_sub_batch(tr, b->subs[xi]);
+        if (rc != TENT_OK)
+            return rc;
+        b->subs[xi] = NULL;
+    }
+    return TENT_OK;
+}
+
+static void destroy_batch(struct tent_batch *b)
+{
+    free(b->notif_name);
+    free(b->notif_msg);
+    free(b->tasks);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
+}
+
+/* With b locked: EBUSY while a task is in flight, else frees the
+ * transports' sub-batches. */
+static int release_idle(struct tent_engine *e, struct tent_batch *b)
+{
+    size_t busy = 0;
+    for (size_t i = 0; i < b->ntasks; i++)
+        busy += b->tasks[i].state == STATUS_PENDING ||
+                b->tasks[i].state == STATUS_WAITING;
+    if (busy)
+        return tent_set_error(TENT_EBUSY,
+                              "tent_free_batch: batch %#llx has %zu task(s) "
+                              "still in flight",
+                              (unsigned long long)b->id, busy);
+    return free_subs(e, b);
+}
+
+int tent_free_batch(tent_engine_t engine, tent_batch_id_t batch_id)
+{
+    struct tent_engine *e = tent_engine_cast(engine);
+    if (!e)
+        return tent_set_error(TENT_ENULL, "tent_free_batch: engine is NULL");
+    struct tent_batch *b = tent_batch_lock(e, batch_id, "tent_free_batch");
+    if (!b)
+        return TENT_ENOBATCH;
+    (void)tent_batch_poll_all(e, b);
+    int rc = release_idle(e, b);
+    if (rc == TENT_OK) {
+        /* Unlink; threads already holding a reference see dead and fail,
+         * and the last reference frees the memory. */
+        b->dead = true;
+        pthread_mutex_lock(&e->batch_lock);
+        size_t slot = SLOT_OF(batch_id);
+        if (slot < e->nbatches && e->batches[slot] == b)
+            e->batches[slot] = NULL;
+        pthread_mutex_unlock(&e->batch_lock);
+        atomic_fetch_sub(&b->refs, 1); /* the table's; ours is still held */
+    }
+    tent_batch_unlock(b);
+    return rc;
+}
+
+void tent_batches_teardown(struct tent_engine *e)
+{
+    pthread_mutex_lock(&e->batch_lock);
+    struct tent_batch **list = e->batches;
+    size_t n = e->nbatches;
+    e->batches = NULL;
+    e->nbatches = 0;
+    free(e->batch_gen);
+    e->batch_gen = NULL;
+    pthread_mutex_unlock(&e->batch_lock);
+    for (size_t s = 0; s < n; s++) {
+        struct tent_batch *b = list[s];
+        if (!b)
+            continue;
+        pthread_mutex_lock(&b->lock);
+        (void)tent_batch_poll_all(e, b);
+        size_t busy = 0;
+        for (size_t i = 0; i < b->ntasks; i++)
+            busy += b->tasks[i].state == STATUS_PENDING;
+        int rc = busy ? TENT_EBUSY : free_subs(e, b);
+        b->dead = true;
+        pthread_mutex_unlock(&b->lock);
+        if (rc != TENT_OK) {
+            /* Leave the batch, its sub-batches and its pinned buffers alone:
+             * a backend may still be working on them. */
+            if (busy)
+                LOG_WARN("batch %#llx left allocated at teardown: %zu "
+                         "task(s) still in flight",
+                         (unsigned long long)b->id, busy);
+            else
+                LOG_WARN("batch %#llx left allocated at teardown: a "
+                         "transport refused to free its sub-batch: %s",
+                         (unsigned long long)b->id, tent_last_error());
+            continue;
+        }
+        batch_put(b);
+    }
+    free(list);
+}
