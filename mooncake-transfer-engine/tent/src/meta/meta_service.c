@@ -1,15 +1,17 @@
 /* Metadata service: publishes the local descriptor to etcd / redis / an
  * HTTP metadata server and resolves peers' segment names there.
  *
- * The descriptor is the RPC server's DESC_RESP JSON (tent_rpc_encode_local)
- * and is decoded with tent_wire_decode_desc, then installed with the p2p
- * code (tent_p2p_apply_desc), so that there is one encoding and one set of
- * buffer-lifetime rules.  Only discovery differs from p2p: the data path and
- * notifications still go to the rpc_addr in the descriptor.
+ * The descriptor is the RPC server's DESC_RESP JSON (the runtime's describe
+ * callback) and is decoded with tent_wire_decode_desc; the runtime installs
+ * it as it installs one fetched in p2p mode, so that there is one encoding
+ * and one set of buffer-lifetime rules.  Only discovery differs from p2p: the
+ * data path and notifications still go to the rpc_addr in the descriptor.
  *
  * Locking: m->lock serialises every backend call and guards the fields
- * below it; the keepalive thread waits on m->cv with it.  Order: reg_lock ->
- * m->lock -> segment locks.  A fetch holds m->lock only for the backend call.
+ * below it; the keepalive thread waits on m->cv with it.  Order: the
+ * runtime's reg_lock -> m->lock -> segment locks (describe takes the local
+ * segment's lock under m->lock).  A fetch holds m->lock only for the backend
+ * call.
  *
  * Outages: a failed publish or keepalive marks the service down; while it
  * is down registration does not wait for it (the descriptor is marked dirty)
@@ -23,11 +25,10 @@
 #include "meta/meta.h"
 #include "meta/meta_kv.h"
 #include "rpc/rpc.h"
-#include "runtime/engine.h"
-#include "runtime/p2p_meta.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,8 @@
 #include <unistd.h>
 
 struct tent_meta {
+    struct tent_meta_env env;
+    char segment_name[320];
     const struct tent_meta_kv_ops *ops;
     void *kv;
     struct tent_meta_kv_conf conf;
@@ -47,6 +50,8 @@ struct tent_meta {
     pthread_t thr;
     bool thr_started;
 
+    /* Serialises every backend call; guards stop/up/dirty (and thr_started
+     * against the thread's first read).  Taken before segment locks. */
     pthread_mutex_t lock;
     pthread_cond_t cv;
     bool stop;
@@ -163,9 +168,9 @@ static int get_int(const struct tent_config *cfg, const char *key, int64_t def,
     return TENT_OK;
 }
 
-static int read_conf(struct tent_engine *e, struct tent_meta *m)
+static int read_conf(struct tent_meta *m)
 {
-    const struct tent_config *cfg = e->cfg;
+    const struct tent_config *cfg = m->env.cfg;
     const char *prefix = NULL, *pw = NULL;
     int rc = get_int(cfg, "metadata_ttl_s", 10, 1, 3600, &m->conf.ttl_s);
     if (!rc)
@@ -186,7 +191,7 @@ static int read_conf(struct tent_engine *e, struct tent_meta *m)
                               "than %zu characters",
                               sizeof(m->prefix) - 1);
     snprintf(m->prefix, sizeof(m->prefix), "%s", prefix);
-    m->conf.password = pw; /* lives in e->cfg, used during create only */
+    m->conf.password = pw; /* lives in the config, used during create only */
     rc = read_endpoints(cfg, m->type, &m->conf);
     if (rc)
         return rc;
@@ -201,10 +206,10 @@ static int read_conf(struct tent_engine *e, struct tent_meta *m)
 }
 
 /* Publishes the local descriptor; caller holds m->lock. */
-static int publish_locked(struct tent_engine *e, struct tent_meta *m)
+static int publish_locked(struct tent_meta *m)
 {
     size_t len = 0;
-    char *json = tent_rpc_encode_local(e, &len);
+    char *json = m->env.describe(m->env.ctx, &len);
     if (!json)
         return tent_set_error(TENT_ENOMEM, "metadata: cannot encode the local "
                                            "segment descriptor");
@@ -223,15 +228,14 @@ static int publish_locked(struct tent_engine *e, struct tent_meta *m)
     if (!m->up && m->thr_started)
         LOG_INFO("metadata (%s): service reachable again; segment '%s' "
                  "re-published under '%s'",
-                 m->type, e->segment_name, m->key);
+                 m->type, m->segment_name, m->key);
     m->up = true;
     return TENT_OK;
 }
 
 static void *keeper(void *arg)
 {
-    struct tent_engine *e = arg;
-    struct tent_meta *m = e->meta;
+    struct tent_meta *m = arg;
     pthread_mutex_lock(&m->lock);
     while (!m->stop) {
         struct timespec ts;
@@ -248,7 +252,7 @@ static void *keeper(void *arg)
         if (m->stop)
             break;
         if (!m->up || m->dirty) {
-            (void)publish_locked(e, m);
+            (void)publish_locked(m);
             continue;
         }
         bool lost = false;
@@ -260,15 +264,16 @@ static void *keeper(void *arg)
             m->up = false;
             m->dirty = true;
         } else if (lost) {
-            (void)publish_locked(e, m);
+            (void)publish_locked(m);
         }
     }
     pthread_mutex_unlock(&m->lock);
     return NULL;
 }
 
-static void make_name(struct tent_engine *e)
+static void service_default_name(const char *rpc_addr, char *buf, size_t cap)
 {
+    (void)rpc_addr; /* names are unique, not addresses */
     char host[64] = "";
     if (gethostname(host, sizeof(host)) != 0 || !host[0])
         snprintf(host, sizeof(host), "tent");
@@ -276,8 +281,7 @@ static void make_name(struct tent_engine *e)
     uint32_t r = 0;
     if (getrandom(&r, sizeof(r), 0) != (ssize_t)sizeof(r))
         r = (uint32_t)time(NULL) ^ (uint32_t)clock();
-    snprintf(e->segment_name, sizeof(e->segment_name), "%s-%ld-%08x", host,
-             (long)getpid(), r);
+    snprintf(buf, cap, "%s-%ld-%08x", host, (long)getpid(), r);
 }
 
 static void meta_free(struct tent_meta *m)
@@ -293,10 +297,9 @@ static void meta_free(struct tent_meta *m)
 /* ---- segment ops -----------------------------------------------------------
  */
 
-static int meta_fetch(struct tent_engine *e, const char *name,
-                      struct tent_segment *seg)
+static int meta_fetch(struct tent_meta *m, const char *name, const char *addr,
+                      struct tent_wire_desc *d)
 {
-    struct tent_meta *m = e->meta;
     char key[640];
     if ((size_t)snprintf(key, sizeof(key), "%s%s", m->prefix, name) >=
         sizeof(key))
@@ -315,13 +318,13 @@ static int meta_fetch(struct tent_engine *e, const char *name,
         LOG_DEBUG("segment '%s' is not in the %s service; trying it as an "
                   "RPC address",
                   name, m->type);
-        return tent_p2p_segment_ops.fetch(e, name, seg);
+        return tent_meta_p2p_fetch(name, NULL, m->env.rpc_timeout_ms, d);
     }
-    if (rc == TENT_EPEER && seg->priv) {
+    if (rc == TENT_EPEER && addr) {
         LOG_WARN("segment '%s': %s; refreshing its descriptor from the peer's "
                  "RPC server instead",
                  name, tent_last_error());
-        return tent_p2p_segment_ops.fetch(e, name, seg);
+        return tent_meta_p2p_fetch(name, addr, m->env.rpc_timeout_ms, d);
     }
     if (rc == TENT_ENOSEGMENT)
         return tent_set_error(TENT_ENOSEGMENT,
@@ -333,66 +336,41 @@ static int meta_fetch(struct tent_engine *e, const char *name,
                               "segment '%s' not found: metadata lookup of "
                               "'%s' failed: %s",
                               name, key, tent_last_error());
-    struct tent_wire_desc *d = calloc(1, sizeof(*d));
-    if (!d) {
-        free(val);
-        return tent_set_error(TENT_ENOMEM, "fetch '%s': out of memory", name);
-    }
     rc = tent_wire_decode_desc(val, len, d);
     free(val);
-    if (rc) {
-        free(d);
+    if (rc)
         return tent_set_error(TENT_EPROTO,
                               "segment '%s': the descriptor under '%s' is "
                               "malformed: %s",
                               name, key, tent_last_error());
-    }
     if (strcmp(d->name, name) != 0) {
         rc = tent_set_error(TENT_EPROTO,
                             "segment '%s': the descriptor under '%s' names "
                             "segment '%s'",
                             name, key, d->name);
-    } else {
-        rc = tent_p2p_apply_desc(seg, d);
-        LOG_DEBUG("resolved segment '%s' through %s: %zu buffer(s)", name,
-                  m->type, d->nbufs);
+        tent_wire_desc_free(d);
+        return rc;
     }
-    tent_wire_desc_free(d);
-    free(d);
-    return rc;
+    LOG_DEBUG("resolved segment '%s' through %s: %zu buffer(s)", name, m->type,
+              d->nbufs);
+    return TENT_OK;
 }
 
-static void meta_release(struct tent_engine *e, struct tent_segment *seg)
+static int meta_notify(struct tent_meta *m, const char *addr, const char *name,
+                       const char *msg, const char *from)
 {
-    tent_p2p_segment_ops.release(e, seg);
+    return tent_meta_p2p_notify(addr, m->env.rpc_timeout_ms, name, msg, from);
 }
-
-static int meta_notify(struct tent_engine *e, struct tent_segment *seg,
-                       const char *name, const char *msg)
-{
-    return tent_p2p_segment_ops.notify(e, seg, name, msg);
-}
-
-static const struct tent_segment_ops meta_segment_ops = {
-    .fetch = meta_fetch,
-    .release = meta_release,
-    .notify = meta_notify,
-};
 
 /* ---- lifecycle
  * --------------------------------------------------------------- */
 
-int tent_meta_start(struct tent_engine *e)
+int tent_meta_find(const char *type, const struct tent_meta_ops **out)
 {
-    const char *type = NULL, *lname = NULL;
-    int rc = tent_config_get_string(e->cfg, "metadata_type", "p2p", &type);
-    if (!rc)
-        rc = tent_config_get_string(e->cfg, "local_segment_name", NULL, &lname);
-    if (rc)
-        return rc;
-    if (strcmp(type, "p2p") == 0)
+    if (strcmp(type, "p2p") == 0) {
+        *out = &tent_meta_p2p_ops;
         return TENT_OK;
-    const struct tent_meta_kv_ops *ops = NULL;
+    }
     size_t i = 0;
     for (; i < sizeof(g_backends) / sizeof(g_backends[0]); i++)
         if (strcmp(type, g_backends[i].type) == 0)
@@ -402,12 +380,28 @@ int tent_meta_start(struct tent_engine *e)
                               "config key 'metadata_type' has unknown value "
                               "'%s' (accepted: p2p, etcd, redis, http)",
                               type);
-    ops = g_backends[i].ops;
-    if (!ops)
+    if (!g_backends[i].ops)
         return tent_set_error(TENT_ENOTSUP,
                               "metadata_type '%s' is not built in: %s was "
                               "missing when the library was configured",
                               type, g_backends[i].lib);
+    *out = &tent_meta_service_ops;
+    return TENT_OK;
+}
+
+static int meta_start(const struct tent_meta_env *env, struct tent_meta **out)
+{
+    const char *type = NULL;
+    int rc = tent_config_get_string(env->cfg, "metadata_type", "p2p", &type);
+    if (rc)
+        return rc;
+    const struct tent_meta_kv_ops *ops = NULL;
+    for (size_t i = 0; i < sizeof(g_backends) / sizeof(g_backends[0]); i++)
+        if (strcmp(type, g_backends[i].type) == 0)
+            ops = g_backends[i].ops;
+    if (!ops) /* tent_meta_find chose this backend */
+        return tent_set_error(
+            TENT_ECONFIG, "metadata_type '%s' has no service backend", type);
     struct tent_meta *m = calloc(1, sizeof(*m));
     if (!m)
         return tent_set_error(TENT_ENOMEM, "metadata: out of memory");
@@ -417,55 +411,45 @@ int tent_meta_start(struct tent_engine *e)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&m->cv, &ca);
     pthread_condattr_destroy(&ca);
+    m->env = *env;
+    snprintf(m->segment_name, sizeof(m->segment_name), "%s", env->segment_name);
+    m->env.segment_name = m->segment_name;
     m->ops = ops;
     snprintf(m->type, sizeof(m->type), "%s", type);
-    rc = read_conf(e, m);
+    rc = read_conf(m);
     if (rc)
         goto fail;
-    if (!lname || !*lname)
-        make_name(e);
     if ((size_t)snprintf(m->key, sizeof(m->key), "%s%s", m->prefix,
-                         e->segment_name) >= sizeof(m->key)) {
+                         m->segment_name) >= sizeof(m->key)) {
         rc = tent_set_error(TENT_ECONFIG, "metadata key '%s%s' is too long",
-                            m->prefix, e->segment_name);
+                            m->prefix, m->segment_name);
         goto fail;
     }
-    size_t nl = strlen(e->segment_name);
-    if (nl >= sizeof(e->local->name)) {
-        rc = tent_set_error(TENT_ECONFIG, "segment name '%s' is too long",
-                            e->segment_name);
-        goto fail;
-    }
-    pthread_rwlock_wrlock(&e->local->lock);
-    memcpy(e->local->name, e->segment_name, nl + 1);
-    pthread_rwlock_unlock(&e->local->lock);
     rc = ops->create(&m->conf, &m->kv);
     if (rc)
         goto fail;
     m->conf.password = NULL;
-    rc = publish_locked(e, m);
+    rc = publish_locked(m);
     if (rc) {
         rc = tent_set_error(rc,
                             "metadata service '%s' at %s: cannot publish "
                             "segment '%s': %s",
-                            type, m->servers, e->segment_name,
+                            type, m->servers, m->segment_name,
                             tent_last_error());
         goto fail;
     }
-    e->meta = m;
     pthread_mutex_lock(&m->lock); /* the thread reads thr_started */
-    m->thr_started = pthread_create(&m->thr, NULL, keeper, e) == 0;
+    m->thr_started = pthread_create(&m->thr, NULL, keeper, m) == 0;
     pthread_mutex_unlock(&m->lock);
     if (!m->thr_started) {
-        e->meta = NULL;
         (void)ops->del(m->kv, m->key);
         rc = tent_set_error(TENT_ENOMEM,
                             "metadata: cannot start the keepalive thread");
         goto fail;
     }
-    e->seg_ops = &meta_segment_ops;
     LOG_INFO("metadata (%s at %s): segment '%s' under key '%s', TTL %d s", type,
-             m->servers, e->segment_name, m->key, m->conf.ttl_s);
+             m->servers, m->segment_name, m->key, m->conf.ttl_s);
+    *out = m;
     return TENT_OK;
 
 fail:
@@ -473,22 +457,18 @@ fail:
     return rc;
 }
 
-void tent_meta_local_changed(struct tent_engine *e)
+static void meta_local_changed(struct tent_meta *m)
 {
-    struct tent_meta *m = e ? e->meta : NULL;
-    if (!m)
-        return;
     pthread_mutex_lock(&m->lock);
     if (m->up)
-        (void)publish_locked(e, m);
+        (void)publish_locked(m);
     else
         m->dirty = true; /* the keepalive thread publishes on reconnect */
     pthread_mutex_unlock(&m->lock);
 }
 
-void tent_meta_stop(struct tent_engine *e)
+static void meta_stop(struct tent_meta *m)
 {
-    struct tent_meta *m = e->meta;
     if (!m)
         return;
     pthread_mutex_lock(&m->lock);
@@ -502,6 +482,15 @@ void tent_meta_stop(struct tent_engine *e)
     if (m->up && m->ops->del(m->kv, m->key) != TENT_OK)
         LOG_WARN("metadata (%s): deleting '%s' failed: %s", m->type, m->key,
                  tent_last_error());
-    e->meta = NULL;
     meta_free(m);
 }
+
+const struct tent_meta_ops tent_meta_service_ops = {
+    .name = "metadata service",
+    .default_name = service_default_name,
+    .start = meta_start,
+    .fetch = meta_fetch,
+    .notify = meta_notify,
+    .local_changed = meta_local_changed,
+    .stop = meta_stop,
+};

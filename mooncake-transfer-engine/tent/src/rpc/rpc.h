@@ -10,24 +10,38 @@
 
 #include "rpc/wire.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-struct tent_engine;
 struct tent_rpc_server;
 
-/* Binds host:port (0 = ephemeral) and starts serving e.  *bound_port is the
- * real port. */
-int tent_rpc_server_start(struct tent_engine *e, const char *host,
+/* What the server asks of its owner (the runtime), called from connection
+ * threads with no server lock held.  All are required. */
+struct tent_rpc_handlers {
+    void *ctx;
+    /* The local segment's descriptor as JSON (what DESC_RESP carries);
+     * malloc'd, length in *len, NULL when out of memory. */
+    char *(*describe)(void *ctx, size_t *len);
+    /* A notification from the peer whose segment is named from. */
+    int (*notify)(void *ctx, const char *from, const char *name,
+                  const char *msg);
+    /* Finds the registered buffer wholly holding [addr, +len) that a peer
+     * may read (write false) or write through the tcp path and pins it
+     * until unpin(*token); else the TENT_E* code the peer is answered. */
+    int (*pin)(void *ctx, uint64_t addr, uint64_t len, bool write,
+               void **token);
+    void (*unpin)(void *ctx, void *token);
+};
+
+/* Binds host:port (0 = ephemeral) and starts serving with the handlers
+ * (copied).  *bound_port is the real port. */
+int tent_rpc_server_start(const struct tent_rpc_handlers *h, const char *host,
                           uint16_t port, struct tent_rpc_server **out,
                           uint16_t *bound_port);
 /* Stops accepting, closes every connection and joins every thread; after it
  * returns the server touches no engine memory.  NULL is a no-op. */
 void tent_rpc_server_stop(struct tent_rpc_server *s);
-
-/* The local segment's descriptor as JSON (what DESC_RESP carries); malloc'd,
- * length in *len, NULL when out of memory. */
-char *tent_rpc_encode_local(struct tent_engine *e, size_t *len);
 
 /* ---- client side -------------------------------------------------------- */
 /* Splits "host:port" (last ':'; "[v6]:port" accepted). */

@@ -3,20 +3,21 @@
  * stalled peer holds only its own thread.  Every frame is decoded by
  * wire.c before use; a frame that does not validate closes its connection.
  *
- * Data requests are checked against the local segment's registered buffers
- * (bounds, permission, served by tcp) and pin the buffer (inflight) for the
- * duration of the copy, so an unregister in parallel answers busy instead of
- * freeing memory under the server. */
+ * Data requests are checked by the owner's pin handler (bounds, permission,
+ * served by tcp), which keeps the buffer pinned for the duration of the
+ * copy, so an unregister in parallel answers busy instead of freeing memory
+ * under the server.  The server knows its owner only through the handler
+ * table (rpc.h). */
 #include "common/error.h"
 #include "common/log.h"
 #include "rpc/rpc.h"
-#include "runtime/engine.h"
 
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,9 +50,10 @@ struct conn {
     struct conn *next;
 };
 
-/* lock guards conns/nconns; stop is set once, under lock. */
+/* lock guards conns/nconns; stop is set once, under lock.  It is a leaf
+ * lock: no handler is called and no other lock is taken while it is held. */
 struct tent_rpc_server {
-    struct tent_engine *e;
+    struct tent_rpc_handlers h;
     int lfd, wake_fd;
     pthread_t accept_thread;
     atomic_bool stop;
@@ -164,34 +166,6 @@ static int send_resp(struct conn *c, uint32_t seq, int32_t status,
     return srv_send(c, iov, len ? 2 : 1);
 }
 
-/* Finds and pins the local buffer wholly holding the range; the error says
- * why the request is refused. */
-static int pin_local(struct tent_engine *e, uint64_t addr, uint64_t len,
-                     bool write, struct tent_buffer **out)
-{
-    struct tent_segment *seg = e->local;
-    int rc = TENT_OK;
-    pthread_rwlock_rdlock(&seg->lock);
-    struct tent_buffer *b = tent_segment_find_locked(seg, addr, len);
-    if (!b)
-        rc = TENT_ERANGE;
-    else if (b->perm == PERM_LOCAL_READ_WRITE ||
-             (write && b->perm == PERM_GLOBAL_READ_ONLY))
-        rc = TENT_EPERM;
-    else if (b->is_device || !(b->xport_mask & (1u << TRANSPORT_TCP)))
-        rc = TENT_ENOTSUP;
-    else
-        atomic_fetch_add(&b->inflight, 1);
-    pthread_rwlock_unlock(&seg->lock);
-    if (rc)
-        LOG_DEBUG("rpc: %s of [%#llx, +%llu) refused: %s",
-                  write ? "write" : "read", (unsigned long long)addr,
-                  (unsigned long long)len, tent_strerror(rc));
-    else
-        *out = b;
-    return rc;
-}
-
 static int serve_read(struct conn *c, const struct tent_wire_hdr *h)
 {
     uint8_t body[TENT_WIRE_RW_LEN];
@@ -199,13 +173,14 @@ static int serve_read(struct conn *c, const struct tent_wire_hdr *h)
     if (h->len != TENT_WIRE_RW_LEN || srv_recv(c, body, sizeof(body), false) ||
         tent_wire_decode_rw(body, sizeof(body), &rw))
         return -1;
-    struct tent_buffer *b;
-    int st = pin_local(c->srv->e, rw.addr, rw.length, false, &b);
+    const struct tent_rpc_handlers *hd = &c->srv->h;
+    void *pin;
+    int st = hd->pin(hd->ctx, rw.addr, rw.length, false, &pin);
     if (st)
         return send_resp(c, h->seq, st, NULL, 0);
     int rc = send_resp(c, h->seq, 0, (const void *)(uintptr_t)rw.addr,
                        (uint32_t)rw.length);
-    atomic_fetch_sub(&b->inflight, 1);
+    hd->unpin(hd->ctx, pin);
     return rc;
 }
 
@@ -229,15 +204,16 @@ static int serve_write(struct conn *c, const struct tent_wire_hdr *h)
         tent_wire_decode_rw(body, sizeof(body), &rw) ||
         rw.length != h->len - TENT_WIRE_RW_LEN)
         return -1;
-    struct tent_buffer *b;
-    int st = pin_local(c->srv->e, rw.addr, rw.length, true, &b);
+    const struct tent_rpc_handlers *hd = &c->srv->h;
+    void *pin;
+    int st = hd->pin(hd->ctx, rw.addr, rw.length, true, &pin);
     if (st) {
         if (drain(c, rw.length))
             return -1;
         return send_resp(c, h->seq, st, NULL, 0);
     }
     int rc = srv_recv(c, (void *)(uintptr_t)rw.addr, rw.length, false);
-    atomic_fetch_sub(&b->inflight, 1);
+    hd->unpin(hd->ctx, pin);
     if (rc)
         return -1;
     return send_resp(c, h->seq, 0, NULL, 0);
@@ -251,16 +227,8 @@ static int serve_notify(struct conn *c, const struct tent_wire_hdr *h)
     if (!body || !n || srv_recv(c, body, h->len, false) ||
         tent_wire_decode_notify(body, h->len, n))
         goto out;
-    struct tent_engine *e = c->srv->e;
-    uint64_t from = 0; /* the sender's segment id here, if it is open */
-    pthread_mutex_lock(&e->seg_lock);
-    for (size_t i = 1; i < e->nsegs; i++)
-        if (e->segs[i] && strcmp(e->segs[i]->name, n->from) == 0) {
-            from = i;
-            break;
-        }
-    pthread_mutex_unlock(&e->seg_lock);
-    int st = tent_engine_deliver_notif(e, from, n->name, n->msg);
+    const struct tent_rpc_handlers *hd = &c->srv->h;
+    int st = hd->notify(hd->ctx, n->from, n->name, n->msg);
     rc = send_resp(c, h->seq, st, NULL, 0);
 out:
     free(n);
@@ -268,53 +236,10 @@ out:
     return rc;
 }
 
-char *tent_rpc_encode_local(struct tent_engine *e, size_t *len)
-{
-    struct tent_segment *seg = e->local;
-    struct tent_wire_desc *d = calloc(1, sizeof(*d));
-    char *out = NULL;
-    if (!d)
-        return NULL;
-    pthread_rwlock_rdlock(&seg->lock);
-    snprintf(d->name, sizeof(d->name), "%s", seg->name);
-    snprintf(d->host_id, sizeof(d->host_id), "%s", seg->host_id);
-    d->bufs = seg->nbufs ? calloc(seg->nbufs, sizeof(*d->bufs)) : NULL;
-    if (seg->nbufs && !d->bufs)
-        goto unlock;
-    for (size_t i = 0; i < seg->nbufs; i++) {
-        const struct tent_buffer *b = seg->bufs[i];
-        struct tent_wire_buf *w = &d->bufs[i];
-        w->base = b->base;
-        w->length = b->length;
-        snprintf(w->location, sizeof(w->location), "%s", b->location);
-        w->perm = b->perm;
-        w->xport_mask = b->xport_mask;
-        snprintf(w->shm_name, sizeof(w->shm_name), "%s", b->shm_name);
-        w->shm_offset = b->shm_offset;
-    }
-    d->nbufs = seg->nbufs;
-    for (int i = 0; i < seg->nattrs && i < TENT_WIRE_MAX_ATTRS; i++) {
-        snprintf(d->attr_key[i], sizeof(d->attr_key[i]), "%s",
-                 seg->attrs[i].key);
-        snprintf(d->attr_value[i], sizeof(d->attr_value[i]), "%s",
-                 seg->attrs[i].value);
-        d->nattrs = i + 1;
-    }
-    pthread_rwlock_unlock(&seg->lock);
-    out = tent_wire_encode_desc(d, len);
-    tent_wire_desc_free(d);
-    free(d);
-    return out;
-unlock:
-    pthread_rwlock_unlock(&seg->lock);
-    free(d);
-    return NULL;
-}
-
 static int serve_desc(struct conn *c, const struct tent_wire_hdr *h)
 {
     size_t len = 0;
-    char *json = tent_rpc_encode_local(c->srv->e, &len);
+    char *json = c->srv->h.describe(c->srv->h.ctx, &len);
     if (!json || len > TENT_WIRE_MAX_BODY) {
         free(json);
         LOG_ERROR("rpc: cannot encode the local segment descriptor");
@@ -433,7 +358,7 @@ static void *accept_main(void *arg)
     return NULL;
 }
 
-int tent_rpc_server_start(struct tent_engine *e, const char *host,
+int tent_rpc_server_start(const struct tent_rpc_handlers *h, const char *host,
                           uint16_t port, struct tent_rpc_server **out,
                           uint16_t *bound_port)
 {
@@ -483,7 +408,7 @@ int tent_rpc_server_start(struct tent_engine *e, const char *host,
         rc = tent_set_error(TENT_ENOMEM, "rpc server: out of memory");
         goto fail_alloc;
     }
-    s->e = e;
+    s->h = *h;
     s->lfd = lfd;
     s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (s->wake_fd < 0) {

@@ -1,12 +1,12 @@
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include "runtime/engine.h"
 
 #include "common/error.h"
 #include "common/log.h"
-#include "runtime/engine.h"
-#include "runtime/p2p_meta.h"
-#include "meta/meta.h"
+#include "runtime/control.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 const struct tent_config *tent_engine_config(const struct tent_engine *e)
 {
@@ -40,10 +40,11 @@ static int load_settings(struct tent_engine *e)
     if (rc)
         return rc;
     if (v < 0 || v > 255)
-        return tent_set_error(TENT_ECONFIG,
-                              "config key 'max_failover_attempts' = %lld is out "
-                              "of range 0..255",
-                              (long long)v);
+        return tent_set_error(
+            TENT_ECONFIG,
+            "config key 'max_failover_attempts' = %lld is out "
+            "of range 0..255",
+            (long long)v);
     e->max_failover_attempts = (int)v;
 
     rc = tent_config_get_bool(e->cfg, "enable_auto_failover_on_poll", true,
@@ -79,8 +80,8 @@ static int load_settings(struct tent_engine *e)
     if (name && *name)
         snprintf(e->segment_name, sizeof(e->segment_name), "%s", name);
     else
-        snprintf(e->segment_name, sizeof(e->segment_name), "%s:%u",
-                 e->hostname, (unsigned)e->rpc_port);
+        snprintf(e->segment_name, sizeof(e->segment_name), "%s:%u", e->hostname,
+                 (unsigned)e->rpc_port);
 
     /* Hugepages for tent_allocate_memory, from the environment of the seed. */
     const char *use = getenv("MC_STORE_USE_HUGEPAGE");
@@ -104,8 +105,8 @@ static int load_settings(struct tent_engine *e)
 
 static void install_transports(struct tent_engine *e)
 {
-    const struct tent_transport_ops *ops[16];
-    size_t n = tent_transport_registry_snapshot(ops, 16);
+    const struct tent_transport_ops *ops[TENT_MAX_TRANSPORTS];
+    size_t n = tent_transport_registry_snapshot(ops, TENT_MAX_TRANSPORTS);
     for (size_t i = 0; i < n && e->nxports < TENT_MAX_TRANSPORTS; i++) {
         char key[128];
         snprintf(key, sizeof(key), "transports/%s/enable", ops[i]->name);
@@ -118,21 +119,11 @@ static void install_transports(struct tent_engine *e)
         }
         if (!enabled)
             continue;
-        struct tent_transport *t = calloc(1, ops[i]->instance_size);
-        if (!t) {
-            LOG_ERROR("transport '%s': out of memory", ops[i]->name);
-            continue;
-        }
-        t->ops = ops[i];
-        t->engine = e;
-        t->cfg = e->cfg;
-        t->index = e->nxports;
-        int rc = ops[i]->install(t);
+        struct tent_transport *t;
+        int rc = tent_transport_instance_new(ops[i], e, e->cfg, e->nxports, &t);
         if (rc != TENT_OK) {
             LOG_WARN("transport '%s' not installed: %s (%s)", ops[i]->name,
                      tent_last_error(), tent_strerror(rc));
-            ops[i]->uninstall(t);
-            free(t);
             continue;
         }
         LOG_INFO("transport '%s' installed", ops[i]->name);
@@ -168,16 +159,10 @@ tent_engine_t tent_create_engine(void)
     }
     e->segs[0] = e->local;
     e->nsegs = 1;
-    /* The RPC server fixes the segment name, so it starts first. */
-    rc = tent_p2p_start(e);
+    /* RPC server, segment name, metadata backend (publishes the segment). */
+    rc = tent_ctrl_start(e);
     if (rc)
         goto fail_rpc;
-    /* metadata_type etcd/redis/http: name the segment and publish it. */
-    rc = tent_meta_start(e);
-    if (rc) {
-        tent_p2p_free(e);
-        goto fail_rpc;
-    }
     install_transports(e);
     LOG_INFO("engine created: segment '%s', %d transport(s)", e->segment_name,
              e->nxports);
@@ -207,8 +192,7 @@ void tent_destroy_engine(tent_engine_t engine)
         return;
     /* Peers stop finding the segment, then no peer request may touch
      * memory once teardown begins. */
-    tent_meta_stop(e);
-    tent_p2p_stop(e);
+    tent_ctrl_stop(e);
     /* Quiesce first: a transport whose backend may still write into memory
      * keeps that memory and its own resources rather than risk a
      * use-after-free. */
@@ -227,8 +211,7 @@ void tent_destroy_engine(tent_engine_t engine)
     for (int i = 0; i < e->nxports; i++) {
         if (e->xport_abandoned[i])
             continue; /* deliberately leaked, see above */
-        e->xports[i]->ops->uninstall(e->xports[i]);
-        free(e->xports[i]);
+        tent_transport_instance_free(e->xports[i]);
     }
     for (size_t i = 1; i < e->nsegs; i++) {
         if (!e->segs[i])
@@ -238,7 +221,6 @@ void tent_destroy_engine(tent_engine_t engine)
         tent_segment_free(e->segs[i]);
     }
     free(e->segs);
-    tent_p2p_free(e);
     /* The local segment may still hold buffers pinned by in-flight tasks;
      * tent_memory_release_all kept those (and said so). */
     if (e->local->nbufs == 0)
@@ -288,8 +270,8 @@ int tent_rpc_server_addr_port(tent_engine_t engine, char *addr_buf,
     if (!port)
         return tent_set_error(TENT_ENULL,
                               "tent_rpc_server_addr_port: port is NULL");
-    int rc = copy_out(addr_buf, buf_len, e->hostname,
-                      "tent_rpc_server_addr_port");
+    int rc =
+        copy_out(addr_buf, buf_len, e->hostname, "tent_rpc_server_addr_port");
     if (rc)
         return rc;
     *port = e->rpc_port;

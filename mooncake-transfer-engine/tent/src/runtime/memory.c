@@ -1,15 +1,15 @@
-#include <stdio.h>
+#include "common/error.h"
+#include "common/log.h"
+#include "runtime/control.h"
+#include "runtime/engine.h"
+
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#include "common/error.h"
-#include "common/log.h"
-#include "meta/meta.h"
-#include "runtime/engine.h"
 
 enum { ALLOC_NONE = 0, ALLOC_MEMFD = 1 };
 
@@ -41,9 +41,10 @@ static int attach_transports(struct tent_engine *e, struct tent_buffer *buf,
                  (unsigned long long)buf->length, tent_last_error());
     }
     if (only_type != TRANSPORT_UNSPEC && !buf->xport_mask)
-        return tent_set_error(TENT_ENOTRANSPORT,
-                              "register memory: transport '%s' is not installed",
-                              tent_transport_type_name(only_type));
+        return tent_set_error(
+            TENT_ENOTRANSPORT,
+            "register memory: transport '%s' is not installed",
+            tent_transport_type_name(only_type));
     return TENT_OK;
 }
 
@@ -68,12 +69,12 @@ static int check_region(void *addr, size_t size, const char *what)
     if (!addr)
         return tent_set_error(TENT_ENULL, "%s: address is NULL", what);
     if (size == 0)
-        return tent_set_error(TENT_EINVAL, "%s: size of memory at %p is 0", what,
-                              addr);
+        return tent_set_error(TENT_EINVAL, "%s: size of memory at %p is 0",
+                              what, addr);
     if ((uintptr_t)addr + size < (uintptr_t)addr)
         return tent_set_error(TENT_EINVAL,
-                              "%s: region at %p of %zu bytes wraps around", what,
-                              addr, size);
+                              "%s: region at %p of %zu bytes wraps around",
+                              what, addr, size);
     return TENT_OK;
 }
 
@@ -81,16 +82,17 @@ static int check_options(const tent_memory_options_t *o, const char *what)
 {
     if (o->permission < PERM_LOCAL_READ_WRITE ||
         o->permission > PERM_GLOBAL_READ_WRITE)
-        return tent_set_error(TENT_EINVAL, "%s: permission %d is not a PERM_* value",
-                              what, o->permission);
-    if (!memchr(o->location, '\0', sizeof(o->location)))
         return tent_set_error(TENT_EINVAL,
-                              "%s: location is not NUL-terminated", what);
+                              "%s: permission %d is not a PERM_* value", what,
+                              o->permission);
+    if (!memchr(o->location, '\0', sizeof(o->location)))
+        return tent_set_error(TENT_EINVAL, "%s: location is not NUL-terminated",
+                              what);
     if (o->transport_type != TRANSPORT_UNSPEC &&
         strcmp(tent_transport_type_name(o->transport_type), "unknown") == 0)
-        return tent_set_error(TENT_EINVAL,
-                              "%s: transport_type %d is not a TRANSPORT_* value",
-                              what, o->transport_type);
+        return tent_set_error(
+            TENT_EINVAL, "%s: transport_type %d is not a TRANSPORT_* value",
+            what, o->transport_type);
     return TENT_OK;
 }
 
@@ -131,7 +133,7 @@ static int register_locked(struct tent_engine *e, void *addr, size_t size,
         goto fail_attach;
     LOG_DEBUG("registered [%p, +%zu) location %s perm %d", addr, size,
               buf->location, buf->perm);
-    tent_meta_local_changed(e);
+    tent_ctrl_local_changed(e);
     return TENT_OK;
 
 fail_attach:
@@ -177,7 +179,7 @@ static int unregister_locked(struct tent_engine *e, void *addr, size_t size,
     if (rc != TENT_OK)
         return rc;
     detach_transports(e, buf);
-    tent_meta_local_changed(e);
+    tent_ctrl_local_changed(e);
     *out = buf;
     return TENT_OK;
 }
@@ -229,7 +231,8 @@ int tent_register_memory_batch_ex(tent_engine_t engine, void **addrs,
 {
     struct tent_engine *e = tent_engine_cast(engine);
     if (!e)
-        return tent_set_error(TENT_ENULL, "register memory batch: engine is NULL");
+        return tent_set_error(TENT_ENULL,
+                              "register memory batch: engine is NULL");
     if (!addrs || !sizes || !opts)
         return tent_set_error(TENT_ENULL,
                               "register memory batch: addrs, sizes or options "
@@ -266,7 +269,8 @@ int tent_register_memory_batch_ex(tent_engine_t engine, void **addrs,
         snprintf(saved, sizeof(saved), "%s", tent_last_error());
         for (size_t i = 0; i < done; i++) {
             struct tent_buffer *buf;
-            if (unregister_locked(e, addrs[i], sizes[i], false, &buf) == TENT_OK)
+            if (unregister_locked(e, addrs[i], sizes[i], false, &buf) ==
+                TENT_OK)
                 free(buf);
         }
         tent_set_error(rc, "register memory batch: entry %zu: %s", done, saved);
@@ -309,15 +313,17 @@ int tent_unregister_memory_batch(tent_engine_t engine, void **addrs,
         return tent_set_error(TENT_ENULL,
                               "unregister memory batch: addrs is NULL");
     if (count == 0)
-        return tent_set_error(TENT_EINVAL, "unregister memory batch: count is 0");
+        return tent_set_error(TENT_EINVAL,
+                              "unregister memory batch: count is 0");
     /* Check every entry first so that nothing is half-applied. */
     pthread_mutex_lock(&e->reg_lock);
     pthread_rwlock_rdlock(&e->local->lock);
     int rc = TENT_OK;
     for (size_t i = 0; i < count && rc == TENT_OK; i++) {
         struct tent_buffer *b =
-            addrs[i] ? tent_segment_find_locked(e->local, (uintptr_t)addrs[i], 1)
-                     : NULL;
+            addrs[i]
+                ? tent_segment_find_locked(e->local, (uintptr_t)addrs[i], 1)
+                : NULL;
         if (!b || b->base != (uintptr_t)addrs[i])
             rc = tent_set_error(TENT_ENOTREG,
                                 "unregister memory batch: entry %zu: no buffer "
@@ -372,10 +378,11 @@ static int numa_node_of(const char *location, int *node)
     char *end;
     long n = strtol(location + 4, &end, 10);
     if (end == location + 4 || *end || n < 0 || n > 1023)
-        return tent_set_error(TENT_EINVAL,
-                              "tent_allocate_memory: location '%s' has no valid "
-                              "NUMA node number",
-                              location);
+        return tent_set_error(
+            TENT_EINVAL,
+            "tent_allocate_memory: location '%s' has no valid "
+            "NUMA node number",
+            location);
     char path[96];
     snprintf(path, sizeof(path), "/sys/devices/system/node/node%ld", n);
     if (access(path, F_OK) != 0)
@@ -392,7 +399,8 @@ int tent_allocate_memory_ex(tent_engine_t engine, void **addr, size_t size,
 {
     struct tent_engine *e = tent_engine_cast(engine);
     if (!e)
-        return tent_set_error(TENT_ENULL, "tent_allocate_memory: engine is NULL");
+        return tent_set_error(TENT_ENULL,
+                              "tent_allocate_memory: engine is NULL");
     if (!addr || !opts)
         return tent_set_error(TENT_ENULL,
                               "tent_allocate_memory: addr or options is NULL");
@@ -406,15 +414,18 @@ int tent_allocate_memory_ex(tent_engine_t engine, void **addr, size_t size,
     if (rc)
         return rc;
 
-    size_t page = e->use_hugepage ? e->hugepage_size : (size_t)sysconf(_SC_PAGESIZE);
+    size_t page =
+        e->use_hugepage ? e->hugepage_size : (size_t)sysconf(_SC_PAGESIZE);
     if (size > SIZE_MAX - page)
-        return tent_set_error(TENT_EINVAL, "tent_allocate_memory: size %zu is too large",
-                              size);
+        return tent_set_error(
+            TENT_EINVAL, "tent_allocate_memory: size %zu is too large", size);
     size_t len = (size + page - 1) / page * page;
     unsigned flags = MFD_CLOEXEC;
     if (e->use_hugepage) {
         unsigned shift = (unsigned)__builtin_ctzl(e->hugepage_size);
-        flags |= MFD_HUGETLB | (shift << MAP_HUGE_SHIFT); /* MFD_HUGE_SHIFT == MAP_HUGE_SHIFT */
+        flags |=
+            MFD_HUGETLB |
+            (shift << MAP_HUGE_SHIFT); /* MFD_HUGE_SHIFT == MAP_HUGE_SHIFT */
     }
     /* memfd backing lets a same-host peer map the memory (shm transport). */
     int fd = memfd_create("tent-buffer", flags);
@@ -441,12 +452,12 @@ int tent_allocate_memory_ex(tent_engine_t engine, void **addr, size_t size,
         close(fd);
         /* The seed's Troubleshooting text, with the real errno. */
         LOG_ERROR("mmap failed, errno=%d (%s)", err, strerror(err));
-        return tent_set_error(TENT_ENOMEM,
-                              "tent_allocate_memory: mmap failed, errno=%d (%s)%s",
-                              err, strerror(err),
-                              e->use_hugepage ? "; check the reserved hugepages "
-                                                "(/sys/kernel/mm/hugepages)"
-                                              : "");
+        return tent_set_error(
+            TENT_ENOMEM, "tent_allocate_memory: mmap failed, errno=%d (%s)%s",
+            err, strerror(err),
+            e->use_hugepage ? "; check the reserved hugepages "
+                              "(/sys/kernel/mm/hugepages)"
+                            : "");
     }
     if (node >= 0) {
         unsigned long mask[16] = {0};

@@ -1,6 +1,6 @@
 #include "common/error.h"
 #include "common/log.h"
-#include "meta/meta.h"
+#include "runtime/control.h"
 #include "runtime/engine.h"
 
 #include <stdio.h>
@@ -177,6 +177,31 @@ bool tent_segment_attr_copy(const struct tent_segment *seg, const char *key,
     return ok;
 }
 
+bool tent_engine_host_id(const struct tent_engine *e, char *buf, size_t len)
+{
+    if (!buf || len == 0)
+        return false;
+    buf[0] = '\0';
+    const struct tent_segment *seg = e->local;
+    pthread_rwlock_rdlock((pthread_rwlock_t *)&seg->lock);
+    size_t n = strlen(seg->host_id);
+    bool ok = n > 0 && n < len;
+    if (ok)
+        memcpy(buf, seg->host_id, n + 1);
+    pthread_rwlock_unlock((pthread_rwlock_t *)&seg->lock);
+    return ok;
+}
+
+bool tent_segment_on_host(const struct tent_segment *seg, const char *host_id)
+{
+    if (!seg || !host_id)
+        return false;
+    pthread_rwlock_rdlock((pthread_rwlock_t *)&seg->lock);
+    bool same = strcmp(seg->host_id, host_id) == 0;
+    pthread_rwlock_unlock((pthread_rwlock_t *)&seg->lock);
+    return same;
+}
+
 const char *tent_segment_name_of(const struct tent_segment *seg)
 {
     return seg ? seg->name : "";
@@ -194,7 +219,7 @@ int tent_engine_publish_attr(struct tent_engine *e, const char *key,
     int rc = tent_segment_set_attr_locked(e->local, key, value);
     pthread_rwlock_unlock(&e->local->lock);
     if (rc == TENT_OK)
-        tent_meta_local_changed(e);
+        tent_ctrl_local_changed(e);
     return rc;
 }
 

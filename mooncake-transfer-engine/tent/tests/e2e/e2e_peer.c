@@ -1,8 +1,8 @@
 #include "e2e_peer.h"
 
 #include "common/config.h"
+#include "runtime/control.h"
 #include "runtime/engine.h"
-#include "runtime/p2p_meta.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -148,7 +148,7 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
             int32_t rc = tent_free_memory(eh, rw);
             wr(afd, &rc, sizeof(rc));
         } else if (c.op == 'S') {
-            tent_p2p_stop(e);
+            tent_ctrl_stop_server(e);
             char ok = 1;
             wr(afd, &ok, 1);
         } else if (c.op == 'M') {

@@ -1,0 +1,257 @@
+/* The runtime's side of the control plane: it starts the RPC server with a
+ * handler table (describe, notify, pin/unpin of local buffers), names the
+ * local segment, starts the metadata backend chosen by metadata_type and
+ * adapts the backend's ops to the runtime's segment ops.  The layers below
+ * (rpc/, meta/) see only those tables, never the engine. */
+#include "runtime/control.h"
+
+#include "common/error.h"
+#include "common/hostport.h"
+#include "common/log.h"
+#include "meta/meta.h"
+#include "rpc/rpc.h"
+#include "runtime/engine.h"
+#include "runtime/seg_desc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- RPC server handlers --------------------------------------------------
+ */
+
+static char *rpc_describe(void *ctx, size_t *len)
+{
+    return tent_desc_export(ctx, len);
+}
+
+static int rpc_notify(void *ctx, const char *from_name, const char *name,
+                      const char *msg)
+{
+    struct tent_engine *e = ctx;
+    uint64_t from = 0; /* the sender's segment id here, if it is open */
+    pthread_mutex_lock(&e->seg_lock);
+    for (size_t i = 1; i < e->nsegs; i++)
+        if (e->segs[i] && strcmp(e->segs[i]->name, from_name) == 0) {
+            from = i;
+            break;
+        }
+    pthread_mutex_unlock(&e->seg_lock);
+    return tent_engine_deliver_notif(e, from, name, msg);
+}
+
+/* Finds and pins the local buffer wholly holding the range; the error says
+ * why the request is refused. */
+static int rpc_pin(void *ctx, uint64_t addr, uint64_t len, bool write,
+                   void **token)
+{
+    struct tent_engine *e = ctx;
+    struct tent_segment *seg = e->local;
+    int rc = TENT_OK;
+    pthread_rwlock_rdlock(&seg->lock);
+    struct tent_buffer *b = tent_segment_find_locked(seg, addr, len);
+    if (!b)
+        rc = TENT_ERANGE;
+    else if (b->perm == PERM_LOCAL_READ_WRITE ||
+             (write && b->perm == PERM_GLOBAL_READ_ONLY))
+        rc = TENT_EPERM;
+    else if (b->is_device || !(b->xport_mask & (1u << TRANSPORT_TCP)))
+        rc = TENT_ENOTSUP;
+    else
+        atomic_fetch_add(&b->inflight, 1);
+    pthread_rwlock_unlock(&seg->lock);
+    if (rc)
+        LOG_DEBUG("rpc: %s of [%#llx, +%llu) refused: %s",
+                  write ? "write" : "read", (unsigned long long)addr,
+                  (unsigned long long)len, tent_strerror(rc));
+    else
+        *token = b;
+    return rc;
+}
+
+static void rpc_unpin(void *ctx, void *token)
+{
+    (void)ctx;
+    struct tent_buffer *b = token;
+    atomic_fetch_sub(&b->inflight, 1);
+}
+
+/* ---- segment ops over the metadata backend --------------------------------
+ */
+
+/* The RPC address a segment published, else its name ("<host>:<port>"). */
+static const char *peer_addr(const struct tent_segment *seg, const char *name,
+                             char *buf, size_t cap)
+{
+    bool have = tent_segment_attr_copy(seg, "rpc_addr", buf, cap);
+    return have && *buf ? buf : name;
+}
+
+static int ctrl_fetch(struct tent_engine *e, const char *name,
+                      struct tent_segment *seg)
+{
+    char a[sizeof(((struct tent_attr *)0)->value)];
+    /* a refresh goes to the address the segment published */
+    const char *addr = seg->priv ? peer_addr(seg, name, a, sizeof(a)) : NULL;
+    struct tent_wire_desc *d = calloc(1, sizeof(*d));
+    if (!d)
+        return tent_set_error(TENT_ENOMEM, "fetch '%s': out of memory", name);
+    int rc = e->meta_ops->fetch(e->meta, name, addr, d);
+    if (!rc) {
+        rc = tent_desc_import(seg, d);
+        LOG_DEBUG("fetched segment '%s': %zu buffer(s), host %s", name,
+                  d->nbufs, d->host_id);
+        tent_wire_desc_free(d);
+    }
+    free(d);
+    return rc;
+}
+
+static void ctrl_release(struct tent_engine *e, struct tent_segment *seg)
+{
+    (void)e;
+    tent_desc_release(seg);
+}
+
+static int ctrl_notify(struct tent_engine *e, struct tent_segment *seg,
+                       const char *name, const char *msg)
+{
+    char a[sizeof(((struct tent_attr *)0)->value)];
+    return e->meta_ops->notify(e->meta, peer_addr(seg, seg->name, a, sizeof(a)),
+                               name, msg, e->segment_name);
+}
+
+static const struct tent_segment_ops ctrl_segment_ops = {
+    .fetch = ctrl_fetch,
+    .release = ctrl_release,
+    .notify = ctrl_notify,
+};
+
+/* ---- lifecycle ------------------------------------------------------------
+ */
+
+/* boot_id identifies this boot of this machine; with the hostname it tells
+ * same-host peers apart from remote ones without trusting addresses. */
+static void host_identity(char *out, size_t cap)
+{
+    char boot[64] = "", host[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof(boot), f))
+            boot[0] = 0;
+        fclose(f);
+        boot[strcspn(boot, "\n")] = 0;
+    }
+    if (gethostname(host, sizeof(host)) != 0)
+        host[0] = 0;
+    host[sizeof(host) - 1] = 0;
+    snprintf(out, cap, "%s/%s", boot, host);
+}
+
+int tent_ctrl_start(struct tent_engine *e)
+{
+    int64_t to;
+    int rc = tent_config_get_int(e->cfg, "rpc_timeout_ms", 3000, &to);
+    if (!rc && (to < 1 || to > 600000))
+        rc = tent_set_error(TENT_ECONFIG,
+                            "config key 'rpc_timeout_ms' = %lld is outside "
+                            "1..600000",
+                            (long long)to);
+    const char *mtype = NULL, *lname = NULL;
+    if (!rc)
+        rc = tent_config_get_string(e->cfg, "metadata_type", "p2p", &mtype);
+    if (!rc)
+        rc = tent_config_get_string(e->cfg, "local_segment_name", NULL, &lname);
+    if (rc)
+        return rc;
+    e->rpc_timeout_ms = (int)to;
+
+    /* The RPC server fixes the address, so it starts first. */
+    static const struct tent_rpc_handlers handlers_tmpl = {
+        .describe = rpc_describe,
+        .notify = rpc_notify,
+        .pin = rpc_pin,
+        .unpin = rpc_unpin,
+    };
+    struct tent_rpc_handlers h = handlers_tmpl;
+    h.ctx = e;
+    uint16_t port;
+    rc = tent_rpc_server_start(&h, e->hostname, e->rpc_port, &e->rpc, &port);
+    if (rc)
+        return rc;
+    e->rpc_port = port;
+    char addr[320], pid[24];
+    tent_format_hostport(addr, sizeof(addr), e->hostname, port);
+    if (!lname || !*lname)
+        snprintf(e->segment_name, sizeof(e->segment_name), "%s", addr);
+    snprintf(pid, sizeof(pid), "%ld", (long)getpid());
+    pthread_rwlock_wrlock(&e->local->lock);
+    host_identity(e->local->host_id, sizeof(e->local->host_id));
+    rc = tent_segment_set_attr_locked(e->local, "rpc_addr", addr);
+    if (!rc)
+        rc = tent_segment_set_attr_locked(e->local, "pid", pid);
+    pthread_rwlock_unlock(&e->local->lock);
+
+    const struct tent_meta_ops *ops = NULL;
+    if (!rc)
+        rc = tent_meta_find(mtype, &ops);
+    if (rc)
+        goto fail;
+    if (!lname || !*lname)
+        ops->default_name(addr, e->segment_name, sizeof(e->segment_name));
+    size_t nl = strlen(e->segment_name);
+    if (nl >= sizeof(e->local->name)) {
+        if (ops != &tent_meta_p2p_ops) {
+            rc = tent_set_error(TENT_ECONFIG, "segment name '%s' is too long",
+                                e->segment_name);
+            goto fail;
+        }
+        nl = sizeof(e->local->name) - 1; /* p2p: peers dial the address */
+    }
+    pthread_rwlock_wrlock(&e->local->lock);
+    memcpy(e->local->name, e->segment_name, nl);
+    e->local->name[nl] = 0;
+    pthread_rwlock_unlock(&e->local->lock);
+
+    struct tent_meta_env env = {
+        .cfg = e->cfg,
+        .segment_name = e->segment_name,
+        .rpc_timeout_ms = e->rpc_timeout_ms,
+        .describe = rpc_describe,
+        .ctx = e,
+    };
+    rc = ops->start(&env, &e->meta);
+    if (rc)
+        goto fail;
+    e->meta_ops = ops;
+    if (!e->seg_ops)
+        e->seg_ops = &ctrl_segment_ops;
+    return TENT_OK;
+
+fail:
+    tent_rpc_server_stop(e->rpc);
+    e->rpc = NULL;
+    return rc;
+}
+
+void tent_ctrl_local_changed(struct tent_engine *e)
+{
+    if (e->meta)
+        e->meta_ops->local_changed(e->meta);
+}
+
+void tent_ctrl_stop_server(struct tent_engine *e)
+{
+    tent_rpc_server_stop(e->rpc);
+    e->rpc = NULL;
+}
+
+void tent_ctrl_stop(struct tent_engine *e)
+{
+    if (e->meta) {
+        e->meta_ops->stop(e->meta);
+        e->meta = NULL;
+    }
+    tent_ctrl_stop_server(e);
+}
