@@ -92,9 +92,9 @@ static const struct tent_transport_ops instant_ops = {
     .free_sub_batch = instant_free_sub,
     .submit = instant_submit,
     .status = instant_status,
-    .quiesce = tent_xport_nosup_quiesce,
-    .add_buffer = tent_xport_nosup_buffer,
-    .remove_buffer = tent_xport_nosup_buffer,
+    .quiesce = tent_xport_noop_quiesce,
+    .add_buffer = tent_xport_noop_buffer,
+    .remove_buffer = tent_xport_noop_buffer,
 };
 
 static double now_ns(void)

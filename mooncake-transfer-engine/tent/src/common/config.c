@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Guards every g_* field below. */
+/* Guards every g_* field below.  A leaf lock: nothing is called out and
+ * no other lock is taken while it is held. */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *g_file_path;  /* set by tent_load_config_from_file */
 static cJSON *g_overrides; /* array of [path, value] pairs, in order */

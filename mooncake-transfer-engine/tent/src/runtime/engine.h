@@ -1,45 +1,37 @@
 /* Runtime internals: engine, segments, registered buffers, batches, tasks.
  *
- * Lock order (outer to inner): batch->lock -> engine->batch_lock (the table
- * only: held for lookups and unlinking, never while waiting for a batch or
- * calling out) ; batch->lock -> segment->lock -> a transport's own locks.
- * A batch found in the table is kept alive by a reference (refs) taken under
- * the table lock, so one slow batch never blocks lookups of the others.
- * engine->reg_lock serialises register/unregister/allocate/free and is taken
- * before segment->lock. */
+ * Lock order (outer to inner; each lock is described where it is declared):
+ *
+ *   engine->reg_lock -> the metadata backend's lock -> segment->lock
+ *   batch->lock -> engine->batch_lock | engine->seg_lock | engine->notif_lock
+ *   batch->lock -> the metadata backend's lock (refetch on a miss)
+ *   batch->lock -> segment->lock -> a transport's own locks
+ *
+ * engine->batch_lock, seg_lock and notif_lock are leaves: held for a table
+ * lookup or update only, never while waiting for another lock or calling
+ * out.  A batch found in the table is kept alive by a reference (refs) taken
+ * under the table lock, so one slow batch never blocks lookups of the
+ * others.  The RPC server, the metadata backends and the transports never
+ * take a runtime lock themselves: they reach runtime state only through the
+ * functions they are handed (rpc.h handlers, meta.h env, transport.h). */
 #ifndef TENT_RUNTIME_ENGINE_H
 #define TENT_RUNTIME_ENGINE_H
+
+#include "common/config.h"
+#include "tent/transfer_engine.h"
+#include "transport/transport.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/config.h"
-#include "tent/transfer_engine.h"
-#include "transport/transport.h"
+struct tent_rpc_server;
+struct tent_meta;
+struct tent_meta_ops;
 
-#define TENT_MAX_ATTRS 16
+#define TENT_MAX_ATTRS    16
 #define TENT_MAX_POLICIES 32
-
-/* A registered buffer: in the local segment, one the application (or
- * tent_allocate_memory) registered; in a remote segment, one the peer
- * published. */
-struct tent_buffer {
-    uint64_t base;
-    uint64_t length;
-    char location[64];
-    int perm;              /* PERM_* */
-    uint32_t xport_mask;   /* bit (1 << TRANSPORT_*) per transport serving it */
-    atomic_int inflight;   /* tasks that may touch it (remote ones too: a
-                              descriptor refresh must not free it while > 0) */
-    int alloc_kind;        /* local only: 0 registered, else how it was allocated */
-    size_t alloc_size;     /* local only: mapping length for allocated memory */
-    int alloc_fd;          /* local only: memfd backing allocated memory, or -1 */
-    bool is_device;        /* location names an accelerator */
-    char shm_name[64];     /* shm transport: handle a same-host peer can map */
-    uint64_t shm_offset;
-};
 
 struct tent_attr {
     char key[64];
@@ -61,9 +53,12 @@ struct tent_segment {
     uint64_t id;
     char name[256];
     bool local;
-    int type;           /* TYPE_MEMORY */
-    char host_id[128];  /* machine identity, for same-host detection */
-    /* Guards bufs/nbufs and attrs. */
+    int type;          /* TYPE_MEMORY */
+    char host_id[128]; /* machine identity, for same-host detection */
+    /* Guards bufs/nbufs/cap, attrs/nattrs, host_id and (remote) priv; the
+     * name is written under it too.  Readers: lookups, descriptor export,
+     * attribute copies; writers: register/unregister, descriptor import.
+     * Taken after reg_lock and batch->lock, before any transport lock. */
     pthread_rwlock_t lock;
     struct tent_buffer **bufs; /* sorted by base, non-overlapping */
     size_t nbufs, cap;
@@ -74,23 +69,23 @@ struct tent_segment {
 
 struct tent_policy {
     char name[64];
-    int segment_type;  /* TYPE_MEMORY / TYPE_FILE */
-    int priority;      /* -1 any */
+    int segment_type; /* TYPE_MEMORY / TYPE_FILE */
+    int priority;     /* -1 any */
     uint64_t min_size, max_size;
-    int local_kind, remote_kind; /* -1 any, 0 dram, 1 device */
+    int local_kind, remote_kind;         /* -1 any, 0 dram, 1 device */
     int transports[TENT_MAX_TRANSPORTS]; /* TRANSPORT_* in order */
     int ntransports;
 };
 
 struct tent_task {
     tent_request_t req;
-    struct tent_buffer *src_buf;  /* pinned (inflight) until terminal */
-    struct tent_buffer *dst_buf;  /* target buffer, pinned too */
+    struct tent_buffer *src_buf; /* pinned (inflight) until terminal */
+    struct tent_buffer *dst_buf; /* target buffer, pinned too */
     uint64_t bytes;
     int32_t last_error;
-    uint8_t state;     /* STATUS_* */
-    int8_t xport;      /* engine transport index now executing it, -1 none */
-    uint8_t attempts;  /* failovers taken */
+    uint8_t state;    /* STATUS_* */
+    int8_t xport;     /* engine transport index now executing it, -1 none */
+    uint8_t attempts; /* failovers taken */
     uint8_t ncand, cand_pos;
     uint8_t cands[TENT_MAX_TRANSPORTS];
 };
@@ -100,7 +95,9 @@ struct tent_batch {
     /* One for the table's entry, one per caller between lookup and unlock;
      * the last reference frees the batch. */
     atomic_int refs;
-    /* Guards everything below. */
+    /* Guards everything below.  Outermost of the runtime's locks on the data
+     * path: taken before batch_lock, seg_lock, notif_lock, segment locks and
+     * transport locks, and never while holding any of them. */
     pthread_mutex_t lock;
     bool dead; /* unlinked by tent_free_batch: every use now fails */
     size_t capacity, ntasks;
@@ -129,24 +126,35 @@ struct tent_engine {
     int nxports;
     bool xport_abandoned[TENT_MAX_TRANSPORTS]; /* quiesce failed at teardown */
 
-    /* Segments: slot i holds segment id i (0 = local). Guards segs/nsegs. */
+    /* Segments: slot i holds segment id i (0 = local).  seg_lock guards
+     * segs/nsegs (the table, not the segments); a leaf lock. */
     pthread_mutex_t seg_lock;
     struct tent_segment **segs;
     size_t nsegs;
     struct tent_segment *local;
     const struct tent_segment_ops *seg_ops;
-    void *ctrl; /* control plane state */
-    struct tent_meta *meta; /* metadata service (etcd/redis/http), or NULL */
 
+    /* Control plane (control.c): set up at creation, torn down at
+     * destruction, read-only in between. */
+    struct tent_rpc_server *rpc;
+    int rpc_timeout_ms;
+    const struct tent_meta_ops *meta_ops; /* backend of metadata_type */
+    struct tent_meta *meta;               /* its state, NULL once stopped */
+
+    /* Serialises register/unregister/allocate/free of local memory (and
+     * the transports' add/remove_buffer calls they make).  Outermost: taken
+     * before the metadata backend's lock and segment->lock. */
     pthread_mutex_t reg_lock;
 
-    /* Received notifications. Guards notifs/nnotifs/notif_cap. */
+    /* Received notifications.  notif_lock guards notifs/nnotifs/notif_cap;
+     * a leaf lock (taken from RPC server threads and under batch->lock). */
     pthread_mutex_t notif_lock;
     struct tent_notifi_record *notifs;
     size_t nnotifs, notif_cap;
 
     /* Batches: slot (id & 0xffffffff) - 1, generation in the high half.
-     * Guards batches/nbatches/free list and generation counters. */
+     * batch_lock guards batches/nbatches and the generation counters (the
+     * table only); a leaf lock, taken alone or under one batch->lock. */
     pthread_mutex_t batch_lock;
     struct tent_batch **batches;
     uint32_t *batch_gen;
@@ -164,8 +172,8 @@ void tent_segment_free(struct tent_segment *seg);
 struct tent_buffer *tent_segment_find_locked(const struct tent_segment *seg,
                                              uint64_t addr, uint64_t len);
 /* Whether any buffer overlaps [addr, addr+len); caller holds lock. */
-bool tent_segment_overlaps_locked(const struct tent_segment *seg,
-                                  uint64_t addr, uint64_t len);
+bool tent_segment_overlaps_locked(const struct tent_segment *seg, uint64_t addr,
+                                  uint64_t len);
 int tent_segment_insert_locked(struct tent_segment *seg,
                                struct tent_buffer *buf);
 void tent_segment_remove_locked(struct tent_segment *seg,
@@ -193,7 +201,7 @@ int tent_engine_send_notif(struct tent_engine *e, uint64_t handle,
                            const char *name, const char *msg);
 int tent_notif_validate(const char *name, const char *msg, const char *what);
 
-/* batch.c */
+/* batch_table.c */
 void tent_batches_teardown(struct tent_engine *e);
 
 static inline struct tent_engine *tent_engine_cast(tent_engine_t h)

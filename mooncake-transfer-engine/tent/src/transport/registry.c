@@ -1,9 +1,10 @@
-#include <pthread.h>
-#include <string.h>
-#include <strings.h>
-
 #include "common/error.h"
 #include "transport/transport.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
 #ifdef TENT_WITH_TCP
 extern const struct tent_transport_ops tent_tcp_transport_ops;
@@ -15,9 +16,10 @@ extern const struct tent_transport_ops tent_shm_transport_ops;
 extern const struct tent_transport_ops tent_memfabric_transport_ops;
 #endif
 
-/* Guards registry/nregistry/seeded. */
+/* Guards registry/nregistry/seeded.  A leaf lock: nothing else is taken
+ * while it is held. */
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static const struct tent_transport_ops *registry[16];
+static const struct tent_transport_ops *registry[TENT_MAX_TRANSPORTS];
 static size_t nregistry;
 static int seeded;
 
@@ -48,9 +50,8 @@ int tent_transport_register(const struct tent_transport_ops *ops)
     for (size_t i = 0; i < nregistry; i++)
         if (strcmp(registry[i]->name, ops->name) == 0) {
             pthread_mutex_unlock(&reg_lock);
-            return tent_set_error(TENT_EEXIST,
-                                  "transport '%s' is already registered",
-                                  ops->name);
+            return tent_set_error(
+                TENT_EEXIST, "transport '%s' is already registered", ops->name);
         }
     if (nregistry == sizeof(registry) / sizeof(registry[0])) {
         pthread_mutex_unlock(&reg_lock);
@@ -74,7 +75,8 @@ int tent_transport_unregister(const char *name)
             return TENT_OK;
         }
     pthread_mutex_unlock(&reg_lock);
-    return tent_set_error(TENT_EINVAL, "transport '%s' is not registered", name);
+    return tent_set_error(TENT_EINVAL, "transport '%s' is not registered",
+                          name);
 }
 
 size_t tent_transport_registry_snapshot(const struct tent_transport_ops **out,
@@ -89,10 +91,14 @@ size_t tent_transport_registry_snapshot(const struct tent_transport_ops **out,
 }
 
 static const char *const type_names[] = {
-    [TRANSPORT_UNSPEC] = "unspec",     [TRANSPORT_RDMA] = "rdma",
-    [TRANSPORT_MNNVL] = "mnnvl",       [TRANSPORT_SHM] = "shm",
-    [TRANSPORT_NVLINK] = "nvlink",     [TRANSPORT_GDS] = "gds",
-    [TRANSPORT_IOURING] = "io_uring",  [TRANSPORT_TCP] = "tcp",
+    [TRANSPORT_UNSPEC] = "unspec",
+    [TRANSPORT_RDMA] = "rdma",
+    [TRANSPORT_MNNVL] = "mnnvl",
+    [TRANSPORT_SHM] = "shm",
+    [TRANSPORT_NVLINK] = "nvlink",
+    [TRANSPORT_GDS] = "gds",
+    [TRANSPORT_IOURING] = "io_uring",
+    [TRANSPORT_TCP] = "tcp",
     [TRANSPORT_ASCEND_DIRECT] = "ascend_direct",
     [TRANSPORT_SUNRISE_LINK] = "sunrise_link",
     [TRANSPORT_MEMFABRIC] = "memfabric",
@@ -104,8 +110,8 @@ const char *tent_transport_type_name(int type)
     if (type >= 0 && type < NTYPES && type_names[type])
         return type_names[type];
     /* Test transports use types beyond the public ones. */
-    const struct tent_transport_ops *ops[16];
-    size_t n = tent_transport_registry_snapshot(ops, 16);
+    const struct tent_transport_ops *ops[TENT_MAX_TRANSPORTS];
+    size_t n = tent_transport_registry_snapshot(ops, TENT_MAX_TRANSPORTS);
     for (size_t i = 0; i < n; i++)
         if (ops[i]->type == type)
             return ops[i]->name;
@@ -119,12 +125,43 @@ int tent_transport_type_from_name(const char *name)
     for (int i = 0; i < NTYPES; i++)
         if (type_names[i] && strcasecmp(type_names[i], name) == 0)
             return i;
-    const struct tent_transport_ops *ops[16];
-    size_t n = tent_transport_registry_snapshot(ops, 16);
+    const struct tent_transport_ops *ops[TENT_MAX_TRANSPORTS];
+    size_t n = tent_transport_registry_snapshot(ops, TENT_MAX_TRANSPORTS);
     for (size_t i = 0; i < n; i++)
         if (strcasecmp(ops[i]->name, name) == 0)
             return ops[i]->type;
     return -1;
+}
+
+int tent_transport_instance_new(const struct tent_transport_ops *ops,
+                                struct tent_engine *e,
+                                const struct tent_config *cfg, int index,
+                                struct tent_transport **out)
+{
+    struct tent_transport *t = calloc(1, ops->instance_size);
+    if (!t)
+        return tent_set_error(TENT_ENOMEM, "transport '%s': out of memory",
+                              ops->name);
+    t->ops = ops;
+    t->engine = e;
+    t->cfg = cfg;
+    t->index = index;
+    int rc = ops->install(t);
+    if (rc != TENT_OK) {
+        /* install undid what it did: nothing to uninstall */
+        free(t);
+        return rc;
+    }
+    *out = t;
+    return TENT_OK;
+}
+
+void tent_transport_instance_free(struct tent_transport *t)
+{
+    if (!t)
+        return;
+    t->ops->uninstall(t);
+    free(t);
 }
 
 bool tent_xport_reach_any(struct tent_transport *t,
@@ -135,13 +172,13 @@ bool tent_xport_reach_any(struct tent_transport *t,
     return true;
 }
 
-int tent_xport_nosup_quiesce(struct tent_transport *t)
+int tent_xport_noop_quiesce(struct tent_transport *t)
 {
     (void)t;
     return TENT_OK;
 }
 
-int tent_xport_nosup_buffer(struct tent_transport *t, struct tent_buffer *buf)
+int tent_xport_noop_buffer(struct tent_transport *t, struct tent_buffer *buf)
 {
     (void)t;
     (void)buf;

@@ -180,7 +180,7 @@ static int fake_remove_buffer(struct tent_transport *t, struct tent_buffer *buf)
         .free_sub_batch = fake_free_sub,                                       \
         .submit = fake_submit,                                                 \
         .status = fake_status,                                                 \
-        .quiesce = tent_xport_nosup_quiesce,                                   \
+        .quiesce = tent_xport_noop_quiesce,                                    \
         .add_buffer = fake_add_buffer,                                         \
         .remove_buffer = fake_remove_buffer,                                   \
     }

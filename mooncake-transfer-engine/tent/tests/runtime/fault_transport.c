@@ -55,8 +55,7 @@ static int fault_install(struct tent_transport *t)
     f->inner->cfg = t->cfg;
     f->inner->index = t->index;
     int rc = inner_ops->install(f->inner);
-    if (rc != TENT_OK) {
-        inner_ops->uninstall(f->inner);
+    if (rc != TENT_OK) { /* a failed install left nothing to uninstall */
         free(f->inner);
         f->inner = NULL;
     }

@@ -25,7 +25,6 @@
 #include "common/error.h"
 #include "common/hostport.h"
 #include "common/log.h"
-#include "runtime/engine.h" /* struct tent_buffer: base and length only */
 #include "transport/memfabric/memfabric_api.h"
 
 #include <errno.h>
@@ -93,7 +92,9 @@ static struct memfabric_sub_batch *sub_of(struct tent_sub_batch *sb)
 
 /* ---- process-wide smem_trans_init, reference-counted ------------------- */
 
-/* Guards trans_refs and trans_device. */
+/* Guards trans_refs and trans_device and is held across the vendor's
+ * smem_trans_init / uninit.  Taken only by install / uninstall, with no
+ * other lock of ours held. */
 static pthread_mutex_t trans_lock = PTHREAD_MUTEX_INITIALIZER;
 static int trans_refs;
 static uint32_t trans_device;
@@ -524,8 +525,8 @@ static int resolve_peer(struct memfabric_transport *mf,
         if (have)
             memcpy(peer, mf->unique_id, strlen(mf->unique_id) + 1);
     } else {
-        have = tent_segment_attr_copy(r->target, MEMFABRIC_UNIQUE_ID_ATTR,
-                                      peer, len);
+        have = tent_segment_attr_copy(r->target, MEMFABRIC_UNIQUE_ID_ATTR, peer,
+                                      len);
     }
     if (!have || !*peer)
         return tent_set_error(TENT_EPEER,

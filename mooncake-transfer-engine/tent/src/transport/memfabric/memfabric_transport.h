@@ -70,8 +70,10 @@ struct memfabric_transport {
     struct memfabric_settings set;
 
     /* Set together when install succeeds (a failed install unwinds itself
-     * and leaves them false); uninstall releases what they say and clears
-     * them, so it is idempotent and a no-op after a failed install. */
+     * and leaves them false).  The engine follows the registry's rule and
+     * uninstalls only a successfully installed transport; these keep a
+     * direct caller's repeated uninstall harmless (tests, reclaiming a
+     * transport the engine abandoned at teardown). */
     bool locks_ready, api_loaded, trans_inited, published;
     smem_trans_t handle;
     char unique_id[256]; /* "<host>:<port>" */

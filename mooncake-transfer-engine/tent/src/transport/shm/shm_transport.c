@@ -24,7 +24,6 @@
  * FAILED, not COMPLETED. */
 #include "common/error.h"
 #include "common/log.h"
-#include "runtime/engine.h"
 #include "transport/shm/shm_handle.h"
 #include "transport/transport.h"
 
@@ -76,12 +75,12 @@ struct shm_sub {
     struct shm_task *tasks;
 };
 
-/* lock guards procs and maps. */
+/* lock guards procs and maps; it is taken under no other lock of the
+ * transport and no runtime lock is taken while it is held. */
 struct shm_transport {
     struct tent_transport base;
     char host_id[128];
     pthread_mutex_t lock;
-    bool ready;
     struct shm_proc *procs;
     struct shm_map *maps;
 };
@@ -94,23 +93,16 @@ static struct shm_transport *shm_of(struct tent_transport *t)
 static int shm_install(struct tent_transport *base)
 {
     struct shm_transport *t = shm_of(base);
-    struct tent_engine *e = base->engine;
-    pthread_rwlock_rdlock(&e->local->lock);
-    snprintf(t->host_id, sizeof(t->host_id), "%s", e->local->host_id);
-    pthread_rwlock_unlock(&e->local->lock);
-    if (!t->host_id[0])
+    if (!tent_engine_host_id(base->engine, t->host_id, sizeof(t->host_id)))
         return tent_set_error(TENT_ENODEV,
                               "shm: this engine publishes no host identity");
     pthread_mutex_init(&t->lock, NULL);
-    t->ready = true;
     return TENT_OK;
 }
 
 static void shm_uninstall(struct tent_transport *base)
 {
     struct shm_transport *t = shm_of(base);
-    if (!t->ready)
-        return;
     for (struct shm_map *m = t->maps, *n; m; m = n) {
         n = m->next;
         munmap(m->addr, m->maplen);
@@ -125,7 +117,6 @@ static void shm_uninstall(struct tent_transport *base)
     t->maps = NULL;
     t->procs = NULL;
     pthread_mutex_destroy(&t->lock);
-    t->ready = false;
 }
 
 static uint32_t shm_caps(struct tent_transport *t)
@@ -149,10 +140,7 @@ static bool shm_can_reach(struct tent_transport *base,
         return true;
     if (peer_pid(target) < 0)
         return false;
-    pthread_rwlock_rdlock((pthread_rwlock_t *)&target->lock);
-    bool same = strcmp(target->host_id, t->host_id) == 0;
-    pthread_rwlock_unlock((pthread_rwlock_t *)&target->lock);
-    return same;
+    return tent_segment_on_host(target, t->host_id);
 }
 
 static int shm_add_buffer(struct tent_transport *t, struct tent_buffer *buf)
@@ -449,7 +437,7 @@ const struct tent_transport_ops tent_shm_transport_ops = {
     .free_sub_batch = shm_free_sub,
     .submit = shm_submit,
     .status = shm_status,
-    .quiesce = tent_xport_nosup_quiesce,
+    .quiesce = tent_xport_noop_quiesce,
     .add_buffer = shm_add_buffer,
     .remove_buffer = shm_remove_buffer,
 };

@@ -13,10 +13,10 @@
  * stalled peer fails the window within that bound; the worker then fails
  * every slice still queued on the peer as well, so a whole batch turns
  * FAILED within about one timeout rather than one timeout per slice. */
+#include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "rpc/rpc.h"
-#include "runtime/engine.h"
 #include "transport/transport.h"
 
 #include <errno.h>
@@ -60,7 +60,10 @@ struct tcp_sub {
 
 struct tcp_transport;
 
-/* lock guards queue/tail/stop/fds. */
+/* lock guards queue/tail/stop/fds; cond (with lock) wakes the workers.
+ * Never held together with the transport's lock (peers are found under
+ * that one, then it is dropped before this one is taken), and no runtime
+ * lock is taken while it is held. */
 struct tcp_peer {
     struct tcp_transport *t;
     char addr[320];
@@ -76,7 +79,8 @@ struct tcp_peer {
     struct tcp_peer *next;
 };
 
-/* lock guards peers and accepting. */
+/* lock guards peers and accepting.  A leaf for the runtime: it is taken
+ * under the runtime's batch lock (submit) and takes no other lock. */
 struct tcp_transport {
     struct tent_transport base;
     int timeout_ms;
@@ -446,8 +450,6 @@ static int tcp_quiesce(struct tent_transport *base)
 static void tcp_uninstall(struct tent_transport *base)
 {
     struct tcp_transport *t = tcp_of(base);
-    if (!t->timeout_ms)
-        return; /* install failed before initialising anything */
     pthread_mutex_lock(&t->lock);
     struct tcp_peer *p = t->peers;
     t->peers = NULL;
@@ -461,7 +463,6 @@ static void tcp_uninstall(struct tent_transport *base)
         p = n;
     }
     pthread_mutex_destroy(&t->lock);
-    t->timeout_ms = 0;
 }
 
 static uint32_t tcp_caps(struct tent_transport *t)
@@ -670,6 +671,6 @@ const struct tent_transport_ops tent_tcp_transport_ops = {
     .submit = tcp_submit,
     .status = tcp_status,
     .quiesce = tcp_quiesce,
-    .add_buffer = tent_xport_nosup_buffer,
-    .remove_buffer = tent_xport_nosup_buffer,
+    .add_buffer = tent_xport_noop_buffer,
+    .remove_buffer = tent_xport_noop_buffer,
 };
