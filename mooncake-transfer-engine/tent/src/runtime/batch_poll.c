@@ -9,26 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void tent_task_unpin(struct tent_task *t)
-{
-    if (t->src_buf) {
-        atomic_fetch_sub(&t->src_buf->inflight, 1);
-        t->src_buf = NULL;
-    }
-    if (t->dst_buf) {
-        atomic_fetch_sub(&t->dst_buf->inflight, 1);
-        t->dst_buf = NULL;
-    }
-}
-
-void tent_task_fail(struct tent_task *t, int code)
-{
-    t->state = STATUS_FAILED;
-    t->bytes = 0;
-    t->last_error = code;
-    tent_task_unpin(t);
-}
-
 const char *tent_xport_name(struct tent_engine *e, int xi)
 {
     return xi >= 0 ? e->xports[xi]->ops->name : "none";

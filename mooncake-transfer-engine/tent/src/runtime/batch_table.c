@@ -12,12 +12,10 @@
 
 #define SLOT_OF(id) ((size_t)((id)&0xffffffffu) - 1)
 
-static void destroy_batch(struct tent_batch *b);
-
 static void batch_put(struct tent_batch *b)
 {
     if (atomic_fetch_sub(&b->refs, 1) == 1)
-        destroy_batch(b);
+        tent_batch_destroy(b);
 }
 
 /* Looks the batch up and returns it locked (and referenced), or NULL with the
@@ -48,12 +46,6 @@ struct tent_batch *tent_batch_lock(struct tent_engine *e, uint64_t id,
         return NULL;
     }
     return b;
-}
-
-void tent_batch_unlock(struct tent_batch *b)
-{
-    pthread_mutex_unlock(&b->lock);
-    batch_put(b);
 }
 
 tent_batch_id_t tent_allocate_batch(tent_engine_t engine, size_t batch_size)
@@ -137,7 +129,7 @@ static int free_subs(struct tent_engine *e, struct tent_batch *b)
     return TENT_OK;
 }
 
-static void destroy_batch(struct tent_batch *b)
+void tent_batch_destroy(struct tent_batch *b)
 {
     free(b->notif_name);
     free(b->notif_msg);
