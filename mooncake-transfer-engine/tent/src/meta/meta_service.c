@@ -318,7 +318,7 @@ static int meta_fetch(struct tent_meta *m, const char *name, const char *addr,
         LOG_DEBUG("segment '%s' is not in the %s service; trying it as an "
                   "RPC address",
                   name, m->type);
-        return tent_meta_p2p_fetch(name, NULL, m->env.rpc_timeout_ms, d);
+        return tent_meta_p2p_fetch(name, addr, m->env.rpc_timeout_ms, d);
     }
     if (rc == TENT_EPEER && addr) {
         LOG_WARN("segment '%s': %s; refreshing its descriptor from the peer's "
