@@ -8,6 +8,7 @@
 #ifndef TENT_RPC_RPC_H
 #define TENT_RPC_RPC_H
 
+#include "net/net.h"
 #include "rpc/wire.h"
 
 #include <stddef.h>
@@ -29,8 +30,10 @@ void tent_rpc_server_stop(struct tent_rpc_server *s);
  * length in *len, NULL when out of memory. */
 char *tent_rpc_encode_local(struct tent_engine *e, size_t *len);
 
-/* ---- client side -------------------------------------------------------- */
-/* Splits "host:port" (last ':'; "[v6]:port" accepted). */
+/* ---- client side --------------------------------------------------------
+ * The socket calls of net/net.h in TENT's error convention (TENT_E* codes
+ * and a tent_last_error message). */
+/* Splits "host:port" (last ':'; "[v6]:port" accepted); port 0 is refused. */
 int tent_rpc_parse_addr(const char *name, char *host, size_t cap,
                         uint16_t *port);
 /* Connects with a timeout; the socket has TCP_NODELAY and send/receive

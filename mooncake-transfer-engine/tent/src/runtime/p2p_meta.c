@@ -14,8 +14,8 @@
 #include "runtime/p2p_meta.h"
 
 #include "common/error.h"
-#include "common/hostport.h"
 #include "common/log.h"
+#include "net/net.h"
 #include "rpc/rpc.h"
 #include "runtime/engine.h"
 
@@ -246,12 +246,8 @@ int tent_p2p_start(struct tent_engine *e)
     if (!c)
         return tent_set_error(TENT_ENOMEM, "rpc server: out of memory");
     int64_t to;
-    int rc = tent_config_get_int(e->cfg, "rpc_timeout_ms", 3000, &to);
-    if (!rc && (to < 1 || to > 600000))
-        rc = tent_set_error(TENT_ECONFIG,
-                            "config key 'rpc_timeout_ms' = %lld is outside "
-                            "1..600000",
-                            (long long)to);
+    int rc = tent_config_get_int_range(e->cfg, "rpc_timeout_ms", 3000, 1,
+                                       600000, &to);
     const char *mtype = NULL, *lname = NULL;
     if (!rc)
         rc = tent_config_get_string(e->cfg, "metadata_type", "p2p", &mtype);
@@ -271,11 +267,11 @@ int tent_p2p_start(struct tent_engine *e)
     e->ctrl = c;
     e->rpc_port = port;
     if (!lname || !*lname) {
-        tent_format_hostport(e->segment_name, sizeof(e->segment_name),
-                             e->hostname, port);
+        tent_net_format_hostport(e->segment_name, sizeof(e->segment_name),
+                                 e->hostname, port);
     }
     char addr[320], pid[24];
-    tent_format_hostport(addr, sizeof(addr), e->hostname, port);
+    tent_net_format_hostport(addr, sizeof(addr), e->hostname, port);
     snprintf(pid, sizeof(pid), "%ld", (long)getpid());
     pthread_rwlock_wrlock(&e->local->lock);
     size_t nl = strnlen(e->segment_name, sizeof(e->local->name) - 1);
