@@ -346,6 +346,21 @@ int tent_config_get_int(const struct tent_config *cfg, const char *path,
     return TENT_OK;
 }
 
+int tent_config_get_int_range(const struct tent_config *cfg, const char *path,
+                              int64_t def, int64_t lo, int64_t hi, int64_t *out)
+{
+    int64_t v = def;
+    int rc = tent_config_get_int(cfg, path, def, &v);
+    if (rc)
+        return rc;
+    if (v < lo || v > hi)
+        return tent_set_error(TENT_ECONFIG,
+                              "config key '%s' = %lld is outside %lld..%lld",
+                              path, (long long)v, (long long)lo, (long long)hi);
+    *out = v;
+    return TENT_OK;
+}
+
 int tent_config_get_string(const struct tent_config *cfg, const char *path,
                            const char *def, const char **out)
 {

@@ -38,6 +38,11 @@ int tent_config_get_bool(const struct tent_config *cfg, const char *path,
                          bool def, bool *out);
 int tent_config_get_int(const struct tent_config *cfg, const char *path,
                         int64_t def, int64_t *out);
+/* tent_config_get_int, and TENT_ECONFIG naming the key, its value and the
+ * range when the value lies outside lo..hi (inclusive). */
+int tent_config_get_int_range(const struct tent_config *cfg, const char *path,
+                              int64_t def, int64_t lo, int64_t hi,
+                              int64_t *out);
 int tent_config_get_string(const struct tent_config *cfg, const char *path,
                            const char *def, const char **out);
 

@@ -44,24 +44,41 @@ void tent_log_set_level(int level)
         atomic_store(&tent_log_threshold, level);
 }
 
-void tent_log_write(int level, const char *file, int line, const char *fmt, ...)
+/* UTC, so that the lines of several processes (libtent, mf_host, peers in
+ * other time zones) compare directly, and no time-zone file is read. */
+void tent_log_vemit(const char *level, const char *tag, const char *file,
+                    int line, const char *fmt, va_list ap)
 {
     int saved_errno = errno;
     char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
 
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
-    localtime_r(&ts.tv_sec, &tm);
+    gmtime_r(&ts.tv_sec, &tm);
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
     /* One fprintf call per line keeps lines from different threads whole. */
-    fprintf(stderr, "%02d:%02d:%02d.%06ld %s %s:%d] %s\n", tm.tm_hour,
-            tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000, tent_log_level_name(level),
-            base, line, msg);
+    fprintf(stderr, "%02d:%02d:%02d.%06ld %s %s%s%s:%d] %s\n", tm.tm_hour,
+            tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000, level, tag ? tag : "",
+            tag ? " " : "", base, line, msg);
     errno = saved_errno;
+}
+
+void tent_log_emit(const char *level, const char *tag, const char *file,
+                   int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    tent_log_vemit(level, tag, file, line, fmt, ap);
+    va_end(ap);
+}
+
+void tent_log_write(int level, const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    tent_log_vemit(tent_log_level_name(level), NULL, file, line, fmt, ap);
+    va_end(ap);
 }

@@ -1,9 +1,11 @@
-/* Logging to stderr: "<time> <LEVEL> <file>:<line>] message".
+/* Logging to stderr: "<time> <LEVEL> <file>:<line>] message", the time of
+ * day in UTC.
  * The level check happens before any formatting, so a disabled level costs
  * one relaxed atomic load. errno is preserved across a log call. */
 #ifndef TENT_COMMON_LOG_H
 #define TENT_COMMON_LOG_H
 
+#include <stdarg.h>
 #include <stdatomic.h>
 
 enum tent_log_level {
@@ -24,6 +26,15 @@ void tent_log_set_level(int level);
 
 void tent_log_write(int level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* The one line formatter, also used by mf_host (with its own levels):
+ * "<time> <level> [<tag> ]<file>:<line>] message"; keeps errno. */
+void tent_log_vemit(const char *level, const char *tag, const char *file,
+                    int line, const char *fmt, va_list ap)
+    __attribute__((format(printf, 5, 0)));
+void tent_log_emit(const char *level, const char *tag, const char *file,
+                   int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 #define TENT_LOG_ENABLED(lvl)                                                  \
     ((lvl) >= atomic_load_explicit(&tent_log_threshold, memory_order_relaxed))

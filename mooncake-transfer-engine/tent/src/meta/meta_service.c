@@ -157,13 +157,9 @@ static int get_int(const struct tent_config *cfg, const char *key, int64_t def,
                    int64_t lo, int64_t hi, int *out)
 {
     int64_t v;
-    int rc = tent_config_get_int(cfg, key, def, &v);
+    int rc = tent_config_get_int_range(cfg, key, def, lo, hi, &v);
     if (rc)
         return rc;
-    if (v < lo || v > hi)
-        return tent_set_error(TENT_ECONFIG,
-                              "config key '%s' = %lld is outside %lld..%lld",
-                              key, (long long)v, (long long)lo, (long long)hi);
     *out = (int)v;
     return TENT_OK;
 }

@@ -22,6 +22,8 @@
 #ifndef TENT_MF_HOST_H
 #define TENT_MF_HOST_H
 
+#include "common/log.h"
+#include "net/net.h"
 #include "transport/memfabric/smem_trans_abi.h"
 
 #include <pthread.h>
@@ -31,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #define MFH_EXPORT __attribute__((visibility("default")))
 
@@ -45,21 +48,21 @@
 #define MFH_RUN_BYTES          (4u << 20) /* and at most this many bytes */
 #define MFH_BATCH_BUCKETS      256
 
-/* ---- logging (level set by smem_set_log_level) ---------------------- */
+/* ---- logging ------------------------------------------------------------
+ * The vendor's levels (set by smem_set_log_level, kept in net.c); lines
+ * written by libtent's formatter (common/log.c), tagged "mf_host". */
 enum { MFH_LOG_DEBUG = 0, MFH_LOG_INFO, MFH_LOG_WARN, MFH_LOG_ERROR };
 extern atomic_int mfh_log_level;
-void mfh_log_write(int level, const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-#define MFH_LOG(lvl, ...)                                                      \
+#define MFH_LOG(lvl, name, ...)                                                \
     do {                                                                       \
         if ((lvl) >=                                                           \
             atomic_load_explicit(&mfh_log_level, memory_order_relaxed))        \
-            mfh_log_write((lvl), __FILE__, __LINE__, __VA_ARGS__);             \
+            tent_log_emit(name, "mf_host", __FILE__, __LINE__, __VA_ARGS__);   \
     } while (0)
-#define MFH_DEBUG(...) MFH_LOG(MFH_LOG_DEBUG, __VA_ARGS__)
-#define MFH_INFO(...)  MFH_LOG(MFH_LOG_INFO, __VA_ARGS__)
-#define MFH_WARN(...)  MFH_LOG(MFH_LOG_WARN, __VA_ARGS__)
-#define MFH_ERROR(...) MFH_LOG(MFH_LOG_ERROR, __VA_ARGS__)
+#define MFH_DEBUG(...) MFH_LOG(MFH_LOG_DEBUG, "DEBUG", __VA_ARGS__)
+#define MFH_INFO(...)  MFH_LOG(MFH_LOG_INFO, "INFO", __VA_ARGS__)
+#define MFH_WARN(...)  MFH_LOG(MFH_LOG_WARN, "WARN", __VA_ARGS__)
+#define MFH_ERROR(...) MFH_LOG(MFH_LOG_ERROR, "ERROR", __VA_ARGS__)
 
 /* ---- ThreadSanitizer ----------------------------------------------------
  * User buffers go to send()/recv(); whoever uses those bytes next learns
@@ -93,9 +96,11 @@ void AnnotateIgnoreWritesEnd(const char *file, int line);
 #define MFH_USER_IO_END()   ((void)0)
 #endif
 
-/* Sends/receives len bytes of user memory (see above); 0 or -1 + errno. */
+/* net.c: the socket calls of net/net.h on user memory (see above); 0 or
+ * -1 with errno. */
 int mfh_send_user(int fd, const void *buf, size_t len);
 int mfh_recv_user(int fd, void *buf, size_t len);
+int mfh_sendv_user(int fd, struct iovec *iov, int n);
 
 /* ---- wire format (both ends are this library on one byte order) ------- */
 #define MFH_MAGIC   0x3148464du /* "MFH1" */
@@ -267,19 +272,33 @@ struct mfh_handle {
     int n_workers;
 };
 
-/* api.c */
+/* Who calls whom (one direction): api.c -> batch.c -> peers.c -> shm.c ->
+ * ranges.c -> net.c; api.c also starts server.c, which uses ranges.c and
+ * net.c.  Nothing calls back into api.c. */
+
+/* ranges.c: a handle's registered memory (h->mem_lock) */
 bool mfh_range_registered(struct mfh_handle *h, uint64_t addr, uint64_t len);
 bool mfh_ranges_cover(const struct mfh_range *r, size_t n, uint64_t addr,
                       uint64_t len);
-void mfh_fire_peer_down(struct mfh_handle *h, const char *uid);
+int32_t mfh_ranges_add(struct mfh_handle *h, void *const *addrs,
+                       const size_t *caps, uint32_t count);
+int32_t mfh_ranges_remove(struct mfh_handle *h, void *addr);
 
-/* net.c */
-int mfh_split_url(const char *url, char *host, size_t host_len, uint16_t *port);
-int mfh_connect(const char *host, uint16_t port, int timeout_ms);
+/* net.c: blocking send/receive, 0 or -1 with errno */
 int mfh_send_full(int fd, const void *buf, size_t len);
 int mfh_recv_full(int fd, void *buf, size_t len);
+/* A connected socket with I/O timeouts of MFH_IO_TIMEOUT_MS to url, or -1
+ * with errno. */
+int mfh_connect_url(const char *url);
+
+/* server.c */
 int mfh_server_start(struct mfh_handle *h);
 void mfh_server_stop(struct mfh_handle *h);
+
+/* peers.c: peers, their connection pools, the monitor and the peer-down
+ * callback */
+void mfh_peer_down_callback_set(struct mfh_handle *h,
+                                smem_trans_peer_down_callback_t cb, void *user);
 int mfh_monitor_start(struct mfh_handle *h);
 void mfh_monitor_stop(struct mfh_handle *h);
 struct mfh_peer *mfh_peer_get(struct mfh_handle *h, const char *url);

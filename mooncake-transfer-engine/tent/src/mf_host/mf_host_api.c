@@ -1,5 +1,5 @@
-/* mf_host: the 13 exported smem_* functions, the registry of live handles,
- * registered memory and logging.
+/* mf_host: the 13 exported smem_* functions and the registry of live
+ * handles.
  *
  * Every handle passed in is looked up in the registry (g_lock) and pinned by
  * api_refs for the call, so a stale or foreign handle gets an error instead
@@ -15,59 +15,16 @@
 #include <time.h>
 #include <unistd.h>
 
-atomic_int mfh_log_level = MFH_LOG_WARN;
-
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 static struct mfh_handle *g_handles; /* g_lock */
 static unsigned g_init_count;        /* g_lock */
 
-void mfh_log_write(int level, const char *file, int line, const char *fmt, ...)
+/* The protocol's name from the ABI header's table. */
+static const char *proto_name(uint32_t op)
 {
-    static const char *names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
-    int saved = errno;
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    const char *base = strrchr(file, '/');
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    /* One write per line keeps lines of concurrent threads whole. */
-    fprintf(stderr, "%02d:%02d:%02d.%06ld %s mf_host %s:%d] %s\n", tm.tm_hour,
-            tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000,
-            names[level < 0   ? 0
-                  : level > 3 ? 3
-                              : level],
-            base ? base + 1 : file, line, msg);
-    errno = saved;
-}
-
-static const char *proto_name(uint32_t t)
-{
-    switch (t) {
-    case SMEMB_DATA_OP_SDMA:
-        return "device_sdma";
-    case SMEMB_DATA_OP_HOST_RDMA:
-        return "host_rdma";
-    case SMEMB_DATA_OP_HOST_TCP:
-        return "host_tcp";
-    case SMEMB_DATA_OP_DEVICE_RDMA:
-        return "device_rdma";
-    case SMEMB_DATA_OP_HOST_URMA:
-        return "host_urma";
-    case SMEMB_DATA_OP_HOST_SHM:
-        return "host_shm";
-    case SMEMB_DATA_OP_DEVICE_URMA:
-        return "device_urma";
-    case SMEMB_DATA_OP_DEVICE_UBOE:
-        return "device_uboe";
-    default:
-        return "unknown";
-    }
+    const char *name = smem_data_op_name(op);
+    return name ? name : "unknown";
 }
 
 /* ---- handle registry ---------------------------------------------------- */
@@ -131,96 +88,6 @@ static void handle_unlink_locked(struct mfh_handle *h)
     atomic_store(&h->stopping, true);
     while (h->api_refs > 0)
         pthread_cond_wait(&g_cond, &g_lock);
-}
-
-void mfh_fire_peer_down(struct mfh_handle *h, const char *uid)
-{
-    pthread_mutex_lock(&h->cb_lock);
-    smem_trans_peer_down_callback_t cb = h->cb;
-    void *user = h->cb_user;
-    pthread_mutex_unlock(&h->cb_lock);
-    if (cb)
-        cb(uid, user);
-}
-
-/* ---- registered memory -------------------------------------------------- */
-
-/* True if [addr, addr+len) is covered by the union of the ranges r. */
-bool mfh_ranges_cover(const struct mfh_range *r, size_t n, uint64_t addr,
-                      uint64_t len)
-{
-    if (len == 0 || addr + len < addr)
-        return false;
-    uint64_t cur = addr, end = addr + len;
-    while (cur < end) {
-        uint64_t best = cur;
-        for (size_t i = 0; i < n; i++) {
-            uint64_t b = r[i].base, e = b + r[i].len;
-            if (b <= cur && cur < e && e > best)
-                best = e;
-        }
-        if (best == cur)
-            break;
-        cur = best;
-    }
-    return cur >= end;
-}
-
-bool mfh_range_registered(struct mfh_handle *h, uint64_t addr, uint64_t len)
-{
-    pthread_rwlock_rdlock(&h->mem_lock);
-    bool ok = mfh_ranges_cover(h->ranges, h->n_ranges, addr, len);
-    pthread_rwlock_unlock(&h->mem_lock);
-    return ok;
-}
-
-static int32_t mem_add(struct mfh_handle *h, void *const *addrs,
-                       const size_t *caps, uint32_t count)
-{
-    for (uint32_t i = 0; i < count; i++) {
-        if (!addrs[i] || caps[i] == 0 ||
-            (uintptr_t)addrs[i] + caps[i] < (uintptr_t)addrs[i]) {
-            MFH_ERROR("register_mem: bad range %u: address %p, capacity %zu", i,
-                      addrs[i], caps[i]);
-            return SM_INVALID_PARAM;
-        }
-        for (uint32_t j = 0; j < i; j++) {
-            if (addrs[j] == addrs[i]) {
-                MFH_ERROR("register_mem: address %p given twice", addrs[i]);
-                return SM_DUPLICATED;
-            }
-        }
-    }
-    int32_t rc = SM_OK;
-    pthread_rwlock_wrlock(&h->mem_lock);
-    for (uint32_t i = 0; i < count && rc == SM_OK; i++) {
-        for (size_t k = 0; k < h->n_ranges; k++) {
-            if (h->ranges[k].base == (uintptr_t)addrs[i]) {
-                MFH_ERROR("register_mem: address %p is already registered",
-                          addrs[i]);
-                rc = SM_DUPLICATED;
-                break;
-            }
-        }
-    }
-    if (rc == SM_OK && h->n_ranges + count > h->cap_ranges) {
-        size_t cap = (h->n_ranges + count) * 2;
-        struct mfh_range *r = realloc(h->ranges, cap * sizeof(*r));
-        if (r) {
-            h->ranges = r;
-            h->cap_ranges = cap;
-        } else {
-            rc = SM_MALLOC_FAILED;
-        }
-    }
-    if (rc == SM_OK) {
-        for (uint32_t i = 0; i < count; i++)
-            h->ranges[h->n_ranges++] =
-                (struct mfh_range){.base = (uintptr_t)addrs[i], .len = caps[i]};
-        atomic_fetch_add(&h->mem_gen, 1);
-    }
-    pthread_rwlock_unlock(&h->mem_lock);
-    return rc;
 }
 
 /* Unloading the library (dlclose) or leaving the process with instances
@@ -341,7 +208,7 @@ MFH_EXPORT smem_trans_t smem_trans_create(const smem_trans_config_t *config,
         MFH_ERROR("create: out of memory");
         return NULL;
     }
-    if (mfh_split_url(url, h->host, sizeof(h->host), &h->port) != 0) {
+    if (tent_net_split_hostport(url, h->host, sizeof(h->host), &h->port) != 0) {
         MFH_ERROR("create: bad url '%s' (want <host>:<port>, e.g. "
                   "127.0.0.1:0)",
                   url);
@@ -420,7 +287,7 @@ MFH_EXPORT int32_t smem_trans_register_mem(smem_trans_t handle, void *address,
         MFH_ERROR("register_mem: bad handle %p", handle);
         return SM_INVALID_PARAM;
     }
-    int32_t rc = mem_add(h, &address, &capacity, 1);
+    int32_t rc = mfh_ranges_add(h, &address, &capacity, 1);
     handle_put(h);
     return rc;
 }
@@ -441,7 +308,7 @@ MFH_EXPORT int32_t smem_trans_batch_register_mem(smem_trans_t handle,
         MFH_ERROR("batch_register_mem: bad handle %p", handle);
         return SM_INVALID_PARAM;
     }
-    int32_t rc = mem_add(h, addresses, capacities, count);
+    int32_t rc = mfh_ranges_add(h, addresses, capacities, count);
     handle_put(h);
     return rc;
 }
@@ -455,17 +322,7 @@ MFH_EXPORT int32_t smem_trans_deregister_mem(smem_trans_t handle, void *address)
             handle_put(h);
         return SM_INVALID_PARAM;
     }
-    int32_t rc = SM_OBJECT_NOT_EXISTS;
-    pthread_rwlock_wrlock(&h->mem_lock);
-    for (size_t i = 0; i < h->n_ranges; i++) {
-        if (h->ranges[i].base == (uintptr_t)address) {
-            h->ranges[i] = h->ranges[--h->n_ranges];
-            atomic_fetch_add(&h->mem_gen, 1);
-            rc = SM_OK;
-            break;
-        }
-    }
-    pthread_rwlock_unlock(&h->mem_lock);
+    int32_t rc = mfh_ranges_remove(h, address);
     if (rc != SM_OK)
         MFH_ERROR("deregister_mem: %p is not registered", address);
     handle_put(h);
@@ -561,10 +418,7 @@ MFH_EXPORT int32_t smem_trans_set_peer_down_callback(
         MFH_ERROR("set_peer_down_callback: bad handle %p", handle);
         return SM_INVALID_PARAM;
     }
-    pthread_mutex_lock(&h->cb_lock);
-    h->cb = callback;
-    h->cb_user = userData;
-    pthread_mutex_unlock(&h->cb_lock);
+    mfh_peer_down_callback_set(h, callback, userData);
     handle_put(h);
     return SM_OK;
 }

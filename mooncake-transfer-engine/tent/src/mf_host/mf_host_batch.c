@@ -208,64 +208,6 @@ static int32_t copy_cma(struct mfh_batch *b, const struct mfh_slice *s)
     return SM_OK;
 }
 
-/* sendmsg until every iovec is out. */
-static int send_iov_all(int fd, struct iovec *iov, int n)
-{
-    while (n > 0) {
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -1;
-        size_t left = (size_t)w;
-        while (n > 0 && left >= iov->iov_len) {
-            left -= iov->iov_len;
-            iov++;
-            n--;
-        }
-        if (n > 0) {
-            iov->iov_base = (char *)iov->iov_base + left;
-            iov->iov_len -= left;
-        }
-    }
-    return 0;
-}
-
-/* Buffered reading of a write run's answers (see copy_tcp_run): they carry
- * no data, so one receive call takes many. */
-struct run_in {
-    int fd;
-    size_t pos, len;
-    uint8_t b[8192];
-};
-
-static int run_read(struct run_in *in, void *dst, size_t n)
-{
-    uint8_t *p = dst;
-    while (n > 0) {
-        if (in->pos < in->len) {
-            size_t k = in->len - in->pos < n ? in->len - in->pos : n;
-            memcpy(p, in->b + in->pos, k);
-            in->pos += k;
-            p += k;
-            n -= k;
-            continue;
-        }
-        ssize_t r = recv(in->fd, in->b, sizeof(in->b), 0);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            if (r == 0)
-                errno = ECONNRESET;
-            return -1;
-        }
-        in->pos = 0;
-        in->len = (size_t)r;
-    }
-    return 0;
-}
-
 /* Copies a run of k slices of b over one data connection, pipelined: every
  * request goes out first (one sendmsg), then the answers are read in
  * order, so small slices cost one round trip per run rather than one
@@ -293,20 +235,17 @@ static int32_t copy_tcp_run(struct mfh_batch *b, const struct mfh_slice *s,
             iov[n++] = (struct iovec){.iov_base = (void *)s[i].local,
                                       .iov_len = s[i].len};
     }
-    MFH_USER_IO_BEGIN();
-    int rc = send_iov_all(c->fd, iov, n);
-    int err = errno;
-    MFH_USER_IO_END();
-    if (rc != 0)
-        return io_fail(p, c, err);
+    if (mfh_sendv_user(c->fd, iov, n) != 0)
+        return io_fail(p, c, errno);
     /* Answers to writes through a buffer (one receive call for many);
      * answers to reads unbuffered, their data straight into the local
      * buffer, where the kernel reports a bad address as an error. */
-    struct run_in in = {.fd = c->fd};
+    uint8_t in_buf[8192];
+    struct tent_net_inbuf in = {.b = in_buf, .cap = sizeof(in_buf)};
     int32_t status = SM_OK;
     for (size_t i = 0; i < k; i++) {
         struct mfh_msg r;
-        if ((write ? run_read(&in, &r, sizeof(r))
+        if ((write ? tent_net_inbuf_read(c->fd, &in, &r, sizeof(r), SIZE_MAX)
                    : mfh_recv_full(c->fd, &r, sizeof(r))) != 0)
             return io_fail(p, c, errno);
         if (r.magic != MFH_MAGIC || r.type != MFH_MSG_REPLY ||

@@ -8,6 +8,7 @@
 #ifndef TENT_RPC_RPC_H
 #define TENT_RPC_RPC_H
 
+#include "net/net.h"
 #include "rpc/wire.h"
 
 #include <stdbool.h>
@@ -43,8 +44,10 @@ int tent_rpc_server_start(const struct tent_rpc_handlers *h, const char *host,
  * returns the server touches no engine memory.  NULL is a no-op. */
 void tent_rpc_server_stop(struct tent_rpc_server *s);
 
-/* ---- client side -------------------------------------------------------- */
-/* Splits "host:port" (last ':'; "[v6]:port" accepted). */
+/* ---- client side --------------------------------------------------------
+ * The socket calls of net/net.h in TENT's error convention (TENT_E* codes
+ * and a tent_last_error message). */
+/* Splits "host:port" (last ':'; "[v6]:port" accepted); port 0 is refused. */
 int tent_rpc_parse_addr(const char *name, char *host, size_t cap,
                         uint16_t *port);
 /* Connects with a timeout; the socket has TCP_NODELAY and send/receive

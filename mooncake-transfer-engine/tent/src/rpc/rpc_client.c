@@ -4,162 +4,67 @@
 #include "rpc/rpc.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 int tent_rpc_parse_addr(const char *name, char *host, size_t cap,
                         uint16_t *port)
 {
-    const char *colon = name ? strrchr(name, ':') : NULL;
-    if (!colon || colon == name || !colon[1])
+    if (tent_net_split_hostport(name, host, cap, port) != 0 || *port == 0)
         return tent_set_error(TENT_EINVAL,
-                              "segment name '%s' is not '<host>:<port>'",
-                              name ? name : "(null)");
-    char *end;
-    errno = 0;
-    long p = strtol(colon + 1, &end, 10);
-    if (*end || errno || p <= 0 || p > 65535)
-        return tent_set_error(TENT_EINVAL,
-                              "segment name '%s' has no valid port", name);
-    const char *h = name;
-    size_t hl = (size_t)(colon - name);
-    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') {
-        h++;
-        hl -= 2;
-    }
-    if (hl == 0 || hl >= cap)
-        return tent_set_error(TENT_EINVAL,
-                              "segment name '%s' has an empty or too long host",
-                              name);
-    memcpy(host, h, hl);
-    host[hl] = 0;
-    *port = (uint16_t)p;
+                              "segment name '%s' is not '<host>:<port>' with "
+                              "a port 1..65535 and a host of 1..%zu "
+                              "characters",
+                              name ? name : "(null)", cap ? cap - 1 : 0);
     return TENT_OK;
 }
 
 void tent_rpc_set_timeouts(int fd, int timeout_ms)
 {
-    struct timeval tv = {.tv_sec = timeout_ms / 1000,
-                         .tv_usec = (timeout_ms % 1000) * 1000};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    tent_net_set_timeouts(fd, timeout_ms);
 }
 
 int tent_rpc_connect(const char *host, uint16_t port, int timeout_ms, int *out)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res = NULL;
-    char ps[8];
-    snprintf(ps, sizeof(ps), "%u", (unsigned)port);
-    int g = getaddrinfo(host, ps, &hints, &res);
-    if (g != 0)
+    int rc = tent_net_connect(host, port, timeout_ms, timeout_ms, out);
+    if (tent_net_is_resolve_error(rc))
         return tent_set_error(TENT_EPEER, "cannot resolve '%s': %s", host,
-                              gai_strerror(g));
-    int rc = TENT_EPEER, err = 0;
-    for (struct addrinfo *a = res; a; a = a->ai_next) {
-        int fd = socket(a->ai_family,
-                        a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            err = errno;
-            continue;
-        }
-        int r = connect(fd, a->ai_addr, a->ai_addrlen);
-        if (r != 0 && errno == EINPROGRESS) {
-            struct pollfd p = {.fd = fd, .events = POLLOUT};
-            r = poll(&p, 1, timeout_ms);
-            if (r == 0) {
-                err = ETIMEDOUT;
-                close(fd);
-                continue;
-            }
-            socklen_t sl = sizeof(err);
-            err = 0;
-            if (r < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) ||
-                err) {
-                if (!err)
-                    err = errno;
-                close(fd);
-                continue;
-            }
-        } else if (r != 0) {
-            err = errno;
-            close(fd);
-            continue;
-        }
-        int fl = fcntl(fd, F_GETFL); /* back to blocking, with timeouts */
-        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
-            err = errno;
-            close(fd);
-            continue;
-        }
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        tent_rpc_set_timeouts(fd, timeout_ms);
-        *out = fd;
-        rc = TENT_OK;
-        break;
-    }
-    freeaddrinfo(res);
+                              tent_net_strerror(rc));
     if (rc)
-        return tent_set_error(err == ETIMEDOUT ? TENT_ETIMEDOUT : TENT_EPEER,
+        return tent_set_error(rc == -ETIMEDOUT ? TENT_ETIMEDOUT : TENT_EPEER,
                               "connect to %s:%u failed: %s", host,
-                              (unsigned)port, strerror(err));
+                              (unsigned)port, tent_net_strerror(rc));
     return TENT_OK;
 }
 
 int tent_rpc_send_all(int fd, const void *buf, size_t n)
 {
-    const char *p = buf;
-    while (n) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            int err = errno;
-            if (err == EAGAIN || err == EWOULDBLOCK)
-                return tent_set_error(TENT_ETIMEDOUT,
-                                      "send timed out with %zu bytes left", n);
-            return tent_set_error(TENT_EPEER, "send failed: %s", strerror(err));
-        }
-        p += w;
-        n -= (size_t)w;
-    }
+    size_t left;
+    int rc = tent_net_send_all(fd, buf, n, &left);
+    if (rc == -EAGAIN)
+        return tent_set_error(TENT_ETIMEDOUT,
+                              "send timed out with %zu bytes left", left);
+    if (rc)
+        return tent_set_error(TENT_EPEER, "send failed: %s",
+                              tent_net_strerror(rc));
     return TENT_OK;
 }
 
 int tent_rpc_recv_all(int fd, void *buf, size_t n)
 {
-    char *p = buf;
-    while (n) {
-        ssize_t r = recv(fd, p, n, 0);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r == 0)
-            return tent_set_error(TENT_EPEER,
-                                  "connection closed by peer with %zu bytes "
-                                  "outstanding",
-                                  n);
-        if (r < 0) {
-            int err = errno;
-            if (err == EAGAIN || err == EWOULDBLOCK)
-                return tent_set_error(
-                    TENT_ETIMEDOUT, "receive timed out with %zu bytes left", n);
-            return tent_set_error(TENT_EPEER, "receive failed: %s",
-                                  strerror(err));
-        }
-        p += r;
-        n -= (size_t)r;
-    }
+    size_t left;
+    int rc = tent_net_recv_all(fd, buf, n, &left);
+    if (rc == -EAGAIN)
+        return tent_set_error(TENT_ETIMEDOUT,
+                              "receive timed out with %zu bytes left", left);
+    if (rc == -ECONNRESET)
+        return tent_set_error(TENT_EPEER,
+                              "connection closed by peer with %zu bytes "
+                              "outstanding",
+                              left);
+    if (rc)
+        return tent_set_error(TENT_EPEER, "receive failed: %s",
+                              tent_net_strerror(rc));
     return TENT_OK;
 }
 

@@ -62,35 +62,19 @@ struct tent_rpc_server {
     int nconns;
 };
 
+/* A send may wait out MID_FRAME_TICKS timeouts in a row, unless the
+ * server stops. */
+static bool srv_send_wait(void *arg, int stalls)
+{
+    struct conn *c = arg;
+    return !atomic_load(&c->srv->stop) && stalls < MID_FRAME_TICKS;
+}
+
 static int srv_send(struct conn *c, struct iovec *iov, int n)
 {
-    int ticks = 0;
-    while (n > 0) {
-        if (atomic_load(&c->srv->stop))
-            return -1;
-        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            if ((errno == EAGAIN || errno == EWOULDBLOCK) &&
-                ++ticks < MID_FRAME_TICKS)
-                continue;
-            return -1;
-        }
-        ticks = 0;
-        size_t left = (size_t)w;
-        while (n > 0 && left >= iov->iov_len) {
-            left -= iov->iov_len;
-            iov++;
-            n--;
-        }
-        if (n > 0) {
-            iov->iov_base = (char *)iov->iov_base + left;
-            iov->iov_len -= left;
-        }
-    }
-    return 0;
+    if (atomic_load(&c->srv->stop))
+        return -1;
+    return tent_net_sendv_all(c->fd, iov, n, srv_send_wait, c) ? -1 : 0;
 }
 
 static int flush_out(struct conn *c)
@@ -328,7 +312,7 @@ static void *accept_main(void *arg)
         pthread_mutex_unlock(&s->lock);
         if (r <= 0 || !(p[0].revents & POLLIN))
             continue;
-        int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
+        int fd = tent_net_accept(s->lfd, IO_TICK_MS);
         if (fd < 0)
             continue;
         pthread_mutex_lock(&s->lock);
@@ -339,9 +323,6 @@ static void *accept_main(void *arg)
             close(fd);
             continue;
         }
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        tent_rpc_set_timeouts(fd, IO_TICK_MS);
         c->srv = s;
         c->fd = fd;
         if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
@@ -362,46 +343,18 @@ int tent_rpc_server_start(const struct tent_rpc_handlers *h, const char *host,
                           uint16_t port, struct tent_rpc_server **out,
                           uint16_t *bound_port)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE};
-    struct addrinfo *res = NULL;
-    char ps[8];
-    snprintf(ps, sizeof(ps), "%u", (unsigned)port);
-    int g = getaddrinfo(host, ps, &hints, &res);
-    if (g != 0)
+    /* non-blocking: a connection reset between poll and accept must not
+     * stall the accept thread */
+    int rc, lfd;
+    uint16_t real;
+    int nrc = tent_net_listen(host, port, true, &lfd, &real);
+    if (tent_net_is_resolve_error(nrc))
         return tent_set_error(TENT_ECONFIG,
                               "rpc_server_hostname '%s' does not resolve: %s",
-                              host, gai_strerror(g));
-    int rc, lfd = -1, err = 0;
-    for (struct addrinfo *a = res; a && lfd < 0; a = a->ai_next) {
-        /* non-blocking: a connection reset between poll and accept must
-         * not stall the accept thread */
-        lfd = socket(a->ai_family,
-                     a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (lfd < 0) {
-            err = errno;
-            continue;
-        }
-        int one = 1;
-        setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(lfd, a->ai_addr, a->ai_addrlen) != 0 ||
-            listen(lfd, 128) != 0) {
-            err = errno;
-            close(lfd);
-            lfd = -1;
-        }
-    }
-    freeaddrinfo(res);
-    if (lfd < 0)
+                              host, tent_net_strerror(nrc));
+    if (nrc)
         return tent_set_error(TENT_EPEER, "rpc server: cannot bind %s:%u: %s",
-                              host, (unsigned)port, strerror(err));
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    getsockname(lfd, (struct sockaddr *)&ss, &sl);
-    uint16_t real =
-        ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                       : ((struct sockaddr_in *)&ss)->sin_port);
+                              host, (unsigned)port, tent_net_strerror(nrc));
 
     struct tent_rpc_server *s = calloc(1, sizeof(*s));
     if (!s) {

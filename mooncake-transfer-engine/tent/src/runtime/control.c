@@ -6,9 +6,9 @@
 #include "runtime/control.h"
 
 #include "common/error.h"
-#include "common/hostport.h"
 #include "common/log.h"
 #include "meta/meta.h"
+#include "net/net.h"
 #include "rpc/rpc.h"
 #include "runtime/engine.h"
 #include "runtime/seg_desc.h"
@@ -152,12 +152,8 @@ static void host_identity(char *out, size_t cap)
 int tent_ctrl_start(struct tent_engine *e)
 {
     int64_t to;
-    int rc = tent_config_get_int(e->cfg, "rpc_timeout_ms", 3000, &to);
-    if (!rc && (to < 1 || to > 600000))
-        rc = tent_set_error(TENT_ECONFIG,
-                            "config key 'rpc_timeout_ms' = %lld is outside "
-                            "1..600000",
-                            (long long)to);
+    int rc = tent_config_get_int_range(e->cfg, "rpc_timeout_ms", 3000, 1,
+                                       600000, &to);
     const char *mtype = NULL, *lname = NULL;
     if (!rc)
         rc = tent_config_get_string(e->cfg, "metadata_type", "p2p", &mtype);
@@ -182,7 +178,7 @@ int tent_ctrl_start(struct tent_engine *e)
         return rc;
     e->rpc_port = port;
     char addr[320], pid[24];
-    tent_format_hostport(addr, sizeof(addr), e->hostname, port);
+    tent_net_format_hostport(addr, sizeof(addr), e->hostname, port);
     if (!lname || !*lname)
         snprintf(e->segment_name, sizeof(e->segment_name), "%s", addr);
     snprintf(pid, sizeof(pid), "%ld", (long)getpid());

@@ -36,15 +36,10 @@ static int load_settings(struct tent_engine *e)
     }
 
     int64_t v;
-    rc = tent_config_get_int(e->cfg, "max_failover_attempts", 3, &v);
+    rc = tent_config_get_int_range(e->cfg, "max_failover_attempts", 3, 0, 255,
+                                   &v);
     if (rc)
         return rc;
-    if (v < 0 || v > 255)
-        return tent_set_error(
-            TENT_ECONFIG,
-            "config key 'max_failover_attempts' = %lld is out "
-            "of range 0..255",
-            (long long)v);
     e->max_failover_attempts = (int)v;
 
     rc = tent_config_get_bool(e->cfg, "enable_auto_failover_on_poll", true,
@@ -63,14 +58,9 @@ static int load_settings(struct tent_engine *e)
                               "too long");
     snprintf(e->hostname, sizeof(e->hostname), "%s", host);
 
-    rc = tent_config_get_int(e->cfg, "rpc_server_port", 0, &v);
+    rc = tent_config_get_int_range(e->cfg, "rpc_server_port", 0, 0, 65535, &v);
     if (rc)
         return rc;
-    if (v < 0 || v > 65535)
-        return tent_set_error(TENT_ECONFIG,
-                              "config key 'rpc_server_port' = %lld is not a "
-                              "port number",
-                              (long long)v);
     e->rpc_port = (uint16_t)v;
 
     const char *name = NULL;

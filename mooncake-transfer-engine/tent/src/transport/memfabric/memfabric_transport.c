@@ -23,8 +23,8 @@
 
 #include "common/config.h"
 #include "common/error.h"
-#include "common/hostport.h"
 #include "common/log.h"
+#include "net/net.h"
 #include "transport/memfabric/memfabric_api.h"
 
 #include <errno.h>
@@ -38,29 +38,20 @@
                                    */
 #define MAX_TIMEOUT_MS 86400000LL /* one day */
 
-static const struct {
-    const char *name;
-    smem_bm_data_op_type bit;
-} protocols[] = {
-    {"device_sdma", SMEMB_DATA_OP_SDMA},
-    {"device_rdma", SMEMB_DATA_OP_DEVICE_RDMA},
-    {"host_rdma", SMEMB_DATA_OP_HOST_RDMA},
-    {"device_urma", SMEMB_DATA_OP_DEVICE_URMA},
-    {"device_uboe", SMEMB_DATA_OP_DEVICE_UBOE},
-    {"host_tcp", SMEMB_DATA_OP_HOST_TCP},
-    {"host_shm", SMEMB_DATA_OP_HOST_SHM},
-    {"host_urma", SMEMB_DATA_OP_HOST_URMA},
-};
-#define NPROTOCOLS (sizeof(protocols) / sizeof(protocols[0]))
-#define PROTOCOL_LIST                                                          \
-    "device_sdma, device_rdma, host_rdma, device_urma, device_uboe, "          \
-    "host_tcp, host_shm, host_urma"
+/* ", device_sdma, device_rdma, ..." from the ABI header's table. */
+#define PROTOCOL_LIST_ITEM(bit, name) ", " name
+static const char protocol_list[] = SMEM_DATA_OPS(PROTOCOL_LIST_ITEM);
+#undef PROTOCOL_LIST_ITEM
 
 smem_bm_data_op_type memfabric_protocol_bit(const char *name)
 {
-    for (size_t i = 0; name && i < NPROTOCOLS; i++)
-        if (strcmp(protocols[i].name, name) == 0)
-            return protocols[i].bit;
+#define PROTOCOL_MATCH(bit, pname)                                             \
+    if (strcmp(name, pname) == 0)                                              \
+        return bit;
+    if (name) {
+        SMEM_DATA_OPS(PROTOCOL_MATCH)
+    }
+#undef PROTOCOL_MATCH
     return (smem_bm_data_op_type)0;
 }
 
@@ -141,12 +132,9 @@ static int parse_settings(struct tent_transport *t,
     s->op_type = memfabric_protocol_bit(proto);
     if (!s->op_type)
         return tent_set_error(
-            TENT_EINVAL,
-            "MF_PROTOCOL='%s' is not supported (accepted: " PROTOCOL_LIST ")",
-            proto);
-    for (size_t i = 0; i < NPROTOCOLS; i++)
-        if (protocols[i].bit == s->op_type)
-            s->protocol = protocols[i].name;
+            TENT_EINVAL, "MF_PROTOCOL='%s' is not supported (accepted: %s)",
+            proto, protocol_list + 2);
+    s->protocol = smem_data_op_name(s->op_type);
 
     s->timeout_ms = MEMFABRIC_DEFAULT_TIMEOUT_MS;
     const char *to = getenv("MF_TRANSFER_TIMEOUT");
@@ -163,15 +151,10 @@ static int parse_settings(struct tent_transport *t,
     }
 
     int64_t dev;
-    int rc =
-        tent_config_get_int(t->cfg, "transports/memfabric/device_id", 0, &dev);
+    int rc = tent_config_get_int_range(t->cfg, "transports/memfabric/device_id",
+                                       0, 0, INT32_MAX, &dev);
     if (rc)
         return rc;
-    if (dev < 0 || dev > INT32_MAX)
-        return tent_set_error(TENT_EINVAL,
-                              "config key 'transports/memfabric/device_id' = "
-                              "%lld is not a device id",
-                              (long long)dev);
     s->device_id = (uint32_t)dev;
     s->vendor_log_level = memfabric_vendor_log_level(
         atomic_load_explicit(&tent_log_threshold, memory_order_relaxed));
@@ -297,7 +280,7 @@ static int mf_install(struct tent_transport *t)
     cfg.deviceId = set.device_id;
     cfg.dataOpType = set.op_type;
     const char *host = tent_engine_hostname(t->engine);
-    int len = tent_format_hostport(cfg.url, sizeof(cfg.url), host, 0);
+    int len = tent_net_format_hostport(cfg.url, sizeof(cfg.url), host, 0);
     if (len < 0 || (size_t)len >= sizeof(cfg.url)) {
         rc = tent_set_error(TENT_EINVAL,
                             "memfabric: host '%s' is too long for the vendor's "
@@ -324,7 +307,7 @@ static int mf_install(struct tent_transport *t)
     }
     char id[sizeof(mf->unique_id)];
     /* The same form the vendor reports in peer-down callbacks. */
-    tent_format_hostport(id, sizeof(id), host, port);
+    tent_net_format_hostport(id, sizeof(id), host, port);
     rc = tent_engine_publish_attr(t->engine, MEMFABRIC_UNIQUE_ID_ATTR, id);
     if (rc)
         goto fail_create;

@@ -55,6 +55,29 @@ typedef enum {
     SMEMB_DATA_OP_BUTT
 } smem_bm_data_op_type;
 
+/* The protocols by name (MF_PROTOCOL, logs): X(bit, "name").  The one
+ * table of them: the memfabric transport and mf_host both expand it. */
+#define SMEM_DATA_OPS(X)                                                       \
+    X(SMEMB_DATA_OP_SDMA, "device_sdma")                                       \
+    X(SMEMB_DATA_OP_DEVICE_RDMA, "device_rdma")                                \
+    X(SMEMB_DATA_OP_HOST_RDMA, "host_rdma")                                    \
+    X(SMEMB_DATA_OP_DEVICE_URMA, "device_urma")                                \
+    X(SMEMB_DATA_OP_DEVICE_UBOE, "device_uboe")                                \
+    X(SMEMB_DATA_OP_HOST_TCP, "host_tcp")                                      \
+    X(SMEMB_DATA_OP_HOST_SHM, "host_shm")                                      \
+    X(SMEMB_DATA_OP_HOST_URMA, "host_urma")
+
+/* The name of one protocol bit; NULL for anything else. */
+static inline const char *smem_data_op_name(uint32_t op)
+{
+#define SMEM_DATA_OP_CASE(bit, name)                                           \
+    if (op == (uint32_t)(bit))                                                 \
+        return name;
+    SMEM_DATA_OPS(SMEM_DATA_OP_CASE)
+#undef SMEM_DATA_OP_CASE
+    return NULL;
+}
+
 typedef struct {
     bool tlsEnable;
     char caPath[SMEM_TLS_PATH_SIZE];

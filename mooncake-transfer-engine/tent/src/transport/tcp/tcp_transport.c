@@ -120,78 +120,41 @@ static void fail_list(struct tcp_transport *t, struct slice *s, int err)
     }
 }
 
-/* Sends the window's requests, then reads the answers in order.  Returns 0
- * or the connection-level error (the connection must then be dropped);
- * per-slice refusals by the peer are recorded in status[]. */
 /* sendmsg until every iovec is out; SO_SNDTIMEO bounds each wait. */
 static int send_iov(int fd, struct iovec *iov, int n)
 {
-    while (n > 0) {
-        struct msghdr m = {.msg_iov = iov,
-                           .msg_iovlen = (size_t)(n < 1024 ? n : 1024)};
-        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0) {
-            int err = errno;
-            if (err == EAGAIN || err == EWOULDBLOCK)
-                return tent_set_error(TENT_ETIMEDOUT, "tcp: send timed out");
-            return tent_set_error(TENT_EPEER, "tcp: send failed: %s",
-                                  strerror(err));
-        }
-        size_t left = (size_t)w;
-        while (n > 0 && left >= iov->iov_len) {
-            left -= iov->iov_len;
-            iov++;
-            n--;
-        }
-        if (n > 0) {
-            iov->iov_base = (char *)iov->iov_base + left;
-            iov->iov_len -= left;
-        }
-    }
+    int rc = tent_net_sendv_all(fd, iov, n, NULL, NULL);
+    if (rc == -EAGAIN)
+        return tent_set_error(TENT_ETIMEDOUT, "tcp: send timed out");
+    if (rc)
+        return tent_set_error(TENT_EPEER, "tcp: send failed: %s",
+                              tent_net_strerror(rc));
     return TENT_OK;
 }
 
 /* Answers are read through a per-connection buffer, so that a window of
  * small answers costs one receive call rather than one per answer. */
 struct inbuf {
+    struct tent_net_inbuf nb;
     uint8_t b[65536];
-    size_t pos, len;
 };
 
 static int in_read(int fd, struct inbuf *in, void *dst, size_t n)
 {
-    uint8_t *p = dst;
-    while (n) {
-        if (in->pos < in->len) {
-            size_t k = in->len - in->pos < n ? in->len - in->pos : n;
-            memcpy(p, in->b + in->pos, k);
-            in->pos += k;
-            p += k;
-            n -= k;
-            continue;
-        }
-        if (n >= 16384)
-            return tent_rpc_recv_all(fd, p, n);
-        ssize_t r = recv(fd, in->b, sizeof(in->b), 0);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r == 0)
-            return tent_set_error(TENT_EPEER, "tcp: connection closed by peer");
-        if (r < 0) {
-            int err = errno;
-            if (err == EAGAIN || err == EWOULDBLOCK)
-                return tent_set_error(TENT_ETIMEDOUT, "tcp: receive timed out");
-            return tent_set_error(TENT_EPEER, "tcp: receive failed: %s",
-                                  strerror(err));
-        }
-        in->pos = 0;
-        in->len = (size_t)r;
-    }
+    int rc = tent_net_inbuf_read(fd, &in->nb, dst, n, 16384);
+    if (rc == -EAGAIN)
+        return tent_set_error(TENT_ETIMEDOUT, "tcp: receive timed out");
+    if (rc == -ECONNRESET)
+        return tent_set_error(TENT_EPEER, "tcp: connection closed by peer");
+    if (rc)
+        return tent_set_error(TENT_EPEER, "tcp: receive failed: %s",
+                              tent_net_strerror(rc));
     return TENT_OK;
 }
 
+/* Sends the window's requests, then reads the answers in order.  Returns 0
+ * or the connection-level error (the connection must then be dropped);
+ * per-slice refusals by the peer are recorded in status[]. */
 static int run_window(int fd, struct inbuf *in, struct slice **w, int n,
                       int32_t *status)
 {
@@ -285,7 +248,8 @@ static void *worker_main(void *arg)
         int rc = TENT_OK;
         if (fd < 0) {
             rc = tent_rpc_connect(p->host, p->port, t->timeout_ms, &fd);
-            in->pos = in->len = 0; /* nothing carries over connections */
+            /* nothing carries over connections */
+            in->nb = (struct tent_net_inbuf){.b = in->b, .cap = sizeof(in->b)};
             if (!rc) {
                 pthread_mutex_lock(&p->lock);
                 p->fds[wa->idx] = fd;
@@ -388,31 +352,16 @@ static int tcp_install(struct tent_transport *base)
 {
     struct tcp_transport *t = tcp_of(base);
     int64_t to, nc, ss;
-    int rc =
-        tent_config_get_int(base->cfg, "transports/tcp/timeout_ms", 3000, &to);
+    int rc = tent_config_get_int_range(base->cfg, "transports/tcp/timeout_ms",
+                                       3000, 1, 600000, &to);
     if (!rc)
-        rc = tent_config_get_int(base->cfg, "transports/tcp/connections", 4,
-                                 &nc);
+        rc = tent_config_get_int_range(base->cfg, "transports/tcp/connections",
+                                       4, 1, MAX_CONNS, &nc);
     if (!rc)
-        rc = tent_config_get_int(base->cfg, "transports/tcp/slice_size",
-                                 1 << 20, &ss);
+        rc = tent_config_get_int_range(base->cfg, "transports/tcp/slice_size",
+                                       1 << 20, 4096, TENT_WIRE_MAX_DATA, &ss);
     if (rc)
         return rc;
-    if (to < 1 || to > 600000)
-        return tent_set_error(TENT_ECONFIG,
-                              "config key 'transports/tcp/timeout_ms' = %lld "
-                              "is outside 1..600000",
-                              (long long)to);
-    if (nc < 1 || nc > MAX_CONNS)
-        return tent_set_error(TENT_ECONFIG,
-                              "config key 'transports/tcp/connections' = %lld "
-                              "is outside 1..%d",
-                              (long long)nc, MAX_CONNS);
-    if (ss < 4096 || ss > TENT_WIRE_MAX_DATA)
-        return tent_set_error(TENT_ECONFIG,
-                              "config key 'transports/tcp/slice_size' = %lld "
-                              "is outside 4096..%u",
-                              (long long)ss, TENT_WIRE_MAX_DATA);
     t->timeout_ms = (int)to;
     t->nconns = (int)nc;
     t->slice_size = (uint32_t)ss;

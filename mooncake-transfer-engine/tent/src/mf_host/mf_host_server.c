@@ -1,0 +1,383 @@
+/* mf_host's rpc server: an accept thread and one thread per incoming
+ * connection, serving HELLO, CHECK, RANGES, WRITE and READ.  Every request
+ * is checked against the handle's registered ranges (ranges.c). */
+#include "mf_host.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* A served connection's buffered input and output.  Requests of a
+ * pipelined run arrive together: they are read with one receive call and
+ * their small answers leave with one send, instead of one system call per
+ * header and per answer.  Pending answers are flushed before every
+ * blocking receive, so a peer waiting for them is never kept waiting. */
+struct srv_io {
+    int fd;
+    size_t in_pos, in_len, out_len;
+    uint8_t in[65536];
+    uint8_t out[8192];
+};
+
+static int io_flush(struct srv_io *io)
+{
+    if (io->out_len == 0)
+        return 0;
+    size_t n = io->out_len;
+    io->out_len = 0;
+    return mfh_send_full(io->fd, io->out, n);
+}
+
+/* Reads n bytes (from the buffer first).  user: dst is user memory (see
+ * MFH_USER_IO_BEGIN).  idle: nothing of this message was read yet, so a
+ * receive timeout only means an idle connection: keep waiting. */
+static int io_read(struct mfh_handle *h, struct srv_io *io, void *dst, size_t n,
+                   bool user, bool idle)
+{
+    uint8_t *p = dst;
+    while (n > 0) {
+        if (io->in_pos < io->in_len) {
+            size_t k =
+                io->in_len - io->in_pos < n ? io->in_len - io->in_pos : n;
+            if (user)
+                MFH_USER_IO_BEGIN();
+            memcpy(p, io->in + io->in_pos, k);
+            if (user)
+                MFH_USER_IO_END();
+            io->in_pos += k;
+            p += k;
+            n -= k;
+            idle = false;
+            continue;
+        }
+        if (io_flush(io) != 0)
+            return -1;
+        if (n >= 16384) /* bulk data: straight into place */
+            return user ? mfh_recv_user(io->fd, p, n)
+                        : mfh_recv_full(io->fd, p, n);
+        ssize_t r = recv(io->fd, io->in, sizeof(io->in), 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && errno == EAGAIN && idle && !atomic_load(&h->stopping))
+            continue; /* idle connection: keep waiting */
+        if (r <= 0) {
+            if (r == 0)
+                errno = ECONNRESET;
+            return -1;
+        }
+        io->in_pos = 0;
+        io->in_len = (size_t)r;
+    }
+    return 0;
+}
+
+/* Sends len bytes after what is pending.  user: see io_read. */
+static int io_send(struct srv_io *io, const void *buf, size_t len, bool user)
+{
+    if (len <= sizeof(io->out) - io->out_len && !user) {
+        memcpy(io->out + io->out_len, buf, len);
+        io->out_len += len;
+        return 0;
+    }
+    if (io_flush(io) != 0)
+        return -1;
+    return user ? mfh_send_user(io->fd, buf, len)
+                : mfh_send_full(io->fd, buf, len);
+}
+
+static int reply(struct srv_io *io, int32_t status, uint64_t addr, uint64_t len)
+{
+    struct mfh_msg m = {.magic = MFH_MAGIC,
+                        .type = MFH_MSG_REPLY,
+                        .status = status,
+                        .addr = addr,
+                        .len = len};
+    return io_send(io, &m, sizeof(m), false);
+}
+
+static int drain(struct mfh_handle *h, struct srv_io *io, uint64_t len)
+{
+    char scratch[16384];
+    while (len > 0) {
+        size_t n = len < sizeof(scratch) ? (size_t)len : sizeof(scratch);
+        if (io_read(h, io, scratch, n, false, false) != 0)
+            return -1;
+        len -= n;
+    }
+    return 0;
+}
+
+static int serve_hello(struct mfh_handle *h, struct srv_io *io,
+                       const struct mfh_msg *m)
+{
+    struct mfh_hello in,
+        out = {.version = MFH_VERSION,
+               .pid = (uint32_t)getpid(),
+               .proto = h->proto,
+               .gen_addr = (uint64_t)(uintptr_t)&h->mem_gen,
+               .probe_addr = (uint64_t)(uintptr_t)&h->probe_value,
+               .probe_value = h->probe_value};
+    if (m->len != sizeof(in) ||
+        io_read(h, io, &in, sizeof(in), false, false) != 0)
+        return -1;
+    in.uid[MFH_UID_MAX - 1] = '\0';
+    snprintf(out.uid, sizeof(out.uid), "%s", h->uid);
+    MFH_DEBUG("%s: hello from %s (pid %u)", h->uid, in.uid, in.pid);
+    if (reply(io, in.version == MFH_VERSION ? SM_OK : SM_NOT_SUPPORTED, 0,
+              sizeof(out)) != 0)
+        return -1;
+    return io_send(io, &out, sizeof(out), false);
+}
+
+static int serve_check(struct mfh_handle *h, struct srv_io *io,
+                       const struct mfh_msg *m)
+{
+    if (m->count == 0 || m->count > MFH_MAX_BATCH ||
+        m->len != (uint64_t)m->count * sizeof(struct mfh_wire_range))
+        return -1;
+    struct mfh_wire_range *r = malloc(m->len);
+    if (!r)
+        return drain(h, io, m->len) == 0 ? reply(io, SM_MALLOC_FAILED, 0, 0)
+                                         : -1;
+    if (io_read(h, io, r, m->len, false, false) != 0) {
+        free(r);
+        return -1;
+    }
+    int32_t status = SM_OK;
+    uint64_t bad = 0;
+    for (uint32_t i = 0; i < m->count; i++) {
+        if (!mfh_range_registered(h, r[i].addr, r[i].len)) {
+            MFH_WARN("%s: range [0x%llx, +%llu) is not registered here", h->uid,
+                     (unsigned long long)r[i].addr,
+                     (unsigned long long)r[i].len);
+            status = SM_INVALID_PARAM;
+            bad = i;
+            break;
+        }
+    }
+    free(r);
+    return reply(io, status, bad, 0);
+}
+
+static int serve_ranges(struct mfh_handle *h, struct srv_io *io,
+                        const struct mfh_msg *m)
+{
+    if (m->len != 0)
+        return -1;
+    pthread_rwlock_rdlock(&h->mem_lock);
+    uint64_t gen = atomic_load(&h->mem_gen);
+    size_t n = h->n_ranges;
+    struct mfh_wire_range *w = malloc((n ? n : 1) * sizeof(*w));
+    for (size_t i = 0; w && i < n; i++)
+        w[i] = (struct mfh_wire_range){.addr = h->ranges[i].base,
+                                       .len = h->ranges[i].len};
+    pthread_rwlock_unlock(&h->mem_lock);
+    if (!w)
+        return reply(io, SM_MALLOC_FAILED, 0, 0);
+    struct mfh_msg r = {.magic = MFH_MAGIC,
+                        .type = MFH_MSG_REPLY,
+                        .status = SM_OK,
+                        .count = (uint32_t)n,
+                        .addr = gen,
+                        .len = n * sizeof(*w)};
+    int rc = io_send(io, &r, sizeof(r), false);
+    if (rc == 0 && n)
+        rc = io_send(io, w, n * sizeof(*w), false);
+    free(w);
+    return rc;
+}
+
+/* The range stays registered while the server copies into or out of it: the
+ * read side of mem_lock is held across the (time-bounded) socket I/O, so a
+ * concurrent smem_trans_deregister_mem waits for the copy instead of
+ * returning while bytes are still being written into memory its owner is
+ * about to free. */
+static int serve_write(struct mfh_handle *h, struct srv_io *io,
+                       const struct mfh_msg *m)
+{
+    pthread_rwlock_rdlock(&h->mem_lock);
+    if (!mfh_ranges_cover(h->ranges, h->n_ranges, m->addr, m->len)) {
+        pthread_rwlock_unlock(&h->mem_lock);
+        MFH_WARN("%s: write to unregistered [0x%llx, +%llu) refused", h->uid,
+                 (unsigned long long)m->addr, (unsigned long long)m->len);
+        if (drain(h, io, m->len) != 0)
+            return -1;
+        return reply(io, SM_INVALID_PARAM, 0, 0);
+    }
+    int rc = io_read(h, io, (void *)(uintptr_t)m->addr, m->len, true, false);
+    pthread_rwlock_unlock(&h->mem_lock);
+    if (rc != 0)
+        return -1;
+    return reply(io, SM_OK, 0, 0);
+}
+
+static int serve_read(struct mfh_handle *h, struct srv_io *io,
+                      const struct mfh_msg *m)
+{
+    pthread_rwlock_rdlock(&h->mem_lock);
+    if (!mfh_ranges_cover(h->ranges, h->n_ranges, m->addr, m->len)) {
+        pthread_rwlock_unlock(&h->mem_lock);
+        MFH_WARN("%s: read of unregistered [0x%llx, +%llu) refused", h->uid,
+                 (unsigned long long)m->addr, (unsigned long long)m->len);
+        return reply(io, SM_INVALID_PARAM, 0, 0);
+    }
+    int rc = reply(io, SM_OK, 0, m->len);
+    if (rc == 0)
+        rc = io_send(io, (const void *)(uintptr_t)m->addr, m->len, true);
+    pthread_rwlock_unlock(&h->mem_lock);
+    return rc;
+}
+
+static void *srv_conn_main(void *arg)
+{
+    struct mfh_srv_conn *c = arg;
+    struct mfh_handle *h = c->h;
+    struct srv_io *io = malloc(sizeof(*io));
+    if (io) {
+        io->fd = c->fd;
+        io->in_pos = io->in_len = io->out_len = 0;
+    }
+    while (io) {
+        struct mfh_msg m;
+        if (io_read(h, io, &m, sizeof(m), false, true) != 0)
+            break;
+        if (m.magic != MFH_MAGIC) {
+            MFH_WARN("%s: bad magic 0x%x, closing connection", h->uid, m.magic);
+            break;
+        }
+        int rc;
+        switch (m.type) {
+        case MFH_MSG_HELLO:
+            rc = serve_hello(h, io, &m);
+            break;
+        case MFH_MSG_CHECK:
+            rc = serve_check(h, io, &m);
+            break;
+        case MFH_MSG_WRITE:
+            rc = serve_write(h, io, &m);
+            break;
+        case MFH_MSG_READ:
+            rc = serve_read(h, io, &m);
+            break;
+        case MFH_MSG_RANGES:
+            rc = serve_ranges(h, io, &m);
+            break;
+        default:
+            MFH_WARN("%s: unknown request type %u", h->uid, m.type);
+            rc = -1;
+        }
+        if (rc != 0)
+            break;
+    }
+    free(io);
+    shutdown(c->fd, SHUT_RDWR);
+    atomic_store(&c->finished, true);
+    return NULL;
+}
+
+static void reap_conns(struct mfh_handle *h, bool all)
+{
+    pthread_mutex_lock(&h->srv_lock);
+    struct mfh_srv_conn **pp = &h->srv_conns, *dead = NULL;
+    while (*pp) {
+        struct mfh_srv_conn *c = *pp;
+        if (all || atomic_load(&c->finished)) {
+            *pp = c->next;
+            c->next = dead;
+            dead = c;
+        } else {
+            pp = &c->next;
+        }
+    }
+    pthread_mutex_unlock(&h->srv_lock);
+    while (dead) {
+        struct mfh_srv_conn *c = dead;
+        dead = c->next;
+        pthread_join(c->thread, NULL);
+        close(c->fd);
+        free(c);
+    }
+}
+
+static void *accept_main(void *arg)
+{
+    struct mfh_handle *h = arg;
+    while (!atomic_load(&h->stopping)) {
+        int fd = tent_net_accept(h->listen_fd, MFH_IO_TIMEOUT_MS);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN)
+                continue;
+            if (!atomic_load(&h->stopping))
+                MFH_ERROR("%s: accept: %s", h->uid, strerror(errno));
+            break;
+        }
+        reap_conns(h, false);
+        struct mfh_srv_conn *c = calloc(1, sizeof(*c));
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        c->h = h;
+        c->fd = fd;
+        pthread_mutex_lock(&h->srv_lock);
+        if (atomic_load(&h->stopping) ||
+            pthread_create(&c->thread, NULL, srv_conn_main, c) != 0) {
+            pthread_mutex_unlock(&h->srv_lock);
+            close(fd);
+            free(c);
+            continue;
+        }
+        c->next = h->srv_conns;
+        h->srv_conns = c;
+        pthread_mutex_unlock(&h->srv_lock);
+    }
+    return NULL;
+}
+
+int mfh_server_start(struct mfh_handle *h)
+{
+    int fd = -1;
+    int rc = tent_net_listen(h->host, h->port, false, &fd, &h->port);
+    if (tent_net_is_resolve_error(rc)) {
+        MFH_ERROR("cannot resolve host '%s' of url: %s", h->host,
+                  tent_net_strerror(rc));
+        return SM_INVALID_PARAM;
+    }
+    if (rc) {
+        MFH_ERROR("cannot listen on %s:%u: %s", h->host, (unsigned)h->port,
+                  tent_net_strerror(rc));
+        return SM_ERROR;
+    }
+    h->listen_fd = fd;
+    /* The unique id peers use as destUrl; set before anyone can ask. */
+    tent_net_format_hostport(h->uid, sizeof(h->uid), h->host, h->port);
+    if (pthread_create(&h->accept_thread, NULL, accept_main, h) != 0) {
+        MFH_ERROR("cannot start the rpc server thread");
+        close(fd);
+        h->listen_fd = -1;
+        return SM_ERROR;
+    }
+    h->accept_started = true;
+    return SM_OK;
+}
+
+void mfh_server_stop(struct mfh_handle *h)
+{
+    if (h->accept_started) {
+        shutdown(h->listen_fd, SHUT_RDWR);
+        pthread_join(h->accept_thread, NULL);
+        h->accept_started = false;
+    }
+    pthread_mutex_lock(&h->srv_lock);
+    for (struct mfh_srv_conn *c = h->srv_conns; c; c = c->next)
+        shutdown(c->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&h->srv_lock);
+    reap_conns(h, true);
+    if (h->listen_fd >= 0) {
+        close(h->listen_fd);
+        h->listen_fd = -1;
+    }
+}
