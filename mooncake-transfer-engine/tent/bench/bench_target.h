@@ -73,4 +73,37 @@ static inline pid_t bench_start_target(void (*configure)(int), int arg,
     return pid;
 }
 
+/* bench_start_target, and its line parsed: the segment name into name (256
+ * bytes) and the buffer address into *remote.  Returns the pid, or -1 after
+ * saying so on stderr (with nothing left behind). */
+static inline pid_t bench_target_up(void (*configure)(int), int arg,
+                                    size_t region, char *name,
+                                    unsigned long long *remote, int *keep)
+{
+    char line[300];
+    pid_t pid =
+        bench_start_target(configure, arg, region, line, sizeof(line), keep);
+    if (pid >= 0 && sscanf(line, "%255s %llu", name, remote) != 2) {
+        close(*keep);
+        waitpid(pid, NULL, 0);
+        pid = -1;
+    }
+    if (pid < 0)
+        fprintf(stderr, "target did not start\n");
+    return pid;
+}
+
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median of the n runs in v (sorts v). */
+static inline double bench_median(size_t n, double *v)
+{
+    qsort(v, n, sizeof(*v), bench_cmp_double);
+    return v[n / 2];
+}
+
 #endif
