@@ -206,6 +206,22 @@ static void run_batch(struct fixture *f, int opcode, size_t n, size_t maxlen,
     free(r);
 }
 
+/* n requests of len bytes in consecutive lanes of the peer's rw buffer:
+ * writes from src, or (alternate) writes and reads from dst in turn. */
+static void lanes(struct fixture *f, tent_request_t *r, size_t n, size_t len,
+                  bool alternate)
+{
+    memset(r, 0, n * sizeof(*r));
+    for (size_t i = 0; i < n; i++) {
+        bool rd = alternate && i % 2;
+        r[i].opcode = rd ? OPCODE_READ : OPCODE_WRITE;
+        r[i].source = (rd ? f->dst : f->src) + i * len;
+        r[i].target_id = f->seg;
+        r[i].target_offset = f->peer.rw_base + i * len;
+        r[i].length = len;
+    }
+}
+
 static void test_random_reads_writes(void **state)
 {
     struct fixture *f = *state;
@@ -392,13 +408,7 @@ static void test_kill_target_mid_batch(void **state)
     const size_t n = f->len / len < 256 ? f->len / len : 256;
     tent_request_t *r = calloc(n, sizeof(*r));
     assert_non_null(r);
-    for (size_t i = 0; i < n; i++) {
-        r[i].opcode = i % 2 ? OPCODE_READ : OPCODE_WRITE;
-        r[i].source = (i % 2 ? f->dst : f->src) + i * len;
-        r[i].target_id = f->seg;
-        r[i].target_offset = f->peer.rw_base + i * len;
-        r[i].length = len;
-    }
+    lanes(f, r, n, len, true);
     tent_batch_id_t b = tent_allocate_batch(f->e, n);
     assert_int_equal(tent_submit(f->e, b, r, n / 2), 0);
     e2e_peer_kill(&f->peer);
@@ -448,13 +458,7 @@ static void test_stalled_target_times_out(void **state)
     struct fixture *f = *state;
     const size_t n = 32, len = (size_t)2 << 20;
     tent_request_t *r = calloc(n, sizeof(*r));
-    for (size_t i = 0; i < n; i++) {
-        r[i].opcode = i % 2 ? OPCODE_READ : OPCODE_WRITE;
-        r[i].source = (i % 2 ? f->dst : f->src) + i * len;
-        r[i].target_id = f->seg;
-        r[i].target_offset = f->peer.rw_base + i * len;
-        r[i].length = len;
-    }
+    lanes(f, r, n, len, true);
     kill(f->peer.pid, SIGSTOP);
     long t0 = e2e_now_ms();
     tent_batch_id_t b = tent_allocate_batch(f->e, n);
@@ -519,15 +523,9 @@ static void test_failover_tcp_to_shm(void **state)
     for (size_t i = 0; i < n * len; i++)
         f->src[i] = (uint8_t)rnd(f);
     tent_request_t r[64];
-    memset(r, 0, sizeof(r));
-    for (size_t i = 0; i < n; i++) {
-        r[i].opcode = OPCODE_WRITE;
-        r[i].source = f->src + i * len;
-        r[i].target_id = f->seg;
-        r[i].target_offset = f->peer.rw_base + i * len;
-        r[i].length = len;
+    lanes(f, r, n, len, false);
+    for (size_t i = 0; i < n; i++)
         r[i].transport_hint = TRANSPORT_TCP;
-    }
     tent_batch_id_t b = tent_allocate_batch(f->e, n);
     assert_int_equal(tent_submit(f->e, b, r, n / 2), 0);
     e2e_peer_stop_rpc(&f->peer);
@@ -733,14 +731,7 @@ static void test_failover_memfabric_to_tcp(void **state)
     for (size_t i = 0; i < n * len; i++)
         f->src[i] = (uint8_t)rnd(f);
     tent_request_t r[64];
-    memset(r, 0, sizeof(r));
-    for (size_t i = 0; i < n; i++) {
-        r[i].opcode = OPCODE_WRITE;
-        r[i].source = f->src + i * len;
-        r[i].target_id = f->seg;
-        r[i].target_offset = f->peer.rw_base + i * len;
-        r[i].length = len;
-    }
+    lanes(f, r, n, len, false);
     /* Before: memfabric carries everything, at the first attempt. */
     tent_batch_id_t b = tent_allocate_batch(f->e, 8);
     assert_int_equal(tent_submit(f->e, b, r, 8), 0);

@@ -10,6 +10,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -239,6 +240,23 @@ static inline void mfh_child_main(const struct mfh_api *a, uint32_t proto,
     if (mfd >= 0)
         close(mfd);
     _exit(0);
+}
+
+/* A peer-down callback's record: how often it ran and the last unique id
+ * (initialise lock with PTHREAD_MUTEX_INITIALIZER). */
+struct mfh_down_rec {
+    pthread_mutex_t lock;
+    int calls;
+    char uid[64];
+};
+
+static inline void mfh_on_down(const char *uid, void *user)
+{
+    struct mfh_down_rec *r = user;
+    pthread_mutex_lock(&r->lock);
+    r->calls++;
+    snprintf(r->uid, sizeof(r->uid), "%s", uid);
+    pthread_mutex_unlock(&r->lock);
 }
 
 struct mfh_child_args {
