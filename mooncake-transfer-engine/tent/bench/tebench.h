@@ -154,7 +154,14 @@ int tb_run_loopback(struct tb_opts *o);
 bool tb_find_mf_library(bool prefer_vendor, char *why, size_t len);
 
 /* tebench_pattern.c */
-uint64_t tb_splitmix64(uint64_t x);
+static inline uint64_t tb_splitmix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
 /* Expected byte pattern: byte at target range offset off under key. */
 uint64_t tb_pattern_key(uint64_t seed, int case_idx, uint64_t gen, bool fixed);
 void tb_pattern_fill(void *dst, uint64_t len, uint64_t key, uint64_t off);

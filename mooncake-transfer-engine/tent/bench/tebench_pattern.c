@@ -8,14 +8,6 @@
 
 /* ---- pattern ------------------------------------------------------------ */
 
-uint64_t tb_splitmix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 uint64_t tb_pattern_key(uint64_t seed, int case_idx, uint64_t gen, bool fixed)
 {
     if (fixed)
