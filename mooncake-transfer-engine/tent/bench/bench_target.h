@@ -1,25 +1,18 @@
 /* Shared by the two-process benchmarks (tent_net_bench, tent_mf_bench):
- * a clock and a target engine in a child process.  Public C API only. */
+ * a target engine in a child process (and, through bench_batch.h, the clock
+ * and the batch loop).  Public C API only. */
 #ifndef TENT_BENCH_TARGET_H
 #define TENT_BENCH_TARGET_H
 
+#include "bench_batch.h"
 #include "tent/transfer_engine.h"
 
-#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
-
-static inline double bench_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Starts a target engine in a child process: configure(arg) sets its
  * configuration, then it allocates region bytes (filled with 1s) and
@@ -80,34 +73,37 @@ static inline pid_t bench_start_target(void (*configure)(int), int arg,
     return pid;
 }
 
-/* Submits n requests as one batch, polls until it is terminal and frees
- * it; any failure ends the benchmark (exit 1) with the engine's message. */
-static inline void bench_run_batch(tent_engine_t e, tent_request_t *r, size_t n)
+/* bench_start_target, and its line parsed: the segment name into name (256
+ * bytes) and the buffer address into *remote.  Returns the pid, or -1 after
+ * saying so on stderr (with nothing left behind). */
+static inline pid_t bench_target_up(void (*configure)(int), int arg,
+                                    size_t region, char *name,
+                                    unsigned long long *remote, int *keep)
 {
-    tent_batch_id_t b = tent_allocate_batch(e, n);
-    if (!b || tent_submit(e, b, r, n)) {
-        fprintf(stderr, "submit failed: %s\n", tent_last_error());
-        exit(1);
+    char line[300];
+    pid_t pid =
+        bench_start_target(configure, arg, region, line, sizeof(line), keep);
+    if (pid >= 0 && sscanf(line, "%255s %llu", name, remote) != 2) {
+        close(*keep);
+        waitpid(pid, NULL, 0);
+        pid = -1;
     }
-    tent_status_t st;
-    for (;;) {
-        if (tent_overall_status(e, b, &st)) {
-            fprintf(stderr, "status failed: %s\n", tent_last_error());
-            exit(1);
-        }
-        if (st.status != STATUS_PENDING)
-            break;
-        sched_yield(); /* 2-core machines: let the workers run */
-    }
-    if (st.status != STATUS_COMPLETED) {
-        fprintf(stderr, "batch failed (status %d): %s\n", st.status,
-                tent_last_error());
-        exit(1);
-    }
-    if (tent_free_batch(e, b)) {
-        fprintf(stderr, "free failed: %s\n", tent_last_error());
-        exit(1);
-    }
+    if (pid < 0)
+        fprintf(stderr, "target did not start\n");
+    return pid;
+}
+
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median of the n runs in v (sorts v). */
+static inline double bench_median(size_t n, double *v)
+{
+    qsort(v, n, sizeof(*v), bench_cmp_double);
+    return v[n / 2];
 }
 
 #endif

@@ -76,18 +76,6 @@ static double engine_rate(tent_engine_t e, tent_segment_id_t seg, char *local,
     return (double)bytes / (t - t0);
 }
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v)
-{
-    qsort(v, REPS, sizeof(*v), cmp_d);
-    return v[REPS / 2];
-}
-
 /* One pair: memfabric over proto vs the tcp or shm transport. */
 static int run_pair(int shm, const struct opts *o)
 {
@@ -95,15 +83,12 @@ static int run_pair(int shm, const struct opts *o)
     const char *other = shm ? "shm" : "tcp";
     int other_type = shm ? TRANSPORT_SHM : TRANSPORT_TCP;
     setenv("MF_PROTOCOL", proto, 1); /* the target inherits it */
-    char line[300], name[256];
+    char name[256];
     unsigned long long remote;
     int keep;
-    pid_t pid =
-        bench_start_target(configure, shm, REGION, line, sizeof(line), &keep);
-    if (pid < 0 || sscanf(line, "%255s %llu", name, &remote) != 2) {
-        fprintf(stderr, "target did not start\n");
+    pid_t pid = bench_target_up(configure, shm, REGION, name, &remote, &keep);
+    if (pid < 0)
         return 1;
-    }
     configure(shm);
     tent_engine_t e = tent_create_engine();
     void *src;
@@ -131,7 +116,7 @@ static int run_pair(int shm, const struct opts *o)
             x_r[k] = engine_rate(e, seg, src, remote, opcode, other_type, o,
                                  o->secs / REPS);
         }
-        double mf = median(mf_r), x = median(x_r);
+        double mf = bench_median(REPS, mf_r), x = bench_median(REPS, x_r);
         printf("memfabric/%-8s %-5s %8zu B x %3d   memfabric %7.2f GB/s   "
                "%-3s %7.2f GB/s   ratio %5.1f%%\n",
                proto, opname, o->block, o->batch, mf / 1e9, other, x / 1e9,

@@ -146,29 +146,14 @@ static double memcpy_rate(char *src, char *dst, size_t block, double secs)
 
 #define REPS 5
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v)
-{
-    qsort(v, REPS, sizeof(*v), cmp_d);
-    return v[REPS / 2];
-}
-
 static int run(int shm, double secs)
 {
-    char line[300], name[256];
+    char name[256];
     unsigned long long remote;
     int keep;
-    pid_t pid =
-        bench_start_target(configure, shm, REGION, line, sizeof(line), &keep);
-    if (pid < 0 || sscanf(line, "%255s %llu", name, &remote) != 2) {
-        fprintf(stderr, "target did not start\n");
+    pid_t pid = bench_target_up(configure, shm, REGION, name, &remote, &keep);
+    if (pid < 0)
         return 1;
-    }
     configure(shm);
     tent_engine_t e = tent_create_engine();
     void *src, *dst;
@@ -194,7 +179,8 @@ static int run(int shm, double secs)
                             : stream_rate(bs, secs / REPS);
             got_r[k] = engine_rate(e, seg, src, remote, bs, secs / REPS);
         }
-        double base = median(base_r), got = median(got_r);
+        double base = bench_median(REPS, base_r),
+               got = bench_median(REPS, got_r);
         printf("%-4s %8zu B x %d  engine %8.2f GB/s   %-12s %8.2f GB/s   "
                "ratio %5.1f%%\n",
                shm ? "shm" : "tcp", bs, BATCH, got / 1e9,

@@ -1,25 +1,19 @@
 /* tebench: roles.  Target (--target_seg_name empty): allocate and register
  * the buffer, print the initiator command, serve until SIGINT/SIGTERM.
- * Initiator: open the target segment(s) and run every case.  Loopback: both,
- * as two processes of one command. */
+ * Initiator: open the target segment(s) and run every case.  Loopback (both,
+ * as two processes of one command) is in tebench_loopback.c. */
 #include "tebench.h"
 
-#include <dlfcn.h>
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #define TB_OPEN_DEADLINE_S 5
-#define TB_TARGET_READY_S  30
 
 static const char *g_prog = "tebench";
 
@@ -27,7 +21,7 @@ static const char *xport_names[] = {"tcp", "shm", "memfabric"};
 
 /* Applies the flags that map to TENT configuration keys, enables only
  * xport when it names a transport, and creates the engine. */
-static tent_engine_t make_engine(const struct tb_opts *o, const char *xport)
+tent_engine_t tb_make_engine(const struct tb_opts *o, const char *xport)
 {
     char port[16];
     if (o->config[0])
@@ -70,69 +64,6 @@ static tent_engine_t make_engine(const struct tb_opts *o, const char *xport)
 
 /* ---- target ------------------------------------------------------------- */
 
-struct corrupter {
-    volatile uint8_t *at;
-    bool armed;
-    double delay;      /* seconds between seeing the bytes written and */
-    double written_at; /* flipping one, 0 = not seen yet */
-};
-
-/* TEBENCH_TEST_CORRUPT=1 (test-only): once the initiator has written the
- * bytes at buffer offset TEBENCH_TEST_CORRUPT_OFFSET (default 100), wait
- * TEBENCH_TEST_CORRUPT_DELAY_MS (default 0) and flip one of them, once, so a
- * test can prove --check_consistency notices. */
-static void corrupter_init(struct corrupter *k, char *buf, uint64_t len)
-{
-    const char *env = getenv("TEBENCH_TEST_CORRUPT");
-    k->at = NULL;
-    k->armed = false;
-    if (!env || !*env || strcmp(env, "0") == 0)
-        return;
-    uint64_t off = 100;
-    const char *o = getenv("TEBENCH_TEST_CORRUPT_OFFSET");
-    if (o && *o)
-        off = strtoull(o, NULL, 0);
-    if (off + 8 > len) {
-        fprintf(stderr,
-                "tebench target: TEBENCH_TEST_CORRUPT_OFFSET=%llu is outside "
-                "the %llu-byte buffer; not corrupting\n",
-                (unsigned long long)off, (unsigned long long)len);
-        return;
-    }
-    k->at = (volatile uint8_t *)buf + off;
-    k->armed = true;
-    const char *d = getenv("TEBENCH_TEST_CORRUPT_DELAY_MS");
-    k->delay = d && *d ? strtod(d, NULL) / 1000 : 0;
-    k->written_at = 0;
-    fprintf(stderr,
-            "tebench target: test switch TEBENCH_TEST_CORRUPT set: will flip "
-            "the byte at buffer offset %llu once it has been written\n",
-            (unsigned long long)off);
-}
-
-static void corrupter_poll(struct corrupter *k, char *buf)
-{
-    if (!k->armed)
-        return;
-    bool written = false;
-    for (int i = 0; i < 8; i++)
-        written |= k->at[i] != 0;
-    if (!written)
-        return;
-    if (k->written_at == 0)
-        k->written_at = tb_now();
-    if (tb_now() - k->written_at < k->delay)
-        return;
-    uint8_t before = k->at[0];
-    k->at[0] = (uint8_t)(before ^ 0xff);
-    k->armed = false;
-    fprintf(stderr,
-            "tebench target: TEBENCH_TEST_CORRUPT: flipped byte at buffer "
-            "offset %llu: 0x%02x -> 0x%02x\n",
-            (unsigned long long)((const char *)k->at - buf), before,
-            (unsigned)(uint8_t)(before ^ 0xff));
-}
-
 static void print_initiator_command(const struct tb_opts *o, const char *name,
                                     const char *xport)
 {
@@ -164,7 +95,7 @@ static void report(int fd, const char *fmt, const char *arg)
 
 /* Serves until SIGINT/SIGTERM.  In loopback, ready_fd receives
  * "OK <segment name>\n" or "ERR <reason>\n". */
-static int run_target(const struct tb_opts *o, const char *xport, int ready_fd)
+int tb_run_target(const struct tb_opts *o, const char *xport, int ready_fd)
 {
     sigset_t set;
     sigemptyset(&set);
@@ -174,7 +105,7 @@ static int run_target(const struct tb_opts *o, const char *xport, int ready_fd)
     pthread_sigmask(SIG_BLOCK, &set, NULL);
 
     int ret = TB_EXIT_ERROR;
-    tent_engine_t e = make_engine(o, xport);
+    tent_engine_t e = tb_make_engine(o, xport);
     if (!e) {
         report(ready_fd, "ERR %s\n", "engine creation failed");
         return ret;
@@ -196,8 +127,8 @@ static int run_target(const struct tb_opts *o, const char *xport, int ready_fd)
         report(ready_fd, "ERR %s\n", "tent_segment_name failed");
         goto free_mem;
     }
-    struct corrupter k = {0};
-    corrupter_init(&k, buf, o->buffer_size);
+    struct tb_corrupter k = {0};
+    tb_corrupter_init(&k, buf, o->buffer_size);
     if (ready_fd >= 0) {
         report(ready_fd, "OK %s\n", name);
         close(ready_fd);
@@ -212,7 +143,7 @@ static int run_target(const struct tb_opts *o, const char *xport, int ready_fd)
                     sig == SIGINT ? "SIGINT" : "SIGTERM");
             break;
         }
-        corrupter_poll(&k, buf);
+        tb_corrupter_poll(&k, buf);
     }
     ret = TB_EXIT_OK;
 free_mem:
@@ -343,9 +274,9 @@ static int locate_target(const struct tb_opts *o, tent_engine_t e,
     return 0;
 }
 
-static int run_initiator(struct tb_opts *o, const char *xport)
+int tb_run_initiator(struct tb_opts *o, const char *xport)
 {
-    tent_engine_t e = make_engine(o, xport);
+    tent_engine_t e = tb_make_engine(o, xport);
     if (!e)
         return TB_EXIT_ERROR;
     struct tb_ctx c = {.o = o, .engine = e};
@@ -483,186 +414,6 @@ close_segs:
     return ret;
 }
 
-/* ---- loopback ----------------------------------------------------------- */
-
-static bool file_exists(const char *p)
-{
-    struct stat st;
-    return p && *p && stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-static bool on_loader_path(void)
-{
-    void *h = dlopen("libmf_smem.so", RTLD_LAZY | RTLD_LOCAL);
-    if (h)
-        dlclose(h);
-    return h != NULL;
-}
-
-/* Whether a libmf_smem.so is reachable: MF_SMEM_LIBRARY, else the mf_host
- * library of this build (or its installed copy) and the loader's search
- * path, in the order prefer_vendor says.  Picking mf_host sets
- * MF_SMEM_LIBRARY, so the engines (and a loopback child) load that file. */
-static bool find_mf_library(bool prefer_vendor, char *why, size_t len)
-{
-    const char *env = getenv("MF_SMEM_LIBRARY");
-    if (env && *env) {
-        snprintf(why, len, "MF_SMEM_LIBRARY=%s", env);
-        return file_exists(env);
-    }
-    if (prefer_vendor && on_loader_path()) {
-        snprintf(why, len, "libmf_smem.so on the loader path");
-        return true;
-    }
-#ifdef TEBENCH_MF_HOST_LIB
-    static const char *const built[] = {TEBENCH_MF_HOST_LIB,
-                                        TEBENCH_MF_HOST_LIB_INSTALLED};
-    for (size_t i = 0; i < sizeof(built) / sizeof(*built); i++)
-        if (file_exists(built[i])) {
-            setenv("MF_SMEM_LIBRARY", built[i], 1);
-            snprintf(why, len, "mf_host %s", built[i]);
-            return true;
-        }
-#endif
-    if (!prefer_vendor && on_loader_path()) {
-        snprintf(why, len, "libmf_smem.so on the loader path");
-        return true;
-    }
-    snprintf(why, len,
-             "no libmf_smem.so (set MF_SMEM_LIBRARY or build mf_host)");
-    return false;
-}
-
-/* Loopback default: memfabric over mf_host when it is there, else tcp. */
-static const char *loopback_transport(const struct tb_opts *o)
-{
-    char why[600];
-    if (strcasecmp(o->xport_type, "memfabric") == 0) {
-        if (find_mf_library(false, why, sizeof(why)) && !getenv("MF_PROTOCOL"))
-            setenv("MF_PROTOCOL", "host_tcp", 1);
-        fprintf(stderr,
-                "tebench: loopback over memfabric (%s, MF_PROTOCOL=%s)\n", why,
-                getenv("MF_PROTOCOL") ? getenv("MF_PROTOCOL") : "unset");
-        return "memfabric";
-    }
-    if (o->xport_type[0])
-        return o->xport_type; /* tcp, shm, or auto: the engine's policy */
-    if (find_mf_library(false, why, sizeof(why))) {
-        if (!getenv("MF_PROTOCOL"))
-            setenv("MF_PROTOCOL", "host_tcp", 1);
-        tent_engine_t e = make_engine(o, "memfabric");
-        if (e) {
-            tent_destroy_engine(e);
-            fprintf(stderr,
-                    "tebench: loopback over memfabric (%s, MF_PROTOCOL=%s)\n",
-                    why, getenv("MF_PROTOCOL"));
-            return "memfabric";
-        }
-        fprintf(stderr, "tebench: memfabric transport not usable here; "
-                        "loopback over tcp\n");
-    } else {
-        fprintf(stderr, "tebench: loopback over tcp (%s)\n", why);
-    }
-    return "tcp";
-}
-
-static void reap_child(pid_t pid)
-{
-    if (kill(pid, SIGTERM) != 0 && errno != ESRCH)
-        perror("tebench: kill target");
-    double deadline = tb_now() + 5;
-    int st;
-    for (;;) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid || (r < 0 && errno != EINTR))
-            break;
-        if (tb_now() > deadline) {
-            fprintf(stderr,
-                    "tebench: target process %d did not exit within "
-                    "5 s of SIGTERM; killing it\n",
-                    (int)pid);
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            return;
-        }
-        struct timespec ts = {0, 10000000};
-        nanosleep(&ts, NULL);
-    }
-}
-
-static int run_loopback(struct tb_opts *o)
-{
-    const char *xport = loopback_transport(o);
-    int fds[2];
-    if (pipe(fds)) {
-        perror("tebench: pipe");
-        return TB_EXIT_ERROR;
-    }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        perror("tebench: fork");
-        return TB_EXIT_ERROR;
-    }
-    if (pid == 0) {
-        close(fds[0]);
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-            _exit(TB_EXIT_ERROR);
-        int rc = run_target(o, xport, fds[1]);
-        fflush(stdout);
-        fflush(stderr);
-        _exit(rc);
-    }
-    close(fds[1]);
-    /* --rpc_server_port and --seg_name name the target's endpoint; the
-     * initiator picks its own */
-    if (o->rpc_server_port >= 0)
-        tent_set_config("rpc_server_port", "0");
-    if (o->seg_name[0])
-        tent_set_config("local_segment_name", "");
-    o->rpc_server_port = -1;
-    o->seg_name[0] = 0;
-    char line[600] = "";
-    size_t got = 0;
-    double deadline = tb_now() + TB_TARGET_READY_S;
-    while (got < sizeof(line) - 1 && !strchr(line, '\n')) {
-        double left = deadline - tb_now();
-        struct pollfd pfd = {.fd = fds[0], .events = POLLIN};
-        int pr = left > 0 ? poll(&pfd, 1, (int)(left * 1000) + 1) : 0;
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr <= 0)
-            break;
-        ssize_t n = read(fds[0], line + got, sizeof(line) - 1 - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-        line[got] = 0;
-    }
-    close(fds[0]);
-    char *nl = strchr(line, '\n');
-    if (!nl || strncmp(line, "OK ", 3) != 0) {
-        if (nl)
-            *nl = 0;
-        fprintf(stderr, "tebench: loopback target did not start: %s\n",
-                line[0] ? line : "no answer within 30 s");
-        reap_child(pid);
-        return TB_EXIT_ERROR;
-    }
-    *nl = 0;
-    snprintf(o->target_seg_name, sizeof(o->target_seg_name), "%s", line + 3);
-    fprintf(stderr, "tebench: loopback target pid %d serves segment '%s'\n",
-            (int)pid, o->target_seg_name);
-    int rc = run_initiator(o, xport);
-    reap_child(pid);
-    return rc;
-}
-
 int main(int argc, char **argv)
 {
     struct tb_opts o;
@@ -687,14 +438,14 @@ int main(int argc, char **argv)
                 "only the tent backend\n",
                 use_tent);
     if (o.loopback)
-        return run_loopback(&o);
+        return tb_run_loopback(&o);
     if (strcasecmp(o.xport_type, "memfabric") == 0) {
         /* the vendor's library first; mf_host where there is none */
         char why[600];
-        if (find_mf_library(true, why, sizeof(why)))
+        if (tb_find_mf_library(true, why, sizeof(why)))
             fprintf(stderr, "tebench: memfabric uses %s\n", why);
     }
     if (!o.target_seg_name[0])
-        return run_target(&o, o.xport_type, -1);
-    return run_initiator(&o, o.xport_type);
+        return tb_run_target(&o, o.xport_type, -1);
+    return tb_run_initiator(&o, o.xport_type);
 }

@@ -3,9 +3,12 @@
  * It accepts Mooncake tebench's command lines (gflags style) and prints the
  * same columns.  It uses only the public C API (tent/transfer_engine.h).
  *
- * Files: tebench.c (roles: target, initiator, loopback), tebench_flags.c
- * (flag parsing, usage), tebench_run.c (cases, workers, statistics,
- * consistency), tebench_out.c (table, JSON rows, baselines). */
+ * Files: tebench.c (roles: target, initiator), tebench_loopback.c (both
+ * roles as two processes of one command, finding libmf_smem.so),
+ * tebench_flags.c (flag parsing, usage), tebench_run.c (cases, workers,
+ * statistics, consistency checks; batches through bench_batch.h's shared
+ * loop), tebench_pattern.c (the expected byte pattern and the target's
+ * corruption test switch), tebench_out.c (table, JSON rows, baselines). */
 #ifndef TEBENCH_H
 #define TEBENCH_H
 
@@ -132,12 +135,52 @@ int tb_run_case(struct tb_ctx *c, int case_idx, uint64_t threads,
  * read_verify: reads every target range and checks it. */
 int tb_full_pass(struct tb_ctx *c, bool write);
 
+/* tebench.c: the two roles.  tb_make_engine applies the flags that map to
+ * TENT configuration keys, enables only xport when it names a transport and
+ * creates the engine (NULL, with the reason on stderr). */
+tent_engine_t tb_make_engine(const struct tb_opts *o, const char *xport);
+/* Serves the buffer until SIGINT/SIGTERM; ready_fd >= 0 gets "OK <segment>\n"
+ * (or "ERR <reason>\n") once it is served. */
+int tb_run_target(const struct tb_opts *o, const char *xport, int ready_fd);
+/* Opens the target segment(s) and runs every case. */
+int tb_run_initiator(struct tb_opts *o, const char *xport);
+
+/* tebench_loopback.c */
+int tb_run_loopback(struct tb_opts *o);
+/* Whether a libmf_smem.so is reachable (MF_SMEM_LIBRARY, this build's
+ * mf_host, the loader path; prefer_vendor puts the loader path before
+ * mf_host); why says which, or why none.  Picking mf_host sets
+ * MF_SMEM_LIBRARY. */
+bool tb_find_mf_library(bool prefer_vendor, char *why, size_t len);
+
+/* tebench_pattern.c */
+static inline uint64_t tb_splitmix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
 /* Expected byte pattern: byte at target range offset off under key. */
 uint64_t tb_pattern_key(uint64_t seed, int case_idx, uint64_t gen, bool fixed);
 void tb_pattern_fill(void *dst, uint64_t len, uint64_t key, uint64_t off);
 /* Returns the index of the first wrong byte, or len when all match. */
 uint64_t tb_pattern_check(const void *buf, uint64_t len, uint64_t key,
                           uint64_t off, uint8_t *expected);
+
+/* TEBENCH_TEST_CORRUPT (test-only, target side): flips one byte of the
+ * buffer once the initiator has written it, so a test can prove
+ * --check_consistency notices. */
+struct tb_corrupter {
+    volatile uint8_t *at;
+    bool armed;
+    double delay;      /* seconds between seeing the bytes written and */
+    double written_at; /* flipping one, 0 = not seen yet */
+};
+void tb_corrupter_init(struct tb_corrupter *k, char *buf, uint64_t len);
+/* Called from the target's serving loop. */
+void tb_corrupter_poll(struct tb_corrupter *k, char *buf);
 
 /* tebench_out.c */
 void tb_print_header(FILE *f, const struct tb_opts *o);

@@ -1,5 +1,6 @@
 /* tebench cases: worker threads, batches, statistics and the consistency
  * check.  Only the public TENT C API is used. */
+#include "bench_batch.h"
 #include "tebench.h"
 
 #include <math.h>
@@ -15,98 +16,11 @@
 
 double tb_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* ---- pattern ------------------------------------------------------------ */
-
-static uint64_t splitmix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-uint64_t tb_pattern_key(uint64_t seed, int case_idx, uint64_t gen, bool fixed)
-{
-    if (fixed)
-        return splitmix64(seed);
-    return splitmix64(seed ^ splitmix64((uint64_t)case_idx + 1) ^
-                      (gen * 0xd1b54a32d192ed03ull));
-}
-
-static inline uint64_t pattern_word(uint64_t key, uint64_t word)
-{
-    return splitmix64(key ^ (word * 0x9e3779b97f4a7c15ull));
-}
-
-static inline uint8_t pattern_byte(uint64_t key, uint64_t off)
-{
-    return (uint8_t)(pattern_word(key, off >> 3) >> ((off & 7) * 8));
-}
-
-void tb_pattern_fill(void *dst, uint64_t len, uint64_t key, uint64_t off)
-{
-    uint8_t *p = dst;
-    uint64_t i = 0;
-    for (; i < len && ((off + i) & 7); i++)
-        p[i] = pattern_byte(key, off + i);
-    for (; i + 8 <= len; i += 8) {
-        uint64_t w = pattern_word(key, (off + i) >> 3);
-        memcpy(p + i, &w, 8); /* little-endian byte order, as pattern_byte */
-    }
-    for (; i < len; i++)
-        p[i] = pattern_byte(key, off + i);
-}
-
-uint64_t tb_pattern_check(const void *buf, uint64_t len, uint64_t key,
-                          uint64_t off, uint8_t *expected)
-{
-    const uint8_t *p = buf;
-    uint64_t i = 0;
-    for (; i < len && ((off + i) & 7); i++)
-        if (p[i] != pattern_byte(key, off + i))
-            goto bad;
-    for (; i + 8 <= len; i += 8) {
-        uint64_t w = pattern_word(key, (off + i) >> 3), got;
-        memcpy(&got, p + i, 8);
-        if (got != w) {
-            while (p[i] == pattern_byte(key, off + i))
-                i++;
-            goto bad;
-        }
-    }
-    for (; i < len; i++)
-        if (p[i] != pattern_byte(key, off + i))
-            goto bad;
-    return len;
-bad:
-    if (expected)
-        *expected = pattern_byte(key, off + i);
-    return i;
+    return bench_now_s();
 }
 
 /* ---- one batch ---------------------------------------------------------- */
 
-static const char *status_name(int s)
-{
-    static const char *names[] = {"WAITING",   "PENDING", "INVALID", "CANCELED",
-                                  "COMPLETED", "TIMEOUT", "FAILED"};
-    return s >= 0 && s <= STATUS_FAILED ? names[s] : "UNKNOWN";
-}
-
-static bool terminal(int s)
-{
-    return s == STATUS_COMPLETED || s == STATUS_FAILED ||
-           s == STATUS_CANCELED || s == STATUS_TIMEOUT || s == STATUS_INVALID;
-}
-
-/* Allocates a batch, submits reqs, polls until every task is terminal, frees
- * the batch.  *tx_us is submit-to-completion time.  Returns 0 or -1 with the
- * reason in msg. */
 /* When the engine chooses the transport (--xport_type=auto or a hint that
  * may fail over), the Transport column shows what it actually used, as
  * tent_task_transport() reports it: one name, or "mixed(a,b)". */
@@ -131,74 +45,17 @@ static void note_transport(tent_engine_t e, tent_batch_id_t bid)
     pthread_mutex_unlock(&seen_lock);
 }
 
+/* One batch through the shared loop: a stuck batch is reported after
+ * TB_BATCH_DEADLINE_S, the status the engine fills in is what counts. */
 static int run_batch(tent_engine_t e, tent_request_t *reqs, size_t n,
                      double *tx_us, char *msg, size_t msglen)
 {
-    tent_batch_id_t bid = tent_allocate_batch(e, n);
-    if (bid == TENT_INVALID_BATCH_ID) {
-        snprintf(msg, msglen, "tent_allocate_batch(%zu) failed: %s", n,
-                 tent_last_error());
-        return -1;
-    }
-    int ret = -1;
-    double t0 = tb_now();
-    int rc = tent_submit(e, bid, reqs, n);
-    if (rc != TENT_OK) {
-        snprintf(msg, msglen, "tent_submit of %zu requests failed: %s (%s)", n,
-                 tent_last_error(), tent_strerror(rc));
-        goto free_batch;
-    }
-    tent_status_t st = {0};
-    double deadline = t0 + TB_BATCH_DEADLINE_S;
-    unsigned spins = 0;
-    for (;;) {
-        rc = tent_overall_status(e, bid, &st);
-        if (terminal(st.status))
-            break;
-        if (tb_now() > deadline) {
-            snprintf(msg, msglen,
-                     "batch of %zu requests not complete after %.0f s "
-                     "(%s%s%s)",
-                     n, TB_BATCH_DEADLINE_S, status_name(st.status),
-                     rc ? ", last error: " : "", rc ? tent_last_error() : "");
-            /* Its memory may still be in use: do not free the batch. */
-            return -1;
-        }
-        if (++spins > 16)
-            sched_yield();
-    }
-    *tx_us = (tb_now() - t0) * 1e6;
-    if (st.status != STATUS_COMPLETED) {
-        snprintf(msg, msglen, "batch of %zu requests ended %s", n,
-                 status_name(st.status));
-        for (size_t i = 0; i < n; i++) {
-            tent_status_t ts = {0};
-            int trc = tent_task_status(e, bid, i, &ts);
-            if (trc != TENT_OK || ts.status != STATUS_COMPLETED) {
-                snprintf(msg, msglen,
-                         "task %zu (%s of %llu bytes at target %#llx) ended "
-                         "%s%s%s (the engine log above says why)",
-                         i, reqs[i].opcode == OPCODE_READ ? "read" : "write",
-                         (unsigned long long)reqs[i].length,
-                         (unsigned long long)reqs[i].target_offset,
-                         status_name(ts.status), trc != TENT_OK ? ": " : "",
-                         trc != TENT_OK ? tent_last_error() : "");
-                break;
-            }
-        }
-        goto free_batch;
-    }
-    ret = 0;
-    note_transport(e, bid);
-free_batch:
-    /* Every task is terminal here, so the batch is free at once: no
-     * transport keeps a terminal task's sub-batch busy. */
-    rc = tent_free_batch(e, bid);
-    if (rc != TENT_OK && ret == 0) {
-        snprintf(msg, msglen, "tent_free_batch failed: %s", tent_last_error());
-        ret = -1;
-    }
-    return ret;
+    static const struct bench_batch_wait w = {
+        .deadline_s = TB_BATCH_DEADLINE_S,
+        .spins = 16,
+        .completed = note_transport,
+    };
+    return bench_batch_run(e, reqs, n, &w, tx_us, msg, msglen);
 }
 
 /* ---- workers ------------------------------------------------------------ */
@@ -582,7 +439,7 @@ int tb_run_case(struct tb_ctx *c, int case_idx, uint64_t threads,
         struct worker *w = &ws[t];
         w->cs = &cs;
         w->idx = (int)t;
-        w->rng = splitmix64(o->seed + t + 1) | 1;
+        w->rng = tb_splitmix64(o->seed + t + 1) | 1;
         w->tgt = &c->targets[t % nt];
         uint64_t on_tgt = threads / nt + ((t % nt) < threads % nt);
         uint64_t slice = w->tgt->len / on_tgt;

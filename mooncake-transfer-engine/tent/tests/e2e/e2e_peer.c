@@ -1,5 +1,6 @@
 #include "e2e_peer.h"
 
+#include "../common/test_child.h"
 #include "common/config.h"
 #include "runtime/control.h"
 #include "runtime/engine.h"
@@ -55,24 +56,6 @@ void e2e_config(bool shm, bool tcp)
                     g_memfabric ? "true" : "false");
 }
 
-static int rd(int fd, void *buf, size_t n)
-{
-    char *p = buf;
-    while (n) {
-        ssize_t r = read(fd, p, n);
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
-static int wr(int fd, const void *buf, size_t n)
-{
-    return write(fd, buf, n) == (ssize_t)n ? 0 : -1;
-}
-
 struct cmd {
     char op;
     uint8_t plain;
@@ -126,31 +109,31 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
     info.reg_base = (uintptr_t)plain;
     info.rw_len = rw_len;
     info.small_len = SMALL;
-    wr(afd, &info, sizeof(info));
+    tc_write_all(afd, &info, sizeof(info));
     uint64_t last_notif_seq = 0;
     for (;;) {
         struct cmd c;
-        if (rd(cfd, &c, sizeof(c)))
+        if (tc_read_all(cfd, &c, sizeof(c)))
             break;
         if (c.op == 'H') {
             const uint8_t *b = c.plain ? plain : rw;
             sync_with_server(e, b);
             uint64_t h = e2e_fnv(b + c.off, c.len);
-            wr(afd, &h, sizeof(h));
+            tc_write_all(afd, &h, sizeof(h));
         } else if (c.op == 'R') {
             /* Registers one more buffer (filled with the pattern). */
             uint8_t *m = malloc(c.len);
             for (size_t i = 0; i < c.len; i++)
                 m[i] = e2e_pattern(i);
             uint64_t a = tent_register_memory(eh, m, c.len) ? 0 : (uintptr_t)m;
-            wr(afd, &a, sizeof(a));
+            tc_write_all(afd, &a, sizeof(a));
         } else if (c.op == 'F') {
             int32_t rc = tent_free_memory(eh, rw);
-            wr(afd, &rc, sizeof(rc));
+            tc_write_all(afd, &rc, sizeof(rc));
         } else if (c.op == 'S') {
             tent_ctrl_stop_server(e);
             char ok = 1;
-            wr(afd, &ok, 1);
+            tc_write_all(afd, &ok, 1);
         } else if (c.op == 'M') {
             int32_t rc = -1;
             for (int i = 0; i < e->nxports; i++) {
@@ -165,7 +148,7 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
                 t->ops->uninstall(t);
                 rc = 0;
             }
-            wr(afd, &rc, sizeof(rc));
+            tc_write_all(afd, &rc, sizeof(rc));
         } else if (c.op == 'N') {
             int got = 0;
             int32_t ok = 1;
@@ -196,7 +179,7 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
             got += ni.num_records;
             tent_free_notifs(&ni);
             int32_t r[2] = {got, ok};
-            wr(afd, r, sizeof(r));
+            tc_write_all(afd, r, sizeof(r));
         } else {
             break;
         }
@@ -205,31 +188,35 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
     _exit(0);
 }
 
+struct child_args {
+    size_t rw_len;
+    bool shm, tcp;
+};
+
+static void child_main(int cfd, int afd, void *arg)
+{
+    const struct child_args *a = arg;
+    child(cfd, afd, a->rw_len, a->shm, a->tcp);
+}
+
 int e2e_peer_start(struct e2e_peer *p, size_t rw_len, bool shm, bool tcp)
 {
-    int c[2], a[2];
-    if (pipe(c) || pipe(a))
-        return -1;
-    fflush(NULL);
-    pid_t pid = fork();
+    struct child_args args = {rw_len, shm, tcp};
+    int cmd_fd = -1, ans_fd = -1;
+    pid_t pid = tc_fork_child(child_main, &args, &cmd_fd, &ans_fd);
     if (pid < 0)
         return -1;
-    if (pid == 0) {
-        close(c[1]);
-        close(a[0]);
-        child(c[0], a[1], rw_len, shm, tcp);
-    }
-    close(c[0]);
-    close(a[1]);
-    struct pollfd pf = {.fd = a[0], .events = POLLIN};
-    if (poll(&pf, 1, 10000) != 1 || rd(a[0], p, sizeof(*p))) {
+    struct pollfd pf = {.fd = ans_fd, .events = POLLIN};
+    if (poll(&pf, 1, 10000) != 1 || tc_read_all(ans_fd, p, sizeof(*p))) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
+        close(cmd_fd);
+        close(ans_fd);
         return -1;
     }
     p->pid = pid;
-    p->cmd_fd = c[1];
-    p->ans_fd = a[0];
+    p->cmd_fd = cmd_fd;
+    p->ans_fd = ans_fd;
     return 0;
 }
 
@@ -238,7 +225,8 @@ uint64_t e2e_peer_hash(struct e2e_peer *p, bool plain, uint64_t off,
 {
     struct cmd c = {.op = 'H', .plain = plain, .off = off, .len = len};
     uint64_t h = 0;
-    if (wr(p->cmd_fd, &c, sizeof(c)) || rd(p->ans_fd, &h, sizeof(h)))
+    if (tc_write_all(p->cmd_fd, &c, sizeof(c)) ||
+        tc_read_all(p->ans_fd, &h, sizeof(h)))
         return 0;
     return h;
 }
@@ -247,7 +235,8 @@ uint64_t e2e_peer_register(struct e2e_peer *p, uint64_t len)
 {
     struct cmd c = {.op = 'R', .len = len};
     uint64_t a = 0;
-    if (wr(p->cmd_fd, &c, sizeof(c)) || rd(p->ans_fd, &a, sizeof(a)))
+    if (tc_write_all(p->cmd_fd, &c, sizeof(c)) ||
+        tc_read_all(p->ans_fd, &a, sizeof(a)))
         return 0;
     return a;
 }
@@ -256,7 +245,8 @@ int e2e_peer_free_rw(struct e2e_peer *p)
 {
     struct cmd c = {.op = 'F'};
     int32_t rc = -1;
-    if (wr(p->cmd_fd, &c, sizeof(c)) || rd(p->ans_fd, &rc, sizeof(rc)))
+    if (tc_write_all(p->cmd_fd, &c, sizeof(c)) ||
+        tc_read_all(p->ans_fd, &rc, sizeof(rc)))
         return -1;
     return rc;
 }
@@ -265,15 +255,16 @@ void e2e_peer_stop_rpc(struct e2e_peer *p)
 {
     struct cmd c = {.op = 'S'};
     char ok;
-    if (!wr(p->cmd_fd, &c, sizeof(c)))
-        (void)rd(p->ans_fd, &ok, 1);
+    if (!tc_write_all(p->cmd_fd, &c, sizeof(c)))
+        (void)tc_read_all(p->ans_fd, &ok, 1);
 }
 
 int e2e_peer_drop_memfabric(struct e2e_peer *p)
 {
     struct cmd c = {.op = 'M'};
     int32_t rc = -1;
-    if (wr(p->cmd_fd, &c, sizeof(c)) || rd(p->ans_fd, &rc, sizeof(rc)))
+    if (tc_write_all(p->cmd_fd, &c, sizeof(c)) ||
+        tc_read_all(p->ans_fd, &rc, sizeof(rc)))
         return -1;
     return rc;
 }
@@ -283,7 +274,8 @@ int e2e_peer_check_notifs(struct e2e_peer *p, int expect, int timeout_ms,
 {
     struct cmd c = {.op = 'N', .arg = timeout_ms, .len = (uint64_t)expect};
     int32_t r[2] = {-1, 0};
-    if (wr(p->cmd_fd, &c, sizeof(c)) || rd(p->ans_fd, r, sizeof(r)))
+    if (tc_write_all(p->cmd_fd, &c, sizeof(c)) ||
+        tc_read_all(p->ans_fd, r, sizeof(r)))
         return -1;
     *ok = r[1] != 0;
     return r[0];
@@ -305,7 +297,7 @@ void e2e_peer_quit(struct e2e_peer *p)
     if (p->pid <= 0)
         return;
     struct cmd c = {.op = 'Q'};
-    (void)wr(p->cmd_fd, &c, sizeof(c));
+    (void)tc_write_all(p->cmd_fd, &c, sizeof(c));
     long end = e2e_now_ms() + 10000;
     int st;
     while (waitpid(p->pid, &st, WNOHANG) == 0) {

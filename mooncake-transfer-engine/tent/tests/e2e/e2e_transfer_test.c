@@ -1,6 +1,13 @@
-/* End-to-end: two engines in two processes on 127.0.0.1.  The same suite
- * runs for each transport (argv[1] = "tcp" or "shm"); every byte moved is
- * checked against a mirror of the target's memory. */
+/* End-to-end: two engines in two processes on 127.0.0.1.  One suite, run
+ * once per transport (argv[1]):
+ *  - "tcp", "shm": that transport only on both sides; "shm" also runs the
+ *    tcp-to-shm failover;
+ *  - "memfabric_host_tcp", "memfabric_host_shm": the memfabric transport
+ *    with mf_host as libmf_smem.so (MF_PROTOCOL host_tcp / host_shm;
+ *    MF_SMEM_LIBRARY names the mf_host library of this build, MF_HOST_LIB),
+ *    memfabric only on both sides, and memfabric-to-tcp failover.
+ * Every byte moved is checked against a mirror of the target's memory.
+ * Cases that only make sense for some transports say so in main's table. */
 // clang-format off
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,11 +24,33 @@
 #include "e2e_peer.h"
 #include "runtime/engine.h"
 #include "tent/transfer_engine.h"
+#ifdef E2E_MEMFABRIC
+#include "transport/memfabric/memfabric_transport.h"
+#endif
 
-#define RW_LEN ((size_t)80 << 20)
-#define BIG    ((size_t)64 << 20)
+/* The transport under test and what its runs use. */
+enum { X_TCP = 1, X_SHM = 2, X_MF = 4, X_ANY = X_TCP | X_SHM | X_MF };
 
-static bool g_shm; /* transport under test */
+struct e2e_mode {
+    const char *name;  /* argv[1], and the group name after "e2e_" */
+    unsigned bit;      /* X_* */
+    const char *proto; /* MF_PROTOCOL for memfabric, else NULL */
+    size_t rw_len;     /* the peer's rw buffer, and src/dst */
+    size_t big;        /* the one large request */
+    size_t max_batch;  /* the largest batch of test_random_reads_writes */
+    bool seed_pid;     /* the random stream also depends on the pid */
+};
+
+static const struct e2e_mode modes[] = {
+    {"tcp", X_TCP, NULL, (size_t)80 << 20, (size_t)64 << 20, 1024, false},
+    {"shm", X_SHM, NULL, (size_t)80 << 20, (size_t)64 << 20, 1024, false},
+    {"memfabric_host_tcp", X_MF, "host_tcp", (size_t)48 << 20,
+     ((size_t)17 << 20) + 12345, 256, true},
+    {"memfabric_host_shm", X_MF, "host_shm", (size_t)48 << 20,
+     ((size_t)17 << 20) + 12345, 256, true},
+};
+
+static const struct e2e_mode *g_x;
 
 struct fixture {
     struct e2e_peer peer;
@@ -30,6 +59,7 @@ struct fixture {
     uint8_t *mirror; /* expected content of the peer's rw buffer */
     uint8_t *src, *dst;
     uint64_t rng;
+    size_t len; /* of the peer's rw buffer and of src/dst */
 };
 
 static uint64_t rnd(struct fixture *f)
@@ -40,32 +70,63 @@ static uint64_t rnd(struct fixture *f)
     return f->rng;
 }
 
-static int setup(void **state)
+/* The runtime's record of task i of batch id (see engine.h: slot is the low
+ * half of the id, minus one). */
+static struct tent_task *task_of(tent_engine_t h, tent_batch_id_t id, size_t i)
+{
+    struct tent_engine *e = tent_engine_cast(h);
+    struct tent_batch *b = e->batches[(id & 0xffffffffu) - 1];
+    assert_non_null(b);
+    assert_true(i < b->ntasks);
+    return &b->tasks[i];
+}
+
+/* A peer with an rw buffer of len bytes and an engine with src and dst of
+ * len bytes, both with the transports given (memfabric: as the mode says),
+ * the peer's segment open. */
+static int setup_common(void **state, size_t len, bool shm, bool tcp,
+                        uint64_t seed)
 {
     struct fixture *f = calloc(1, sizeof(*f));
-    f->rng = 0x9e3779b97f4a7c15ull;
-    if (e2e_peer_start(&f->peer, RW_LEN, g_shm, !g_shm) != 0) {
+    if (!f)
+        return -1;
+    f->rng = seed;
+    f->len = len;
+    e2e_set_memfabric(g_x->bit == X_MF);
+    if (e2e_peer_start(&f->peer, len, shm, tcp) != 0) {
         free(f);
         return -1;
     }
-    e2e_config(g_shm, !g_shm);
+    *state = f; /* teardown cleans up from here on */
+    e2e_config(shm, tcp);
     f->e = tent_create_engine();
     if (!f->e)
         return -1;
     void *p;
-    if (tent_allocate_memory(f->e, &p, RW_LEN, "cpu"))
+    if (tent_allocate_memory(f->e, &p, len, "cpu"))
         return -1;
     f->src = p;
-    if (tent_allocate_memory(f->e, &p, RW_LEN, "cpu"))
+    if (tent_allocate_memory(f->e, &p, len, "cpu"))
         return -1;
     f->dst = p;
-    f->mirror = malloc(RW_LEN);
-    for (size_t i = 0; i < RW_LEN; i++)
+    f->mirror = malloc(len);
+    if (!f->mirror)
+        return -1;
+    for (size_t i = 0; i < len; i++)
         f->mirror[i] = e2e_pattern(i);
     if (tent_open_segment(f->e, &f->seg, f->peer.name))
         return -1;
-    *state = f;
     return 0;
+}
+
+/* The transport under test only, on both sides. */
+static int setup(void **state)
+{
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    if (g_x->seed_pid)
+        seed ^= (uint64_t)getpid();
+    return setup_common(state, g_x->rw_len, g_x->bit == X_SHM,
+                        g_x->bit == X_TCP, seed);
 }
 
 static int teardown(void **state)
@@ -75,23 +136,35 @@ static int teardown(void **state)
         return 0;
     if (f->peer.pid > 0)
         e2e_peer_quit(&f->peer);
-    tent_destroy_engine(f->e);
+    if (f->e)
+        tent_destroy_engine(f->e);
     free(f->mirror);
     free(f);
     return 0;
 }
 
-/* One batch of n requests, each in its own lane of the buffer. */
+/* Polls b to a terminal state and returns it (bounded). */
+static tent_status_t wait_done(struct fixture *f, tent_batch_id_t b, int ms)
+{
+    tent_status_t st;
+    assert_int_equal(e2e_wait(f->e, b, ms, &st), 0);
+    return st;
+}
+
+/* One batch of n requests, each in its own lane of the buffer; writes pick
+ * random lengths (log-uniform up to maxlen) and offsets and random bytes,
+ * reads clear their destination first.  Only one transport is installed:
+ * every task completes at its first attempt. */
 static void run_batch(struct fixture *f, int opcode, size_t n, size_t maxlen,
                       uint64_t *offs, uint64_t *lens)
 {
-    size_t lane = RW_LEN / n;
+    size_t lane = f->len / n;
     if (maxlen > lane)
         maxlen = lane;
     tent_request_t *r = calloc(n, sizeof(*r));
+    assert_non_null(r);
     for (size_t i = 0; i < n; i++) {
         if (opcode == OPCODE_WRITE) {
-            /* log-uniform length in 1..maxlen */
             int bits = 0;
             while (((size_t)1 << bits) < maxlen)
                 bits++;
@@ -103,6 +176,8 @@ static void run_batch(struct fixture *f, int opcode, size_t n, size_t maxlen,
             offs[i] = i * lane + rnd(f) % (lane - len + 1);
             for (uint64_t k = 0; k < len; k++)
                 f->src[offs[i] + k] = (uint8_t)rnd(f);
+        } else {
+            memset(f->dst + offs[i], 0, lens[i]);
         }
         r[i].opcode = opcode;
         r[i].source = (opcode == OPCODE_WRITE ? f->src : f->dst) + offs[i];
@@ -113,12 +188,13 @@ static void run_batch(struct fixture *f, int opcode, size_t n, size_t maxlen,
     tent_batch_id_t b = tent_allocate_batch(f->e, n);
     assert_int_not_equal(b, 0);
     assert_int_equal(tent_submit(f->e, b, r, n), 0);
-    tent_status_t st;
-    assert_int_equal(e2e_wait(f->e, b, 30000, &st), 0);
+    tent_status_t st = wait_done(f, b, 30000);
     assert_int_equal(st.status, STATUS_COMPLETED);
     uint64_t total = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         total += lens[i];
+        assert_int_equal(task_of(f->e, b, i)->attempts, 0);
+    }
     assert_int_equal(st.transferred_bytes, total);
     assert_int_equal(tent_free_batch(f->e, b), 0);
     for (size_t i = 0; i < n; i++) {
@@ -130,44 +206,61 @@ static void run_batch(struct fixture *f, int opcode, size_t n, size_t maxlen,
     free(r);
 }
 
+/* n requests of len bytes in consecutive lanes of the peer's rw buffer:
+ * writes from src, or (alternate) writes and reads from dst in turn. */
+static void lanes(struct fixture *f, tent_request_t *r, size_t n, size_t len,
+                  bool alternate)
+{
+    memset(r, 0, n * sizeof(*r));
+    for (size_t i = 0; i < n; i++) {
+        bool rd = alternate && i % 2;
+        r[i].opcode = rd ? OPCODE_READ : OPCODE_WRITE;
+        r[i].source = (rd ? f->dst : f->src) + i * len;
+        r[i].target_id = f->seg;
+        r[i].target_offset = f->peer.rw_base + i * len;
+        r[i].length = len;
+    }
+}
+
 static void test_random_reads_writes(void **state)
 {
     struct fixture *f = *state;
     static const size_t batches[] = {1, 3, 32, 256, 1024};
     for (size_t bi = 0; bi < sizeof(batches) / sizeof(batches[0]); bi++) {
         size_t n = batches[bi];
+        if (n > g_x->max_batch)
+            break;
         uint64_t *offs = calloc(n, 8), *lens = calloc(n, 8);
+        assert_true(offs && lens);
         run_batch(f, OPCODE_WRITE, n, (size_t)4 << 20, offs, lens);
         run_batch(f, OPCODE_READ, n, 0, offs, lens);
         free(offs);
         free(lens);
     }
-    /* 1 B and 64 MiB at random offsets, alone in their batch. */
-    uint64_t off, len = 1;
-    off = rnd(f) % RW_LEN;
+    /* 1 B and the large request at random offsets, alone in their batch. */
+    uint64_t off = rnd(f) % f->len, len = 1;
     run_batch(f, OPCODE_WRITE, 1, 1, &off, &len);
     run_batch(f, OPCODE_READ, 1, 0, &off, &len);
-    len = BIG;
-    off = rnd(f) % (RW_LEN - BIG);
-    uint64_t offs[1] = {off}, lens[1] = {BIG};
+    const size_t big = g_x->big;
+    uint64_t offs[1] = {rnd(f) % (f->len - big)}, lens[1] = {big};
+    for (size_t k = 0; k < big; k++)
+        f->src[offs[0] + k] = (uint8_t)rnd(f);
     tent_request_t r = {.opcode = OPCODE_WRITE,
-                        .source = f->src + off,
+                        .source = f->src + offs[0],
                         .target_id = f->seg,
-                        .target_offset = f->peer.rw_base + off,
-                        .length = BIG};
-    for (size_t k = 0; k < BIG; k += 4096)
-        f->src[off + k] = (uint8_t)rnd(f);
+                        .target_offset = f->peer.rw_base + offs[0],
+                        .length = big};
     tent_batch_id_t b = tent_allocate_batch(f->e, 1);
     assert_int_equal(tent_submit(f->e, b, &r, 1), 0);
-    tent_status_t st;
-    assert_int_equal(e2e_wait(f->e, b, 30000, &st), 0);
+    tent_status_t st = wait_done(f, b, 30000);
     assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(st.transferred_bytes, big);
     assert_int_equal(tent_free_batch(f->e, b), 0);
-    memcpy(f->mirror + off, f->src + off, BIG);
+    memcpy(f->mirror + offs[0], f->src + offs[0], big);
     run_batch(f, OPCODE_READ, 1, 0, offs, lens);
     /* The target's own view of its memory matches, byte for byte. */
-    assert_true(e2e_peer_hash(&f->peer, false, 0, RW_LEN) ==
-                e2e_fnv(f->mirror, RW_LEN));
+    assert_true(e2e_peer_hash(&f->peer, false, 0, f->len) ==
+                e2e_fnv(f->mirror, f->len));
 }
 
 static int submit_one(struct fixture *f, int opcode, uint64_t addr,
@@ -196,7 +289,7 @@ static void test_bounds_and_permissions(void **state)
     int st = -1;
     /* past the end of the rw buffer, and an address nobody registered */
     assert_int_equal(
-        submit_one(f, OPCODE_WRITE, p->rw_base + RW_LEN - 8, 16, &st),
+        submit_one(f, OPCODE_WRITE, p->rw_base + f->len - 8, 16, &st),
         TENT_ERANGE);
     assert_int_equal(submit_one(f, OPCODE_READ, 0x1000, 16, &st), TENT_ERANGE);
     /* read-only: reads fine, writes refused */
@@ -262,30 +355,98 @@ static void test_write_to_freed_memory_not_completed(void **state)
         assert_true(rc < 0);
 }
 
+#ifdef E2E_MEMFABRIC
+/* The engine's transport of the given type, or NULL. */
+static struct tent_transport *xport_of(tent_engine_t h, int type, int *index)
+{
+    struct tent_engine *e = tent_engine_cast(h);
+    for (int i = 0; i < e->nxports; i++)
+        if (e->xports[i]->ops->type == type) {
+            if (index)
+                *index = i;
+            return e->xports[i];
+        }
+    return NULL;
+}
+
+static struct memfabric_transport *mf_of(tent_engine_t h)
+{
+    return (struct memfabric_transport *)xport_of(h, TRANSPORT_MEMFABRIC, NULL);
+}
+
+/* Waits (bounded) for mf_host's peer-down callback and says whether it has
+ * fired. */
+static bool mf_peer_down_seen(struct memfabric_transport *mf)
+{
+    long end = e2e_now_ms() + 5000;
+    while (atomic_load(&mf->peer_down_events) == 0 && e2e_now_ms() < end)
+        usleep(1000);
+    return atomic_load(&mf->peer_down_events) > 0;
+}
+#endif
+
+/* The target is killed with half a batch in flight: the rest may start or
+ * be refused, nothing hangs, everything submitted after the kill FAILED
+ * within a bound, and a new batch to the dead peer fails too.  memfabric:
+ * mf_host's peer-down callback names the target. */
 static void test_kill_target_mid_batch(void **state)
 {
     struct fixture *f = *state;
-    const size_t n = 256, len = (size_t)256 << 10;
-    tent_request_t *r = calloc(n, sizeof(*r));
-    for (size_t i = 0; i < n; i++) {
-        r[i].opcode = i % 2 ? OPCODE_READ : OPCODE_WRITE;
-        r[i].source = (i % 2 ? f->dst : f->src) + i * len;
-        r[i].target_id = f->seg;
-        r[i].target_offset = f->peer.rw_base + i * len;
-        r[i].length = len;
+#ifdef E2E_MEMFABRIC
+    struct memfabric_transport *mf = NULL;
+    char expect_id[256] = "";
+    if (g_x->bit == X_MF) {
+        mf = mf_of(f->e);
+        assert_non_null(mf);
+        const char *peer_id = tent_segment_attr(
+            tent_engine_segment(f->e, f->seg), MEMFABRIC_UNIQUE_ID_ATTR);
+        assert_non_null(peer_id);
+        snprintf(expect_id, sizeof(expect_id), "%s", peer_id);
     }
+#endif
+    const size_t len = (size_t)256 << 10;
+    const size_t n = f->len / len < 256 ? f->len / len : 256;
+    tent_request_t *r = calloc(n, sizeof(*r));
+    assert_non_null(r);
+    lanes(f, r, n, len, true);
     tent_batch_id_t b = tent_allocate_batch(f->e, n);
     assert_int_equal(tent_submit(f->e, b, r, n / 2), 0);
     e2e_peer_kill(&f->peer);
     long t0 = e2e_now_ms();
-    int rc = tent_submit(f->e, b, r + n / 2, n / 2);
-    (void)rc; /* may start or fail outright: either way nothing hangs */
-    tent_status_t st;
-    assert_int_equal(e2e_wait(f->e, b, 10000, &st), 0);
+    /* may start (and fail) or be refused outright: nothing hangs */
+    int rc2 = tent_submit(f->e, b, r + n / 2, n / 2);
+    tent_status_t st = wait_done(f, b, 15000);
     long took = e2e_now_ms() - t0;
-    /* the bound: transports/tcp/timeout_ms = 1500 plus slack */
-    assert_in_range(took, 0, 5000);
     assert_int_equal(st.status, STATUS_FAILED);
+    /* what was submitted after the kill failed, task by task (the first
+     * half may have landed before the target died) */
+    for (size_t i = n / 2; rc2 == 0 && i < n; i++) {
+        tent_status_t ts;
+        assert_int_equal(tent_task_status(f->e, b, i, &ts), 0);
+        assert_int_equal(ts.status, STATUS_FAILED);
+    }
+    /* the bound: transports/tcp/timeout_ms = 1500 plus slack; mf_host sees
+     * the control connection drop at once, well under its own I/O bound */
+    assert_in_range(took, 0, 5000);
+    assert_int_equal(tent_free_batch(f->e, b), 0);
+#ifdef E2E_MEMFABRIC
+    if (mf) { /* the vendor's peer-down callback named the target */
+        assert_true(mf_peer_down_seen(mf));
+        pthread_mutex_lock(&mf->peer_lock);
+        bool named = false;
+        for (int i = 0; i < mf->ndown && i < MEMFABRIC_MAX_DOWN_PEERS; i++)
+            named |= strcmp(mf->down_peers[i], expect_id) == 0;
+        pthread_mutex_unlock(&mf->peer_lock);
+        assert_true(named);
+    }
+#endif
+    /* a new batch to the dead peer fails, without hanging */
+    b = tent_allocate_batch(f->e, 1);
+    int rc = tent_submit(f->e, b, r, 1);
+    if (rc == 0)
+        assert_int_equal(wait_done(f, b, 5000).status, STATUS_FAILED);
+    else
+        assert_true(rc < 0);
     assert_int_equal(tent_free_batch(f->e, b), 0);
     free(r);
 }
@@ -295,19 +456,9 @@ static void test_kill_target_mid_batch(void **state)
 static void test_stalled_target_times_out(void **state)
 {
     struct fixture *f = *state;
-    if (g_shm) {
-        skip(); /* shm copies need no cooperation from the target */
-        return;
-    }
     const size_t n = 32, len = (size_t)2 << 20;
     tent_request_t *r = calloc(n, sizeof(*r));
-    for (size_t i = 0; i < n; i++) {
-        r[i].opcode = i % 2 ? OPCODE_READ : OPCODE_WRITE;
-        r[i].source = (i % 2 ? f->dst : f->src) + i * len;
-        r[i].target_id = f->seg;
-        r[i].target_offset = f->peer.rw_base + i * len;
-        r[i].length = len;
-    }
+    lanes(f, r, n, len, true);
     kill(f->peer.pid, SIGSTOP);
     long t0 = e2e_now_ms();
     tent_batch_id_t b = tent_allocate_batch(f->e, n);
@@ -328,7 +479,7 @@ static void test_notifications_after_data(void **state)
     const int nb = 20;
     int seq = 0;
     for (int i = 0; i < nb; i++) {
-        uint64_t off = rnd(f) % (RW_LEN - 65536), len = 1 + rnd(f) % 65536;
+        uint64_t off = rnd(f) % (f->len - 65536), len = 1 + rnd(f) % 65536;
         for (uint64_t k = 0; k < len; k++)
             f->src[off + k] = (uint8_t)rnd(f);
         char msg[128];
@@ -362,22 +513,7 @@ static void test_notifications_after_data(void **state)
  * data path) stops mid-batch, and every task still completes through shm. */
 static int setup_both(void **state)
 {
-    struct fixture *f = calloc(1, sizeof(*f));
-    f->rng = 0x1234567;
-    if (e2e_peer_start(&f->peer, 16 << 20, true, true) != 0) {
-        free(f);
-        return -1;
-    }
-    e2e_config(true, true);
-    f->e = tent_create_engine();
-    void *p;
-    if (!f->e || tent_allocate_memory(f->e, &p, 16 << 20, "cpu"))
-        return -1;
-    f->src = p;
-    if (tent_open_segment(f->e, &f->seg, f->peer.name))
-        return -1;
-    *state = f;
-    return 0;
+    return setup_common(state, (size_t)16 << 20, true, true, 0x1234567);
 }
 
 static void test_failover_tcp_to_shm(void **state)
@@ -387,15 +523,9 @@ static void test_failover_tcp_to_shm(void **state)
     for (size_t i = 0; i < n * len; i++)
         f->src[i] = (uint8_t)rnd(f);
     tent_request_t r[64];
-    memset(r, 0, sizeof(r));
-    for (size_t i = 0; i < n; i++) {
-        r[i].opcode = OPCODE_WRITE;
-        r[i].source = f->src + i * len;
-        r[i].target_id = f->seg;
-        r[i].target_offset = f->peer.rw_base + i * len;
-        r[i].length = len;
+    lanes(f, r, n, len, false);
+    for (size_t i = 0; i < n; i++)
         r[i].transport_hint = TRANSPORT_TCP;
-    }
     tent_batch_id_t b = tent_allocate_batch(f->e, n);
     assert_int_equal(tent_submit(f->e, b, r, n / 2), 0);
     e2e_peer_stop_rpc(&f->peer);
@@ -423,7 +553,7 @@ static void test_free_right_after_completed(void **state)
         for (size_t i = 0; i < n; i++) {
             /* log-uniform up to 3 MiB: mostly one slice, some several */
             uint64_t len = 1 + rnd(f) % ((uint64_t)3 << (rnd(f) % 21));
-            uint64_t off = i * (RW_LEN / n) + rnd(f) % (RW_LEN / n - len);
+            uint64_t off = i * (f->len / n) + rnd(f) % (f->len / n - len);
             r[i] = (tent_request_t){.opcode = (iter + i) % 3 ? OPCODE_WRITE
                                                              : OPCODE_READ,
                                     .source = f->src + off,
@@ -452,7 +582,7 @@ static void test_free_right_after_completed(void **state)
 static void test_single_process_local_segment(void **state)
 {
     (void)state;
-    e2e_config(g_shm, !g_shm);
+    e2e_config(g_x->bit == X_SHM, g_x->bit == X_TCP);
     tent_engine_t e = tent_create_engine();
     assert_non_null(e);
     char name[256];
@@ -492,7 +622,7 @@ static void test_single_process_local_segment(void **state)
 static void test_ipv6_segment_name(void **state)
 {
     (void)state;
-    e2e_config(g_shm, !g_shm);
+    e2e_config(g_x->bit == X_SHM, g_x->bit == X_TCP);
     tent_set_config("rpc_server_hostname", "::1");
     tent_engine_t a = tent_create_engine();
     if (!a) {
@@ -527,31 +657,193 @@ static void test_ipv6_segment_name(void **state)
     tent_destroy_engine(a);
 }
 
+#ifdef E2E_MEMFABRIC
+static void test_only_memfabric_installed(void **state)
+{
+    struct fixture *f = *state;
+    struct tent_engine *e = tent_engine_cast(f->e);
+    assert_int_equal(e->nxports, 1);
+    struct memfabric_transport *mf = mf_of(f->e);
+    assert_non_null(mf);
+    assert_string_equal(mf->set.protocol, g_x->proto);
+    /* the peer publishes its mf_host unique id "<host>:<port>" */
+    struct tent_segment *seg = tent_engine_segment(f->e, f->seg);
+    const char *id = tent_segment_attr(seg, MEMFABRIC_UNIQUE_ID_ATTR);
+    assert_non_null(id);
+    assert_true(strncmp(id, "127.0.0.1:", 10) == 0);
+    assert_string_not_equal(id, mf->unique_id);
+}
+
+/* Plain registered (malloc) memory of the target is reachable too, and a
+ * buffer the target freed (deregistered at its mf_host) is refused by the
+ * vendor library: FAILED, never COMPLETED. */
+static void test_plain_memory_and_freed_buffer(void **state)
+{
+    struct fixture *f = *state;
+    for (size_t i = 0; i < 4096; i++)
+        f->src[i] = (uint8_t)(i * 13 + 5);
+    tent_request_t r = {.opcode = OPCODE_WRITE,
+                        .source = f->src,
+                        .target_id = f->seg,
+                        .target_offset = f->peer.reg_base + 100,
+                        .length = 4096};
+    tent_batch_id_t b = tent_allocate_batch(f->e, 1);
+    assert_int_equal(tent_submit(f->e, b, &r, 1), 0);
+    assert_int_equal(wait_done(f, b, 10000).status, STATUS_COMPLETED);
+    assert_int_equal(tent_free_batch(f->e, b), 0);
+    assert_true(e2e_peer_hash(&f->peer, true, 100, 4096) ==
+                e2e_fnv(f->src, 4096));
+
+    assert_int_equal(e2e_peer_free_rw(&f->peer), 0);
+    r.target_offset = f->peer.rw_base;
+    b = tent_allocate_batch(f->e, 1);
+    int rc = tent_submit(f->e, b, &r, 1);
+    if (rc == 0)
+        assert_int_equal(wait_done(f, b, 10000).status, STATUS_FAILED);
+    else
+        assert_true(rc < 0);
+    assert_int_equal(tent_free_batch(f->e, b), 0);
+}
+
+/* memfabric first, tcp second, on both sides. */
+static int setup_with_tcp(void **state)
+{
+    return setup_common(state, (size_t)80 << 20, false, true,
+                        0x9e3779b97f4a7c15ull ^ (uint64_t)getpid());
+}
+
+/* Failover.  Both engines run memfabric and tcp; memfabric comes first in
+ * the default order.  Mid-batch, the target's memfabric transport is
+ * uninstalled (its mf_host instance destroyed: server, connections, all)
+ * while the target engine keeps serving over tcp, as when the vendor's
+ * service fails but the process lives.  The initiator's mf_host reports the
+ * peer down; in-flight memfabric batches end failed and fail over to tcp
+ * when polled; later requests are refused by memfabric at submission and go
+ * to tcp.  Every task completes and every byte lands at the target. */
+static void test_failover_memfabric_to_tcp(void **state)
+{
+    struct fixture *f = *state;
+    int mfi = -1, tcpi = -1;
+    assert_non_null(xport_of(f->e, TRANSPORT_MEMFABRIC, &mfi));
+    assert_non_null(xport_of(f->e, TRANSPORT_TCP, &tcpi));
+    struct memfabric_transport *mf = mf_of(f->e);
+    const size_t len = (size_t)1 << 20, n = 64;
+    for (size_t i = 0; i < n * len; i++)
+        f->src[i] = (uint8_t)rnd(f);
+    tent_request_t r[64];
+    lanes(f, r, n, len, false);
+    /* Before: memfabric carries everything, at the first attempt. */
+    tent_batch_id_t b = tent_allocate_batch(f->e, 8);
+    assert_int_equal(tent_submit(f->e, b, r, 8), 0);
+    assert_int_equal(wait_done(f, b, 10000).status, STATUS_COMPLETED);
+    for (size_t i = 0; i < 8; i++) {
+        assert_int_equal(task_of(f->e, b, i)->xport, mfi);
+        assert_int_equal(task_of(f->e, b, i)->attempts, 0);
+    }
+    assert_int_equal(tent_free_batch(f->e, b), 0);
+
+    /* Rewrite all of it with fresh bytes, half in flight when memfabric
+     * goes away at the target. */
+    for (size_t i = 0; i < n * len; i++)
+        f->src[i] = (uint8_t)rnd(f);
+    b = tent_allocate_batch(f->e, n);
+    assert_int_equal(tent_submit(f->e, b, r, n / 2), 0);
+    assert_int_equal(e2e_peer_drop_memfabric(&f->peer), 0);
+    long end = e2e_now_ms() + 5000;
+    while (atomic_load(&mf->peer_down_events) == 0 && e2e_now_ms() < end)
+        usleep(1000);
+    assert_true(atomic_load(&mf->peer_down_events) > 0);
+    assert_int_equal(tent_submit(f->e, b, r + n / 2, n / 2), 0);
+    tent_status_t st = wait_done(f, b, 20000);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(st.transferred_bytes, n * len);
+    int failed_over = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct tent_task *t = task_of(f->e, b, i);
+        if (i >= n / 2) /* refused by memfabric (peer down): tcp */
+            assert_int_equal(t->xport, tcpi);
+        failed_over += t->attempts > 0;
+    }
+    assert_true(failed_over >= (int)(n / 2));
+    assert_int_equal(tent_free_batch(f->e, b), 0);
+    assert_true(e2e_peer_hash(&f->peer, false, 0, n * len) ==
+                e2e_fnv(f->src, n * len));
+
+    /* And back: reads go to tcp now; every byte checked. */
+    memset(f->dst, 0, n * len);
+    for (size_t i = 0; i < n; i++) {
+        r[i].opcode = OPCODE_READ;
+        r[i].source = f->dst + i * len;
+    }
+    b = tent_allocate_batch(f->e, n);
+    assert_int_equal(tent_submit(f->e, b, r, n), 0);
+    assert_int_equal(wait_done(f, b, 20000).status, STATUS_COMPLETED);
+    assert_int_equal(tent_free_batch(f->e, b), 0);
+    assert_memory_equal(f->dst, f->src, n * len);
+}
+
+#endif
+
+#define CASE(f, setup_fn, modes)                                               \
+    {                                                                          \
+        cmocka_unit_test_setup_teardown(f, setup_fn, teardown), (modes)        \
+    }
+
 int main(int argc, char **argv)
 {
-    g_shm = argc > 1 && strcmp(argv[1], "shm") == 0;
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_single_process_local_segment),
-        cmocka_unit_test(test_ipv6_segment_name),
-        cmocka_unit_test_setup_teardown(test_random_reads_writes, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_bounds_and_permissions, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_free_right_after_completed, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_refetch_after_peer_registers,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(test_notifications_after_data, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(
-            test_write_to_freed_memory_not_completed, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_kill_target_mid_batch, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_stalled_target_times_out, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_failover_tcp_to_shm, setup_both,
-                                        teardown),
+    const char *want = argc > 1 ? argv[1] : "tcp";
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
+        if (strcmp(want, modes[i].name) == 0)
+            g_x = &modes[i];
+    if (!g_x) {
+        fprintf(stderr,
+                "usage: %s tcp|shm|memfabric_host_tcp|memfabric_host_shm\n",
+                argv[0]);
+        return 2;
+    }
+    if (g_x->bit == X_MF) {
+#ifdef E2E_MEMFABRIC
+        /* Children inherit the environment. */
+        setenv("MF_PROTOCOL", g_x->proto, 1);
+        setenv("MF_SMEM_LIBRARY", MF_HOST_LIB, 1);
+        setenv("MF_TRANSFER_TIMEOUT", "5000", 1);
+#else
+        fprintf(stderr, "%s: built without memfabric over mf_host\n", argv[0]);
+        return 2;
+#endif
+    }
+    static const struct {
+        struct CMUnitTest test;
+        unsigned modes; /* X_* it runs for */
+    } all[] = {
+        {cmocka_unit_test(test_single_process_local_segment), X_TCP | X_SHM},
+        {cmocka_unit_test(test_ipv6_segment_name), X_TCP | X_SHM},
+#ifdef E2E_MEMFABRIC
+        CASE(test_only_memfabric_installed, setup, X_MF),
+#endif
+        CASE(test_random_reads_writes, setup, X_ANY),
+        CASE(test_bounds_and_permissions, setup, X_TCP | X_SHM),
+        CASE(test_free_right_after_completed, setup, X_TCP | X_SHM),
+        CASE(test_refetch_after_peer_registers, setup, X_TCP | X_SHM),
+        CASE(test_notifications_after_data, setup, X_TCP | X_SHM),
+        CASE(test_write_to_freed_memory_not_completed, setup, X_TCP | X_SHM),
+#ifdef E2E_MEMFABRIC
+        CASE(test_plain_memory_and_freed_buffer, setup, X_MF),
+#endif
+        CASE(test_kill_target_mid_batch, setup, X_ANY),
+        /* tcp only: shm copies need no cooperation from the target */
+        CASE(test_stalled_target_times_out, setup, X_TCP),
+        CASE(test_failover_tcp_to_shm, setup_both, X_TCP | X_SHM),
+#ifdef E2E_MEMFABRIC
+        CASE(test_failover_memfabric_to_tcp, setup_with_tcp, X_MF),
+#endif
     };
-    return cmocka_run_group_tests_name(g_shm ? "e2e_shm" : "e2e_tcp", tests,
-                                       NULL, NULL);
+    struct CMUnitTest tests[sizeof(all) / sizeof(all[0])];
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        if (all[i].modes & g_x->bit)
+            tests[n++] = all[i].test;
+    char name[64];
+    snprintf(name, sizeof(name), "e2e_%s", g_x->name);
+    return _cmocka_run_group_tests(name, tests, n, NULL, NULL);
 }

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 // clang-format on
 
+#include "../common/test_child.h"
 #include "common/config.h"
 #include "e2e_peer.h"
 #include "meta/meta_kv.h"
@@ -270,19 +271,6 @@ struct tcmd {
     uint64_t len;
 };
 
-static int rd(int fd, void *buf, size_t n)
-{
-    char *p = buf;
-    while (n) {
-        ssize_t r = read(fd, p, n);
-        if (r <= 0)
-            return -1;
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 static void target_main(int cfd, int afd, const char *segname)
 {
     /* the JSON-array form of metadata_servers */
@@ -309,7 +297,7 @@ static void target_main(int cfd, int afd, const char *segname)
     if (write(afd, &t, sizeof(t)) != (ssize_t)sizeof(t))
         _exit(4);
     struct tcmd c;
-    while (rd(cfd, &c, sizeof(c)) == 0) {
+    while (tc_read_all(cfd, &c, sizeof(c)) == 0) {
         if (c.op == 'H') {
             uint64_t h = e2e_fnv(buf, BUF_LEN);
             if (write(afd, &h, sizeof(h)) != sizeof(h))
@@ -329,32 +317,27 @@ static void target_main(int cfd, int afd, const char *segname)
     _exit(0);
 }
 
+static void target_child(int cfd, int afd, void *arg)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    target_main(cfd, afd, *(const char **)arg);
+}
+
 static void target_start(struct target *t, const char *segname)
 {
-    int c[2], a[2];
-    assert_int_equal(pipe(c), 0);
-    assert_int_equal(pipe(a), 0);
-    fflush(NULL);
-    pid_t pid = fork();
+    int cmd_fd = -1, ans_fd = -1;
+    pid_t pid = tc_fork_child(target_child, &segname, &cmd_fd, &ans_fd);
     assert_true(pid >= 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        close(c[1]);
-        close(a[0]);
-        target_main(c[0], a[1], segname);
-    }
-    close(c[0]);
-    close(a[1]);
-    struct pollfd pf = {.fd = a[0], .events = POLLIN};
-    if (poll(&pf, 1, 15000) != 1 || rd(a[0], t, sizeof(*t))) {
+    struct pollfd pf = {.fd = ans_fd, .events = POLLIN};
+    if (poll(&pf, 1, 15000) != 1 || tc_read_all(ans_fd, t, sizeof(*t))) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         fail_msg("target engine '%s' did not start (%s backend)", segname,
                  g_kind);
     }
     t->pid = pid;
-    t->cmd = c[1];
-    t->ans = a[0];
+    t->cmd = cmd_fd;
+    t->ans = ans_fd;
 }
 
 static uint64_t target_call(struct target *t, char op, uint64_t len)
@@ -362,7 +345,7 @@ static uint64_t target_call(struct target *t, char op, uint64_t len)
     struct tcmd c = {.op = op, .len = len};
     uint64_t r = 0;
     assert_int_equal(write(t->cmd, &c, sizeof(c)), sizeof(c));
-    assert_int_equal(rd(t->ans, &r, sizeof(r)), 0);
+    assert_int_equal(tc_read_all(t->ans, &r, sizeof(r)), 0);
     return r;
 }
 

@@ -699,29 +699,14 @@ static void test_destroy_initiator_in_flight(void **state)
     free(local); /* safe: destroy returned, nothing touches it any more */
 }
 
-struct down_rec {
-    pthread_mutex_t lock;
-    int calls;
-    char uid[64];
-};
-
-static void on_down(const char *uid, void *user)
-{
-    struct down_rec *r = user;
-    pthread_mutex_lock(&r->lock);
-    r->calls++;
-    snprintf(r->uid, sizeof(r->uid), "%s", uid);
-    pthread_mutex_unlock(&r->lock);
-}
-
 /* The target instance goes away mid-batch: the initiator's callback fires
  * with its unique id and the batches finish (no hang) with failures. */
 static void test_destroy_target_in_flight(void **state)
 {
     struct pair *p = *state;
-    struct down_rec rec = {.lock = PTHREAD_MUTEX_INITIALIZER};
-    assert_int_equal(A->smem_trans_set_peer_down_callback(p->a, on_down, &rec),
-                     SM_OK);
+    struct mfh_down_rec rec = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    assert_int_equal(
+        A->smem_trans_set_peer_down_callback(p->a, mfh_on_down, &rec), SM_OK);
     uint8_t *local = calloc(1, p->size_b);
     enum { N = 128 };
     uint64_t ids[N];

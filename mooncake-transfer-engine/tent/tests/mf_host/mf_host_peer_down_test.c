@@ -26,22 +26,7 @@ static int group_setup(void **state)
     return mfh_api_load(&api);
 }
 
-struct down_rec {
-    pthread_mutex_t lock;
-    int calls;
-    char uid[64];
-};
-
-static void on_down(const char *uid, void *user)
-{
-    struct down_rec *r = user;
-    pthread_mutex_lock(&r->lock);
-    r->calls++;
-    snprintf(r->uid, sizeof(r->uid), "%s", uid);
-    pthread_mutex_unlock(&r->lock);
-}
-
-static int down_calls(struct down_rec *r)
+static int down_calls(struct mfh_down_rec *r)
 {
     pthread_mutex_lock(&r->lock);
     int n = r->calls;
@@ -56,8 +41,8 @@ static void run(uint32_t proto, smem_trans_opcode_t op)
     assert_int_equal(A->smem_trans_init(0, 0), SM_OK);
     smem_trans_t h = mfh_create(A, proto);
     assert_non_null(h);
-    struct down_rec rec = {.lock = PTHREAD_MUTEX_INITIALIZER};
-    assert_int_equal(A->smem_trans_set_peer_down_callback(h, on_down, &rec),
+    struct mfh_down_rec rec = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    assert_int_equal(A->smem_trans_set_peer_down_callback(h, mfh_on_down, &rec),
                      SM_OK);
     uint8_t *local = calloc(1, TARGET_SIZE);
     assert_non_null(local);

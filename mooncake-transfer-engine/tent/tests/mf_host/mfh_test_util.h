@@ -5,10 +5,12 @@
 #ifndef TENT_MFH_TEST_UTIL_H
 #define TENT_MFH_TEST_UTIL_H
 
+#include "../common/test_child.h"
 #include "transport/memfabric/smem_trans_abi.h"
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -172,21 +174,6 @@ struct mfh_child_hello {
     uint64_t base;
 };
 
-static inline int mfh_full_read(int fd, void *buf, size_t len)
-{
-    char *p = buf;
-    while (len > 0) {
-        ssize_t n = read(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 static inline void mfh_child_main(const struct mfh_api *a, uint32_t proto,
                                   size_t size, int cmd_fd, int ans_fd)
 {
@@ -212,7 +199,7 @@ static inline void mfh_child_main(const struct mfh_api *a, uint32_t proto,
     if (write(ans_fd, &hello, sizeof(hello)) != (ssize_t)sizeof(hello))
         _exit(4);
     struct mfh_child_cmd c;
-    while (mfh_full_read(cmd_fd, &c, sizeof(c)) == 0) {
+    while (tc_read_all(cmd_fd, &c, sizeof(c)) == 0) {
         uint8_t ok = 1;
         if (c.op == 'Q')
             break;
@@ -255,30 +242,47 @@ static inline void mfh_child_main(const struct mfh_api *a, uint32_t proto,
     _exit(0);
 }
 
+/* A peer-down callback's record: how often it ran and the last unique id
+ * (initialise lock with PTHREAD_MUTEX_INITIALIZER). */
+struct mfh_down_rec {
+    pthread_mutex_t lock;
+    int calls;
+    char uid[64];
+};
+
+static inline void mfh_on_down(const char *uid, void *user)
+{
+    struct mfh_down_rec *r = user;
+    pthread_mutex_lock(&r->lock);
+    r->calls++;
+    snprintf(r->uid, sizeof(r->uid), "%s", uid);
+    pthread_mutex_unlock(&r->lock);
+}
+
+struct mfh_child_args {
+    const struct mfh_api *a;
+    uint32_t proto;
+    size_t size;
+};
+
+static inline void mfh_child_run(int cmd_fd, int ans_fd, void *arg)
+{
+    const struct mfh_child_args *x = arg;
+    mfh_child_main(x->a, x->proto, x->size, cmd_fd, ans_fd);
+}
+
 /* Forks a target; call before this process creates any instance. */
 static inline int mfh_child_start(struct mfh_child *c, const struct mfh_api *a,
                                   uint32_t proto, size_t size)
 {
-    int cmd[2], ans[2];
-    if (pipe(cmd) != 0 || pipe(ans) != 0)
-        return -1;
-    fflush(NULL);
-    pid_t pid = fork();
+    struct mfh_child_args args = {a, proto, size};
+    pid_t pid = tc_fork_child(mfh_child_run, &args, &c->cmd_fd, &c->ans_fd);
     if (pid < 0)
         return -1;
-    if (pid == 0) {
-        close(cmd[1]);
-        close(ans[0]);
-        mfh_child_main(a, proto, size, cmd[0], ans[1]);
-    }
-    close(cmd[0]);
-    close(ans[1]);
     c->pid = pid;
-    c->cmd_fd = cmd[1];
-    c->ans_fd = ans[0];
     c->size = size;
     struct mfh_child_hello hello;
-    if (mfh_full_read(c->ans_fd, &hello, sizeof(hello)) != 0)
+    if (tc_read_all(c->ans_fd, &hello, sizeof(hello)) != 0)
         return -1;
     hello.uid[sizeof(hello.uid) - 1] = '\0';
     snprintf(c->uid, sizeof(c->uid), "%s", hello.uid);
@@ -297,7 +301,7 @@ static inline int mfh_child_cmd(struct mfh_child *c, char op, uint64_t off,
     cmd.seed = seed;
     uint8_t ok = 0;
     if (write(c->cmd_fd, &cmd, sizeof(cmd)) != (ssize_t)sizeof(cmd) ||
-        mfh_full_read(c->ans_fd, &ok, 1) != 0)
+        tc_read_all(c->ans_fd, &ok, 1) != 0)
         return -1;
     return ok ? 0 : -1;
 }

@@ -5,24 +5,6 @@
 
 #define LEN 65536
 
-static int setup(void **state)
-{
-    (void)state;
-    tu_reset_all();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    fake_transports_reset();
-    fault_reset();
-    tent_config_reset_global();
-    return 0;
-}
-
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
-
 static void test_lifecycle(void **state)
 {
     (void)state;
@@ -201,9 +183,9 @@ static void test_large_batch(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(test_lifecycle),   T(test_free_after_failure),
-        T(test_read),        T(test_many_batches_unique_ids),
-        T(test_large_batch),
+        TU_TEST(test_lifecycle),   TU_TEST(test_free_after_failure),
+        TU_TEST(test_read),        TU_TEST(test_many_batches_unique_ids),
+        TU_TEST(test_large_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

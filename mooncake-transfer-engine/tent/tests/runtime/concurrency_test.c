@@ -17,22 +17,6 @@ static tent_engine_t g_engine;
 static atomic_int g_failures;
 static atomic_bool g_stop;
 
-static int setup(void **state)
-{
-    (void)state;
-    tu_reset_all();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    fake_transports_reset();
-    fault_reset();
-    tent_config_reset_global();
-    return 0;
-}
-
 static void *worker(void *arg)
 {
     int id = (int)(intptr_t)arg;
@@ -305,12 +289,9 @@ static void test_stuck_batch_does_not_block_others(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_threads_share_one_engine, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_racing_on_one_batch, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_stuck_batch_does_not_block_others,
-                                        setup, teardown),
+        TU_TEST(test_threads_share_one_engine),
+        TU_TEST(test_racing_on_one_batch),
+        TU_TEST(test_stuck_batch_does_not_block_others),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

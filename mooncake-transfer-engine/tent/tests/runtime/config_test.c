@@ -11,8 +11,7 @@ static char conf_path[64];
 
 static int setup(void **state)
 {
-    (void)state;
-    tu_reset_all();
+    tu_setup(state);
     unsetenv("MC_TENT_CONF");
     conf_path[0] = '\0';
     return 0;
@@ -20,10 +19,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    (void)state;
-    fake_transports_reset();
-    fault_reset();
-    tent_config_reset_global();
+    tu_teardown(state);
     unsetenv("MC_TENT_CONF");
     if (conf_path[0])
         unlink(conf_path);

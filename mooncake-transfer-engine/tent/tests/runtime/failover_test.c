@@ -8,22 +8,6 @@
 
 #define LEN 16384
 
-static int setup(void **state)
-{
-    (void)state;
-    tu_reset_all();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    fake_transports_reset();
-    fault_reset();
-    tent_config_reset_global();
-    return 0;
-}
-
 /* Engine with the listed transports plus extra config pairs. */
 static tent_engine_t engine(const char *const *enable, const char *k1,
                             const char *v1, const char *k2, const char *v2)
@@ -498,27 +482,25 @@ static void test_status_query_error(void **state)
     tent_destroy_engine(e);
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(test_primary_fails_secondary_completes),
-        T(test_budget_zero_disables_failover),
-        T(test_budget_one),
-        T(test_candidates_exhausted),
-        T(test_budget_two_all_fail),
-        T(test_budget_is_per_task),
-        T(test_poll_observational),
-        T(test_failover_on_overall_and_list),
-        T(test_submit_refusal_moves_only_refused),
-        T(test_nth_submit_refused),
-        T(test_submit_refusal_budget_zero),
-        T(test_submit_refused_everywhere),
-        T(test_completed_turned_failed),
-        T(test_delayed_completion),
-        T(test_never_complete_keeps_busy),
-        T(test_status_query_error),
+        TU_TEST(test_primary_fails_secondary_completes),
+        TU_TEST(test_budget_zero_disables_failover),
+        TU_TEST(test_budget_one),
+        TU_TEST(test_candidates_exhausted),
+        TU_TEST(test_budget_two_all_fail),
+        TU_TEST(test_budget_is_per_task),
+        TU_TEST(test_poll_observational),
+        TU_TEST(test_failover_on_overall_and_list),
+        TU_TEST(test_submit_refusal_moves_only_refused),
+        TU_TEST(test_nth_submit_refused),
+        TU_TEST(test_submit_refusal_budget_zero),
+        TU_TEST(test_submit_refused_everywhere),
+        TU_TEST(test_completed_turned_failed),
+        TU_TEST(test_delayed_completion),
+        TU_TEST(test_never_complete_keeps_busy),
+        TU_TEST(test_status_query_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,8 +11,7 @@
 
 static int setup(void **state)
 {
-    (void)state;
-    tu_reset_all();
+    tu_setup(state);
     unsetenv("MC_STORE_USE_HUGEPAGE");
     unsetenv("MC_STORE_HUGEPAGE_SIZE");
     return 0;
@@ -20,10 +19,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    (void)state;
-    fake_transports_reset();
-    fault_reset();
-    tent_config_reset_global();
+    tu_teardown(state);
     unsetenv("MC_STORE_USE_HUGEPAGE");
     unsetenv("MC_STORE_HUGEPAGE_SIZE");
     return 0;

@@ -88,21 +88,16 @@ static char *publish(size_t len, int perm)
 
 static int setup(void **state)
 {
-    (void)state;
-    tu_reset_all();
+    tu_setup(state);
     memset(&peer, 0, sizeof(peer));
     return 0;
 }
 
 static int teardown(void **state)
 {
-    (void)state;
     for (int i = 0; i < peer.npub; i++)
         free(peer.pub[i].mem);
-    fake_transports_reset();
-    fault_reset();
-    tent_config_reset_global();
-    return 0;
+    return tu_teardown(state);
 }
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)

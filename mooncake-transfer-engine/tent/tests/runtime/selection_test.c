@@ -12,22 +12,6 @@
 
 #define LEN 8192
 
-static int setup(void **state)
-{
-    (void)state;
-    tu_reset_all();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    fake_transports_reset();
-    fault_reset();
-    tent_config_reset_global();
-    return 0;
-}
-
 /* Submits one request and waits for it; returns its final status. */
 static int run_one(tent_engine_t e, tent_request_t *r, tent_status_t *st)
 {
@@ -382,29 +366,18 @@ static void test_only_capable_transports(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_no_policy_uses_registration_order,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(
-            test_buffer_registered_with_one_transport, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_policy_by_size, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_policy_by_priority, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(
-            test_policy_first_match_and_segment_type, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_policy_order_is_failover_order,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(test_hint_pins_first_attempt, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_hint_excluded_after_failure, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_hint_not_installed_falls_back,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(test_only_installed_transports, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_disabled_transport_is_no_candidate,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(test_only_capable_transports, setup,
-                                        teardown),
+        TU_TEST(test_no_policy_uses_registration_order),
+        TU_TEST(test_buffer_registered_with_one_transport),
+        TU_TEST(test_policy_by_size),
+        TU_TEST(test_policy_by_priority),
+        TU_TEST(test_policy_first_match_and_segment_type),
+        TU_TEST(test_policy_order_is_failover_order),
+        TU_TEST(test_hint_pins_first_attempt),
+        TU_TEST(test_hint_excluded_after_failure),
+        TU_TEST(test_hint_not_installed_falls_back),
+        TU_TEST(test_only_installed_transports),
+        TU_TEST(test_disabled_transport_is_no_candidate),
+        TU_TEST(test_only_capable_transports),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

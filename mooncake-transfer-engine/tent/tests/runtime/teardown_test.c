@@ -4,24 +4,6 @@
  * binary with LeakSanitizer off (see CMakeLists.txt). */
 #include "test_util.h"
 
-static int setup(void **state)
-{
-    (void)state;
-    tu_reset_all();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    fake_transports_reset();
-    fault_reset();
-    tent_config_reset_global();
-    return 0;
-}
-
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
-
 /* Destroying an engine with a never-completing task keeps that memory
  * registered and logs it; the engine still goes away. */
 static void test_destroy_with_inflight_task(void **state)
@@ -103,9 +85,9 @@ static void test_quiesce_failure_keeps_memory(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(test_destroy_with_inflight_task),
-        T(test_destroy_releases_idle_state),
-        T(test_quiesce_failure_keeps_memory),
+        TU_TEST(test_destroy_with_inflight_task),
+        TU_TEST(test_destroy_releases_idle_state),
+        TU_TEST(test_quiesce_failure_keeps_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

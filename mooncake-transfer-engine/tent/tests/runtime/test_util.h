@@ -1,6 +1,7 @@
-/* Helpers shared by the runtime tests: engines with a chosen set of
- * transports, registered buffer pairs, polling with a deadline, and stderr
- * capture (to check log lines).  Header-only; includes <cmocka.h>. */
+/* The runtime suites' test fixture (tu_setup / tu_teardown, TU_TEST) and
+ * their helpers: engines with a chosen set of transports, registered buffer
+ * pairs, polling with a deadline, and stderr capture (to check log lines).
+ * Header-only; includes <cmocka.h>. */
 #ifndef TENT_TEST_UTIL_H
 #define TENT_TEST_UTIL_H
 
@@ -52,6 +53,28 @@ static inline void tu_reset_all(void)
     fault_wrap(&fake_c_ops);
     tent_config_reset_global();
 }
+
+/* The fixture of the runtime suites: the fakes and the decorator registered
+ * and reset before each test; fakes, decorator and configuration reset
+ * after it.  A suite with more state calls these from its own pair. */
+static inline int tu_setup(void **state)
+{
+    (void)state;
+    tu_reset_all();
+    return 0;
+}
+
+static inline int tu_teardown(void **state)
+{
+    (void)state;
+    fake_transports_reset();
+    fault_reset();
+    tent_config_reset_global();
+    return 0;
+}
+
+/* A test run between tu_setup and tu_teardown. */
+#define TU_TEST(f) cmocka_unit_test_setup_teardown(f, tu_setup, tu_teardown)
 
 #define TU_CONFIG(...) tu_config((const char *const[]){__VA_ARGS__, NULL})
 #define TU_ENGINE(...) tu_engine((const char *const[]){__VA_ARGS__, NULL})
