@@ -7,7 +7,8 @@ secs=${1:-60}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
 build=${2:-$root/build-fuzz}
-targets="fuzz_wire_frame fuzz_wire_desc fuzz_peer_addr fuzz_shm_handle fuzz_meta_etcd"
+targets="fuzz_wire_frame fuzz_wire_desc fuzz_peer_addr fuzz_shm_handle fuzz_meta_etcd
+  fuzz_mf_host_wire"
 CC=clang cmake -S "$root" -B "$build" -G Ninja -DTENT_BUILD_FUZZ=ON \
   -DTENT_BUILD_BENCH=OFF -DBUILD_UNIT_TESTS=OFF >/dev/null
 ninja -C "$build" $targets

@@ -37,10 +37,11 @@ static const char *const error_names[] = {
 
 const char *tent_strerror(int code)
 {
-    int idx = -code;
-    if (idx < 0 || idx >= (int)(sizeof(error_names) / sizeof(error_names[0])))
+    /* Compare before negating: -INT_MIN overflows. */
+    const int count = (int)(sizeof(error_names) / sizeof(error_names[0]));
+    if (code > 0 || code <= -count)
         return "unknown TENT error code";
-    return error_names[idx];
+    return error_names[-code];
 }
 
 const char *tent_last_error(void)

@@ -309,6 +309,15 @@ void mfh_peers_release(struct mfh_handle *h);
 struct mfh_conn *mfh_conn_acquire(struct mfh_peer *p);
 void mfh_conn_release(struct mfh_peer *p, struct mfh_conn *c, bool broken);
 
+/* wire.c: checks of received messages, no I/O (fuzz/fuzz_mf_host_wire.c) */
+/* A request header as the server read it: 0 if it may be served (its
+ * payload length fits its type), else -1 with *why saying what is wrong. */
+int mfh_wire_check_request(const struct mfh_msg *m, const char **why);
+/* The reply header to our HELLO: 0 if a hello of ours follows. */
+int mfh_wire_check_hello_reply(const struct mfh_msg *m);
+/* A received hello: terminates uid; 0 if its version is ours, else -1. */
+int mfh_wire_take_hello(struct mfh_hello *h);
+
 /* shm.c: copies to/from a cma peer through shared mappings */
 #define MFH_SHM_NOMAP 2 /* not an SM_* code: use cross-memory attach */
 int32_t mfh_shm_copy(struct mfh_peer *p, smem_trans_opcode_t op,

@@ -111,14 +111,16 @@ static int handshake(struct mfh_handle *h, struct mfh_peer *p)
         mfh_send_full(p->ctrl_fd, &out, sizeof(out)) != 0 ||
         mfh_recv_full(p->ctrl_fd, &m, sizeof(m)) != 0)
         return -1;
-    if (m.magic != MFH_MAGIC || m.type != MFH_MSG_REPLY || m.status != SM_OK ||
-        m.len != sizeof(in)) {
+    if (mfh_wire_check_hello_reply(&m) != 0) {
         errno = EPROTO;
         return -1;
     }
     if (mfh_recv_full(p->ctrl_fd, &in, sizeof(in)) != 0)
         return -1;
-    in.uid[MFH_UID_MAX - 1] = '\0';
+    if (mfh_wire_take_hello(&in) != 0) {
+        errno = EPROTO;
+        return -1;
+    }
     snprintf(p->uid, sizeof(p->uid), "%s", in.uid[0] ? in.uid : p->url);
     p->pid = (pid_t)in.pid;
     p->gen_addr = in.gen_addr;

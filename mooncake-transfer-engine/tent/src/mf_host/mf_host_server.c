@@ -120,14 +120,12 @@ static int serve_hello(struct mfh_handle *h, struct srv_io *io,
                .gen_addr = (uint64_t)(uintptr_t)&h->mem_gen,
                .probe_addr = (uint64_t)(uintptr_t)&h->probe_value,
                .probe_value = h->probe_value};
-    if (m->len != sizeof(in) ||
-        io_read(h, io, &in, sizeof(in), false, false) != 0)
+    if (io_read(h, io, &in, sizeof(in), false, false) != 0)
         return -1;
-    in.uid[MFH_UID_MAX - 1] = '\0';
+    bool same_version = mfh_wire_take_hello(&in) == 0;
     snprintf(out.uid, sizeof(out.uid), "%s", h->uid);
     MFH_DEBUG("%s: hello from %s (pid %u)", h->uid, in.uid, in.pid);
-    if (reply(io, in.version == MFH_VERSION ? SM_OK : SM_NOT_SUPPORTED, 0,
-              sizeof(out)) != 0)
+    if (reply(io, same_version ? SM_OK : SM_NOT_SUPPORTED, 0, sizeof(out)) != 0)
         return -1;
     return io_send(io, &out, sizeof(out), false);
 }
@@ -135,9 +133,6 @@ static int serve_hello(struct mfh_handle *h, struct srv_io *io,
 static int serve_check(struct mfh_handle *h, struct srv_io *io,
                        const struct mfh_msg *m)
 {
-    if (m->count == 0 || m->count > MFH_MAX_BATCH ||
-        m->len != (uint64_t)m->count * sizeof(struct mfh_wire_range))
-        return -1;
     struct mfh_wire_range *r = malloc(m->len);
     if (!r)
         return drain(h, io, m->len) == 0 ? reply(io, SM_MALLOC_FAILED, 0, 0)
@@ -165,8 +160,6 @@ static int serve_check(struct mfh_handle *h, struct srv_io *io,
 static int serve_ranges(struct mfh_handle *h, struct srv_io *io,
                         const struct mfh_msg *m)
 {
-    if (m->len != 0)
-        return -1;
     pthread_rwlock_rdlock(&h->mem_lock);
     uint64_t gen = atomic_load(&h->mem_gen);
     size_t n = h->n_ranges;
@@ -244,8 +237,11 @@ static void *srv_conn_main(void *arg)
         struct mfh_msg m;
         if (io_read(h, io, &m, sizeof(m), false, true) != 0)
             break;
-        if (m.magic != MFH_MAGIC) {
-            MFH_WARN("%s: bad magic 0x%x, closing connection", h->uid, m.magic);
+        const char *why;
+        if (mfh_wire_check_request(&m, &why) != 0) {
+            MFH_WARN("%s: %s (magic 0x%x, type %u, len %llu), closing "
+                     "connection",
+                     h->uid, why, m.magic, m.type, (unsigned long long)m.len);
             break;
         }
         int rc;

@@ -15,6 +15,7 @@
 #include "tent/transfer_engine.h"
 #include "transport/memfabric/memfabric_api.h"
 #include "transport/memfabric/memfabric_transport.h"
+#include "tu_thread.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -769,12 +770,14 @@ static void test_contract_quiesce_polls_until_results_via_status_path(void **s)
 struct quiesce_arg {
     struct memfabric_transport *mf;
     atomic_int done;
+    atomic_int tid; /* the quiesce thread's, once it runs */
     int rc;
 };
 
 static void *quiesce_thread(void *p)
 {
     struct quiesce_arg *a = p;
+    atomic_store(&a->tid, (int)tu_gettid());
     a->rc = a->mf->base.ops->quiesce(&a->mf->base);
     atomic_store(&a->done, 1);
     return NULL;
@@ -817,12 +820,17 @@ static void test_contract_quiesce_releases_lock_between_iterations(void **s)
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, quiesce_thread, &qa), 0);
     wait_until(queries_at_least_3, NULL, "quiesce to poll");
-    /* The lock is free between iterations: take it while quiesce runs. */
+    /* The lock is free between iterations: take it while quiesce runs.
+     * Quiesce's next iteration then waits for this very lock (its thread
+     * sleeps in futex() on it) and queries nothing meanwhile. */
     pthread_mutex_lock(&qa.mf->lock);
     int q = mk.mock_call_count("smem_trans_batch_status_query");
     assert_int_equal(atomic_load(&qa.done), 0);
-    assert_int_equal(mk.mock_call_count("smem_trans_batch_status_query"), q);
+    bool waits = tu_wait_futex(atomic_load(&qa.tid), &qa.mf->lock, 5000);
+    int q_after = mk.mock_call_count("smem_trans_batch_status_query");
     pthread_mutex_unlock(&qa.mf->lock);
+    assert_true(waits);
+    assert_int_equal(q_after, q);
     /* A poll and a submission get through while quiesce still waits. */
     tent_status_t st;
     assert_int_equal(tent_task_status(e, b, 0, &st), 0);

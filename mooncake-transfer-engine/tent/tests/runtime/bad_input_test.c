@@ -9,6 +9,8 @@
 #include "common/error.h"
 #include "test_util.h"
 
+#include <limits.h>
+
 #define LEN 8192
 
 struct fx {
@@ -637,6 +639,13 @@ static void test_strerror(void **state)
                         "TENT_ENODEV: DeviceNotFound");
     assert_non_null(tent_strerror(-1000));
     assert_non_null(tent_strerror(5));
+    /* Codes out of range, including the ones whose negation overflows (the
+     * UBSan build aborts if the code negates INT_MIN). */
+    const int outside[] = {INT_MIN, INT_MIN + 1, -INT_MAX,
+                           INT_MAX, 1,           TENT_EOVERFLOW - 1};
+    for (size_t i = 0; i < sizeof(outside) / sizeof(outside[0]); i++)
+        assert_string_equal(tent_strerror(outside[i]),
+                            "unknown TENT error code");
 }
 
 /* Calls without a return code tolerate NULL and leave no error behind. */

@@ -4,8 +4,10 @@
  * notifications.  Every byte is checked.  Run it under TENT_SANITIZE=thread
  * or address to catch races and lifetime bugs. */
 #include "test_util.h"
+#include "tu_thread.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <time.h>
 
 #define WORKERS 4
@@ -162,10 +164,22 @@ static void *poker(void *arg)
         if (rc != TENT_OK && rc != TENT_ENOBATCH && rc != TENT_ENOTASK)
             atomic_fetch_add(&g_failures, 1);
         rc = tent_free_batch(g_engine, id);
-        if (rc != TENT_OK && rc != TENT_ENOBATCH && rc != TENT_EBUSY)
+        if (rc == TENT_OK) /* tell the main thread: this id is gone */
+            atomic_compare_exchange_strong(&g_shared, &id,
+                                           TENT_INVALID_BATCH_ID);
+        else if (rc != TENT_ENOBATCH && rc != TENT_EBUSY)
             atomic_fetch_add(&g_failures, 1);
     }
     return NULL;
+}
+
+/* Until a poker has freed batch b (it resets g_shared when it does). */
+static bool freed_by_poker(tent_batch_id_t b)
+{
+    long end = tu_now_ms() + 2000;
+    while (atomic_load(&g_shared) == b && tu_now_ms() < end)
+        sched_yield();
+    return atomic_load(&g_shared) != b;
 }
 
 static void test_racing_on_one_batch(void **state)
@@ -182,37 +196,80 @@ static void test_racing_on_one_batch(void **state)
     pthread_t pk[2];
     for (int i = 0; i < 2; i++)
         assert_int_equal(pthread_create(&pk[i], NULL, poker, NULL), 0);
-    int completed = 0, stolen = 0;
+    /* Rounds of three kinds: a free-for-all where the main thread submits
+     * and polls while the pokers try to free the same id; a batch the main
+     * thread hands over empty and waits until a poker has freed it (its
+     * submit must then be refused and reach no transport); and a submitted
+     * batch left to the pokers, whose free is refused until their own polls
+     * have completed every task.  Each outcome is checked for what it must
+     * mean, bytes included. */
+    int completed = 0, freed_empty = 0, freed_done = 0;
     for (int round = 0; round < 300; round++) {
+        int kind = round % 3;
+        for (size_t i = 0; i < p.len; i++)
+            p.src[i] = (char)(round * 13 + (int)i);
+        memset(p.dst, 0, p.len);
+        int sub0 = atomic_load(&fake_stats[0].submitted);
+        int done0 = atomic_load(&fake_stats[0].completed);
         tent_batch_id_t b = tent_allocate_batch(g_engine, 4);
         assert_int_not_equal(b, TENT_INVALID_BATCH_ID);
-        atomic_store(&g_shared, b);
         tent_request_t r[4];
         for (int i = 0; i < 4; i++)
             r[i] = tu_write(&p, (size_t)i * 1024, 1024);
+        if (kind != 2)
+            atomic_store(&g_shared, b);
+        if (kind == 1)
+            assert_true(freed_by_poker(b));
         int rc = tent_submit(g_engine, b, r, 4);
+        if (kind == 1)
+            assert_int_equal(rc, TENT_ENOBATCH);
         if (rc == TENT_ENOBATCH) { /* a poker freed the empty batch */
-            stolen++;
+            assert_int_equal(atomic_load(&fake_stats[0].submitted), sub0);
+            for (size_t i = 0; i < p.len; i++)
+                assert_int_equal(p.dst[i], 0);
+            assert_int_equal(tent_free_batch(g_engine, b), TENT_ENOBATCH);
+            freed_empty++;
             continue;
         }
         assert_int_equal(rc, TENT_OK);
+        assert_int_equal(atomic_load(&fake_stats[0].submitted), sub0 + 4);
         tent_status_t st;
-        rc = tu_wait_all(g_engine, b, &st, 2000);
-        if (rc == TENT_ENOBATCH) {
-            stolen++;
-            continue;
+        if (kind == 2) {
+            atomic_store(&g_shared, b);
+            assert_true(freed_by_poker(b));
+            rc = tent_overall_status(g_engine, b, &st);
+            assert_int_equal(rc, TENT_ENOBATCH);
+        } else {
+            rc = tu_wait_all(g_engine, b, &st, 2000);
         }
-        assert_int_equal(rc, TENT_OK);
-        assert_int_equal(st.status, STATUS_COMPLETED);
-        completed++;
-        rc = tent_free_batch(g_engine, b);
-        assert_true(rc == TENT_OK || rc == TENT_ENOBATCH);
+        if (rc == TENT_ENOBATCH) {
+            /* Freed by a poker: legal only after all four completed. */
+            assert_int_equal(atomic_load(&fake_stats[0].completed), done0 + 4);
+            freed_done++;
+        } else {
+            assert_int_equal(rc, TENT_OK);
+            assert_int_equal(st.status, STATUS_COMPLETED);
+            assert_int_equal(st.transferred_bytes, 4096);
+            assert_int_equal(atomic_load(&fake_stats[0].completed), done0 + 4);
+            completed++;
+            rc = tent_free_batch(g_engine, b);
+            assert_true(rc == TENT_OK || rc == TENT_ENOBATCH);
+        }
+        assert_memory_equal(p.dst, p.src, p.len);
     }
     atomic_store(&g_stop, true);
     for (int i = 0; i < 2; i++)
         pthread_join(pk[i], NULL);
     assert_int_equal(atomic_load(&g_failures), 0);
-    assert_int_equal(completed + stolen, 300);
+    assert_true(freed_empty >= 100 && freed_done >= 100);
+    /* No task was dropped with its batch or reported twice. */
+    assert_int_equal(atomic_load(&fake_stats[0].completed),
+                     atomic_load(&fake_stats[0].submitted));
+    assert_int_equal(atomic_load(&fake_stats[0].submitted),
+                     4 * (completed + freed_done));
+    print_message("300 rounds: %d completed, %d freed empty by a poker, %d "
+                  "freed after completion by a poker\n",
+                  completed, freed_empty, freed_done);
     /* Nothing left pinned: both buffers unregister. */
     tu_bufs_fini(g_engine, &p);
     tent_destroy_engine(g_engine);
@@ -227,6 +284,14 @@ static void *poll_once(void *arg)
     tent_status_t st;
     (void)tent_task_status(g_engine, *(tent_batch_id_t *)arg, 0, &st);
     return NULL;
+}
+
+static atomic_int g_poll_tid;
+
+static void *poll_once_tid(void *arg)
+{
+    atomic_store(&g_poll_tid, (int)tu_gettid());
+    return poll_once(arg);
 }
 
 static void *other_batch_work(void *arg)
@@ -264,9 +329,14 @@ static void test_stuck_batch_does_not_block_others(void **state)
     for (int i = 0; i < 2000 && atomic_load(&fault_stats.blocked) == 0; i++)
         nanosleep(&(struct timespec){0, 1000000}, NULL);
     assert_int_equal(atomic_load(&fault_stats.blocked), 1);
-    /* b queues behind a on b1's lock; give it a moment to get there. */
-    assert_int_equal(pthread_create(&b, NULL, poll_once, &b1), 0);
-    nanosleep(&(struct timespec){0, 20000000}, NULL);
+    /* b queues behind a on b1's lock: wait until it sleeps in futex()
+     * (nobody else holds a lock b could wait for), so c really runs while a
+     * waiter for b1 exists. */
+    atomic_store(&g_poll_tid, 0);
+    assert_int_equal(pthread_create(&b, NULL, poll_once_tid, &b1), 0);
+    while (atomic_load(&g_poll_tid) == 0)
+        sched_yield();
+    assert_true(tu_wait_futex(atomic_load(&g_poll_tid), NULL, 2000));
     assert_int_equal(pthread_create(&c, NULL, other_batch_work, NULL), 0);
     bool done = wait_flag(&g_other_done, 2000);
     atomic_store(&g_block, false); /* release before asserting: no hang */

@@ -387,8 +387,136 @@ static void test_hugepage_unavailable(void **state)
     tent_destroy_engine(e);
 }
 
-int main(void)
+/* ---- hugepage success path (own CTest entry: needs root, changes a
+ * system-wide setting, reported as skipped when it cannot run) ---------- */
+
+#define HP_SYSFS "/sys/kernel/mm/hugepages/hugepages-2048kB/"
+#define HP_2MB   ((size_t)2 << 20)
+
+static bool g_hp_skipped;    /* the case could not run here */
+static long g_hp_saved = -1; /* nr_hugepages to restore, -1: untouched */
+
+static long hp_read(const char *file)
 {
+    char path[128];
+    snprintf(path, sizeof(path), HP_SYSFS "%s", file);
+    FILE *f = fopen(path, "r");
+    long n = -1;
+    if (!f)
+        return -1;
+    if (fscanf(f, "%ld", &n) != 1)
+        n = -1;
+    fclose(f);
+    return n;
+}
+
+static bool hp_write_nr(long n)
+{
+    FILE *f = fopen(HP_SYSFS "nr_hugepages", "w");
+    if (!f)
+        return false;
+    bool ok = fprintf(f, "%ld\n", n) > 0;
+    return fclose(f) == 0 && ok;
+}
+
+static int hp_teardown(void **state)
+{
+    if (g_hp_saved >= 0 && !hp_write_nr(g_hp_saved))
+        fprintf(stderr, "could not restore " HP_SYSFS "nr_hugepages to %ld\n",
+                g_hp_saved);
+    g_hp_saved = -1;
+    return teardown(state);
+}
+
+/* The smaps entry of the mapping that starts at addr: its KernelPageSize
+ * and the hugetlb bytes mapped (Shared_Hugetlb + Private_Hugetlb), in kB. */
+static void smaps_of(const void *addr, long *page_kb, long *hugetlb_kb)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    assert_non_null(f);
+    char line[512];
+    bool in = false, found = false;
+    *page_kb = -1;
+    *hugetlb_kb = 0;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        long kb;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) { /* a mapping's header */
+            in = lo == (uintptr_t)addr;
+            found |= in;
+        } else if (in && sscanf(line, "KernelPageSize: %ld kB", &kb) == 1) {
+            *page_kb = kb;
+        } else if (in && (sscanf(line, "Shared_Hugetlb: %ld kB", &kb) == 1 ||
+                          sscanf(line, "Private_Hugetlb: %ld kB", &kb) == 1)) {
+            *hugetlb_kb += kb;
+        }
+    }
+    fclose(f);
+    if (!found)
+        fail_msg("no mapping starts at %p in /proc/self/smaps", addr);
+}
+
+/* MC_STORE_USE_HUGEPAGE=1: tent_allocate_memory backs the buffer with 2 MB
+ * pages taken from the pool the test reserved, and gives them back on
+ * free. */
+static void test_hugepage_allocation(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) {
+        print_message("skipped: not root (reserving hugepages needs it)\n");
+        g_hp_skipped = true;
+        skip();
+    }
+    long nr = hp_read("nr_hugepages");
+    if (nr < 0) {
+        print_message("skipped: no " HP_SYSFS " (no 2 MB hugepages)\n");
+        g_hp_skipped = true;
+        skip();
+    }
+    const long want = 2; /* 2 MB + 4 KiB rounds up to two pages */
+    g_hp_saved = nr;
+    if (!hp_write_nr(nr + want) || hp_read("free_hugepages") < want) {
+        print_message("skipped: the kernel did not reserve %ld 2 MB pages "
+                      "(nr_hugepages %ld -> %ld)\n",
+                      want, nr, hp_read("nr_hugepages"));
+        g_hp_skipped = true;
+        skip();
+    }
+    long free_before = hp_read("free_hugepages");
+
+    setenv("MC_STORE_USE_HUGEPAGE", "1", 1);
+    setenv("MC_STORE_HUGEPAGE_SIZE", "2MB", 1);
+    tent_engine_t e = TU_ENGINE("fake_a");
+    assert_non_null(e);
+    uint8_t *a = NULL;
+    assert_int_equal(tent_allocate_memory(e, (void **)&a, HP_2MB + 4096, "cpu"),
+                     TENT_OK);
+    assert_non_null(a);
+    assert_int_equal((uintptr_t)a % HP_2MB, 0);
+    for (size_t i = 0; i < HP_2MB + 4096; i += 4096)
+        a[i] = (uint8_t)(i >> 12);
+    for (size_t i = 0; i < HP_2MB + 4096; i += 4096)
+        assert_int_equal(a[i], (uint8_t)(i >> 12));
+
+    long page_kb, hugetlb_kb;
+    smaps_of(a, &page_kb, &hugetlb_kb);
+    assert_int_equal(page_kb, 2048);
+    assert_int_equal(hugetlb_kb, 2 * 2048);
+    assert_int_equal(hp_read("free_hugepages"), free_before - want);
+
+    assert_int_equal(tent_free_memory(e, a), TENT_OK);
+    assert_int_equal(hp_read("free_hugepages"), free_before);
+    tent_destroy_engine(e);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "hugepage") == 0) {
+        const struct CMUnitTest hp[] = {cmocka_unit_test_setup_teardown(
+            test_hugepage_allocation, setup, hp_teardown)};
+        int failed = cmocka_run_group_tests_name("hugepage", hp, NULL, NULL);
+        return failed ? failed : g_hp_skipped ? 77 : 0;
+    }
     const struct CMUnitTest tests[] = {
         T(test_register_single),
         T(test_register_batch_all_or_nothing),
