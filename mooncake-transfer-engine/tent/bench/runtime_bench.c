@@ -5,6 +5,7 @@
  * task records, dispatch, status, batch lifecycle).
  *
  * Usage: tent_runtime_bench [seconds per size (default 1)] */
+#include "common/compiler.h"
 #include "common/config.h"
 #include "tent/transfer_engine.h"
 #include "transport/transport.h"
@@ -21,20 +22,15 @@ struct instant_sub {
     uint64_t len[]; /* bytes of the task in each slot */
 };
 
-static int instant_install(struct tent_transport *t)
+static int instant_install(TENT_UNUSED struct tent_transport *t)
 {
-    (void)t;
     return TENT_OK;
 }
 
-static void instant_uninstall(struct tent_transport *t)
-{
-    (void)t;
-}
+static void instant_uninstall(TENT_UNUSED struct tent_transport *t) {}
 
-static uint32_t instant_caps(struct tent_transport *t)
+static uint32_t instant_caps(TENT_UNUSED struct tent_transport *t)
 {
-    (void)t;
     return TENT_CAP_ALL;
 }
 
@@ -50,17 +46,17 @@ static int instant_alloc_sub(struct tent_transport *t, size_t cap,
     return TENT_OK;
 }
 
-static int instant_free_sub(struct tent_transport *t, struct tent_sub_batch *sb)
+static int instant_free_sub(TENT_UNUSED struct tent_transport *t,
+                            struct tent_sub_batch *sb)
 {
-    (void)t;
     free(sb);
     return TENT_OK;
 }
 
-static int instant_submit(struct tent_transport *t, struct tent_sub_batch *sb,
+static int instant_submit(TENT_UNUSED struct tent_transport *t,
+                          struct tent_sub_batch *sb,
                           const struct tent_xfer *reqs, size_t n, int *results)
 {
-    (void)t;
     struct instant_sub *s = (struct instant_sub *)sb;
     for (size_t i = 0; i < n; i++) {
         s->len[reqs[i].slot] = reqs[i].length;
@@ -69,10 +65,10 @@ static int instant_submit(struct tent_transport *t, struct tent_sub_batch *sb,
     return TENT_OK;
 }
 
-static int instant_status(struct tent_transport *t, struct tent_sub_batch *sb,
-                          uint32_t slot, struct tent_xfer_status *out)
+static int instant_status(TENT_UNUSED struct tent_transport *t,
+                          struct tent_sub_batch *sb, uint32_t slot,
+                          struct tent_xfer_status *out)
 {
-    (void)t;
     out->state = TENT_XFER_COMPLETED;
     out->bytes = ((struct instant_sub *)sb)->len[slot];
     out->native_code = 0;

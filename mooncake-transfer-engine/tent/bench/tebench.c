@@ -83,12 +83,12 @@ static void print_initiator_command(const struct tb_opts *o, const char *name,
     fflush(stdout);
 }
 
-static void report(int fd, const char *fmt, const char *arg)
+static void report(int fd, const char *tag, const char *arg)
 {
     if (fd < 0)
         return;
     char line[600];
-    int n = snprintf(line, sizeof(line), fmt, arg);
+    int n = snprintf(line, sizeof(line), "%s %s\n", tag, arg);
     if (n > 0 && write(fd, line, (size_t)n) < 0)
         perror("tebench target: write to parent");
 }
@@ -107,7 +107,7 @@ int tb_run_target(const struct tb_opts *o, const char *xport, int ready_fd)
     int ret = TB_EXIT_ERROR;
     tent_engine_t e = tb_make_engine(o, xport);
     if (!e) {
-        report(ready_fd, "ERR %s\n", "engine creation failed");
+        report(ready_fd, "ERR", "engine creation failed");
         return ret;
     }
     void *buf = NULL;
@@ -116,7 +116,7 @@ int tb_run_target(const struct tb_opts *o, const char *xport, int ready_fd)
         fprintf(stderr,
                 "tebench target: tent_allocate_memory(%llu bytes) failed: %s\n",
                 (unsigned long long)o->buffer_size, tent_last_error());
-        report(ready_fd, "ERR %s\n", "tent_allocate_memory failed");
+        report(ready_fd, "ERR", "tent_allocate_memory failed");
         goto destroy;
     }
     char name[512];
@@ -124,13 +124,13 @@ int tb_run_target(const struct tb_opts *o, const char *xport, int ready_fd)
     if (rc != TENT_OK) {
         fprintf(stderr, "tebench target: tent_segment_name failed: %s\n",
                 tent_last_error());
-        report(ready_fd, "ERR %s\n", "tent_segment_name failed");
+        report(ready_fd, "ERR", "tent_segment_name failed");
         goto free_mem;
     }
     struct tb_corrupter k = {0};
     tb_corrupter_init(&k, buf, o->buffer_size);
     if (ready_fd >= 0) {
-        report(ready_fd, "OK %s\n", name);
+        report(ready_fd, "OK", name);
         close(ready_fd);
     } else {
         print_initiator_command(o, name, xport);

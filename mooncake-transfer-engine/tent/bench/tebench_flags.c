@@ -157,7 +157,8 @@ void tb_usage(FILE *f, const char *prog)
             "mismatch.\n");
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static int fail(char *err, size_t errlen,
+                                                      const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

@@ -1,5 +1,6 @@
 /* libFuzzer: answers of a metadata server (etcd gateway JSON, base64
  * values).  Decoding must never crash, and base64 must round-trip. */
+#include "fuzz.h"
 #include "meta/meta_codec.h"
 
 #include <cjson/cJSON.h>

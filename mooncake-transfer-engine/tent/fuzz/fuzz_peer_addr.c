@@ -1,5 +1,6 @@
 /* libFuzzer: "<host>:<port>" strings (segment names, the rpc_addr attribute
  * of a peer's descriptor). */
+#include "fuzz.h"
 #include "rpc/rpc.h"
 
 #include <stddef.h>

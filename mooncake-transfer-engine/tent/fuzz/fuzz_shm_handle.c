@@ -1,5 +1,6 @@
 /* libFuzzer: the shm fields of a peer's descriptor ("memfd:<fd>:<inode>"
  * handles and the "pid" attribute). */
+#include "fuzz.h"
 #include "transport/shm/shm_handle.h"
 
 #include <stddef.h>

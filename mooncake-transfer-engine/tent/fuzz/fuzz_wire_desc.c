@@ -1,6 +1,7 @@
 /* libFuzzer: segment descriptors (JSON from a peer).  Whatever decodes must
  * satisfy the invariants the runtime relies on (sorted, disjoint, no wrap)
  * and survive an encode/decode round trip unchanged. */
+#include "fuzz.h"
 #include "rpc/wire.h"
 
 #include <stddef.h>

@@ -1,5 +1,6 @@
 /* libFuzzer: a byte stream as the RPC server and the tcp initiator read it,
  * frame after frame: header, then the body decoder of its type. */
+#include "fuzz.h"
 #include "rpc/wire.h"
 
 #include <stddef.h>

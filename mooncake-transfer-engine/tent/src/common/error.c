@@ -57,7 +57,8 @@ void tent_clear_error(void)
 /* Messages often quote the previous error ("...: %s", tent_last_error()), so
  * format into a scratch buffer first: vsnprintf must not read its own
  * destination. */
-static void format_last_error(const char *fmt, va_list ap)
+__attribute__((format(printf, 1, 0))) static void
+format_last_error(const char *fmt, va_list ap)
 {
     char tmp[sizeof(last_error)];
     vsnprintf(tmp, sizeof(tmp), fmt, ap);

@@ -7,6 +7,7 @@
  *    <endpoint>?key=<percent-encoded key>; 404 means absent.  The protocol
  *    has no expiry, so keepalive reports the key lost and the service layer
  *    puts it again every period (a restarted server gets it back). */
+#include "common/compiler.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "meta/meta_codec.h"
@@ -349,9 +350,8 @@ static int etcd_del(void *st, const char *key)
     return rc;
 }
 
-static int etcd_keepalive(void *st, const char *key, bool *lost)
+static int etcd_keepalive(void *st, TENT_UNUSED const char *key, bool *lost)
 {
-    (void)key;
     struct etcd *s = st;
     *lost = false;
     if (!s->lease[0]) {
@@ -490,10 +490,9 @@ static int httpkv_del(void *st, const char *key)
     return rc;
 }
 
-static int httpkv_keepalive(void *st, const char *key, bool *lost)
+static int httpkv_keepalive(TENT_UNUSED void *st, TENT_UNUSED const char *key,
+                            bool *lost)
 {
-    (void)st;
-    (void)key;
     *lost = true; /* no expiry in this protocol: put again every period */
     return TENT_OK;
 }

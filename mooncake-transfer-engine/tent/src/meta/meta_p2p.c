@@ -2,6 +2,7 @@
  * and its segment name is "<host>:<port>" of that server; resolving a
  * segment fetches the descriptor from the peer's server.  Nothing is
  * published: the server answers from the live local segment. */
+#include "common/compiler.h"
 #include "common/error.h"
 #include "meta/meta.h"
 #include "rpc/rpc.h"
@@ -69,9 +70,9 @@ static int p2p_notify(struct tent_meta *m, const char *addr, const char *name,
     return tent_meta_p2p_notify(addr, m->timeout_ms, name, msg, from);
 }
 
-static void p2p_local_changed(struct tent_meta *m)
+static void p2p_local_changed(TENT_UNUSED struct tent_meta *m)
 {
-    (void)m; /* peers fetch from the live segment */
+    /* peers fetch from the live segment */
 }
 
 static void p2p_stop(struct tent_meta *m)

@@ -19,6 +19,7 @@
  * etcd) as soon as an endpoint answers.  Open segments keep working: their
  * data path never touches the service, and a refresh on a miss falls back
  * to the peer's RPC server. */
+#include "common/compiler.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -267,9 +268,10 @@ static void *keeper(void *arg)
     return NULL;
 }
 
-static void service_default_name(const char *rpc_addr, char *buf, size_t cap)
+static void service_default_name(TENT_UNUSED const char *rpc_addr, char *buf,
+                                 size_t cap)
 {
-    (void)rpc_addr; /* names are unique, not addresses */
+    /* names are unique, not addresses */
     char host[64] = "";
     if (gethostname(host, sizeof(host)) != 0 || !host[0])
         snprintf(host, sizeof(host), "tent");

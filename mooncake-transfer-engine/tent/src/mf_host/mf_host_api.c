@@ -6,6 +6,8 @@
  * of a crash, and smem_trans_destroy waits for calls still using it. */
 #include "mf_host.h"
 
+#include "common/compiler.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,9 +116,9 @@ __attribute__((destructor)) static void mfh_unload(void)
 
 /* ---- the ABI ------------------------------------------------------------ */
 
-MFH_EXPORT int32_t smem_trans_init(uint32_t deviceId, uint32_t flags)
+MFH_EXPORT int32_t smem_trans_init(uint32_t deviceId,
+                                   TENT_UNUSED uint32_t flags)
 {
-    (void)flags;
     pthread_mutex_lock(&g_lock);
     g_init_count++;
     pthread_mutex_unlock(&g_lock);
@@ -124,9 +126,8 @@ MFH_EXPORT int32_t smem_trans_init(uint32_t deviceId, uint32_t flags)
     return SM_OK;
 }
 
-MFH_EXPORT void smem_trans_uninit(uint32_t flags)
+MFH_EXPORT void smem_trans_uninit(TENT_UNUSED uint32_t flags)
 {
-    (void)flags;
     struct mfh_handle *doomed = NULL;
     pthread_mutex_lock(&g_lock);
     if (g_init_count == 0) {
@@ -166,9 +167,8 @@ MFH_EXPORT int32_t smem_trans_config_init(smem_trans_config_t *config)
 }
 
 MFH_EXPORT smem_trans_t smem_trans_create(const smem_trans_config_t *config,
-                                          uint32_t flags)
+                                          TENT_UNUSED uint32_t flags)
 {
-    (void)flags;
     if (!config) {
         MFH_ERROR("create: config is NULL");
         return NULL;
@@ -246,9 +246,9 @@ MFH_EXPORT smem_trans_t smem_trans_create(const smem_trans_config_t *config,
     return h;
 }
 
-MFH_EXPORT void smem_trans_destroy(smem_trans_t handle, uint32_t flags)
+MFH_EXPORT void smem_trans_destroy(smem_trans_t handle,
+                                   TENT_UNUSED uint32_t flags)
 {
-    (void)flags;
     pthread_mutex_lock(&g_lock);
     struct mfh_handle *h = g_handles;
     while (h && h != handle)
@@ -279,9 +279,9 @@ MFH_EXPORT int32_t smem_trans_get_rpc_port(smem_trans_t handle, uint16_t *port)
 }
 
 MFH_EXPORT int32_t smem_trans_register_mem(smem_trans_t handle, void *address,
-                                           size_t capacity, uint32_t flags)
+                                           size_t capacity,
+                                           TENT_UNUSED uint32_t flags)
 {
-    (void)flags;
     struct mfh_handle *h = handle_get(handle);
     if (!h) {
         MFH_ERROR("register_mem: bad handle %p", handle);
@@ -295,9 +295,9 @@ MFH_EXPORT int32_t smem_trans_register_mem(smem_trans_t handle, void *address,
 MFH_EXPORT int32_t smem_trans_batch_register_mem(smem_trans_t handle,
                                                  void *addresses[],
                                                  size_t capacities[],
-                                                 uint32_t count, uint32_t flags)
+                                                 uint32_t count,
+                                                 TENT_UNUSED uint32_t flags)
 {
-    (void)flags;
     if (!addresses || !capacities || count == 0) {
         MFH_ERROR("batch_register_mem: addresses %p, capacities %p, count %u",
                   (void *)addresses, (void *)capacities, count);
@@ -388,9 +388,8 @@ MFH_EXPORT int32_t smem_trans_batch_copy(smem_trans_t handle,
 MFH_EXPORT int32_t smem_trans_batch_status_query(smem_trans_t handle,
                                                  uint64_t batchId,
                                                  int32_t *result,
-                                                 uint32_t flags)
+                                                 TENT_UNUSED uint32_t flags)
 {
-    (void)flags;
     if (!result) {
         MFH_ERROR("batch_status_query: result is NULL");
         return SM_INVALID_PARAM;

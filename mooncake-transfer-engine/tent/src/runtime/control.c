@@ -5,6 +5,7 @@
  * (rpc/, meta/) see only those tables, never the engine. */
 #include "runtime/control.h"
 
+#include "common/compiler.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "meta/meta.h"
@@ -70,9 +71,8 @@ static int rpc_pin(void *ctx, uint64_t addr, uint64_t len, bool write,
     return rc;
 }
 
-static void rpc_unpin(void *ctx, void *token)
+static void rpc_unpin(TENT_UNUSED void *ctx, void *token)
 {
-    (void)ctx;
     struct tent_buffer *b = token;
     atomic_fetch_sub(&b->inflight, 1);
 }
@@ -108,9 +108,9 @@ static int ctrl_fetch(struct tent_engine *e, const char *name,
     return rc;
 }
 
-static void ctrl_release(struct tent_engine *e, struct tent_segment *seg)
+static void ctrl_release(TENT_UNUSED struct tent_engine *e,
+                         struct tent_segment *seg)
 {
-    (void)e;
     tent_desc_release(seg);
 }
 

@@ -1,3 +1,4 @@
+#include "common/compiler.h"
 #include "common/error.h"
 #include "transport/transport.h"
 
@@ -164,23 +165,19 @@ void tent_transport_instance_free(struct tent_transport *t)
     free(t);
 }
 
-bool tent_xport_reach_any(struct tent_transport *t,
-                          const struct tent_segment *target)
+bool tent_xport_reach_any(TENT_UNUSED struct tent_transport *t,
+                          TENT_UNUSED const struct tent_segment *target)
 {
-    (void)t;
-    (void)target;
     return true;
 }
 
-int tent_xport_noop_quiesce(struct tent_transport *t)
+int tent_xport_noop_quiesce(TENT_UNUSED struct tent_transport *t)
 {
-    (void)t;
     return TENT_OK;
 }
 
-int tent_xport_noop_buffer(struct tent_transport *t, struct tent_buffer *buf)
+int tent_xport_noop_buffer(TENT_UNUSED struct tent_transport *t,
+                           TENT_UNUSED struct tent_buffer *buf)
 {
-    (void)t;
-    (void)buf;
     return TENT_OK;
 }

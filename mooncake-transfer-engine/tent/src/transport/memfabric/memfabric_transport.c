@@ -21,6 +21,7 @@
  * destList[i] -> srcList[i]. */
 #include "transport/memfabric/memfabric_transport.h"
 
+#include "common/compiler.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -345,9 +346,8 @@ fail_load:
     return rc;
 }
 
-static uint32_t mf_capabilities(struct tent_transport *t)
+static uint32_t mf_capabilities(TENT_UNUSED struct tent_transport *t)
 {
-    (void)t;
     return TENT_CAP_DRAM_TO_DRAM | TENT_CAP_DRAM_TO_DEVICE |
            TENT_CAP_DEVICE_TO_DRAM | TENT_CAP_DEVICE_TO_DEVICE;
 }

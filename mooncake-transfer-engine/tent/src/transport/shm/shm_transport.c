@@ -22,6 +22,7 @@
  * to wait for.  A pidfd of the peer tells whether it is still alive after a
  * copy: data copied into the memory of a process that has died is reported
  * FAILED, not COMPLETED. */
+#include "common/compiler.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "transport/shm/shm_handle.h"
@@ -119,9 +120,8 @@ static void shm_uninstall(struct tent_transport *base)
     pthread_mutex_destroy(&t->lock);
 }
 
-static uint32_t shm_caps(struct tent_transport *t)
+static uint32_t shm_caps(TENT_UNUSED struct tent_transport *t)
 {
-    (void)t;
     return TENT_CAP_DRAM_TO_DRAM;
 }
 
@@ -143,9 +143,9 @@ static bool shm_can_reach(struct tent_transport *base,
     return tent_segment_on_host(target, t->host_id);
 }
 
-static int shm_add_buffer(struct tent_transport *t, struct tent_buffer *buf)
+static int shm_add_buffer(TENT_UNUSED struct tent_transport *t,
+                          struct tent_buffer *buf)
 {
-    (void)t;
     if (buf->is_device)
         return tent_set_error(TENT_ENOTSUP,
                               "shm: location '%s' is not host memory",
@@ -165,9 +165,9 @@ static int shm_add_buffer(struct tent_transport *t, struct tent_buffer *buf)
     return TENT_OK;
 }
 
-static int shm_remove_buffer(struct tent_transport *t, struct tent_buffer *buf)
+static int shm_remove_buffer(TENT_UNUSED struct tent_transport *t,
+                             struct tent_buffer *buf)
 {
-    (void)t;
     buf->shm_name[0] = 0;
     return TENT_OK;
 }
@@ -190,9 +190,9 @@ static int shm_alloc_sub(struct tent_transport *t, size_t capacity,
     return TENT_OK;
 }
 
-static int shm_free_sub(struct tent_transport *t, struct tent_sub_batch *base)
+static int shm_free_sub(TENT_UNUSED struct tent_transport *t,
+                        struct tent_sub_batch *base)
 {
-    (void)t;
     struct shm_sub *sb = (struct shm_sub *)base;
     free(sb->tasks);
     free(sb);
@@ -409,10 +409,10 @@ static int shm_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
     return first;
 }
 
-static int shm_status(struct tent_transport *t, struct tent_sub_batch *sbb,
-                      uint32_t slot, struct tent_xfer_status *out)
+static int shm_status(TENT_UNUSED struct tent_transport *t,
+                      struct tent_sub_batch *sbb, uint32_t slot,
+                      struct tent_xfer_status *out)
 {
-    (void)t;
     struct shm_sub *sb = (struct shm_sub *)sbb;
     if (slot >= sb->base.capacity)
         return tent_set_error(TENT_EINVAL, "shm: slot %u beyond capacity",

@@ -13,6 +13,7 @@
  * stalled peer fails the window within that bound; the worker then fails
  * every slice still queued on the peer as well, so a whole batch turns
  * FAILED within about one timeout rather than one timeout per slice. */
+#include "common/compiler.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -181,7 +182,7 @@ static int run_window(int fd, struct inbuf *in, struct slice **w, int n,
         struct slice *s = w[i];
         uint8_t h[TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN];
         struct tent_wire_hdr hdr;
-        int rc = in_read(fd, in, h, sizeof(h));
+        rc = in_read(fd, in, h, sizeof(h));
         if (!rc)
             rc = tent_wire_decode_hdr(h, TENT_WIRE_HDR_LEN, &hdr);
         if (!rc && (hdr.type != TENT_WIRE_RESP || hdr.seq != (uint32_t)i ||
@@ -414,16 +415,14 @@ static void tcp_uninstall(struct tent_transport *base)
     pthread_mutex_destroy(&t->lock);
 }
 
-static uint32_t tcp_caps(struct tent_transport *t)
+static uint32_t tcp_caps(TENT_UNUSED struct tent_transport *t)
 {
-    (void)t;
     return TENT_CAP_DRAM_TO_DRAM;
 }
 
-static bool tcp_can_reach(struct tent_transport *t,
+static bool tcp_can_reach(TENT_UNUSED struct tent_transport *t,
                           const struct tent_segment *target)
 {
-    (void)t;
     char a[256];
     return tent_segment_attr_copy(target, "rpc_addr", a, sizeof(a)) && *a;
 }
@@ -446,9 +445,9 @@ static int tcp_alloc_sub(struct tent_transport *t, size_t capacity,
     return TENT_OK;
 }
 
-static int tcp_free_sub(struct tent_transport *t, struct tent_sub_batch *base)
+static int tcp_free_sub(TENT_UNUSED struct tent_transport *t,
+                        struct tent_sub_batch *base)
 {
-    (void)t;
     struct tcp_sub *sb = (struct tcp_sub *)base;
     for (size_t i = 0; i < sb->base.capacity; i++)
         if (atomic_load(&sb->tasks[i].remaining) > 0)
@@ -581,10 +580,10 @@ static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
     return first;
 }
 
-static int tcp_status(struct tent_transport *t, struct tent_sub_batch *sbb,
-                      uint32_t slot, struct tent_xfer_status *out)
+static int tcp_status(TENT_UNUSED struct tent_transport *t,
+                      struct tent_sub_batch *sbb, uint32_t slot,
+                      struct tent_xfer_status *out)
 {
-    (void)t;
     struct tcp_sub *sb = (struct tcp_sub *)sbb;
     if (slot >= sb->base.capacity)
         return tent_set_error(TENT_EINVAL, "tcp: slot %u beyond capacity",
