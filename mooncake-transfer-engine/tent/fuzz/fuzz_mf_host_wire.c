@@ -4,6 +4,7 @@
  *         request (header, then the payload its type carries);
  *   odd:  the answer to our HELLO as the connecting side reads it (reply
  *         header, then the peer's hello). */
+#include "fuzz.h"
 #include "mf_host/mf_host.h"
 
 #include <stddef.h>

@@ -110,8 +110,8 @@ static int drain(struct mfh_handle *h, struct srv_io *io, uint64_t len)
     return 0;
 }
 
-static int serve_hello(struct mfh_handle *h, struct srv_io *io,
-                       const struct mfh_msg *m)
+/* The header's length was checked by mfh_wire_check_request. */
+static int serve_hello(struct mfh_handle *h, struct srv_io *io)
 {
     struct mfh_hello in,
         out = {.version = MFH_VERSION,
@@ -157,8 +157,7 @@ static int serve_check(struct mfh_handle *h, struct srv_io *io,
     return reply(io, status, bad, 0);
 }
 
-static int serve_ranges(struct mfh_handle *h, struct srv_io *io,
-                        const struct mfh_msg *m)
+static int serve_ranges(struct mfh_handle *h, struct srv_io *io)
 {
     pthread_rwlock_rdlock(&h->mem_lock);
     uint64_t gen = atomic_load(&h->mem_gen);
@@ -247,7 +246,7 @@ static void *srv_conn_main(void *arg)
         int rc;
         switch (m.type) {
         case MFH_MSG_HELLO:
-            rc = serve_hello(h, io, &m);
+            rc = serve_hello(h, io);
             break;
         case MFH_MSG_CHECK:
             rc = serve_check(h, io, &m);
@@ -259,7 +258,7 @@ static void *srv_conn_main(void *arg)
             rc = serve_read(h, io, &m);
             break;
         case MFH_MSG_RANGES:
-            rc = serve_ranges(h, io, &m);
+            rc = serve_ranges(h, io);
             break;
         default:
             MFH_WARN("%s: unknown request type %u", h->uid, m.type);
