@@ -1,16 +1,27 @@
 /* The batch id table: allocation, lookup (reference + dead flag, lock order
- * in engine.h), freeing and teardown.  An id is (generation << 32) | slot+1,
- * so a stale id never finds the batch that reused its slot. */
+ * in engine.h), freeing and teardown.  An id is (sequence << 32) | slot+1,
+ * the sequence drawn from one process-wide counter: a stale id never finds
+ * the batch that reused its slot, and an id of one engine never names a
+ * batch of another engine of the process (until 2^32 allocations wrap). */
 #include "common/error.h"
 #include "common/log.h"
 #include "runtime/batch.h"
 #include "runtime/engine.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define SLOT_OF(id) ((size_t)((id)&0xffffffffu) - 1)
+
+static atomic_uint batch_seq; /* process-wide: every engine draws from it */
+
+static uint32_t next_batch_seq(void)
+{
+    return (uint32_t)atomic_fetch_add_explicit(&batch_seq, 1,
+                                               memory_order_relaxed);
+}
 
 static void batch_put(struct tent_batch *b)
 {
@@ -87,10 +98,7 @@ tent_batch_id_t tent_allocate_batch(tent_engine_t engine, size_t batch_size)
     if (slot == e->nbatches) {
         size_t ncap = e->nbatches ? e->nbatches * 2 : 64;
         struct tent_batch **nb = realloc(e->batches, ncap * sizeof(*nb));
-        uint32_t *ng = nb ? realloc(e->batch_gen, ncap * sizeof(*ng)) : NULL;
-        if (nb)
-            e->batches = nb;
-        if (!ng) {
+        if (!nb) {
             pthread_mutex_unlock(&e->batch_lock);
             pthread_mutex_destroy(&b->lock);
             free(tasks);
@@ -98,17 +106,12 @@ tent_batch_id_t tent_allocate_batch(tent_engine_t engine, size_t batch_size)
             tent_set_error(TENT_ENOMEM, "tent_allocate_batch: out of memory");
             return TENT_INVALID_BATCH_ID;
         }
-        e->batch_gen = ng;
-        for (size_t i = e->nbatches; i < ncap; i++) {
+        e->batches = nb;
+        for (size_t i = e->nbatches; i < ncap; i++)
             e->batches[i] = NULL;
-            e->batch_gen[i] = 0;
-        }
         e->nbatches = ncap;
     }
-    uint32_t gen = ++e->batch_gen[slot];
-    if (gen == 0)
-        gen = e->batch_gen[slot] = 1;
-    b->id = ((uint64_t)gen << 32) | (uint64_t)(slot + 1);
+    b->id = ((uint64_t)next_batch_seq() << 32) | (uint64_t)(slot + 1);
     e->batches[slot] = b;
     pthread_mutex_unlock(&e->batch_lock);
     return b->id;
@@ -186,8 +189,6 @@ void tent_batches_teardown(struct tent_engine *e)
     size_t n = e->nbatches;
     e->batches = NULL;
     e->nbatches = 0;
-    free(e->batch_gen);
-    e->batch_gen = NULL;
     pthread_mutex_unlock(&e->batch_lock);
     for (size_t s = 0; s < n; s++) {
         struct tent_batch *b = list[s];

@@ -152,12 +152,11 @@ struct tent_engine {
     struct tent_notifi_record *notifs;
     size_t nnotifs, notif_cap;
 
-    /* Batches: slot (id & 0xffffffff) - 1, generation in the high half.
-     * batch_lock guards batches/nbatches and the generation counters (the
-     * table only); a leaf lock, taken alone or under one batch->lock. */
+    /* Batches: slot (id & 0xffffffff) - 1, a process-wide sequence number
+     * in the high half (batch_table.c).  batch_lock guards batches/nbatches
+     * (the table only); a leaf lock, taken alone or under one batch->lock. */
     pthread_mutex_t batch_lock;
     struct tent_batch **batches;
-    uint32_t *batch_gen;
     size_t nbatches;
 };
 

@@ -152,6 +152,49 @@ static void test_many_batches_unique_ids(void **state)
     tent_destroy_engine(e);
 }
 
+/* Two engines in one process: an id from one never names a batch of the
+ * other, so engine B refuses A's id (and keeps its own batch) instead of
+ * freeing the batch that happens to sit in the same slot. */
+static void test_ids_unique_across_engines(void **state)
+{
+    (void)state;
+    tent_engine_t a = TU_ENGINE("fake_a");
+    tent_engine_t b = TU_ENGINE("fake_a");
+    assert_non_null(a);
+    assert_non_null(b);
+    enum { N = 8 };
+    tent_batch_id_t ia[N], ib[N];
+    for (int i = 0; i < N; i++) {
+        ia[i] = tent_allocate_batch(a, 1);
+        ib[i] = tent_allocate_batch(b, 1);
+        assert_int_not_equal(ia[i], TENT_INVALID_BATCH_ID);
+        assert_int_not_equal(ib[i], TENT_INVALID_BATCH_ID);
+    }
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < N; j++)
+            assert_true(ia[i] != ib[j]);
+    tent_status_t st;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(tent_free_batch(b, ia[i]), TENT_ENOBATCH);
+        assert_contains(tent_last_error(), "unknown batch id");
+        assert_int_equal(tent_overall_status(a, ib[i], &st), TENT_ENOBATCH);
+    }
+    /* B's own batches survived the attempts above. */
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(tent_overall_status(b, ib[i], &st), TENT_OK);
+        assert_int_equal(tent_free_batch(b, ib[i]), TENT_OK);
+        assert_int_equal(tent_free_batch(a, ia[i]), TENT_OK);
+    }
+    /* A slot reused in A after a free does not bring back an id of B. */
+    tent_batch_id_t again = tent_allocate_batch(a, 1);
+    for (int i = 0; i < N; i++)
+        assert_true(again != ib[i] && again != ia[i]);
+    assert_int_equal(tent_free_batch(b, again), TENT_ENOBATCH);
+    assert_int_equal(tent_free_batch(a, again), TENT_OK);
+    tent_destroy_engine(b);
+    tent_destroy_engine(a);
+}
+
 /* A batch larger than the runtime's internal submit group (64), submitted
  * in uneven calls, with a transport that completes late. */
 static void test_large_batch(void **state)
@@ -185,7 +228,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         TU_TEST(test_lifecycle),   TU_TEST(test_free_after_failure),
         TU_TEST(test_read),        TU_TEST(test_many_batches_unique_ids),
-        TU_TEST(test_large_batch),
+        TU_TEST(test_large_batch), TU_TEST(test_ids_unique_across_engines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
