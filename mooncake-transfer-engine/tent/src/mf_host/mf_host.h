@@ -41,8 +41,9 @@
 #define MFH_WORKERS            4          /* copy threads per handle */
 #define MFH_POOL_MAX           4          /* data connections per peer */
 #define MFH_SLICE              (1u << 20) /* copies are cut into slices of this size */
-#define MFH_IO_TIMEOUT_MS      10000 /* bound on every blocking socket call */
-#define MFH_CONNECT_TIMEOUT_MS 3000  /* bound on connect() */
+#define MFH_IO_TIMEOUT_MS      10000 /* default bound on a blocking socket call */
+#define MFH_IO_TIMEOUT_MAX_MS  86400000 /* one day, as the transport accepts */
+#define MFH_CONNECT_TIMEOUT_MS 3000     /* bound on connect() */
 #define MFH_MAX_BATCH          (1u << 20)
 #define MFH_RUN_MAX            64         /* slices a worker takes at once */
 #define MFH_RUN_BYTES          (4u << 20) /* and at most this many bytes */
@@ -237,6 +238,9 @@ struct mfh_handle {
     uint16_t port;
     char uid[MFH_UID_MAX];
     volatile uint64_t probe_value;
+    /* Bound on every blocking socket call of this instance:
+     * MF_TRANSFER_TIMEOUT (ms) when set at create, else MFH_IO_TIMEOUT_MS. */
+    int io_timeout_ms;
 
     pthread_rwlock_t mem_lock; /* registered ranges */
     struct mfh_range *ranges;
@@ -287,9 +291,8 @@ int32_t mfh_ranges_remove(struct mfh_handle *h, void *addr);
 /* net.c: blocking send/receive, 0 or -1 with errno */
 int mfh_send_full(int fd, const void *buf, size_t len);
 int mfh_recv_full(int fd, void *buf, size_t len);
-/* A connected socket with I/O timeouts of MFH_IO_TIMEOUT_MS to url, or -1
- * with errno. */
-int mfh_connect_url(const char *url);
+/* A connected socket with I/O timeouts of io_ms to url, or -1 with errno. */
+int mfh_connect_url(const char *url, int io_ms);
 
 /* server.c */
 int mfh_server_start(struct mfh_handle *h);

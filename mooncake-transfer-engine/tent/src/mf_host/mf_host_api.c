@@ -166,6 +166,26 @@ MFH_EXPORT int32_t smem_trans_config_init(smem_trans_config_t *config)
     return SM_OK;
 }
 
+/* MF_TRANSFER_TIMEOUT, the seed's transfer timeout in milliseconds, also
+ * bounds this instance's socket calls, so a stalled peer fails a batch
+ * after the configured time.  Read once, at create.  -1 when malformed. */
+static int io_timeout_from_env(void)
+{
+    const char *to = getenv("MF_TRANSFER_TIMEOUT");
+    if (!to)
+        return MFH_IO_TIMEOUT_MS;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(to, &end, 10);
+    if (!*to || *end || errno || v <= 0 || v > MFH_IO_TIMEOUT_MAX_MS) {
+        MFH_ERROR("create: MF_TRANSFER_TIMEOUT='%s' is not a positive number "
+                  "of milliseconds (1..%d)",
+                  to, MFH_IO_TIMEOUT_MAX_MS);
+        return -1;
+    }
+    return (int)v;
+}
+
 MFH_EXPORT smem_trans_t smem_trans_create(const smem_trans_config_t *config,
                                           TENT_UNUSED uint32_t flags)
 {
@@ -197,6 +217,9 @@ MFH_EXPORT smem_trans_t smem_trans_create(const smem_trans_config_t *config,
         MFH_ERROR("create: bad role %d", (int)config->role);
         return NULL;
     }
+    int io_timeout_ms = io_timeout_from_env();
+    if (io_timeout_ms < 0)
+        return NULL;
     char url[sizeof(config->url) + 1];
     memcpy(url, config->url, sizeof(config->url));
     url[sizeof(config->url)] = '\0';
@@ -216,6 +239,7 @@ MFH_EXPORT smem_trans_t smem_trans_create(const smem_trans_config_t *config,
         return NULL;
     }
     h->proto = op;
+    h->io_timeout_ms = io_timeout_ms;
     h->listen_fd = -1;
     h->monitor_efd = -1;
     atomic_init(&h->stopping, false);
@@ -242,7 +266,8 @@ MFH_EXPORT smem_trans_t smem_trans_create(const smem_trans_config_t *config,
     h->next = g_handles;
     g_handles = h;
     pthread_mutex_unlock(&g_lock);
-    MFH_INFO("created instance %s (%s)", h->uid, proto_name(op));
+    MFH_INFO("created instance %s (%s, socket timeout %d ms)", h->uid,
+             proto_name(op), io_timeout_ms);
     return h;
 }
 

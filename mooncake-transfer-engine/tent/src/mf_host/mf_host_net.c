@@ -18,14 +18,13 @@ int mfh_recv_full(int fd, void *buf, size_t len)
     return tent_net_recv_all(fd, buf, len, NULL) ? -1 : 0;
 }
 
-int mfh_connect_url(const char *url)
+int mfh_connect_url(const char *url, int io_ms)
 {
     char host[MFH_UID_MAX];
     uint16_t port;
     int fd = -1;
     if (tent_net_split_hostport(url, host, sizeof(host), &port) != 0 ||
-        tent_net_connect(host, port, MFH_CONNECT_TIMEOUT_MS, MFH_IO_TIMEOUT_MS,
-                         &fd) != 0)
+        tent_net_connect(host, port, MFH_CONNECT_TIMEOUT_MS, io_ms, &fd) != 0)
         return -1;
     return fd;
 }

@@ -301,7 +301,7 @@ static void *accept_main(void *arg)
 {
     struct mfh_handle *h = arg;
     while (!atomic_load(&h->stopping)) {
-        int fd = tent_net_accept(h->listen_fd, MFH_IO_TIMEOUT_MS);
+        int fd = tent_net_accept(h->listen_fd, h->io_timeout_ms);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN)
                 continue;

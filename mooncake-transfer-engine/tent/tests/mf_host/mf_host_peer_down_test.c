@@ -1,7 +1,8 @@
 /* Peer down across processes: a forked target registers memory and reports
  * its unique id; it is killed while batches to it are in flight.  The
  * callback fires with that id, every batch finishes (no hang), and the ones
- * that had not finished report SM_NOT_CONNECTED. */
+ * that had not finished report SM_NOT_CONNECTED.  A target that stalls
+ * (stopped, connections open) fails a batch after MF_TRANSFER_TIMEOUT. */
 /* cmocka.h needs these first. */
 /* clang-format off */
 #include <setjmp.h>
@@ -132,6 +133,82 @@ static void test_shm_read(void **state)
     run(SMEMB_DATA_OP_HOST_SHM, SMEM_TRANS_OP_READ);
 }
 
+/* A stalled target (SIGSTOP: connections stay open, nothing answers) fails
+ * a batch after the configured MF_TRANSFER_TIMEOUT, not a fixed 10 s. */
+static void stalled(smem_trans_opcode_t op)
+{
+    assert_int_equal(setenv("MF_TRANSFER_TIMEOUT", "1000", 1), 0);
+    struct mfh_child child;
+    assert_int_equal(
+        mfh_child_start(&child, A, SMEMB_DATA_OP_HOST_TCP, TARGET_SIZE), 0);
+    assert_int_equal(A->smem_trans_init(0, 0), SM_OK);
+    smem_trans_t h = mfh_create(A, SMEMB_DATA_OP_HOST_TCP);
+    assert_non_null(h);
+    uint8_t *local = calloc(1, TARGET_SIZE);
+    assert_non_null(local);
+    assert_int_equal(mfh_copy1(A, h, child.uid, op, local, child.base, 4096),
+                     0);
+
+    assert_int_equal(kill(child.pid, SIGSTOP), 0);
+    void *src[1] = {local}, *dst[1] = {child.base};
+    size_t sz[1] = {TARGET_SIZE};
+    smem_trans_batch_params_t p = {.destUrl = child.uid,
+                                   .srcList = src,
+                                   .destList = dst,
+                                   .sizeList = sz,
+                                   .batchSize = 1,
+                                   .opcode = op};
+    uint64_t id = 0;
+    double t0 = mfh_now();
+    assert_int_equal(A->smem_trans_batch_copy(h, &p, &id), SM_OK);
+    int32_t result = 0;
+    int32_t rc = mfh_wait(A, h, id, &result, 30);
+    double took = mfh_now() - t0;
+    kill(child.pid, SIGCONT);
+    mfh_child_stop(&child, true);
+    assert_int_equal(rc, SM_OK);
+    assert_int_not_equal(result, 0);
+    /* one configured timeout (1 s), with room for a loaded machine; the
+     * fixed bound was 10 s */
+    assert_true(took >= 0.9);
+    assert_true(took < 6.0);
+
+    A->smem_trans_destroy(h, 0);
+    A->smem_trans_uninit(0);
+    free(local);
+    unsetenv("MF_TRANSFER_TIMEOUT");
+}
+
+static void test_tcp_stalled_peer_write(void **state)
+{
+    (void)state;
+    stalled(SMEM_TRANS_OP_WRITE);
+}
+
+static void test_tcp_stalled_peer_read(void **state)
+{
+    (void)state;
+    stalled(SMEM_TRANS_OP_READ);
+}
+
+/* A malformed MF_TRANSFER_TIMEOUT is refused at create, not ignored. */
+static void test_bad_transfer_timeout_refused(void **state)
+{
+    (void)state;
+    static const char *bad[] = {"", "0", "-5", "10s", "99999999999"};
+    assert_int_equal(A->smem_trans_init(0, 0), SM_OK);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(setenv("MF_TRANSFER_TIMEOUT", bad[i], 1), 0);
+        assert_null(mfh_create(A, SMEMB_DATA_OP_HOST_TCP));
+    }
+    assert_int_equal(setenv("MF_TRANSFER_TIMEOUT", "250", 1), 0);
+    smem_trans_t h = mfh_create(A, SMEMB_DATA_OP_HOST_TCP);
+    assert_non_null(h);
+    A->smem_trans_destroy(h, 0);
+    A->smem_trans_uninit(0);
+    unsetenv("MF_TRANSFER_TIMEOUT");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -139,6 +216,9 @@ int main(void)
         cmocka_unit_test(test_tcp_read),
         cmocka_unit_test(test_shm_write),
         cmocka_unit_test(test_shm_read),
+        cmocka_unit_test(test_tcp_stalled_peer_write),
+        cmocka_unit_test(test_tcp_stalled_peer_read),
+        cmocka_unit_test(test_bad_transfer_timeout_refused),
     };
     return cmocka_run_group_tests(tests, group_setup, NULL);
 }
