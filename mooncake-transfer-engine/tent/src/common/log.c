@@ -82,3 +82,19 @@ void tent_log_write(int level, const char *file, int line, const char *fmt, ...)
     tent_log_vemit(tent_log_level_name(level), NULL, file, line, fmt, ap);
     va_end(ap);
 }
+
+bool tent_log_ratelimit_ok(struct tent_log_ratelimit *rl, int interval_ms,
+                           unsigned long *held)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    long long next = atomic_load(&rl->next_ms);
+    if (now < next || !atomic_compare_exchange_strong(&rl->next_ms, &next,
+                                                      now + interval_ms)) {
+        atomic_fetch_add(&rl->held, 1);
+        return false;
+    }
+    *held = atomic_exchange(&rl->held, 0);
+    return true;
+}

@@ -7,6 +7,7 @@
 
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 
 enum tent_log_level {
     TENT_LOG_TRACE = 0,
@@ -44,6 +45,20 @@ void tent_log_emit(const char *level, const char *tag, const char *file,
         if (TENT_LOG_ENABLED(lvl))                                             \
             tent_log_write((lvl), __FILE__, __LINE__, __VA_ARGS__);            \
     } while (0)
+
+/* A rate limit for a log line that a peer can trigger at will (refused
+ * connections, dropped notifications): at most one line per interval; the
+ * lines held back are counted and reported with the next one.  Zero
+ * initialised; safe from any thread. */
+struct tent_log_ratelimit {
+    atomic_llong next_ms;
+    atomic_ulong held;
+};
+
+/* True when a line may be written now; *held is then how many were held
+ * back since the last one (and the count restarts). */
+bool tent_log_ratelimit_ok(struct tent_log_ratelimit *rl, int interval_ms,
+                           unsigned long *held);
 
 #define LOG_TRACE(...) TENT_LOG(TENT_LOG_TRACE, __VA_ARGS__)
 #define LOG_DEBUG(...) TENT_LOG(TENT_LOG_DEBUG, __VA_ARGS__)

@@ -4,7 +4,15 @@
  * answers descriptor fetches and notifications (control plane) and the tcp
  * transport's reads and writes (data plane), all in the wire format of
  * wire.h.  A connection that sends a frame that does not validate is closed;
- * other connections are not affected. */
+ * other connections are not affected.
+ *
+ * Connections are bounded (tent_rpc_limits): a frame must arrive whole
+ * within frame_timeout_ms of its first byte, a connection idle between
+ * frames for idle_timeout_ms is closed, and at most max_conns are open.
+ * When full, a newcomer takes the place of the oldest connection that never
+ * completed a frame, else of the one idle longest; only when every
+ * connection is busy with a frame is it refused (logged, rate-limited).
+ * So idle or slow clients cannot lock real peers out. */
 #ifndef TENT_RPC_RPC_H
 #define TENT_RPC_RPC_H
 
@@ -24,9 +32,10 @@ struct tent_rpc_handlers {
     /* The local segment's descriptor as JSON (what DESC_RESP carries);
      * malloc'd, length in *len, NULL when out of memory. */
     char *(*describe)(void *ctx, size_t *len);
-    /* A notification from the peer whose segment is named from. */
-    int (*notify)(void *ctx, const char *from, const char *name,
-                  const char *msg);
+    /* A notification from the peer whose segment is named from (as the
+     * sender declares it); peer is the connection's address, "<ip>:<port>". */
+    int (*notify)(void *ctx, const char *peer, const char *from,
+                  const char *name, const char *msg);
     /* Finds the registered buffer wholly holding [addr, +len) that a peer
      * may read (write false) or write through the tcp path and pins it
      * until unpin(*token); else the TENT_E* code the peer is answered. */
@@ -35,11 +44,37 @@ struct tent_rpc_handlers {
     void (*unpin)(void *ctx, void *token);
 };
 
+/* Bounds on the server's connections (config keys rpc_max_connections,
+ * rpc_idle_timeout_ms, rpc_frame_timeout_ms). */
+struct tent_rpc_limits {
+    int max_conns;
+    int idle_timeout_ms;
+    int frame_timeout_ms;
+};
+#define TENT_RPC_DEFAULT_MAX_CONNS 1024
+#define TENT_RPC_DEFAULT_IDLE_MS   300000
+#define TENT_RPC_DEFAULT_FRAME_MS  30000
+
+/* What the server did about its bounds, since it started. */
+struct tent_rpc_stats {
+    uint64_t accepted;       /* connections taken in */
+    uint64_t evicted;        /* closed to make room for a newcomer */
+    uint64_t refused;        /* newcomers refused: every slot busy */
+    uint64_t idle_closed;    /* closed after idle_timeout_ms */
+    uint64_t frame_timeouts; /* closed: a frame not whole in time */
+    int open;                /* connections open now (evicted excluded) */
+    int in_frame; /* of which inside a frame (not evictable once used) */
+};
+
 /* Binds host:port (0 = ephemeral) and starts serving with the handlers
- * (copied).  *bound_port is the real port. */
-int tent_rpc_server_start(const struct tent_rpc_handlers *h, const char *host,
+ * (copied) within the limits (copied; NULL = the defaults above).
+ * *bound_port is the real port. */
+int tent_rpc_server_start(const struct tent_rpc_handlers *h,
+                          const struct tent_rpc_limits *lim, const char *host,
                           uint16_t port, struct tent_rpc_server **out,
                           uint16_t *bound_port);
+void tent_rpc_server_stats(struct tent_rpc_server *s,
+                           struct tent_rpc_stats *out);
 /* Stops accepting, closes every connection and joins every thread; after it
  * returns the server touches no engine memory.  NULL is a no-op. */
 void tent_rpc_server_stop(struct tent_rpc_server *s);

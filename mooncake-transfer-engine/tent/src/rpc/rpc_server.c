@@ -7,7 +7,12 @@
  * served by tcp), which keeps the buffer pinned for the duration of the
  * copy, so an unregister in parallel answers busy instead of freeing memory
  * under the server.  The server knows its owner only through the handler
- * table (rpc.h). */
+ * table (rpc.h).
+ *
+ * Bounds (rpc.h tent_rpc_limits): each connection thread checks its own
+ * frame deadline and idle time at every receive (at least every IO_TICK_MS);
+ * the accept thread enforces the connection cap and picks whom to evict
+ * from what the connection threads publish (frames, at_boundary, last_ms). */
 #include "common/error.h"
 #include "common/log.h"
 #include "rpc/rpc.h"
@@ -25,11 +30,12 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
-#define MAX_CONNS       256
-#define IO_TICK_MS      500 /* receive timeout; the stop flag is checked */
-#define MID_FRAME_TICKS 20  /* a frame stalled this long (10 s) is dropped */
+#define IO_TICK_MS      500  /* receive timeout; stop and deadlines checked */
+#define MID_FRAME_TICKS 20   /* a frame stalled this long (10 s) is dropped */
+#define LOG_EVERY_MS    5000 /* rate of the refusal and eviction warnings */
 
 #define IOBUF      65536 /* per-connection input and output buffers */
 #define DIRECT_MIN 16384 /* larger reads bypass the input buffer */
@@ -41,6 +47,14 @@
 struct conn {
     struct tent_rpc_server *srv;
     int fd;
+    char peer[64]; /* "<ip>:<port>" of the client */
+    long long accepted_ms;
+    long long deadline_ms; /* of the frame being served (this thread only) */
+    /* Published for the accept thread's choice of whom to evict. */
+    atomic_uint frames;      /* frames served whole */
+    atomic_bool at_boundary; /* waiting for a frame, none of it read */
+    atomic_llong last_ms;    /* end of the last frame (or accept) */
+    bool evicted;            /* server lock */
     uint8_t in[IOBUF];
     size_t in_pos, in_len;
     uint8_t out[IOBUF];
@@ -50,23 +64,57 @@ struct conn {
     struct conn *next;
 };
 
-/* lock guards conns/nconns; stop is set once, under lock.  It is a leaf
- * lock: no handler is called and no other lock is taken while it is held. */
+/* lock guards conns/nconns/nlive, the evicted flags and the accept thread's
+ * counters; stop is set once, under lock.  It is a leaf lock: no handler is
+ * called and no other lock is taken while it is held. */
 struct tent_rpc_server {
     struct tent_rpc_handlers h;
+    struct tent_rpc_limits lim;
     int lfd, wake_fd;
     pthread_t accept_thread;
     atomic_bool stop;
     pthread_mutex_t lock;
     struct conn *conns;
-    int nconns;
+    int nconns; /* in the list (evicted ones until reaped) */
+    int nlive;  /* not evicted: what the cap counts */
+    uint64_t accepted, evicted, refused;
+    atomic_ulong idle_closed, frame_timeouts;
+    struct tent_log_ratelimit refuse_rl, evict_rl;
 };
 
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The first byte of a frame is here: its whole must follow in time. */
+static void frame_begin(struct conn *c)
+{
+    c->deadline_ms = now_ms() + c->srv->lim.frame_timeout_ms;
+    atomic_store(&c->at_boundary, false);
+}
+
+static void frame_end(struct conn *c)
+{
+    atomic_store(&c->last_ms, now_ms());
+    atomic_fetch_add(&c->frames, 1);
+    atomic_store(&c->at_boundary, true);
+}
+
 /* A send may wait out MID_FRAME_TICKS timeouts in a row, unless the
- * server stops. */
+ * server stops or the frame's deadline passes (a client that does not read
+ * its answers holds the connection no longer than a slow request would). */
 static bool srv_send_wait(void *arg, int stalls)
 {
     struct conn *c = arg;
+    if (now_ms() >= c->deadline_ms) {
+        atomic_fetch_add(&c->srv->frame_timeouts, 1);
+        LOG_DEBUG("rpc: %s: answer not taken within rpc_frame_timeout_ms",
+                  c->peer);
+        return false;
+    }
     return !atomic_load(&c->srv->stop) && stalls < MID_FRAME_TICKS;
 }
 
@@ -86,15 +134,22 @@ static int flush_out(struct conn *c)
     return srv_send(c, &iov, 1);
 }
 
-/* Receives exactly n bytes; idle_ok lets a frame boundary wait forever (until
- * stop).  0, or -1 when the connection must be dropped. */
-static int srv_recv(struct conn *c, void *buf, size_t n, bool idle_ok)
+/* Receives exactly n bytes.  first: these are the first bytes of a frame,
+ * so before any arrives the connection is idle (bounded by
+ * idle_timeout_ms) and the first one starts the frame's deadline; every
+ * other receive belongs to the frame being served and fails once its
+ * deadline passes, however slowly bytes keep coming.  0, or -1 when the
+ * connection must be dropped. */
+static int srv_recv(struct conn *c, void *buf, size_t n, bool first)
 {
     char *p = buf;
     int ticks = 0;
     size_t got = 0;
     while (got < n) {
+        bool idle = first && got == 0;
         if (c->in_pos < c->in_len) {
+            if (idle)
+                frame_begin(c);
             size_t k = c->in_len - c->in_pos;
             if (k > n - got)
                 k = n - got;
@@ -106,6 +161,20 @@ static int srv_recv(struct conn *c, void *buf, size_t n, bool idle_ok)
         }
         if (flush_out(c) || atomic_load(&c->srv->stop))
             return -1;
+        long long now = now_ms();
+        if (idle &&
+            now - atomic_load(&c->last_ms) >= c->srv->lim.idle_timeout_ms) {
+            atomic_fetch_add(&c->srv->idle_closed, 1);
+            LOG_DEBUG("rpc: %s: closing a connection idle for %d ms", c->peer,
+                      c->srv->lim.idle_timeout_ms);
+            return -1;
+        }
+        if (!idle && now >= c->deadline_ms) {
+            atomic_fetch_add(&c->srv->frame_timeouts, 1);
+            LOG_DEBUG("rpc: %s: dropping a frame not whole within %d ms",
+                      c->peer, c->srv->lim.frame_timeout_ms);
+            return -1;
+        }
         bool direct = n - got >= DIRECT_MIN;
         ssize_t r = direct ? recv(c->fd, p + got, n - got, 0)
                            : recv(c->fd, c->in, sizeof(c->in), 0);
@@ -125,7 +194,7 @@ static int srv_recv(struct conn *c, void *buf, size_t n, bool idle_ok)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return -1;
-        if (got == 0 && idle_ok)
+        if (idle)
             continue;
         if (++ticks >= MID_FRAME_TICKS)
             return -1;
@@ -212,7 +281,7 @@ static int serve_notify(struct conn *c, const struct tent_wire_hdr *h)
         tent_wire_decode_notify(body, h->len, n))
         goto out;
     const struct tent_rpc_handlers *hd = &c->srv->h;
-    int st = hd->notify(hd->ctx, n->from, n->name, n->msg);
+    int st = hd->notify(hd->ctx, c->peer, n->from, n->name, n->msg);
     rc = send_resp(c, h->seq, st, NULL, 0);
 out:
     free(n);
@@ -273,6 +342,7 @@ static void *conn_main(void *arg)
             LOG_DEBUG("rpc: connection closed after frame type %u", h.type);
             break;
         }
+        frame_end(c);
     }
     (void)flush_out(c); /* answers to the requests before the end */
     shutdown(c->fd, SHUT_RDWR);
@@ -296,8 +366,121 @@ static void reap_locked(struct tent_rpc_server *s, bool all)
         close(c->fd);
         *pp = c->next;
         s->nconns--;
+        if (!c->evicted)
+            s->nlive--;
         free(c);
     }
+}
+
+/* Whom a newcomer replaces when the server is full: the oldest connection
+ * that never completed a frame (waiting ones before ones inside their first
+ * frame), else the one idle longest between frames.  NULL when every
+ * connection is inside a frame after having completed one: a real peer at
+ * work.  Caller holds lock. */
+static struct conn *pick_victim_locked(struct tent_rpc_server *s)
+{
+    long long now = now_ms();
+    struct conn *best = NULL;
+    int best_cls = 3;
+    long long best_age = -1;
+    for (struct conn *c = s->conns; c; c = c->next) {
+        if (c->evicted || atomic_load(&c->done))
+            continue;
+        bool fresh = atomic_load(&c->frames) == 0;
+        bool waiting = atomic_load(&c->at_boundary);
+        int cls = fresh ? (waiting ? 0 : 1) : (waiting ? 2 : 3);
+        if (cls == 3)
+            continue;
+        long long age =
+            now - (cls == 2 ? atomic_load(&c->last_ms) : c->accepted_ms);
+        if (cls < best_cls || (cls == best_cls && age > best_age)) {
+            best = c;
+            best_cls = cls;
+            best_age = age;
+        }
+    }
+    return best;
+}
+
+static void peer_name(int fd, char *buf, size_t cap)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char host[NI_MAXHOST], serv[NI_MAXSERV];
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0 ||
+        getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), serv,
+                    sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+        snprintf(buf, cap, "?");
+        return;
+    }
+    tent_net_format_hostport(buf, cap, host, (unsigned)atoi(serv));
+}
+
+/* Takes in one accepted socket: evicts to make room when full, or refuses
+ * it when nobody can be evicted. */
+static void admit(struct tent_rpc_server *s, int fd)
+{
+    struct conn *c = calloc(1, sizeof(*c));
+    if (!c) {
+        LOG_WARN("rpc: refusing a connection: out of memory");
+        close(fd);
+        return;
+    }
+    c->srv = s;
+    c->fd = fd;
+    peer_name(fd, c->peer, sizeof(c->peer));
+    c->accepted_ms = now_ms();
+    atomic_init(&c->last_ms, c->accepted_ms);
+    atomic_init(&c->at_boundary, true);
+    atomic_init(&c->frames, 0);
+    atomic_init(&c->done, false);
+
+    unsigned long held;
+    pthread_mutex_lock(&s->lock);
+    if (s->nlive >= s->lim.max_conns) {
+        struct conn *v = pick_victim_locked(s);
+        if (!v) {
+            s->refused++;
+            int open = s->nlive;
+            pthread_mutex_unlock(&s->lock);
+            if (tent_log_ratelimit_ok(&s->refuse_rl, LOG_EVERY_MS, &held))
+                LOG_WARN("rpc: refusing a connection from %s: all %d "
+                         "connections (rpc_max_connections) are serving "
+                         "requests (%lu more refusals not logged)",
+                         c->peer, open, held);
+            close(fd);
+            free(c);
+            return;
+        }
+        /* The victim's thread sees its socket shut down, ends, and is
+         * reaped later; from now on it does not count. */
+        v->evicted = true;
+        s->nlive--;
+        s->evicted++;
+        shutdown(v->fd, SHUT_RDWR);
+        bool fresh = atomic_load(&v->frames) == 0;
+        if (tent_log_ratelimit_ok(&s->evict_rl, LOG_EVERY_MS, &held))
+            LOG_WARN("rpc: %d connections open (rpc_max_connections): closing "
+                     "%s connection from %s to admit %s (%lu more evictions "
+                     "not logged)",
+                     s->lim.max_conns,
+                     fresh ? "a never-used" : "the longest idle", v->peer,
+                     c->peer, held);
+    }
+    if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
+        pthread_mutex_unlock(&s->lock);
+        LOG_WARN("rpc: refusing a connection from %s: cannot start a thread",
+                 c->peer);
+        close(fd);
+        free(c);
+        return;
+    }
+    c->next = s->conns;
+    s->conns = c;
+    s->nconns++;
+    s->nlive++;
+    s->accepted++;
+    pthread_mutex_unlock(&s->lock);
 }
 
 static void *accept_main(void *arg)
@@ -313,36 +496,48 @@ static void *accept_main(void *arg)
         if (r <= 0 || !(p[0].revents & POLLIN))
             continue;
         int fd = tent_net_accept(s->lfd, IO_TICK_MS);
-        if (fd < 0)
-            continue;
-        pthread_mutex_lock(&s->lock);
-        struct conn *c = s->nconns < MAX_CONNS ? calloc(1, sizeof(*c)) : NULL;
-        if (!c) {
-            pthread_mutex_unlock(&s->lock);
-            LOG_WARN("rpc: refusing a connection: %d open", MAX_CONNS);
-            close(fd);
-            continue;
-        }
-        c->srv = s;
-        c->fd = fd;
-        if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
-            pthread_mutex_unlock(&s->lock);
-            close(fd);
-            free(c);
-            continue;
-        }
-        c->next = s->conns;
-        s->conns = c;
-        s->nconns++;
-        pthread_mutex_unlock(&s->lock);
+        if (fd >= 0)
+            admit(s, fd);
     }
     return NULL;
 }
 
-int tent_rpc_server_start(const struct tent_rpc_handlers *h, const char *host,
+void tent_rpc_server_stats(struct tent_rpc_server *s,
+                           struct tent_rpc_stats *out)
+{
+    pthread_mutex_lock(&s->lock);
+    out->accepted = s->accepted;
+    out->evicted = s->evicted;
+    out->refused = s->refused;
+    out->open = s->nlive;
+    out->in_frame = 0;
+    for (struct conn *c = s->conns; c; c = c->next)
+        out->in_frame += !c->evicted && !atomic_load(&c->done) &&
+                         !atomic_load(&c->at_boundary);
+    pthread_mutex_unlock(&s->lock);
+    out->idle_closed = atomic_load(&s->idle_closed);
+    out->frame_timeouts = atomic_load(&s->frame_timeouts);
+}
+
+int tent_rpc_server_start(const struct tent_rpc_handlers *h,
+                          const struct tent_rpc_limits *lim, const char *host,
                           uint16_t port, struct tent_rpc_server **out,
                           uint16_t *bound_port)
 {
+    static const struct tent_rpc_limits defaults = {
+        .max_conns = TENT_RPC_DEFAULT_MAX_CONNS,
+        .idle_timeout_ms = TENT_RPC_DEFAULT_IDLE_MS,
+        .frame_timeout_ms = TENT_RPC_DEFAULT_FRAME_MS,
+    };
+    if (!lim)
+        lim = &defaults;
+    if (lim->max_conns < 1 || lim->idle_timeout_ms < 1 ||
+        lim->frame_timeout_ms < 1)
+        return tent_set_error(TENT_EINVAL,
+                              "rpc server: limits must be positive (max "
+                              "connections %d, idle %d ms, frame %d ms)",
+                              lim->max_conns, lim->idle_timeout_ms,
+                              lim->frame_timeout_ms);
     /* non-blocking: a connection reset between poll and accept must not
      * stall the accept thread */
     int rc, lfd;
@@ -362,6 +557,7 @@ int tent_rpc_server_start(const struct tent_rpc_handlers *h, const char *host,
         goto fail_alloc;
     }
     s->h = *h;
+    s->lim = *lim;
     s->lfd = lfd;
     s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (s->wake_fd < 0) {

@@ -27,8 +27,8 @@ static char *rpc_describe(void *ctx, size_t *len)
     return tent_desc_export(ctx, len);
 }
 
-static int rpc_notify(void *ctx, const char *from_name, const char *name,
-                      const char *msg)
+static int rpc_notify(void *ctx, const char *peer, const char *from_name,
+                      const char *name, const char *msg)
 {
     struct tent_engine *e = ctx;
     uint64_t from = 0; /* the sender's segment id here, if it is open */
@@ -39,7 +39,7 @@ static int rpc_notify(void *ctx, const char *from_name, const char *name,
             break;
         }
     pthread_mutex_unlock(&e->seg_lock);
-    return tent_engine_deliver_notif(e, from, name, msg);
+    return tent_engine_deliver_notif(e, from, peer, from_name, name, msg);
 }
 
 /* Finds and pins the local buffer wholly holding the range; the error says
@@ -151,9 +151,21 @@ static void host_identity(char *out, size_t cap)
 
 int tent_ctrl_start(struct tent_engine *e)
 {
-    int64_t to;
+    int64_t to, maxc, idle, frame;
     int rc = tent_config_get_int_range(e->cfg, "rpc_timeout_ms", 3000, 1,
                                        600000, &to);
+    if (!rc)
+        rc = tent_config_get_int_range(e->cfg, "rpc_max_connections",
+                                       TENT_RPC_DEFAULT_MAX_CONNS, 1, 65536,
+                                       &maxc);
+    if (!rc)
+        rc = tent_config_get_int_range(e->cfg, "rpc_idle_timeout_ms",
+                                       TENT_RPC_DEFAULT_IDLE_MS, 1, 86400000,
+                                       &idle);
+    if (!rc)
+        rc = tent_config_get_int_range(e->cfg, "rpc_frame_timeout_ms",
+                                       TENT_RPC_DEFAULT_FRAME_MS, 1, 3600000,
+                                       &frame);
     const char *mtype = NULL, *lname = NULL;
     if (!rc)
         rc = tent_config_get_string(e->cfg, "metadata_type", "p2p", &mtype);
@@ -173,7 +185,11 @@ int tent_ctrl_start(struct tent_engine *e)
     struct tent_rpc_handlers h = handlers_tmpl;
     h.ctx = e;
     uint16_t port;
-    rc = tent_rpc_server_start(&h, e->hostname, e->rpc_port, &e->rpc, &port);
+    struct tent_rpc_limits lim = {.max_conns = (int)maxc,
+                                  .idle_timeout_ms = (int)idle,
+                                  .frame_timeout_ms = (int)frame};
+    rc = tent_rpc_server_start(&h, &lim, e->hostname, e->rpc_port, &e->rpc,
+                               &port);
     if (rc)
         return rc;
     e->rpc_port = port;

@@ -90,6 +90,9 @@ static int load_settings(struct tent_engine *e)
                                   "supported (accepted: 2MB, 512MB, 1GB)",
                                   size);
     }
+    rc = tent_notifs_load_settings(e);
+    if (rc)
+        return rc;
     return tent_policies_load(e);
 }
 

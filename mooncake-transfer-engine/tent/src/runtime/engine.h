@@ -18,6 +18,7 @@
 #define TENT_RUNTIME_ENGINE_H
 
 #include "common/config.h"
+#include "common/log.h"
 #include "tent/transfer_engine.h"
 #include "transport/transport.h"
 
@@ -146,11 +147,21 @@ struct tent_engine {
      * before the metadata backend's lock and segment->lock. */
     pthread_mutex_t reg_lock;
 
-    /* Received notifications.  notif_lock guards notifs/nnotifs/notif_cap;
-     * a leaf lock (taken from RPC server threads and under batch->lock). */
+    /* Received notifications (notify.c).  notif_lock guards notifs,
+     * notif_peers, nnotifs, notif_cap, notif_bytes and the senders table; a
+     * leaf lock (taken from RPC server threads and under batch->lock).  The
+     * queue is bounded in bytes in total and per sender (limits read at
+     * creation); a notification beyond them is refused and counted. */
     pthread_mutex_t notif_lock;
     struct tent_notifi_record *notifs;
+    struct tent_notif_peer *notif_peers; /* parallel to notifs */
     size_t nnotifs, notif_cap;
+    size_t notif_bytes;
+    struct tent_notif_sender *senders;
+    size_t nsenders, senders_cap;
+    size_t notif_max_bytes, notif_max_sender_bytes;
+    atomic_ulong notif_dropped;
+    struct tent_log_ratelimit notif_rl;
 
     /* Batches: slot (id & 0xffffffff) - 1, a process-wide sequence number
      * in the high half (batch_table.c).  batch_lock guards batches/nbatches
@@ -192,9 +203,25 @@ void tent_select_candidates(struct tent_engine *e, struct tent_task *task,
                             const struct tent_segment *target,
                             const struct tent_buffer *target_buf);
 
-/* notify.c: queues a received notification for tent_recv_notifs. */
+/* notify.c */
+/* Where a queued notification came from, beside tent_notifi_record (whose
+ * public layout has no room for it): the connection's address, "local"
+ * for a notification to self. */
+struct tent_notif_peer {
+    char addr[64];
+};
+int tent_notifs_load_settings(struct tent_engine *e);
+/* Queues a received notification for tent_recv_notifs: from is the
+ * sender's segment id here (0 if not open), peer the connection's address,
+ * sender the segment name it declared.  TENT_EBUSY beyond the queue's
+ * bounds. */
 int tent_engine_deliver_notif(struct tent_engine *e, uint64_t from,
+                              const char *peer, const char *sender,
                               const char *name, const char *msg);
+/* tent_recv_notifs, also handing over the peer address of each record
+ * (*peers, parallel to info->records, free() it; NULL when none). */
+int tent_engine_recv_notifs(struct tent_engine *e, tent_notifi_info *info,
+                            struct tent_notif_peer **peers);
 void tent_notifs_teardown(struct tent_engine *e);
 int tent_engine_send_notif(struct tent_engine *e, uint64_t handle,
                            const char *name, const char *msg);

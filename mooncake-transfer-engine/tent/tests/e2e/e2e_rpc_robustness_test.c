@@ -1,7 +1,10 @@
 /* The RPC server against raw sockets: malformed or truncated frames close
  * that connection only; well-formed requests outside the registered
  * buffers or their permissions are refused with an error answer and touch
- * nothing; a well-behaved peer keeps being served throughout. */
+ * nothing; a well-behaved peer keeps being served throughout.  Hostile
+ * clients: idle, half-open and slow connections cannot lock peers out
+ * (rpc_max_connections, rpc_idle_timeout_ms, rpc_frame_timeout_ms), and one
+ * sender cannot queue unbounded notifications at the receiver. */
 // clang-format off
 #include <setjmp.h>
 #include <errno.h>
@@ -20,9 +23,11 @@
 #include <cmocka.h>
 // clang-format on
 
+#include "common/config.h"
 #include "e2e_peer.h"
 #include "rpc/rpc.h"
 #include "rpc/wire.h"
+#include "runtime/engine.h"
 #include "tent/transfer_engine.h"
 
 static struct e2e_peer g_peer;
@@ -93,19 +98,27 @@ static void desc_roundtrip(int fd)
     free(body);
 }
 
-/* A transfer through the public API still works. */
-static void engine_roundtrip(void)
+/* Allocates and registers (TENT's pattern: allocate, then register; an
+ * allocation that already registered answers TENT_EEXIST). */
+static void *alloc_registered(tent_engine_t e, size_t len)
 {
-    tent_engine_t e = tent_create_engine();
-    assert_non_null(e);
-    tent_segment_id_t seg;
-    assert_int_equal(tent_open_segment(e, &seg, g_peer.name), 0);
-    void *buf;
-    assert_int_equal(tent_allocate_memory(e, &buf, 4096, "cpu"), 0);
+    void *buf = NULL;
+    assert_int_equal(tent_allocate_memory(e, &buf, len, "cpu"), 0);
+    int rc = tent_register_memory(e, buf, len);
+    assert_true(rc == 0 || rc == TENT_EEXIST);
+    return buf;
+}
+
+/* One read of 4096 bytes of e2e_pattern at base of segment name, through
+ * initiator e over the tcp transport, every byte checked. */
+static void read_check(tent_engine_t e, tent_segment_id_t seg, uint64_t base)
+{
+    uint8_t *buf = alloc_registered(e, 4096);
+    memset(buf, 0, 4096);
     tent_request_t r = {.opcode = OPCODE_READ,
                         .source = buf,
                         .target_id = seg,
-                        .target_offset = g_peer.rw_base,
+                        .target_offset = base,
                         .length = 4096};
     tent_batch_id_t b = tent_allocate_batch(e, 1);
     assert_int_equal(tent_submit(e, b, &r, 1), 0);
@@ -113,9 +126,26 @@ static void engine_roundtrip(void)
     assert_int_equal(e2e_wait(e, b, 5000, &st), 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
     for (size_t i = 0; i < 4096; i++)
-        assert_int_equal(((uint8_t *)buf)[i], e2e_pattern(i));
+        assert_int_equal(buf[i], e2e_pattern(i));
     assert_int_equal(tent_free_batch(e, b), 0);
+    tent_unregister_memory(e, buf, 4096);
+    tent_free_memory(e, buf);
+}
+
+static void roundtrip_to(const char *name, uint64_t base)
+{
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    tent_segment_id_t seg;
+    assert_int_equal(tent_open_segment(e, &seg, name), 0);
+    read_check(e, seg, base);
     tent_destroy_engine(e);
+}
+
+/* A transfer through the public API still works. */
+static void engine_roundtrip(void)
+{
+    roundtrip_to(g_peer.name, g_peer.rw_base);
 }
 
 /* The first MiB of the target's read-write buffer holds its pattern, with
@@ -374,12 +404,311 @@ static void test_bad_descriptor_refused_by_initiator(void **state)
     tent_destroy_engine(e);
 }
 
+/* ---- hostile clients ----------------------------------------------------
+ * An in-process target engine with the limits under test (real sockets on
+ * loopback), a pattern-filled buffer to read, and its server's counters. */
+struct target {
+    tent_engine_t e;
+    uint8_t *buf;
+    char name[256], host[256];
+    uint16_t port;
+};
+
+static void target_start(struct target *t, const char *const *kv)
+{
+    e2e_config(false, true);
+    for (; kv && kv[0]; kv += 2)
+        tent_set_config(kv[0], kv[1]);
+    t->e = tent_create_engine();
+    assert_non_null(t->e);
+    t->buf = alloc_registered(t->e, 1 << 20);
+    for (size_t i = 0; i < (1 << 20); i++)
+        t->buf[i] = e2e_pattern(i);
+    assert_int_equal(tent_segment_name(t->e, t->name, sizeof(t->name)), 0);
+    assert_int_equal(
+        tent_rpc_parse_addr(t->name, t->host, sizeof(t->host), &t->port), 0);
+}
+
+static void target_stop(struct target *t)
+{
+    tent_destroy_engine(t->e);
+    e2e_config(false, true); /* the group's settings for later tests */
+}
+
+static struct tent_rpc_stats target_stats(struct target *t)
+{
+    struct tent_rpc_stats st;
+    tent_rpc_server_stats(((struct tent_engine *)t->e)->rpc, &st);
+    return st;
+}
+
+static int connect_to(struct target *t)
+{
+    int fd = -1;
+    assert_int_equal(tent_rpc_connect(t->host, t->port, 3000, &fd), 0);
+    return fd;
+}
+
+/* ms until the server closes fd (the client sends nothing more), or -1
+ * when it is still open after limit_ms. */
+static long ms_until_closed(int fd, long limit_ms)
+{
+    long t0 = e2e_now_ms();
+    char buf[256];
+    while (e2e_now_ms() - t0 < limit_ms) {
+        struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+        if (poll(&p, 1, 50) <= 0)
+            continue;
+        ssize_t r = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+            return e2e_now_ms() - t0;
+    }
+    return -1;
+}
+
+/* One descriptor request answered on fd (a frame completed). */
+static void desc_once(int fd)
+{
+    uint8_t h[TENT_WIRE_HDR_LEN];
+    tent_wire_encode_hdr(h, TENT_WIRE_DESC_REQ, 9, 0);
+    send_bytes(fd, h, sizeof(h));
+    struct tent_wire_hdr hdr;
+    assert_int_equal(tent_rpc_recv_all(fd, h, sizeof(h)), 0);
+    assert_int_equal(tent_wire_decode_hdr(h, sizeof(h), &hdr), 0);
+    assert_int_equal(hdr.type, TENT_WIRE_DESC_RESP);
+    char *body = malloc(hdr.len);
+    assert_int_equal(tent_rpc_recv_all(fd, body, hdr.len), 0);
+    free(body);
+}
+
+/* More idle connections than the old fixed cap of 256, none of which ever
+ * sends a byte: a real peer still gets in, and the server keeps to its
+ * configured cap by closing the oldest of them. */
+static void test_idle_connections_cannot_lock_peers_out(void **state)
+{
+    (void)state;
+    struct target t;
+    target_start(&t, (const char *const[]){"rpc_max_connections", "32", NULL});
+    enum { N = 300 };
+    int *fds = malloc(N * sizeof(int));
+    for (int i = 0; i < N; i++)
+        fds[i] = connect_to(&t);
+    roundtrip_to(t.name, (uintptr_t)t.buf);
+    struct tent_rpc_stats st = target_stats(&t);
+    assert_true(st.open <= 32);
+    assert_true(st.evicted >= N - 32);
+    assert_int_equal(st.refused, 0);
+    /* the oldest idle ones were closed, the newest kept */
+    assert_true(ms_until_closed(fds[0], 2000) >= 0);
+    assert_int_equal(ms_until_closed(fds[N - 1], 100), -1);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    free(fds);
+    target_stop(&t);
+}
+
+/* A client that sends one byte at a time keeps no frame open past
+ * rpc_frame_timeout_ms, however steadily the bytes come. */
+static void test_slow_frame_dropped_at_deadline(void **state)
+{
+    (void)state;
+    struct target t;
+    target_start(&t,
+                 (const char *const[]){"rpc_frame_timeout_ms", "1000", NULL});
+    int fd = connect_to(&t);
+    uint8_t h[TENT_WIRE_HDR_LEN];
+    tent_wire_encode_hdr(h, TENT_WIRE_DESC_REQ, 1, 0);
+    long t0 = e2e_now_ms(), closed = -1;
+    /* 16 header bytes, one per 250 ms: 4 s for the whole header */
+    for (size_t i = 0; i < sizeof(h) && closed < 0; i++) {
+        if (send(fd, h + i, 1, MSG_NOSIGNAL) != 1 ||
+            ms_until_closed(fd, 250) >= 0)
+            closed = e2e_now_ms() - t0;
+    }
+    if (closed < 0 && ms_until_closed(fd, 2000) >= 0)
+        closed = e2e_now_ms() - t0;
+    assert_true(closed >= 0);
+    assert_true(closed >= 900 && closed < 3000);
+    assert_true(target_stats(&t).frame_timeouts >= 1);
+    close(fd);
+    roundtrip_to(t.name, (uintptr_t)t.buf);
+    target_stop(&t);
+}
+
+/* Connections idle between frames are closed after rpc_idle_timeout_ms,
+ * used or not; a tcp initiator whose pooled connection was closed that way
+ * reconnects for its next transfer. */
+static void test_idle_connection_closed_after_timeout(void **state)
+{
+    (void)state;
+    struct target t;
+    target_start(&t,
+                 (const char *const[]){"rpc_idle_timeout_ms", "1000", NULL});
+    int used = connect_to(&t), unused = connect_to(&t);
+    desc_once(used);
+    long a = ms_until_closed(used, 5000), b = ms_until_closed(unused, 5000);
+    assert_true(a >= 0 && a < 4000);
+    assert_true(b >= 0 && b < 4000);
+    close(used);
+    close(unused);
+
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    tent_segment_id_t seg;
+    assert_int_equal(tent_open_segment(e, &seg, t.name), 0);
+    read_check(e, seg, (uintptr_t)t.buf);
+    uint64_t before = target_stats(&t).idle_closed;
+    long end = e2e_now_ms() + 5000;
+    while (target_stats(&t).idle_closed == before && e2e_now_ms() < end)
+        poll(NULL, 0, 50);
+    assert_true(target_stats(&t).idle_closed > before);
+    read_check(e, seg, (uintptr_t)t.buf); /* on a fresh connection */
+    tent_destroy_engine(e);
+    target_stop(&t);
+}
+
+/* When every slot holds a peer inside a frame, a newcomer is refused (and
+ * counted); once those frames time out, peers get in again. */
+static void test_busy_server_refuses_newcomer(void **state)
+{
+    (void)state;
+    struct target t;
+    target_start(&t,
+                 (const char *const[]){"rpc_max_connections", "4",
+                                       "rpc_frame_timeout_ms", "1500", NULL});
+    int fds[4];
+    uint8_t h[TENT_WIRE_HDR_LEN];
+    tent_wire_encode_hdr(h, TENT_WIRE_DESC_REQ, 1, 0);
+    for (int i = 0; i < 4; i++) {
+        fds[i] = connect_to(&t);
+        desc_once(fds[i]);
+        send_bytes(fds[i], h, 8); /* half a header: inside a frame */
+    }
+    long end = e2e_now_ms() + 3000;
+    while (target_stats(&t).in_frame < 4 && e2e_now_ms() < end)
+        poll(NULL, 0, 10);
+    assert_int_equal(target_stats(&t).in_frame, 4);
+    int late = connect_to(&t);
+    assert_true(ms_until_closed(late, 1000) >= 0);
+    close(late);
+    struct tent_rpc_stats st = target_stats(&t);
+    assert_int_equal(st.refused, 1);
+    assert_int_equal(st.evicted, 0);
+    /* the half frames die at their deadline; then peers are served */
+    for (int i = 0; i < 4; i++) {
+        long c = ms_until_closed(fds[i], 4000);
+        assert_true(c >= 0);
+        close(fds[i]);
+    }
+    roundtrip_to(t.name, (uintptr_t)t.buf);
+    target_stop(&t);
+}
+
+/* Sends notifications from e to seg until one is refused; returns how many
+ * were accepted (at most limit). */
+static int notify_until_refused(tent_engine_t e, tent_segment_id_t seg,
+                                int limit, int *refusal)
+{
+    char msg[4000];
+    memset(msg, 'x', sizeof(msg) - 1);
+    msg[sizeof(msg) - 1] = 0;
+    for (int i = 0; i < limit; i++) {
+        int rc = tent_send_notifs(e, seg, "n", msg);
+        if (rc) {
+            *refusal = rc;
+            return i;
+        }
+    }
+    *refusal = 0;
+    return limit;
+}
+
+/* The receive queue is bounded per sender and in total, in bytes; beyond
+ * that the sender gets TENT_EBUSY and the receiver counts the drop.  Each
+ * record carries the connection's address beside the declared name. */
+static void test_notification_queue_bounded(void **state)
+{
+    (void)state;
+    char per[32], total[32];
+    size_t rec = sizeof(struct tent_notifi_record);
+    snprintf(per, sizeof(per), "%zu", 10 * rec);
+    snprintf(total, sizeof(total), "%zu", 25 * rec);
+    struct target t;
+    target_start(&t, (const char *const[]){"notify_max_queued_bytes_per_sender",
+                                           per, "notify_max_queued_bytes",
+                                           total, NULL});
+    tent_engine_t s[3];
+    tent_segment_id_t seg[3];
+    for (int i = 0; i < 3; i++) {
+        s[i] = tent_create_engine();
+        assert_non_null(s[i]);
+        assert_int_equal(tent_open_segment(s[i], &seg[i], t.name), 0);
+    }
+    int refusal;
+    assert_int_equal(notify_until_refused(s[0], seg[0], 100, &refusal), 10);
+    assert_int_equal(refusal, TENT_EBUSY);
+    assert_non_null(strstr(tent_last_error(), "refused the notification"));
+    assert_int_equal(notify_until_refused(s[1], seg[1], 100, &refusal), 10);
+    assert_int_equal(refusal, TENT_EBUSY);
+    assert_int_equal(notify_until_refused(s[2], seg[2], 100, &refusal), 5);
+    assert_int_equal(refusal, TENT_EBUSY);
+    struct tent_engine *te = t.e;
+    assert_int_equal(atomic_load(&te->notif_dropped), 3);
+
+    /* a raw client declaring someone else's name: its address is kept */
+    int fd = connect_to(&t);
+    struct sockaddr_in me;
+    socklen_t ml = sizeof(me);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&me, &ml), 0);
+    char mine[64];
+    snprintf(mine, sizeof(mine), "127.0.0.1:%u", (unsigned)ntohs(me.sin_port));
+    tent_notifi_info ni;
+    struct tent_notif_peer *peers = NULL;
+    assert_int_equal(tent_engine_recv_notifs(te, &ni, &peers), 0);
+    assert_int_equal(ni.num_records, 25);
+    for (int i = 0; i < ni.num_records; i++)
+        assert_true(strncmp(peers[i].addr, "127.0.0.1:", 10) == 0);
+    free(peers);
+    tent_free_notifs(&ni);
+    uint8_t frame[TENT_WIRE_HDR_LEN + TENT_WIRE_MAX_NOTIFY];
+    int bl = tent_wire_encode_notify(frame + TENT_WIRE_HDR_LEN, "spoof", "hi",
+                                     "someone-else");
+    assert_true(bl > 0);
+    tent_wire_encode_hdr(frame, TENT_WIRE_NOTIFY, 5, (uint32_t)bl);
+    send_bytes(fd, frame, TENT_WIRE_HDR_LEN + (size_t)bl);
+    uint8_t a[TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN];
+    int32_t status = 1;
+    assert_int_equal(tent_rpc_recv_all(fd, a, sizeof(a)), 0);
+    assert_int_equal(tent_wire_decode_resp(a + TENT_WIRE_HDR_LEN,
+                                           TENT_WIRE_RESP_LEN, &status),
+                     0);
+    assert_int_equal(status, 0);
+    close(fd);
+    assert_int_equal(tent_engine_recv_notifs(te, &ni, &peers), 0);
+    assert_int_equal(ni.num_records, 1);
+    assert_string_equal(ni.records[0].name, "spoof");
+    assert_string_equal(peers[0].addr, mine);
+    free(peers);
+    tent_free_notifs(&ni);
+
+    /* taken: the bounds start again */
+    assert_int_equal(notify_until_refused(s[0], seg[0], 3, &refusal), 3);
+    for (int i = 0; i < 3; i++)
+        tent_destroy_engine(s[i]);
+    target_stop(&t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_malformed_frames_drop_only_their_connection),
         cmocka_unit_test(test_server_enforces_bounds_and_permissions),
         cmocka_unit_test(test_bad_descriptor_refused_by_initiator),
+        cmocka_unit_test(test_idle_connections_cannot_lock_peers_out),
+        cmocka_unit_test(test_slow_frame_dropped_at_deadline),
+        cmocka_unit_test(test_idle_connection_closed_after_timeout),
+        cmocka_unit_test(test_busy_server_refuses_newcomer),
+        cmocka_unit_test(test_notification_queue_bounded),
     };
     return cmocka_run_group_tests_name("e2e_rpc_robustness", tests, group_setup,
                                        group_teardown);

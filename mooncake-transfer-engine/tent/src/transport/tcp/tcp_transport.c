@@ -207,6 +207,15 @@ static int run_window(int fd, struct inbuf *in, struct slice **w, int n,
     return TENT_OK;
 }
 
+/* Whether the server has closed an idle pooled connection (its idle
+ * timeout, or an eviction to admit another client): between windows
+ * nothing is due from it, so anything readable means it is gone. */
+static bool closed_while_idle(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+    return poll(&p, 1, 0) > 0;
+}
+
 /* Owned by its worker thread, which frees it on exit. */
 struct worker_arg {
     struct tcp_peer *p;
@@ -247,6 +256,15 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&p->lock);
 
         int rc = TENT_OK;
+        if (fd >= 0 && closed_while_idle(fd)) {
+            LOG_DEBUG("tcp: peer %s closed an idle connection; reconnecting",
+                      p->addr);
+            pthread_mutex_lock(&p->lock);
+            p->fds[wa->idx] = -1;
+            pthread_mutex_unlock(&p->lock);
+            close(fd);
+            fd = -1;
+        }
         if (fd < 0) {
             rc = tent_rpc_connect(p->host, p->port, t->timeout_ms, &fd);
             /* nothing carries over connections */
