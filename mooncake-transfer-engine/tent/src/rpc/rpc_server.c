@@ -96,9 +96,13 @@ static void frame_begin(struct conn *c)
     atomic_store(&c->at_boundary, false);
 }
 
+/* Served.  Its answers may still sit in out[]: they get a frame's time to
+ * leave (flushed before the next receive). */
 static void frame_end(struct conn *c)
 {
-    atomic_store(&c->last_ms, now_ms());
+    long long now = now_ms();
+    c->deadline_ms = now + c->srv->lim.frame_timeout_ms;
+    atomic_store(&c->last_ms, now);
     atomic_fetch_add(&c->frames, 1);
     atomic_store(&c->at_boundary, true);
 }
