@@ -808,30 +808,22 @@ static PyObject *engine_send_notifi(EngineObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-PyObject *tentpy_notifs_to_list(tent_notifi_info *info, PyTypeObject *type)
+PyObject *tentpy_notifs_to_list(tent_notifi_info *info, PyObject *cls)
 {
     PyObject *list = PyList_New(info->num_records);
     if (!list)
         return NULL;
     for (int i = 0; i < info->num_records; i++) {
-        PyObject *rec = PyStructSequence_New(type);
-        if (!rec) {
+        const char *n = info->records[i].name, *m = info->records[i].msg;
+        PyObject *pair = Py_BuildValue("(s#s#)", n, (Py_ssize_t)strlen(n), m,
+                                       (Py_ssize_t)strlen(m));
+        if (pair && cls)
+            Py_SETREF(pair, PyObject_Call(cls, pair, NULL));
+        if (!pair) {
             Py_DECREF(list);
             return NULL;
         }
-        PyStructSequence_SetItem(
-            rec, 0,
-            PyUnicode_DecodeUTF8(info->records[i].name,
-                                 strlen(info->records[i].name), "replace"));
-        PyStructSequence_SetItem(
-            rec, 1,
-            PyUnicode_DecodeUTF8(info->records[i].msg,
-                                 strlen(info->records[i].msg), "replace"));
-        PyList_SET_ITEM(list, i, rec);
-    }
-    if (PyErr_Occurred()) {
-        Py_DECREF(list);
-        return NULL;
+        PyList_SET_ITEM(list, i, pair);
     }
     return list;
 }

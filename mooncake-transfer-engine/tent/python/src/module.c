@@ -10,8 +10,9 @@ PyObject *tentpy_exc_base, *tentpy_exc_inval, *tentpy_exc_notreg,
     *tentpy_exc_internal, *tentpy_exc_notimpl;
 static PyObject *exc_rdma, *exc_cuda;
 
-PyTypeObject *tentpy_TransferStatus, *tentpy_Notification,
-    *tentpy_SegmentInfoBuffer, *tentpy_SegmentInfo, *tentpy_TransferNotify;
+PyTypeObject *tentpy_TransferStatus, *tentpy_SegmentInfoBuffer,
+    *tentpy_SegmentInfo;
+PyObject *tentpy_Notification, *tentpy_TransferNotify;
 
 static PyObject *exc_for(int code)
 {
@@ -60,16 +61,6 @@ static PyStructSequence_Field status_fields[] = {
 static PyStructSequence_Desc status_desc = {
     "tent.TransferStatus", "State of a task or batch.", status_fields, 2};
 
-static PyStructSequence_Field notif_fields[] = {{"name", "notification name"},
-                                                {"msg", "notification message"},
-                                                {NULL, NULL}};
-static PyStructSequence_Desc notif_desc = {
-    "tent.Notification", "A notification received from a peer.", notif_fields,
-    2};
-static PyStructSequence_Desc tnotify_desc = {"tent.mooncake.TransferNotify",
-                                             "A notification (name, msg).",
-                                             notif_fields, 2};
-
 static PyStructSequence_Field buf_fields[] = {{"base", "start address"},
                                               {"length", "bytes"},
                                               {"location", "memory location"},
@@ -115,8 +106,23 @@ static PyObject *py_strerror(PyObject *self, PyObject *arg)
     return PyUnicode_FromString(tent_strerror((int)code));
 }
 
+/* The package's Notification and TransferNotify classes (called with
+ * name, msg) for received notifications; plain tuples until then. */
+static PyObject *py_set_notification_types(PyObject *self, PyObject *args)
+{
+    PyObject *n, *t;
+    if (!PyArg_ParseTuple(args, "OO", &n, &t))
+        return NULL;
+    Py_INCREF(n);
+    Py_INCREF(t);
+    Py_XSETREF(tentpy_Notification, n);
+    Py_XSETREF(tentpy_TransferNotify, t);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"strerror", py_strerror, METH_O, "Name of a TENT_E* code."},
+    {"_set_notification_types", py_set_notification_types, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef tent_module = {
@@ -152,8 +158,6 @@ PyMODINIT_FUNC PyInit__tent(void)
         goto fail;
     Py_CLEAR(notimpl_bases);
     if (add_type(m, &tentpy_TransferStatus, &status_desc, "TransferStatus") ||
-        add_type(m, &tentpy_Notification, &notif_desc, "Notification") ||
-        add_type(m, &tentpy_TransferNotify, &tnotify_desc, "TransferNotify") ||
         add_type(m, &tentpy_SegmentInfoBuffer, &buf_desc,
                  "SegmentInfoBuffer") ||
         add_type(m, &tentpy_SegmentInfo, &seg_desc, "SegmentInfo"))

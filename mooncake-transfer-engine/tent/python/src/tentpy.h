@@ -33,10 +33,11 @@ PyObject *tentpy_raise(int code, const char *what);
 
 /* The struct-sequence types (module.c). */
 extern PyTypeObject *tentpy_TransferStatus;
-extern PyTypeObject *tentpy_Notification;
 extern PyTypeObject *tentpy_SegmentInfoBuffer;
 extern PyTypeObject *tentpy_SegmentInfo;
-extern PyTypeObject *tentpy_TransferNotify;
+/* Classes called with (name, msg) for received notifications; NULL: tuples */
+extern PyObject *tentpy_Notification;
+extern PyObject *tentpy_TransferNotify;
 
 /* ---- memory arguments (buffer.c) --------------------------------------- */
 
@@ -114,8 +115,8 @@ int tentpy_keep_add(struct tentpy_core *c, uint64_t addr, PyObject *holder);
 void tentpy_keep_drop(struct tentpy_core *c, uint64_t addr);
 /* Drops every holder recorded under addr. */
 void tentpy_keep_drop_all(struct tentpy_core *c, uint64_t addr);
-/* Notification records as a list of `type` (name, msg) records. */
-PyObject *tentpy_notifs_to_list(tent_notifi_info *info, PyTypeObject *type);
+/* Notification records as a list of cls(name, msg) (tuples if NULL). */
+PyObject *tentpy_notifs_to_list(tent_notifi_info *info, PyObject *cls);
 
 /* Result of tentpy_run. */
 enum {

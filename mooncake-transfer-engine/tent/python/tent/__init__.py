@@ -5,6 +5,7 @@ exceptions); ``from tent.mooncake import TransferEngine`` gives Mooncake's
 classic engine API used by SGLang and vLLM.  Both are a C extension
 (tent._tent) over the public C API.
 """
+import collections as _collections
 import enum as _enum
 
 from . import _tent
@@ -21,7 +22,6 @@ from ._tent import (  # noqa: F401
     InvalidEntryError,
     MetadataError,
     NotImplementedError,
-    Notification,
     RdmaError,
     RpcServiceError,
     SegmentInfo,
@@ -31,6 +31,10 @@ from ._tent import (  # noqa: F401
     kWildcardLocation,
     strerror,
 )
+
+
+Notification = _collections.namedtuple("Notification", "name msg")
+Notification.__doc__ = "A notification: name and message (str)."
 
 
 class OpCode(_enum.IntEnum):
@@ -169,5 +173,9 @@ class TransferEngine(_tent.TransferEngine):
     def allocate_batch_guard(self, batch_size):
         return BatchGuard(self, batch_size)
 
+
+from . import mooncake as _mooncake  # noqa: E402
+
+_tent._set_notification_types(Notification, _mooncake.TransferNotify)
 
 __all__ = [n for n in dir() if not n.startswith("_")]
