@@ -75,7 +75,16 @@ static int from_data_ptr(PyObject *obj, const char *what,
     PyObject *p = PyObject_CallMethod(obj, "data_ptr", NULL);
     if (!p)
         return -1;
+    /* nbytes, or element_size() * numel() (torch before 2.1). */
     PyObject *n = PyObject_GetAttrString(obj, "nbytes");
+    if (!n && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        PyObject *es = PyObject_CallMethod(obj, "element_size", NULL);
+        PyObject *ne = es ? PyObject_CallMethod(obj, "numel", NULL) : NULL;
+        n = ne ? PyNumber_Multiply(es, ne) : NULL;
+        Py_XDECREF(es);
+        Py_XDECREF(ne);
+    }
     if (!n) {
         Py_DECREF(p);
         return -1;
@@ -127,7 +136,9 @@ int tentpy_mem_from(PyObject *obj, bool writable, const char *what,
     if (PyObject_CheckBuffer(obj))
         return from_buffer(obj, writable, what, out);
     if (PyObject_HasAttrString(obj, "data_ptr") &&
-        PyObject_HasAttrString(obj, "nbytes"))
+        (PyObject_HasAttrString(obj, "nbytes") ||
+         (PyObject_HasAttrString(obj, "element_size") &&
+          PyObject_HasAttrString(obj, "numel"))))
         return from_data_ptr(obj, what, out);
     PyErr_Format(PyExc_TypeError,
                  "%s: expected an integer address, a buffer (numpy array, "

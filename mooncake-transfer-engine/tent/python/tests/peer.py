@@ -5,7 +5,8 @@ line).
     peer.py --api mooncake|tent --proto tcp|shm|memfabric --size N
             [--buf numpy|torch|managed|local]
 
-First line printed: JSON {"session", "addr", "size", "pid"}.  Commands:
+First line printed: JSON {"session", "addr", "size", "pid"} ("addr" is a
+list with --layers; the buffers then count as one, in order).  Commands:
     fill <seed>          fill the buffer with pattern(seed)      -> ok
     hash <off> <len>     sha256 of buffer[off:off+len]           -> hex
     notifs               notifications received so far           -> JSON
@@ -31,6 +32,11 @@ def main():
     ap.add_argument("--size", type=int, default=8 << 20)
     ap.add_argument("--buf", default="numpy")
     ap.add_argument("--local-hostname", default="127.0.0.1")
+    ap.add_argument("--mc-protocol", default=None,
+                    help="protocol passed to initialize (default --proto)")
+    ap.add_argument("--layers", type=int, default=1,
+                    help="mooncake numpy: this many buffers of size/layers "
+                         "bytes, registered with batch_register_memory")
     args = ap.parse_args()
     tentenv.setup_env(args.proto)
     size = args.size
@@ -40,7 +46,7 @@ def main():
         from tent.mooncake import TransferEngine
         eng = TransferEngine()
         rc = eng.initialize(args.local_hostname, "P2PHANDSHAKE",
-                            tentenv.mc_protocol(args.proto), "")
+                            args.mc_protocol or args.proto, "")
         if rc != 0:
             print(json.dumps({"error": eng.last_error()}), flush=True)
             return 1
@@ -50,6 +56,15 @@ def main():
             assert addr, eng.last_error()
             view = np.frombuffer((ctypes.c_uint8 * size).from_address(addr),
                                  dtype=np.uint8)
+        elif args.layers > 1:
+            keep = [np.zeros(size // args.layers, dtype=np.uint8)
+                    for _ in range(args.layers)]
+            assert eng.batch_register_memory(
+                [k.ctypes.data for k in keep],
+                [k.nbytes for k in keep]) == 0, eng.last_error()
+            addr = [k.ctypes.data for k in keep]
+            size = sum(k.nbytes for k in keep)
+            view = None
         else:
             if args.buf == "torch":
                 import torch
@@ -87,11 +102,19 @@ def main():
         if not cmd:
             continue
         if cmd[0] == "fill":
-            view[:] = tentenv.pattern(int(cmd[1]), size)
+            data = tentenv.pattern(int(cmd[1]), size)
+            if view is None:
+                pos = 0
+                for k in keep:
+                    k[:] = data[pos:pos + k.nbytes]
+                    pos += k.nbytes
+            else:
+                view[:] = data
             out = "ok"
         elif cmd[0] == "hash":
             off, n = int(cmd[1]), int(cmd[2])
-            out = hashlib.sha256(view[off:off + n].tobytes()).hexdigest()
+            whole = view if view is not None else np.concatenate(keep)
+            out = hashlib.sha256(whole[off:off + n].tobytes()).hexdigest()
         elif cmd[0] == "notifs":
             notifs.extend(get_notifs())
             out = json.dumps(notifs)
