@@ -1615,6 +1615,61 @@ static PyObject *mc_topology(MCObject *self, PyObject *const *args,
     return s;
 }
 
+/* Benchmark reference: `iters` batches of `batch` writes of `block` bytes
+ * (src_base + i*block -> dst_base + i*block), the plain C API loop a C
+ * program would run (allocate, submit, poll, free), GIL released once for
+ * the whole loop.  Returns the seconds taken, or -1.0 (last_error()). */
+static PyObject *mc_c_loop(MCObject *self, PyObject *args)
+{
+    PyObject *target;
+    unsigned long long src, dst, block, batch, iters;
+    if (!PyArg_ParseTuple(args, "OKKKKK:_c_reference_loop", &target, &src, &dst,
+                          &block, &batch, &iters))
+        return NULL;
+    if (batch == 0 || batch > STACK_REQS)
+        return PyErr_Format(PyExc_ValueError, "batch must be 1..%d",
+                            STACK_REQS);
+    if (tentpy_enter(&self->core) < 0)
+        return NULL;
+    tent_segment_id_t seg;
+    int code;
+    if (tentpy_segment(&self->core, target, &seg, &code) < 0) {
+        tentpy_leave(&self->core);
+        return NULL;
+    }
+    tent_request_t r[STACK_REQS];
+    memset(r, 0, sizeof(r));
+    for (size_t i = 0; i < batch; i++) {
+        r[i].opcode = OPCODE_WRITE;
+        r[i].source = (void *)(uintptr_t)(src + i * block);
+        r[i].target_id = seg;
+        r[i].target_offset = dst + i * block;
+        r[i].length = block;
+    }
+    double t0 = 0, dt = -1.0;
+    int rc = 0;
+    Py_BEGIN_ALLOW_THREADS;
+    t0 = tentpy_now();
+    for (unsigned long long it = 0; it < iters && rc == 0; it++) {
+        tent_batch_id_t b = tent_allocate_batch(self->core.eng, batch);
+        rc = b ? tent_submit(self->core.eng, b, r, batch) : TENT_EINVAL;
+        tent_status_t st = {.status = STATUS_PENDING};
+        while (rc == 0 && st.status == STATUS_PENDING)
+            rc = tent_overall_status(self->core.eng, b, &st);
+        if (rc == 0 && st.status != STATUS_COMPLETED)
+            rc = TENT_EIO;
+        if (rc)
+            set_last("_c_reference_loop: %s", tent_last_error());
+        if (b)
+            tent_free_batch(self->core.eng, b);
+    }
+    if (rc == 0)
+        dt = tentpy_now() - t0;
+    Py_END_ALLOW_THREADS;
+    tentpy_leave(&self->core);
+    return PyFloat_FromDouble(dt);
+}
+
 #define FASTKW(fn)                                                             \
     (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS
 
@@ -1657,6 +1712,8 @@ static PyMethodDef mc_methods[] = {
     {"get_notifies", (PyCFunction)mc_get_notifies, METH_NOARGS, NULL},
     {"send_probe", FASTKW(mc_send_probe), NULL},
     {"get_local_topology", FASTKW(mc_topology), NULL},
+    {"_c_reference_loop", (PyCFunction)mc_c_loop, METH_VARARGS,
+     "benchmark reference: the same batches from a C loop"},
     {"last_error", (PyCFunction)mc_last_error, METH_NOARGS,
      "Message of this thread's last failed call."},
     {"close", (PyCFunction)mc_close, METH_NOARGS, NULL},
