@@ -3,6 +3,8 @@ numpy arrays as buffers; every byte checked."""
 import numpy as np
 import pytest
 
+import tent
+
 import xfer
 from conftest import PROTOS, mooncake_engine, np_at, tent_engine
 
@@ -59,14 +61,22 @@ def test_tent_numpy(peer_factory, proto, peer_api):
 @pytest.mark.parametrize("proto", PROTOS)
 def test_tent_local_memory(peer_factory, proto):
     """allocate_local_memory only allocates; the program registers it
-    (TENT's semantics), and the guard frees it."""
+    (TENT's semantics)."""
     peer = peer_factory(api="tent", proto=proto, buf="local")
     eng = tent_engine(proto)
-    with eng.allocate_memory_guard(peer.size) as g:
-        eng.register_local_memory(g.get(), peer.size)
-        xfer.tent_roundtrip(eng, peer, np_at(g.get(), peer.size), g.get(),
-                            seed=9, rounds=2)
-        eng.unregister_local_memory(g.get(), peer.size)
+    addr = eng.allocate_local_memory(peer.size)
+    eng.register_local_memory(addr, peer.size)
+    # (on failure the memory stays allocated: the traceback still holds
+    # the numpy view of it)
+    xfer.tent_roundtrip(eng, peer, np_at(addr, peer.size), addr, seed=9,
+                        rounds=2)
+    eng.unregister_local_memory(addr, peer.size)
+    eng.free_local_memory(addr)
+    with eng.allocate_memory_guard(4096) as g:
+        freed = g.get()
+        assert freed
+    with pytest.raises(tent.TentException):  # the guard freed it on exit
+        eng.free_local_memory(freed)
     eng.close()
 
 
