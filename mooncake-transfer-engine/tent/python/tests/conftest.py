@@ -34,11 +34,14 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.fixture(scope="session", autouse=True)
 def quiet_engine_config():
-    """Engines log warnings and errors only (MC_TENT_CONF is the base config
-    of both APIs and is inherited by the peers)."""
+    """Engines log warnings and errors only, and a tcp peer may stall for
+    tentenv.TCP_TIMEOUT_MS (slow sanitizer builds on a loaded machine).
+    MC_TENT_CONF is the base config of both APIs; the peers inherit it."""
     fd, path = tempfile.mkstemp(prefix="tent-py-base-", suffix=".json")
     with os.fdopen(fd, "w") as f:
-        json.dump({"log_level": "warning"}, f)
+        json.dump({"log_level": "warning",
+                   "transports": {"tcp": {"timeout_ms": tentenv.TCP_TIMEOUT_MS}}},
+                  f)
     old = os.environ.get("MC_TENT_CONF")
     os.environ["MC_TENT_CONF"] = path
     yield path

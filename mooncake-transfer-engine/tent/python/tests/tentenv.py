@@ -5,6 +5,10 @@ import tempfile
 
 import numpy as np
 
+# A tcp peer may be silent this long before its tasks fail (the default,
+# 3 s, is tight for sanitizer builds on a loaded machine).
+TCP_TIMEOUT_MS = 10000
+
 
 def mf_host_lib():
     return os.environ.get("TENT_MF_HOST_LIB", "")
@@ -26,6 +30,7 @@ def tent_config(proto, extra=None):
     cfg = {"log_level": "warning",
            "transports": {p: {"enable": p == proto}
                           for p in ("tcp", "shm", "memfabric")}}
+    cfg["transports"]["tcp"]["timeout_ms"] = TCP_TIMEOUT_MS
     if extra:
         cfg.update(extra)
     fd, path = tempfile.mkstemp(prefix="tent-py-test-", suffix=".json")
