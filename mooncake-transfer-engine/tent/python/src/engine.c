@@ -56,7 +56,8 @@ static int engine_init(EngineObject *self, PyObject *args, PyObject *kw)
     return 0;
 }
 
-static PyObject *engine_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+static PyObject *engine_new(PyTypeObject *type, PyObject *args TENTPY_UNUSED,
+                            PyObject *kw TENTPY_UNUSED)
 {
     EngineObject *self = (EngineObject *)type->tp_alloc(type, 0);
     if (!self)
@@ -89,25 +90,29 @@ static void engine_dealloc(EngineObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *engine_close(EngineObject *self, PyObject *unused)
+static PyObject *engine_close(EngineObject *self,
+                              PyObject *unused TENTPY_UNUSED)
 {
     tentpy_core_close(&self->core);
     PyDict_Clear(self->allocated);
     Py_RETURN_NONE;
 }
 
-static PyObject *engine_enter_ctx(EngineObject *self, PyObject *unused)
+static PyObject *engine_enter_ctx(EngineObject *self,
+                                  PyObject *unused TENTPY_UNUSED)
 {
     Py_INCREF(self);
     return (PyObject *)self;
 }
 
-static PyObject *engine_exit_ctx(EngineObject *self, PyObject *args)
+static PyObject *engine_exit_ctx(EngineObject *self,
+                                 PyObject *args TENTPY_UNUSED)
 {
     return engine_close(self, NULL);
 }
 
-static PyObject *engine_available(EngineObject *self, PyObject *unused)
+static PyObject *engine_available(EngineObject *self,
+                                  PyObject *unused TENTPY_UNUSED)
 {
     ENTER(self);
     int ok = tent_available(self->core.eng);
@@ -115,7 +120,8 @@ static PyObject *engine_available(EngineObject *self, PyObject *unused)
     return PyBool_FromLong(ok);
 }
 
-static PyObject *engine_segment_name(EngineObject *self, PyObject *unused)
+static PyObject *engine_segment_name(EngineObject *self,
+                                     PyObject *unused TENTPY_UNUSED)
 {
     char buf[256];
     ENTER(self);
@@ -139,7 +145,8 @@ static int rpc_addr(EngineObject *self, char *addr, size_t len, uint16_t *port)
     return 0;
 }
 
-static PyObject *engine_rpc_address(EngineObject *self, PyObject *unused)
+static PyObject *engine_rpc_address(EngineObject *self,
+                                    PyObject *unused TENTPY_UNUSED)
 {
     char addr[256];
     uint16_t port;
@@ -148,7 +155,8 @@ static PyObject *engine_rpc_address(EngineObject *self, PyObject *unused)
     return PyUnicode_FromString(addr);
 }
 
-static PyObject *engine_rpc_port(EngineObject *self, PyObject *unused)
+static PyObject *engine_rpc_port(EngineObject *self,
+                                 PyObject *unused TENTPY_UNUSED)
 {
     char addr[256];
     uint16_t port;
@@ -828,7 +836,8 @@ PyObject *tentpy_notifs_to_list(tent_notifi_info *info, PyObject *cls)
     return list;
 }
 
-static PyObject *engine_recv_notifi(EngineObject *self, PyObject *unused)
+static PyObject *engine_recv_notifi(EngineObject *self,
+                                    PyObject *unused TENTPY_UNUSED)
 {
     ENTER(self);
     tent_notifi_info info = {0};

@@ -98,7 +98,7 @@ static int add_type(PyObject *m, PyTypeObject **slot, PyStructSequence_Desc *d,
     return PyModule_AddObject(m, name, (PyObject *)*slot);
 }
 
-static PyObject *py_strerror(PyObject *self, PyObject *arg)
+static PyObject *py_strerror(PyObject *self TENTPY_UNUSED, PyObject *arg)
 {
     long code = PyLong_AsLong(arg);
     if (code == -1 && PyErr_Occurred())
@@ -108,7 +108,8 @@ static PyObject *py_strerror(PyObject *self, PyObject *arg)
 
 /* The package's Notification and TransferNotify classes (called with
  * name, msg) for received notifications; plain tuples until then. */
-static PyObject *py_set_notification_types(PyObject *self, PyObject *args)
+static PyObject *py_set_notification_types(PyObject *self TENTPY_UNUSED,
+                                           PyObject *args)
 {
     PyObject *n, *t;
     if (!PyArg_ParseTuple(args, "OO", &n, &t))
@@ -133,6 +134,7 @@ static struct PyModuleDef tent_module = {
     .m_methods = module_methods,
 };
 
+PyMODINIT_FUNC PyInit__tent(void); /* the interpreter's entry point */
 PyMODINIT_FUNC PyInit__tent(void)
 {
     PyObject *m = PyModule_Create(&tent_module);

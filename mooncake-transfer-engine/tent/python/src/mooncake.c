@@ -157,7 +157,8 @@ static int hint_arg(PyObject *o, const char *fn, int *out)
 
 /* ---- lifetime ----------------------------------------------------------- */
 
-static PyObject *mc_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+static PyObject *mc_new(PyTypeObject *type, PyObject *args TENTPY_UNUSED,
+                        PyObject *kw TENTPY_UNUSED)
 {
     MCObject *self = (MCObject *)type->tp_alloc(type, 0);
     if (!self)
@@ -191,7 +192,7 @@ static void mc_dealloc(MCObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *mc_close(MCObject *self, PyObject *unused)
+static PyObject *mc_close(MCObject *self, PyObject *unused TENTPY_UNUSED)
 {
     tentpy_core_close(&self->core);
     if (self->managed)
@@ -199,18 +200,19 @@ static PyObject *mc_close(MCObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
-static PyObject *mc_enter_ctx(MCObject *self, PyObject *unused)
+static PyObject *mc_enter_ctx(MCObject *self, PyObject *unused TENTPY_UNUSED)
 {
     Py_INCREF(self);
     return (PyObject *)self;
 }
 
-static PyObject *mc_exit_ctx(MCObject *self, PyObject *args)
+static PyObject *mc_exit_ctx(MCObject *self, PyObject *args TENTPY_UNUSED)
 {
     return mc_close(self, NULL);
 }
 
-static PyObject *mc_last_error(MCObject *self, PyObject *unused)
+static PyObject *mc_last_error(MCObject *self TENTPY_UNUSED,
+                               PyObject *unused TENTPY_UNUSED)
 {
     return PyUnicode_FromString(t_last_error);
 }
@@ -529,7 +531,7 @@ static PyObject *mc_initialize_ext(MCObject *self, PyObject *const *args,
     return PyLong_FromLong(do_initialize(self, s[0], s[1], s[2], s[3], s[4]));
 }
 
-static PyObject *mc_rpc_port(MCObject *self, PyObject *unused)
+static PyObject *mc_rpc_port(MCObject *self, PyObject *unused TENTPY_UNUSED)
 {
     if (tentpy_enter(&self->core) < 0)
         return NULL;
@@ -537,7 +539,7 @@ static PyObject *mc_rpc_port(MCObject *self, PyObject *unused)
     return PyLong_FromLong(self->rpc_port);
 }
 
-static PyObject *mc_session_id(MCObject *self, PyObject *unused)
+static PyObject *mc_session_id(MCObject *self, PyObject *unused TENTPY_UNUSED)
 {
     if (tentpy_enter(&self->core) < 0)
         return NULL;
@@ -950,7 +952,7 @@ static int len_item(PyObject *o, const char *fn, uint64_t *out)
 }
 
 /* Builds the requests; single=1 takes scalars instead of lists. */
-static int build_reqs(MCObject *self, int single, PyObject *bufs,
+static int build_reqs(MCObject *self TENTPY_UNUSED, int single, PyObject *bufs,
                       PyObject *peers, PyObject *lens, int opcode,
                       tent_segment_id_t seg, int hint, const char *fn,
                       struct reqs *q)
@@ -1506,7 +1508,7 @@ static PyObject *mc_first_buffer(MCObject *self, PyObject *const *args,
     return res;
 }
 
-static PyObject *mc_get_notifies(MCObject *self, PyObject *unused)
+static PyObject *mc_get_notifies(MCObject *self, PyObject *unused TENTPY_UNUSED)
 {
     if (tentpy_enter(&self->core) < 0)
         return NULL;
@@ -1587,8 +1589,9 @@ static PyObject *mc_send_probe(MCObject *self, PyObject *const *args,
     return PyLong_FromLong(res);
 }
 
-static PyObject *mc_topology(MCObject *self, PyObject *const *args,
-                             Py_ssize_t nargs, PyObject *kwnames)
+static PyObject *mc_topology(MCObject *self TENTPY_UNUSED,
+                             PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
 {
     static const char *const names[] = {"device_name"};
     PyObject *a[1];

@@ -14,6 +14,10 @@
 #include <stdint.h>
 #include <tent/transfer_engine.h>
 
+/* A parameter a CPython slot or method signature requires but the function
+ * does not read (we build with -Wunused-parameter). */
+#define TENTPY_UNUSED __attribute__((unused))
+
 /* ---- errors (module.c) -------------------------------------------------- */
 
 /* The exception classes, created at module init. */
