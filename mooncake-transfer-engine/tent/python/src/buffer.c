@@ -1,0 +1,180 @@
+/* Memory arguments: integer addresses, buffer-protocol objects (numpy
+ * arrays, bytearray, memoryview, mmap) and data_ptr()/nbytes objects (torch
+ * tensors). */
+#include "tentpy.h"
+
+#define VIEW_CAPSULE "tent.buffer_view"
+
+static void view_capsule_free(PyObject *cap)
+{
+    Py_buffer *view = PyCapsule_GetPointer(cap, VIEW_CAPSULE);
+    if (view) {
+        PyBuffer_Release(view);
+        PyMem_Free(view);
+    }
+}
+
+static int from_buffer(PyObject *obj, bool writable, const char *what,
+                       struct tentpy_mem *out)
+{
+    Py_buffer *view = PyMem_Malloc(sizeof(*view));
+    if (!view) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        PyMem_Free(view);
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_Format(PyExc_ValueError, "%s: %s buffer is not usable (%s): %S",
+                     what, Py_TYPE(obj)->tp_name,
+                     writable ? "it must be C-contiguous and writable"
+                              : "it must be C-contiguous",
+                     value ? value : Py_None);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return -1;
+    }
+    PyObject *cap = PyCapsule_New(view, VIEW_CAPSULE, view_capsule_free);
+    if (!cap) {
+        PyBuffer_Release(view);
+        PyMem_Free(view);
+        return -1;
+    }
+    out->addr = (uint64_t)(uintptr_t)view->buf;
+    out->size = (uint64_t)view->len;
+    out->holder = cap;
+    return 0;
+}
+
+/* torch.Tensor and friends: data_ptr() and nbytes, contiguous. */
+static int from_data_ptr(PyObject *obj, const char *what,
+                         struct tentpy_mem *out)
+{
+    PyObject *contig = PyObject_GetAttrString(obj, "is_contiguous");
+    if (contig) {
+        PyObject *r = PyObject_CallNoArgs(contig);
+        Py_DECREF(contig);
+        if (!r)
+            return -1;
+        int ok = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        if (ok < 0)
+            return -1;
+        if (!ok) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: %s is not contiguous; pass .contiguous()", what,
+                         Py_TYPE(obj)->tp_name);
+            return -1;
+        }
+    } else {
+        PyErr_Clear();
+    }
+    PyObject *p = PyObject_CallMethod(obj, "data_ptr", NULL);
+    if (!p)
+        return -1;
+    /* nbytes, or element_size() * numel() (torch before 2.1). */
+    PyObject *n = PyObject_GetAttrString(obj, "nbytes");
+    if (!n && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        PyObject *es = PyObject_CallMethod(obj, "element_size", NULL);
+        PyObject *ne = es ? PyObject_CallMethod(obj, "numel", NULL) : NULL;
+        n = ne ? PyNumber_Multiply(es, ne) : NULL;
+        Py_XDECREF(es);
+        Py_XDECREF(ne);
+    }
+    if (!n) {
+        Py_DECREF(p);
+        return -1;
+    }
+    unsigned long long addr =
+        PyLong_Check(p) ? PyLong_AsUnsignedLongLong(p) : (unsigned long long)-1;
+    unsigned long long size =
+        PyLong_Check(n) ? PyLong_AsUnsignedLongLong(n) : (unsigned long long)-1;
+    Py_DECREF(p);
+    Py_DECREF(n);
+    if (PyErr_Occurred() || addr == (unsigned long long)-1 ||
+        size == (unsigned long long)-1) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError,
+                     "%s: %s.data_ptr() / .nbytes are not non-negative "
+                     "integers",
+                     what, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    Py_INCREF(obj);
+    out->addr = addr;
+    out->size = size;
+    out->holder = obj;
+    return 0;
+}
+
+int tentpy_mem_from(PyObject *obj, bool writable, const char *what,
+                    struct tentpy_mem *out)
+{
+    out->addr = 0;
+    out->size = 0;
+    out->holder = NULL;
+    if (PyLong_Check(obj)) {
+        if (PyBool_Check(obj)) {
+            PyErr_Format(PyExc_TypeError, "%s: expected an address, got bool",
+                         what);
+            return -1;
+        }
+        unsigned long long a = PyLong_AsUnsignedLongLong(obj);
+        if (a == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError,
+                         "%s: address %R is not in 0..2**64-1", what, obj);
+            return -1;
+        }
+        out->addr = a;
+        return 0;
+    }
+    if (PyObject_CheckBuffer(obj))
+        return from_buffer(obj, writable, what, out);
+    if (PyObject_HasAttrString(obj, "data_ptr") &&
+        (PyObject_HasAttrString(obj, "nbytes") ||
+         (PyObject_HasAttrString(obj, "element_size") &&
+          PyObject_HasAttrString(obj, "numel"))))
+        return from_data_ptr(obj, what, out);
+    PyErr_Format(PyExc_TypeError,
+                 "%s: expected an integer address, a buffer (numpy array, "
+                 "bytearray, memoryview) or an object with data_ptr() and "
+                 "nbytes (torch.Tensor), got %s",
+                 what, Py_TYPE(obj)->tp_name);
+    return -1;
+}
+
+int tentpy_len_from(PyObject *obj, const char *what, uint64_t *out)
+{
+    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected an integer length, got %s",
+                     what, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(obj);
+    if ((v == (unsigned long long)-1 && PyErr_Occurred()) || v > SIZE_MAX) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s: length %R is not in 0..2**64-1",
+                     what, obj);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int tentpy_mem_check_len(const struct tentpy_mem *m, uint64_t len,
+                         const char *what)
+{
+    if (m->holder && len > m->size) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: length %llu is larger than the object's %llu bytes",
+                     what, (unsigned long long)len,
+                     (unsigned long long)m->size);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,1737 @@
+/* tent.mooncake.TransferEngine: the classic Mooncake engine API that SGLang
+ * and vLLM call.  Integer results: 0 success, -1 failure (batch ids: 0 =
+ * failure); the reason is in last_error().  Wrong argument types raise
+ * TypeError/ValueError, as a pybind11 binding would. */
+#include "tentpy.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+typedef struct {
+    PyObject_HEAD struct tentpy_core core;
+    PyObject *managed; /* int addr -> int length (allocate_managed_buffer) */
+    char host[256];    /* host part of local_hostname */
+    int rpc_port;
+    double timeout_s; /* MC_TRANSFER_TIMEOUT */
+} MCObject;
+
+/* The calling thread's message for its last failed call. */
+static _Thread_local char t_last_error[1024];
+
+static void set_last(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+static void set_last(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t_last_error, sizeof(t_last_error), fmt, ap);
+    va_end(ap);
+}
+
+/* Moves the pending exception's message into last_error(). */
+static void exc_to_last(void)
+{
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyObject *str = v ? PyObject_Str(v) : NULL;
+    const char *m = str ? PyUnicode_AsUTF8(str) : NULL;
+    set_last("%s", m ? m : "unknown error");
+    Py_XDECREF(str);
+    Py_XDECREF(t);
+    Py_XDECREF(v);
+    Py_XDECREF(tb);
+    PyErr_Clear();
+}
+
+static PyObject *fail_int(void)
+{
+    return PyLong_FromLong(-1);
+}
+
+/* ---- argument parsing for METH_FASTCALL | METH_KEYWORDS ---------------- */
+
+/* Fills out[0..nnames) from positional and keyword arguments; the first
+ * nreq are required, the others default to NULL. */
+static int parse(const char *fn, PyObject *const *args, Py_ssize_t nargs,
+                 PyObject *kwnames, const char *const *names, int nnames,
+                 int nreq, PyObject **out)
+{
+    if (nargs > nnames) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s() takes at most %d arguments (%zd given)", fn, nnames,
+                     nargs);
+        return -1;
+    }
+    for (int i = 0; i < nnames; i++)
+        out[i] = i < nargs ? args[i] : NULL;
+    if (kwnames) {
+        Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t k = 0; k < nk; k++) {
+            const char *kn = PyUnicode_AsUTF8(PyTuple_GET_ITEM(kwnames, k));
+            if (!kn)
+                return -1;
+            int i = 0;
+            while (i < nnames && strcmp(names[i], kn) != 0)
+                i++;
+            if (i == nnames) {
+                PyErr_Format(PyExc_TypeError,
+                             "%s() got an unexpected keyword argument '%s'", fn,
+                             kn);
+                return -1;
+            }
+            if (out[i]) {
+                PyErr_Format(PyExc_TypeError,
+                             "%s() got multiple values for argument '%s'", fn,
+                             kn);
+                return -1;
+            }
+            out[i] = args[nargs + k];
+        }
+    }
+    for (int i = 0; i < nreq; i++)
+        if (!out[i]) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'",
+                         fn, names[i]);
+            return -1;
+        }
+    return 0;
+}
+
+#define PARSE(fn, names, nreq, out)                                            \
+    parse(fn, args, nargs, kwnames, names,                                     \
+          (int)(sizeof(names) / sizeof(names[0])), nreq, out)
+
+static const char *str_arg(PyObject *o, const char *fn, const char *what)
+{
+    if (!o || o == Py_None)
+        return "";
+    if (!PyUnicode_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s(): %s must be str, not %s", fn, what,
+                     Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    return PyUnicode_AsUTF8(o);
+}
+
+/* transport_hint -> TRANSPORT_*; ValueError for an unknown name. */
+static int hint_arg(PyObject *o, const char *fn, int *out)
+{
+    const char *s = str_arg(o, fn, "transport_hint");
+    if (!s)
+        return -1;
+    static const struct {
+        const char *name;
+        int type;
+    } hints[] = {{"", TRANSPORT_UNSPEC},
+                 {"unspec", TRANSPORT_UNSPEC},
+                 {"rdma", TRANSPORT_RDMA},
+                 {"mnnvl", TRANSPORT_MNNVL},
+                 {"shm", TRANSPORT_SHM},
+                 {"nvlink", TRANSPORT_NVLINK},
+                 {"gds", TRANSPORT_GDS},
+                 {"io_uring", TRANSPORT_IOURING},
+                 {"tcp", TRANSPORT_TCP},
+                 {"ascend", TRANSPORT_MEMFABRIC},
+                 {"memfabric", TRANSPORT_MEMFABRIC},
+                 {"sunrise_link", TRANSPORT_SUNRISE_LINK}};
+    for (size_t i = 0; i < sizeof(hints) / sizeof(hints[0]); i++)
+        if (strcmp(s, hints[i].name) == 0) {
+            *out = hints[i].type;
+            return 0;
+        }
+    PyErr_Format(PyExc_ValueError,
+                 "%s(): transport_hint '%s' is not one of rdma, mnnvl, shm, "
+                 "nvlink, gds, io_uring, tcp, ascend, sunrise_link, unspec",
+                 fn, s);
+    return -1;
+}
+
+/* ---- lifetime ----------------------------------------------------------- */
+
+static PyObject *mc_new(PyTypeObject *type, PyObject *args TENTPY_UNUSED,
+                        PyObject *kw TENTPY_UNUSED)
+{
+    MCObject *self = (MCObject *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    self->managed = PyDict_New();
+    if (!self->managed || tentpy_core_init(&self->core) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->timeout_s = 30.0;
+    return (PyObject *)self;
+}
+
+static int mc_traverse(MCObject *self, visitproc visit, void *arg)
+{
+    return tentpy_core_traverse(&self->core, visit, arg);
+}
+
+static int mc_clear(MCObject *self)
+{
+    tentpy_core_clear(&self->core);
+    Py_CLEAR(self->managed);
+    return 0;
+}
+
+static void mc_dealloc(MCObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    mc_clear(self);
+    pthread_mutex_destroy(&self->core.park_lock);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *mc_close(MCObject *self, PyObject *unused TENTPY_UNUSED)
+{
+    tentpy_core_close(&self->core);
+    if (self->managed)
+        PyDict_Clear(self->managed);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mc_enter_ctx(MCObject *self, PyObject *unused TENTPY_UNUSED)
+{
+    Py_INCREF(self);
+    return (PyObject *)self;
+}
+
+static PyObject *mc_exit_ctx(MCObject *self, PyObject *args TENTPY_UNUSED)
+{
+    return mc_close(self, NULL);
+}
+
+static PyObject *mc_last_error(MCObject *self TENTPY_UNUSED,
+                               PyObject *unused TENTPY_UNUSED)
+{
+    return PyUnicode_FromString(t_last_error);
+}
+
+/* ---- initialize --------------------------------------------------------- */
+
+/* "host", "host:port", "host:port:npu_<id>", "[v6]:port". */
+static int parse_local(const char *s, char *host, size_t hlen, int *port,
+                       int *npu)
+{
+    *port = 0;
+    *npu = -1;
+    const char *rest;
+    if (s[0] == '[') {
+        const char *e = strchr(s, ']');
+        if (!e || (size_t)(e - s - 1) >= hlen)
+            return -1;
+        memcpy(host, s + 1, e - s - 1);
+        host[e - s - 1] = '\0';
+        rest = e + 1;
+    } else {
+        const char *c = strchr(s, ':');
+        size_t n = c ? (size_t)(c - s) : strlen(s);
+        if (n >= hlen)
+            return -1;
+        memcpy(host, s, n);
+        host[n] = '\0';
+        rest = s + n;
+    }
+    if (!host[0])
+        return -1;
+    if (*rest == '\0')
+        return 0;
+    if (*rest != ':')
+        return -1;
+    char *end;
+    long p = strtol(rest + 1, &end, 10);
+    if (end == rest + 1 || p < 0 || p > 65535)
+        return -1;
+    *port = (int)p;
+    if (*end == '\0')
+        return 0;
+    if (strncmp(end, ":npu_", 5) != 0)
+        return -1;
+    char *e2;
+    long id = strtol(end + 5, &e2, 10);
+    if (e2 == end + 5 || *e2 || id < 0 || id > 65535)
+        return -1;
+    *npu = (int)id;
+    return 0;
+}
+
+static cJSON *obj_child(cJSON *parent, const char *key)
+{
+    cJSON *c = cJSON_GetObjectItemCaseSensitive(parent, key);
+    if (c && cJSON_IsObject(c))
+        return c;
+    cJSON_DeleteItemFromObjectCaseSensitive(parent, key);
+    return cJSON_AddObjectToObject(parent, key);
+}
+
+static void set_item(cJSON *obj, const char *key, cJSON *v)
+{
+    if (cJSON_GetObjectItemCaseSensitive(obj, key))
+        cJSON_ReplaceItemInObjectCaseSensitive(obj, key, v);
+    else
+        cJSON_AddItemToObject(obj, key, v);
+}
+
+/* The engine's config: MC_TENT_CONF (when set) as the base, then what
+ * initialize() says.  Returns a malloc'ed JSON text or NULL (t_last_error
+ * says why). */
+static char *build_config(const char *host, int port, int npu,
+                          const char *meta_type, const char *meta_servers,
+                          const char *segment_name, const char *proto)
+{
+    cJSON *root = NULL;
+    const char *base = getenv("MC_TENT_CONF");
+    if (base && *base) {
+        FILE *f = fopen(base, "rb");
+        if (!f) {
+            set_last("MC_TENT_CONF '%s': %s", base, strerror(errno));
+            return NULL;
+        }
+        char *text = NULL;
+        size_t len = 0, cap = 0;
+        for (;;) {
+            if (len + 4096 + 1 > cap) {
+                cap = cap ? cap * 2 : 8192;
+                char *t = realloc(text, cap);
+                if (!t) {
+                    free(text);
+                    fclose(f);
+                    set_last("out of memory");
+                    return NULL;
+                }
+                text = t;
+            }
+            size_t r = fread(text + len, 1, 4096, f);
+            len += r;
+            if (r < 4096)
+                break;
+        }
+        fclose(f);
+        text[len] = '\0';
+        root = cJSON_Parse(text);
+        free(text);
+        if (!root || !cJSON_IsObject(root)) {
+            cJSON_Delete(root);
+            set_last("MC_TENT_CONF '%s' is not a JSON object", base);
+            return NULL;
+        }
+    } else {
+        root = cJSON_CreateObject();
+    }
+    if (!root) {
+        set_last("out of memory");
+        return NULL;
+    }
+    set_item(root, "rpc_server_hostname", cJSON_CreateString(host));
+    set_item(root, "rpc_server_port", cJSON_CreateNumber(port));
+    set_item(root, "metadata_type", cJSON_CreateString(meta_type));
+    if (meta_servers && *meta_servers)
+        set_item(root, "metadata_servers", cJSON_CreateString(meta_servers));
+    if (segment_name)
+        set_item(root, "local_segment_name", cJSON_CreateString(segment_name));
+    cJSON *xp = obj_child(root, "transports");
+    static const char *const names[] = {"tcp", "shm", "memfabric"};
+    for (size_t i = 0; xp && i < 3; i++) {
+        cJSON *t = obj_child(xp, names[i]);
+        if (!t)
+            continue;
+        bool mine = strcmp(names[i], proto) == 0;
+        /* The chosen protocol's transport is on; the others stay as the
+         * base config says, off when it says nothing. */
+        if (mine)
+            set_item(t, "enable", cJSON_CreateTrue());
+        else if (!cJSON_GetObjectItemCaseSensitive(t, "enable"))
+            set_item(t, "enable", cJSON_CreateFalse());
+        if (mine && npu >= 0 && strcmp(proto, "memfabric") == 0)
+            set_item(t, "device_id", cJSON_CreateNumber(npu));
+    }
+    char *out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!out)
+        set_last("out of memory");
+    return out;
+}
+
+static int do_initialize(MCObject *self, const char *local, const char *meta,
+                         const char *proto_in, const char *device,
+                         const char *meta_type_in)
+{
+    if (self->core.eng || atomic_load(&self->core.closed)) {
+        set_last("initialize: the engine is already initialized");
+        return -1;
+    }
+    char host[256];
+    int port, npu;
+    if (parse_local(local, host, sizeof(host), &port, &npu) < 0) {
+        set_last("initialize: local_hostname '%s' is not host, host:port or "
+                 "host:port:npu_<id>",
+                 local);
+        return -1;
+    }
+    const char *proto;
+    if (strcmp(proto_in, "tcp") == 0 || strcmp(proto_in, "shm") == 0 ||
+        strcmp(proto_in, "memfabric") == 0)
+        proto = proto_in;
+    else if (strcmp(proto_in, "ascend") == 0)
+        proto = "memfabric";
+    else {
+        set_last("initialize: protocol '%s' is not available here (tcp, shm, "
+                 "memfabric, ascend)",
+                 proto_in);
+        return -1;
+    }
+    /* metadata_server: P2PHANDSHAKE or scheme://servers (no scheme: etcd) */
+    char mtype[16], servers[1024];
+    const char *sep = strstr(meta, "://");
+    if (meta_type_in && *meta_type_in) {
+        snprintf(mtype, sizeof(mtype), "%s", meta_type_in);
+        snprintf(servers, sizeof(servers), "%s", meta);
+    } else if (strcmp(meta, "P2PHANDSHAKE") == 0) {
+        snprintf(mtype, sizeof(mtype), "p2p");
+        servers[0] = '\0';
+    } else if (sep) {
+        size_t n = (size_t)(sep - meta);
+        if (n >= sizeof(mtype)) {
+            set_last("initialize: metadata_server '%s' has an unknown scheme",
+                     meta);
+            return -1;
+        }
+        memcpy(mtype, meta, n);
+        mtype[n] = '\0';
+        /* etcd's gateway speaks http; http and redis keep their URL. */
+        snprintf(servers, sizeof(servers), "%s",
+                 strcmp(mtype, "etcd") == 0 ? sep + 3 : meta);
+    } else {
+        snprintf(mtype, sizeof(mtype), "etcd");
+        snprintf(servers, sizeof(servers), "%s", meta);
+    }
+    if (strcmp(mtype, "P2PHANDSHAKE") == 0)
+        snprintf(mtype, sizeof(mtype), "p2p");
+    if (strcmp(mtype, "p2p") && strcmp(mtype, "etcd") &&
+        strcmp(mtype, "redis") && strcmp(mtype, "http")) {
+        set_last("initialize: metadata type '%s' is not p2p, etcd, redis or "
+                 "http",
+                 mtype);
+        return -1;
+    }
+    if (strcmp(mtype, "p2p") && !servers[0]) {
+        set_last("initialize: metadata type '%s' needs a server", mtype);
+        return -1;
+    }
+    /* Mooncake names a segment by local_hostname when a metadata service
+     * is used; host:rpc_port names it as well (opened as in p2p mode). */
+    char segname[300];
+    bool named = strcmp(mtype, "p2p") != 0;
+    if (named)
+        snprintf(segname, sizeof(segname), "%s%s%d", host, port ? ":" : "",
+                 port);
+    if (named && !port)
+        snprintf(segname, sizeof(segname), "%s", host);
+    char *json = build_config(host, port, npu, mtype, servers,
+                              named ? segname : NULL, proto);
+    if (!json)
+        return -1;
+    const char *tmpdir = getenv("TMPDIR");
+    char path[512];
+    snprintf(path, sizeof(path), "%s/tent-py-XXXXXX.json",
+             tmpdir && *tmpdir ? tmpdir : "/tmp");
+    int fd = mkstemps(path, 5);
+    if (fd < 0) {
+        set_last("initialize: cannot create a config file '%s': %s", path,
+                 strerror(errno));
+        free(json);
+        return -1;
+    }
+    size_t len = strlen(json);
+    ssize_t w = write(fd, json, len);
+    close(fd);
+    free(json);
+    if (w != (ssize_t)len) {
+        unlink(path);
+        set_last("initialize: cannot write the config file '%s'", path);
+        return -1;
+    }
+    int err;
+    char msg[1024];
+    tent_engine_t e = tentpy_create_engine(path, &err, msg, sizeof(msg));
+    unlink(path);
+    if (!e) {
+        set_last("initialize: %s", msg);
+        return -1;
+    }
+    char addr[256];
+    uint16_t rport = 0;
+    if (tent_rpc_server_addr_port(e, addr, sizeof(addr), &rport) != TENT_OK) {
+        set_last("initialize: %s", tent_last_error());
+        Py_BEGIN_ALLOW_THREADS;
+        tent_destroy_engine(e);
+        Py_END_ALLOW_THREADS;
+        return -1;
+    }
+    if (!tent_available(e)) {
+        set_last("initialize: transport '%s' could not be installed (see the "
+                 "engine log)",
+                 proto);
+        Py_BEGIN_ALLOW_THREADS;
+        tent_destroy_engine(e);
+        Py_END_ALLOW_THREADS;
+        return -1;
+    }
+    snprintf(self->host, sizeof(self->host), "%s", host);
+    self->rpc_port = rport;
+    const char *to = getenv("MC_TRANSFER_TIMEOUT");
+    if (to && *to) {
+        double v = strtod(to, NULL);
+        if (v > 0)
+            self->timeout_s = v;
+    }
+    (void)device; /* NIC names: no NIC-bound transport in this build */
+    self->core.eng = e;
+    return 0;
+}
+
+static PyObject *mc_initialize(MCObject *self, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"local_hostname", "metadata_server",
+                                        "protocol", "device_name"};
+    PyObject *a[4];
+    if (PARSE("initialize", names, 3, a) < 0)
+        return NULL;
+    const char *s[4];
+    for (int i = 0; i < 4; i++)
+        if (!(s[i] = str_arg(a[i], "initialize", names[i])))
+            return NULL;
+    return PyLong_FromLong(do_initialize(self, s[0], s[1], s[2], s[3], NULL));
+}
+
+static PyObject *mc_initialize_ext(MCObject *self, PyObject *const *args,
+                                   Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"local_hostname", "metadata_server",
+                                        "protocol", "device_name",
+                                        "metadata_type"};
+    PyObject *a[5];
+    if (PARSE("initialize_ext", names, 5, a) < 0)
+        return NULL;
+    const char *s[5];
+    for (int i = 0; i < 5; i++)
+        if (!(s[i] = str_arg(a[i], "initialize_ext", names[i])))
+            return NULL;
+    return PyLong_FromLong(do_initialize(self, s[0], s[1], s[2], s[3], s[4]));
+}
+
+static PyObject *mc_rpc_port(MCObject *self, PyObject *unused TENTPY_UNUSED)
+{
+    if (tentpy_enter(&self->core) < 0)
+        return NULL;
+    tentpy_leave(&self->core);
+    return PyLong_FromLong(self->rpc_port);
+}
+
+static PyObject *mc_session_id(MCObject *self, PyObject *unused TENTPY_UNUSED)
+{
+    if (tentpy_enter(&self->core) < 0)
+        return NULL;
+    tentpy_leave(&self->core);
+    return PyUnicode_FromFormat("%s:%d", self->host, self->rpc_port);
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+static int reg_one(MCObject *self, PyObject *addr_o, PyObject *cap_o,
+                   const char *loc, const char *fn)
+{
+    struct tentpy_mem m;
+    if (tentpy_mem_from(addr_o, true, fn, &m) < 0)
+        return -2;
+    uint64_t cap = m.size;
+    if (cap_o && cap_o != Py_None &&
+        (tentpy_len_from(cap_o, fn, &cap) < 0 ||
+         tentpy_mem_check_len(&m, cap, fn) < 0)) {
+        Py_XDECREF(m.holder);
+        return -2;
+    }
+    tent_memory_options_t o;
+    memset(&o, 0, sizeof(o));
+    o.permission = PERM_GLOBAL_READ_WRITE;
+    if (strcmp(loc, "*") != 0 && *loc)
+        snprintf(o.location, sizeof(o.location), "%s", loc);
+    else
+        snprintf(o.location, sizeof(o.location), "cpu");
+    int rc;
+    Py_BEGIN_ALLOW_THREADS;
+    rc = tent_register_memory_ex(self->core.eng, (void *)(uintptr_t)m.addr,
+                                 (size_t)cap, &o);
+    if (rc)
+        set_last("%s: %s", fn, tent_last_error());
+    Py_END_ALLOW_THREADS;
+    if (rc) {
+        Py_XDECREF(m.holder);
+        return -1;
+    }
+    int k = tentpy_keep_add(&self->core, m.addr, m.holder);
+    Py_XDECREF(m.holder);
+    return k < 0 ? -2 : 0;
+}
+
+static int unreg_one(MCObject *self, PyObject *addr_o, const char *fn)
+{
+    struct tentpy_mem m;
+    if (tentpy_mem_from(addr_o, false, fn, &m) < 0)
+        return -2;
+    Py_XDECREF(m.holder);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS;
+    rc = tent_unregister_memory(self->core.eng, (void *)(uintptr_t)m.addr, 0);
+    if (rc)
+        set_last("%s: %s", fn, tent_last_error());
+    Py_END_ALLOW_THREADS;
+    if (rc)
+        return -1;
+    tentpy_keep_drop(&self->core, m.addr);
+    return 0;
+}
+
+static PyObject *mc_register(MCObject *self, PyObject *const *args,
+                             Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"buffer_addr", "capacity", "location"};
+    PyObject *a[3];
+    if (PARSE("register_memory", names, 2, a) < 0)
+        return NULL;
+    const char *loc = str_arg(a[2], "register_memory", "location");
+    if (!loc || tentpy_enter(&self->core) < 0)
+        return NULL;
+    int rc = reg_one(self, a[0], a[1], *loc ? loc : "*", "register_memory");
+    tentpy_leave(&self->core);
+    return rc == -2 ? NULL : PyLong_FromLong(rc);
+}
+
+static PyObject *mc_unregister(MCObject *self, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"buffer_addr"};
+    PyObject *a[1];
+    if (PARSE("unregister_memory", names, 1, a) < 0 ||
+        tentpy_enter(&self->core) < 0)
+        return NULL;
+    int rc = unreg_one(self, a[0], "unregister_memory");
+    tentpy_leave(&self->core);
+    return rc == -2 ? NULL : PyLong_FromLong(rc);
+}
+
+static PyObject *mc_batch_register(MCObject *self, PyObject *const *args,
+                                   Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"buffer_addresses", "capacities",
+                                        "location"};
+    PyObject *a[3];
+    if (PARSE("batch_register_memory", names, 2, a) < 0)
+        return NULL;
+    const char *loc = str_arg(a[2], "batch_register_memory", "location");
+    if (!loc)
+        return NULL;
+    PyObject *fa = PySequence_Fast(a[0], "buffer_addresses must be a list");
+    if (!fa)
+        return NULL;
+    PyObject *fc = PySequence_Fast(a[1], "capacities must be a list");
+    if (!fc) {
+        Py_DECREF(fa);
+        return NULL;
+    }
+    PyObject *res = NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fa);
+    if (PySequence_Fast_GET_SIZE(fc) != n) {
+        PyErr_Format(PyExc_ValueError,
+                     "batch_register_memory(): %zd addresses but %zd "
+                     "capacities",
+                     n, PySequence_Fast_GET_SIZE(fc));
+        goto out;
+    }
+    if (tentpy_enter(&self->core) < 0)
+        goto out;
+    int rc = 0;
+    Py_ssize_t i;
+    for (i = 0; i < n && rc == 0; i++)
+        rc = reg_one(self, PySequence_Fast_GET_ITEM(fa, i),
+                     PySequence_Fast_GET_ITEM(fc, i), *loc ? loc : "*",
+                     "batch_register_memory");
+    if (rc) {
+        /* All or nothing: undo the registrations done. */
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        char saved[sizeof(t_last_error)];
+        memcpy(saved, t_last_error, sizeof(saved));
+        for (Py_ssize_t j = 0; j < i - 1; j++)
+            if (unreg_one(self, PySequence_Fast_GET_ITEM(fa, j),
+                          "batch_register_memory") == -2)
+                PyErr_Clear();
+        memcpy(t_last_error, saved, sizeof(saved));
+        PyErr_Restore(t, v, tb);
+    }
+    tentpy_leave(&self->core);
+    res = rc == -2 ? NULL : PyLong_FromLong(rc);
+out:
+    Py_DECREF(fa);
+    Py_DECREF(fc);
+    return res;
+}
+
+static PyObject *mc_batch_unregister(MCObject *self, PyObject *const *args,
+                                     Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"buffer_addresses"};
+    PyObject *a[1];
+    if (PARSE("batch_unregister_memory", names, 1, a) < 0)
+        return NULL;
+    PyObject *fa = PySequence_Fast(a[0], "buffer_addresses must be a list");
+    if (!fa)
+        return NULL;
+    if (tentpy_enter(&self->core) < 0) {
+        Py_DECREF(fa);
+        return NULL;
+    }
+    int res = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fa); i++) {
+        int rc = unreg_one(self, PySequence_Fast_GET_ITEM(fa, i),
+                           "batch_unregister_memory");
+        if (rc == -2) {
+            res = -2;
+            break;
+        }
+        if (rc)
+            res = -1; /* the rest are still unregistered */
+    }
+    tentpy_leave(&self->core);
+    Py_DECREF(fa);
+    return res == -2 ? NULL : PyLong_FromLong(res);
+}
+
+/* Whether [addr, addr+len) lies inside one buffer this engine registered. */
+static int local_range_ok(MCObject *self, uint64_t addr, uint64_t len)
+{
+    tent_segment_info_t info = {0};
+    if (tent_get_segment_info(self->core.eng, LOCAL_SEGMENT_ID, &info))
+        return 0;
+    int ok = 0;
+    for (int i = 0; i < info.num_buffers && !ok; i++)
+        ok = addr >= info.buffers[i].base && len <= info.buffers[i].length &&
+             addr - info.buffers[i].base <= info.buffers[i].length - len;
+    tent_free_segment_info(&info);
+    return ok;
+}
+
+static PyObject *mc_alloc_managed(MCObject *self, PyObject *const *args,
+                                  Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"length"};
+    PyObject *a[1];
+    uint64_t len;
+    if (PARSE("allocate_managed_buffer", names, 1, a) < 0 ||
+        tentpy_len_from(a[0], "allocate_managed_buffer", &len) < 0 ||
+        tentpy_enter(&self->core) < 0)
+        return NULL;
+    void *p = NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS;
+    rc = tent_allocate_memory(self->core.eng, &p, (size_t)len, "cpu");
+    if (rc == TENT_OK) {
+        rc = tent_register_memory(self->core.eng, p, (size_t)len);
+        /* issue 11: tent_allocate_memory registers today, so the second
+         * registration answers EEXIST: the memory is registered. */
+        if (rc == TENT_EEXIST)
+            rc = TENT_OK;
+        if (rc) {
+            set_last("allocate_managed_buffer: %s", tent_last_error());
+            tent_free_memory(self->core.eng, p);
+        }
+    } else {
+        set_last("allocate_managed_buffer: %s", tent_last_error());
+    }
+    Py_END_ALLOW_THREADS;
+    tentpy_leave(&self->core);
+    if (rc)
+        return PyLong_FromLong(0);
+    PyObject *k = PyLong_FromUnsignedLongLong((uintptr_t)p);
+    PyObject *v = PyLong_FromUnsignedLongLong(len);
+    if (!k || !v || PyDict_SetItem(self->managed, k, v) < 0) {
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        return NULL;
+    }
+    Py_DECREF(v);
+    return k;
+}
+
+static PyObject *mc_free_managed(MCObject *self, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"buffer_addr", "length"};
+    PyObject *a[2];
+    uint64_t addr, len;
+    if (PARSE("free_managed_buffer", names, 2, a) < 0 ||
+        tentpy_len_from(a[0], "free_managed_buffer", &addr) < 0 ||
+        tentpy_len_from(a[1], "free_managed_buffer", &len) < 0 ||
+        tentpy_enter(&self->core) < 0)
+        return NULL;
+    PyObject *k = PyLong_FromUnsignedLongLong(addr);
+    int known = k ? PyDict_Contains(self->managed, k) : -1;
+    if (known < 0) {
+        Py_XDECREF(k);
+        tentpy_leave(&self->core);
+        return NULL;
+    }
+    int rc = -1;
+    if (!known) {
+        set_last("free_managed_buffer: %#llx is not a managed buffer of this "
+                 "engine",
+                 (unsigned long long)addr);
+    } else {
+        void *p = (void *)(uintptr_t)addr;
+        Py_BEGIN_ALLOW_THREADS;
+        rc = tent_unregister_memory(self->core.eng, p, 0);
+        /* issue 11: today memory from tent_allocate_memory refuses
+         * unregistration (EINVAL) and tent_free_memory unregisters it. */
+        if (rc == TENT_EINVAL)
+            rc = TENT_OK;
+        if (rc == TENT_OK)
+            rc = tent_free_memory(self->core.eng, p);
+        if (rc)
+            set_last("free_managed_buffer: %s", tent_last_error());
+        Py_END_ALLOW_THREADS;
+        if (rc == TENT_OK && PyDict_DelItem(self->managed, k) < 0)
+            PyErr_Clear();
+        rc = rc ? -1 : 0;
+    }
+    (void)len;
+    Py_DECREF(k);
+    tentpy_leave(&self->core);
+    return PyLong_FromLong(rc);
+}
+
+static PyObject *mc_write_bytes(MCObject *self, PyObject *const *args,
+                                Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"dest_address", "src", "length"};
+    PyObject *a[3];
+    uint64_t dst, len;
+    if (PARSE("write_bytes_to_buffer", names, 3, a) < 0 ||
+        tentpy_len_from(a[0], "write_bytes_to_buffer", &dst) < 0 ||
+        tentpy_len_from(a[2], "write_bytes_to_buffer", &len) < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(a[1], &view, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    PyObject *res = NULL;
+    if (len > (uint64_t)view.len) {
+        PyErr_Format(PyExc_ValueError,
+                     "write_bytes_to_buffer(): length %llu is larger than the "
+                     "%zd bytes given",
+                     (unsigned long long)len, view.len);
+        goto out;
+    }
+    if (tentpy_enter(&self->core) < 0)
+        goto out;
+    if (!local_range_ok(self, dst, len)) {
+        set_last("write_bytes_to_buffer: [%#llx, +%llu) is not inside a "
+                 "buffer registered with this engine",
+                 (unsigned long long)dst, (unsigned long long)len);
+        res = PyLong_FromLong(-1);
+    } else {
+        memcpy((void *)(uintptr_t)dst, view.buf, (size_t)len);
+        res = PyLong_FromLong(0);
+    }
+    tentpy_leave(&self->core);
+out:
+    PyBuffer_Release(&view);
+    return res;
+}
+
+static PyObject *mc_read_bytes(MCObject *self, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"source_address", "length"};
+    PyObject *a[2];
+    uint64_t src, len;
+    if (PARSE("read_bytes_from_buffer", names, 2, a) < 0 ||
+        tentpy_len_from(a[0], "read_bytes_from_buffer", &src) < 0 ||
+        tentpy_len_from(a[1], "read_bytes_from_buffer", &len) < 0 ||
+        tentpy_enter(&self->core) < 0)
+        return NULL;
+    PyObject *res;
+    if (len > PY_SSIZE_T_MAX || !local_range_ok(self, src, len)) {
+        tentpy_leave(&self->core);
+        return PyErr_Format(PyExc_ValueError,
+                            "read_bytes_from_buffer(): [%#llx, +%llu) is not "
+                            "inside a buffer registered with this engine",
+                            (unsigned long long)src, (unsigned long long)len);
+    }
+    res = PyBytes_FromStringAndSize((const char *)(uintptr_t)src,
+                                    (Py_ssize_t)len);
+    tentpy_leave(&self->core);
+    return res;
+}
+
+/* ---- transfers ---------------------------------------------------------- */
+
+#define STACK_REQS 256
+
+/* Requests of one call: the array and the holders of object buffers. */
+struct reqs {
+    tent_request_t *r;
+    size_t n;
+    tent_request_t stack[STACK_REQS];
+    PyObject *holders; /* list or NULL */
+};
+
+static void reqs_free(struct reqs *q)
+{
+    if (q->r && q->r != q->stack)
+        PyMem_Free(q->r);
+    q->r = NULL;
+    Py_CLEAR(q->holders);
+}
+
+static int mem_item(PyObject *o, struct reqs *q, const char *fn, uint64_t *addr,
+                    uint64_t len)
+{
+    if (PyLong_CheckExact(o)) {
+        *addr = PyLong_AsUnsignedLongLong(o);
+        if (*addr == (uint64_t)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError,
+                         "%s(): address %R is not in 0..2**64-1", fn, o);
+            return -1;
+        }
+        return 0;
+    }
+    struct tentpy_mem m;
+    if (tentpy_mem_from(o, false, fn, &m) < 0)
+        return -1;
+    if (tentpy_mem_check_len(&m, len, fn) < 0) {
+        Py_XDECREF(m.holder);
+        return -1;
+    }
+    *addr = m.addr;
+    if (m.holder) {
+        if (!q->holders && !(q->holders = PyList_New(0))) {
+            Py_DECREF(m.holder);
+            return -1;
+        }
+        int rc = PyList_Append(q->holders, m.holder);
+        Py_DECREF(m.holder);
+        return rc;
+    }
+    return 0;
+}
+
+static int len_item(PyObject *o, const char *fn, uint64_t *out)
+{
+    if (PyLong_CheckExact(o)) {
+        *out = PyLong_AsUnsignedLongLong(o);
+        if (*out == (uint64_t)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError,
+                         "%s(): length %R is not in 0..2**64-1", fn, o);
+            return -1;
+        }
+        return 0;
+    }
+    return tentpy_len_from(o, fn, out);
+}
+
+/* Builds the requests; single=1 takes scalars instead of lists. */
+static int build_reqs(MCObject *self TENTPY_UNUSED, int single, PyObject *bufs,
+                      PyObject *peers, PyObject *lens, int opcode,
+                      tent_segment_id_t seg, int hint, const char *fn,
+                      struct reqs *q)
+{
+    q->r = NULL;
+    q->n = 0;
+    q->holders = NULL;
+    if (single) {
+        q->r = q->stack;
+        q->n = 1;
+        tent_request_t *r = &q->r[0];
+        memset(r, 0, sizeof(*r));
+        uint64_t a, p, l;
+        if (len_item(lens, fn, &l) < 0 || mem_item(bufs, q, fn, &a, l) < 0 ||
+            len_item(peers, fn, &p) < 0)
+            goto fail;
+        r->opcode = opcode;
+        r->source = (void *)(uintptr_t)a;
+        r->target_id = seg;
+        r->target_offset = p;
+        r->length = l;
+        r->transport_hint = hint;
+        return 0;
+    }
+    if (!PyList_Check(bufs) && !PyTuple_Check(bufs)) {
+        PyErr_Format(PyExc_TypeError, "%s(): buffers must be a list, not %s",
+                     fn, Py_TYPE(bufs)->tp_name);
+        return -1;
+    }
+    if (!PyList_Check(peers) && !PyTuple_Check(peers)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s(): peer_buffer_addresses must be a list, not %s", fn,
+                     Py_TYPE(peers)->tp_name);
+        return -1;
+    }
+    if (!PyList_Check(lens) && !PyTuple_Check(lens)) {
+        PyErr_Format(PyExc_TypeError, "%s(): lengths must be a list, not %s",
+                     fn, Py_TYPE(lens)->tp_name);
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(bufs);
+    if (PySequence_Fast_GET_SIZE(peers) != n ||
+        PySequence_Fast_GET_SIZE(lens) != n) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s(): %zd buffers, %zd peer addresses and %zd lengths "
+                     "differ",
+                     fn, n, PySequence_Fast_GET_SIZE(peers),
+                     PySequence_Fast_GET_SIZE(lens));
+        return -1;
+    }
+    q->r = n <= STACK_REQS ? q->stack : PyMem_Calloc((size_t)n, sizeof(*q->r));
+    if (!q->r) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    q->n = (size_t)n;
+    PyObject **bi = PySequence_Fast_ITEMS(bufs);
+    PyObject **pi = PySequence_Fast_ITEMS(peers);
+    PyObject **li = PySequence_Fast_ITEMS(lens);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t a, p, l;
+        if (len_item(li[i], fn, &l) < 0 || mem_item(bi[i], q, fn, &a, l) < 0 ||
+            len_item(pi[i], fn, &p) < 0)
+            goto fail;
+        tent_request_t *r = &q->r[i];
+        r->opcode = opcode;
+        r->source = (void *)(uintptr_t)a;
+        r->target_id = seg;
+        r->target_offset = p;
+        r->length = l;
+        r->priority = 0;
+        r->transport_hint = hint;
+    }
+    return 0;
+fail:
+    reqs_free(q);
+    return -1;
+}
+
+static int opcode_arg(PyObject *o, const char *fn, int *out)
+{
+    if (!PyLong_Check(o) || PyBool_Check(o)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s(): opcode must be TransferOpcode, not %s", fn,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    long v = PyLong_AsLong(o);
+    if (v != OPCODE_READ && v != OPCODE_WRITE) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError,
+                     "%s(): opcode %R is not TransferOpcode.Read or Write", fn,
+                     o);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* notify: None, TransferNotify(name, msg) or a (name, msg) tuple. */
+static int notify_arg(PyObject *o, const char *fn, PyObject **name,
+                      PyObject **msg)
+{
+    *name = *msg = NULL;
+    if (!o || o == Py_None)
+        return 0;
+    if (PyTuple_Check(o) && PyTuple_GET_SIZE(o) == 2) {
+        *name = PyTuple_GET_ITEM(o, 0);
+        *msg = PyTuple_GET_ITEM(o, 1);
+        Py_INCREF(*name);
+        Py_INCREF(*msg);
+    } else {
+        *name = PyObject_GetAttrString(o, "name");
+        *msg = *name ? PyObject_GetAttrString(o, "msg") : NULL;
+    }
+    if (!*name || !*msg || !PyUnicode_Check(*name) || !PyUnicode_Check(*msg)) {
+        Py_CLEAR(*name);
+        Py_CLEAR(*msg);
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError,
+                     "%s(): notify must be TransferNotify(name, msg)", fn);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * One synchronous transfer call.  Returns a new int (0/-1) or NULL with an
+ * exception (bad argument, KeyboardInterrupt).
+ */
+static PyObject *sync_common(MCObject *self, int single, PyObject *target,
+                             PyObject *bufs, PyObject *peers, PyObject *lens,
+                             int opcode, PyObject *notify, PyObject *hint_o,
+                             const char *fn)
+{
+    int hint;
+    if (!PyUnicode_Check(target)) {
+        PyErr_Format(PyExc_TypeError, "%s(): target_hostname must be str", fn);
+        return NULL;
+    }
+    if (hint_arg(hint_o, fn, &hint) < 0)
+        return NULL;
+    PyObject *nname = NULL, *nmsg = NULL;
+    if (notify_arg(notify, fn, &nname, &nmsg) < 0)
+        return NULL;
+    PyObject *res = NULL;
+    if (tentpy_enter(&self->core) < 0)
+        goto out_notify;
+    tent_segment_id_t seg;
+    int code;
+    if (tentpy_segment(&self->core, target, &seg, &code) < 0) {
+        if (!code) /* a Python error (type), not an engine one */
+            goto out_leave;
+        exc_to_last();
+        res = fail_int();
+        goto out_leave;
+    }
+    struct reqs q;
+    if (build_reqs(self, single, bufs, peers, lens, opcode, seg, hint, fn, &q) <
+        0)
+        goto out_leave;
+    if (q.n == 0) {
+        reqs_free(&q);
+        res = PyLong_FromLong(0);
+        goto out_leave;
+    }
+    int err = 0;
+    char msg[512];
+    const char *nn = nname ? PyUnicode_AsUTF8(nname) : NULL;
+    const char *nm = nmsg ? PyUnicode_AsUTF8(nmsg) : NULL;
+    int r = tentpy_run(&self->core, q.r, q.n, nn, nm, self->timeout_s, &err,
+                       msg, sizeof(msg));
+    reqs_free(&q);
+    if (r == TENTPY_RUN_INTERRUPTED)
+        goto out_leave; /* KeyboardInterrupt (or the handler's error) */
+    if (r != TENTPY_RUN_OK) {
+        set_last("%s: %s (%s)", fn, msg, tent_strerror(err));
+        res = fail_int();
+    } else {
+        res = PyLong_FromLong(0);
+    }
+out_leave:
+    tentpy_leave(&self->core);
+out_notify:
+    Py_XDECREF(nname);
+    Py_XDECREF(nmsg);
+    return res;
+}
+
+static const char *const sync_names[] = {"target_hostname", "buffer",
+                                         "peer_buffer_address", "length",
+                                         "transport_hint"};
+static const char *const bsync_names[] = {"target_hostname", "buffers",
+                                          "peer_buffer_addresses", "lengths",
+                                          "transport_hint"};
+
+static PyObject *mc_sync_write(MCObject *self, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *a[5];
+    if (PARSE("transfer_sync_write", sync_names, 4, a) < 0)
+        return NULL;
+    return sync_common(self, 1, a[0], a[1], a[2], a[3], OPCODE_WRITE, NULL,
+                       a[4], "transfer_sync_write");
+}
+
+static PyObject *mc_sync_read(MCObject *self, PyObject *const *args,
+                              Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *a[5];
+    if (PARSE("transfer_sync_read", sync_names, 4, a) < 0)
+        return NULL;
+    return sync_common(self, 1, a[0], a[1], a[2], a[3], OPCODE_READ, NULL, a[4],
+                       "transfer_sync_read");
+}
+
+static PyObject *mc_bsync_write(MCObject *self, PyObject *const *args,
+                                Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *a[5];
+    if (PARSE("batch_transfer_sync_write", bsync_names, 4, a) < 0)
+        return NULL;
+    return sync_common(self, 0, a[0], a[1], a[2], a[3], OPCODE_WRITE, NULL,
+                       a[4], "batch_transfer_sync_write");
+}
+
+static PyObject *mc_bsync_read(MCObject *self, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *a[5];
+    if (PARSE("batch_transfer_sync_read", bsync_names, 4, a) < 0)
+        return NULL;
+    return sync_common(self, 0, a[0], a[1], a[2], a[3], OPCODE_READ, NULL, a[4],
+                       "batch_transfer_sync_read");
+}
+
+static PyObject *mc_sync(MCObject *self, PyObject *const *args,
+                         Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {
+        "target_hostname", "buffer", "peer_buffer_address", "length",
+        "opcode",          "notify", "transport_hint"};
+    PyObject *a[7];
+    int op;
+    if (PARSE("transfer_sync", names, 5, a) < 0 ||
+        opcode_arg(a[4], "transfer_sync", &op) < 0)
+        return NULL;
+    return sync_common(self, 1, a[0], a[1], a[2], a[3], op, a[5], a[6],
+                       "transfer_sync");
+}
+
+static PyObject *mc_bsync(MCObject *self, PyObject *const *args,
+                          Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {
+        "target_hostname", "buffers", "peer_buffer_addresses", "lengths",
+        "opcode",          "notify",  "transport_hint"};
+    PyObject *a[7];
+    int op;
+    if (PARSE("batch_transfer_sync", names, 5, a) < 0 ||
+        opcode_arg(a[4], "batch_transfer_sync", &op) < 0)
+        return NULL;
+    return sync_common(self, 0, a[0], a[1], a[2], a[3], op, a[5], a[6],
+                       "batch_transfer_sync");
+}
+
+/* Submits without waiting; returns a new int: the batch id or 0. */
+static PyObject *async_common(MCObject *self, int single, PyObject *target,
+                              PyObject *bufs, PyObject *peers, PyObject *lens,
+                              int opcode, PyObject *notify, PyObject *hint_o,
+                              const char *fn)
+{
+    int hint;
+    if (!PyUnicode_Check(target)) {
+        PyErr_Format(PyExc_TypeError, "%s(): target_hostname must be str", fn);
+        return NULL;
+    }
+    if (hint_arg(hint_o, fn, &hint) < 0)
+        return NULL;
+    PyObject *nname = NULL, *nmsg = NULL;
+    if (notify_arg(notify, fn, &nname, &nmsg) < 0)
+        return NULL;
+    PyObject *res = NULL;
+    if (tentpy_enter(&self->core) < 0)
+        goto out_notify;
+    tent_segment_id_t seg;
+    int code;
+    if (tentpy_segment(&self->core, target, &seg, &code) < 0) {
+        if (!code)
+            goto out_leave;
+        exc_to_last();
+        res = PyLong_FromLong(0);
+        goto out_leave;
+    }
+    struct reqs q;
+    if (build_reqs(self, single, bufs, peers, lens, opcode, seg, hint, fn, &q) <
+        0)
+        goto out_leave;
+    if (q.n == 0) {
+        reqs_free(&q);
+        set_last("%s: no requests", fn);
+        res = PyLong_FromLong(0);
+        goto out_leave;
+    }
+    if (atomic_load_explicit(&self->core.nparked_hint, memory_order_relaxed))
+        tentpy_sweep(&self->core);
+    const char *nn = nname ? PyUnicode_AsUTF8(nname) : NULL;
+    const char *nm = nmsg ? PyUnicode_AsUTF8(nmsg) : NULL;
+    tent_batch_id_t bid;
+    int rc = TENT_OK;
+    Py_BEGIN_ALLOW_THREADS;
+    bid = tent_allocate_batch(self->core.eng, q.n);
+    if (bid == TENT_INVALID_BATCH_ID) {
+        set_last("%s: %s", fn, tent_last_error());
+    } else {
+        rc = nn ? tent_submit_notif(self->core.eng, bid, q.r, q.n, nn, nm)
+                : tent_submit(self->core.eng, bid, q.r, q.n);
+        if (rc) {
+            set_last("%s: %s", fn, tent_last_error());
+            tentpy_release_batch(&self->core, bid);
+            bid = TENT_INVALID_BATCH_ID;
+        }
+    }
+    Py_END_ALLOW_THREADS;
+    if (bid != TENT_INVALID_BATCH_ID) {
+        PyObject *k = PyLong_FromUnsignedLongLong(bid);
+        PyObject *v = Py_BuildValue("(dO)", tentpy_now() + self->timeout_s,
+                                    q.holders ? q.holders : Py_None);
+        if (!k || !v || PyDict_SetItem(self->core.async_keep, k, v) < 0) {
+            Py_XDECREF(k);
+            Py_XDECREF(v);
+            reqs_free(&q);
+            goto out_leave;
+        }
+        Py_DECREF(v);
+        res = k;
+    } else {
+        res = PyLong_FromLong(0);
+    }
+    reqs_free(&q);
+out_leave:
+    tentpy_leave(&self->core);
+out_notify:
+    Py_XDECREF(nname);
+    Py_XDECREF(nmsg);
+    return res;
+}
+
+static PyObject *mc_async_write(MCObject *self, PyObject *const *args,
+                                Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *a[5];
+    if (PARSE("batch_transfer_async_write", bsync_names, 4, a) < 0)
+        return NULL;
+    return async_common(self, 0, a[0], a[1], a[2], a[3], OPCODE_WRITE, NULL,
+                        a[4], "batch_transfer_async_write");
+}
+
+static PyObject *mc_async_read(MCObject *self, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *a[5];
+    if (PARSE("batch_transfer_async_read", bsync_names, 4, a) < 0)
+        return NULL;
+    return async_common(self, 0, a[0], a[1], a[2], a[3], OPCODE_READ, NULL,
+                        a[4], "batch_transfer_async_read");
+}
+
+static PyObject *mc_async(MCObject *self, PyObject *const *args,
+                          Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {
+        "target_hostname", "buffers", "peer_buffer_addresses", "lengths",
+        "opcode",          "notify",  "transport_hint"};
+    PyObject *a[7];
+    int op;
+    if (PARSE("batch_transfer_async", names, 5, a) < 0 ||
+        opcode_arg(a[4], "batch_transfer_async", &op) < 0)
+        return NULL;
+    return async_common(self, 0, a[0], a[1], a[2], a[3], op, a[5], a[6],
+                        "batch_transfer_async");
+}
+
+static PyObject *mc_submit_write(MCObject *self, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *a[5];
+    if (PARSE("transfer_submit_write", sync_names, 4, a) < 0)
+        return NULL;
+    return async_common(self, 1, a[0], a[1], a[2], a[3], OPCODE_WRITE, NULL,
+                        a[4], "transfer_submit_write");
+}
+
+/* The deadline of an async batch, or -1 when this engine did not submit
+ * it.  Removes the record when `take`. */
+static double async_deadline(MCObject *self, PyObject *k, int take)
+{
+    PyObject *v = PyDict_GetItemWithError(self->core.async_keep, k);
+    if (!v) {
+        PyErr_Clear();
+        return -1;
+    }
+    double d = PyFloat_AsDouble(PyTuple_GET_ITEM(v, 0));
+    if (take && PyDict_DelItem(self->core.async_keep, k) < 0)
+        PyErr_Clear();
+    return d;
+}
+
+static PyObject *mc_batch_status(MCObject *self, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"batch_ids"};
+    PyObject *a[1];
+    if (PARSE("get_batch_transfer_status", names, 1, a) < 0)
+        return NULL;
+    PyObject *f = PySequence_Fast(a[0], "batch_ids must be a list");
+    if (!f)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(f);
+    uint64_t *ids = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*ids));
+    if (!ids) {
+        Py_DECREF(f);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (tentpy_len_from(PySequence_Fast_GET_ITEM(f, i),
+                            "get_batch_transfer_status", &ids[i]) < 0) {
+            PyMem_Free(ids);
+            Py_DECREF(f);
+            return NULL;
+        }
+    if (tentpy_enter(&self->core) < 0) {
+        PyMem_Free(ids);
+        Py_DECREF(f);
+        return NULL;
+    }
+    int result = 0;
+    bool interrupted = false;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = PySequence_Fast_GET_ITEM(f, i);
+        double deadline = async_deadline(self, k, 1);
+        if (deadline < 0) {
+            set_last("get_batch_transfer_status: batch %llu is not an "
+                     "unfinished batch of this engine",
+                     (unsigned long long)ids[i]);
+            result = -1;
+            continue;
+        }
+        if (interrupted) {
+            tentpy_release_batch(&self->core, ids[i]);
+            continue;
+        }
+        double left = deadline - tentpy_now();
+        int err = 0;
+        char msg[512];
+        int r = tentpy_wait(&self->core, ids[i], left > 0 ? left : 0.0, &err,
+                            msg, sizeof(msg));
+        if (r == TENTPY_RUN_INTERRUPTED) {
+            interrupted = true; /* the rest are released, then raise */
+            continue;
+        }
+        if (r != TENTPY_RUN_OK) {
+            set_last("get_batch_transfer_status: batch %llu: %s (%s)",
+                     (unsigned long long)ids[i], msg, tent_strerror(err));
+            result = -1;
+        }
+    }
+    tentpy_leave(&self->core);
+    PyMem_Free(ids);
+    Py_DECREF(f);
+    if (interrupted)
+        return NULL;
+    return PyLong_FromLong(result);
+}
+
+static PyObject *mc_check_status(MCObject *self, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"batch_id"};
+    PyObject *a[1];
+    uint64_t bid;
+    if (PARSE("transfer_check_status", names, 1, a) < 0 ||
+        tentpy_len_from(a[0], "transfer_check_status", &bid) < 0 ||
+        tentpy_enter(&self->core) < 0)
+        return NULL;
+    long res;
+    double deadline = async_deadline(self, a[0], 0);
+    if (deadline < 0) {
+        set_last("transfer_check_status: batch %llu is not an unfinished "
+                 "batch of this engine",
+                 (unsigned long long)bid);
+        res = -1;
+    } else {
+        tent_status_t st = {.status = -1};
+        int rc;
+        Py_BEGIN_ALLOW_THREADS;
+        rc = tent_overall_status(self->core.eng, bid, &st);
+        if (st.status == STATUS_COMPLETED || st.status == STATUS_FAILED)
+            tentpy_release_batch(&self->core, bid);
+        Py_END_ALLOW_THREADS;
+        if (st.status == STATUS_COMPLETED) {
+            res = 1;
+        } else if (st.status == STATUS_FAILED) {
+            set_last("transfer_check_status: batch %llu failed%s%s",
+                     (unsigned long long)bid, rc ? ": " : "",
+                     rc ? tent_last_error() : "");
+            res = -1;
+        } else if (tentpy_now() > deadline) {
+            tentpy_release_batch(&self->core, bid);
+            set_last("transfer_check_status: batch %llu timed out",
+                     (unsigned long long)bid);
+            res = -2;
+        } else {
+            res = 0;
+        }
+        if (res != 0)
+            async_deadline(self, a[0], 1);
+    }
+    tentpy_leave(&self->core);
+    return PyLong_FromLong(res);
+}
+
+/* ---- segments, notifications, probe, topology -------------------------- */
+
+static PyObject *mc_first_buffer(MCObject *self, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"segment_name"};
+    PyObject *a[1];
+    if (PARSE("get_first_buffer_address", names, 1, a) < 0 ||
+        tentpy_enter(&self->core) < 0)
+        return NULL;
+    tent_segment_id_t seg;
+    int code;
+    PyObject *res = NULL;
+    if (tentpy_segment(&self->core, a[0], &seg, &code) < 0) {
+        if (code) {
+            exc_to_last();
+            res = PyLong_FromLong(0);
+        }
+    } else {
+        tent_segment_info_t info = {0};
+        int rc = tent_get_segment_info(self->core.eng, seg, &info);
+        uint64_t base = 0;
+        if (rc)
+            set_last("get_first_buffer_address: %s", tent_last_error());
+        else if (info.num_buffers > 0)
+            base = info.buffers[0].base;
+        tent_free_segment_info(&info);
+        res = PyLong_FromUnsignedLongLong(base);
+    }
+    tentpy_leave(&self->core);
+    return res;
+}
+
+static PyObject *mc_get_notifies(MCObject *self, PyObject *unused TENTPY_UNUSED)
+{
+    if (tentpy_enter(&self->core) < 0)
+        return NULL;
+    tent_notifi_info info = {0};
+    int rc = tent_recv_notifs(self->core.eng, &info);
+    tentpy_leave(&self->core);
+    if (rc)
+        return tentpy_raise(rc, "get_notifies");
+    PyObject *l = tentpy_notifs_to_list(&info, tentpy_TransferNotify);
+    tent_free_notifs(&info);
+    return l;
+}
+
+/* A TCP connect to host:port within timeout_ms: the peer's RPC server is
+ * alive. */
+static int tcp_reachable(const char *name, int timeout_ms)
+{
+    char host[256];
+    int port, npu;
+    if (parse_local(name, host, sizeof(host), &port, &npu) < 0 || !port)
+        return -2; /* not an address */
+    char ps[16];
+    snprintf(ps, sizeof(ps), "%d", port);
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, ps, &hints, &ai) != 0)
+        return -1;
+    int ok = -1;
+    for (struct addrinfo *p = ai; p && ok; p = p->ai_next) {
+        int fd =
+            socket(p->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            continue;
+        int rc = connect(fd, p->ai_addr, p->ai_addrlen);
+        if (rc < 0 && errno == EINPROGRESS) {
+            struct pollfd pfd = {fd, POLLOUT, 0};
+            if (poll(&pfd, 1, timeout_ms) == 1) {
+                int e = 0;
+                socklen_t l = sizeof(e);
+                getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l);
+                rc = e ? -1 : 0;
+            }
+        }
+        if (rc == 0)
+            ok = 0;
+        close(fd);
+    }
+    freeaddrinfo(ai);
+    return ok;
+}
+
+static PyObject *mc_send_probe(MCObject *self, PyObject *const *args,
+                               Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"peer"};
+    PyObject *a[1];
+    if (PARSE("send_probe", names, 1, a) < 0)
+        return NULL;
+    const char *peer = str_arg(a[0], "send_probe", "peer");
+    if (!peer || tentpy_enter(&self->core) < 0)
+        return NULL;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS;
+    rc = tcp_reachable(peer, 1000);
+    if (rc == -1)
+        set_last("send_probe: peer '%s' does not answer", peer);
+    Py_END_ALLOW_THREADS;
+    long res = rc == 0 ? 0 : -1;
+    if (rc == -2) { /* a segment name: it opens or it does not */
+        tent_segment_id_t seg;
+        int code;
+        if (tentpy_segment(&self->core, a[0], &seg, &code) < 0)
+            exc_to_last();
+        else
+            res = 0;
+    }
+    tentpy_leave(&self->core);
+    return PyLong_FromLong(res);
+}
+
+static PyObject *mc_topology(MCObject *self TENTPY_UNUSED,
+                             PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
+{
+    static const char *const names[] = {"device_name"};
+    PyObject *a[1];
+    if (PARSE("get_local_topology", names, 0, a) < 0)
+        return NULL;
+    const char *dev = str_arg(a[0], "get_local_topology", "device_name");
+    if (!dev)
+        return NULL;
+    /* Host memory only: no NIC-bound transport in this build. */
+    cJSON *root = cJSON_CreateObject();
+    cJSON *cpu = root ? cJSON_AddObjectToObject(root, "cpu:0") : NULL;
+    cJSON *pref = cpu ? cJSON_AddArrayToObject(cpu, "preferred_hca") : NULL;
+    cJSON *avail = cpu ? cJSON_AddArrayToObject(cpu, "avail_hca") : NULL;
+    if (!pref || !avail) {
+        cJSON_Delete(root);
+        return PyErr_NoMemory();
+    }
+    char *out = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!out)
+        return PyErr_NoMemory();
+    PyObject *s = PyUnicode_FromString(out);
+    free(out);
+    return s;
+}
+
+/* Benchmark reference: `iters` batches of `batch` writes of `block` bytes
+ * (src_base + i*block -> dst_base + i*block), the plain C API loop a C
+ * program would run (allocate, submit, poll, free), GIL released once for
+ * the whole loop.  Returns the seconds taken, or -1.0 (last_error()). */
+static PyObject *mc_c_loop(MCObject *self, PyObject *args)
+{
+    PyObject *target;
+    unsigned long long src, dst, block, batch, iters;
+    if (!PyArg_ParseTuple(args, "OKKKKK:_c_reference_loop", &target, &src, &dst,
+                          &block, &batch, &iters))
+        return NULL;
+    if (batch == 0 || batch > STACK_REQS)
+        return PyErr_Format(PyExc_ValueError, "batch must be 1..%d",
+                            STACK_REQS);
+    if (tentpy_enter(&self->core) < 0)
+        return NULL;
+    tent_segment_id_t seg;
+    int code;
+    if (tentpy_segment(&self->core, target, &seg, &code) < 0) {
+        tentpy_leave(&self->core);
+        return NULL;
+    }
+    tent_request_t r[STACK_REQS];
+    memset(r, 0, sizeof(r));
+    for (size_t i = 0; i < batch; i++) {
+        r[i].opcode = OPCODE_WRITE;
+        r[i].source = (void *)(uintptr_t)(src + i * block);
+        r[i].target_id = seg;
+        r[i].target_offset = dst + i * block;
+        r[i].length = block;
+    }
+    double t0 = 0, dt = -1.0;
+    int rc = 0;
+    Py_BEGIN_ALLOW_THREADS;
+    t0 = tentpy_now();
+    for (unsigned long long it = 0; it < iters && rc == 0; it++) {
+        tent_batch_id_t b = tent_allocate_batch(self->core.eng, batch);
+        rc = b ? tent_submit(self->core.eng, b, r, batch) : TENT_EINVAL;
+        tent_status_t st = {.status = STATUS_PENDING};
+        while (rc == 0 && st.status == STATUS_PENDING)
+            rc = tent_overall_status(self->core.eng, b, &st);
+        if (rc == 0 && st.status != STATUS_COMPLETED)
+            rc = TENT_EIO;
+        if (rc)
+            set_last("_c_reference_loop: %s", tent_last_error());
+        if (b)
+            tent_free_batch(self->core.eng, b);
+    }
+    if (rc == 0)
+        dt = tentpy_now() - t0;
+    Py_END_ALLOW_THREADS;
+    tentpy_leave(&self->core);
+    return PyFloat_FromDouble(dt);
+}
+
+#define FASTKW(fn)                                                             \
+    (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS
+
+static PyMethodDef mc_methods[] = {
+    {"initialize", FASTKW(mc_initialize),
+     "initialize(local_hostname, metadata_server, protocol, device_name) -> "
+     "0/-1"},
+    {"initialize_ext", FASTKW(mc_initialize_ext),
+     "initialize_ext(local_hostname, metadata_server, protocol, device_name, "
+     "metadata_type) -> 0/-1"},
+    {"get_rpc_port", (PyCFunction)mc_rpc_port, METH_NOARGS,
+     "Port of the RPC server; the session id is f'{host}:{port}'."},
+    {"get_session_id", (PyCFunction)mc_session_id, METH_NOARGS,
+     "f'{host}:{get_rpc_port()}'"},
+    {"register_memory", FASTKW(mc_register),
+     "register_memory(buffer_addr, capacity, location='*') -> 0/-1"},
+    {"unregister_memory", FASTKW(mc_unregister), NULL},
+    {"batch_register_memory", FASTKW(mc_batch_register), NULL},
+    {"batch_unregister_memory", FASTKW(mc_batch_unregister), NULL},
+    {"transfer_sync_write", FASTKW(mc_sync_write), NULL},
+    {"transfer_sync_read", FASTKW(mc_sync_read), NULL},
+    {"batch_transfer_sync_write", FASTKW(mc_bsync_write), NULL},
+    {"batch_transfer_sync_read", FASTKW(mc_bsync_read), NULL},
+    {"transfer_sync", FASTKW(mc_sync), NULL},
+    {"batch_transfer_sync", FASTKW(mc_bsync), NULL},
+    {"batch_transfer_async_write", FASTKW(mc_async_write), NULL},
+    {"batch_transfer_async_read", FASTKW(mc_async_read), NULL},
+    {"batch_transfer_async", FASTKW(mc_async), NULL},
+    {"get_batch_transfer_status", FASTKW(mc_batch_status),
+     "Blocks until every batch ends; 0 all completed, -1 otherwise; frees "
+     "the ids."},
+    {"transfer_submit_write", FASTKW(mc_submit_write), NULL},
+    {"transfer_check_status", FASTKW(mc_check_status),
+     "1 done, 0 pending, -1 failed, -2 timed out"},
+    {"allocate_managed_buffer", FASTKW(mc_alloc_managed), NULL},
+    {"free_managed_buffer", FASTKW(mc_free_managed), NULL},
+    {"write_bytes_to_buffer", FASTKW(mc_write_bytes), NULL},
+    {"read_bytes_from_buffer", FASTKW(mc_read_bytes), NULL},
+    {"get_first_buffer_address", FASTKW(mc_first_buffer), NULL},
+    {"get_notifies", (PyCFunction)mc_get_notifies, METH_NOARGS, NULL},
+    {"send_probe", FASTKW(mc_send_probe), NULL},
+    {"get_local_topology", FASTKW(mc_topology), NULL},
+    {"_c_reference_loop", (PyCFunction)mc_c_loop, METH_VARARGS,
+     "benchmark reference: the same batches from a C loop"},
+    {"last_error", (PyCFunction)mc_last_error, METH_NOARGS,
+     "Message of this thread's last failed call."},
+    {"close", (PyCFunction)mc_close, METH_NOARGS, NULL},
+    {"__enter__", (PyCFunction)mc_enter_ctx, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)mc_exit_ctx, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL}};
+
+PyTypeObject tentpy_MooncakeType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tent.mooncake.TransferEngine",
+    .tp_basicsize = sizeof(MCObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Mooncake's classic TransferEngine API over TENT in C.",
+    .tp_new = mc_new,
+    .tp_dealloc = (destructor)mc_dealloc,
+    .tp_traverse = (traverseproc)mc_traverse,
+    .tp_clear = (inquiry)mc_clear,
+    .tp_methods = mc_methods,
+};

@@ -1,0 +1,161 @@
+/*
+ * The `tent` Python package: shared declarations of the C extension
+ * (tent._tent).  Everything here sits on the public C API only
+ * (tent/transfer_engine.h).
+ */
+#ifndef TENTPY_H
+#define TENTPY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <tent/transfer_engine.h>
+
+/* A parameter a CPython slot or method signature requires but the function
+ * does not read (we build with -Wunused-parameter). */
+#define TENTPY_UNUSED __attribute__((unused))
+
+/* ---- errors (module.c) -------------------------------------------------- */
+
+/* The exception classes, created at module init. */
+extern PyObject *tentpy_exc_base;     /* TentException */
+extern PyObject *tentpy_exc_inval;    /* InvalidArgumentError */
+extern PyObject *tentpy_exc_notreg;   /* AddressNotRegisteredError */
+extern PyObject *tentpy_exc_nodev;    /* DeviceNotFoundError */
+extern PyObject *tentpy_exc_entry;    /* InvalidEntryError */
+extern PyObject *tentpy_exc_meta;     /* MetadataError */
+extern PyObject *tentpy_exc_rpc;      /* RpcServiceError */
+extern PyObject *tentpy_exc_internal; /* InternalError */
+extern PyObject *tentpy_exc_notimpl;  /* NotImplementedError */
+
+/* Raises the TentException subclass matching code with `what` and the
+ * thread's tent_last_error() message; returns NULL. */
+PyObject *tentpy_raise(int code, const char *what);
+
+/* The struct-sequence types (module.c). */
+extern PyTypeObject *tentpy_TransferStatus;
+extern PyTypeObject *tentpy_SegmentInfoBuffer;
+extern PyTypeObject *tentpy_SegmentInfo;
+/* Classes called with (name, msg) for received notifications; NULL: tuples */
+extern PyObject *tentpy_Notification;
+extern PyObject *tentpy_TransferNotify;
+
+/* ---- memory arguments (buffer.c) --------------------------------------- */
+
+/* Keeps the object behind an address alive: a held buffer view or a
+ * reference to a data_ptr()/nbytes object.  NULL for a plain integer. */
+struct tentpy_mem {
+    uint64_t addr;
+    uint64_t size;    /* the object's size in bytes; 0 for an integer */
+    PyObject *holder; /* a new reference (capsule or object) or NULL */
+};
+
+/* Reads an address argument: an int, an object with the buffer protocol
+ * (contiguous; writable when `writable`), or one with data_ptr()/nbytes.
+ * Raises TypeError/ValueError/OverflowError and returns -1 on bad input. */
+int tentpy_mem_from(PyObject *obj, bool writable, const char *what,
+                    struct tentpy_mem *out);
+
+/* Reads a length (>= 0, fits in size_t); -1 with an exception otherwise. */
+int tentpy_len_from(PyObject *obj, const char *what, uint64_t *out);
+
+/* Checks that [addr, addr+len) lies inside the object (when it is one). */
+int tentpy_mem_check_len(const struct tentpy_mem *m, uint64_t len,
+                         const char *what);
+
+/* ---- the engine shared by both Python classes (core.c) ----------------- */
+
+/*
+ * State common to tent.TransferEngine and tent.mooncake.TransferEngine.
+ * Python-object fields (segments, keep, async_keep) are guarded by the
+ * GIL.  `active` counts calls inside the C engine; close() sets `closed`
+ * and waits for `active` to drop to 0 before destroying the engine, so no
+ * call ever sees a destroyed engine.  park_lock guards the parked batches
+ * (batches abandoned by an interrupted or timed-out wait, freed once their
+ * tasks end); it is never held across a call into Python.
+ */
+struct tentpy_core {
+    tent_engine_t eng;
+    atomic_int active;
+    atomic_bool closed;
+    PyObject *segments;   /* str name -> int handle */
+    PyObject *keep;       /* int addr -> list of holders (registrations) */
+    PyObject *async_keep; /* int batch id -> list of holders */
+    pthread_mutex_t park_lock;
+    tent_batch_id_t *parked;
+    size_t nparked, park_cap;
+    atomic_size_t nparked_hint;
+};
+
+int tentpy_core_init(struct tentpy_core *c);
+/* Destroys the engine (waits for calls in flight) and drops every hold. */
+void tentpy_core_close(struct tentpy_core *c);
+void tentpy_core_clear(struct tentpy_core *c);
+int tentpy_core_traverse(struct tentpy_core *c, visitproc visit, void *arg);
+
+/* Marks a call as entered; raises (InvalidEntryError / RuntimeError) and
+ * returns -1 when the engine is closed or was never created. */
+int tentpy_enter(struct tentpy_core *c);
+static inline void tentpy_leave(struct tentpy_core *c)
+{
+    atomic_fetch_sub_explicit(&c->active, 1, memory_order_release);
+}
+
+/* Engine creation under the module's config lock, GIL released.
+ * config_path: a JSON file for this engine only (NULL: MC_TENT_CONF). */
+tent_engine_t tentpy_create_engine(const char *config_path, int *err, char *msg,
+                                   size_t msg_len);
+
+/* Opens (and caches) a segment by name; -1 with an exception. */
+int tentpy_segment(struct tentpy_core *c, PyObject *name,
+                   tent_segment_id_t *out, int *code);
+
+/* Records a registration's holder under addr (no-op for NULL). */
+int tentpy_keep_add(struct tentpy_core *c, uint64_t addr, PyObject *holder);
+/* Drops one holder recorded under addr. */
+void tentpy_keep_drop(struct tentpy_core *c, uint64_t addr);
+/* Drops every holder recorded under addr. */
+void tentpy_keep_drop_all(struct tentpy_core *c, uint64_t addr);
+/* Notification records as a list of cls(name, msg) (tuples if NULL). */
+PyObject *tentpy_notifs_to_list(tent_notifi_info *info, PyObject *cls);
+
+/* Result of tentpy_run. */
+enum {
+    TENTPY_RUN_OK = 0,
+    TENTPY_RUN_FAILED = 1,      /* a task failed (err holds the code) */
+    TENTPY_RUN_TIMEOUT = 2,     /* deadline passed; batch parked */
+    TENTPY_RUN_INTERRUPTED = 3, /* a Python signal handler raised */
+    TENTPY_RUN_ERROR = 4,       /* allocate/submit failed (err) */
+};
+
+/* Allocates a batch, submits the requests and waits, with the GIL
+ * released, until every task ends or timeout_s passes, checking for
+ * signals every few milliseconds.  A batch whose tasks may still run when
+ * this returns is parked and freed later.  Must be called with the GIL
+ * held and the call entered; returns with the GIL held. `err` gets the
+ * TENT_E* code and `msg` the message for RUN_FAILED/RUN_ERROR. */
+int tentpy_run(struct tentpy_core *c, tent_request_t *reqs, size_t n,
+               const char *notif_name, const char *notif_msg, double timeout_s,
+               int *err, char *msg, size_t msg_len);
+
+/* Waits for a batch submitted earlier (same contract as tentpy_run). Frees
+ * it unless it is parked. */
+int tentpy_wait(struct tentpy_core *c, tent_batch_id_t bid, double timeout_s,
+                int *err, char *msg, size_t msg_len);
+
+/* Frees a batch now if idle, else parks it. GIL may be held or not. */
+void tentpy_release_batch(struct tentpy_core *c, tent_batch_id_t bid);
+/* Frees parked batches whose tasks have ended. */
+void tentpy_sweep(struct tentpy_core *c);
+
+/* Monotonic seconds. */
+double tentpy_now(void);
+
+/* ---- the two classes ---------------------------------------------------- */
+extern PyTypeObject tentpy_EngineType;   /* tent.TransferEngine */
+extern PyTypeObject tentpy_MooncakeType; /* tent.mooncake.TransferEngine */
+
+#endif /* TENTPY_H */
