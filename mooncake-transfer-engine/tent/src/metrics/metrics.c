@@ -29,7 +29,8 @@ static const double latency_bounds[] = {
     500,    1000,   2000,    5000,    10000,   20000,   50000, 100000,
     200000, 500000, 1000000, 2000000, 5000000, 10000000};
 #define N_LATENCY (sizeof(latency_bounds) / sizeof(latency_bounds[0]))
-#define N_SIZE    13 /* 64 << 2i for i in 0..12: 64 B .. 1 GiB */
+#define N_SIZE    TM_NSIZE /* 64 << 2i for i in 0..12: 64 B .. 1 GiB */
+_Static_assert(N_LATENCY == TM_NLAT, "TM_NLAT must match latency_bounds");
 
 static unsigned nbounds(enum tm_buckets b)
 {
@@ -80,6 +81,10 @@ static void layout(void)
         f->offset = off;
         if (!f->derived)
             off += f->dim1 * f->dim2 * f->width;
+        /* the header's constant layout says the same */
+        if (f->offset != tm_layout[i].off || f->width != tm_layout[i].width ||
+            f->dim2 != tm_layout[i].dim2)
+            abort();
     }
     ncells = off;
 }
@@ -241,9 +246,9 @@ int tent_metrics_config_load(const struct tent_config *cfg,
     if (!rc)
         rc = cfg_int(cfg, "metrics/report_interval_seconds", 0, 0, 86400,
                      &c.report_interval_s);
-    int sample = 64;
+    int sample = 256;
     if (!rc)
-        rc = cfg_int(cfg, "metrics/latency_sample", 64, 1, 65536, &sample);
+        rc = cfg_int(cfg, "metrics/latency_sample", 256, 1, 65536, &sample);
     if (rc)
         return rc;
     if (sample & (sample - 1))
@@ -468,9 +473,14 @@ static int64_t value_of(const struct snap *sn, enum tm_id id, unsigned l1,
         return (int64_t)(hist_count(sn, TM_WRITE_SIZE, l1, 0) +
                          cell(sn, TM_WRITE_FAILURES, l1, 0, 0));
     case TM_TASKS_IN_FLIGHT:
+        /* attempts that have not ended: completed ones are in the size
+         * histograms, failed ones in the attempt failures */
         return (int64_t)(cell(sn, TM_ATTEMPTS, l1, 0, 0) +
                          cell(sn, TM_ATTEMPTS, l1, 1, 0) -
-                         cell(sn, TM_ATTEMPTS_ENDED, l1, 0, 0));
+                         hist_count(sn, TM_READ_SIZE, l1, 0) -
+                         hist_count(sn, TM_WRITE_SIZE, l1, 0) -
+                         cell(sn, TM_ATTEMPT_FAILURES, l1, 0, 0) -
+                         cell(sn, TM_ATTEMPT_FAILURES, l1, 1, 0));
     default:
         break;
     }

@@ -43,10 +43,10 @@ enum tm_labels {
 
 enum tm_buckets { TM_B_NONE, TM_B_LATENCY_US, TM_B_SIZE_BYTES };
 
-/* Every family: id, exposed name (NULL = internal cells, not exposed), type,
- * labels, buckets, help.  Families computed from others when rendered
- * (tent_*_bytes_total, tent_*_requests_total, tent_tasks_in_flight) have no
- * cells of their own: see metrics.c. */
+/* Every family: id, exposed name (NULL = internal cells, not exposed; none at
+ * present), type, labels, buckets, help.  Families computed from others when
+ * rendered (tent_*_bytes_total, tent_*_requests_total, tent_tasks_in_flight)
+ * have no cells of their own: see metrics.c. */
 #define TENT_METRIC_FAMILIES(X)                                                \
     X(READ_BYTES, "tent_read_bytes_total", TM_COUNTER, TM_L_XPORT, TM_B_NONE,  \
       "Bytes moved by reads that completed, by final transport")               \
@@ -106,9 +106,7 @@ enum tm_buckets { TM_B_NONE, TM_B_LATENCY_US, TM_B_SIZE_BYTES };
       "Quiesce calls that gave up after MF_TRANSFER_TIMEOUT")                  \
     X(META_PUBLISH_FAILURES, "tent_metadata_publish_failures_total",           \
       TM_COUNTER, TM_L_NONE, TM_B_NONE,                                        \
-      "Failed publications or refreshes of the segment descriptor")            \
-    /* internal: attempts that ended (tasks in flight = attempts - these) */   \
-    X(ATTEMPTS_ENDED, NULL, TM_COUNTER, TM_L_XPORT, TM_B_NONE, "")
+      "Failed publications or refreshes of the segment descriptor")
 
 enum tm_id {
 #define TM_ENUM(id, name, type, labels, buckets, help) TM_##id,
@@ -168,11 +166,52 @@ static inline struct tm_shard *tm_shard(struct tent_metrics *m)
     return tm_shard_slow(m);
 }
 
+/* The cell layout, as constants so that an update with a constant family
+ * compiles to a fixed offset (no table lookups on the data path). */
+#define TM_NLAT  22 /* latency bounds, see metrics.c */
+#define TM_NSIZE 13 /* size bounds: 64 B << 2i, i = 0..12 */
+#define TM_DIM2_OF(lb)                                                         \
+    ((lb) == TM_L_XPORT_OP      ? TM_NOP                                       \
+     : (lb) == TM_L_FROM_TO     ? TM_NXPORT                                    \
+     : (lb) == TM_L_XPORT_STATE ? TM_NSTATE                                    \
+                                : 1)
+#define TM_DIM1_OF(lb) ((lb) == TM_L_NONE ? 1 : TM_NXPORT)
+#define TM_WIDTH_OF(ty, bk)                                                    \
+    ((ty) == TM_HISTOGRAM ? ((bk) == TM_B_LATENCY_US ? TM_NLAT : TM_NSIZE) + 2 \
+                          : 1)
+/* Families computed when rendered have no cells of their own. */
+#define TM_DERIVED(id)                                                         \
+    (TM_##id == TM_READ_BYTES || TM_##id == TM_WRITE_BYTES ||                  \
+     TM_##id == TM_READ_REQUESTS || TM_##id == TM_WRITE_REQUESTS ||            \
+     TM_##id == TM_TASKS_IN_FLIGHT)
+#define TM_NCELLS_OF(id, ty, lb, bk)                                           \
+    (TM_DERIVED(id) ? 0 : TM_DIM1_OF(lb) * TM_DIM2_OF(lb) * TM_WIDTH_OF(ty, bk))
+
+enum tm_offsets {
+#define TM_OFFS(id, name, type, labels, buckets, help)                         \
+    TM_OFF_##id,                                                               \
+        TM_LAST_##id =                                                         \
+            TM_OFF_##id + TM_NCELLS_OF(id, type, labels, buckets) - 1,
+    TENT_METRIC_FAMILIES(TM_OFFS)
+#undef TM_OFFS
+        TM_NCELLS
+};
+
+struct tm_layout {
+    uint32_t off, dim2, width;
+};
+static const struct tm_layout tm_layout[TM_NFAMILIES] = {
+#define TM_LAY(id, name, type, labels, buckets, help)                          \
+    [TM_##id] = {TM_OFF_##id, TM_DIM2_OF(labels), TM_WIDTH_OF(type, buckets)},
+    TENT_METRIC_FAMILIES(TM_LAY)
+#undef TM_LAY
+};
+
 /* Cell of series (l1, l2) of family id; for a histogram, its first cell. */
 static inline uint32_t tm_cell(enum tm_id id, unsigned l1, unsigned l2)
 {
-    const struct tm_family *f = &tm_families[id];
-    return f->offset + (l1 * f->dim2 + l2) * f->width;
+    return tm_layout[id].off +
+           (l1 * tm_layout[id].dim2 + l2) * tm_layout[id].width;
 }
 
 /* Single writer: a relaxed load and store, no read-modify-write. */
@@ -220,7 +259,7 @@ static inline void tm_observe_size(struct tm_shard *s, enum tm_id id,
         return;
     uint32_t c = tm_cell(id, l1, 0);
     tm_cell_add(s, c + tm_size_bucket(bytes), 1);
-    tm_cell_add(s, c + tm_families[id].width - 1, bytes);
+    tm_cell_add(s, c + tm_layout[id].width - 1, bytes);
 }
 
 /* Latency sampling: of n requests submitted now by this thread, those at
@@ -246,7 +285,7 @@ struct tent_metrics_config {
                                 the engine (default false: logged) */
     int report_interval_s;   /* metrics/report_interval_seconds (0) */
     unsigned latency_sample; /* metrics/latency_sample: time one request
-                                in N, a power of two (default 64) */
+                                in N, a power of two (default 256) */
 };
 
 /* Reads the "metrics" block, then the TENT_METRICS_* environment variables

@@ -73,13 +73,11 @@ static void test_exposition_format(void **state)
     /* tcp: 3 writes of 100 bytes started and completed, one failed for
      * good; memfabric: one read of 5000 bytes; one failover tcp -> mf. */
     tm_add(s, TM_ATTEMPTS, TM_X(0), OPCODE_WRITE, 4);
-    tm_add(s, TM_ATTEMPTS_ENDED, TM_X(0), 0, 4);
     for (int i = 0; i < 3; i++)
         tm_observe_size(s, TM_WRITE_SIZE, TM_X(0), 100);
     tm_add(s, TM_WRITE_FAILURES, TM_X(0), 0, 1);
     tm_add(s, TM_ATTEMPT_FAILURES, TM_X(0), OPCODE_WRITE, 1);
     tm_add(s, TM_ATTEMPTS, TM_X(1), OPCODE_READ, 2);
-    tm_add(s, TM_ATTEMPTS_ENDED, TM_X(1), 0, 1);
     tm_observe_size(s, TM_READ_SIZE, TM_X(1), 5000);
     tm_add(s, TM_FAILOVER, TM_X(0), TM_X(1), 1);
     tm_observe(s, TM_WRITE_LATENCY, TM_X(0), 0, 3);
@@ -222,7 +220,6 @@ static void *hammer(void *arg)
         struct tm_shard *s = tm_shard(m);
         tm_add(s, TM_ATTEMPTS, TM_X(0), OPCODE_READ, 1);
         tm_observe_size(s, TM_READ_SIZE, TM_X(0), 4096);
-        tm_add(s, TM_ATTEMPTS_ENDED, TM_X(0), 0, 1);
     }
     return NULL;
 }
