@@ -89,6 +89,8 @@ struct tent_task {
     uint8_t attempts; /* failovers taken */
     uint8_t ncand, cand_pos;
     uint8_t cands[TENT_MAX_TRANSPORTS];
+    /* metrics: submit and attempt start (ns) of a timed task; 0 = untimed */
+    uint64_t t_submit, t_attempt;
 };
 
 struct tent_batch {
