@@ -14,6 +14,11 @@ const struct tent_config *tent_engine_config(const struct tent_engine *e)
     return e->cfg;
 }
 
+struct tent_metrics *tent_engine_metrics(const struct tent_engine *e)
+{
+    return e ? e->metrics : NULL;
+}
+
 const char *tent_engine_hostname(const struct tent_engine *e)
 {
     return e->hostname;

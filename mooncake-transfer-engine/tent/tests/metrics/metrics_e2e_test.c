@@ -80,6 +80,18 @@ static int setup_both(void **state)
     return setup_with(state, true, true);
 }
 
+#ifdef MF_HOST_LIB
+/* memfabric over mf_host (host_tcp), tcp beside it. */
+static int setup_mf(void **state)
+{
+    setenv("MF_PROTOCOL", "host_tcp", 1);
+    setenv("MF_SMEM_LIBRARY", MF_HOST_LIB, 1);
+    setenv("MF_TRANSFER_TIMEOUT", "5000", 1);
+    e2e_set_memfabric(true);
+    return setup_with(state, false, true);
+}
+#endif
+
 static int teardown(void **state)
 {
     struct fixture *f = *state;
@@ -211,6 +223,11 @@ static void test_counters_equal_traffic(void **state)
     assert_int_equal(XV(j, "tent_tasks_in_flight", "tcp"), 0);
     assert_int_equal(TOTAL(j, "tent_batches_allocated"), 1);
     assert_int_equal(TOTAL(j, "tent_registered_bytes"), RW_LEN);
+    assert_int_equal(
+        series(j, "tent_peers", "transport", "tcp", "state", "up", "value"), 1);
+    assert_int_equal(
+        series(j, "tent_peers", "transport", "tcp", "state", "down", "value"),
+        0);
     cJSON_Delete(j);
 
     struct mt_reply t;
@@ -258,6 +275,11 @@ static void test_failures_counted(void **state)
     assert_int_equal(XH(j, "tent_write_latency_us", "tcp", "count"), n);
     assert_int_equal(XH(j, "tent_write_size_bytes", "tcp", "count"), 0);
     assert_int_equal(TOTAL(j, "tent_tasks_in_flight"), 0);
+    assert_int_equal(
+        series(j, "tent_peers", "transport", "tcp", "state", "down", "value"),
+        1);
+    assert_int_equal(
+        series(j, "tent_peers", "transport", "tcp", "state", "up", "value"), 0);
     cJSON_Delete(j);
 }
 
@@ -316,6 +338,45 @@ static void test_forced_failover(void **state)
     assert_int_equal(TOTAL(j, "tent_tasks_in_flight"), 0);
     cJSON_Delete(j);
 }
+
+#ifdef MF_HOST_LIB
+/* Writes pinned to memfabric: its request counters and the vendor batch
+ * counters follow what was moved. */
+static void test_memfabric_counters(void **state)
+{
+    struct fixture *f = *state;
+    const size_t n = 16, len = 32 << 10;
+    tent_request_t r[16];
+    for (size_t i = 0; i < n; i++)
+        r[i] = (tent_request_t){.opcode = OPCODE_WRITE,
+                                .source = f->src + i * len,
+                                .target_id = f->seg,
+                                .target_offset = f->peer.rw_base + i * len,
+                                .length = len,
+                                .transport_hint = TRANSPORT_MEMFABRIC};
+    for (int round = 0; round < 2; round++) {
+        tent_batch_id_t b = tent_allocate_batch(f->e, n);
+        assert_int_equal(tent_submit(f->e, b, r, n), 0);
+        tent_status_t st;
+        assert_int_equal(e2e_wait(f->e, b, 15000, &st), 0);
+        assert_int_equal(st.status, STATUS_COMPLETED);
+        assert_int_equal(tent_free_batch(f->e, b), 0);
+    }
+    assert_true(e2e_peer_hash(&f->peer, false, 0, n * len) ==
+                e2e_fnv(f->src, n * len));
+    cJSON *j = scrape_json(f->e);
+    assert_int_equal(XV(j, "tent_write_bytes_total", "memfabric"), 2 * n * len);
+    assert_int_equal(XV(j, "tent_write_requests_total", "memfabric"), 2 * n);
+    assert_int_equal(
+        XOV(j, "tent_transport_attempts_total", "memfabric", "write"), 2 * n);
+    /* one vendor batch per (peer, opcode) group of each submit call */
+    assert_int_equal(TOTAL(j, "tent_memfabric_batches_submitted_total"), 2);
+    assert_int_equal(TOTAL(j, "tent_memfabric_batches_pending"), 0);
+    assert_int_equal(TOTAL(j, "tent_memfabric_query_errors_total"), 0);
+    assert_int_equal(TOTAL(j, "tent_tasks_in_flight"), 0);
+    cJSON_Delete(j);
+}
+#endif
 
 /* ---- a real Prometheus server ----------------------------------------------
  */
@@ -487,6 +548,10 @@ int main(int argc, char **argv)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_forced_failover, setup_both,
                                         teardown),
+#ifdef MF_HOST_LIB
+        cmocka_unit_test_setup_teardown(test_memfabric_counters, setup_mf,
+                                        teardown),
+#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
