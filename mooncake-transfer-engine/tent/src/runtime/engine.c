@@ -254,7 +254,12 @@ void tent_destroy_engine(tent_engine_t engine)
     if (e->local->nbufs == 0)
         tent_segment_free(e->local);
     tent_notifs_teardown(e);
-    tent_metrics_destroy(e->metrics);
+    /* An abandoned transport's threads may still count into the registry. */
+    bool abandoned = false;
+    for (int i = 0; i < e->nxports; i++)
+        abandoned |= e->xport_abandoned[i];
+    if (!abandoned)
+        tent_metrics_destroy(e->metrics);
     tent_config_free(e->cfg);
     pthread_mutex_destroy(&e->seg_lock);
     pthread_mutex_destroy(&e->reg_lock);

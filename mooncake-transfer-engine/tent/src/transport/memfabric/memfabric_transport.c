@@ -166,7 +166,7 @@ static int parse_settings(struct tent_transport *t,
 /* The calling thread's metrics shard (NULL: metrics off). */
 static struct tm_shard *mf_metrics(struct memfabric_transport *mf)
 {
-    return tm_shard(tent_engine_metrics(mf->base.engine));
+    return tm_shard(mf->metrics);
 }
 
 /* ---- peers -------------------------------------------------------------- */
@@ -258,6 +258,7 @@ static int mf_install(struct tent_transport *t)
     int rc = parse_settings(t, &set);
     if (rc)
         return rc;
+    mf->metrics = tent_engine_metrics(t->engine);
 
     pthread_mutex_init(&mf->lock, NULL);
     pthread_mutex_init(&mf->peer_lock, NULL);

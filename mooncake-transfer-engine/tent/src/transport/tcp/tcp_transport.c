@@ -93,6 +93,9 @@ struct tcp_transport {
     struct tcp_peer *peers;
     bool accepting;
     atomic_size_t inflight; /* slices queued or in flight, all peers */
+    /* The engine's metrics (NULL: off), taken at install: workers use it,
+     * and it outlives an engine that abandoned this transport. */
+    struct tent_metrics *metrics;
 };
 
 static struct tcp_transport *tcp_of(struct tent_transport *t)
@@ -104,7 +107,7 @@ static struct tcp_transport *tcp_of(struct tent_transport *t)
  * and out of the gauge when from or to is -1). */
 static void peer_gauge(struct tcp_transport *t, int from, int to)
 {
-    struct tm_shard *s = tm_shard(tent_engine_metrics(t->base.engine));
+    struct tm_shard *s = tm_shard(t->metrics);
     unsigned x = TM_X(t->base.index);
     if (from >= 0)
         tm_gauge_add(s, TM_PEERS, x, (unsigned)from, -1);
@@ -399,6 +402,7 @@ static int peer_get_locked(struct tcp_transport *t, const char *addr,
 static int tcp_install(struct tent_transport *base)
 {
     struct tcp_transport *t = tcp_of(base);
+    t->metrics = tent_engine_metrics(base->engine);
     int64_t to, nc, ss;
     int rc = tent_config_get_int_range(base->cfg, "transports/tcp/timeout_ms",
                                        3000, 1, 600000, &to);
