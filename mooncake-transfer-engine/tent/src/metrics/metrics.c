@@ -100,6 +100,7 @@ struct tent_metrics {
     struct tm_shard *shards;
     size_t shard_bytes;
     char xnames[TM_NXPORT][32]; /* "" = no transport in that slot */
+    char name[128];             /* the engine's segment name, for the log */
     struct tm_http *http;
     /* report line: a flag and a condition variable, joined outside lock */
     pthread_t reporter;
@@ -311,6 +312,15 @@ void tent_metrics_set_transport(struct tent_metrics *m, int xi,
         return;
     pthread_mutex_lock(&m->lock);
     snprintf(m->xnames[TM_X(xi)], sizeof(m->xnames[0]), "%s", name);
+    pthread_mutex_unlock(&m->lock);
+}
+
+void tent_metrics_set_name(struct tent_metrics *m, const char *name)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&m->lock);
+    snprintf(m->name, sizeof(m->name), "%s", name);
     pthread_mutex_unlock(&m->lock);
 }
 
@@ -854,7 +864,7 @@ static void *report_main(void *arg)
         pthread_mutex_unlock(&m->lock);
         char line[512];
         if (tent_metrics_summary(m, line, sizeof(line)) == TENT_OK)
-            LOG_INFO("%s", line);
+            LOG_INFO("[%s] %s", m->name, line);
         pthread_mutex_lock(&m->lock);
     }
     pthread_mutex_unlock(&m->lock);

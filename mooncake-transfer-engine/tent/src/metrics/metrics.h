@@ -298,6 +298,8 @@ int tent_metrics_create(const struct tent_metrics_config *cfg,
 /* Names transport slot TM_X(xi) ("tcp"); before tent_metrics_start. */
 void tent_metrics_set_transport(struct tent_metrics *m, int xi,
                                 const char *name);
+/* Names the engine in the report line (its segment name); before start. */
+void tent_metrics_set_name(struct tent_metrics *m, const char *name);
 /* Starts the HTTP endpoint (when a port is configured) and the report line.
  * A bind failure is TENT_EIO naming host and port. */
 int tent_metrics_start(struct tent_metrics *m);

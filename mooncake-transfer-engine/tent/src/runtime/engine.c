@@ -179,6 +179,7 @@ tent_engine_t tent_create_engine(void)
         tent_metrics_set_transport(e->metrics, i,
                                    tent_transport_type_name(
                                        e->xports[i]->ops->type));
+    tent_metrics_set_name(e->metrics, e->segment_name);
     rc = tent_metrics_start(e->metrics);
     if (rc) {
         /* metrics/http_required: the endpoint could not be bound. */
