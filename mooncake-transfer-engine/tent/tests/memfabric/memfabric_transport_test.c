@@ -1068,6 +1068,7 @@ test_contract_engine_teardown_timeout_keeps_buffers_and_library(void **s)
     struct tent_batch *batch = batch_of(e, b);
     struct tent_sub_batch *sb = batch->subs[mf->base.index];
     struct tent_segment *local = E(e)->local;
+    struct tent_metrics *metrics = E(e)->metrics; /* kept for the transport */
 
     uint64_t t0 = now_ms();
     capture_stderr(tent_destroy_engine, e);
@@ -1102,6 +1103,7 @@ test_contract_engine_teardown_timeout_keeps_buffers_and_library(void **s)
     mf->published = false;
     mf->base.ops->uninstall(&mf->base);
     free(mf);
+    tent_metrics_destroy(metrics);
     free(src);
     free(dst);
 }
