@@ -103,6 +103,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
     if (!TENT_LOG_ENABLED(TENT_LOG_DEBUG))

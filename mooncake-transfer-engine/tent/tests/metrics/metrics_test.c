@@ -492,8 +492,8 @@ static void test_http_malformed(void **state)
         "GET /metrics HTTP/9.9\r\n\r\n",
         "\x01\x02\x03\xff\xfe\r\n\r\n",
         "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
-        "GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
-        "\r\nzz\r\n",
+        ("GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+         "\r\nzz\r\n"),
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct mt_reply r;
