@@ -7,6 +7,7 @@
  * internal polling thread (epoll), connections that idle past the timeout are
  * dropped (a slow client holds only its own connection), and every response
  * is rendered from a snapshot, so scrapes never block transfers. */
+#include "common/compiler.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "metrics/metrics.h"
@@ -58,12 +59,11 @@ static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status,
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
                               const char *url, const char *method,
-                              const char *version, const char *upload_data,
+                              const char *version TENT_UNUSED,
+                              const char *upload_data TENT_UNUSED,
                               size_t *upload_data_size, void **req_cls)
 {
     struct tm_http *h = cls;
-    (void)version;
-    (void)upload_data;
     /* The first call only announces the request; answer on the second, once
      * any body has been read (and ignored). */
     if (!*req_cls) {
@@ -102,12 +102,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c,
     return reply(c, MHD_HTTP_OK, type, body, len);
 }
 
-static void mhd_log(void *cls, const char *fmt, va_list ap)
+static void mhd_log(void *cls TENT_UNUSED, const char *fmt, va_list ap)
     __attribute__((format(printf, 2, 0)));
 
-static void mhd_log(void *cls, const char *fmt, va_list ap)
+static void mhd_log(void *cls TENT_UNUSED, const char *fmt, va_list ap)
 {
-    (void)cls;
     if (!TENT_LOG_ENABLED(TENT_LOG_DEBUG))
         return;
     char msg[512];

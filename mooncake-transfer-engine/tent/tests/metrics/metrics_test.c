@@ -4,6 +4,7 @@
  * requests, a slow client, 1,000 concurrent scrapes, a port already taken).
  * `promtool check metrics` validates the exposition when promtool is
  * installed (Debian package prometheus). */
+#include "common/compiler.h"
 #include "common/config.h"
 #include "metrics/metrics.h"
 #include "metrics_test_util.h"
@@ -64,9 +65,8 @@ static void assert_line(const char *text, const char *line)
     free(want);
 }
 
-static void test_exposition_format(void **state)
+static void test_exposition_format(void **state TENT_UNUSED)
 {
-    (void)state;
     struct tent_metrics *m = new_registry();
     struct tm_shard *s = tm_shard(m);
     assert_non_null(s);
@@ -161,9 +161,8 @@ static void test_exposition_format(void **state)
     tent_metrics_destroy(m);
 }
 
-static void test_size_buckets(void **state)
+static void test_size_buckets(void **state TENT_UNUSED)
 {
-    (void)state;
     for (uint64_t v = 0; v < 5000; v++) {
         unsigned want = 0;
         while (want < 13 && v > (64ull << (2 * want)))
@@ -180,9 +179,8 @@ static void test_size_buckets(void **state)
         }
 }
 
-static void test_sampling(void **state)
+static void test_sampling(void **state TENT_UNUSED)
 {
-    (void)state;
     struct tent_metrics_config c = {
         .enabled = true, .http_port = -1, .latency_sample = 8};
     struct tent_metrics *m = NULL;
@@ -225,9 +223,8 @@ static void *hammer(void *arg)
 }
 
 /* Scrapes run while threads update: totals come out exact at the end. */
-static void test_concurrent_updates(void **state)
+static void test_concurrent_updates(void **state TENT_UNUSED)
 {
-    (void)state;
     struct tent_metrics *m = new_registry();
     pthread_t th[NTHREADS];
     for (int i = 0; i < NTHREADS; i++)
@@ -347,9 +344,8 @@ static int run_promtool(void)
     return rc;
 }
 
-static void test_public_buffer_contract(void **state)
+static void test_public_buffer_contract(void **state TENT_UNUSED)
 {
-    (void)state;
     tent_engine_t e = engine_with(NULL, false);
     assert_non_null(e);
     char small[16];
@@ -390,9 +386,8 @@ static void test_public_buffer_contract(void **state)
     tent_destroy_engine(e);
 }
 
-static void test_config_and_env(void **state)
+static void test_config_and_env(void **state TENT_UNUSED)
 {
-    (void)state;
     mt_config_quiet();
     tent_set_config("metrics/http_port", "70000");
     assert_null(tent_create_engine());
@@ -439,9 +434,8 @@ static void test_config_and_env(void **state)
     unsetenv("TENT_METRICS_REPORT_INTERVAL");
 }
 
-static void test_http_endpoints(void **state)
+static void test_http_endpoints(void **state TENT_UNUSED)
 {
-    (void)state;
     tent_engine_t e = engine_with("0", false);
     assert_non_null(e);
     uint16_t port = mt_port(e);
@@ -480,9 +474,8 @@ static void test_http_endpoints(void **state)
     tent_destroy_engine(e);
 }
 
-static void test_http_malformed(void **state)
+static void test_http_malformed(void **state TENT_UNUSED)
 {
-    (void)state;
     tent_engine_t e = engine_with("0", false);
     assert_non_null(e);
     uint16_t port = mt_port(e);
@@ -527,9 +520,8 @@ static void test_http_malformed(void **state)
 
 /* A client that sends half a request and stalls delays nobody else, and a
  * transfer-engine call made meanwhile is not blocked. */
-static void test_http_slow_client(void **state)
+static void test_http_slow_client(void **state TENT_UNUSED)
 {
-    (void)state;
     tent_engine_t e = engine_with("0", false);
     assert_non_null(e);
     uint16_t port = mt_port(e);
@@ -558,9 +550,8 @@ static void test_http_slow_client(void **state)
 
 #define NSCRAPES 1000
 
-static void test_http_concurrent_scrapes(void **state)
+static void test_http_concurrent_scrapes(void **state TENT_UNUSED)
 {
-    (void)state;
     tent_engine_t e = engine_with("0", false);
     assert_non_null(e);
     uint16_t port = mt_port(e);
@@ -586,9 +577,8 @@ static void test_http_concurrent_scrapes(void **state)
     tent_destroy_engine(e);
 }
 
-static void test_http_port_taken(void **state)
+static void test_http_port_taken(void **state TENT_UNUSED)
 {
-    (void)state;
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -622,9 +612,8 @@ static void test_http_port_taken(void **state)
 }
 
 /* Starting and stopping endpoints leaks no descriptor. */
-static void test_http_no_fd_leak(void **state)
+static void test_http_no_fd_leak(void **state TENT_UNUSED)
 {
-    (void)state;
     int before = mt_count_fds();
     for (int i = 0; i < 5; i++) {
         tent_engine_t e = engine_with("0", false);
