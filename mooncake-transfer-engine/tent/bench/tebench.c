@@ -388,6 +388,8 @@ int tb_run_initiator(struct tb_opts *o, const char *xport)
                 r.memcpy_gbs = mem;
                 r.socket_gbs = sock;
                 tb_print_row(stdout, o, &r);
+                if (o->metrics)
+                    tb_print_metrics(o->json ? stderr : stdout, e, idx + 1);
             }
         }
     if (ret == TB_EXIT_OK && nskipped == ncases) {

@@ -73,7 +73,7 @@ struct tb_opts {
     char backend[16];
     char config[512];
 
-    bool json, loopback, baseline, help;
+    bool json, loopback, baseline, metrics, help;
 
     /* Which flags were given on the command line. */
     bool set_metadata_type, set_xport_type;
@@ -189,6 +189,9 @@ void tb_print_row(FILE *f, const struct tb_opts *o, const struct tb_result *r);
 double tb_memcpy_ceiling(uint64_t threads, uint64_t block, uint64_t bytes,
                          double seconds);
 double tb_socket_ceiling(uint64_t threads, uint64_t block, double seconds);
+/* --metrics: the engine's per-transport counters (cumulative), one line per
+ * transport that has seen traffic, read from tent_metrics_prometheus(). */
+void tb_print_metrics(FILE *f, tent_engine_t e, size_t case_no);
 
 double tb_now(void);
 

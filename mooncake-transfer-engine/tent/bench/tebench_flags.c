@@ -91,6 +91,8 @@ static const struct flag g_flags[] = {
      "run target and initiator as two processes of this command"},
     {"baseline", F_BOOL, OPT(baseline), 0,
      "also measure memcpy and socket ceilings and print ratios"},
+    {"metrics", F_BOOL, OPT(metrics), 0,
+     "print the engine's per-transport metric counters after each case"},
     {"help", F_BOOL, OPT(help), 0, "print this help"},
 };
 #define NFLAGS (sizeof(g_flags) / sizeof(g_flags[0]))

@@ -13,6 +13,97 @@
 #include <time.h>
 #include <unistd.h>
 
+/* ---- --metrics ------------------------------------------------------------
+ */
+
+enum {
+    MX_RB,
+    MX_WB,
+    MX_RR,
+    MX_WR,
+    MX_RF,
+    MX_WF,
+    MX_ATT,
+    MX_AF,
+    MX_FO,
+    MX_INFL,
+    MX_N
+};
+static const char *const mx_names[MX_N] = {
+    "tent_read_bytes_total",         "tent_write_bytes_total",
+    "tent_read_requests_total",      "tent_write_requests_total",
+    "tent_read_failures_total",      "tent_write_failures_total",
+    "tent_transport_attempts_total", "tent_transport_attempt_failures_total",
+    "tent_transport_failover_total", "tent_tasks_in_flight"};
+
+struct mx_row {
+    char xport[32];
+    double v[MX_N];
+};
+
+void tb_print_metrics(FILE *f, tent_engine_t e, size_t case_no)
+{
+    size_t len = 1 << 16;
+    char *text = malloc(len);
+    int rc = text ? tent_metrics_prometheus(e, text, &len) : TENT_ENOMEM;
+    if (rc == TENT_EOVERFLOW) {
+        char *t2 = realloc(text, len);
+        rc = t2 ? tent_metrics_prometheus(e, (text = t2), &len) : TENT_ENOMEM;
+    }
+    if (rc != TENT_OK) {
+        fprintf(f, "# metrics: unavailable: %s\n", tent_last_error());
+        free(text);
+        return;
+    }
+    struct mx_row rows[16];
+    int nrows = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (line[0] == '#')
+            continue;
+        int which = -1;
+        for (int k = 0; k < MX_N; k++) {
+            size_t n = strlen(mx_names[k]);
+            if (strncmp(line, mx_names[k], n) == 0 && line[n] == '{')
+                which = k;
+        }
+        /* transport="x" (or from="x" for failovers: counted at the source) */
+        const char *key = which == MX_FO ? "from=\"" : "transport=\"";
+        char *l = which >= 0 ? strstr(line, key) : NULL;
+        char *sp = strrchr(line, ' ');
+        if (!l || !sp)
+            continue;
+        l += strlen(key);
+        char *q = strchr(l, '"');
+        if (!q || q - l >= 32)
+            continue;
+        int r = 0;
+        while (r < nrows && (strncmp(rows[r].xport, l, (size_t)(q - l)) ||
+                             rows[r].xport[q - l]))
+            r++;
+        if (r == nrows) {
+            if (nrows == 16)
+                continue;
+            memset(&rows[r], 0, sizeof(rows[r]));
+            memcpy(rows[r].xport, l, (size_t)(q - l));
+            nrows++;
+        }
+        rows[r].v[which] += strtod(sp + 1, NULL);
+    }
+    for (int r = 0; r < nrows; r++) {
+        const double *v = rows[r].v;
+        if (v[MX_ATT] == 0 && v[MX_RR] == 0 && v[MX_WR] == 0)
+            continue;
+        fprintf(f,
+                "# metrics after case %zu: transport=%s read_bytes=%.0f "
+                "write_bytes=%.0f read_requests=%.0f write_requests=%.0f "
+                "read_failures=%.0f write_failures=%.0f attempts=%.0f "
+                "attempt_failures=%.0f failovers_from=%.0f in_flight=%.0f\n",
+                case_no, rows[r].xport, v[MX_RB], v[MX_WB], v[MX_RR], v[MX_WR],
+                v[MX_RF], v[MX_WF], v[MX_ATT], v[MX_AF], v[MX_FO], v[MX_INFL]);
+    }
+    free(text);
+}
+
 /* ---- table -------------------------------------------------------------- */
 
 void tb_print_header(FILE *f, const struct tb_opts *o)

@@ -249,6 +249,25 @@ TENT_API int tent_task_status_list(tent_engine_t engine, tent_batch_id_t batch_i
 TENT_API int tent_task_transport(tent_engine_t engine, tent_batch_id_t batch_id,
                                  size_t task_id, char *name, size_t name_len);
 
+/* ---- metrics (beyond TENT) -------------------------------------------- */
+
+/** Writes the engine's metrics in Prometheus text format 0.0.4 (what the
+ *  /metrics endpoint serves) into buf, NUL-terminated, so an application can
+ *  serve them itself.  *len: in, the capacity of buf; out, the length written
+ *  without the NUL, or with TENT_EOVERFLOW the capacity needed (NUL
+ *  included).  TENT_ENOTSUP when metrics/enabled is false. */
+TENT_API int tent_metrics_prometheus(tent_engine_t engine, char *buf,
+                                     size_t *len);
+
+/** The same metrics as JSON (what /metrics/json serves); same contract. */
+TENT_API int tent_metrics_json(tent_engine_t engine, char *buf, size_t *len);
+
+/** Host and port the metrics HTTP endpoint is bound to (metrics/http_port 0
+ *  gives an ephemeral port).  TENT_ENOTSUP when the endpoint is not running:
+ *  no port configured, metrics disabled, or the port could not be bound. */
+TENT_API int tent_metrics_http_addr_port(tent_engine_t engine, char *addr_buf,
+                                         size_t buf_len, uint16_t *port);
+
 #ifdef __cplusplus
 }
 #endif

@@ -31,6 +31,9 @@ struct tent_meta_env {
      * NULL when out of memory.  Called with the backend's lock held. */
     char *(*describe)(void *ctx, size_t *len);
     void *ctx;
+    /* The engine's metrics registry (metrics/metrics.h), NULL when off:
+     * failed publications count into tent_metadata_publish_failures_total. */
+    struct tent_metrics *metrics;
 };
 
 struct tent_meta_ops {

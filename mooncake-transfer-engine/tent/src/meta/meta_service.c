@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "meta/meta.h"
 #include "meta/meta_kv.h"
+#include "metrics/metrics.h"
 #include "rpc/rpc.h"
 
 #include <cjson/cJSON.h>
@@ -215,6 +216,7 @@ static int publish_locked(struct tent_meta *m)
     free(json);
     if (rc) {
         m->dirty = true;
+        tm_add(tm_shard(m->env.metrics), TM_META_PUBLISH_FAILURES, 0, 0, 1);
         if (m->up)
             LOG_WARN("metadata (%s): publishing '%s' failed: %s; retrying "
                      "every %d ms",
@@ -255,6 +257,7 @@ static void *keeper(void *arg)
         bool lost = false;
         int rc = m->ops->keepalive(m->kv, m->key, &lost);
         if (rc) {
+            tm_add(tm_shard(m->env.metrics), TM_META_PUBLISH_FAILURES, 0, 0, 1);
             LOG_WARN("metadata (%s): keepalive of '%s' failed: %s; the "
                      "segment stays usable by peers that have it open",
                      m->type, m->key, tent_last_error());

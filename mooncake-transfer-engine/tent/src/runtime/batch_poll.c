@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "runtime/batch.h"
 #include "runtime/engine.h"
+#include "runtime/metrics_hooks.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,15 +25,18 @@ bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code)
         if (e->max_failover_attempts > 0)
             LOG_WARN("Task failover limit reached (%d), last transport=%s",
                      e->max_failover_attempts, tent_xport_name(e, from));
+        tmh_failed(e, t);
         tent_task_fail(t, code);
         return false;
     }
     if (t->cand_pos + 1 >= t->ncand) {
         LOG_WARN("No more transports available after %s failed",
                  tent_xport_name(e, from));
+        tmh_failed(e, t);
         tent_task_fail(t, code);
         return false;
     }
+    tmh_failover(e, from, t->cands[t->cand_pos + 1]);
     t->attempts++;
     t->cand_pos++;
     LOG_WARN("Transport failover: %s -> %s (attempt %d/%d)",
@@ -63,11 +67,14 @@ static int poll_task(struct tent_engine *e, struct tent_batch *b, size_t i,
         t->state = STATUS_COMPLETED;
         t->bytes = st.bytes;
         tent_task_unpin(t);
+        tmh_completed(e, t, xi, st.bytes);
         return TENT_OK;
     }
     LOG_DEBUG("task %zu failed on transport '%s' (native code %d)", i,
               tr->ops->name, st.native_code);
+    tmh_attempt_failed(e, t, xi);
     if (!allow_failover) {
+        tmh_failed(e, t);
         tent_task_fail(t, TENT_EIO);
         return TENT_OK;
     }

@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "runtime/batch.h"
 #include "runtime/engine.h"
+#include "runtime/metrics_hooks.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,17 +61,22 @@ static bool flush_group(struct tent_engine *e, struct tent_batch *b, int xi,
             res[j] = rc;
     }
     bool again = false;
+    unsigned started = 0, writes = 0;
     for (size_t j = 0; j < k; j++) {
         struct tent_task *t = &b->tasks[x[j].slot];
         if (res[j] == TENT_OK) {
             t->state = STATUS_PENDING;
             t->xport = (int8_t)xi;
+            started++;
+            writes += t->req.opcode == OPCODE_WRITE;
             continue;
         }
         LOG_WARN("transport '%s' refused task %u: %s (%s)", tr->ops->name,
                  x[j].slot, tent_last_error(), tent_strerror(res[j]));
+        tmh_refused(e, t, xi);
         again |= tent_task_advance(e, t, res[j]);
     }
+    tmh_started(e, xi, started - writes, writes);
     return again;
 }
 
@@ -310,6 +316,7 @@ static int submit_common(struct tent_engine *e, tent_batch_id_t batch_id,
         }
     }
     b->ntasks += count;
+    tmh_submit(e, &b->tasks[first], count);
     tent_batch_dispatch(e, b, first, count);
 out:
     tent_batch_unlock(b);

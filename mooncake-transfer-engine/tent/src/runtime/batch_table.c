@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "runtime/batch.h"
 #include "runtime/engine.h"
+#include "runtime/metrics_hooks.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -114,6 +115,7 @@ tent_batch_id_t tent_allocate_batch(tent_engine_t engine, size_t batch_size)
     b->id = ((uint64_t)next_batch_seq() << 32) | (uint64_t)(slot + 1);
     e->batches[slot] = b;
     pthread_mutex_unlock(&e->batch_lock);
+    tmh_gauge(e, TM_BATCHES, 1);
     return b->id;
 }
 
@@ -177,6 +179,7 @@ int tent_free_batch(tent_engine_t engine, tent_batch_id_t batch_id)
             e->batches[slot] = NULL;
         pthread_mutex_unlock(&e->batch_lock);
         atomic_fetch_sub(&b->refs, 1); /* the table's; ours is still held */
+        tmh_gauge(e, TM_BATCHES, -1);
     }
     tent_batch_unlock(b);
     return rc;

@@ -232,6 +232,7 @@ int tent_ctrl_start(struct tent_engine *e)
         .rpc_timeout_ms = e->rpc_timeout_ms,
         .describe = rpc_describe,
         .ctx = e,
+        .metrics = e->metrics,
     };
     rc = ops->start(&env, &e->meta);
     if (rc)

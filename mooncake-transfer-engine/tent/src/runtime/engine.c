@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "metrics/metrics.h"
 #include "runtime/control.h"
 
 #include <stdio.h>
@@ -11,6 +12,11 @@
 const struct tent_config *tent_engine_config(const struct tent_engine *e)
 {
     return e->cfg;
+}
+
+struct tent_metrics *tent_engine_metrics(const struct tent_engine *e)
+{
+    return e ? e->metrics : NULL;
 }
 
 const char *tent_engine_hostname(const struct tent_engine *e)
@@ -142,6 +148,18 @@ tent_engine_t tent_create_engine(void)
     rc = load_settings(e);
     if (rc)
         goto fail_settings;
+    struct tent_metrics_config mcfg;
+    rc = tent_metrics_config_load(e->cfg, &mcfg);
+    if (rc)
+        goto fail_settings;
+    if (mcfg.enabled) {
+        rc = tent_metrics_create(&mcfg, &e->metrics);
+        if (rc)
+            goto fail_settings;
+    } else if (mcfg.http_port >= 0) {
+        LOG_WARN("metrics are disabled: metrics/http_port %d is ignored",
+                 mcfg.http_port);
+    }
     rc = tent_segment_new(LOCAL_SEGMENT_ID, e->segment_name, true, &e->local);
     if (rc)
         goto fail_settings;
@@ -157,6 +175,21 @@ tent_engine_t tent_create_engine(void)
     if (rc)
         goto fail_rpc;
     install_transports(e);
+    for (int i = 0; i < e->nxports; i++)
+        tent_metrics_set_transport(e->metrics, i,
+                                   tent_transport_type_name(
+                                       e->xports[i]->ops->type));
+    tent_metrics_set_name(e->metrics, e->segment_name);
+    rc = tent_metrics_start(e->metrics);
+    if (rc) {
+        /* metrics/http_required: the endpoint could not be bound. */
+        char msg[512];
+        snprintf(msg, sizeof(msg), "%s", tent_last_error());
+        tent_destroy_engine(e);
+        tent_set_error(rc, "tent_create_engine: %s", msg);
+        LOG_ERROR("tent_create_engine failed: %s", tent_last_error());
+        return NULL;
+    }
     LOG_INFO("engine created: segment '%s', %d transport(s)", e->segment_name,
              e->nxports);
     return e;
@@ -166,6 +199,7 @@ fail_rpc:
 fail_segs:
     tent_segment_free(e->local);
 fail_settings:
+    tent_metrics_destroy(e->metrics);
     tent_config_free(e->cfg);
 fail_config:
     LOG_ERROR("tent_create_engine failed: %s", tent_last_error());
@@ -183,6 +217,8 @@ void tent_destroy_engine(tent_engine_t engine)
     struct tent_engine *e = tent_engine_cast(engine);
     if (!e)
         return;
+    /* Scrapes read engine state: they end before anything is torn down. */
+    tent_metrics_stop(e->metrics);
     /* Peers stop finding the segment, then no peer request may touch
      * memory once teardown begins. */
     tent_ctrl_stop(e);
@@ -219,6 +255,12 @@ void tent_destroy_engine(tent_engine_t engine)
     if (e->local->nbufs == 0)
         tent_segment_free(e->local);
     tent_notifs_teardown(e);
+    /* An abandoned transport's threads may still count into the registry. */
+    bool abandoned = false;
+    for (int i = 0; i < e->nxports; i++)
+        abandoned |= e->xport_abandoned[i];
+    if (!abandoned)
+        tent_metrics_destroy(e->metrics);
     tent_config_free(e->cfg);
     pthread_mutex_destroy(&e->seg_lock);
     pthread_mutex_destroy(&e->reg_lock);

@@ -89,6 +89,8 @@ struct tent_task {
     uint8_t attempts; /* failovers taken */
     uint8_t ncand, cand_pos;
     uint8_t cands[TENT_MAX_TRANSPORTS];
+    /* metrics: submit and attempt start (ns) of a timed task; 0 = untimed */
+    uint64_t t_submit, t_attempt;
 };
 
 struct tent_batch {
@@ -141,6 +143,7 @@ struct tent_engine {
     int rpc_timeout_ms;
     const struct tent_meta_ops *meta_ops; /* backend of metadata_type */
     struct tent_meta *meta;               /* its state, NULL once stopped */
+    struct tent_metrics *metrics; /* NULL when metrics/enabled is false */
 
     /* Serialises register/unregister/allocate/free of local memory (and
      * the transports' add/remove_buffer calls they make).  Outermost: taken

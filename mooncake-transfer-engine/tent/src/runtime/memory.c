@@ -2,6 +2,7 @@
 #include "common/log.h"
 #include "runtime/control.h"
 #include "runtime/engine.h"
+#include "runtime/metrics_hooks.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -133,6 +134,7 @@ static int register_locked(struct tent_engine *e, void *addr, size_t size,
         goto fail_attach;
     LOG_DEBUG("registered [%p, +%zu) location %s perm %d", addr, size,
               buf->location, buf->perm);
+    tmh_gauge(e, TM_REGISTERED_BYTES, (int64_t)size);
     tent_ctrl_local_changed(e);
     return TENT_OK;
 
@@ -180,6 +182,7 @@ static int unregister_locked(struct tent_engine *e, void *addr, size_t size,
         return rc;
     detach_transports(e, buf);
     tent_ctrl_local_changed(e);
+    tmh_gauge(e, TM_REGISTERED_BYTES, -(int64_t)buf->length);
     *out = buf;
     return TENT_OK;
 }

@@ -172,6 +172,9 @@ int tent_transport_type_from_name(const char *name);
 
 /* ---- control-plane interface for transports ----------------------------- */
 const struct tent_config *tent_engine_config(const struct tent_engine *e);
+/* The engine's metrics registry (metrics/metrics.h), or NULL when metrics
+ * are disabled or e is NULL: update it with tm_add(tm_shard(...), ...). */
+struct tent_metrics *tent_engine_metrics(const struct tent_engine *e);
 /* Host the engine's servers bind to and peers reach it by. */
 const char *tent_engine_hostname(const struct tent_engine *e);
 /* Copies this engine's host identity (boot id and host name: what tells a

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "fake_transport.h"
+#include "metrics/metrics.h"
 #include "mock_smem.h"
 #include "runtime/engine.h"
 #include "tent/transfer_engine.h"
@@ -641,8 +642,15 @@ static void test_contract_query_error_returned_to_caller(void **s)
         assert_int_equal(st.status, STATUS_PENDING);
         assert_non_null(strstr(tent_last_error(), "-2013"));
     }
+    /* metrics: one vendor batch, still pending, two query errors */
+    struct tent_metrics *m = E(e)->metrics;
+    assert_int_equal(tent_metrics_total(m, TM_MF_BATCHES_SUBMITTED), 1);
+    assert_int_equal(tent_metrics_total(m, TM_MF_BATCHES_PENDING), 1);
+    assert_int_equal(tent_metrics_total(m, TM_MF_QUERY_ERRORS), 2);
     assert_int_equal(tent_task_status(e, b, 0, &st), 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(tent_metrics_total(m, TM_MF_BATCHES_PENDING), 0);
+    assert_int_equal(tent_metrics_total(m, TM_MF_QUERY_ERRORS), 2);
     assert_int_equal(tent_free_batch(e, b), 0);
     unreg_buf(e, src);
     unreg_buf(e, dst);
@@ -920,6 +928,8 @@ static tent_engine_t timed_out_engine(const char *ms, char **src, char **dst,
     assert_int_equal(mf->base.ops->quiesce(&mf->base), TENT_ETIMEDOUT);
     *elapsed = now_ms() - t0;
     assert_non_null(strstr(tent_last_error(), "MF_TRANSFER_TIMEOUT"));
+    assert_int_equal(tent_metrics_total(E(e)->metrics, TM_MF_QUIESCE_TIMEOUTS),
+                     1);
     return e;
 }
 
@@ -1058,6 +1068,7 @@ test_contract_engine_teardown_timeout_keeps_buffers_and_library(void **s)
     struct tent_batch *batch = batch_of(e, b);
     struct tent_sub_batch *sb = batch->subs[mf->base.index];
     struct tent_segment *local = E(e)->local;
+    struct tent_metrics *metrics = E(e)->metrics; /* kept for the transport */
 
     uint64_t t0 = now_ms();
     capture_stderr(tent_destroy_engine, e);
@@ -1092,6 +1103,7 @@ test_contract_engine_teardown_timeout_keeps_buffers_and_library(void **s)
     mf->published = false;
     mf->base.ops->uninstall(&mf->base);
     free(mf);
+    tent_metrics_destroy(metrics);
     free(src);
     free(dst);
 }

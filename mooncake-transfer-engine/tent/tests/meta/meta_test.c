@@ -626,6 +626,15 @@ static void test_restart(void **state)
     assert_true(e2e_now_ms() - t0 < 5000);
     /* A miss while the service is down refreshes from the peer directly. */
     read_extra(&in, in.seg, extra);
+    /* The registration above could not be published: the metric counts it
+     * (or the keepalive that found the service gone before). */
+    static char text[1 << 17];
+    size_t tlen = sizeof(text);
+    assert_int_equal(tent_metrics_prometheus(in.e, text, &tlen), 0);
+    const char *fl = strstr(text, "\ntent_metadata_publish_failures_total ");
+    assert_non_null(fl);
+    assert_true(atoi(fl + strlen("\ntent_metadata_publish_failures_total ")) >=
+                1);
 
     if (strcmp(g_kind, "etcd") == 0) {
         /* a rebuilt cluster: no key, no lease survives */

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tebench end-to-end checks, one scenario per CTest test:
 #   tebench_test.sh <path to tebench> <scenario> [transport]
-# Scenarios: flags, loopback <xport>, mix <xport>, json <xport>,
+# Scenarios: flags, loopback <xport>, metrics <xport>, mix <xport>, json <xport>,
 # mainjob <expected default xport>, corrupt <xport>, corrupt_read <xport>,
 # range <xport>, target <xport>, auto <xport used>, unreachable.
 set -u
@@ -123,6 +123,24 @@ flags)
     run 2 --noduration
     run 0 --nojson --check_consistency=false -loopback=true --duration 3 --help
     grep -q -- '--xport_type' "$OUT" || fail "--help lacks flags"
+    ;;
+metrics)
+    # --metrics: after each case, the transport's cumulative counters
+    run 0 --loopback --xport_type="$XPORT" --op_type=write \
+        --block_size=4096,65536 --metrics "${COMMON[@]}"
+    check_table 2 "$XPORT"
+    for c in 1 2; do
+        grep -qE "^# metrics after case $c: transport=$XPORT read_bytes=0 write_bytes=[1-9][0-9]* read_requests=0 write_requests=[1-9][0-9]* read_failures=0 write_failures=0 attempts=[1-9][0-9]* attempt_failures=0 failovers_from=0 in_flight=0\$" "$OUT" ||
+            fail "no metrics line for case $c"
+    done
+    r1=$(sed -n "s/^# metrics after case 1: .* write_requests=\([0-9]*\) .*/\1/p" "$OUT")
+    r2=$(sed -n "s/^# metrics after case 2: .* write_requests=\([0-9]*\) .*/\1/p" "$OUT")
+    [ "$r2" -gt "$r1" ] || fail "counters not cumulative: $r1 then $r2"
+    # JSON rows stay alone on stdout; the metrics lines go to stderr
+    run 0 --loopback --xport_type="$XPORT" --json --metrics "${COMMON[@]}"
+    grep -q "^# metrics after case 1: transport=$XPORT" "$ERR" ||
+        fail "no metrics line on stderr with --json"
+    if grep -q '^# metrics' "$OUT"; then fail "metrics line on stdout with --json"; fi
     ;;
 loopback)
     # read, batches and blocks: 2 x 2 cases, every byte verified

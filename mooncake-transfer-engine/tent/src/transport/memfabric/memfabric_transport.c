@@ -25,6 +25,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "metrics/metrics.h"
 #include "net/net.h"
 #include "transport/memfabric/memfabric_api.h"
 
@@ -162,6 +163,12 @@ static int parse_settings(struct tent_transport *t,
     return TENT_OK;
 }
 
+/* The calling thread's metrics shard (NULL: metrics off). */
+static struct tm_shard *mf_metrics(struct memfabric_transport *mf)
+{
+    return tm_shard(mf->metrics);
+}
+
 /* ---- peers -------------------------------------------------------------- */
 
 /* Runs on a vendor thread.  A peer's unique id carries the port the vendor
@@ -185,6 +192,9 @@ static void on_peer_down(const char *peer, void *user)
         mf->ndown++;
     }
     pthread_mutex_unlock(&mf->peer_lock);
+    if (!known)
+        tm_gauge_add(mf_metrics(mf), TM_PEERS, TM_X(mf->base.index),
+                     TM_PEER_DOWN, 1);
     LOG_WARN("memfabric: peer %s went down; new transfers to it are refused, "
              "its in-flight batches finish with the vendor's result",
              peer);
@@ -248,6 +258,7 @@ static int mf_install(struct tent_transport *t)
     int rc = parse_settings(t, &set);
     if (rc)
         return rc;
+    mf->metrics = tent_engine_metrics(t->engine);
 
     pthread_mutex_init(&mf->lock, NULL);
     pthread_mutex_init(&mf->peer_lock, NULL);
@@ -437,16 +448,19 @@ static int poll_vendor_batch_locked(struct memfabric_transport *mf,
         mf->handle, vb->batch_id, &result, 0);
     if (rc == SM_NEED_RETRY)
         return TENT_OK;
-    if (rc != SM_OK)
+    if (rc != SM_OK) {
+        tm_add(mf_metrics(mf), TM_MF_QUERY_ERRORS, 0, 0, 1);
         return tent_set_error(TENT_EVENDOR,
                               "smem_trans_batch_status_query(batch %llu) "
                               "failed: vendor code %d; its tasks stay in "
                               "flight",
                               (unsigned long long)vb->batch_id, rc);
+    }
     /* The one consuming answer: cache it for every task of the batch. */
     vb->result = result;
     vb->state = MEMFABRIC_VB_DONE;
     s->pending_batch_count--;
+    tm_gauge_add(mf_metrics(mf), TM_MF_BATCHES_PENDING, 0, 0, -1);
     if (result != 0)
         LOG_WARN("memfabric: vendor batch %llu failed with result %d",
                  (unsigned long long)vb->batch_id, result);
@@ -591,6 +605,9 @@ static void issue_group_locked(struct memfabric_transport *mf,
     s->batch_status_cache[vbi] = (struct memfabric_vendor_batch){
         .batch_id = batch_id, .state = MEMFABRIC_VB_PENDING, .result = 0};
     s->pending_batch_count++;
+    struct tm_shard *ms = mf_metrics(mf);
+    tm_add(ms, TM_MF_BATCHES_SUBMITTED, 0, 0, 1);
+    tm_gauge_add(ms, TM_MF_BATCHES_PENDING, 0, 0, 1);
     for (size_t i = 0; i < n; i++) {
         if (results[i] != TENT_OK || gidx[i] != g)
             continue;
@@ -733,7 +750,8 @@ static int mf_quiesce(struct tent_transport *t)
         if (outstanding == 0)
             return TENT_OK;
         uint64_t now = now_ms();
-        if (now >= deadline)
+        if (now >= deadline) {
+            tm_add(mf_metrics(mf), TM_MF_QUIESCE_TIMEOUTS, 0, 0, 1);
             return tent_set_error(TENT_ETIMEDOUT,
                                   "memfabric quiesce: %zu vendor batch(es) "
                                   "still without a result after "
@@ -741,6 +759,7 @@ static int mf_quiesce(struct tent_transport *t)
                                   "cancelled, their memory must stay "
                                   "registered%s",
                                   outstanding, mf->set.timeout_ms, last_err);
+        }
         struct timespec pause = {0, QUIESCE_POLL_NS};
         if ((deadline - now) * 1000000u < (uint64_t)QUIESCE_POLL_NS)
             pause.tv_nsec = (long)((deadline - now) * 1000000u);

@@ -68,6 +68,9 @@ struct memfabric_sub_batch {
 struct memfabric_transport {
     struct tent_transport base;
     struct memfabric_settings set;
+    /* The engine's metrics (NULL: off), taken at install: vendor threads use
+     * it, and it outlives an engine that abandoned this transport. */
+    struct tent_metrics *metrics;
 
     /* Set together when install succeeds (a failed install unwinds itself
      * and leaves them false).  The engine follows the registry's rule and

@@ -17,6 +17,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "metrics/metrics.h"
 #include "rpc/rpc.h"
 #include "transport/transport.h"
 
@@ -61,7 +62,7 @@ struct tcp_sub {
 
 struct tcp_transport;
 
-/* lock guards queue/tail/stop/fds; cond (with lock) wakes the workers.
+/* lock guards queue/tail/stop/fds/down; cond (with lock) wakes the workers.
  * Never held together with the transport's lock (peers are found under
  * that one, then it is dropped before this one is taken), and no runtime
  * lock is taken while it is held. */
@@ -77,6 +78,7 @@ struct tcp_peer {
     int nworkers;
     int fds[MAX_CONNS];
     pthread_t workers[MAX_CONNS];
+    bool down; /* the last connection or window failed (tent_peers) */
     struct tcp_peer *next;
 };
 
@@ -91,11 +93,38 @@ struct tcp_transport {
     struct tcp_peer *peers;
     bool accepting;
     atomic_size_t inflight; /* slices queued or in flight, all peers */
+    /* The engine's metrics (NULL: off), taken at install: workers use it,
+     * and it outlives an engine that abandoned this transport. */
+    struct tent_metrics *metrics;
 };
 
 static struct tcp_transport *tcp_of(struct tent_transport *t)
 {
     return (struct tcp_transport *)t;
+}
+
+/* tent_peers{transport="tcp",state}: moves one peer between states (or in
+ * and out of the gauge when from or to is -1). */
+static void peer_gauge(struct tcp_transport *t, int from, int to)
+{
+    struct tm_shard *s = tm_shard(t->metrics);
+    unsigned x = TM_X(t->base.index);
+    if (from >= 0)
+        tm_gauge_add(s, TM_PEERS, x, (unsigned)from, -1);
+    if (to >= 0)
+        tm_gauge_add(s, TM_PEERS, x, (unsigned)to, 1);
+}
+
+/* Records whether the peer answered; counts state changes only. */
+static void peer_mark(struct tcp_peer *p, bool down)
+{
+    pthread_mutex_lock(&p->lock);
+    bool changed = p->down != down;
+    p->down = down;
+    pthread_mutex_unlock(&p->lock);
+    if (changed)
+        peer_gauge(p->t, down ? TM_PEER_UP : TM_PEER_DOWN,
+                   down ? TM_PEER_DOWN : TM_PEER_UP);
 }
 
 /* The remaining decrement is the slice's last touch of its sub-batch: once
@@ -290,11 +319,13 @@ static void *worker_main(void *arg)
                 fd = -1;
             }
             pthread_mutex_unlock(&p->lock);
+            peer_mark(p, true);
             for (int i = 0; i < n; i++)
                 slice_done(t, w[i], rc);
             fail_list(t, rest, rc);
             continue;
         }
+        peer_mark(p, false);
         for (int i = 0; i < n; i++)
             slice_done(t, w[i], status[i]);
     }
@@ -363,6 +394,7 @@ static int peer_get_locked(struct tcp_transport *t, const char *addr,
     }
     p->next = t->peers;
     t->peers = p;
+    peer_gauge(t, -1, TM_PEER_UP);
     *out = p;
     return TENT_OK;
 }
@@ -370,6 +402,7 @@ static int peer_get_locked(struct tcp_transport *t, const char *addr,
 static int tcp_install(struct tent_transport *base)
 {
     struct tcp_transport *t = tcp_of(base);
+    t->metrics = tent_engine_metrics(base->engine);
     int64_t to, nc, ss;
     int rc = tent_config_get_int_range(base->cfg, "transports/tcp/timeout_ms",
                                        3000, 1, 600000, &to);
@@ -426,6 +459,7 @@ static void tcp_uninstall(struct tent_transport *base)
     while (p) {
         struct tcp_peer *n = p->next;
         peer_stop(p);
+        peer_gauge(t, p->down ? TM_PEER_DOWN : TM_PEER_UP, -1);
         fail_list(t, p->queue, TENT_ESHUTDOWN);
         free(p);
         p = n;
