@@ -21,6 +21,14 @@ const char *tent_xport_name(struct tent_engine *e, int xi)
 bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code)
 {
     int from = t->cands[t->cand_pos];
+    if (atomic_load(&e->stopping)) {
+        /* Teardown starts nothing new, not even a failover copy. */
+        LOG_WARN("task failed on %s during engine teardown; not failing it "
+                 "over",
+                 tent_xport_name(e, from));
+        tent_task_fail(t, code);
+        return false;
+    }
     if (t->attempts >= e->max_failover_attempts) {
         if (e->max_failover_attempts > 0)
             LOG_WARN("Task failover limit reached (%d), last transport=%s",

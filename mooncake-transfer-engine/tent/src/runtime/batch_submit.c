@@ -85,6 +85,12 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                          size_t first, size_t n)
 {
     struct seg_cache c = {0};
+    if (atomic_load(&e->stopping)) {
+        for (size_t i = first; i < first + n; i++)
+            if (b->tasks[i].state == STATUS_WAITING)
+                tent_task_fail(&b->tasks[i], TENT_ESHUTDOWN);
+        return;
+    }
     bool again = true;
     while (again) {
         again = false;

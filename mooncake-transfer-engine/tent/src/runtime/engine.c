@@ -137,6 +137,7 @@ tent_engine_t tent_create_engine(void)
         tent_set_error(TENT_ENOMEM, "tent_create_engine: out of memory");
         return NULL;
     }
+    atomic_init(&e->stopping, false);
     pthread_mutex_init(&e->seg_lock, NULL);
     pthread_mutex_init(&e->reg_lock, NULL);
     pthread_mutex_init(&e->batch_lock, NULL);
@@ -176,9 +177,8 @@ tent_engine_t tent_create_engine(void)
         goto fail_rpc;
     install_transports(e);
     for (int i = 0; i < e->nxports; i++)
-        tent_metrics_set_transport(e->metrics, i,
-                                   tent_transport_type_name(
-                                       e->xports[i]->ops->type));
+        tent_metrics_set_transport(
+            e->metrics, i, tent_transport_type_name(e->xports[i]->ops->type));
     tent_metrics_set_name(e->metrics, e->segment_name);
     rc = tent_metrics_start(e->metrics);
     if (rc) {
@@ -217,6 +217,7 @@ void tent_destroy_engine(tent_engine_t engine)
     struct tent_engine *e = tent_engine_cast(engine);
     if (!e)
         return;
+    atomic_store(&e->stopping, true);
     /* Scrapes read engine state: they end before anything is torn down. */
     tent_metrics_stop(e->metrics);
     /* Peers stop finding the segment, then no peer request may touch
@@ -238,8 +239,13 @@ void tent_destroy_engine(tent_engine_t engine)
     tent_batches_teardown(e);
     tent_memory_release_all(e);
     for (int i = 0; i < e->nxports; i++) {
-        if (e->xport_abandoned[i])
-            continue; /* deliberately leaked, see above */
+        if (e->xport_abandoned[i]) {
+            /* Deliberately leaked, see above; it outlives the engine and
+             * its configuration, so it must not reach either. */
+            e->xports[i]->engine = NULL;
+            e->xports[i]->cfg = NULL;
+            continue;
+        }
         tent_transport_instance_free(e->xports[i]);
     }
     for (size_t i = 1; i < e->nsegs; i++) {

@@ -61,7 +61,7 @@ struct tent_segment {
      * attribute copies; writers: register/unregister, descriptor import.
      * Taken after reg_lock and batch->lock, before any transport lock. */
     pthread_rwlock_t lock;
-    struct tent_buffer **bufs; /* sorted by base, non-overlapping */
+    struct tent_buffer **bufs; /* sorted by base; ranges may overlap */
     size_t nbufs, cap;
     struct tent_attr attrs[TENT_MAX_ATTRS];
     int nattrs;
@@ -111,6 +111,16 @@ struct tent_batch {
     uint64_t notif_target;
 };
 
+/* A tent_allocate_memory allocation.  Allocating registers nothing; a
+ * registration whose range starts at base publishes the memfd to shm. */
+struct tent_alloc {
+    uintptr_t base;
+    size_t size;    /* what the caller asked for */
+    size_t map_len; /* host: the page-rounded mapping */
+    int fd;         /* host: memfd backing it; -1 for device memory */
+    int device;     /* accelerator index for "npu:N", -1 for host memory */
+};
+
 struct tent_engine {
     struct tent_config *cfg;
     char hostname[256];
@@ -128,6 +138,9 @@ struct tent_engine {
     struct tent_transport *xports[TENT_MAX_TRANSPORTS];
     int nxports;
     bool xport_abandoned[TENT_MAX_TRANSPORTS]; /* quiesce failed at teardown */
+    /* Set once tent_destroy_engine begins: from then on no task is started
+     * or failed over (a transport quiesced first must never see new work). */
+    atomic_bool stopping;
 
     /* Segments: slot i holds segment id i (0 = local).  seg_lock guards
      * segs/nsegs (the table, not the segments); a leaf lock. */
@@ -149,6 +162,8 @@ struct tent_engine {
      * the transports' add/remove_buffer calls they make).  Outermost: taken
      * before the metadata backend's lock and segment->lock. */
     pthread_mutex_t reg_lock;
+    struct tent_alloc *allocs; /* guarded by reg_lock */
+    size_t nallocs, alloc_cap;
 
     /* Received notifications (notify.c).  notif_lock guards notifs,
      * notif_peers, nnotifs, notif_cap, notif_bytes and the senders table; a
@@ -197,6 +212,9 @@ struct tent_segment *tent_engine_segment(struct tent_engine *e, uint64_t id);
 
 /* memory.c */
 void tent_memory_release_all(struct tent_engine *e);
+/* device_mem.c: accelerator memory through ACL, loaded on first use. */
+int tent_device_malloc(int device, size_t size, void **out);
+int tent_device_free(int device, void *ptr);
 bool tent_location_is_device(const char *location);
 
 /* selector.c */

@@ -1,3 +1,15 @@
+/* Local memory: allocation and registration, as TENT does them.
+ *
+ * tent_allocate_memory only allocates (memfd-backed host memory so that a
+ * same-host peer can map it, or ACL device memory for "npu:N"); nothing is
+ * visible to peers until the program registers it.  Registering the same
+ * (address, length) again raises a reference count and the last
+ * unregister removes it; overlapping but different ranges are separate
+ * entries.  tent_free_memory unregisters what still lies in the allocation
+ * (refusing while tasks use it) before giving the memory back, so no
+ * registration ever points at freed memory.  A transport that fails to
+ * release a range keeps the whole registration in place: the error goes to
+ * the caller, who must not free the memory. */
 #include "common/error.h"
 #include "common/log.h"
 #include "runtime/control.h"
@@ -12,8 +24,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-enum { ALLOC_NONE = 0, ALLOC_MEMFD = 1 };
-
 bool tent_location_is_device(const char *location)
 {
     if (!location || !*location || *location == '*')
@@ -22,7 +32,9 @@ bool tent_location_is_device(const char *location)
 }
 
 /* Registers buf with every installed transport (or only the one asked for).
- * On failure of an explicitly requested transport, undoes and fails. */
+ * A transport that cannot take the range (a vendor library may refuse an
+ * overlap) leaves it to the others, with a warning.  On failure of an
+ * explicitly requested transport, undoes and fails. */
 static int attach_transports(struct tent_engine *e, struct tent_buffer *buf,
                              int only_type)
 {
@@ -49,20 +61,52 @@ static int attach_transports(struct tent_engine *e, struct tent_buffer *buf,
     return TENT_OK;
 }
 
-static void detach_transports(struct tent_engine *e, struct tent_buffer *buf)
+/* Releases buf from every transport serving it.  When one refuses, the
+ * ones already released take it back, so the buffer stays registered as
+ * before, and the refusal is returned (memory a peer can still reach must
+ * not be freed). */
+static int detach_transports(struct tent_engine *e, struct tent_buffer *buf)
 {
+    uint32_t released = 0;
     for (int i = 0; i < e->nxports; i++) {
         struct tent_transport *t = e->xports[i];
-        if (!(buf->xport_mask & (1u << t->ops->type)) || e->xport_abandoned[i])
+        uint32_t bit = 1u << t->ops->type;
+        if (!(buf->xport_mask & bit) || e->xport_abandoned[i])
             continue;
         int rc = t->ops->remove_buffer(t, buf);
-        if (rc != TENT_OK)
-            LOG_WARN("transport '%s' failed to release buffer [%#llx, +%llu): "
-                     "%s",
-                     t->ops->name, (unsigned long long)buf->base,
-                     (unsigned long long)buf->length, tent_last_error());
-        buf->xport_mask &= ~(1u << t->ops->type);
+        if (rc == TENT_OK) {
+            released |= bit;
+            continue;
+        }
+        char why[512];
+        snprintf(why, sizeof(why), "%s", tent_last_error());
+        for (int j = 0; j < i; j++) {
+            struct tent_transport *u = e->xports[j];
+            uint32_t ubit = 1u << u->ops->type;
+            if (!(released & ubit))
+                continue;
+            if (u->ops->add_buffer(u, buf) != TENT_OK) {
+                /* Unreachable through u now; still registered elsewhere. */
+                LOG_WARN("transport '%s' could not take buffer [%#llx, "
+                         "+%llu) back: %s",
+                         u->ops->name, (unsigned long long)buf->base,
+                         (unsigned long long)buf->length, tent_last_error());
+                buf->xport_mask &= ~ubit;
+            }
+        }
+        LOG_ERROR("transport '%s' failed to release buffer [%#llx, +%llu): "
+                  "%s; the buffer stays registered",
+                  t->ops->name, (unsigned long long)buf->base,
+                  (unsigned long long)buf->length, why);
+        return tent_set_error(rc,
+                              "unregister memory: transport '%s' failed to "
+                              "release [%#llx, +%llu), which stays "
+                              "registered: %s",
+                              t->ops->name, (unsigned long long)buf->base,
+                              (unsigned long long)buf->length, why);
     }
+    buf->xport_mask &= ~released;
+    return TENT_OK;
 }
 
 static int check_region(void *addr, size_t size, const char *what)
@@ -97,20 +141,48 @@ static int check_options(const tent_memory_options_t *o, const char *what)
     return TENT_OK;
 }
 
-/* Caller holds e->reg_lock. Takes ownership of nothing on failure. */
+/* The allocation whose memory holds [addr, +size), or NULL.  reg_lock. */
+static struct tent_alloc *alloc_holding(struct tent_engine *e, uintptr_t addr,
+                                        size_t size)
+{
+    for (size_t i = 0; i < e->nallocs; i++) {
+        struct tent_alloc *a = &e->allocs[i];
+        if (addr >= a->base && addr - a->base < a->size &&
+            size <= a->size - (addr - a->base))
+            return a;
+    }
+    return NULL;
+}
+
+/* The local buffer registered as exactly [addr, +size) (size 0: the first
+ * one starting at addr).  Caller holds the segment lock. */
+static struct tent_buffer *find_exact_locked(struct tent_segment *seg,
+                                             uintptr_t addr, size_t size)
+{
+    for (size_t i = 0; i < seg->nbufs && seg->bufs[i]->base <= addr; i++) {
+        struct tent_buffer *b = seg->bufs[i];
+        if (b->base == addr && (size == 0 || b->length == size))
+            return b;
+    }
+    return NULL;
+}
+
+/* Registers [addr, +size), or raises the count of that exact range.
+ * Caller holds e->reg_lock. */
 static int register_locked(struct tent_engine *e, void *addr, size_t size,
-                           const tent_memory_options_t *o, int alloc_kind,
-                           size_t alloc_size, int alloc_fd)
+                           const tent_memory_options_t *o)
 {
     struct tent_segment *seg = e->local;
-    pthread_rwlock_rdlock(&seg->lock);
-    bool overlap = tent_segment_overlaps_locked(seg, (uintptr_t)addr, size);
+    pthread_rwlock_wrlock(&seg->lock);
+    struct tent_buffer *same = find_exact_locked(seg, (uintptr_t)addr, size);
+    if (same)
+        same->refs++;
     pthread_rwlock_unlock(&seg->lock);
-    if (overlap)
-        return tent_set_error(TENT_EEXIST,
-                              "register memory: [%p, +%zu) overlaps a "
-                              "registered buffer",
-                              addr, size);
+    if (same) {
+        LOG_DEBUG("registered [%p, +%zu) again (%d references)", addr, size,
+                  same->refs);
+        return TENT_OK;
+    }
     struct tent_buffer *buf = calloc(1, sizeof(*buf));
     if (!buf)
         return tent_set_error(TENT_ENOMEM, "register memory: out of memory");
@@ -119,10 +191,14 @@ static int register_locked(struct tent_engine *e, void *addr, size_t size,
     snprintf(buf->location, sizeof(buf->location), "%s",
              o->location[0] ? o->location : "cpu");
     buf->perm = o->permission;
+    buf->refs = 1;
+    buf->alloc_fd = -1;
+    const struct tent_alloc *a = alloc_holding(e, (uintptr_t)addr, size);
+    if (a && a->base == (uintptr_t)addr && a->fd >= 0)
+        buf->alloc_fd = a->fd;
+    if (a && a->device >= 0 && !o->location[0])
+        snprintf(buf->location, sizeof(buf->location), "npu:%d", a->device);
     buf->is_device = tent_location_is_device(buf->location);
-    buf->alloc_kind = alloc_kind;
-    buf->alloc_size = alloc_size;
-    buf->alloc_fd = alloc_fd;
     atomic_init(&buf->inflight, 0);
     int rc = attach_transports(e, buf, o->transport_type);
     if (rc != TENT_OK)
@@ -139,61 +215,80 @@ static int register_locked(struct tent_engine *e, void *addr, size_t size,
     return TENT_OK;
 
 fail_attach:
-    detach_transports(e, buf);
+    if (detach_transports(e, buf) != TENT_OK) {
+        /* A transport keeps exposing it: keep the record (leak) rather
+         * than lose track of it. */
+        LOG_ERROR("register memory: [%p, +%zu) could not be rolled back", addr,
+                  size);
+        return rc;
+    }
     free(buf);
     return rc;
 }
 
-/* Removes the buffer that starts at addr; caller holds e->reg_lock. */
-static int unregister_locked(struct tent_engine *e, void *addr, size_t size,
-                             bool allocated, struct tent_buffer **out)
+/* Removes buf (already out of the segment) from the transports; on failure
+ * puts it back into the segment.  Caller holds e->reg_lock. */
+static int drop_buffer_locked(struct tent_engine *e, struct tent_buffer *buf)
 {
-    const char *what = allocated ? "tent_free_memory" : "unregister memory";
+    int rc = detach_transports(e, buf);
+    if (rc != TENT_OK) {
+        char why[512];
+        snprintf(why, sizeof(why), "%s", tent_last_error());
+        pthread_rwlock_wrlock(&e->local->lock);
+        int irc = tent_segment_insert_locked(e->local, buf);
+        pthread_rwlock_unlock(&e->local->lock);
+        if (irc != TENT_OK)
+            LOG_ERROR("buffer [%#llx, +%llu) is still exposed by a transport "
+                      "but could not be re-listed: %s",
+                      (unsigned long long)buf->base,
+                      (unsigned long long)buf->length, tent_last_error());
+        tent_set_error(rc, "%s", why);
+        return rc;
+    }
+    return TENT_OK;
+}
+
+/* Drops one reference of the range at addr (size 0: any length); the last
+ * one unregisters it.  Caller holds e->reg_lock. */
+static int unregister_locked(struct tent_engine *e, void *addr, size_t size)
+{
+    const char *what = "unregister memory";
     struct tent_segment *seg = e->local;
     pthread_rwlock_wrlock(&seg->lock);
-    struct tent_buffer *buf = tent_segment_find_locked(seg, (uintptr_t)addr, 1);
+    struct tent_buffer *buf = find_exact_locked(seg, (uintptr_t)addr, size);
     int rc = TENT_OK;
-    if (!buf || buf->base != (uintptr_t)addr)
-        rc = tent_set_error(TENT_ENOTREG, "%s: no buffer registered at %p",
-                            what, addr);
-    else if (size && size != buf->length)
-        rc = tent_set_error(TENT_EINVAL,
-                            "%s: size %zu does not match the %llu bytes "
-                            "registered at %p",
-                            what, size, (unsigned long long)buf->length, addr);
-    else if (allocated && buf->alloc_kind == ALLOC_NONE)
-        rc = tent_set_error(TENT_EINVAL,
-                            "%s: memory at %p was not allocated by "
-                            "tent_allocate_memory",
-                            what, addr);
-    else if (!allocated && buf->alloc_kind != ALLOC_NONE)
-        rc = tent_set_error(TENT_EINVAL,
-                            "%s: memory at %p came from tent_allocate_memory; "
-                            "release it with tent_free_memory",
-                            what, addr);
-    else if (atomic_load(&buf->inflight) > 0)
+    if (!buf) {
+        struct tent_buffer *at = find_exact_locked(seg, (uintptr_t)addr, 0);
+        if (at)
+            rc = tent_set_error(TENT_EINVAL,
+                                "%s: no registration of %zu bytes at %p (one "
+                                "of %llu bytes is)",
+                                what, size, addr,
+                                (unsigned long long)at->length);
+        else
+            rc = tent_set_error(TENT_ENOTREG, "%s: no buffer registered at %p",
+                                what, addr);
+    } else if (buf->refs > 1) {
+        buf->refs--;
+        pthread_rwlock_unlock(&seg->lock);
+        return TENT_OK;
+    } else if (atomic_load(&buf->inflight) > 0) {
         rc = tent_set_error(TENT_EBUSY,
                             "%s: %d task(s) in flight use the buffer at %p",
                             what, atomic_load(&buf->inflight), addr);
+    }
     if (rc == TENT_OK)
         tent_segment_remove_locked(seg, buf);
     pthread_rwlock_unlock(&seg->lock);
     if (rc != TENT_OK)
         return rc;
-    detach_transports(e, buf);
+    rc = drop_buffer_locked(e, buf);
+    if (rc != TENT_OK)
+        return rc;
     tent_ctrl_local_changed(e);
     tmh_gauge(e, TM_REGISTERED_BYTES, -(int64_t)buf->length);
-    *out = buf;
-    return TENT_OK;
-}
-
-static void release_buffer_memory(struct tent_buffer *buf)
-{
-    if (buf->alloc_kind == ALLOC_MEMFD) {
-        munmap((void *)(uintptr_t)buf->base, buf->alloc_size);
-        close(buf->alloc_fd);
-    }
     free(buf);
+    return TENT_OK;
 }
 
 int tent_register_memory_ex(tent_engine_t engine, void *addr, size_t size,
@@ -210,7 +305,7 @@ int tent_register_memory_ex(tent_engine_t engine, void *addr, size_t size,
     if (rc != TENT_OK)
         return rc;
     pthread_mutex_lock(&e->reg_lock);
-    rc = register_locked(e, addr, size, opts, ALLOC_NONE, 0, -1);
+    rc = register_locked(e, addr, size, opts);
     pthread_mutex_unlock(&e->reg_lock);
     return rc;
 }
@@ -249,33 +344,24 @@ int tent_register_memory_batch_ex(tent_engine_t engine, void **addrs,
         rc = check_region(addrs[i], sizes[i], "register memory batch");
         if (rc)
             return rc;
-        for (size_t j = 0; j < i; j++) {
-            uintptr_t a = (uintptr_t)addrs[i], b = (uintptr_t)addrs[j];
-            if (a < b + sizes[j] && b < a + sizes[i])
-                return tent_set_error(TENT_EEXIST,
-                                      "register memory batch: entries %zu and "
-                                      "%zu overlap",
-                                      j, i);
-        }
     }
     pthread_mutex_lock(&e->reg_lock);
     size_t done = 0;
     for (; done < count; done++) {
-        rc = register_locked(e, addrs[done], sizes[done], opts, ALLOC_NONE, 0,
-                             -1);
+        rc = register_locked(e, addrs[done], sizes[done], opts);
         if (rc)
             break;
     }
     if (rc) {
-        /* All or nothing: undo the entries that went in. */
+        /* All or nothing: every entry that went in (a new range or a count
+         * raised on an existing one) gives its reference back. */
         char saved[512];
         snprintf(saved, sizeof(saved), "%s", tent_last_error());
-        for (size_t i = 0; i < done; i++) {
-            struct tent_buffer *buf;
-            if (unregister_locked(e, addrs[i], sizes[i], false, &buf) ==
-                TENT_OK)
-                free(buf);
-        }
+        for (size_t i = done; i-- > 0;)
+            if (unregister_locked(e, addrs[i], sizes[i]) != TENT_OK)
+                LOG_ERROR("register memory batch: entry %zu could not be "
+                          "rolled back: %s",
+                          i, tent_last_error());
         tent_set_error(rc, "register memory batch: entry %zu: %s", done, saved);
     }
     pthread_mutex_unlock(&e->reg_lock);
@@ -297,11 +383,8 @@ int tent_unregister_memory(tent_engine_t engine, void *addr, size_t size)
     if (!addr)
         return tent_set_error(TENT_ENULL, "unregister memory: address is NULL");
     pthread_mutex_lock(&e->reg_lock);
-    struct tent_buffer *buf;
-    int rc = unregister_locked(e, addr, size, false, &buf);
+    int rc = unregister_locked(e, addr, size);
     pthread_mutex_unlock(&e->reg_lock);
-    if (rc == TENT_OK)
-        free(buf);
     return rc;
 }
 
@@ -318,31 +401,21 @@ int tent_unregister_memory_batch(tent_engine_t engine, void **addrs,
     if (count == 0)
         return tent_set_error(TENT_EINVAL,
                               "unregister memory batch: count is 0");
-    /* Check every entry first so that nothing is half-applied. */
+    /* Check every entry first so that a bad one changes nothing. */
     pthread_mutex_lock(&e->reg_lock);
     pthread_rwlock_rdlock(&e->local->lock);
     int rc = TENT_OK;
     for (size_t i = 0; i < count && rc == TENT_OK; i++) {
+        size_t sz = sizes ? sizes[i] : 0;
         struct tent_buffer *b =
-            addrs[i]
-                ? tent_segment_find_locked(e->local, (uintptr_t)addrs[i], 1)
-                : NULL;
-        if (!b || b->base != (uintptr_t)addrs[i])
+            addrs[i] ? find_exact_locked(e->local, (uintptr_t)addrs[i], sz)
+                     : NULL;
+        if (!b)
             rc = tent_set_error(TENT_ENOTREG,
-                                "unregister memory batch: entry %zu: no buffer "
-                                "registered at %p",
-                                i, addrs[i]);
-        else if (sizes && sizes[i] && sizes[i] != b->length)
-            rc = tent_set_error(TENT_EINVAL,
-                                "unregister memory batch: entry %zu: size %zu "
-                                "does not match %llu",
-                                i, sizes[i], (unsigned long long)b->length);
-        else if (b->alloc_kind != ALLOC_NONE)
-            rc = tent_set_error(TENT_EINVAL,
-                                "unregister memory batch: entry %zu: %p came "
-                                "from tent_allocate_memory",
-                                i, addrs[i]);
-        else if (atomic_load(&b->inflight) > 0)
+                                "unregister memory batch: entry %zu: no "
+                                "registration of %zu bytes at %p",
+                                i, sz, addrs[i]);
+        else if (b->refs == 1 && atomic_load(&b->inflight) > 0)
             rc = tent_set_error(TENT_EBUSY,
                                 "unregister memory batch: entry %zu: tasks in "
                                 "flight use %p",
@@ -357,10 +430,12 @@ int tent_unregister_memory_batch(tent_engine_t engine, void **addrs,
     }
     pthread_rwlock_unlock(&e->local->lock);
     for (size_t i = 0; i < count && rc == TENT_OK; i++) {
-        struct tent_buffer *buf;
-        rc = unregister_locked(e, addrs[i], sizes ? sizes[i] : 0, false, &buf);
-        if (rc == TENT_OK)
-            free(buf);
+        rc = unregister_locked(e, addrs[i], sizes ? sizes[i] : 0);
+        if (rc != TENT_OK)
+            tent_set_error(rc,
+                           "unregister memory batch: entry %zu: %s (entries "
+                           "before it are unregistered)",
+                           i, tent_last_error());
     }
     pthread_mutex_unlock(&e->reg_lock);
     return rc;
@@ -374,9 +449,9 @@ static int numa_node_of(const char *location, int *node)
         return TENT_OK;
     if (strncmp(location, "cpu:", 4) != 0)
         return tent_set_error(TENT_ENOTSUP,
-                              "tent_allocate_memory: location '%s' is not host "
-                              "memory; this build allocates 'cpu' or "
-                              "'cpu:<numa node>' only",
+                              "tent_allocate_memory: location '%s' is neither "
+                              "host memory ('cpu', 'cpu:<numa node>') nor an "
+                              "accelerator ('npu:<device>')",
                               location);
     char *end;
     long n = strtol(location + 4, &end, 10);
@@ -397,26 +472,55 @@ static int numa_node_of(const char *location, int *node)
     return TENT_OK;
 }
 
-int tent_allocate_memory_ex(tent_engine_t engine, void **addr, size_t size,
-                            tent_memory_options_t *opts)
+/* "npu:N" -> N; -1 for any other location.  A malformed "npu:" is an
+ * error. */
+static int npu_device_of(const char *location, int *device)
 {
-    struct tent_engine *e = tent_engine_cast(engine);
-    if (!e)
-        return tent_set_error(TENT_ENULL,
-                              "tent_allocate_memory: engine is NULL");
-    if (!addr || !opts)
-        return tent_set_error(TENT_ENULL,
-                              "tent_allocate_memory: addr or options is NULL");
-    if (size == 0)
-        return tent_set_error(TENT_EINVAL, "tent_allocate_memory: size is 0");
-    int rc = check_options(opts, "tent_allocate_memory");
-    if (rc)
-        return rc;
-    int node;
-    rc = numa_node_of(opts->location, &node);
-    if (rc)
-        return rc;
+    *device = -1;
+    if (strncmp(location, "npu:", 4) != 0)
+        return TENT_OK;
+    char *end;
+    long n = strtol(location + 4, &end, 10);
+    if (end == location + 4 || *end || n < 0 || n > 65535)
+        return tent_set_error(TENT_EINVAL,
+                              "tent_allocate_memory: location '%s' has no "
+                              "valid device number",
+                              location);
+    *device = (int)n;
+    return TENT_OK;
+}
 
+static int remember_alloc_locked(struct tent_engine *e,
+                                 const struct tent_alloc *a)
+{
+    if (e->nallocs == e->alloc_cap) {
+        size_t ncap = e->alloc_cap ? e->alloc_cap * 2 : 16;
+        struct tent_alloc *n = realloc(e->allocs, ncap * sizeof(*n));
+        if (!n)
+            return tent_set_error(TENT_ENOMEM,
+                                  "tent_allocate_memory: out of memory");
+        e->allocs = n;
+        e->alloc_cap = ncap;
+    }
+    e->allocs[e->nallocs++] = *a;
+    return TENT_OK;
+}
+
+static void release_alloc(const struct tent_alloc *a)
+{
+    if (a->device >= 0) {
+        if (tent_device_free(a->device, (void *)a->base) != TENT_OK)
+            LOG_WARN("%s", tent_last_error());
+        return;
+    }
+    munmap((void *)a->base, a->map_len);
+    close(a->fd);
+}
+
+/* memfd-backed host memory, page-rounded, optionally on a NUMA node. */
+static int alloc_host(struct tent_engine *e, size_t size, int node,
+                      struct tent_alloc *out)
+{
     size_t page =
         e->use_hugepage ? e->hugepage_size : (size_t)sysconf(_SC_PAGESIZE);
     if (size > SIZE_MAX - page)
@@ -471,18 +575,61 @@ int tent_allocate_memory_ex(tent_engine_t engine, void **addr, size_t size,
             LOG_WARN("mbind of %zu bytes to NUMA node %d failed: %s", len, node,
                      strerror(errno));
     }
-    tent_memory_options_t o = *opts;
-    if (!o.location[0])
-        snprintf(o.location, sizeof(o.location), "cpu");
+    *out = (struct tent_alloc){.base = (uintptr_t)p,
+                               .size = size,
+                               .map_len = len,
+                               .fd = fd,
+                               .device = -1};
+    return TENT_OK;
+}
+
+int tent_allocate_memory_ex(tent_engine_t engine, void **addr, size_t size,
+                            tent_memory_options_t *opts)
+{
+    struct tent_engine *e = tent_engine_cast(engine);
+    if (!e)
+        return tent_set_error(TENT_ENULL,
+                              "tent_allocate_memory: engine is NULL");
+    if (!addr || !opts)
+        return tent_set_error(TENT_ENULL,
+                              "tent_allocate_memory: addr or options is NULL");
+    if (size == 0)
+        return tent_set_error(TENT_EINVAL, "tent_allocate_memory: size is 0");
+    int rc = check_options(opts, "tent_allocate_memory");
+    if (rc)
+        return rc;
+    int device;
+    rc = npu_device_of(opts->location, &device);
+    if (rc)
+        return rc;
+    struct tent_alloc a;
+    if (device >= 0) {
+        void *p;
+        rc = tent_device_malloc(device, size, &p);
+        if (rc)
+            return rc;
+        a = (struct tent_alloc){
+            .base = (uintptr_t)p, .size = size, .fd = -1, .device = device};
+    } else {
+        int node;
+        rc = numa_node_of(opts->location, &node);
+        if (rc)
+            return rc;
+        rc = alloc_host(e, size, node, &a);
+        if (rc)
+            return rc;
+    }
     pthread_mutex_lock(&e->reg_lock);
-    rc = register_locked(e, p, size, &o, ALLOC_MEMFD, len, fd);
+    rc = remember_alloc_locked(e, &a);
     pthread_mutex_unlock(&e->reg_lock);
     if (rc) {
-        munmap(p, len);
-        close(fd);
+        release_alloc(&a);
         return rc;
     }
-    *addr = p;
+    LOG_DEBUG("allocated %zu bytes at %#llx (%s)", size,
+              (unsigned long long)a.base,
+              opts->location[0] ? opts->location : "cpu");
+    *addr = (void *)a.base;
     return TENT_OK;
 }
 
@@ -499,6 +646,12 @@ int tent_allocate_memory(tent_engine_t engine, void **addr, size_t size,
     return tent_allocate_memory_ex(engine, addr, size, &o);
 }
 
+/* Whether registration b touches allocation a's memory at all. */
+static bool within(const struct tent_buffer *b, const struct tent_alloc *a)
+{
+    return b->base < a->base + a->size && a->base < b->base + b->length;
+}
+
 int tent_free_memory(tent_engine_t engine, void *addr)
 {
     struct tent_engine *e = tent_engine_cast(engine);
@@ -507,11 +660,59 @@ int tent_free_memory(tent_engine_t engine, void *addr)
     if (!addr)
         return tent_set_error(TENT_ENULL, "tent_free_memory: address is NULL");
     pthread_mutex_lock(&e->reg_lock);
-    struct tent_buffer *buf;
-    int rc = unregister_locked(e, addr, 0, true, &buf);
+    size_t ai = 0;
+    while (ai < e->nallocs && e->allocs[ai].base != (uintptr_t)addr)
+        ai++;
+    if (ai == e->nallocs) {
+        pthread_mutex_unlock(&e->reg_lock);
+        return tent_set_error(TENT_EINVAL,
+                              "tent_free_memory: %p was not allocated by "
+                              "tent_allocate_memory of this engine",
+                              addr);
+    }
+    struct tent_alloc a = e->allocs[ai];
+    /* Registrations inside the allocation go first; none may be in use. */
+    struct tent_segment *seg = e->local;
+    int rc = TENT_OK;
+    pthread_rwlock_rdlock(&seg->lock);
+    for (size_t i = 0; i < seg->nbufs && rc == TENT_OK; i++)
+        if (within(seg->bufs[i], &a) &&
+            atomic_load(&seg->bufs[i]->inflight) > 0)
+            rc = tent_set_error(TENT_EBUSY,
+                                "tent_free_memory: %d task(s) in flight use "
+                                "the registered range at %#llx",
+                                atomic_load(&seg->bufs[i]->inflight),
+                                (unsigned long long)seg->bufs[i]->base);
+    pthread_rwlock_unlock(&seg->lock);
+    while (rc == TENT_OK) {
+        pthread_rwlock_wrlock(&seg->lock);
+        struct tent_buffer *buf = NULL;
+        for (size_t i = 0; i < seg->nbufs && !buf; i++)
+            if (within(seg->bufs[i], &a))
+                buf = seg->bufs[i];
+        if (buf)
+            tent_segment_remove_locked(seg, buf);
+        pthread_rwlock_unlock(&seg->lock);
+        if (!buf)
+            break;
+        rc = drop_buffer_locked(e, buf);
+        if (rc == TENT_OK) {
+            tmh_gauge(e, TM_REGISTERED_BYTES, -(int64_t)buf->length);
+            LOG_DEBUG("tent_free_memory: unregistered [%#llx, +%llu) first",
+                      (unsigned long long)buf->base,
+                      (unsigned long long)buf->length);
+            free(buf);
+        } else {
+            tent_set_error(rc, "tent_free_memory: %p not freed: %s", addr,
+                           tent_last_error());
+        }
+        tent_ctrl_local_changed(e);
+    }
+    if (rc == TENT_OK)
+        e->allocs[ai] = e->allocs[--e->nallocs];
     pthread_mutex_unlock(&e->reg_lock);
     if (rc == TENT_OK)
-        release_buffer_memory(buf);
+        release_alloc(&a);
     return rc;
 }
 
@@ -527,19 +728,33 @@ void tent_memory_release_all(struct tent_engine *e)
     for (size_t i = 0; i < seg->nbufs; i++) {
         struct tent_buffer *buf = seg->bufs[i];
         int inflight = atomic_load(&buf->inflight);
-        if (inflight > 0 || any_abandoned) {
+        const char *why = inflight > 0    ? "tasks are still in flight on it"
+                          : any_abandoned ? "a transport failed to quiesce"
+                                          : NULL;
+        if (!why && detach_transports(e, buf) != TENT_OK)
+            why = "a transport failed to release it";
+        if (why) {
             LOG_WARN("keeping buffer [%#llx, +%llu) registered and mapped: %s",
                      (unsigned long long)buf->base,
-                     (unsigned long long)buf->length,
-                     inflight > 0 ? "tasks are still in flight on it"
-                                  : "a transport failed to quiesce");
+                     (unsigned long long)buf->length, why);
             seg->bufs[kept++] = buf;
             continue;
         }
-        detach_transports(e, buf);
-        release_buffer_memory(buf);
+        free(buf);
     }
     seg->nbufs = kept;
+    /* Allocations holding a kept buffer stay mapped (deliberately leaked);
+     * the rest go back. */
+    for (size_t ai = 0; ai < e->nallocs; ai++) {
+        bool keep = false;
+        for (size_t i = 0; i < kept && !keep; i++)
+            keep = within(seg->bufs[i], &e->allocs[ai]);
+        if (!keep)
+            release_alloc(&e->allocs[ai]);
+    }
+    free(e->allocs);
+    e->allocs = NULL;
+    e->nallocs = e->alloc_cap = 0;
     pthread_rwlock_unlock(&seg->lock);
     pthread_mutex_unlock(&e->reg_lock);
 }

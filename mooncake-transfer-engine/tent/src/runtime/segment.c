@@ -52,24 +52,25 @@ static long floor_index(const struct tent_segment *seg, uint64_t addr)
 struct tent_buffer *tent_segment_find_locked(const struct tent_segment *seg,
                                              uint64_t addr, uint64_t len)
 {
-    long i = floor_index(seg, addr);
-    if (i < 0)
-        return NULL;
-    struct tent_buffer *b = seg->bufs[i];
-    uint64_t off = addr - b->base;
-    if (off >= b->length || len > b->length - off)
-        return NULL;
-    return b;
+    /* Ranges may overlap (TENT accepts overlapping registrations), so the
+     * buffer holding addr may start before the last one at or below it:
+     * walk back.  With disjoint ranges the first candidate decides. */
+    for (long i = floor_index(seg, addr); i >= 0; i--) {
+        struct tent_buffer *b = seg->bufs[i];
+        uint64_t off = addr - b->base;
+        if (off < b->length && len <= b->length - off)
+            return b;
+    }
+    return NULL;
 }
 
 bool tent_segment_overlaps_locked(const struct tent_segment *seg, uint64_t addr,
                                   uint64_t len)
 {
-    long i = floor_index(seg, addr);
-    if (i >= 0 && addr - seg->bufs[i]->base < seg->bufs[i]->length)
-        return true;
-    size_t next = (size_t)(i + 1);
-    return next < seg->nbufs && seg->bufs[next]->base - addr < len;
+    for (size_t i = 0; i < seg->nbufs && seg->bufs[i]->base < addr + len; i++)
+        if (addr < seg->bufs[i]->base + seg->bufs[i]->length)
+            return true;
+    return false;
 }
 
 int tent_segment_insert_locked(struct tent_segment *seg,

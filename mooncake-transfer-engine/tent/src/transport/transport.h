@@ -38,11 +38,10 @@ struct tent_buffer {
     uint32_t xport_mask; /* bit (1 << TRANSPORT_*) per transport serving it */
     atomic_int inflight; /* tasks that may touch it (remote ones too: a
                             descriptor refresh must not free it while > 0) */
-    int alloc_kind;    /* local only: 0 registered, else how it was allocated */
-    size_t alloc_size; /* local only: mapping length for allocated memory */
-    int alloc_fd;      /* local only: memfd backing allocated memory, or -1 */
-    bool is_device;    /* location names an accelerator */
-    char shm_name[64]; /* shm transport: handle a same-host peer can map */
+    int refs;            /* local only: registrations of exactly this range */
+    int alloc_fd;        /* local only: memfd whose offset 0 is base, or -1 */
+    bool is_device;      /* location names an accelerator */
+    char shm_name[64];   /* shm transport: handle a same-host peer can map */
     uint64_t shm_offset;
 };
 
@@ -90,6 +89,11 @@ struct tent_sub_batch {
 
 /* Base of a transport instance; a transport embeds it first in its own
  * struct of ops->instance_size bytes, which the runtime allocates zeroed. */
+/* engine and cfg are valid from install until the engine is destroyed.  A
+ * transport whose quiesce failed at teardown is abandoned, not uninstalled:
+ * the runtime sets engine and cfg to NULL before freeing them, so whatever
+ * outlives the engine (vendor threads, callbacks, a later reclaim) may only
+ * use what the instance copied or owns itself. */
 struct tent_transport {
     const struct tent_transport_ops *ops;
     struct tent_engine *engine;
@@ -133,6 +137,9 @@ struct tent_transport_ops {
     int (*quiesce)(struct tent_transport *t);
 
     int (*add_buffer)(struct tent_transport *t, struct tent_buffer *buf);
+    /* A failure means peers may still reach the memory through this
+     * transport: the runtime keeps the buffer registered and returns the
+     * error to the caller (the memory must not be freed). */
     int (*remove_buffer)(struct tent_transport *t, struct tent_buffer *buf);
 };
 

@@ -436,7 +436,7 @@ static void test_kill_target_mid_batch(void **state)
         assert_true(mf_peer_down_seen(mf));
         pthread_mutex_lock(&mf->peer_lock);
         bool named = false;
-        for (int i = 0; i < mf->ndown && i < MEMFABRIC_MAX_DOWN_PEERS; i++)
+        for (size_t i = 0; i < mf->ndown; i++)
             named |= strcmp(mf->down_peers[i], expect_id) == 0;
         pthread_mutex_unlock(&mf->peer_lock);
         assert_true(named);

@@ -1098,9 +1098,10 @@ test_contract_engine_teardown_timeout_keeps_buffers_and_library(void **s)
         assert_int_equal(mf->base.ops->remove_buffer(&mf->base, local->bufs[i]),
                          0);
     tent_segment_free(local);
-    /* The engine, and the descriptor that carried the unique id, are gone:
-     * nothing is left to unpublish. */
-    mf->published = false;
+    /* The engine and its configuration are gone, and the abandoned
+     * transport was cut loose from them: nothing is left to unpublish. */
+    assert_null(mf->base.engine);
+    assert_null(mf->base.cfg);
     mf->base.ops->uninstall(&mf->base);
     free(mf);
     tent_metrics_destroy(metrics);
@@ -1516,9 +1517,9 @@ static void test_buffers_registered_with_vendor_and_errors_surface(void **s)
     assert_int_equal(tent_register_memory_ex(e, ro, LEN, &o), TENT_ENOTSUP);
     assert_non_null(strstr(tent_last_error(), "PERM_GLOBAL_READ_ONLY"));
     assert_false(mk.mock_is_registered(ro));
-    assert_int_equal(tent_register_memory_with_perm(e, ro, LEN,
-                                                    PERM_LOCAL_READ_WRITE),
-                     0); /* registered, but not with memfabric */
+    assert_int_equal(
+        tent_register_memory_with_perm(e, ro, LEN, PERM_LOCAL_READ_WRITE),
+        0); /* registered, but not with memfabric */
     assert_false(mk.mock_is_registered(ro));
     assert_int_equal(tent_unregister_memory(e, ro, 0), 0);
     free(ro);

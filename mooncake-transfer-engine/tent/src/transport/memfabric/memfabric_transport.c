@@ -174,6 +174,36 @@ static struct tm_shard *mf_metrics(struct memfabric_transport *mf)
 /* Runs on a vendor thread.  A peer's unique id carries the port the vendor
  * bound at create ("<host>:0"), so a restarted peer comes back under a new
  * id: marking the old one down for good is safe. */
+static bool peer_known_locked(const struct memfabric_transport *mf,
+                              const char *peer)
+{
+    for (size_t i = 0; i < mf->ndown; i++)
+        if (strcmp(mf->down_peers[i], peer) == 0)
+            return true;
+    return false;
+}
+
+/* Adds peer to the down list (no bound, no eviction: a forgotten peer would
+ * get submissions again).  1 added, 0 already there, -1 out of memory. */
+static int mark_down_locked(struct memfabric_transport *mf, const char *peer)
+{
+    if (peer_known_locked(mf, peer))
+        return 0;
+    if (mf->ndown == mf->down_cap) {
+        size_t ncap = mf->down_cap ? mf->down_cap * 2 : 16;
+        char **n = realloc(mf->down_peers, ncap * sizeof(*n));
+        if (!n)
+            return -1;
+        mf->down_peers = n;
+        mf->down_cap = ncap;
+    }
+    char *copy = strdup(peer);
+    if (!copy)
+        return -1;
+    mf->down_peers[mf->ndown++] = copy;
+    return 1;
+}
+
 static void on_peer_down(const char *peer, void *user)
 {
     struct memfabric_transport *mf = user;
@@ -181,18 +211,15 @@ static void on_peer_down(const char *peer, void *user)
         return;
     atomic_fetch_add(&mf->peer_down_events, 1);
     pthread_mutex_lock(&mf->peer_lock);
-    bool known = false;
-    int n = mf->ndown < MEMFABRIC_MAX_DOWN_PEERS ? mf->ndown
-                                                 : MEMFABRIC_MAX_DOWN_PEERS;
-    for (int i = 0; i < n && !known; i++)
-        known = strcmp(mf->down_peers[i], peer) == 0;
-    if (!known) {
-        snprintf(mf->down_peers[mf->ndown % MEMFABRIC_MAX_DOWN_PEERS],
-                 sizeof(mf->down_peers[0]), "%s", peer);
-        mf->ndown++;
-    }
+    int added = mark_down_locked(mf, peer);
     pthread_mutex_unlock(&mf->peer_lock);
-    if (!known)
+    if (added < 0) {
+        LOG_ERROR("memfabric: peer %s went down but is not recorded (out of "
+                  "memory); transfers to it fail with the vendor's result",
+                  peer);
+        return;
+    }
+    if (added)
         tm_gauge_add(mf_metrics(mf), TM_PEERS, TM_X(mf->base.index),
                      TM_PEER_DOWN, 1);
     LOG_WARN("memfabric: peer %s went down; new transfers to it are refused, "
@@ -203,50 +230,41 @@ static void on_peer_down(const char *peer, void *user)
 static bool peer_is_down(struct memfabric_transport *mf, const char *peer)
 {
     pthread_mutex_lock(&mf->peer_lock);
-    bool down = false;
-    int n = mf->ndown < MEMFABRIC_MAX_DOWN_PEERS ? mf->ndown
-                                                 : MEMFABRIC_MAX_DOWN_PEERS;
-    for (int i = 0; i < n && !down; i++)
-        down = strcmp(mf->down_peers[i], peer) == 0;
+    bool down = peer_known_locked(mf, peer);
     pthread_mutex_unlock(&mf->peer_lock);
     return down;
 }
 
 /* ---- install / uninstall ------------------------------------------------ */
 
+/* Runs once, after a successful install (the registry's rule).  An
+ * instance the engine abandoned has no engine left to unpublish from. */
 static void mf_uninstall(struct tent_transport *t)
 {
     struct memfabric_transport *mf = mf_of(t);
-    if (mf->published) {
+    if (t->engine)
         tent_engine_publish_attr(t->engine, MEMFABRIC_UNIQUE_ID_ATTR, NULL);
-        mf->published = false;
+    /* After destroy the vendor calls on_peer_down no more. */
+    memfabric_smem_trans_destroy(mf->handle, 0);
+    mf->handle = NULL;
+    trans_uninit_ref();
+    memfabric_api_unload();
+    /* Sub-batches the runtime left behind hold no vendor batch (quiesce
+     * succeeded, or uninstall would not run). */
+    while (mf->subs) {
+        struct memfabric_sub_batch *s = mf->subs;
+        mf->subs = s->next;
+        free(s->task_list);
+        free(s->batch_status_cache);
+        free(s);
     }
-    if (mf->handle) {
-        memfabric_smem_trans_destroy(mf->handle, 0);
-        mf->handle = NULL;
-    }
-    if (mf->trans_inited) {
-        trans_uninit_ref();
-        mf->trans_inited = false;
-    }
-    if (mf->api_loaded) {
-        memfabric_api_unload();
-        mf->api_loaded = false;
-    }
-    if (mf->locks_ready) {
-        /* Sub-batches the runtime left behind hold no vendor batch (quiesce
-         * succeeded, or uninstall would not run). */
-        while (mf->subs) {
-            struct memfabric_sub_batch *s = mf->subs;
-            mf->subs = s->next;
-            free(s->task_list);
-            free(s->batch_status_cache);
-            free(s);
-        }
-        pthread_mutex_destroy(&mf->lock);
-        pthread_mutex_destroy(&mf->peer_lock);
-        mf->locks_ready = false;
-    }
+    for (size_t i = 0; i < mf->ndown; i++)
+        free(mf->down_peers[i]);
+    free(mf->down_peers);
+    mf->down_peers = NULL;
+    mf->ndown = mf->down_cap = 0;
+    pthread_mutex_destroy(&mf->lock);
+    pthread_mutex_destroy(&mf->peer_lock);
     mf->unique_id[0] = '\0';
     mf->accepting = false;
 }
@@ -336,7 +354,6 @@ static int mf_install(struct tent_transport *t)
     mf->set = set;
     mf->handle = handle;
     memcpy(mf->unique_id, id, sizeof(id));
-    mf->locks_ready = mf->api_loaded = mf->trans_inited = mf->published = true;
     mf->accepting = true;
     LOG_INFO("memfabric: unique id %s, protocol %s, device %u, timeout %u ms",
              mf->unique_id, set.protocol, set.device_id, set.timeout_ms);
@@ -720,8 +737,6 @@ static uint64_t now_ms(void)
 static int mf_quiesce(struct tent_transport *t)
 {
     struct memfabric_transport *mf = mf_of(t);
-    if (!mf->locks_ready)
-        return TENT_OK;
     pthread_mutex_lock(&mf->lock);
     mf->accepting = false; /* for good, timeout included */
     pthread_mutex_unlock(&mf->lock);

@@ -20,7 +20,6 @@
 
 #define MEMFABRIC_UNIQUE_ID_ATTR     "memfabric_unique_id"
 #define MEMFABRIC_DEFAULT_TIMEOUT_MS 10000u
-#define MEMFABRIC_MAX_DOWN_PEERS     64
 
 /* Everything the environment and configuration say, read once at install. */
 struct memfabric_settings {
@@ -64,7 +63,13 @@ struct memfabric_sub_batch {
  * of quiesce()) and buffer registration; it guards accepting, subs and every
  * sub-batch's state.  peer_lock guards down_peers only; the vendor's
  * peer-down callback takes nothing else, so it may run on any vendor thread,
- * even while a vendor call made under lock is in progress. */
+ * even while a vendor call made under lock is in progress.
+ *
+ * The instance exists only between a successful install and uninstall (the
+ * registry's one rule: a failed install is freed, never uninstalled), so
+ * it keeps no "installed" flags.  An instance the engine abandons at
+ * teardown keeps working on its own copies (settings, unique_id): its
+ * base.engine and base.cfg are NULL from then on. */
 struct memfabric_transport {
     struct tent_transport base;
     struct memfabric_settings set;
@@ -72,12 +77,6 @@ struct memfabric_transport {
      * it, and it outlives an engine that abandoned this transport. */
     struct tent_metrics *metrics;
 
-    /* Set together when install succeeds (a failed install unwinds itself
-     * and leaves them false).  The engine follows the registry's rule and
-     * uninstalls only a successfully installed transport; these keep a
-     * direct caller's repeated uninstall harmless (tests, reclaiming a
-     * transport the engine abandoned at teardown). */
-    bool locks_ready, api_loaded, trans_inited, published;
     smem_trans_t handle;
     char unique_id[256]; /* "<host>:<port>" */
 
@@ -86,8 +85,8 @@ struct memfabric_transport {
     struct memfabric_sub_batch *subs;
 
     pthread_mutex_t peer_lock;
-    char down_peers[MEMFABRIC_MAX_DOWN_PEERS][256];
-    int ndown;
+    char **down_peers; /* every peer reported down, never forgotten */
+    size_t ndown, down_cap;
     atomic_int peer_down_events;
 };
 
