@@ -155,6 +155,7 @@ typedef struct tent_memory_options tent_memory_options_t;
 #define TENT_ENOTASK (-21)     /**< task id beyond the batch's tasks */
 #define TENT_ESHUTDOWN (-22)   /**< transport quiesced: no new submissions */
 #define TENT_EOVERFLOW (-23)   /**< output buffer too small */
+#define TENT_ERUNNING (-24)    /**< task is on the wire; its transport cannot stop it */
 
 /** Name of a TENT_E* code ("TENT_EINVAL: invalid argument"). Never NULL. */
 TENT_API const char *tent_strerror(int code);

@@ -33,6 +33,7 @@ static const char *const error_names[] = {
     [21] = "TENT_ENOTASK: unknown task",
     [22] = "TENT_ESHUTDOWN: transport shut down",
     [23] = "TENT_EOVERFLOW: buffer too small",
+    [24] = "TENT_ERUNNING: task running, cannot be cancelled",
 };
 
 const char *tent_strerror(int code)

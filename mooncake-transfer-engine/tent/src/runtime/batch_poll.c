@@ -98,7 +98,8 @@ static void maybe_notify(struct tent_engine *e, struct tent_batch *b)
         return;
     for (size_t i = 0; i < b->ntasks; i++)
         if (b->tasks[i].state != STATUS_COMPLETED) {
-            if (b->tasks[i].state == STATUS_FAILED)
+            if (b->tasks[i].state == STATUS_FAILED ||
+                b->tasks[i].state == STATUS_CANCELED)
                 goto drop;
             return;
         }
@@ -108,7 +109,8 @@ static void maybe_notify(struct tent_engine *e, struct tent_batch *b)
                  b->notif_name, (unsigned long long)b->id, tent_last_error());
     goto done;
 drop:
-    LOG_WARN("notification '%s' of batch %#llx dropped: a task failed",
+    LOG_WARN("notification '%s' of batch %#llx dropped: a task failed or "
+             "was cancelled",
              b->notif_name, (unsigned long long)b->id);
 done:
     free(b->notif_name);
@@ -178,12 +180,13 @@ int tent_overall_status(tent_engine_t engine, tent_batch_id_t batch_id,
     if (!b)
         return TENT_ENOBATCH;
     int rc = tent_batch_poll_all(e, b);
-    bool pending = false, failed = false;
+    bool pending = false, failed = false, canceled = false;
     uint64_t bytes = 0;
     for (size_t i = 0; i < b->ntasks; i++) {
         int s = b->tasks[i].state;
         pending |= s == STATUS_PENDING || s == STATUS_WAITING;
         failed |= s == STATUS_FAILED;
+        canceled |= s == STATUS_CANCELED;
         if (s == STATUS_COMPLETED)
             bytes += b->tasks[i].bytes;
     }
@@ -193,6 +196,8 @@ int tent_overall_status(tent_engine_t engine, tent_batch_id_t batch_id,
         status->status = STATUS_PENDING;
     else if (failed)
         status->status = STATUS_FAILED;
+    else if (canceled)
+        status->status = STATUS_CANCELED;
     else
         status->status = STATUS_COMPLETED;
     status->transferred_bytes = bytes;
@@ -247,10 +252,19 @@ int tent_cancel_task(tent_engine_t engine, tent_batch_id_t batch_id,
                            "tent_cancel_task: task %zu of batch %#llx does not "
                            "exist",
                            task_id, (unsigned long long)batch_id);
-    else if (b->tasks[task_id].state == STATUS_PENDING)
-        rc = tent_set_error(TENT_ENOTSUP,
+    else if (b->tasks[task_id].state == STATUS_WAITING) {
+        /* Not on the wire yet: it never runs. */
+        struct tent_task *t = &b->tasks[task_id];
+        tent_task_unpin(t);
+        t->state = STATUS_CANCELED;
+        t->bytes = 0;
+        t->last_error = TENT_OK;
+    } else if (b->tasks[task_id].state == STATUS_PENDING)
+        /* No transport can take back work it has handed to the wire or to
+         * a vendor library (memfabric cannot preempt smem_trans). */
+        rc = tent_set_error(TENT_ERUNNING,
                             "tent_cancel_task: task %zu is already running on "
-                            "transport '%s' and cannot be cancelled; poll it "
+                            "transport '%s', which cannot stop it; poll it "
                             "until it is terminal",
                             task_id,
                             tent_xport_name(e, b->tasks[task_id].xport));

@@ -14,7 +14,8 @@
 #define GROUP 64 /* requests handed to a transport per submit call */
 
 /* Remembers the last segment looked up: the requests of one call mostly
- * share a target, and an open segment is never freed before the engine. */
+ * share a target, and a segment record (even a closed one) is never freed
+ * before the engine. */
 struct seg_cache {
     uint64_t id;
     struct tent_segment *seg;
@@ -101,6 +102,14 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                 struct tent_task *t = &b->tasks[i];
                 if (t->state != STATUS_WAITING || t->cands[t->cand_pos] != xi)
                     continue;
+                if (!seg_lookup(e, &c, t->req.target_id)) {
+                    /* Closed since the task was accepted: it cannot start. */
+                    LOG_WARN("task %zu not started: its target segment %llu "
+                             "was closed",
+                             i, (unsigned long long)t->req.target_id);
+                    tent_task_fail(t, TENT_ENOSEGMENT);
+                    continue;
+                }
                 fill_xfer(e, &c, t, (uint32_t)i, &x[k++]);
                 if (k == GROUP) {
                     again |= flush_group(e, b, xi, x, k);

@@ -256,6 +256,13 @@ void tent_destroy_engine(tent_engine_t engine)
         tent_segment_free(e->segs[i]);
     }
     free(e->segs);
+    while (e->closed_segs) {
+        struct tent_segment *seg = e->closed_segs;
+        e->closed_segs = seg->next_closed;
+        if (e->seg_ops)
+            e->seg_ops->release(e, seg);
+        tent_segment_free(seg);
+    }
     /* The local segment may still hold buffers pinned by in-flight tasks;
      * tent_memory_release_all kept those (and said so). */
     if (e->local->nbufs == 0)

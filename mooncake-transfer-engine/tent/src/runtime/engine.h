@@ -65,7 +65,8 @@ struct tent_segment {
     size_t nbufs, cap;
     struct tent_attr attrs[TENT_MAX_ATTRS];
     int nattrs;
-    void *priv; /* control plane's per-segment state */
+    void *priv;                       /* control plane's per-segment state */
+    struct tent_segment *next_closed; /* engine's list of closed segments */
 };
 
 struct tent_policy {
@@ -147,6 +148,7 @@ struct tent_engine {
     pthread_mutex_t seg_lock;
     struct tent_segment **segs;
     size_t nsegs;
+    struct tent_segment *closed_segs; /* closed, freed with the engine */
     struct tent_segment *local;
     const struct tent_segment_ops *seg_ops;
 

@@ -277,24 +277,28 @@ int tent_open_segment(tent_engine_t engine, tent_segment_id_t *handle,
         return rc;
     }
     pthread_mutex_lock(&e->seg_lock);
-    size_t slot = e->nsegs;
-    for (size_t i = 1; i < e->nsegs; i++)
-        if (!e->segs[i]) {
-            slot = i;
-            break;
-        }
-    if (slot == e->nsegs) {
-        struct tent_segment **ns =
-            realloc(e->segs, (e->nsegs + 1) * sizeof(*ns));
-        if (!ns) {
+    /* A concurrent open of the same name may have won: one handle. */
+    for (size_t i = 1; i < e->nsegs; i++) {
+        if (e->segs[i] && strcmp(e->segs[i]->name, segment_name) == 0) {
+            *handle = i;
             pthread_mutex_unlock(&e->seg_lock);
             e->seg_ops->release(e, seg);
             tent_segment_free(seg);
-            return tent_set_error(TENT_ENOMEM, "open segment: out of memory");
+            return TENT_OK;
         }
-        e->segs = ns;
-        e->nsegs++;
     }
+    /* Slots of closed segments are never reused, so a stale handle (or a
+     * task still naming one) finds nothing rather than another segment. */
+    size_t slot = e->nsegs;
+    struct tent_segment **ns = realloc(e->segs, (e->nsegs + 1) * sizeof(*ns));
+    if (!ns) {
+        pthread_mutex_unlock(&e->seg_lock);
+        e->seg_ops->release(e, seg);
+        tent_segment_free(seg);
+        return tent_set_error(TENT_ENOMEM, "open segment: out of memory");
+    }
+    e->segs = ns;
+    e->nsegs++;
     seg->id = slot;
     e->segs[slot] = seg;
     pthread_mutex_unlock(&e->seg_lock);
@@ -316,9 +320,16 @@ int tent_close_segment(tent_engine_t engine, tent_segment_id_t handle)
                               "tent_close_segment: unknown segment id %llu",
                               (unsigned long long)handle);
     }
-    /* Kept open: tasks of open batches may still reference it.  The
-     * descriptor is released when the engine is destroyed. */
+    /* The handle is invalid from now on and a reopen fetches a fresh
+     * descriptor.  The record itself is parked until the engine goes: a
+     * thread that looked it up just before may still be reading it. */
+    struct tent_segment *seg = e->segs[handle];
+    e->segs[handle] = NULL;
+    seg->next_closed = e->closed_segs;
+    e->closed_segs = seg;
     pthread_mutex_unlock(&e->seg_lock);
+    LOG_DEBUG("closed segment '%s' (id %llu)", seg->name,
+              (unsigned long long)handle);
     return TENT_OK;
 }
 

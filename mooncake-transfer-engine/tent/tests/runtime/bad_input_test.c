@@ -630,7 +630,7 @@ static void test_bad_input_table(void **state)
 static void test_strerror(void **state)
 {
     (void)state;
-    for (int c = 0; c >= TENT_EOVERFLOW; c--) {
+    for (int c = 0; c >= TENT_ERUNNING; c--) {
         const char *s = tent_strerror(c);
         assert_non_null(s);
         assert_true(strncmp(s, "TENT_E", 6) == 0 || c == 0);
