@@ -1085,6 +1085,13 @@ test_contract_engine_teardown_timeout_keeps_buffers_and_library(void **s)
     assert_int_equal(memfabric_api_refcount(), 1);
     assert_int_equal(mk.mock_live_batches(), 1);
 
+    /* The abandoned instance no longer points at the freed engine or
+     * configuration; a vendor callback arriving now touches only what the
+     * instance owns (valgrind/ASan run this test too). */
+    assert_null(mf->base.engine);
+    assert_null(mf->base.cfg);
+    assert_true(mk.mock_fire_peer_down("10.9.9.9:1") >= 1);
+    assert_int_equal(atomic_load(&mf->peer_down_events), 1);
     /* The vendor finishes later; the bytes land in memory that is still
      * there.  Then reclaim what was kept, as an operator's tool would. */
     mk.mock_complete_all();
@@ -1100,8 +1107,6 @@ test_contract_engine_teardown_timeout_keeps_buffers_and_library(void **s)
     tent_segment_free(local);
     /* The engine and its configuration are gone, and the abandoned
      * transport was cut loose from them: nothing is left to unpublish. */
-    assert_null(mf->base.engine);
-    assert_null(mf->base.cfg);
     mf->base.ops->uninstall(&mf->base);
     free(mf);
     tent_metrics_destroy(metrics);
@@ -1131,6 +1136,8 @@ test_contract_free_sub_batch_with_pending_vendor_batches_busy(void **s)
 
 /* ========================= Important Notes ============================== */
 
+/* Installs an instance by hand under the registry's one rule: a failed
+ * install is freed, never uninstalled (*out is then NULL). */
 static int direct_install(tent_engine_t host, struct memfabric_transport **out)
 {
     struct memfabric_transport *mf =
@@ -1140,14 +1147,20 @@ static int direct_install(tent_engine_t host, struct memfabric_transport **out)
     mf->base.engine = E(host);
     mf->base.cfg = E(host)->cfg;
     int rc = mf->base.ops->install(&mf->base);
+    if (rc != TENT_OK) {
+        free(mf);
+        mf = NULL;
+    }
     *out = mf;
     return rc;
 }
 
+/* Uninstalls (once) what direct_install installed. */
 static void direct_uninstall(struct memfabric_transport *mf)
 {
+    if (!mf)
+        return;
     mf->base.ops->uninstall(&mf->base);
-    mf->base.ops->uninstall(&mf->base); /* idempotent */
     free(mf);
 }
 
@@ -1459,26 +1472,28 @@ static void test_install_failure_unwinds_every_step(void **s)
     }
 }
 
-static void test_uninstall_idempotent_and_safe_after_failed_install(void **s)
+/* The registry's one install rule: a failed install undoes itself and the
+ * instance is freed without uninstall; a good one is uninstalled once. */
+static void test_failed_install_leaves_nothing_for_uninstall(void **s)
 {
     (void)s;
     tent_engine_t host = host_engine();
     struct memfabric_transport *mf;
     mk.mock_fail_next("smem_trans_get_rpc_port", SM_ERROR);
     assert_int_equal(direct_install(host, &mf), TENT_EVENDOR);
+    assert_null(mf);
     assert_non_null(strstr(tent_last_error(), "smem_trans_get_rpc_port"));
-    direct_uninstall(mf); /* twice, after a failed install */
+    assert_int_equal(mk.mock_live_handles(), 0);
+    assert_int_equal(mk.mock_init_refs(), 0);
+    assert_int_equal(memfabric_api_refcount(), 0);
+    assert_null(tent_segment_attr(E(host)->local, "memfabric_unique_id"));
     assert_int_equal(direct_install(host, &mf), 0);
+    assert_non_null(tent_segment_attr(E(host)->local, "memfabric_unique_id"));
     assert_int_equal(mf->base.ops->quiesce(&mf->base), 0);
-    direct_uninstall(mf); /* twice, after a good one */
+    direct_uninstall(mf);
+    assert_null(tent_segment_attr(E(host)->local, "memfabric_unique_id"));
     assert_int_equal(mk.mock_live_handles(), 0);
     assert_int_equal(memfabric_api_refcount(), 0);
-    /* uninstall of a never-installed instance */
-    struct memfabric_transport *fresh = calloc(1, sizeof(*fresh));
-    fresh->base.ops = &tent_memfabric_transport_ops;
-    fresh->base.engine = E(host);
-    assert_int_equal(fresh->base.ops->quiesce(&fresh->base), 0);
-    direct_uninstall(fresh);
     tent_destroy_engine(host);
 }
 
@@ -1508,8 +1523,12 @@ static void test_buffers_registered_with_vendor_and_errors_surface(void **s)
     snprintf(o.location, sizeof(o.location), "npu:0");
     assert_int_equal(tent_register_memory_ex(e, q, LEN, &o), 0);
     assert_true(mk.mock_is_registered(q));
+    /* A failed deregister is returned and leaves the buffer registered. */
     mk.mock_fail_next("smem_trans_deregister_mem", SM_ERROR);
-    assert_int_equal(tent_unregister_memory(e, q, 0), 0); /* logged only */
+    assert_int_equal(tent_unregister_memory(e, q, 0), TENT_EVENDOR);
+    assert_true(mk.mock_is_registered(q));
+    assert_int_equal(tent_unregister_memory(e, q, 0), 0);
+    assert_false(mk.mock_is_registered(q));
     /* The vendor cannot enforce read-only or local-only access: such
      * buffers are never handed to it. */
     char *ro = malloc(LEN);
@@ -1932,6 +1951,120 @@ static void test_peer_down_marks_peer_and_fails_over(void **s)
     destroy_peers();
 }
 
+/* ======================== safety holes (issue 11) ======================= */
+
+/* A failed smem_trans_deregister_mem is the caller's error: the buffer stays
+ * registered (with the vendor and in the segment) so that the caller does
+ * not free memory the vendor still exposes; a later unregister works. */
+static void test_failed_deregister_keeps_buffer_registered(void **s)
+{
+    (void)s;
+    tent_set_config("transports/fake_a/enable", "true");
+    tent_engine_t e = new_engine();
+    char *p = reg_buf(e, LEN, 0);
+    int fake_bufs = atomic_load(&fake_stats[0].buffers);
+    mk.mock_fail_next("smem_trans_deregister_mem", SM_ERROR);
+    assert_int_equal(tent_unregister_memory(e, p, 0), TENT_EVENDOR);
+    assert_non_null(strstr(tent_last_error(), "smem_trans_deregister_mem"));
+    assert_non_null(strstr(tent_last_error(), "stays registered"));
+    assert_true(mk.mock_is_registered(p));
+    tent_segment_info_t info;
+    assert_int_equal(tent_get_segment_info(e, LOCAL_SEGMENT_ID, &info), 0);
+    assert_int_equal(info.num_buffers, 1);
+    tent_free_segment_info(&info);
+    /* the transports that had let go took it back */
+    assert_int_equal(atomic_load(&fake_stats[0].buffers), fake_bufs);
+    /* the buffer still works */
+    char *q = reg_buf(e, LEN, 0);
+    pattern(p, LEN, 21);
+    tent_batch_id_t b = submit_write(e, p, q);
+    assert_int_equal(poll_task(e, b, 0).status, STATUS_COMPLETED);
+    assert_memory_equal(p, q, LEN);
+    assert_int_equal(tent_free_batch(e, b), 0);
+    assert_int_equal(tent_unregister_memory(e, p, 0), 0);
+    assert_false(mk.mock_is_registered(p));
+    free(p);
+    unreg_buf(e, q);
+    tent_destroy_engine(e);
+}
+
+/* The same through tent_free_memory: memory allocated by the engine and
+ * registered is not freed while the vendor still exposes it. */
+static void test_failed_deregister_refuses_free_memory(void **s)
+{
+    (void)s;
+    tent_engine_t e = new_engine();
+    void *p = NULL;
+    assert_int_equal(tent_allocate_memory(e, &p, LEN, "cpu"), 0);
+    assert_int_equal(tent_register_memory(e, p, LEN), 0);
+    assert_true(mk.mock_is_registered(p));
+    mk.mock_fail_next("smem_trans_deregister_mem", SM_ERROR);
+    assert_int_equal(tent_free_memory(e, p), TENT_EVENDOR);
+    assert_non_null(strstr(tent_last_error(), "not freed"));
+    assert_true(mk.mock_is_registered(p));
+    memset(p, 7, LEN); /* still mapped */
+    assert_int_equal(tent_free_memory(e, p), 0);
+    assert_false(mk.mock_is_registered(p));
+    tent_destroy_engine(e);
+}
+
+/* During tent_destroy_engine every transport is quiesced before batches are
+ * polled one last time; a task failing then must not be failed over (that
+ * would start a copy on a transport that was already quiesced). */
+static void test_teardown_fails_no_task_over(void **s)
+{
+    (void)s;
+    tent_set_config("transports/fake_b/enable", "true");
+    tent_engine_t e = new_engine();
+    char *src = reg_buf(e, LEN, 0), *dst = reg_buf(e, LEN, 0);
+    pattern(src, LEN, 22);
+    mk.mock_set_result(SM_PARTIAL_FAILED);
+    tent_batch_id_t b = submit_write(e, src, dst);
+    (void)b;
+    assert_int_equal(mk.mock_call_count("smem_trans_batch_copy"), 1);
+    tent_destroy_engine(e);
+    assert_int_equal(atomic_load(&fake_stats[1].submitted), 0);
+    assert_int_equal(atomic_load(&fake_stats[1].completed), 0);
+    char zero[LEN] = {0};
+    assert_memory_equal(dst, zero, LEN);
+    free(src);
+    free(dst);
+}
+
+/* Every peer reported down stays down: the list has no fixed size, so the
+ * first of 100 down peers still gets no submission. */
+static void test_hundred_down_peers_first_stays_down(void **s)
+{
+    (void)s;
+    tent_set_config("transports/fake_b/enable", "true");
+    tent_engine_t pb = new_peer("peer_b");
+    char *bb = reg_buf(pb, LEN, 0);
+    tent_engine_t e = new_engine();
+    char *mine = reg_buf(e, LEN, 0);
+    pattern(mine, LEN, 23);
+    tent_segment_id_t h = open_peer(e, "peer_b");
+    assert_true(mk.mock_fire_peer_down(mf_in(pb)->unique_id) >= 1);
+    for (int i = 0; i < 100; i++) {
+        char id[64];
+        snprintf(id, sizeof(id), "10.1.%d.%d:%d", i / 250, i % 250, 1000 + i);
+        assert_true(mk.mock_fire_peer_down(id) >= 1);
+    }
+    assert_int_equal(atomic_load(&mf_in(e)->peer_down_events), 101);
+    assert_int_equal(mf_in(e)->ndown, 101);
+    tent_batch_id_t b = tent_allocate_batch(e, 1);
+    tent_request_t r = req(OPCODE_WRITE, mine, h, bb, LEN);
+    assert_int_equal(tent_submit(e, b, &r, 1), 0);
+    assert_int_equal(mk.mock_call_count("smem_trans_batch_copy"), 0);
+    assert_int_equal(poll_task(e, b, 0).status, STATUS_COMPLETED);
+    assert_int_equal(atomic_load(&fake_stats[1].completed), 1);
+    assert_memory_equal(bb, mine, LEN);
+    assert_int_equal(tent_free_batch(e, b), 0);
+    unreg_buf(e, mine);
+    tent_destroy_engine(e);
+    unreg_buf(pb, bb);
+    destroy_peers();
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -1976,7 +2109,7 @@ int main(void)
         T(test_install_creates_role_both_and_publishes_unique_id),
         T(test_smem_trans_init_refcounted_across_instances),
         T(test_install_failure_unwinds_every_step),
-        T(test_uninstall_idempotent_and_safe_after_failed_install),
+        T(test_failed_install_leaves_nothing_for_uninstall),
         /* memory */
         T(test_buffers_registered_with_vendor_and_errors_surface),
         /* submit */
@@ -1989,6 +2122,11 @@ int main(void)
         T(test_failover_to_secondary_on_vendor_failure_result),
         T(test_batch_copy_failure_fails_group_over),
         T(test_peer_down_marks_peer_and_fails_over),
+        /* safety holes */
+        T(test_failed_deregister_keeps_buffer_registered),
+        T(test_failed_deregister_refuses_free_memory),
+        T(test_teardown_fails_no_task_over),
+        T(test_hundred_down_peers_first_stays_down),
     };
     const char *filter = getenv("TENT_TEST_FILTER");
     if (filter)
