@@ -41,6 +41,7 @@ static inline pid_t bench_start_target(void (*configure)(int), int arg,
         void *buf;
         char n[256] = "";
         if (!e || tent_allocate_memory(e, &buf, region, "cpu") ||
+            tent_register_memory(e, buf, region) ||
             tent_segment_name(e, n, sizeof(n)))
             _exit(1);
         memset(buf, 1, region);

@@ -94,6 +94,7 @@ static int run_pair(int shm, const struct opts *o)
     void *src;
     tent_segment_id_t seg;
     if (!e || tent_allocate_memory(e, &src, REGION, "cpu") ||
+        tent_register_memory(e, src, REGION) ||
         tent_open_segment(e, &seg, name)) {
         fprintf(stderr, "setup failed: %s\n", tent_last_error());
         return 1;

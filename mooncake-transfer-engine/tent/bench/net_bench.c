@@ -159,7 +159,9 @@ static int run(int shm, double secs)
     void *src, *dst;
     tent_segment_id_t seg;
     if (!e || tent_allocate_memory(e, &src, REGION, "cpu") ||
+        tent_register_memory(e, src, REGION) ||
         tent_allocate_memory(e, &dst, REGION, "cpu") ||
+        tent_register_memory(e, dst, REGION) ||
         tent_open_segment(e, &seg, name)) {
         fprintf(stderr, "setup failed: %s\n", tent_last_error());
         return 1;

@@ -110,6 +110,7 @@ int tb_run_target(const struct tb_opts *o, const char *xport, int ready_fd)
         report(ready_fd, "ERR", "engine creation failed");
         return ret;
     }
+    /* TENT's sequence: allocate, then register. */
     void *buf = NULL;
     int rc = tent_allocate_memory(e, &buf, o->buffer_size, "cpu");
     if (rc != TENT_OK) {
@@ -117,6 +118,15 @@ int tb_run_target(const struct tb_opts *o, const char *xport, int ready_fd)
                 "tebench target: tent_allocate_memory(%llu bytes) failed: %s\n",
                 (unsigned long long)o->buffer_size, tent_last_error());
         report(ready_fd, "ERR", "tent_allocate_memory failed");
+        goto destroy;
+    }
+    rc = tent_register_memory(e, buf, o->buffer_size);
+    if (rc != TENT_OK) {
+        fprintf(stderr,
+                "tebench target: tent_register_memory(%llu bytes) failed: %s\n",
+                (unsigned long long)o->buffer_size, tent_last_error());
+        report(ready_fd, "ERR %s\n", "tent_register_memory failed");
+        tent_free_memory(e, buf);
         goto destroy;
     }
     char name[512];
@@ -147,6 +157,7 @@ int tb_run_target(const struct tb_opts *o, const char *xport, int ready_fd)
     }
     ret = TB_EXIT_OK;
 free_mem:
+    tent_unregister_memory(e, buf, o->buffer_size);
     tent_free_memory(e, buf);
 destroy:
     tent_destroy_engine(e);
@@ -319,13 +330,22 @@ int tb_run_initiator(struct tb_opts *o, const char *xport)
         goto close_segs;
     }
     c.local = p;
+    if (tent_register_memory(e, p, c.local_len) != TENT_OK) {
+        fprintf(stderr,
+                "tebench: tent_register_memory(%llu bytes) failed: %s\n",
+                (unsigned long long)c.local_len, tent_last_error());
+        goto free_local;
+    }
     if (o->check_consistency) {
-        if (tent_allocate_memory(e, &p, c.local_len, "cpu") != TENT_OK) {
+        if (tent_allocate_memory(e, &p, c.local_len, "cpu") != TENT_OK ||
+            tent_register_memory(e, p, c.local_len) != TENT_OK) {
             fprintf(stderr,
-                    "tebench: tent_allocate_memory(%llu bytes) for the "
+                    "tebench: allocating and registering %llu bytes for the "
                     "read-back buffer failed: %s\n",
                     (unsigned long long)c.local_len, tent_last_error());
-            goto free_local;
+            if (p != c.local)
+                tent_free_memory(e, p);
+            goto unreg_local;
         }
         c.verify = p;
     }
@@ -405,8 +425,12 @@ int tb_run_initiator(struct tb_opts *o, const char *xport)
                 c.verify_reads ? ", every byte read back verified" : "",
                 nskipped ? " (some skipped, see above)" : "");
 
-    if (c.verify)
+    if (c.verify) {
+        tent_unregister_memory(e, c.verify, c.local_len);
         tent_free_memory(e, c.verify);
+    }
+unreg_local:
+    tent_unregister_memory(e, c.local, c.local_len);
 free_local:
     tent_free_memory(e, c.local);
 close_segs:

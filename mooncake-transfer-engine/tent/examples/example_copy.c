@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <tent/transfer_engine.h>
 
 int main(int argc, char **argv)
@@ -14,10 +13,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "tent_create_engine: %s\n", tent_last_error());
         return 1;
     }
+    /* TENT's pattern: allocate, then register (allocating alone exposes
+     * nothing to transports or peers). */
     void *src = NULL, *dst = NULL;
     if (tent_allocate_memory(engine, &src, size, "cpu") ||
         tent_allocate_memory(engine, &dst, size, "cpu")) {
         fprintf(stderr, "tent_allocate_memory: %s\n", tent_last_error());
+        tent_destroy_engine(engine);
+        return 1;
+    }
+    if (tent_register_memory(engine, src, size) ||
+        tent_register_memory(engine, dst, size)) {
+        fprintf(stderr, "tent_register_memory: %s\n", tent_last_error());
         tent_destroy_engine(engine);
         return 1;
     }
@@ -46,6 +53,8 @@ int main(int argc, char **argv)
     if (!ok && rc)
         fprintf(stderr, "error: %s\n", tent_last_error());
     tent_free_batch(engine, batch);
+    tent_unregister_memory(engine, src, size);
+    tent_unregister_memory(engine, dst, size);
     tent_free_memory(engine, src);
     tent_free_memory(engine, dst);
     tent_destroy_engine(engine);

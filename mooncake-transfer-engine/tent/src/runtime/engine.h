@@ -120,6 +120,7 @@ struct tent_alloc {
     size_t map_len; /* host: the page-rounded mapping */
     int fd;         /* host: memfd backing it; -1 for device memory */
     int device;     /* accelerator index for "npu:N", -1 for host memory */
+    char location[64]; /* as allocated; a registration inside inherits it */
 };
 
 struct tent_engine {

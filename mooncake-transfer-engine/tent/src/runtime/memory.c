@@ -196,8 +196,8 @@ static int register_locked(struct tent_engine *e, void *addr, size_t size,
     const struct tent_alloc *a = alloc_holding(e, (uintptr_t)addr, size);
     if (a && a->base == (uintptr_t)addr && a->fd >= 0)
         buf->alloc_fd = a->fd;
-    if (a && a->device >= 0 && !o->location[0])
-        snprintf(buf->location, sizeof(buf->location), "npu:%d", a->device);
+    if (a && !o->location[0])
+        memcpy(buf->location, a->location, sizeof(buf->location));
     buf->is_device = tent_location_is_device(buf->location);
     atomic_init(&buf->inflight, 0);
     int rc = attach_transports(e, buf, o->transport_type);
@@ -619,6 +619,8 @@ int tent_allocate_memory_ex(tent_engine_t engine, void **addr, size_t size,
         if (rc)
             return rc;
     }
+    snprintf(a.location, sizeof(a.location), "%s",
+             opts->location[0] ? opts->location : "cpu");
     pthread_mutex_lock(&e->reg_lock);
     rc = remember_alloc_locked(e, &a);
     pthread_mutex_unlock(&e->reg_lock);

@@ -85,7 +85,8 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
         _exit(2);
     struct tent_engine *e = eh;
     void *rw;
-    if (tent_allocate_memory(eh, &rw, rw_len, "cpu"))
+    if (tent_allocate_memory(eh, &rw, rw_len, "cpu") ||
+        tent_register_memory(eh, rw, rw_len))
         _exit(3);
     uint8_t *plain = malloc(SMALL), *ro = malloc(SMALL), *loc = malloc(SMALL);
     for (size_t i = 0; i < rw_len; i++)

@@ -105,10 +105,13 @@ static int setup_common(void **state, size_t len, bool shm, bool tcp,
     if (!f->e)
         return -1;
     void *p;
-    if (tent_allocate_memory(f->e, &p, len, "cpu"))
+    /* TENT's pattern: allocate, then register. */
+    if (tent_allocate_memory(f->e, &p, len, "cpu") ||
+        tent_register_memory(f->e, p, len))
         return -1;
     f->src = p;
-    if (tent_allocate_memory(f->e, &p, len, "cpu"))
+    if (tent_allocate_memory(f->e, &p, len, "cpu") ||
+        tent_register_memory(f->e, p, len))
         return -1;
     f->dst = p;
     f->mirror = malloc(len);
@@ -602,7 +605,9 @@ static void test_single_process_local_segment(void **state)
     const size_t len = (size_t)3 << 20;
     void *a, *b;
     assert_int_equal(tent_allocate_memory(e, &a, len, "cpu"), 0);
+    assert_int_equal(tent_register_memory(e, a, len), 0);
     assert_int_equal(tent_allocate_memory(e, &b, len, "cpu"), 0);
+    assert_int_equal(tent_register_memory(e, b, len), 0);
     for (size_t i = 0; i < len; i++)
         ((uint8_t *)a)[i] = e2e_pattern(i + 5);
     tent_request_t r = {.opcode = OPCODE_WRITE,
@@ -656,7 +661,9 @@ static void test_ipv6_segment_name(void **state)
     assert_int_equal(tent_open_segment(b, &seg, name), 0);
     void *src, *dst;
     assert_int_equal(tent_allocate_memory(a, &dst, 65536, "cpu"), 0);
+    assert_int_equal(tent_register_memory(a, dst, 65536), 0);
     assert_int_equal(tent_allocate_memory(b, &src, 65536, "cpu"), 0);
+    assert_int_equal(tent_register_memory(b, src, 65536), 0);
     memset(src, 0x3c, 65536);
     assert_int_equal(tent_open_segment(b, &seg, name), 0); /* cached */
     tent_request_t r = {.opcode = OPCODE_WRITE,

@@ -283,7 +283,8 @@ static void target_main(int cfd, int afd, const char *segname)
         _exit(2);
     }
     void *buf;
-    if (tent_allocate_memory(e, &buf, BUF_LEN, "cpu"))
+    if (tent_allocate_memory(e, &buf, BUF_LEN, "cpu") ||
+        tent_register_memory(e, buf, BUF_LEN))
         _exit(3);
     for (size_t i = 0; i < BUF_LEN; i++)
         ((uint8_t *)buf)[i] = e2e_pattern(i);
@@ -403,8 +404,10 @@ static void init_open(struct init *in, const char *servers, struct target *t)
         fail_msg("initiator engine: %s", tent_last_error());
     void *p;
     assert_int_equal(tent_allocate_memory(in->e, &p, BUF_LEN, "cpu"), 0);
+    assert_int_equal(tent_register_memory(in->e, p, BUF_LEN), 0);
     in->src = p;
     assert_int_equal(tent_allocate_memory(in->e, &p, BUF_LEN, "cpu"), 0);
+    assert_int_equal(tent_register_memory(in->e, p, BUF_LEN), 0);
     in->dst = p;
     in->mirror = malloc(BUF_LEN);
     for (size_t i = 0; i < BUF_LEN; i++)
@@ -623,6 +626,7 @@ static void test_restart(void **state)
     assert_int_not_equal(extra, 0);
     void *p;
     assert_int_equal(tent_allocate_memory(in.e, &p, 1 << 20, "cpu"), 0);
+    assert_int_equal(tent_register_memory(in.e, p, 1 << 20), 0);
     assert_true(e2e_now_ms() - t0 < 5000);
     /* A miss while the service is down refreshes from the peer directly. */
     read_extra(&in, in.seg, extra);

@@ -76,14 +76,16 @@ static void *registrar(void *arg)
     while (!atomic_load(&g_stop)) {
         void *a = NULL;
         if (tent_register_memory(g_engine, m, 1 << 16) ||
-            tent_allocate_memory(g_engine, &a, 8192, "cpu")) {
+            tent_allocate_memory(g_engine, &a, 8192, "cpu") ||
+            tent_register_memory(g_engine, a, 8192)) {
             atomic_fetch_add(&g_failures, 1);
             break;
         }
         tent_segment_info_t info;
         if (tent_get_segment_info(g_engine, LOCAL_SEGMENT_ID, &info) == 0)
             tent_free_segment_info(&info);
-        if (tent_free_memory(g_engine, a) ||
+        if (tent_unregister_memory(g_engine, a, 8192) ||
+            tent_free_memory(g_engine, a) ||
             tent_unregister_memory(g_engine, m, 0)) {
             atomic_fetch_add(&g_failures, 1);
             break;

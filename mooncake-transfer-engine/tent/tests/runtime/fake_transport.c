@@ -1,5 +1,7 @@
 #include "fake_transport.h"
 
+#include "common/error.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -154,7 +156,10 @@ static int fake_status(struct tent_transport *t, struct tent_sub_batch *sb,
 
 static int fake_add_buffer(struct tent_transport *t, struct tent_buffer *buf)
 {
-    (void)buf;
+    uintptr_t refuse = fake_behavior[which_of(t)].refuse_buffer_base;
+    if (refuse && buf->base == refuse)
+        return tent_set_error(TENT_EIO, "%s: refusing buffer %#llx",
+                              t->ops->name, (unsigned long long)buf->base);
     atomic_fetch_add(&fake_stats[which_of(t)].buffers, 1);
     return TENT_OK;
 }

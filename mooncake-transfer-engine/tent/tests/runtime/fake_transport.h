@@ -12,6 +12,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 #define FAKE_A_TYPE 20
 #define FAKE_B_TYPE 21
@@ -25,11 +26,12 @@ struct fake_behavior {
     int status_error; /* status returns this (<0) instead */
     bool never_complete;
     bool fail_install;
-    bool copy_bytes;            /* really memcpy (default true via reset) */
-    uint64_t fail_submit_slots; /* refuse the requests of these slots (bit) */
-    long complete_after_ns;     /* PENDING until this long after submit */
-    uint32_t caps;              /* capabilities (TENT_CAP_ALL via reset) */
-    bool unreachable;           /* can_reach answers false */
+    bool copy_bytes;              /* really memcpy (default true via reset) */
+    uint64_t fail_submit_slots;   /* refuse the requests of these slots (bit) */
+    long complete_after_ns;       /* PENDING until this long after submit */
+    uint32_t caps;                /* capabilities (TENT_CAP_ALL via reset) */
+    bool unreachable;             /* can_reach answers false */
+    uintptr_t refuse_buffer_base; /* add_buffer of a buffer here: TENT_EIO */
 };
 
 struct fake_stats {

@@ -43,6 +43,7 @@ static void test_destroy_releases_idle_state(void **state)
     tent_engine_t e = TU_ENGINE("fake_a");
     void *a = NULL;
     assert_int_equal(tent_allocate_memory(e, &a, 4096, "cpu"), TENT_OK);
+    assert_int_equal(tent_register_memory(e, a, 4096), TENT_OK);
     char *reg = aligned_alloc(4096, 4096);
     assert_int_equal(tent_register_memory(e, reg, 4096), TENT_OK);
     tent_batch_id_t b = tent_allocate_batch(e, 1);
@@ -70,6 +71,7 @@ static void test_quiesce_failure_keeps_memory(void **state)
     assert_non_null(e);
     void *a = NULL;
     assert_int_equal(tent_allocate_memory(e, &a, 4096, "cpu"), TENT_OK);
+    assert_int_equal(tent_register_memory(e, a, 4096), TENT_OK);
     fault_cfg.quiesce_error = TENT_ETIMEDOUT;
     struct tu_capture cap;
     tu_capture_begin(&cap);
