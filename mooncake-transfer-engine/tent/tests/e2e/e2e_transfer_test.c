@@ -514,6 +514,140 @@ static void test_notifications_after_data(void **state)
     assert_true(ok);
 }
 
+/* A program written against TENT's C API, in the order of TENT's own
+ * benchmark: allocate, register (the _ex form, then once more as a second
+ * user of the buffer would), open the target's segment, run batches of
+ * writes and reads, unregister (as often as registered), close, free.  The
+ * target (the peer) made its buffer the same way.  Every byte is checked on
+ * both sides. */
+static void test_tent_benchmark_sequence(void **state)
+{
+    struct fixture *f = *state;
+    const size_t block = 64 << 10, nreq = 16, span = block * nreq;
+    const size_t len = 2 * span;
+    assert_true(len <= f->len);
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    void *mem = NULL;
+    assert_int_equal(tent_allocate_memory(e, &mem, len, "cpu"), 0);
+    uint8_t *buf = mem;
+    tent_memory_options_t o = {.permission = PERM_GLOBAL_READ_WRITE};
+    assert_int_equal(tent_register_memory_ex(e, buf, len, &o), 0);
+    assert_int_equal(tent_register_memory(e, buf, len), 0);
+    tent_segment_id_t seg;
+    assert_int_equal(tent_open_segment(e, &seg, f->peer.name), 0);
+    for (int round = 0; round < 4; round++) {
+        bool write = round % 2 == 0;
+        uint64_t toff = (uint64_t)(round / 2) * span; /* in the peer's rw */
+        uint8_t *local = buf + (write ? 0 : span);
+        if (write)
+            for (size_t i = 0; i < span; i++)
+                local[i] = (uint8_t)(rnd(f) >> 7);
+        else
+            memset(local, 0, span);
+        tent_request_t r[16];
+        for (size_t i = 0; i < nreq; i++)
+            r[i] = (tent_request_t){
+                .opcode = write ? OPCODE_WRITE : OPCODE_READ,
+                .source = local + i * block,
+                .target_id = seg,
+                .target_offset = f->peer.rw_base + toff + i * block,
+                .length = block};
+        tent_batch_id_t b = tent_allocate_batch(e, nreq);
+        assert_int_not_equal(b, 0);
+        assert_int_equal(tent_submit(e, b, r, nreq), 0);
+        tent_status_t st;
+        assert_int_equal(e2e_wait(e, b, 30000, &st), 0);
+        assert_int_equal(st.status, STATUS_COMPLETED);
+        assert_int_equal(st.transferred_bytes, span);
+        assert_int_equal(tent_free_batch(e, b), 0);
+        if (write)
+            assert_true(e2e_peer_hash(&f->peer, false, toff, span) ==
+                        e2e_fnv(local, span));
+        else /* what the previous round wrote there */
+            assert_memory_equal(local, buf, span);
+    }
+    assert_int_equal(tent_unregister_memory(e, buf, len), 0);
+    assert_int_equal(tent_unregister_memory(e, buf, 0), 0); /* by address */
+    assert_int_equal(tent_unregister_memory(e, buf, len), TENT_ENOTREG);
+    assert_int_equal(tent_close_segment(e, seg), 0);
+    assert_int_equal(tent_free_memory(e, buf), 0);
+    tent_destroy_engine(e);
+}
+
+/* The call sequence of NIXL's TENT backend: configuration, engine,
+ * availability, the RPC address, its own memory registered with
+ * tent_register_memory_ex (PERM_GLOBAL_READ_WRITE), the peer's segment,
+ * a batch submitted with a notification, overall status, notifications,
+ * cancel of the finished request, free, unregister, destroy.  The target
+ * checks the notification against the bytes it received. */
+static void test_nixl_backend_sequence(void **state)
+{
+    struct fixture *f = *state;
+    const size_t len = (size_t)1 << 20;
+    tent_set_config("log_level", "warning");
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    assert_int_equal(tent_available(e), 1);
+    char addr[256];
+    uint16_t port = 0;
+    assert_int_equal(tent_rpc_server_addr_port(e, addr, sizeof(addr), &port),
+                     0);
+    assert_true(port > 0);
+    char name[300];
+    assert_int_equal(tent_segment_name(e, name, sizeof(name)), 0);
+    assert_non_null(strstr(name, addr));
+    uint8_t *mem = aligned_alloc(4096, len);
+    assert_non_null(mem);
+    for (size_t i = 0; i < len; i++)
+        mem[i] = (uint8_t)(rnd(f) >> 9);
+    tent_memory_options_t o = {.permission = PERM_GLOBAL_READ_WRITE};
+    assert_int_equal(tent_register_memory_ex(e, mem, len, &o), 0);
+    tent_segment_id_t seg;
+    assert_int_equal(tent_open_segment(e, &seg, f->peer.name), 0);
+    const size_t n = 8, part = len / n;
+    const uint64_t off = 4096;
+    tent_request_t r[8];
+    for (size_t i = 0; i < n; i++)
+        r[i] =
+            (tent_request_t){.opcode = OPCODE_WRITE,
+                             .source = mem + i * part,
+                             .target_id = seg,
+                             .target_offset = f->peer.rw_base + off + i * part,
+                             .length = part};
+    char msg[128];
+    snprintf(msg, sizeof(msg), "1 %llu %llu %llu", (unsigned long long)off,
+             (unsigned long long)len, (unsigned long long)e2e_fnv(mem, len));
+    tent_batch_id_t b = tent_allocate_batch(e, n);
+    assert_int_not_equal(b, 0);
+    assert_int_equal(tent_submit_notif(e, b, r, n, "e2e", msg), 0);
+    tent_status_t st = {0};
+    for (int k = 0; k < 300000; k++) {
+        assert_int_equal(tent_overall_status(e, b, &st), 0);
+        if (st.status != STATUS_PENDING)
+            break;
+        usleep(100);
+    }
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(st.transferred_bytes, len);
+    /* Nothing was sent to this side. */
+    tent_notifi_info ni;
+    memset(&ni, 0, sizeof(ni));
+    assert_int_equal(tent_recv_notifs(e, &ni), 0);
+    assert_int_equal(ni.num_records, 0);
+    tent_free_notifs(&ni);
+    /* A finished request: cancel has nothing to stop. */
+    assert_int_equal(tent_cancel_task(e, b, 0), 0);
+    assert_int_equal(tent_free_batch(e, b), 0);
+    bool ok = false;
+    assert_int_equal(e2e_peer_check_notifs(&f->peer, 1, 10000, &ok), 1);
+    assert_true(ok);
+    assert_true(e2e_peer_hash(&f->peer, false, off, len) == e2e_fnv(mem, len));
+    assert_int_equal(tent_unregister_memory(e, mem, len), 0);
+    tent_destroy_engine(e);
+    free(mem);
+}
+
 /* tcp first (pinned by hint), shm second: the target's RPC server (the tcp
  * data path) stops mid-batch, and every task still completes through shm. */
 static int setup_both(void **state)
@@ -847,6 +981,8 @@ int main(int argc, char **argv)
         CASE(test_only_memfabric_installed, setup, X_MF),
 #endif
         CASE(test_random_reads_writes, setup, X_ANY),
+        CASE(test_tent_benchmark_sequence, setup, X_ANY),
+        CASE(test_nixl_backend_sequence, setup, X_ANY),
         CASE(test_bounds_and_permissions, setup, X_TCP | X_SHM),
         CASE(test_free_right_after_completed, setup, X_TCP | X_SHM),
         CASE(test_refetch_after_peer_registers, setup, X_TCP | X_SHM),
