@@ -1,6 +1,7 @@
 /* Batch lifecycle through the public API: capacity, several submit calls,
  * per-task status, status list, overall status, free refused while tasks are
  * in flight, ids that do not come back after free. */
+#include "runtime/batch.h"
 #include "test_util.h"
 
 #define LEN 65536
@@ -223,12 +224,62 @@ static void test_large_batch(void **state)
     tent_destroy_engine(e);
 }
 
+/* tent_cancel_task: a task on the wire gets TENT_ERUNNING (no transport
+ * takes back work it started), a task not yet started becomes CANCELED and
+ * never runs, a finished one has nothing to cancel. */
+static void test_cancel(void **state)
+{
+    (void)state;
+    tent_engine_t e = TU_ENGINE("fake_a");
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fake_behavior[0].never_complete = true;
+    tent_batch_id_t b = tent_allocate_batch(e, 2);
+    tent_request_t r = tu_write(&p, 0, 100);
+    assert_int_equal(tent_submit(e, b, &r, 1), TENT_OK);
+    assert_int_equal(tent_cancel_task(e, b, 0), TENT_ERUNNING);
+    assert_contains(tent_last_error(), "cannot stop it");
+    assert_contains(tent_last_error(), "fake_a");
+    /* Dispatch is synchronous, so a not-yet-started task exists only inside
+     * the runtime: build one as the runtime would (WAITING, pinned). */
+    struct tent_engine *E = tent_engine_cast(e);
+    struct tent_batch *bt = E->batches[(b & 0xffffffffu) - 1];
+    pthread_mutex_lock(&bt->lock);
+    struct tent_task *t = &bt->tasks[bt->ntasks++];
+    memset(t, 0, sizeof(*t));
+    t->req = r;
+    t->state = STATUS_WAITING;
+    t->xport = -1;
+    pthread_rwlock_rdlock(&E->local->lock);
+    t->src_buf = tent_segment_find_locked(E->local, (uintptr_t)p.src, 100);
+    pthread_rwlock_unlock(&E->local->lock);
+    assert_non_null(t->src_buf);
+    atomic_fetch_add(&t->src_buf->inflight, 1);
+    pthread_mutex_unlock(&bt->lock);
+    int submitted = atomic_load(&fake_stats[0].submitted);
+    assert_int_equal(tent_cancel_task(e, b, 1), TENT_OK);
+    tent_status_t st;
+    assert_int_equal(tent_task_status(e, b, 1, &st), TENT_OK);
+    assert_int_equal(st.status, STATUS_CANCELED);
+    assert_int_equal(atomic_load(&fake_stats[0].submitted), submitted);
+    /* unpinned: only task 0 still pins src */
+    assert_int_equal(atomic_load(&bt->tasks[0].src_buf->inflight), 1);
+    fake_behavior[0].never_complete = false;
+    fake_behavior[0].polls_before_done = 0;
+    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    assert_int_equal(tent_cancel_task(e, b, 0), TENT_OK); /* finished */
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         TU_TEST(test_lifecycle),   TU_TEST(test_free_after_failure),
         TU_TEST(test_read),        TU_TEST(test_many_batches_unique_ids),
         TU_TEST(test_large_batch), TU_TEST(test_ids_unique_across_engines),
+        TU_TEST(test_cancel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

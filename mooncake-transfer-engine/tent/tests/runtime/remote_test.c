@@ -18,15 +18,34 @@ static struct {
     } pub[MAXPUB];
     int npub;
     int fetches, releases, notifies;
+    int gate;     /* fetches wait until this many are in progress (0 off) */
+    int arrivals; /* fetches that reached the gate */
     char last_name[256], last_msg[256];
     uint64_t last_seg;
 } peer;
+
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
 
 static int peer_fetch(struct tent_engine *e, const char *name,
                       struct tent_segment *seg)
 {
     (void)e;
+    pthread_mutex_lock(&gate_lock);
     peer.fetches++;
+    if (peer.gate) {
+        /* Hold every fetch until all the openers are inside one, so that
+         * concurrent opens really overlap (bounded: 5 s). */
+        peer.arrivals++;
+        pthread_cond_broadcast(&gate_cond);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 5;
+        while (peer.arrivals < peer.gate &&
+               pthread_cond_timedwait(&gate_cond, &gate_lock, &until) == 0)
+            ;
+    }
+    pthread_mutex_unlock(&gate_lock);
     if (strcmp(name, "peer:1") != 0)
         return tent_set_error(TENT_ENOSEGMENT, "segment '%s' is not published",
                               name);
@@ -310,12 +329,95 @@ static void test_remote_notifications(void **state)
     tent_destroy_engine(e);
 }
 
+/* tent_close_segment closes: the handle is invalid afterwards (status,
+ * info, submit, a second close), and reopening fetches a fresh descriptor
+ * under a new handle. */
+static void test_close_segment_really_closes(void **state)
+{
+    (void)state;
+    char *pa = publish(PLEN, PERM_GLOBAL_READ_WRITE);
+    tent_engine_t e = engine_with_peer((const char *const[]){"fake_a", NULL});
+    tent_segment_id_t h = 0, h2 = 0;
+    assert_int_equal(tent_open_segment(e, &h, "peer:1"), TENT_OK);
+    assert_int_equal(peer.fetches, 1);
+    assert_int_equal(tent_close_segment(e, h), TENT_OK);
+    tent_segment_info_t info;
+    assert_int_equal(tent_get_segment_info(e, h, &info), TENT_ENOSEGMENT);
+    assert_int_equal(tent_close_segment(e, h), TENT_ENOSEGMENT);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, PLEN);
+    tent_request_t r = tu_write(&p, 0, PLEN);
+    r.target_id = h;
+    r.target_offset = (uintptr_t)pa;
+    tent_batch_id_t b = tent_allocate_batch(e, 1);
+    assert_int_equal(tent_submit(e, b, &r, 1), TENT_ENOSEGMENT);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    /* The peer published another buffer meanwhile: a reopen sees it. */
+    char *pb = publish(PLEN, PERM_GLOBAL_READ_WRITE);
+    assert_int_equal(tent_open_segment(e, &h2, "peer:1"), TENT_OK);
+    assert_int_not_equal(h2, h);
+    assert_int_equal(peer.fetches, 2);
+    assert_int_equal(tent_get_segment_info(e, h2, &info), TENT_OK);
+    assert_int_equal(info.num_buffers, 2);
+    tent_free_segment_info(&info);
+    r.target_id = h2;
+    r.target_offset = (uintptr_t)pb;
+    int status = -1;
+    assert_int_equal(run(e, &r, &status), TENT_OK);
+    assert_int_equal(status, STATUS_COMPLETED);
+    assert_memory_equal(pb, p.src, PLEN);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+    assert_int_equal(peer.releases, 2);
+}
+
+struct opener {
+    tent_engine_t e;
+    tent_segment_id_t h;
+    int rc;
+};
+
+static void *open_peer(void *arg)
+{
+    struct opener *o = arg;
+    o->rc = tent_open_segment(o->e, &o->h, "peer:1");
+    return NULL;
+}
+
+/* Opens of one name that race (both fetches in flight at once) return one
+ * handle; the loser's descriptor is released at once. */
+static void test_concurrent_opens_one_handle(void **state)
+{
+    (void)state;
+    publish(PLEN, PERM_GLOBAL_READ_WRITE);
+    tent_engine_t e = engine_with_peer((const char *const[]){"fake_a", NULL});
+    peer.gate = 2;
+    struct opener o[2] = {{.e = e}, {.e = e}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, open_peer, &o[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(peer.arrivals, 2); /* they did overlap */
+    assert_int_equal(o[0].rc, TENT_OK);
+    assert_int_equal(o[1].rc, TENT_OK);
+    assert_int_equal(o[0].h, o[1].h);
+    assert_int_equal(peer.releases, 1);
+    tent_destroy_engine(e);
+    assert_int_equal(peer.releases, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(test_open_write_read),    T(test_remote_range_and_refetch),
-        T(test_remote_permissions), T(test_unknown_remote_segment),
-        T(test_reachability),       T(test_remote_notifications),
+        T(test_open_write_read),
+        T(test_remote_range_and_refetch),
+        T(test_remote_permissions),
+        T(test_unknown_remote_segment),
+        T(test_reachability),
+        T(test_remote_notifications),
+        T(test_close_segment_really_closes),
+        T(test_concurrent_opens_one_handle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
