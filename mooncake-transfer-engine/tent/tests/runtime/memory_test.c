@@ -522,6 +522,7 @@ static void test_hugepage_allocation(void **state)
                      TENT_OK);
     assert_non_null(a);
     assert_int_equal((uintptr_t)a % HP_2MB, 0);
+    assert_int_equal(tent_register_memory(e, a, HP_2MB + 4096), TENT_OK);
     for (size_t i = 0; i < HP_2MB + 4096; i += 4096)
         a[i] = (uint8_t)(i >> 12);
     for (size_t i = 0; i < HP_2MB + 4096; i += 4096)
@@ -533,6 +534,7 @@ static void test_hugepage_allocation(void **state)
     assert_int_equal(hugetlb_kb, 2 * 2048);
     assert_int_equal(hp_read("free_hugepages"), free_before - want);
 
+    assert_int_equal(tent_unregister_memory(e, a, HP_2MB + 4096), TENT_OK);
     assert_int_equal(tent_free_memory(e, a), TENT_OK);
     assert_int_equal(hp_read("free_hugepages"), free_before);
     tent_destroy_engine(e);
