@@ -125,19 +125,21 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
  * that neither unregister nor a descriptor refresh frees it under a task.
  * Caller holds seg->lock (read). */
 static struct tent_buffer *find_pin_locked(struct tent_segment *seg,
-                                           uint64_t addr, uint64_t len)
+                                           uint64_t addr, uint64_t len,
+                                           bool write)
 {
-    struct tent_buffer *buf = tent_segment_find_locked(seg, addr, len);
+    struct tent_buffer *buf =
+        tent_segment_find_access_locked(seg, addr, len, write, !seg->local);
     if (buf)
         atomic_fetch_add_explicit(&buf->inflight, 1, memory_order_relaxed);
     return buf;
 }
 
 static struct tent_buffer *find_pinned(struct tent_segment *seg, uint64_t addr,
-                                       uint64_t len)
+                                       uint64_t len, bool write)
 {
     pthread_rwlock_rdlock(&seg->lock);
-    struct tent_buffer *buf = find_pin_locked(seg, addr, len);
+    struct tent_buffer *buf = find_pin_locked(seg, addr, len, write);
     pthread_rwlock_unlock(&seg->lock);
     return buf;
 }
@@ -196,22 +198,25 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
             TENT_ENOSEGMENT,
             "tent_submit: request %zu: unknown segment id %llu", i,
             (unsigned long long)r->target_id);
-    t->src_buf = find_pin_locked(e->local, (uintptr_t)r->source, r->length);
+    bool write = r->opcode == OPCODE_WRITE;
+    t->src_buf =
+        find_pin_locked(e->local, (uintptr_t)r->source, r->length, !write);
     if (!t->src_buf)
         return tent_set_error(TENT_ENOTREG,
                               "tent_submit: request %zu: source [%p, +%llu) is "
                               "not inside registered local memory",
                               i, r->source, (unsigned long long)r->length);
     if (seg->local) {
-        t->dst_buf = find_pin_locked(seg, r->target_offset, r->length);
+        t->dst_buf = find_pin_locked(seg, r->target_offset, r->length, write);
     } else {
-        t->dst_buf = find_pinned(seg, r->target_offset, r->length);
+        t->dst_buf = find_pinned(seg, r->target_offset, r->length, write);
         if (!t->dst_buf && e->seg_ops) {
             /* The peer may have registered more memory since we fetched its
              * descriptor: refetch once, without holding our own lock. */
             pthread_rwlock_unlock(&e->local->lock);
             if (e->seg_ops->fetch(e, seg->name, seg) == TENT_OK)
-                t->dst_buf = find_pinned(seg, r->target_offset, r->length);
+                t->dst_buf =
+                    find_pinned(seg, r->target_offset, r->length, write);
             pthread_rwlock_rdlock(&e->local->lock);
         }
     }

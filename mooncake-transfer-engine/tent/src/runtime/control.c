@@ -51,7 +51,8 @@ static int rpc_pin(void *ctx, uint64_t addr, uint64_t len, bool write,
     struct tent_segment *seg = e->local;
     int rc = TENT_OK;
     pthread_rwlock_rdlock(&seg->lock);
-    struct tent_buffer *b = tent_segment_find_locked(seg, addr, len);
+    struct tent_buffer *b =
+        tent_segment_find_access_locked(seg, addr, len, write, true);
     if (!b)
         rc = TENT_ERANGE;
     else if (b->perm == PERM_LOCAL_READ_WRITE ||

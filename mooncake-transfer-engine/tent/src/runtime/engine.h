@@ -116,10 +116,10 @@ struct tent_batch {
  * registration whose range starts at base publishes the memfd to shm. */
 struct tent_alloc {
     uintptr_t base;
-    size_t size;    /* what the caller asked for */
-    size_t map_len; /* host: the page-rounded mapping */
-    int fd;         /* host: memfd backing it; -1 for device memory */
-    int device;     /* accelerator index for "npu:N", -1 for host memory */
+    size_t size;       /* what the caller asked for */
+    size_t map_len;    /* host: the page-rounded mapping */
+    int fd;            /* host: memfd backing it; -1 for device memory */
+    int device;        /* accelerator index for "npu:N", -1 for host memory */
     char location[64]; /* as allocated; a registration inside inherits it */
 };
 
@@ -202,6 +202,12 @@ void tent_segment_free(struct tent_segment *seg);
 /* Finds the buffer wholly containing [addr, addr+len); caller holds lock. */
 struct tent_buffer *tent_segment_find_locked(const struct tent_segment *seg,
                                              uint64_t addr, uint64_t len);
+/* Like tent_segment_find_locked, but among overlapping ranges prefers one
+ * that grants the access (a write; from a remote peer); when none does,
+ * returns one that holds the range, whose permission then refuses it. */
+struct tent_buffer *
+tent_segment_find_access_locked(const struct tent_segment *seg, uint64_t addr,
+                                uint64_t len, bool write, bool remote);
 /* Whether any buffer overlaps [addr, addr+len); caller holds lock. */
 bool tent_segment_overlaps_locked(const struct tent_segment *seg, uint64_t addr,
                                   uint64_t len);

@@ -64,6 +64,31 @@ struct tent_buffer *tent_segment_find_locked(const struct tent_segment *seg,
     return NULL;
 }
 
+static bool grants(const struct tent_buffer *b, bool write, bool remote)
+{
+    if (remote && b->perm == PERM_LOCAL_READ_WRITE)
+        return false;
+    return !(write && b->perm == PERM_GLOBAL_READ_ONLY);
+}
+
+struct tent_buffer *
+tent_segment_find_access_locked(const struct tent_segment *seg, uint64_t addr,
+                                uint64_t len, bool write, bool remote)
+{
+    struct tent_buffer *first = NULL;
+    for (long i = floor_index(seg, addr); i >= 0; i--) {
+        struct tent_buffer *b = seg->bufs[i];
+        uint64_t off = addr - b->base;
+        if (off >= b->length || len > b->length - off)
+            continue;
+        if (grants(b, write, remote))
+            return b;
+        if (!first)
+            first = b;
+    }
+    return first;
+}
+
 bool tent_segment_overlaps_locked(const struct tent_segment *seg, uint64_t addr,
                                   uint64_t len)
 {

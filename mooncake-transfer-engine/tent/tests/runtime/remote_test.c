@@ -15,6 +15,7 @@ static struct {
         char *mem;
         size_t len;
         int perm;
+        bool borrowed; /* inside another entry's memory: not freed */
     } pub[MAXPUB];
     int npub;
     int fetches, releases, notifies;
@@ -53,7 +54,11 @@ static int peer_fetch(struct tent_engine *e, const char *name,
     snprintf(seg->host_id, sizeof(seg->host_id), "test-host");
     for (int i = 0; i < peer.npub; i++) {
         uint64_t base = (uintptr_t)peer.pub[i].mem;
-        if (tent_segment_find_locked(seg, base, peer.pub[i].len))
+        bool have = false;
+        for (size_t k = 0; k < seg->nbufs; k++)
+            have |= seg->bufs[k]->base == base &&
+                    seg->bufs[k]->length == peer.pub[i].len;
+        if (have)
             continue;
         struct tent_buffer *b = calloc(1, sizeof(*b));
         assert_non_null(b);
@@ -115,7 +120,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     for (int i = 0; i < peer.npub; i++)
-        free(peer.pub[i].mem);
+        if (!peer.pub[i].borrowed)
+            free(peer.pub[i].mem);
     return tu_teardown(state);
 }
 
@@ -371,6 +377,42 @@ static void test_close_segment_really_closes(void **state)
     assert_int_equal(peer.releases, 2);
 }
 
+/* Overlapping remote ranges: an access must lie wholly inside one range
+ * that grants it.  The peer exposes a read-write range and, inside it, a
+ * read-only one (registered later, so found first): a write into the
+ * shared bytes is granted by the outer range; a write that no range
+ * holds wholly is out of range. */
+static void test_overlapping_remote_ranges(void **state)
+{
+    (void)state;
+    char *pa = publish(PLEN, PERM_GLOBAL_READ_WRITE);
+    peer.pub[peer.npub].mem = pa + 4096;
+    peer.pub[peer.npub].len = 4096;
+    peer.pub[peer.npub].perm = PERM_GLOBAL_READ_ONLY;
+    peer.pub[peer.npub].borrowed = true;
+    peer.npub++;
+    tent_engine_t e = engine_with_peer((const char *const[]){"fake_a", NULL});
+    tent_segment_id_t h = 0;
+    assert_int_equal(tent_open_segment(e, &h, "peer:1"), TENT_OK);
+    tent_segment_info_t info;
+    assert_int_equal(tent_get_segment_info(e, h, &info), TENT_OK);
+    assert_int_equal(info.num_buffers, 2);
+    tent_free_segment_info(&info);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, PLEN);
+    tent_request_t r = tu_write(&p, 0, 4096);
+    r.target_id = h;
+    r.target_offset = (uintptr_t)pa + 4096;
+    int status = -1;
+    assert_int_equal(run(e, &r, &status), TENT_OK);
+    assert_int_equal(status, STATUS_COMPLETED);
+    assert_memory_equal(pa + 4096, p.src, 4096);
+    r.target_offset = (uintptr_t)pa + PLEN - 100;
+    assert_int_equal(run(e, &r, &status), TENT_ERANGE);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
 struct opener {
     tent_engine_t e;
     tent_segment_id_t h;
@@ -417,6 +459,7 @@ int main(void)
         T(test_reachability),
         T(test_remote_notifications),
         T(test_close_segment_really_closes),
+        T(test_overlapping_remote_ranges),
         T(test_concurrent_opens_one_handle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
