@@ -2033,6 +2033,31 @@ static void test_failed_deregister_keeps_buffer_registered(void **s)
     tent_destroy_engine(e);
 }
 
+/* An overlapping range the vendor refuses is left to the other transports
+ * (as TENT does): the registration succeeds without memfabric. */
+static void test_vendor_refused_overlap_left_to_others(void **s)
+{
+    (void)s;
+    tent_set_config("transports/fake_a/enable", "true");
+    tent_engine_t e = new_engine();
+    char *p = reg_buf(e, LEN, 0);
+    mk.mock_fail_next("smem_trans_register_mem", SM_ERROR);
+    assert_int_equal(tent_register_memory(e, p + 1024, 1024), 0);
+    assert_int_equal(atomic_load(&fake_stats[0].buffers), 2);
+    struct tent_segment *local = E(e)->local;
+    pthread_rwlock_rdlock(&local->lock);
+    assert_int_equal(local->nbufs, 2);
+    for (size_t i = 0; i < local->nbufs; i++) {
+        bool mf = local->bufs[i]->xport_mask & (1u << TRANSPORT_MEMFABRIC);
+        assert_true(mf == (local->bufs[i]->base == (uintptr_t)p));
+    }
+    pthread_rwlock_unlock(&local->lock);
+    assert_int_equal(tent_unregister_memory(e, p + 1024, 1024), 0);
+    assert_true(mk.mock_is_registered(p)); /* the vendor's range stays */
+    unreg_buf(e, p);
+    tent_destroy_engine(e);
+}
+
 /* The same through tent_free_memory: memory allocated by the engine and
  * registered is not freed while the vendor still exposes it. */
 static void test_failed_deregister_refuses_free_memory(void **s)
@@ -2171,6 +2196,7 @@ int main(void)
         /* safety holes */
         T(test_failed_deregister_keeps_buffer_registered),
         T(test_failed_deregister_refuses_free_memory),
+        T(test_vendor_refused_overlap_left_to_others),
         T(test_teardown_fails_no_task_over),
         T(test_hundred_down_peers_first_stays_down),
     };
