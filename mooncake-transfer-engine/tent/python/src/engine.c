@@ -362,16 +362,6 @@ static PyObject *engine_free(EngineObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-static int is_allocated(EngineObject *self, uint64_t addr)
-{
-    PyObject *a = PyLong_FromUnsignedLongLong(addr);
-    if (!a)
-        return -1;
-    int r = PyDict_Contains(self->allocated, a);
-    Py_DECREF(a);
-    return r;
-}
-
 /* One registration; `perm` is a permission int or a MemoryOptions. */
 static int register_one(EngineObject *self, PyObject *addr_o, PyObject *size_o,
                         PyObject *perm_o, const char *what)
@@ -402,10 +392,6 @@ static int register_one(EngineObject *self, PyObject *addr_o, PyObject *size_o,
                                               (void *)(uintptr_t)m.addr,
                                               (size_t)size, &o));
     LEAVE(self);
-    /* issue 11: tent_allocate_memory still registers today; registering
-     * memory it allocated answers EEXIST and counts as registered. */
-    if (rc == TENT_EEXIST && is_allocated(self, m.addr) == 1)
-        rc = TENT_OK;
     if (rc) {
         tentpy_raise(rc, what);
         goto fail;
@@ -435,10 +421,6 @@ static int unregister_one(EngineObject *self, PyObject *addr_o,
     CALL_RELEASED(rc, tent_unregister_memory(self->core.eng,
                                              (void *)(uintptr_t)m.addr, size));
     LEAVE(self);
-    /* issue 11: today memory from tent_allocate_memory cannot be
-     * unregistered (EINVAL); its registration ends with free. */
-    if (rc == TENT_EINVAL && is_allocated(self, m.addr) == 1)
-        rc = TENT_OK;
     if (rc) {
         tentpy_raise(rc, what);
         return -1;

@@ -748,10 +748,6 @@ static PyObject *mc_alloc_managed(MCObject *self, PyObject *const *args,
     rc = tent_allocate_memory(self->core.eng, &p, (size_t)len, "cpu");
     if (rc == TENT_OK) {
         rc = tent_register_memory(self->core.eng, p, (size_t)len);
-        /* issue 11: tent_allocate_memory registers today, so the second
-         * registration answers EEXIST: the memory is registered. */
-        if (rc == TENT_EEXIST)
-            rc = TENT_OK;
         if (rc) {
             set_last("allocate_managed_buffer: %s", tent_last_error());
             tent_free_memory(self->core.eng, p);
@@ -801,10 +797,6 @@ static PyObject *mc_free_managed(MCObject *self, PyObject *const *args,
         void *p = (void *)(uintptr_t)addr;
         Py_BEGIN_ALLOW_THREADS;
         rc = tent_unregister_memory(self->core.eng, p, 0);
-        /* issue 11: today memory from tent_allocate_memory refuses
-         * unregistration (EINVAL) and tent_free_memory unregisters it. */
-        if (rc == TENT_EINVAL)
-            rc = TENT_OK;
         if (rc == TENT_OK)
             rc = tent_free_memory(self->core.eng, p);
         if (rc)
