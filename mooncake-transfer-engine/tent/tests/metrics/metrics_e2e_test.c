@@ -59,7 +59,9 @@ static int setup_with(void **state, bool shm, bool tcp)
     tent_set_config("metrics/latency_sample", "1"); /* time every request */
     f->e = tent_create_engine();
     void *p;
-    if (!f->e || tent_allocate_memory(f->e, &p, RW_LEN, "cpu"))
+    /* TENT's pattern: allocate, then register. */
+    if (!f->e || tent_allocate_memory(f->e, &p, RW_LEN, "cpu") ||
+        tent_register_memory(f->e, p, RW_LEN))
         return -1;
     f->src = p;
     for (size_t i = 0; i < RW_LEN; i++)
@@ -96,6 +98,7 @@ static int teardown(void **state)
 {
     struct fixture *f = *state;
     if (f->e) {
+        tent_unregister_memory(f->e, f->src, RW_LEN);
         tent_free_memory(f->e, f->src);
         tent_destroy_engine(f->e);
     }
