@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -370,4 +371,56 @@ int tentpy_wait(struct tentpy_core *c, tent_batch_id_t bid, double timeout_s,
 {
     PyThreadState *ts = PyEval_SaveThread();
     return wait_released(c, bid, timeout_s, ts, err, msg, msg_len);
+}
+
+/* ---- metrics ------------------------------------------------------------ */
+
+PyObject *tentpy_metrics_text(struct tentpy_core *c, bool json, int *code)
+{
+    *code = 0;
+    if (tentpy_enter(c) < 0)
+        return NULL;
+    /* The text may grow between two calls (a new peer, a new series), so
+     * the size the engine asks for gets some room, and a few rounds. */
+    size_t cap = 4 << 10;
+    char *buf = NULL;
+    PyObject *out = NULL;
+    for (int round = 0; round < 8; round++) {
+        char *nb = realloc(buf, cap);
+        if (!nb) {
+            PyErr_NoMemory();
+            break;
+        }
+        buf = nb;
+        size_t len = cap;
+        int rc;
+        Py_BEGIN_ALLOW_THREADS;
+        rc = json ? tent_metrics_json(c->eng, buf, &len)
+                  : tent_metrics_prometheus(c->eng, buf, &len);
+        Py_END_ALLOW_THREADS;
+        if (rc == TENT_EOVERFLOW && len > cap && len < SIZE_MAX / 2) {
+            cap = len + len / 4;
+            continue;
+        }
+        if (rc == 0)
+            out = PyUnicode_DecodeUTF8(buf, (Py_ssize_t)len, "strict");
+        else
+            *code = rc;
+        break;
+    }
+    if (!out && !*code && !PyErr_Occurred())
+        *code = TENT_EOVERFLOW; /* still growing after every round */
+    free(buf);
+    tentpy_leave(c);
+    return out;
+}
+
+PyObject *tentpy_json_loads(PyObject *text)
+{
+    PyObject *mod = PyImport_ImportModule("json");
+    if (!mod)
+        return NULL;
+    PyObject *r = PyObject_CallMethod(mod, "loads", "O", text);
+    Py_DECREF(mod);
+    return r;
 }

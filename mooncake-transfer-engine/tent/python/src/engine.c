@@ -921,6 +921,47 @@ static PyObject *engine_status_list(EngineObject *self, PyObject *arg)
     return list;
 }
 
+/* ---- metrics ------------------------------------------------------------ */
+
+static PyObject *engine_metrics_prometheus(EngineObject *self,
+                                           PyObject *unused TENTPY_UNUSED)
+{
+    int code;
+    PyObject *t = tentpy_metrics_text(&self->core, false, &code);
+    if (!t && code)
+        return tentpy_raise(code, "metrics_prometheus");
+    return t;
+}
+
+static PyObject *engine_metrics_json(EngineObject *self,
+                                     PyObject *unused TENTPY_UNUSED)
+{
+    int code;
+    PyObject *t = tentpy_metrics_text(&self->core, true, &code);
+    if (!t)
+        return code ? tentpy_raise(code, "metrics_json") : NULL;
+    PyObject *d = tentpy_json_loads(t);
+    Py_DECREF(t);
+    return d;
+}
+
+static PyObject *engine_metrics_http_address(EngineObject *self,
+                                             PyObject *unused TENTPY_UNUSED)
+{
+    char addr[256];
+    uint16_t port = 0;
+    int rc;
+    ENTER(self);
+    CALL_RELEASED(rc, tent_metrics_http_addr_port(self->core.eng, addr,
+                                                  sizeof(addr), &port));
+    LEAVE(self);
+    if (rc == TENT_ENOTSUP)
+        Py_RETURN_NONE;
+    if (rc)
+        return tentpy_raise(rc, "metrics_http_address");
+    return Py_BuildValue("(si)", addr, (int)port);
+}
+
 static PyMethodDef engine_methods[] = {
     {"close", (PyCFunction)engine_close, METH_NOARGS,
      "Destroy the engine (after calls in flight end); later calls raise."},
@@ -973,6 +1014,17 @@ static PyMethodDef engine_methods[] = {
     {"get_transfer_status_list", (PyCFunction)engine_status_list, METH_O, NULL},
     {"get_transfer_status_overall", (PyCFunction)engine_status_overall, METH_O,
      NULL},
+    {"metrics_prometheus", (PyCFunction)engine_metrics_prometheus, METH_NOARGS,
+     "metrics_prometheus() -> str: the metrics in Prometheus text format "
+     "(what /metrics serves). Raises NotImplementedError when metrics are "
+     "disabled."},
+    {"metrics_json", (PyCFunction)engine_metrics_json, METH_NOARGS,
+     "metrics_json() -> dict: the metrics as /metrics/json serves them. "
+     "Raises NotImplementedError when metrics are disabled."},
+    {"metrics_http_address", (PyCFunction)engine_metrics_http_address,
+     METH_NOARGS,
+     "metrics_http_address() -> (host, port) of the metrics HTTP endpoint, "
+     "or None when it is not running."},
     {NULL, NULL, 0, NULL}};
 
 PyTypeObject tentpy_EngineType = {

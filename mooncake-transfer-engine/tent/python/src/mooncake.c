@@ -1665,6 +1665,57 @@ static PyObject *mc_c_loop(MCObject *self, PyObject *args)
     return PyFloat_FromDouble(dt);
 }
 
+/* ---- metrics (not in Mooncake) ----------------------------------------- */
+
+/* These calls are not Mooncake's, so they raise instead of returning -1:
+ * RuntimeError with tent_last_error()'s message (also in last_error()). */
+static PyObject *mc_metrics_fail(int code, const char *fn)
+{
+    set_last("%s: %s (%s)", fn, tent_last_error(), tent_strerror(code));
+    PyErr_SetString(PyExc_RuntimeError, t_last_error);
+    return NULL;
+}
+
+static PyObject *mc_metrics_prometheus(MCObject *self,
+                                       PyObject *unused TENTPY_UNUSED)
+{
+    int code;
+    PyObject *t = tentpy_metrics_text(&self->core, false, &code);
+    if (!t && code)
+        return mc_metrics_fail(code, "metrics_prometheus");
+    return t;
+}
+
+static PyObject *mc_metrics_json(MCObject *self, PyObject *unused TENTPY_UNUSED)
+{
+    int code;
+    PyObject *t = tentpy_metrics_text(&self->core, true, &code);
+    if (!t)
+        return code ? mc_metrics_fail(code, "metrics_json") : NULL;
+    PyObject *d = tentpy_json_loads(t);
+    Py_DECREF(t);
+    return d;
+}
+
+static PyObject *mc_metrics_http_address(MCObject *self,
+                                         PyObject *unused TENTPY_UNUSED)
+{
+    char addr[256];
+    uint16_t port = 0;
+    int rc;
+    if (tentpy_enter(&self->core) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS;
+    rc = tent_metrics_http_addr_port(self->core.eng, addr, sizeof(addr), &port);
+    Py_END_ALLOW_THREADS;
+    tentpy_leave(&self->core);
+    if (rc == TENT_ENOTSUP)
+        Py_RETURN_NONE;
+    if (rc)
+        return mc_metrics_fail(rc, "metrics_http_address");
+    return Py_BuildValue("(si)", addr, (int)port);
+}
+
 #define FASTKW(fn)                                                             \
     (PyCFunction)(void (*)(void))(fn), METH_FASTCALL | METH_KEYWORDS
 
@@ -1709,6 +1760,15 @@ static PyMethodDef mc_methods[] = {
     {"get_local_topology", FASTKW(mc_topology), NULL},
     {"_c_reference_loop", (PyCFunction)mc_c_loop, METH_VARARGS,
      "benchmark reference: the same batches from a C loop"},
+    {"metrics_prometheus", (PyCFunction)mc_metrics_prometheus, METH_NOARGS,
+     "metrics_prometheus() -> str (Prometheus text format); raises "
+     "RuntimeError when metrics are disabled (not a Mooncake call)."},
+    {"metrics_json", (PyCFunction)mc_metrics_json, METH_NOARGS,
+     "metrics_json() -> dict; raises RuntimeError when metrics are "
+     "disabled."},
+    {"metrics_http_address", (PyCFunction)mc_metrics_http_address, METH_NOARGS,
+     "metrics_http_address() -> (host, port) of the metrics endpoint, or "
+     "None when it is not running."},
     {"last_error", (PyCFunction)mc_last_error, METH_NOARGS,
      "Message of this thread's last failed call."},
     {"close", (PyCFunction)mc_close, METH_NOARGS, NULL},

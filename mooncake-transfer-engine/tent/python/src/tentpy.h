@@ -151,6 +151,15 @@ void tentpy_release_batch(struct tentpy_core *c, tent_batch_id_t bid);
 /* Frees parked batches whose tasks have ended. */
 void tentpy_sweep(struct tentpy_core *c);
 
+/* The engine's metrics as text (json: tent_metrics_json, else
+ * tent_metrics_prometheus), fetched with the GIL released into a buffer
+ * grown on TENT_EOVERFLOW.  Enters the call itself.  NULL with *code set
+ * to the TENT_E* code (no exception set) when the engine refused, or NULL
+ * with an exception and *code 0 (closed engine, no memory). */
+PyObject *tentpy_metrics_text(struct tentpy_core *c, bool json, int *code);
+/* json.loads(text): a new reference or NULL with an exception. */
+PyObject *tentpy_json_loads(PyObject *text);
+
 /* Monotonic seconds. */
 double tentpy_now(void);
 
