@@ -44,6 +44,13 @@ void e2e_set_memfabric(bool on)
     g_memfabric = on;
 }
 
+int e2e_tcp_timeout_ms(void)
+{
+    const char *v = getenv("E2E_TCP_TIMEOUT_MS");
+    int ms = v ? atoi(v) : 0;
+    return ms >= 100 && ms <= 600000 ? ms : 1500;
+}
+
 void e2e_config(bool shm, bool tcp)
 {
     tent_config_reset_global();
@@ -51,7 +58,9 @@ void e2e_config(bool shm, bool tcp)
                     getenv("E2E_LOG") ? getenv("E2E_LOG") : "error");
     tent_set_config("transports/shm/enable", shm ? "true" : "false");
     tent_set_config("transports/tcp/enable", tcp ? "true" : "false");
-    tent_set_config("transports/tcp/timeout_ms", "1500");
+    char to[16];
+    snprintf(to, sizeof(to), "%d", e2e_tcp_timeout_ms());
+    tent_set_config("transports/tcp/timeout_ms", to);
     tent_set_config("transports/memfabric/enable",
                     g_memfabric ? "true" : "false");
 }

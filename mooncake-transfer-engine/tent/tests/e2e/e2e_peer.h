@@ -22,6 +22,9 @@ struct e2e_peer {
 /* Sets the common configuration (log level, shm enable) for engines created
  * from now on in this process. */
 void e2e_config(bool shm, bool tcp);
+/* transports/tcp/timeout_ms of the suites: 1500, or E2E_TCP_TIMEOUT_MS
+ * (the TSan leg raises it: instrumented peers can be silent that long). */
+int e2e_tcp_timeout_ms(void);
 /* Whether e2e_config also enables the memfabric transport (off by default;
  * MF_PROTOCOL and MF_SMEM_LIBRARY come from the environment).  Children
  * started afterwards inherit the choice. */
