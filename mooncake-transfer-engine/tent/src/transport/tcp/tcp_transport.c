@@ -22,6 +22,7 @@
 #include "transport/transport.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -150,15 +151,56 @@ static void fail_list(struct tcp_transport *t, struct slice *s, int err)
     }
 }
 
-/* sendmsg until every iovec is out; SO_SNDTIMEO bounds each wait. */
-static int send_iov(int fd, struct iovec *iov, int n)
+static long now_ms(void)
 {
-    int rc = tent_net_sendv_all(fd, iov, n, NULL, NULL);
-    if (rc == -EAGAIN)
-        return tent_set_error(TENT_ETIMEDOUT, "tcp: send timed out");
-    if (rc)
-        return tent_set_error(TENT_EPEER, "tcp: send failed: %s",
-                              tent_net_strerror(rc));
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000;
+}
+
+/* sendmsg until every iovec is out, within timeout_ms for the whole window:
+ * a peer that drains a little now and then (a stopped process's kernel
+ * still fills its receive buffer) does not restart the clock.  Sends do
+ * not block; only a full socket buffer costs a poll. */
+static int send_iov(int fd, struct iovec *iov, int n, int timeout_ms)
+{
+    long deadline = -1;
+    while (n > 0) {
+        struct msghdr m = {.msg_iov = iov,
+                           .msg_iovlen = (size_t)(n < IOV_MAX ? n : IOV_MAX)};
+        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            int err = errno;
+            if (err == EINTR)
+                continue;
+            if (err != EAGAIN && err != EWOULDBLOCK)
+                return tent_set_error(TENT_EPEER, "tcp: send failed: %s",
+                                      strerror(err));
+            long now = now_ms();
+            if (deadline < 0)
+                deadline = now + timeout_ms;
+            if (now >= deadline)
+                return tent_set_error(TENT_ETIMEDOUT,
+                                      "tcp: send timed out after %d ms",
+                                      timeout_ms);
+            struct pollfd pf = {.fd = fd, .events = POLLOUT};
+            int pr = poll(&pf, 1, (int)(deadline - now));
+            if (pr < 0 && errno != EINTR)
+                return tent_set_error(TENT_EPEER, "tcp: poll failed: %s",
+                                      strerror(errno));
+            continue;
+        }
+        size_t done = (size_t)w;
+        while (n > 0 && done >= iov->iov_len) {
+            done -= iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + done;
+            iov->iov_len -= done;
+        }
+    }
     return TENT_OK;
 }
 
@@ -186,7 +228,7 @@ static int in_read(int fd, struct inbuf *in, void *dst, size_t n)
  * or the connection-level error (the connection must then be dropped);
  * per-slice refusals by the peer are recorded in status[]. */
 static int run_window(int fd, struct inbuf *in, struct slice **w, int n,
-                      int32_t *status)
+                      int32_t *status, int timeout_ms)
 {
     uint8_t hdrs[WINDOW_SLICES][TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN];
     struct iovec iov[2 * WINDOW_SLICES];
@@ -204,7 +246,7 @@ static int run_window(int fd, struct inbuf *in, struct slice **w, int n,
             iov[k++].iov_len = s->len;
         }
     }
-    int rc = send_iov(fd, iov, k);
+    int rc = send_iov(fd, iov, k, timeout_ms);
     if (rc)
         return rc;
     for (int i = 0; i < n; i++) {
@@ -305,7 +347,7 @@ static void *worker_main(void *arg)
             }
         }
         if (!rc)
-            rc = run_window(fd, in, w, n, status);
+            rc = run_window(fd, in, w, n, status, t->timeout_ms);
         if (rc) {
             LOG_WARN("tcp: peer %s: %s; failing %d slice(s) and the peer's "
                      "queue",
@@ -426,11 +468,12 @@ static int tcp_install(struct tent_transport *base)
 static int tcp_quiesce(struct tent_transport *base)
 {
     struct tcp_transport *t = tcp_of(base);
-    if (!t->accepting && !t->peers)
-        return TENT_OK;
     pthread_mutex_lock(&t->lock);
+    bool idle = !t->accepting && !t->peers;
     t->accepting = false;
     pthread_mutex_unlock(&t->lock);
+    if (idle)
+        return TENT_OK;
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);
     long limit_ms = 2L * t->timeout_ms + 1000;
