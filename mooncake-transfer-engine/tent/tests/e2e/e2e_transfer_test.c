@@ -482,6 +482,20 @@ static void test_stalled_target_times_out(void **state)
     tent_status_t st2;
     assert_int_equal(e2e_wait(f->e, b, 15000, &st2), 0);
     long took2 = e2e_now_ms() - t0;
+    assert_int_equal(tent_free_batch(f->e, b), 0);
+    /* one small write: tcp runs it to completion on this thread */
+    t0 = e2e_now_ms();
+    b = tent_allocate_batch(f->e, 1);
+    tent_request_t small = r[0];
+    small.length = 4096;
+    int src3 = tent_submit(f->e, b, &small, 1);
+    tent_status_t st3 = {.status = STATUS_FAILED};
+    if (src3 == 0)
+        assert_int_equal(e2e_wait(f->e, b, 15000, &st3), 0);
+    long took3 = e2e_now_ms() - t0;
+    print_message("stalled target: small write FAILED after %ld ms\n", took3);
+    assert_int_equal(st3.status, STATUS_FAILED);
+    assert_in_range(took3, 0, 2 * 1500 - 100);
     kill(f->peer.pid, SIGCONT);
     print_message("stalled target: batches FAILED after %ld and %ld ms\n", took,
                   took2);
