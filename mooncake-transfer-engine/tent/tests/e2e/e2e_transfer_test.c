@@ -26,6 +26,7 @@
 #include "e2e_peer.h"
 #include "runtime/engine.h"
 #include "tent/transfer_engine.h"
+#include "transport/shm/shm_handle.h"
 #ifdef E2E_MEMFABRIC
 #include "transport/memfabric/memfabric_transport.h"
 #endif
@@ -358,6 +359,65 @@ static void test_write_to_freed_memory_not_completed(void **state)
         assert_int_equal(st, STATUS_FAILED);
     else
         assert_true(rc < 0);
+}
+
+/* Resident set of this process, in KiB. */
+static long rss_kib(void)
+{
+    long pages = 0, resident = 0;
+    FILE *fp = fopen("/proc/self/statm", "r");
+    if (fp) {
+        if (fscanf(fp, "%ld %ld", &pages, &resident) != 2)
+            resident = 0;
+        fclose(fp);
+    }
+    return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* The target allocates, registers, unregisters and frees a buffer 1,000
+ * times; the initiator writes every one of them through shm.  Its mappings
+ * of the peer's memory follow what the peer still holds: the count and the
+ * resident set stay bounded (they grew by one 256 KiB mapping per cycle
+ * when mappings were kept until the transport was uninstalled). */
+static void test_peer_alloc_free_cycles_bounded(void **state)
+{
+    struct fixture *f = *state;
+    struct tent_engine *e = tent_engine_cast(f->e);
+    struct tent_transport *shm = NULL;
+    for (int i = 0; i < e->nxports; i++)
+        if (e->xports[i]->ops->type == TRANSPORT_SHM)
+            shm = e->xports[i];
+    assert_non_null(shm);
+    struct tent_segment *seg = tent_engine_segment(f->e, f->seg);
+    assert_non_null(seg);
+    const size_t len = (size_t)256 << 10;
+    const int cycles = 1000;
+    size_t most = 0;
+    long rss_early = 0;
+    for (int i = 0; i < cycles; i++) {
+        uint64_t a = e2e_peer_alloc(&f->peer, len);
+        assert_int_not_equal(a, 0);
+        /* the address may be one a freed buffer had: refresh as a program
+         * would after the peer tells it about new memory */
+        assert_int_equal(e->seg_ops->fetch(e, seg->name, seg), 0);
+        memset(f->dst, (uint8_t)i, len);
+        int st = -1;
+        assert_int_equal(submit_one(f, OPCODE_WRITE, a, len, &st), 0);
+        assert_int_equal(st, STATUS_COMPLETED);
+        assert_int_equal(e2e_peer_release(&f->peer, a, len), 0);
+        size_t n = tent_shm_mapping_count(shm);
+        most = n > most ? n : most;
+        if (i == 99)
+            rss_early = rss_kib();
+    }
+    long rss_late = rss_kib();
+    print_message("peer alloc/free cycles: at most %zu mappings; RSS %ld KiB "
+                  "after 100 cycles, %ld KiB after %d\n",
+                  most, rss_early, rss_late, cycles);
+    /* the fixture's own buffers plus the newest one or two */
+    assert_in_range(most, 1, 8);
+    /* kept mappings would add 900 x 256 KiB = 225 MiB */
+    assert_true(rss_late - rss_early < (32L << 10));
 }
 
 #ifdef E2E_MEMFABRIC
@@ -1017,6 +1077,7 @@ int main(int argc, char **argv)
         CASE(test_refetch_after_peer_registers, setup, X_TCP | X_SHM),
         CASE(test_notifications_after_data, setup, X_TCP | X_SHM),
         CASE(test_write_to_freed_memory_not_completed, setup, X_TCP | X_SHM),
+        CASE(test_peer_alloc_free_cycles_bounded, setup, X_SHM),
 #ifdef E2E_MEMFABRIC
         CASE(test_plain_memory_and_freed_buffer, setup, X_MF),
 #endif

@@ -119,9 +119,6 @@ struct shm_transport {
     atomic_size_t nmaps; /* mappings alive, listed or awaiting checks */
 };
 
-size_t tent_shm_mapping_count(struct tent_transport *t);
-
-/* Live mappings of this transport (for tests and benchmarks). */
 size_t tent_shm_mapping_count(struct tent_transport *t)
 {
     return atomic_load(&((struct shm_transport *)t)->nmaps);
