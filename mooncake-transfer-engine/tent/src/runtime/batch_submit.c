@@ -81,6 +81,50 @@ static bool flush_group(struct tent_engine *e, struct tent_batch *b, int xi,
     return again;
 }
 
+/* Can task t (index i) ride on xfer x, whose last task is i - 1? */
+static bool mergeable(const struct tent_engine *e, const struct tent_batch *b,
+                      size_t i, const struct tent_task *t,
+                      const struct tent_xfer *x)
+{
+    const struct tent_task *prev = &b->tasks[i - 1];
+    return prev->lead == x->slot && prev->state == STATUS_WAITING &&
+           t->req.opcode == x->opcode &&
+           t->req.target_id == prev->req.target_id &&
+           t->dst_buf == x->target_buf && t->src_buf == prev->src_buf &&
+           (char *)x->local + x->length == (char *)t->req.source &&
+           x->remote + x->length == t->req.target_offset &&
+           x->length + t->req.length <= e->merge_max_bytes;
+}
+
+/* After transport xi took its groups: a task merged into another's request
+ * follows it (in flight with it, or on to its own next transport). */
+static bool settle_followers(struct tent_engine *e, struct tent_batch *b,
+                             int xi, size_t first, size_t n)
+{
+    bool again = false;
+    unsigned started = 0, writes = 0; /* metrics count attempts per task */
+    for (size_t i = first; i < first + n; i++) {
+        struct tent_task *t = &b->tasks[i];
+        if (t->lead == i || t->state != STATUS_WAITING ||
+            t->cands[t->cand_pos] != xi)
+            continue;
+        const struct tent_task *lead = &b->tasks[t->lead];
+        if (lead->state == STATUS_PENDING && lead->xport == xi) {
+            t->state = STATUS_PENDING;
+            t->xport = (int8_t)xi;
+            started++;
+            writes += t->req.opcode == OPCODE_WRITE;
+            continue;
+        }
+        t->lead = (uint32_t)i;
+        tmh_refused(e, t, xi);
+        again |= tent_task_advance(
+            e, t, lead->last_error ? lead->last_error : TENT_EIO);
+    }
+    tmh_started(e, xi, started - writes, writes);
+    return again;
+}
+
 /* Starts every WAITING task among [first, first+n). */
 void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                          size_t first, size_t n)
@@ -98,6 +142,7 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
         for (int xi = 0; xi < e->nxports; xi++) {
             struct tent_xfer x[GROUP];
             size_t k = 0;
+            bool merged = false;
             for (size_t i = first; i < first + n; i++) {
                 struct tent_task *t = &b->tasks[i];
                 if (t->state != STATUS_WAITING || t->cands[t->cand_pos] != xi)
@@ -110,13 +155,23 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                     tent_task_fail(t, TENT_ENOSEGMENT);
                     continue;
                 }
-                fill_xfer(e, &c, t, (uint32_t)i, &x[k++]);
+                if (e->merge_requests && k > 0 && i > first &&
+                    mergeable(e, b, i, t, &x[k - 1])) {
+                    x[k - 1].length += t->req.length;
+                    t->lead = x[k - 1].slot;
+                    merged = true;
+                    continue;
+                }
                 if (k == GROUP) {
                     again |= flush_group(e, b, xi, x, k);
                     k = 0;
                 }
+                t->lead = (uint32_t)i;
+                fill_xfer(e, &c, t, (uint32_t)i, &x[k++]);
             }
             again |= flush_group(e, b, xi, x, k);
+            if (merged)
+                again |= settle_followers(e, b, xi, first, n);
         }
     }
 }
