@@ -374,18 +374,21 @@ int tb_run_initiator(struct tb_opts *o, const char *xport)
     for (size_t ti = 0; ti < o->threads.n && ret == TB_EXIT_OK; ti++)
         for (size_t bi = 0; bi < o->blocks.n && ret == TB_EXIT_OK; bi++) {
             uint64_t threads = o->threads.v[ti], block = o->blocks.v[bi];
-            double mem = 0, sock = 0;
+            double mem = 0, sock = 0, pp = 0;
             if (o->baseline) {
                 double s = o->duration / 2 > 1 ? 1 : o->duration / 2;
                 if (s < 0.2)
                     s = 0.2;
-                fprintf(stderr,
-                        "tebench: baseline threads=%llu block=%llu: memcpy "
-                        "and loopback socket ceilings (%.1f s each)\n",
-                        (unsigned long long)threads, (unsigned long long)block,
-                        s);
+                fprintf(
+                    stderr,
+                    "tebench: baseline threads=%llu block=%llu: memcpy, "
+                    "loopback socket and ping-pong ceilings (%.1f s each)\n",
+                    (unsigned long long)threads, (unsigned long long)block, s);
                 mem = tb_memcpy_ceiling(threads, block, o->buffer_size, s);
                 sock = tb_socket_ceiling(threads, block, s);
+                pp = tb_pingpong_ceiling(
+                    threads, block,
+                    o->op == TB_OP_READ || o->op == TB_OP_READ_VERIFY, s / 2);
             }
             for (size_t ci = 0; ci < o->batches.n && ret == TB_EXIT_OK;
                  ci++, idx++) {
@@ -407,6 +410,7 @@ int tb_run_initiator(struct tb_opts *o, const char *xport)
                     continue;
                 r.memcpy_gbs = mem;
                 r.socket_gbs = sock;
+                r.pingpong_us = pp;
                 tb_print_row(stdout, o, &r);
                 if (o->metrics)
                     tb_print_metrics(o->json ? stderr : stdout, e, idx + 1);

@@ -110,6 +110,7 @@ struct tb_result {
     const char *transport;
     char transport_used[48];       /* what the engine picked, when it picked */
     double memcpy_gbs, socket_gbs; /* --baseline, else 0 */
+    double pingpong_us; /* --baseline: C request/response of one block */
     bool skipped;
 };
 
@@ -192,6 +193,10 @@ double tb_socket_ceiling(uint64_t threads, uint64_t block, double seconds);
 /* --metrics: the engine's per-transport counters (cumulative), one line per
  * transport that has seen traffic, read from tent_metrics_prometheus(). */
 void tb_print_metrics(FILE *f, tent_engine_t e, size_t case_no);
+/* --baseline: mean round trip (us) of a blocking C request/response of one
+ * block over loopback tcp, per connection, threads connections at once. */
+double tb_pingpong_ceiling(uint64_t threads, uint64_t block, bool read,
+                           double seconds);
 
 double tb_now(void);
 

@@ -115,8 +115,9 @@ void tb_print_header(FILE *f, const struct tb_opts *o)
                     "Avg Lat (us)", "Avg Tx (us)", "P99 Tx (us)",
                     "P999 Tx (us)", "Threads", "Transport");
     if (o->baseline)
-        n += fprintf(f, " %13s %13s %10s %10s", "Memcpy (GB/S)",
-                     "Socket (GB/S)", "BW/Memcpy", "BW/Socket");
+        n += fprintf(f, " %13s %13s %10s %10s %14s %9s", "Memcpy (GB/S)",
+                     "Socket (GB/S)", "BW/Memcpy", "BW/Socket", "PingPong (us)",
+                     "PP/AvgTx");
     fputc('\n', f);
     for (int i = 0; i < n; i++)
         fputc('-', f);
@@ -149,10 +150,12 @@ void tb_print_row(FILE *f, const struct tb_opts *o, const struct tb_result *r)
         if (o->baseline)
             fprintf(f,
                     ", \"memcpy_gbps\": %.6f, \"socket_gbps\": %.6f, "
-                    "\"ratio_memcpy\": %.6f, \"ratio_socket\": %.6f",
+                    "\"ratio_memcpy\": %.6f, \"ratio_socket\": %.6f, "
+                    "\"pingpong_us\": %.3f, \"ratio_pingpong\": %.6f",
                     r->memcpy_gbs, r->socket_gbs,
                     ratio(r->bw_gbs, r->memcpy_gbs),
-                    ratio(r->bw_gbs, r->socket_gbs));
+                    ratio(r->bw_gbs, r->socket_gbs), r->pingpong_us,
+                    ratio(r->pingpong_us, r->avg_tx_us));
         fprintf(f, "}\n");
         fflush(f);
         return;
@@ -164,9 +167,10 @@ void tb_print_row(FILE *f, const struct tb_opts *o, const struct tb_result *r)
             r->bw_gbs, r->inst_gbs, r->avg_lat_us, r->avg_tx_us, r->p99_tx_us,
             r->p999_tx_us, (unsigned long long)r->threads, r->transport);
     if (o->baseline)
-        fprintf(f, " %13.3f %13.3f %10.3f %10.3f", r->memcpy_gbs, r->socket_gbs,
-                ratio(r->bw_gbs, r->memcpy_gbs),
-                ratio(r->bw_gbs, r->socket_gbs));
+        fprintf(f, " %13.3f %13.3f %10.3f %10.3f %14.2f %9.3f", r->memcpy_gbs,
+                r->socket_gbs, ratio(r->bw_gbs, r->memcpy_gbs),
+                ratio(r->bw_gbs, r->socket_gbs), r->pingpong_us,
+                ratio(r->pingpong_us, r->avg_tx_us));
     fputc('\n', f);
     fflush(f);
 }
@@ -382,4 +386,131 @@ double tb_socket_ceiling(uint64_t threads, uint64_t block, double seconds)
     }
     free(ws);
     return gbs;
+}
+
+/* ---- request/response ceiling ------------------------------------------- */
+
+/* One exchange as the tcp transport makes it: a request header (plus the
+ * block for a write) one way, an answer header (plus the block for a read)
+ * back, each side a plain blocking C loop on its own connection. */
+#define PP_HDR 32
+
+struct pp_worker {
+    pthread_t ctid, stid;
+    bool cstarted, sstarted;
+    int cfd, sfd;
+    uint64_t block;
+    bool read;
+    char *cbuf, *sbuf;
+    double seconds;
+    double us; /* mean round trip, 0 on failure */
+};
+
+static int pp_send(int fd, const char *b, size_t n)
+{
+    while (n) {
+        ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int pp_recv(int fd, char *b, size_t n)
+{
+    while (n) {
+        ssize_t r = recv(fd, b, n, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        b += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static void *pp_server(void *arg)
+{
+    struct pp_worker *w = arg;
+    size_t in = PP_HDR + (w->read ? 0 : w->block);
+    size_t out = PP_HDR + (w->read ? w->block : 0);
+    while (pp_recv(w->sfd, w->sbuf, in) == 0 &&
+           pp_send(w->sfd, w->sbuf, out) == 0)
+        ;
+    return NULL;
+}
+
+static void *pp_client(void *arg)
+{
+    struct pp_worker *w = arg;
+    size_t out = PP_HDR + (w->read ? 0 : w->block);
+    size_t in = PP_HDR + (w->read ? w->block : 0);
+    uint64_t n = 0;
+    double t0 = tb_now(), t1 = t0;
+    while (t1 - t0 < w->seconds) {
+        if (pp_send(w->cfd, w->cbuf, out) || pp_recv(w->cfd, w->cbuf, in))
+            return NULL;
+        n++;
+        if ((n & 15) == 0 || w->block >= 65536)
+            t1 = tb_now();
+    }
+    t1 = tb_now();
+    w->us = n ? (t1 - t0) * 1e6 / (double)n : 0;
+    return NULL;
+}
+
+double tb_pingpong_ceiling(uint64_t threads, uint64_t block, bool read,
+                           double seconds)
+{
+    struct pp_worker *ws = calloc(threads, sizeof(*ws));
+    bool ok = ws != NULL;
+    for (uint64_t t = 0; ok && t < threads; t++)
+        ws[t].cfd = ws[t].sfd = -1;
+    for (uint64_t t = 0; ok && t < threads; t++) {
+        struct pp_worker *w = &ws[t];
+        w->block = block;
+        w->read = read;
+        w->seconds = seconds;
+        w->cbuf = calloc(1, PP_HDR + block);
+        w->sbuf = calloc(1, PP_HDR + block);
+        if (!w->cbuf || !w->sbuf || tcp_pair(&w->cfd, &w->sfd)) {
+            ok = false;
+            break;
+        }
+        int one = 1;
+        setsockopt(w->sfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        w->sstarted = !pthread_create(&w->stid, NULL, pp_server, w);
+        ok = w->sstarted;
+    }
+    for (uint64_t t = 0; ok && t < threads; t++) {
+        ws[t].cstarted = !pthread_create(&ws[t].ctid, NULL, pp_client, &ws[t]);
+        ok = ws[t].cstarted;
+    }
+    double sum = 0;
+    for (uint64_t t = 0; ws && t < threads; t++) {
+        struct pp_worker *w = &ws[t];
+        if (w->cstarted)
+            pthread_join(w->ctid, NULL);
+        sum += w->us;
+        if (w->cfd >= 0)
+            shutdown(w->cfd, SHUT_RDWR);
+        if (w->sfd >= 0)
+            shutdown(w->sfd, SHUT_RDWR);
+        if (w->sstarted)
+            pthread_join(w->stid, NULL);
+        if (w->cfd >= 0)
+            close(w->cfd);
+        if (w->sfd >= 0)
+            close(w->sfd);
+        free(w->cbuf);
+        free(w->sbuf);
+        ok = ok && w->us > 0;
+    }
+    free(ws);
+    return ok ? sum / (double)threads : 0;
 }

@@ -66,16 +66,17 @@ static int poll_task(struct tent_engine *e, struct tent_batch *b, size_t i,
     int xi = t->xport;
     struct tent_transport *tr = e->xports[xi];
     struct tent_xfer_status st = {0};
-    int rc = tr->ops->status(tr, b->subs[xi], (uint32_t)i, &st);
+    /* a task merged into another's request reads that one's slot */
+    int rc = tr->ops->status(tr, b->subs[xi], t->lead, &st);
     if (rc < 0)
         return rc; /* unknown outcome: the task stays in flight */
     if (st.state == TENT_XFER_PENDING)
         return TENT_OK;
     if (st.state == TENT_XFER_COMPLETED) {
         t->state = STATUS_COMPLETED;
-        t->bytes = st.bytes;
+        t->bytes = st.bytes < t->req.length ? st.bytes : t->req.length;
         tent_task_unpin(t);
-        tmh_completed(e, t, xi, st.bytes);
+        tmh_completed(e, t, xi, t->bytes);
         return TENT_OK;
     }
     LOG_DEBUG("task %zu failed on transport '%s' (native code %d)", i,

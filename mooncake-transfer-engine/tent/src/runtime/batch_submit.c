@@ -81,6 +81,50 @@ static bool flush_group(struct tent_engine *e, struct tent_batch *b, int xi,
     return again;
 }
 
+/* Can task t (index i) ride on xfer x, whose last task is i - 1? */
+static bool mergeable(const struct tent_engine *e, const struct tent_batch *b,
+                      size_t i, const struct tent_task *t,
+                      const struct tent_xfer *x)
+{
+    const struct tent_task *prev = &b->tasks[i - 1];
+    return prev->lead == x->slot && prev->state == STATUS_WAITING &&
+           t->req.opcode == x->opcode &&
+           t->req.target_id == prev->req.target_id &&
+           t->dst_buf == x->target_buf && t->src_buf == prev->src_buf &&
+           (char *)x->local + x->length == (char *)t->req.source &&
+           x->remote + x->length == t->req.target_offset &&
+           x->length + t->req.length <= e->merge_max_bytes;
+}
+
+/* After transport xi took its groups: a task merged into another's request
+ * follows it (in flight with it, or on to its own next transport). */
+static bool settle_followers(struct tent_engine *e, struct tent_batch *b,
+                             int xi, size_t first, size_t n)
+{
+    bool again = false;
+    unsigned started = 0, writes = 0; /* metrics count attempts per task */
+    for (size_t i = first; i < first + n; i++) {
+        struct tent_task *t = &b->tasks[i];
+        if (t->lead == i || t->state != STATUS_WAITING ||
+            t->cands[t->cand_pos] != xi)
+            continue;
+        const struct tent_task *lead = &b->tasks[t->lead];
+        if (lead->state == STATUS_PENDING && lead->xport == xi) {
+            t->state = STATUS_PENDING;
+            t->xport = (int8_t)xi;
+            started++;
+            writes += t->req.opcode == OPCODE_WRITE;
+            continue;
+        }
+        t->lead = (uint32_t)i;
+        tmh_refused(e, t, xi);
+        again |= tent_task_advance(
+            e, t, lead->last_error ? lead->last_error : TENT_EIO);
+    }
+    tmh_started(e, xi, started - writes, writes);
+    return again;
+}
+
 /* Starts every WAITING task among [first, first+n). */
 void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                          size_t first, size_t n)
@@ -98,6 +142,7 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
         for (int xi = 0; xi < e->nxports; xi++) {
             struct tent_xfer x[GROUP];
             size_t k = 0;
+            bool merged = false;
             for (size_t i = first; i < first + n; i++) {
                 struct tent_task *t = &b->tasks[i];
                 if (t->state != STATUS_WAITING || t->cands[t->cand_pos] != xi)
@@ -110,13 +155,23 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                     tent_task_fail(t, TENT_ENOSEGMENT);
                     continue;
                 }
-                fill_xfer(e, &c, t, (uint32_t)i, &x[k++]);
+                if (e->merge_requests && k > 0 && i > first &&
+                    mergeable(e, b, i, t, &x[k - 1])) {
+                    x[k - 1].length += t->req.length;
+                    t->lead = x[k - 1].slot;
+                    merged = true;
+                    continue;
+                }
                 if (k == GROUP) {
                     again |= flush_group(e, b, xi, x, k);
                     k = 0;
                 }
+                t->lead = (uint32_t)i;
+                fill_xfer(e, &c, t, (uint32_t)i, &x[k++]);
             }
             again |= flush_group(e, b, xi, x, k);
+            if (merged)
+                again |= settle_followers(e, b, xi, first, n);
         }
     }
 }
@@ -183,8 +238,21 @@ static int check_request(const tent_request_t *r, size_t i)
  * Caller holds e->local->lock (read) for the whole submit call; it is let go
  * only around a remote descriptor refetch.  On failure t holds only its own
  * pins (the caller unpins). */
+/* buf (pinned by an earlier task of this call, so alive) if it wholly holds
+ * [addr, +len), pinned once more; else NULL. */
+static struct tent_buffer *repin(struct tent_buffer *buf, uint64_t addr,
+                                 uint64_t len)
+{
+    if (!buf || addr < buf->base || len > buf->length ||
+        addr - buf->base > buf->length - len)
+        return NULL;
+    atomic_fetch_add_explicit(&buf->inflight, 1, memory_order_relaxed);
+    return buf;
+}
+
 static int resolve(struct tent_engine *e, struct seg_cache *c,
-                   const tent_request_t *r, size_t i, struct tent_task *t)
+                   const tent_request_t *r, size_t i, struct tent_task *t,
+                   const struct tent_task *prev)
 {
     t->req = *r;
     t->src_buf = t->dst_buf = NULL;
@@ -199,14 +267,23 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
             "tent_submit: request %zu: unknown segment id %llu", i,
             (unsigned long long)r->target_id);
     bool write = r->opcode == OPCODE_WRITE;
+    /* the request before, same direction, found the range granting it */
+    bool same = prev && prev->req.opcode == r->opcode;
     t->src_buf =
-        find_pin_locked(e->local, (uintptr_t)r->source, r->length, !write);
+        same ? repin(prev->src_buf, (uintptr_t)r->source, r->length) : NULL;
+    if (!t->src_buf)
+        t->src_buf =
+            find_pin_locked(e->local, (uintptr_t)r->source, r->length, !write);
     if (!t->src_buf)
         return tent_set_error(TENT_ENOTREG,
                               "tent_submit: request %zu: source [%p, +%llu) is "
                               "not inside registered local memory",
                               i, r->source, (unsigned long long)r->length);
-    if (seg->local) {
+    if (same && prev->req.target_id == r->target_id)
+        t->dst_buf = repin(prev->dst_buf, r->target_offset, r->length);
+    if (t->dst_buf) {
+        /* the buffer the request before found */
+    } else if (seg->local) {
         t->dst_buf = find_pin_locked(seg, r->target_offset, r->length, write);
     } else {
         t->dst_buf = find_pinned(seg, r->target_offset, r->length, write);
@@ -232,7 +309,7 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
 /* Permission and transport selection for a resolved task (no lock held:
  * transports' capability and reachability ops may take segment locks). */
 static int select_for(struct tent_engine *e, struct seg_cache *c, size_t i,
-                      struct tent_task *t)
+                      struct tent_task *t, const struct tent_task *prev)
 {
     struct tent_segment *seg = seg_lookup(e, c, t->req.target_id);
     const struct tent_buffer *dst = t->dst_buf;
@@ -247,7 +324,20 @@ static int select_for(struct tent_engine *e, struct seg_cache *c, size_t i,
             "tent_submit: request %zu: target buffer at "
             "%#llx of segment '%s' is not remotely accessible",
             i, (unsigned long long)dst->base, seg->name);
-    tent_select_candidates(e, t, seg, dst);
+    /* The candidates depend on the target, both buffers, the hint, the
+     * priority and (through policies) the length: a request like the one
+     * before it reuses that one's choice without asking the transports. */
+    if (prev && prev->dst_buf == dst && prev->src_buf == t->src_buf &&
+        prev->req.target_id == t->req.target_id &&
+        prev->req.transport_hint == t->req.transport_hint &&
+        prev->req.priority == t->req.priority &&
+        (e->npolicies == 0 || prev->req.length == t->req.length)) {
+        memcpy(t->cands, prev->cands, sizeof(t->cands));
+        t->ncand = prev->ncand;
+        t->cand_pos = 0;
+    } else {
+        tent_select_candidates(e, t, seg, dst);
+    }
     if (t->ncand == 0)
         return tent_set_error(
             TENT_ENOTRANSPORT,
@@ -273,10 +363,11 @@ static int prepare_all(struct tent_engine *e, const tent_request_t *entries,
     int rc = TENT_OK;
     pthread_rwlock_rdlock(&e->local->lock);
     for (; pinned < count && rc == TENT_OK; pinned++)
-        rc = resolve(e, &c, &entries[pinned], pinned, &tasks[pinned]);
+        rc = resolve(e, &c, &entries[pinned], pinned, &tasks[pinned],
+                     pinned ? &tasks[pinned - 1] : NULL);
     pthread_rwlock_unlock(&e->local->lock);
     for (size_t i = 0; i < count && rc == TENT_OK; i++)
-        rc = select_for(e, &c, i, &tasks[i]);
+        rc = select_for(e, &c, i, &tasks[i], i ? &tasks[i - 1] : NULL);
     if (rc != TENT_OK)
         for (size_t i = 0; i < pinned; i++)
             tent_task_unpin(&tasks[i]);

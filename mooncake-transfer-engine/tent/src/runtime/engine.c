@@ -48,6 +48,15 @@ static int load_settings(struct tent_engine *e)
         return rc;
     e->max_failover_attempts = (int)v;
 
+    rc = tent_config_get_bool(e->cfg, "merge_requests", true,
+                              &e->merge_requests);
+    if (!rc)
+        rc = tent_config_get_int_range(e->cfg, "merge_max_bytes", 1 << 20, 4096,
+                                       (int64_t)1 << 30, &v);
+    if (rc)
+        return rc;
+    e->merge_max_bytes = (uint64_t)v;
+
     rc = tent_config_get_bool(e->cfg, "enable_auto_failover_on_poll", true,
                               &e->auto_failover_on_poll);
     if (rc)

@@ -92,6 +92,10 @@ struct tent_task {
     uint8_t cands[TENT_MAX_TRANSPORTS];
     /* metrics: submit and attempt start (ns) of a timed task; 0 = untimed */
     uint64_t t_submit, t_attempt;
+    /* The task whose transport slot carries this one: its own index, or,
+     * when merge_requests joined it to the request before it, the index of
+     * the first task of that merged request. */
+    uint32_t lead;
 };
 
 struct tent_batch {
@@ -131,6 +135,11 @@ struct tent_engine {
 
     /* Settings read once from cfg at creation. */
     int max_failover_attempts;
+    /* merge_requests: adjacent requests of one submit (same target, opcode
+     * and buffers, contiguous on both sides) go to the transport as one,
+     * up to merge_max_bytes. */
+    bool merge_requests;
+    uint64_t merge_max_bytes;
     bool auto_failover_on_poll;
     bool use_hugepage;
     size_t hugepage_size;

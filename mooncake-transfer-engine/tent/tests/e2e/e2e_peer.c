@@ -137,6 +137,27 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
                 m[i] = e2e_pattern(i);
             uint64_t a = tent_register_memory(eh, m, c.len) ? 0 : (uintptr_t)m;
             tc_write_all(afd, &a, sizeof(a));
+        } else if (c.op == 'A') {
+            void *m = NULL;
+            uint64_t a = 0;
+            if (tent_allocate_memory(eh, &m, c.len, "cpu") == 0) {
+                int rc = tent_register_memory(eh, m, c.len);
+                if (rc == 0 || rc == TENT_EEXIST)
+                    a = (uintptr_t)m;
+                else
+                    tent_free_memory(eh, m);
+            }
+            tc_write_all(afd, &a, sizeof(a));
+        } else if (c.op == 'U') {
+            void *m = (void *)(uintptr_t)c.off;
+            /* TENT's order; an engine whose tent_allocate_memory also
+             * registers refuses the unregister (EINVAL: "release it with
+             * tent_free_memory") and the free does both */
+            int32_t ur = tent_unregister_memory(eh, m, c.len);
+            int32_t rc = tent_free_memory(eh, m);
+            if (rc == 0 && ur != 0 && ur != TENT_EINVAL)
+                rc = ur;
+            tc_write_all(afd, &rc, sizeof(rc));
         } else if (c.op == 'F') {
             int32_t rc = tent_free_memory(eh, rw);
             tc_write_all(afd, &rc, sizeof(rc));
@@ -249,6 +270,26 @@ uint64_t e2e_peer_register(struct e2e_peer *p, uint64_t len)
         tc_read_all(p->ans_fd, &a, sizeof(a)))
         return 0;
     return a;
+}
+
+uint64_t e2e_peer_alloc(struct e2e_peer *p, uint64_t len)
+{
+    struct cmd c = {.op = 'A', .len = len};
+    uint64_t a = 0;
+    if (tc_write_all(p->cmd_fd, &c, sizeof(c)) ||
+        tc_read_all(p->ans_fd, &a, sizeof(a)))
+        return 0;
+    return a;
+}
+
+int e2e_peer_release(struct e2e_peer *p, uint64_t addr, uint64_t len)
+{
+    struct cmd c = {.op = 'U', .off = addr, .len = len};
+    int32_t rc = -1;
+    if (tc_write_all(p->cmd_fd, &c, sizeof(c)) ||
+        tc_read_all(p->ans_fd, &rc, sizeof(rc)))
+        return -1;
+    return rc;
 }
 
 int e2e_peer_free_rw(struct e2e_peer *p)

@@ -41,6 +41,13 @@ uint64_t e2e_peer_hash(struct e2e_peer *p, bool plain, uint64_t off,
 uint64_t e2e_peer_register(struct e2e_peer *p, uint64_t len);
 /* The child frees its rw buffer (tent_free_memory); returns its result. */
 int e2e_peer_free_rw(struct e2e_peer *p);
+/* The target allocates len bytes with tent_allocate_memory and registers
+ * them (an "already registered" answer counts as registered); returns the
+ * address or 0. */
+uint64_t e2e_peer_alloc(struct e2e_peer *p, uint64_t len);
+/* The target unregisters and frees what e2e_peer_alloc returned; 0 or the
+ * failing call's code. */
+int e2e_peer_release(struct e2e_peer *p, uint64_t addr, uint64_t len);
 /* Asks the child to stop its RPC server (data and control plane). */
 void e2e_peer_stop_rpc(struct e2e_peer *p);
 /* The child's memfabric transport goes away while its engine (RPC server,

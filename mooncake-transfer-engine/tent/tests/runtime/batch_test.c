@@ -273,13 +273,95 @@ static void test_cancel(void **state)
     tent_destroy_engine(e);
 }
 
+/* An engine over fake_a then fake_b with merge_requests on, merged
+ * requests capped at 64 KiB. */
+static tent_engine_t merge_engine(void)
+{
+    tu_config((const char *const[]){"fake_a", "fake_b", NULL});
+    tent_set_config("merge_requests", "true");
+    tent_set_config("merge_max_bytes", "65536");
+    return tent_create_engine();
+}
+
+/* Submits 64 blocks of 4 KiB (every `stride` blocks), waits, checks every
+ * task COMPLETED with its own 4096 bytes and the bytes landed. */
+static void merge_round(tent_engine_t e, struct tu_bufs *p, size_t stride)
+{
+    enum { N = 64, BLK = 4096 };
+    memset(p->dst, 0, p->len);
+    tent_request_t r[N];
+    for (size_t i = 0; i < N; i++)
+        r[i] = tu_write(p, (i * stride * BLK) % p->len, BLK);
+    tent_batch_id_t b = tent_allocate_batch(e, N);
+    assert_int_equal(tent_submit(e, b, r, N), TENT_OK);
+    tent_status_t st;
+    assert_int_equal(tu_wait_all(e, b, &st, 5000), TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(st.transferred_bytes, N * BLK);
+    for (size_t i = 0; i < N; i++) {
+        assert_int_equal(tent_task_status(e, b, i, &st), TENT_OK);
+        assert_int_equal(st.status, STATUS_COMPLETED);
+        assert_int_equal(st.transferred_bytes, BLK);
+        size_t off = (i * stride * BLK) % p->len;
+        assert_memory_equal(p->dst + off, p->src + off, BLK);
+    }
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+}
+
+/* merge_requests: adjacent contiguous requests reach the transport as one
+ * (up to merge_max_bytes); every task still reports its own status and
+ * bytes; a gap stops merging; a refused merged request moves all its tasks
+ * to the next transport, where they merge again; a completion failure
+ * fails every task of it over. */
+static void test_merge_requests(void **state)
+{
+    (void)state;
+    tent_engine_t e = merge_engine();
+    assert_non_null(e);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, 64 * 4096);
+    fake_behavior[0].polls_before_done = 1;
+
+    merge_round(e, &p, 1); /* 256 KiB contiguous: 4 requests of 64 KiB */
+    assert_int_equal(fake_stats[0].submitted, 4);
+
+    merge_round(e, &p, 2); /* every other block: nothing is adjacent */
+    assert_int_equal(fake_stats[0].submitted, 4 + 64);
+
+    /* the first merged request (slot 0) refused by fake_a: its 16 tasks go
+     * to fake_b as one request, the other 48 stay on fake_a as 3 */
+    fake_behavior[0].fail_submit_slots = 1;
+    merge_round(e, &p, 1);
+    assert_int_equal(fake_stats[0].submitted, 4 + 64 + 3);
+    assert_int_equal(fake_stats[1].submitted, 1);
+    fake_behavior[0].fail_submit_slots = 0;
+
+    /* fake_a fails at completion: every task fails over to fake_b */
+    fake_behavior[0].fail_completion = true;
+    merge_round(e, &p, 1);
+    assert_true(fake_stats[1].submitted > 1);
+
+    fake_behavior[0].fail_completion = false;
+
+    /* merging off: one request per task again */
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+    e = TU_ENGINE("fake_a");
+    tu_bufs_init(e, &p, 64 * 4096);
+    int before = fake_stats[0].submitted;
+    merge_round(e, &p, 1);
+    assert_int_equal(fake_stats[0].submitted - before, 64);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         TU_TEST(test_lifecycle),   TU_TEST(test_free_after_failure),
         TU_TEST(test_read),        TU_TEST(test_many_batches_unique_ids),
         TU_TEST(test_large_batch), TU_TEST(test_ids_unique_across_engines),
-        TU_TEST(test_cancel),
+        TU_TEST(test_cancel),      TU_TEST(test_merge_requests),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

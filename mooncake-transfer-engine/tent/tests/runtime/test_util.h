@@ -44,6 +44,9 @@ static inline void tu_config(const char *const *enable)
         tent_set_config(key, on ? "true" : "false");
     }
     tent_set_config("log_level", "error");
+    /* these tests count the requests each transport sees: one per task
+     * (batch_test.c turns merging on where it tests it) */
+    tent_set_config("merge_requests", "false");
 }
 
 /* Registers the fakes and the decorator (wrapping fake_c) and resets them. */

@@ -56,13 +56,14 @@ check_table() {
     done
     local nfields=10
     if [ -n "$baseline" ]; then
-        for col in 'Memcpy (GB/S)' 'Socket (GB/S)' 'BW/Memcpy' 'BW/Socket'; do
+        for col in 'Memcpy (GB/S)' 'Socket (GB/S)' 'BW/Memcpy' 'BW/Socket' \
+            'PingPong (us)' 'PP/AvgTx'; do
             case $header in
             *"$col"*) ;;
             *) fail "header lacks column '$col'" ;;
             esac
         done
-        nfields=14
+        nfields=16
     fi
     local got
     got=$(grep -cE '^ *[0-9]+ +[0-9]+ ' "$OUT")
@@ -160,8 +161,8 @@ mix)
     check_table 2 "$XPORT"
     ;;
 json)
-    run 0 --loopback --xport_type="$XPORT" --json --block_size=4096,16384 \
-        "${COMMON[@]}"
+    run 0 --loopback --xport_type="$XPORT" --json --baseline \
+        --block_size=4096,16384 "${COMMON[@]}"
     n=$(grep -c '^{.*}$' "$OUT")
     [ "$n" -eq 2 ] || fail "expected 2 JSON rows, got $n"
     if command -v python3 >/dev/null; then
@@ -173,6 +174,11 @@ for line in open(sys.argv[1]):
               "avg_tx_us", "p99_tx_us", "p999_tx_us", "transport"):
         assert k in r, k
     assert r["bw_gbps"] > 0 and r["transport"] == sys.argv[2], r
+    # --baseline: the ceilings and the ratios to them
+    for k in ("memcpy_gbps", "socket_gbps", "pingpong_us"):
+        assert r[k] > 0, (k, r)
+    assert abs(r["ratio_pingpong"] - r["pingpong_us"] / r["avg_tx_us"]) \
+        < 1e-3 * r["ratio_pingpong"] + 1e-6, r
 ' "$OUT" "$XPORT" || fail "JSON rows malformed"
     fi
     ;;

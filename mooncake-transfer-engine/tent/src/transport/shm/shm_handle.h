@@ -3,9 +3,16 @@
 #ifndef TENT_TRANSPORT_SHM_HANDLE_H
 #define TENT_TRANSPORT_SHM_HANDLE_H
 
+#include <stddef.h>
+
 /* "memfd:<fd>:<inode>" -> fd >= 0 and inode; 0 or TENT_EPROTO. */
 int tent_shm_parse_handle(const char *s, int *fd, unsigned long long *ino);
 /* The "pid" attribute: a decimal in 1..2^30, else -1. */
 long tent_shm_parse_pid(const char *s);
+
+struct tent_transport;
+/* Mappings of peer memory the shm transport t holds now (cached or kept
+ * for copies awaiting their check): for tests and benchmarks. */
+size_t tent_shm_mapping_count(struct tent_transport *t);
 
 #endif

@@ -19,9 +19,23 @@
  *
  * Copies run synchronously in submit (a memcpy of mapped memory is the
  * fastest thing we could hand to a thread anyway), so quiesce has nothing
- * to wait for.  A pidfd of the peer tells whether it is still alive after a
- * copy: data copied into the memory of a process that has died is reported
- * FAILED, not COMPLETED. */
+ * to wait for.  Submit makes no system call on a cached mapping.  A copy is
+ * reported COMPLETED only once a check that started after it found the peer
+ * still holding the memory: for a memfd, stat(/proc/<pid>/fd/<fd>) still
+ * names the published inode (a process that has exited has closed its fds,
+ * so this also proves it alive); for "cma", the peer's pidfd is not
+ * readable.  Checks are counted per mapping (per peer for cma) with a
+ * generation number, so one check vouches for every copy finished before it
+ * began: a batch of n requests to one buffer costs one system call at
+ * status time, not n.  A failed check is sticky: later copies to that
+ * mapping are refused at submit and the mapping is evicted from the cache.
+ *
+ * Eviction: a mapping is dropped from the cache when a check finds the
+ * peer's fd no longer names the memory (the peer freed it), and every new
+ * mapping of a peer first sweeps that peer's cached mappings the same way,
+ * so an initiator's mappings follow what its peers still hold.  A mapping is
+ * reference-counted by the cache and by every copy awaiting its check; the
+ * last reference unmaps it. */
 #include "common/compiler.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -33,6 +47,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,15 +61,28 @@
 #define SYS_pidfd_open 434
 #endif
 
+/* Verification state of a mapping (or, for cma, of a peer): copies take
+ * a generation after they finish; a good check that began at generation g
+ * vouches for every copy with a smaller one. */
+struct shm_check {
+    _Atomic uint64_t gen;
+    _Atomic uint64_t ok_upto;
+    atomic_bool bad; /* sticky: the peer died or dropped the memory */
+};
+
 /* A peer process we copy to/from. */
 struct shm_proc {
     long pid;
     char host_id[128];
-    int pidfd; /* -1 when the kernel has no pidfd_open */
+    int pidfd;            /* -1 when the kernel has no pidfd_open */
+    struct shm_check chk; /* cma copies */
     struct shm_proc *next;
 };
 
 struct shm_map {
+    struct shm_check chk;
+    atomic_uint refs; /* the cache's (while listed) + one per unchecked copy */
+    bool listed;      /* in t->maps; guarded by t->lock */
     long pid;
     unsigned long long ino;
     char path[64]; /* /proc/<pid>/fd/<fd>: still the same file? */
@@ -66,7 +94,11 @@ struct shm_map {
 };
 
 struct shm_task {
-    int state; /* enum tent_xfer_state */
+    int state;      /* enum tent_xfer_state */
+    bool unchecked; /* copied; COMPLETED once a later check vouches for it */
+    uint64_t gen;
+    struct shm_map *map;   /* memfd copy awaiting its check (holds a ref) */
+    struct shm_proc *proc; /* cma copy awaiting its check */
     uint64_t bytes;
     int err;
 };
@@ -84,7 +116,36 @@ struct shm_transport {
     pthread_mutex_t lock;
     struct shm_proc *procs;
     struct shm_map *maps;
+    atomic_size_t nmaps; /* mappings alive, listed or awaiting checks */
 };
+
+size_t tent_shm_mapping_count(struct tent_transport *t)
+{
+    return atomic_load(&((struct shm_transport *)t)->nmaps);
+}
+
+static void map_unref(struct shm_transport *t, struct shm_map *m)
+{
+    if (atomic_fetch_sub(&m->refs, 1) != 1)
+        return;
+    munmap(m->addr, m->maplen);
+    free(m);
+    atomic_fetch_sub(&t->nmaps, 1);
+}
+
+/* Drops m from the cache; caller holds t->lock. */
+static void map_unlist_locked(struct shm_transport *t, struct shm_map *m)
+{
+    if (!m->listed)
+        return;
+    for (struct shm_map **pp = &t->maps; *pp; pp = &(*pp)->next)
+        if (*pp == m) {
+            *pp = m->next;
+            break;
+        }
+    m->listed = false;
+    map_unref(t, m);
+}
 
 static struct shm_transport *shm_of(struct tent_transport *t)
 {
@@ -106,8 +167,8 @@ static void shm_uninstall(struct tent_transport *base)
     struct shm_transport *t = shm_of(base);
     for (struct shm_map *m = t->maps, *n; m; m = n) {
         n = m->next;
-        munmap(m->addr, m->maplen);
-        free(m);
+        m->listed = false;
+        map_unref(t, m);
     }
     for (struct shm_proc *p = t->procs, *n; p; p = n) {
         n = p->next;
@@ -190,10 +251,21 @@ static int shm_alloc_sub(struct tent_transport *t, size_t capacity,
     return TENT_OK;
 }
 
-static int shm_free_sub(TENT_UNUSED struct tent_transport *t,
-                        struct tent_sub_batch *base)
+/* Forgets a task's pending check (its mapping reference). */
+static void task_release(struct shm_transport *t, struct shm_task *k)
+{
+    if (k->map)
+        map_unref(t, k->map);
+    k->map = NULL;
+    k->proc = NULL;
+    k->unchecked = false;
+}
+
+static int shm_free_sub(struct tent_transport *t, struct tent_sub_batch *base)
 {
     struct shm_sub *sb = (struct shm_sub *)base;
+    for (size_t i = 0; i < sb->base.capacity; i++)
+        task_release(shm_of(t), &sb->tasks[i]);
     free(sb->tasks);
     free(sb);
     return TENT_OK;
@@ -223,6 +295,29 @@ static bool proc_alive(const struct shm_proc *p)
     return poll(&pf, 1, 0) == 0;
 }
 
+/* Does the peer still hold m's memory?  Its fd still names the inode (an
+ * exited process has closed its fds, so this also proves it alive). */
+static bool map_held(const struct shm_map *m)
+{
+    struct stat st;
+    return stat(m->path, &st) == 0 && (unsigned long long)st.st_ino == m->ino;
+}
+
+/* Drops pid's cached mappings whose memory the peer no longer holds;
+ * caller holds t->lock. */
+static void sweep_pid_locked(struct shm_transport *t, long pid)
+{
+    for (struct shm_map *m = t->maps, *n; m; m = n) {
+        n = m->next;
+        if (m->pid != pid)
+            continue;
+        if (atomic_load(&m->chk.bad) || !map_held(m)) {
+            atomic_store(&m->chk.bad, true);
+            map_unlist_locked(t, m);
+        }
+    }
+}
+
 /* Maps (or finds) the memfd behind target buffer tb of process pid. */
 static int map_get_locked(struct shm_transport *t, long pid,
                           const struct tent_buffer *tb, bool write,
@@ -235,10 +330,11 @@ static int map_get_locked(struct shm_transport *t, long pid,
         return rc;
     for (struct shm_map *m = t->maps; m; m = m->next)
         if (m->pid == pid && m->ino == ino && m->len >= tb->length &&
-            (m->writable || !write)) {
+            (m->writable || !write) && !atomic_load(&m->chk.bad)) {
             *out = m;
             return TENT_OK;
         }
+    sweep_pid_locked(t, pid);
     char path[64];
     snprintf(path, sizeof(path), "/proc/%ld/fd/%d", pid, fdnum);
     bool rw = tb->perm == PERM_GLOBAL_READ_WRITE;
@@ -278,6 +374,9 @@ static int map_get_locked(struct shm_transport *t, long pid,
         return tent_set_error(TENT_EPEER, "shm: mmap of %s failed: %s", path,
                               strerror(err));
     }
+    atomic_init(&m->refs, 1);
+    m->listed = true;
+    atomic_fetch_add(&t->nmaps, 1);
     m->pid = pid;
     m->ino = ino;
     snprintf(m->path, sizeof(m->path), "%s", path);
@@ -320,10 +419,67 @@ static int cma_copy(long pid, const struct tent_xfer *x, int *state)
     return TENT_OK;
 }
 
-static int submit_one(struct shm_transport *t, const struct tent_xfer *x,
-                      struct shm_task *k)
+/* What one submit call last looked up: consecutive requests to the same
+ * buffer reuse it without the lock.  map holds a reference for the call. */
+struct shm_lookup {
+    const struct tent_segment *target;
+    const struct tent_buffer *tb;
+    bool write;
+    long pid;
+    struct shm_proc *proc;
+    struct shm_map *map; /* NULL for cma */
+};
+
+static void lookup_drop(struct shm_transport *t, struct shm_lookup *c)
+{
+    if (c->map)
+        map_unref(t, c->map);
+    memset(c, 0, sizeof(*c));
+}
+
+static int lookup(struct shm_transport *t, const struct tent_xfer *x,
+                  struct shm_lookup *c)
 {
     const struct tent_buffer *tb = x->target_buf;
+    bool write = x->opcode == OPCODE_WRITE;
+    if (c->tb == tb && c->target == x->target && (c->write || !write) &&
+        c->proc)
+        return TENT_OK;
+    lookup_drop(t, c);
+    long pid = peer_pid(x->target);
+    if (pid < 0)
+        return tent_set_error(TENT_EPEER, "shm: segment '%s' publishes no pid",
+                              tent_segment_name_of(x->target));
+    pthread_mutex_lock(&t->lock);
+    struct shm_proc *p = proc_get_locked(t, pid);
+    int rc = p ? TENT_OK : tent_set_error(TENT_ENOMEM, "shm: out of memory");
+    struct shm_map *m = NULL;
+    if (!rc && strncmp(tb->shm_name, "memfd:", 6) == 0) {
+        rc = map_get_locked(t, pid, tb, write, &m);
+        if (!rc)
+            atomic_fetch_add(&m->refs, 1);
+    } else if (!rc && strcmp(tb->shm_name, "cma") != 0) {
+        rc = tent_set_error(TENT_ENOTSUP,
+                            "shm: buffer at %#" PRIx64 " has no shm handle",
+                            tb->base);
+    }
+    pthread_mutex_unlock(&t->lock);
+    if (rc)
+        return rc;
+    c->target = x->target;
+    c->tb = tb;
+    c->write = write;
+    c->pid = pid;
+    c->proc = p;
+    c->map = m;
+    return TENT_OK;
+}
+
+static int submit_one(struct shm_transport *t, const struct tent_xfer *x,
+                      struct shm_task *k, struct shm_lookup *c)
+{
+    const struct tent_buffer *tb = x->target_buf;
+    task_release(t, k);
     if (!tb)
         return tent_set_error(TENT_ERANGE, "shm: request has no target buffer");
     if (tent_segment_is_local(x->target)) {
@@ -337,56 +493,53 @@ static int submit_one(struct shm_transport *t, const struct tent_xfer *x,
         k->bytes = x->length;
         return TENT_OK;
     }
-    long pid = peer_pid(x->target);
-    if (pid < 0)
-        return tent_set_error(TENT_EPEER, "shm: segment '%s' publishes no pid",
-                              tent_segment_name_of(x->target));
-    bool write = x->opcode == OPCODE_WRITE;
-    pthread_mutex_lock(&t->lock);
-    struct shm_proc *p = proc_get_locked(t, pid);
-    int rc = p ? TENT_OK : tent_set_error(TENT_ENOMEM, "shm: out of memory");
-    struct shm_map *m = NULL;
-    bool memfd = strncmp(tb->shm_name, "memfd:", 6) == 0;
-    if (!rc && memfd)
-        rc = map_get_locked(t, pid, tb, write, &m);
-    else if (!rc && strcmp(tb->shm_name, "cma") != 0)
-        rc = tent_set_error(TENT_ENOTSUP,
-                            "shm: buffer at %#" PRIx64 " has no shm handle",
-                            tb->base);
-    pthread_mutex_unlock(&t->lock);
+    int rc = lookup(t, x, c);
     if (rc)
         return rc;
-    if (!proc_alive(p))
+    struct shm_map *m = c->map;
+    struct shm_check *chk = m ? &m->chk : &c->proc->chk;
+    /* A check already found the peer gone: refuse, touching nothing. */
+    if (atomic_load(&chk->bad)) {
+        if (m)
+            return tent_set_error(TENT_EPEER,
+                                  "shm: buffer at %#" PRIx64 " of pid %ld is "
+                                  "no longer registered",
+                                  tb->base, c->pid);
         return tent_set_error(TENT_EPEER, "shm: peer process %ld has exited",
-                              pid);
-    /* A peer that freed the memory closed its fd: our mapping would still
-     * work, into memory nobody owns any more.  Refuse instead. */
-    struct stat st;
-    if (memfd &&
-        (stat(m->path, &st) != 0 || (unsigned long long)st.st_ino != m->ino))
-        return tent_set_error(TENT_EPEER,
-                              "shm: buffer at %#" PRIx64 " of pid %ld is no "
-                              "longer registered",
-                              tb->base, pid);
-    int state = TENT_XFER_COMPLETED;
-    if (memfd) {
+                              c->pid);
+    }
+    if (m) {
         /* target_buf wholly holds [remote, +length): checked by the runtime
          * against the descriptor; m maps the whole buffer. */
         char *r = (char *)m->addr + (x->remote - tb->base);
-        if (write)
+        if (x->opcode == OPCODE_WRITE)
             memcpy(r, x->local, x->length);
         else
             memcpy(x->local, r, x->length);
     } else {
-        rc = cma_copy(pid, x, &state);
+        int state = TENT_XFER_COMPLETED;
+        rc = cma_copy(c->pid, x, &state);
         if (rc)
             return rc;
+        if (state != TENT_XFER_COMPLETED) {
+            k->state = state;
+            k->bytes = 0;
+            k->err = TENT_EPEER;
+            return TENT_OK;
+        }
     }
-    if (state == TENT_XFER_COMPLETED && !proc_alive(p))
-        state = TENT_XFER_FAILED; /* the copy landed in a dead process */
-    k->state = state;
-    k->bytes = state == TENT_XFER_COMPLETED ? x->length : 0;
-    k->err = state == TENT_XFER_FAILED ? TENT_EPEER : 0;
+    /* Finished: its generation is taken after the copy, so only a check
+     * that begins later can vouch for it. */
+    k->gen = atomic_load(&chk->gen);
+    k->state = TENT_XFER_PENDING;
+    k->unchecked = true;
+    k->bytes = x->length; /* reported once the check vouches for it */
+    k->err = 0;
+    k->proc = c->proc;
+    if (m) {
+        atomic_fetch_add(&m->refs, 1);
+        k->map = m;
+    }
     return TENT_OK;
 }
 
@@ -395,29 +548,62 @@ static int shm_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
 {
     struct shm_transport *t = shm_of(base);
     struct shm_sub *sb = (struct shm_sub *)sbb;
+    struct shm_lookup c = {0};
     int first = TENT_OK;
     for (size_t i = 0; i < n; i++) {
         int rc =
             reqs[i].slot < sb->base.capacity
-                ? submit_one(t, &reqs[i], &sb->tasks[reqs[i].slot])
+                ? submit_one(t, &reqs[i], &sb->tasks[reqs[i].slot], &c)
                 : tent_set_error(TENT_EINVAL, "shm: slot %u beyond capacity",
                                  reqs[i].slot);
         results[i] = rc;
         if (rc && !first)
             first = rc;
     }
+    lookup_drop(t, &c);
     return first;
 }
 
-static int shm_status(TENT_UNUSED struct tent_transport *t,
-                      struct tent_sub_batch *sbb, uint32_t slot,
-                      struct tent_xfer_status *out)
+/* Settles a copy awaiting its check: COMPLETED when a check that began
+ * after the copy found the peer still holding the memory, else FAILED. */
+static void task_settle(struct shm_transport *t, struct shm_task *k)
+{
+    struct shm_map *m = k->map;
+    struct shm_check *chk = m ? &m->chk : &k->proc->chk;
+    bool good = k->gen < atomic_load(&chk->ok_upto);
+    if (!good && !atomic_load(&chk->bad)) {
+        uint64_t g = atomic_fetch_add(&chk->gen, 1) + 1;
+        good = m ? map_held(m) : proc_alive(k->proc);
+        if (good) {
+            uint64_t cur = atomic_load(&chk->ok_upto);
+            while (cur < g &&
+                   !atomic_compare_exchange_weak(&chk->ok_upto, &cur, g))
+                ;
+        } else {
+            atomic_store(&chk->bad, true);
+            if (m) { /* the peer dropped it: out of the cache */
+                pthread_mutex_lock(&t->lock);
+                map_unlist_locked(t, m);
+                pthread_mutex_unlock(&t->lock);
+            }
+        }
+    }
+    k->state = good ? TENT_XFER_COMPLETED : TENT_XFER_FAILED;
+    k->bytes = good ? k->bytes : 0;
+    k->err = good ? 0 : TENT_EPEER;
+    task_release(t, k);
+}
+
+static int shm_status(struct tent_transport *t, struct tent_sub_batch *sbb,
+                      uint32_t slot, struct tent_xfer_status *out)
 {
     struct shm_sub *sb = (struct shm_sub *)sbb;
     if (slot >= sb->base.capacity)
         return tent_set_error(TENT_EINVAL, "shm: slot %u beyond capacity",
                               slot);
-    const struct shm_task *k = &sb->tasks[slot];
+    struct shm_task *k = &sb->tasks[slot];
+    if (k->unchecked)
+        task_settle(shm_of(t), k);
     out->state = k->state;
     out->bytes = k->bytes;
     out->native_code = k->err;

@@ -12,7 +12,14 @@
  * Failure: sockets carry send/receive timeouts of timeout_ms, so a dead or
  * stalled peer fails the window within that bound; the worker then fails
  * every slice still queued on the peer as well, so a whole batch turns
- * FAILED within about one timeout rather than one timeout per slice. */
+ * FAILED within about one timeout rather than one timeout per slice.
+ *
+ * Small submits (at most INLINE_BYTES to a peer, one opcode) run to
+ * completion on the submitting thread over the peer's own inline
+ * connection when no other thread is using it (a try-lock): the round trip
+ * a worker would make, minus two thread hand-offs.  Its failures are bounded
+ * by the same timeout_ms; when the connection is busy the slices go to the
+ * workers as usual. */
 #include "common/compiler.h"
 #include "common/config.h"
 #include "common/error.h"
@@ -22,6 +29,7 @@
 #include "transport/transport.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -36,6 +44,10 @@
 #define MAX_CONNS     16
 #define WINDOW_SLICES 64
 #define WINDOW_BYTES  (8u << 20)
+/* A submit whose slices to one peer carry at most this many bytes runs to
+ * completion on the submitting thread when the peer's inline connection is
+ * free: no hand-off to a worker and back. */
+#define INLINE_BYTES (64u << 10)
 
 struct tcp_sub;
 
@@ -79,6 +91,10 @@ struct tcp_peer {
     int fds[MAX_CONNS];
     pthread_t workers[MAX_CONNS];
     bool down; /* the last connection or window failed (tent_peers) */
+    /* inline connection: ilock (try-locked by submitters) guards ifd/iin */
+    pthread_mutex_t ilock;
+    int ifd;
+    struct inbuf *iin;
     struct tcp_peer *next;
 };
 
@@ -150,15 +166,56 @@ static void fail_list(struct tcp_transport *t, struct slice *s, int err)
     }
 }
 
-/* sendmsg until every iovec is out; SO_SNDTIMEO bounds each wait. */
-static int send_iov(int fd, struct iovec *iov, int n)
+static long now_ms(void)
 {
-    int rc = tent_net_sendv_all(fd, iov, n, NULL, NULL);
-    if (rc == -EAGAIN)
-        return tent_set_error(TENT_ETIMEDOUT, "tcp: send timed out");
-    if (rc)
-        return tent_set_error(TENT_EPEER, "tcp: send failed: %s",
-                              tent_net_strerror(rc));
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000;
+}
+
+/* sendmsg until every iovec is out, within timeout_ms for the whole window:
+ * a peer that drains a little now and then (a stopped process's kernel
+ * still fills its receive buffer) does not restart the clock.  Sends do
+ * not block; only a full socket buffer costs a poll. */
+static int send_iov(int fd, struct iovec *iov, int n, int timeout_ms)
+{
+    long deadline = -1;
+    while (n > 0) {
+        struct msghdr m = {.msg_iov = iov,
+                           .msg_iovlen = (size_t)(n < IOV_MAX ? n : IOV_MAX)};
+        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            int err = errno;
+            if (err == EINTR)
+                continue;
+            if (err != EAGAIN && err != EWOULDBLOCK)
+                return tent_set_error(TENT_EPEER, "tcp: send failed: %s",
+                                      strerror(err));
+            long now = now_ms();
+            if (deadline < 0)
+                deadline = now + timeout_ms;
+            if (now >= deadline)
+                return tent_set_error(TENT_ETIMEDOUT,
+                                      "tcp: send timed out after %d ms",
+                                      timeout_ms);
+            struct pollfd pf = {.fd = fd, .events = POLLOUT};
+            int pr = poll(&pf, 1, (int)(deadline - now));
+            if (pr < 0 && errno != EINTR)
+                return tent_set_error(TENT_EPEER, "tcp: poll failed: %s",
+                                      strerror(errno));
+            continue;
+        }
+        size_t done = (size_t)w;
+        while (n > 0 && done >= iov->iov_len) {
+            done -= iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + done;
+            iov->iov_len -= done;
+        }
+    }
     return TENT_OK;
 }
 
@@ -186,7 +243,7 @@ static int in_read(int fd, struct inbuf *in, void *dst, size_t n)
  * or the connection-level error (the connection must then be dropped);
  * per-slice refusals by the peer are recorded in status[]. */
 static int run_window(int fd, struct inbuf *in, struct slice **w, int n,
-                      int32_t *status)
+                      int32_t *status, int timeout_ms)
 {
     uint8_t hdrs[WINDOW_SLICES][TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN];
     struct iovec iov[2 * WINDOW_SLICES];
@@ -204,7 +261,7 @@ static int run_window(int fd, struct inbuf *in, struct slice **w, int n,
             iov[k++].iov_len = s->len;
         }
     }
-    int rc = send_iov(fd, iov, k);
+    int rc = send_iov(fd, iov, k, timeout_ms);
     if (rc)
         return rc;
     for (int i = 0; i < n; i++) {
@@ -305,7 +362,7 @@ static void *worker_main(void *arg)
             }
         }
         if (!rc)
-            rc = run_window(fd, in, w, n, status);
+            rc = run_window(fd, in, w, n, status, t->timeout_ms);
         if (rc) {
             LOG_WARN("tcp: peer %s: %s; failing %d slice(s) and the peer's "
                      "queue",
@@ -350,8 +407,62 @@ static void peer_stop(struct tcp_peer *p)
     pthread_mutex_unlock(&p->lock);
     for (int i = 0; i < p->nworkers; i++)
         pthread_join(p->workers[i], NULL);
+    pthread_mutex_lock(&p->ilock); /* waits out an inline round trip */
+    if (p->ifd >= 0)
+        close(p->ifd);
+    p->ifd = -1;
+    free(p->iin);
+    p->iin = NULL;
+    pthread_mutex_unlock(&p->ilock);
+    pthread_mutex_destroy(&p->ilock);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
+}
+
+/* Runs the slices list (one opcode, at most WINDOW_SLICES) to completion on
+ * this thread over p's inline connection; false (nothing done) when another
+ * thread holds that connection. */
+static bool run_inline(struct tcp_transport *t, struct tcp_peer *p,
+                       struct slice *head)
+{
+    if (pthread_mutex_trylock(&p->ilock) != 0)
+        return false;
+    struct slice *w[WINDOW_SLICES];
+    int32_t status[WINDOW_SLICES];
+    int n = 0;
+    for (struct slice *s = head; s; s = s->next)
+        w[n++] = s;
+    int rc = TENT_OK;
+    if (p->ifd >= 0 && closed_while_idle(p->ifd)) {
+        LOG_DEBUG("tcp: peer %s closed the idle inline connection; "
+                  "reconnecting",
+                  p->addr);
+        close(p->ifd);
+        p->ifd = -1;
+    }
+    if (p->ifd < 0) {
+        if (!p->iin)
+            p->iin = malloc(sizeof(*p->iin));
+        rc = p->iin ? tent_rpc_connect(p->host, p->port, t->timeout_ms, &p->ifd)
+                    : tent_set_error(TENT_ENOMEM, "tcp: out of memory");
+        if (p->iin)
+            p->iin->nb = (struct tent_net_inbuf){.b = p->iin->b,
+                                                 .cap = sizeof(p->iin->b)};
+    }
+    if (!rc)
+        rc = run_window(p->ifd, p->iin, w, n, status, t->timeout_ms);
+    if (rc) {
+        LOG_WARN("tcp: peer %s: %s; failing %d slice(s)", p->addr,
+                 tent_last_error(), n);
+        if (p->ifd >= 0)
+            close(p->ifd);
+        p->ifd = -1;
+    }
+    pthread_mutex_unlock(&p->ilock);
+    peer_mark(p, rc != 0);
+    for (int i = 0; i < n; i++)
+        slice_done(t, w[i], rc ? rc : status[i]);
+    return true;
 }
 
 /* Finds or creates the peer for addr.  Caller holds t->lock. */
@@ -373,6 +484,8 @@ static int peer_get_locked(struct tcp_transport *t, const char *addr,
     }
     snprintf(p->addr, sizeof(p->addr), "%s", addr);
     p->t = t;
+    p->ifd = -1;
+    pthread_mutex_init(&p->ilock, NULL);
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->cond, NULL);
     for (int i = 0; i < MAX_CONNS; i++)
@@ -387,6 +500,7 @@ static int peer_get_locked(struct tcp_transport *t, const char *addr,
         p->nworkers++;
     }
     if (p->nworkers == 0) {
+        pthread_mutex_destroy(&p->ilock);
         pthread_mutex_destroy(&p->lock);
         pthread_cond_destroy(&p->cond);
         free(p);
@@ -426,11 +540,12 @@ static int tcp_install(struct tent_transport *base)
 static int tcp_quiesce(struct tent_transport *base)
 {
     struct tcp_transport *t = tcp_of(base);
-    if (!t->accepting && !t->peers)
-        return TENT_OK;
     pthread_mutex_lock(&t->lock);
+    bool idle = !t->accepting && !t->peers;
     t->accepting = false;
     pthread_mutex_unlock(&t->lock);
+    if (idle)
+        return TENT_OK;
     struct timespec start, now;
     clock_gettime(CLOCK_MONOTONIC, &start);
     long limit_ms = 2L * t->timeout_ms + 1000;
@@ -570,6 +685,9 @@ static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
     struct pending {
         struct tcp_peer *p;
         struct slice *head, *tail;
+        uint64_t bytes;
+        uint32_t nslices;
+        int opcode; /* -1 once mixed */
     } pend[8];
     int npend = 0;
     for (size_t i = 0; i < n; i++) {
@@ -621,14 +739,26 @@ static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
         if (j == npend) {
             pend[npend].p = p;
             pend[npend].head = head;
+            pend[npend].bytes = 0;
+            pend[npend].nslices = 0;
+            pend[npend].opcode = x->opcode;
             pend[npend++].tail = tail;
         } else {
             pend[j].tail->next = head;
             pend[j].tail = tail;
+            if (pend[j].opcode != x->opcode)
+                pend[j].opcode = -1;
         }
+        pend[j].bytes += x->length;
+        pend[j].nslices += cnt;
     }
-    for (int j = 0; j < npend; j++)
-        enqueue(pend[j].p, pend[j].head, pend[j].tail);
+    for (int j = 0; j < npend; j++) {
+        struct pending *q = &pend[j];
+        if (q->opcode >= 0 && q->bytes <= INLINE_BYTES &&
+            q->nslices <= WINDOW_SLICES && run_inline(t, q->p, q->head))
+            continue;
+        enqueue(q->p, q->head, q->tail);
+    }
     return first;
 }
 

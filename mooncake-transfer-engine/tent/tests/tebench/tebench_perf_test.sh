@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Performance regression guard (CTest label "perf", left out of the default
+# run by scripts/test.sh because a shared machine makes it noisy): issue 13's
+# cases through tebench --baseline --json, each a ratio to a ceiling measured
+# in the same run, median of 3; fails when a figure is worse than half its
+# target.
+#   tebench_perf_test.sh <path to tebench>
+set -u
+TEBENCH=$1
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/tebench_perf.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+export MC_LOG_LEVEL=${MC_LOG_LEVEL:-warn}
+echo '{"merge_requests": false}' >"$WORK/nomerge.json"
+command -v python3 >/dev/null || { echo "python3 missing"; exit 77; }
+
+# check <name> <field> <op> <limit> tebench-args...: median of 3 runs.
+BAD=0
+check() {
+    local name=$1 field=$2 op=$3 limit=$4
+    shift 4
+    : >"$WORK/rows"
+    for _ in 1 2 3; do
+        if ! timeout 60 "$TEBENCH" --loopback --baseline --json \
+            --duration=1 --warmup=0.2 "$@" >>"$WORK/rows" 2>"$WORK/err"; then
+            echo "FAIL $name: tebench $* failed"
+            tail -n 20 "$WORK/err"
+            BAD=1
+            return
+        fi
+    done
+    python3 - "$WORK/rows" "$name" "$field" "$op" "$limit" <<'PY' || BAD=1
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+name, field, op, limit = sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
+if field == "ns_per_request":
+    vals = [r["avg_tx_us"] * 1000 / r["batch_size"] for r in rows]
+else:
+    vals = [r[field] for r in rows]
+m = statistics.median(vals)
+ok = m >= limit if op == ">=" else m <= limit
+print(f"{'ok  ' if ok else 'FAIL'} {name}: {field} median {m:.3f} "
+      f"(runs {', '.join(f'{v:.3f}' for v in vals)}), must be {op} {limit}")
+sys.exit(0 if ok else 1)
+PY
+}
+
+# half of each target in issue 13's table
+check "shm 8 B x 128, merging off" ns_per_request "<=" 300 \
+    --xport_type=shm --op_type=write --block_size=8 --batch_size=128 \
+    --total_buffer_size=1K --config="$WORK/nomerge.json"
+check "shm 4 KiB x 32, merging off" ratio_memcpy ">=" 0.3 \
+    --xport_type=shm --op_type=write --block_size=4K --batch_size=32 \
+    --total_buffer_size=128K --config="$WORK/nomerge.json"
+check "shm 4 KiB x 32, merging on" ratio_memcpy ">=" 0.45 \
+    --xport_type=shm --op_type=write --block_size=4K --batch_size=32 \
+    --total_buffer_size=128K
+check "shm 1 MiB x 32" ratio_memcpy ">=" 0.45 \
+    --xport_type=shm --op_type=write --block_size=1M --batch_size=32 \
+    --total_buffer_size=32M
+check "tcp 4 KiB read, batch 1" ratio_pingpong ">=" 0.33 \
+    --xport_type=tcp --op_type=read --block_size=4K --batch_size=1 \
+    --total_buffer_size=4K
+check "tcp 1 MiB x 32" ratio_socket ">=" 0.45 \
+    --xport_type=tcp --op_type=write --block_size=1M --batch_size=32 \
+    --total_buffer_size=32M
+exit $BAD
