@@ -11,7 +11,16 @@
  * thread's CPU time, so that load from other processes does not show up as
  * cost; ns/request is each engine's best round.
  *
+ * Then the same figure through the real transports, so that the runtime's
+ * headline cannot hide transport cost: 8-byte writes at the same batch sizes
+ * from an engine in this process to a target engine in a second process
+ * (bench_target.h), over tcp and over shm, each batch through the shared
+ * loop of bench_batch.h.  These are wall-clock ns/request (the transports'
+ * workers and the peer do part of the work), the median of 5 rounds, with
+ * their ratio to the in-bench figure (metrics on) of the same batch size.
+ *
  * Usage: tent_runtime_bench [seconds per size and engine (default 1)] */
+#include "bench_target.h"
 #include "common/compiler.h"
 #include "common/config.h"
 #include "tent/transfer_engine.h"
@@ -21,7 +30,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #define INSTANT_TYPE 30
 
@@ -209,11 +220,92 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Through the real transports: a target engine in a second process. */
+#define XP_REGION ((size_t)1 << 20)
+#define XP_LEN    8
+#define XP_ROUNDS 5
+
+static void xp_configure(int shm)
+{
+    tent_set_config("log_level", "error");
+    tent_set_config("metrics/enabled", "true");
+    tent_set_config("transports/instant/enable", "false");
+    tent_set_config("transports/tcp/enable", shm ? "false" : "true");
+    tent_set_config("transports/shm/enable", shm ? "true" : "false");
+}
+
+struct xp_target {
+    pid_t pid;
+    int keep;
+    char name[256];
+    unsigned long long remote;
+};
+
+/* Wall ns/request of 8-byte writes through one transport at each of the n
+ * batch sizes into ns[], the median of XP_ROUNDS rounds.  Returns 0, or 1
+ * after saying why on stderr. */
+static int xp_measure(int shm, const struct xp_target *tg, const size_t *sizes,
+                      size_t n, double secs, double *ns)
+{
+    xp_configure(shm);
+    tent_engine_t e = tent_create_engine();
+    void *src = NULL;
+    tent_segment_id_t seg;
+    if (!e || tent_allocate_memory(e, &src, XP_REGION, "cpu") ||
+        tent_register_memory(e, src, XP_REGION) ||
+        tent_open_segment(e, &seg, tg->name)) {
+        fprintf(stderr, "%s setup failed: %s\n", shm ? "shm" : "tcp",
+                tent_last_error());
+        if (e)
+            tent_destroy_engine(e);
+        return 1;
+    }
+    memset(src, 5, XP_REGION);
+    tent_request_t r[128];
+    memset(r, 0, sizeof(r));
+    for (size_t i = 0; i < 128; i++) {
+        r[i].opcode = OPCODE_WRITE;
+        r[i].source = (char *)src + i * 64;
+        r[i].target_id = seg;
+        r[i].target_offset = tg->remote + i * 64;
+        r[i].length = XP_LEN;
+    }
+    for (size_t s = 0; s < n; s++) {
+        size_t b = sizes[s];
+        for (int w = 0; w < 100; w++) /* warm-up: connections, mappings */
+            bench_run_batch(e, r, b);
+        double v[XP_ROUNDS];
+        for (int k = 0; k < XP_ROUNDS; k++) {
+            long reqs = 0;
+            double t0 = bench_now_s(), t;
+            do {
+                bench_run_batch(e, r, b);
+                reqs += (long)b;
+                t = bench_now_s();
+            } while (t - t0 < secs / XP_ROUNDS);
+            v[k] = (t - t0) * 1e9 / (double)reqs;
+        }
+        ns[s] = bench_median(XP_ROUNDS, v);
+    }
+    tent_unregister_memory(e, src, XP_REGION);
+    tent_free_memory(e, src);
+    tent_destroy_engine(e);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     double secs = argc > 1 ? atof(argv[1]) : 1.0;
     if (secs <= 0)
         secs = 1.0;
+    /* The targets first, while this process has no threads to fork. */
+    struct xp_target tg[2]; /* [0] tcp, [1] shm */
+    for (int i = 0; i < 2; i++) {
+        tg[i].pid = bench_target_up(xp_configure, i, XP_REGION, tg[i].name,
+                                    &tg[i].remote, &tg[i].keep);
+        if (tg[i].pid < 0)
+            return 1;
+    }
     tent_transport_register(&instant_ops);
     tent_set_config("log_level", "error");
     const struct tent_transport_ops *ops[16];
@@ -228,6 +320,7 @@ int main(int argc, char **argv)
     if (side_init(&on, true) || side_init(&off, false))
         return 1;
     static const size_t sizes[] = {1, 32, 128};
+    double inbench[3];
     printf("%-8s %12s %16s %16s %10s\n", "batch", "requests", "ns/req metrics",
            "ns/req no-metr.", "overhead");
     for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
@@ -253,8 +346,31 @@ int main(int argc, char **argv)
         double med = (ratio[ROUNDS / 2 - 1] + ratio[ROUNDS / 2]) / 2;
         printf("%-8zu %12ld %16.1f %16.1f %+9.1f%%\n", n, on.total + off.total,
                on.best, off.best, (med - 1.0) * 100.0);
+        inbench[s] = on.best;
     }
     side_fini(&on);
     side_fini(&off);
+
+    /* The same figure through the real transports. */
+    double xp[2][3];
+    int rc = 0;
+    for (int i = 0; i < 2 && !rc; i++)
+        rc = xp_measure(i, &tg[i], sizes, 3, secs, xp[i]);
+    /* The shm target inherited the tcp target's pipe: close both first. */
+    for (int i = 0; i < 2; i++)
+        close(tg[i].keep);
+    for (int i = 0; i < 2; i++)
+        waitpid(tg[i].pid, NULL, 0);
+    if (rc)
+        return rc;
+    printf("\nthrough the transports: %d B writes to a second process, wall "
+           "ns/request (median of %d rounds)\n",
+           XP_LEN, XP_ROUNDS);
+    printf("%-8s %16s %12s %13s %12s %13s\n", "batch", "ns/req in-bench",
+           "ns/req tcp", "tcp/in-bench", "ns/req shm", "shm/in-bench");
+    for (size_t s = 0; s < 3; s++)
+        printf("%-8zu %16.1f %12.1f %12.1fx %12.1f %12.1fx\n", sizes[s],
+               inbench[s], xp[0][s], xp[0][s] / inbench[s], xp[1][s],
+               xp[1][s] / inbench[s]);
     return 0;
 }
