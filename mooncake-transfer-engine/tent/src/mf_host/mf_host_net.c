@@ -52,7 +52,7 @@ int mfh_recv_user(int fd, void *buf, size_t len)
 int mfh_sendv_user(int fd, struct iovec *iov, int n)
 {
     MFH_USER_IO_BEGIN();
-    int rc = tent_net_sendv_all(fd, iov, n, NULL, NULL) ? -1 : 0;
+    int rc = tent_net_sendv_all(fd, iov, n, 0, NULL, NULL) ? -1 : 0;
     int err = errno;
     MFH_USER_IO_END();
     errno = err;

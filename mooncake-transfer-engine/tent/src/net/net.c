@@ -275,14 +275,14 @@ int tent_net_inbuf_read(int fd, struct tent_net_inbuf *in, void *dst, size_t n,
     return 0;
 }
 
-int tent_net_sendv_all(int fd, struct iovec *iov, int n, tent_net_wait_fn wait,
-                       void *arg)
+int tent_net_sendv_all(int fd, struct iovec *iov, int n, int flags,
+                       tent_net_wait_fn wait, void *arg)
 {
     int stalls = 0;
     while (n > 0) {
         struct msghdr m = {.msg_iov = iov,
                            .msg_iovlen = (size_t)(n < IOV_MAX ? n : IOV_MAX)};
-        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
+        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL | flags);
         if (w < 0) {
             int err = errno;
             if (err == EINTR)

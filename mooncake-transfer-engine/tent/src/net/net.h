@@ -88,10 +88,11 @@ int tent_net_inbuf_read(int fd, struct tent_net_inbuf *in, void *dst, size_t n,
  * progress): true to keep trying. */
 typedef bool (*tent_net_wait_fn)(void *arg, int stalls);
 
-/* sendmsg until every iovec of iov[0..n) is out; consumes iov (advances
- * bases and lengths).  wait (may be NULL: a timeout fails at once) decides
- * whether a send timeout is waited out. */
-int tent_net_sendv_all(int fd, struct iovec *iov, int n, tent_net_wait_fn wait,
-                       void *arg);
+/* sendmsg (with MSG_NOSIGNAL | flags, e.g. MSG_DONTWAIT) until every iovec
+ * of iov[0..n) is out; consumes iov (advances bases and lengths).  wait (may
+ * be NULL: a timeout fails at once) decides whether a send timeout, or a
+ * full buffer under MSG_DONTWAIT, is waited out. */
+int tent_net_sendv_all(int fd, struct iovec *iov, int n, int flags,
+                       tent_net_wait_fn wait, void *arg);
 
 #endif

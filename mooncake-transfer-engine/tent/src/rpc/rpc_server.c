@@ -126,7 +126,7 @@ static int srv_send(struct conn *c, struct iovec *iov, int n)
 {
     if (atomic_load(&c->srv->stop))
         return -1;
-    return tent_net_sendv_all(c->fd, iov, n, srv_send_wait, c) ? -1 : 0;
+    return tent_net_sendv_all(c->fd, iov, n, 0, srv_send_wait, c) ? -1 : 0;
 }
 
 static int flush_out(struct conn *c)

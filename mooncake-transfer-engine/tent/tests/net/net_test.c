@@ -196,7 +196,7 @@ static void test_sendv_many_iovecs(void **state)
     struct reader r = {.fd = p.b, .buf = dst, .n = total};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, reader_main, &r), 0);
-    assert_int_equal(tent_net_sendv_all(p.a, iov, N, NULL, NULL), 0);
+    assert_int_equal(tent_net_sendv_all(p.a, iov, N, 0, NULL, NULL), 0);
     pthread_join(t, NULL);
     assert_int_equal(r.rc, 0);
     assert_memory_equal(dst, src, total);
@@ -228,7 +228,7 @@ static void test_sendv_wait_hook(void **state)
     struct iovec iov = {.iov_base = src, .iov_len = BIG};
     g_stalls = 0;
     assert_int_equal(
-        tent_net_sendv_all(p.a, &iov, 1, give_up_after_two, &g_stalls),
+        tent_net_sendv_all(p.a, &iov, 1, 0, give_up_after_two, &g_stalls),
         -EAGAIN);
     assert_int_equal(g_stalls, 2);
     assert_true(iov.iov_len < BIG); /* progress was accounted for */

@@ -173,50 +173,53 @@ static long now_ms(void)
     return ts.tv_sec * 1000L + ts.tv_nsec / 1000000;
 }
 
-/* sendmsg until every iovec is out, within timeout_ms for the whole window:
- * a peer that drains a little now and then (a stopped process's kernel
- * still fills its receive buffer) does not restart the clock.  Sends do
- * not block; only a full socket buffer costs a poll. */
+/* The window's send deadline, as tent_net_sendv_all's wait hook: sends do
+ * not block (MSG_DONTWAIT); only a full socket buffer costs a poll, and the
+ * whole window gets timeout_ms: a peer that drains a little now and then (a
+ * stopped process's kernel still fills its receive buffer) does not restart
+ * the clock. */
+struct send_deadline {
+    int fd;
+    int timeout_ms;
+    long deadline; /* -1 until the first full buffer */
+    int why;       /* 0, or why the wait gave up: ETIMEDOUT or poll's errno */
+};
+
+static bool send_deadline_wait(void *arg, TENT_UNUSED int stalls)
+{
+    struct send_deadline *d = arg;
+    long now = now_ms();
+    if (d->deadline < 0)
+        d->deadline = now + d->timeout_ms;
+    if (now >= d->deadline) {
+        d->why = ETIMEDOUT;
+        return false;
+    }
+    struct pollfd pf = {.fd = d->fd, .events = POLLOUT};
+    if (poll(&pf, 1, (int)(d->deadline - now)) < 0 && errno != EINTR) {
+        d->why = errno;
+        return false;
+    }
+    return true;
+}
+
+/* sendmsg until every iovec is out, within timeout_ms for the whole window
+ * (send_deadline_wait). */
 static int send_iov(int fd, struct iovec *iov, int n, int timeout_ms)
 {
-    long deadline = -1;
-    while (n > 0) {
-        struct msghdr m = {.msg_iov = iov,
-                           .msg_iovlen = (size_t)(n < IOV_MAX ? n : IOV_MAX)};
-        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w < 0) {
-            int err = errno;
-            if (err == EINTR)
-                continue;
-            if (err != EAGAIN && err != EWOULDBLOCK)
-                return tent_set_error(TENT_EPEER, "tcp: send failed: %s",
-                                      strerror(err));
-            long now = now_ms();
-            if (deadline < 0)
-                deadline = now + timeout_ms;
-            if (now >= deadline)
-                return tent_set_error(TENT_ETIMEDOUT,
-                                      "tcp: send timed out after %d ms",
-                                      timeout_ms);
-            struct pollfd pf = {.fd = fd, .events = POLLOUT};
-            int pr = poll(&pf, 1, (int)(deadline - now));
-            if (pr < 0 && errno != EINTR)
-                return tent_set_error(TENT_EPEER, "tcp: poll failed: %s",
-                                      strerror(errno));
-            continue;
-        }
-        size_t done = (size_t)w;
-        while (n > 0 && done >= iov->iov_len) {
-            done -= iov->iov_len;
-            iov++;
-            n--;
-        }
-        if (n > 0) {
-            iov->iov_base = (char *)iov->iov_base + done;
-            iov->iov_len -= done;
-        }
-    }
-    return TENT_OK;
+    struct send_deadline d = {
+        .fd = fd, .timeout_ms = timeout_ms, .deadline = -1};
+    int rc =
+        tent_net_sendv_all(fd, iov, n, MSG_DONTWAIT, send_deadline_wait, &d);
+    if (!rc)
+        return TENT_OK;
+    if (d.why == ETIMEDOUT)
+        return tent_set_error(TENT_ETIMEDOUT, "tcp: send timed out after %d ms",
+                              timeout_ms);
+    if (d.why)
+        return tent_set_error(TENT_EPEER, "tcp: poll failed: %s",
+                              strerror(d.why));
+    return tent_set_error(TENT_EPEER, "tcp: send failed: %s", strerror(-rc));
 }
 
 /* Answers are read through a per-connection buffer, so that a window of
