@@ -63,7 +63,8 @@ struct tent_rpc_stats {
     uint64_t idle_closed;    /* closed after idle_timeout_ms */
     uint64_t frame_timeouts; /* closed: a frame not whole in time */
     int open;                /* connections open now (evicted excluded) */
-    int in_frame; /* of which inside a frame (not evictable once used) */
+    int in_frame; /* of which inside a frame after having completed one
+                   * (the ones a newcomer cannot evict) */
 };
 
 /* Binds host:port (0 = ephemeral) and starts serving with the handlers

@@ -376,6 +376,16 @@ static void reap_locked(struct tent_rpc_server *s, bool all)
     }
 }
 
+/* A live connection's class for eviction: 0 never used and waiting, 1
+ * inside its first frame, 2 idle between frames, 3 inside a frame after
+ * having completed one (a real peer at work: never evicted). */
+static int conn_class(struct conn *c)
+{
+    bool fresh = atomic_load(&c->frames) == 0;
+    bool waiting = atomic_load(&c->at_boundary);
+    return fresh ? (waiting ? 0 : 1) : (waiting ? 2 : 3);
+}
+
 /* Whom a newcomer replaces when the server is full: the oldest connection
  * that never completed a frame (waiting ones before ones inside their first
  * frame), else the one idle longest between frames.  NULL when every
@@ -390,9 +400,7 @@ static struct conn *pick_victim_locked(struct tent_rpc_server *s)
     for (struct conn *c = s->conns; c; c = c->next) {
         if (c->evicted || atomic_load(&c->done))
             continue;
-        bool fresh = atomic_load(&c->frames) == 0;
-        bool waiting = atomic_load(&c->at_boundary);
-        int cls = fresh ? (waiting ? 0 : 1) : (waiting ? 2 : 3);
+        int cls = conn_class(c);
         if (cls == 3)
             continue;
         long long age =
@@ -516,8 +524,8 @@ void tent_rpc_server_stats(struct tent_rpc_server *s,
     out->open = s->nlive;
     out->in_frame = 0;
     for (struct conn *c = s->conns; c; c = c->next)
-        out->in_frame += !c->evicted && !atomic_load(&c->done) &&
-                         !atomic_load(&c->at_boundary);
+        out->in_frame +=
+            !c->evicted && !atomic_load(&c->done) && conn_class(c) == 3;
     pthread_mutex_unlock(&s->lock);
     out->idle_closed = atomic_load(&s->idle_closed);
     out->frame_timeouts = atomic_load(&s->frame_timeouts);
