@@ -385,7 +385,7 @@ int tb_run_initiator(struct tb_opts *o, const char *xport)
                     "loopback socket and ping-pong ceilings (%.1f s each)\n",
                     (unsigned long long)threads, (unsigned long long)block, s);
                 mem = tb_memcpy_ceiling(threads, block, o->buffer_size, s);
-                sock = tb_socket_ceiling(threads, block, s);
+                sock = tb_socket_ceiling(threads, block, o->buffer_size, s);
                 pp = tb_pingpong_ceiling(
                     threads, block,
                     o->op == TB_OP_READ || o->op == TB_OP_READ_VERIFY, s / 2);

@@ -186,10 +186,12 @@ void tb_corrupter_poll(struct tb_corrupter *k, char *buf);
 /* tebench_out.c */
 void tb_print_header(FILE *f, const struct tb_opts *o);
 void tb_print_row(FILE *f, const struct tb_opts *o, const struct tb_result *r);
-/* --baseline: memcpy and loopback socket stream ceilings for a case. */
+/* --baseline: memcpy and loopback socket stream ceilings for a case, each
+ * thread walking its share of the case's bytes of buffer. */
 double tb_memcpy_ceiling(uint64_t threads, uint64_t block, uint64_t bytes,
                          double seconds);
-double tb_socket_ceiling(uint64_t threads, uint64_t block, double seconds);
+double tb_socket_ceiling(uint64_t threads, uint64_t block, uint64_t bytes,
+                         double seconds);
 /* --metrics: the engine's per-transport counters (cumulative), one line per
  * transport that has seen traffic, read from tent_metrics_prometheus(). */
 void tb_print_metrics(FILE *f, tent_engine_t e, size_t case_no);
