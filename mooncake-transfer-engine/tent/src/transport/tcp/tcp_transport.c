@@ -7,7 +7,11 @@
  * large request is spread over the pool while small ones interleave with
  * it.  A worker takes a window of slices of one opcode (so that only one
  * direction carries bulk data and neither side can block the other), sends
- * every request, then reads the answers in order.
+ * every request, then reads the answers in order.  A window carries at most
+ * slice_size bytes of data (or WINDOW_SLICES slices), so that a batch of
+ * many blocks is spread over the connections like one large request is:
+ * on a 2-core loopback two streams moved 1.4-2x what one did, and a
+ * single window per batch left the other connections idle.
  *
  * Failure: sockets carry send/receive timeouts of timeout_ms, so a dead or
  * stalled peer fails the window within that bound; the worker then fails
@@ -43,7 +47,6 @@
 
 #define MAX_CONNS     16
 #define WINDOW_SLICES 64
-#define WINDOW_BYTES  (8u << 20)
 /* A submit whose slices to one peer carry at most this many bytes runs to
  * completion on the submitting thread when the peer's inline connection is
  * free: no hand-off to a worker and back. */
@@ -333,7 +336,7 @@ static void *worker_main(void *arg)
         uint64_t bytes = 0;
         int op = p->queue->opcode;
         while (p->queue && n < WINDOW_SLICES && p->queue->opcode == op &&
-               (n == 0 || bytes + p->queue->len <= WINDOW_BYTES)) {
+               (n == 0 || bytes + p->queue->len <= t->slice_size)) {
             struct slice *s = p->queue;
             p->queue = s->next;
             s->next = NULL;
