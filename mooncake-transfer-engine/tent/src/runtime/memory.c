@@ -17,6 +17,7 @@
 #include "runtime/metrics_hooks.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -551,6 +552,19 @@ static int alloc_host(struct tent_engine *e, size_t size, int node,
                               "tent_allocate_memory: ftruncate(%zu) failed, "
                               "errno=%d (%s)",
                               len, err, strerror(err));
+    }
+    /* A read lock held for the memory's lifetime: the kernel drops it when
+     * the memory is freed (its fd closed) or this process exits, so a
+     * same-host peer that mapped the memfd proves it still held with one
+     * F_GETLK instead of a /proc path walk (shm transport). */
+    struct flock lk = {.l_type = F_RDLCK, .l_whence = SEEK_SET};
+    if (fcntl(fd, F_SETLK, &lk) != 0) {
+        int err = errno;
+        close(fd);
+        return tent_set_error(TENT_ENOMEM,
+                              "tent_allocate_memory: cannot lock the memfd, "
+                              "errno=%d (%s)",
+                              err, strerror(err));
     }
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
                    fd, 0);

@@ -39,7 +39,9 @@ struct tent_buffer {
     atomic_int inflight; /* tasks that may touch it (remote ones too: a
                             descriptor refresh must not free it while > 0) */
     int refs;            /* local only: registrations of exactly this range */
-    int alloc_fd;        /* local only: memfd whose offset 0 is base, or -1 */
+    int alloc_fd;        /* local only: memfd whose offset 0 is base, or -1;
+                            this process holds a POSIX read lock on it for
+                            as long as the memory is allocated */
     bool is_device;      /* location names an accelerator */
     char shm_name[64];   /* shm transport: handle a same-host peer can map */
     uint64_t shm_offset;

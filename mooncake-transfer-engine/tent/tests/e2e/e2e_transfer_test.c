@@ -18,8 +18,12 @@
 #include <string.h>
 #include <signal.h>
 #include <unistd.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <cmocka.h>
 // clang-format on
 
@@ -850,6 +854,116 @@ static void test_single_process_local_segment(void **state)
     tent_destroy_engine(e);
 }
 
+/* Run in a child (which inherits this process's fds but not its POSIX
+ * locks): how many memfds of tent_allocate_memory (distinct files) carry a
+ * read lock held by this process, as a peer's shm check sees them. */
+static int memfds_locked_by_parent(void)
+{
+    pid_t parent = getpid();
+    pid_t c = fork();
+    if (c == 0) {
+        int n = 0;
+        ino_t seen[100];
+        DIR *d = opendir("/proc/self/fd");
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+            char path[300], link[256];
+            snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
+            ssize_t l = readlink(path, link, sizeof(link) - 1);
+            if (l <= 0)
+                continue;
+            link[l] = 0;
+            if (!strstr(link, "memfd:tent-buffer"))
+                continue;
+            struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+            struct stat sb;
+            int fd = atoi(de->d_name);
+            if (fstat(fd, &sb) || fcntl(fd, F_GETLK, &lk) ||
+                lk.l_type != F_RDLCK || lk.l_pid != parent)
+                continue;
+            bool dup = false;
+            for (int k = 0; k < n; k++)
+                dup |= seen[k] == sb.st_ino;
+            if (!dup && n < 100)
+                seen[n++] = sb.st_ino;
+        }
+        _exit(n > 100 ? 100 : n);
+    }
+    int st = 0;
+    if (c < 0 || waitpid(c, &st, 0) != c || !WIFEXITED(st))
+        return -1;
+    return WEXITSTATUS(st);
+}
+
+/* Two engines of one process, the second writing into the first's memory
+ * over shm: bytes arrive, the owner's lock (which other peers' checks read)
+ * survives the second engine's mapping and its teardown, and once the
+ * owner frees the memory a write there is not reported COMPLETED. */
+static void test_two_engines_one_process(void **state)
+{
+    (void)state;
+    e2e_config(true, false);
+    tent_engine_t owner = tent_create_engine();
+    tent_engine_t user = tent_create_engine();
+    assert_non_null(owner);
+    assert_non_null(user);
+    const size_t len = (size_t)1 << 20;
+    void *mem;
+    assert_int_equal(tent_allocate_memory(owner, &mem, len, "cpu"), 0);
+    assert_int_equal(tent_register_memory(owner, mem, len), 0);
+    assert_int_equal(memfds_locked_by_parent(), 1);
+    uint8_t *src = malloc(len); /* plain memory: no memfd of its own */
+    assert_non_null(src);
+    for (size_t i = 0; i < len; i++)
+        src[i] = e2e_pattern(i + 11);
+    assert_int_equal(tent_register_memory(user, src, len), 0);
+    char name[256];
+    assert_int_equal(tent_segment_name(owner, name, sizeof(name)), 0);
+    tent_segment_id_t seg;
+    assert_int_equal(tent_open_segment(user, &seg, name), 0);
+    tent_request_t r = {.opcode = OPCODE_WRITE,
+                        .source = src,
+                        .target_id = seg,
+                        .target_offset = (uintptr_t)mem,
+                        .length = len};
+    for (int round = 0; round < 2; round++) {
+        tent_batch_id_t b = tent_allocate_batch(user, 1);
+        assert_int_equal(tent_submit(user, b, &r, 1), 0);
+        tent_status_t st;
+        assert_int_equal(e2e_wait(user, b, 10000, &st), 0);
+        assert_int_equal(st.status, STATUS_COMPLETED);
+        assert_int_equal(tent_free_batch(user, b), 0);
+        assert_memory_equal(mem, src, len);
+        assert_int_equal(memfds_locked_by_parent(), 1);
+        if (round == 0) {
+            /* the second round maps afresh in a new engine */
+            assert_int_equal(tent_unregister_memory(user, src, len), 0);
+            tent_destroy_engine(user);
+            assert_int_equal(memfds_locked_by_parent(), 1);
+            user = tent_create_engine();
+            assert_non_null(user);
+            assert_int_equal(tent_register_memory(user, src, len), 0);
+            assert_int_equal(tent_open_segment(user, &seg, name), 0);
+            r.target_id = seg;
+        }
+    }
+    assert_int_equal(tent_unregister_memory(owner, mem, len), 0);
+    assert_int_equal(tent_free_memory(owner, mem), 0);
+    assert_int_equal(memfds_locked_by_parent(), 0);
+    tent_batch_id_t b = tent_allocate_batch(user, 1);
+    int rc = tent_submit(user, b, &r, 1);
+    if (rc == 0) {
+        tent_status_t st;
+        assert_int_equal(e2e_wait(user, b, 10000, &st), 0);
+        assert_int_not_equal(st.status, STATUS_COMPLETED);
+    }
+    assert_int_equal(tent_free_batch(user, b), 0);
+    assert_int_equal(tent_unregister_memory(user, src, len), 0);
+    tent_destroy_engine(user);
+    tent_destroy_engine(owner);
+    free(src);
+}
+
 /* True when a socket can bind ::1 (the kernel has IPv6 and lo carries ::1). */
 static bool have_ipv6_loopback(void)
 {
@@ -1068,6 +1182,7 @@ int main(int argc, char **argv)
     } all[] = {
         {cmocka_unit_test(test_single_process_local_segment), X_TCP | X_SHM},
         {cmocka_unit_test(test_ipv6_segment_name), X_TCP | X_SHM},
+        {cmocka_unit_test(test_two_engines_one_process), X_SHM},
 #ifdef E2E_MEMFABRIC
         CASE(test_only_memfabric_installed, setup, X_MF),
 #endif
