@@ -282,6 +282,8 @@ static void batch_finish(struct mfh_handle *h, struct mfh_batch *b,
     /* b may be consumed and freed from here on. */
 }
 
+/* Queues b and wakes as many workers as can take part of it: one for a
+ * check or a last slice, all of them for a run of slices to share. */
 static void q_push(struct mfh_handle *h, struct mfh_batch *b)
 {
     b->q_next = NULL;
@@ -290,7 +292,10 @@ static void q_push(struct mfh_handle *h, struct mfh_batch *b)
     else
         h->q_head = b;
     h->q_tail = b;
-    pthread_cond_broadcast(&h->q_cond);
+    if (b->phase == MFH_PHASE_CHECK || b->n_slices - b->next_slice == 1)
+        pthread_cond_signal(&h->q_cond);
+    else
+        pthread_cond_broadcast(&h->q_cond);
 }
 
 static void q_pop(struct mfh_handle *h)
