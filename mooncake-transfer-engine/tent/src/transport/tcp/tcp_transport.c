@@ -77,17 +77,25 @@ struct tcp_sub {
 
 struct tcp_transport;
 
-/* lock guards queue/tail/stop/fds/down; cond (with lock) wakes the workers.
- * Never held together with the transport's lock (peers are found under
- * that one, then it is dropped before this one is taken), and no runtime
- * lock is taken while it is held. */
+/* lock guards queue/tail/stop/fds/down and the idle stack; each worker
+ * sleeps on its own wake[i] (with lock).  Never held together with the
+ * transport's lock (peers are found under that one, then it is dropped
+ * before this one is taken), and no runtime lock is taken while it is held.
+ *
+ * Idle workers form a stack: new work wakes the one that went idle last,
+ * and only as many as it makes windows.  Waking the whole pool for every
+ * submit cost a batch-1 transfer several wake-ups, and waking the longest
+ * idle worker moved each transfer to a cold connection and server thread. */
 struct tcp_peer {
     struct tcp_transport *t;
     char addr[320];
     char host[256];
     uint16_t port;
     pthread_mutex_t lock;
-    pthread_cond_t cond;
+    pthread_cond_t wake[MAX_CONNS];
+    bool woken[MAX_CONNS];
+    int idle[MAX_CONNS]; /* worker indices, the last idle on top */
+    int nidle;
     struct slice *queue, *tail;
     bool stop;
     int nworkers;
@@ -326,8 +334,19 @@ static void *worker_main(void *arg)
     int32_t status[WINDOW_SLICES];
     for (;;) {
         pthread_mutex_lock(&p->lock);
-        while (!p->queue && !p->stop)
-            pthread_cond_wait(&p->cond, &p->lock);
+        while (!p->queue && !p->stop) {
+            int me = wa->idx;
+            p->idle[p->nidle++] = me;
+            p->woken[me] = false;
+            while (!p->woken[me] && !p->stop)
+                pthread_cond_wait(&p->wake[me], &p->lock);
+            if (!p->woken[me]) /* stopping: still on the stack */
+                for (int i = 0; i < p->nidle; i++)
+                    if (p->idle[i] == me) {
+                        p->idle[i] = p->idle[--p->nidle];
+                        break;
+                    }
+        }
         if (!p->queue && p->stop) {
             pthread_mutex_unlock(&p->lock);
             break;
@@ -409,7 +428,8 @@ static void peer_stop(struct tcp_peer *p)
     for (int i = 0; i < p->nworkers; i++)
         if (p->fds[i] >= 0)
             shutdown(p->fds[i], SHUT_RDWR);
-    pthread_cond_broadcast(&p->cond);
+    for (int i = 0; i < p->nworkers; i++)
+        pthread_cond_signal(&p->wake[i]);
     pthread_mutex_unlock(&p->lock);
     for (int i = 0; i < p->nworkers; i++)
         pthread_join(p->workers[i], NULL);
@@ -422,7 +442,8 @@ static void peer_stop(struct tcp_peer *p)
     pthread_mutex_unlock(&p->ilock);
     pthread_mutex_destroy(&p->ilock);
     pthread_mutex_destroy(&p->lock);
-    pthread_cond_destroy(&p->cond);
+    for (int i = 0; i < MAX_CONNS; i++)
+        pthread_cond_destroy(&p->wake[i]);
 }
 
 /* Runs the slices list (one opcode, at most WINDOW_SLICES) to completion on
@@ -493,9 +514,10 @@ static int peer_get_locked(struct tcp_transport *t, const char *addr,
     p->ifd = -1;
     pthread_mutex_init(&p->ilock, NULL);
     pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->cond, NULL);
-    for (int i = 0; i < MAX_CONNS; i++)
+    for (int i = 0; i < MAX_CONNS; i++) {
+        pthread_cond_init(&p->wake[i], NULL);
         p->fds[i] = -1;
+    }
     for (int i = 0; i < t->nconns; i++) {
         struct worker_arg *wa = malloc(sizeof(*wa));
         if (!wa || (wa->p = p, wa->idx = i,
@@ -508,7 +530,8 @@ static int peer_get_locked(struct tcp_transport *t, const char *addr,
     if (p->nworkers == 0) {
         pthread_mutex_destroy(&p->ilock);
         pthread_mutex_destroy(&p->lock);
-        pthread_cond_destroy(&p->cond);
+        for (int i = 0; i < MAX_CONNS; i++)
+            pthread_cond_destroy(&p->wake[i]);
         free(p);
         return tent_set_error(TENT_ENOMEM, "tcp: cannot start worker threads");
     }
@@ -668,15 +691,25 @@ static int make_slices(struct tcp_transport *t, struct tcp_sub *sb,
     return TENT_OK;
 }
 
-static void enqueue(struct tcp_peer *p, struct slice *head, struct slice *tail)
+/* Queues a list of nslices slices carrying bytes and wakes as many idle
+ * workers as it makes windows, the most recently idle first. */
+static void enqueue(struct tcp_peer *p, struct slice *head, struct slice *tail,
+                    uint32_t nslices, uint64_t bytes)
 {
+    uint64_t by_bytes = (bytes + p->t->slice_size - 1) / p->t->slice_size;
+    uint64_t by_count = (nslices + WINDOW_SLICES - 1) / WINDOW_SLICES;
+    uint64_t windows = by_bytes > by_count ? by_bytes : by_count;
     pthread_mutex_lock(&p->lock);
     if (p->tail)
         p->tail->next = head;
     else
         p->queue = head;
     p->tail = tail;
-    pthread_cond_broadcast(&p->cond);
+    for (; windows > 0 && p->nidle > 0; windows--) {
+        int w = p->idle[--p->nidle];
+        p->woken[w] = true;
+        pthread_cond_signal(&p->wake[w]);
+    }
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -739,7 +772,7 @@ static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
         while (j < npend && pend[j].p != p)
             j++;
         if (j == npend && npend == 8) {
-            enqueue(p, head, tail);
+            enqueue(p, head, tail, cnt, x->length);
             continue;
         }
         if (j == npend) {
@@ -763,7 +796,7 @@ static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
         if (q->opcode >= 0 && q->bytes <= INLINE_BYTES &&
             q->nslices <= WINDOW_SLICES && run_inline(t, q->p, q->head))
             continue;
-        enqueue(q->p, q->head, q->tail);
+        enqueue(q->p, q->head, q->tail, q->nslices, q->bytes);
     }
     return first;
 }
