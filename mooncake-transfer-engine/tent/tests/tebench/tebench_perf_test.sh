@@ -44,6 +44,41 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# compare <name> <field> <op> <limit> <argsA> <argsB>: median over 3
+# alternating pairs of runs of field(A) / field(B) (each argument list one
+# string, split on spaces; VAR=value words are set in tebench's environment).
+compare() {
+    local name=$1 field=$2 op=$3 limit=$4 a=$5 b=$6
+    : >"$WORK/pairs"
+    for _ in 1 2 3; do
+        for args in "$a" "$b"; do
+            local envs=() flags=()
+            for w in $args; do
+                if [[ $w == *=* && $w != -* ]]; then envs+=("$w"); else flags+=("$w"); fi
+            done
+            if ! env "${envs[@]}" timeout 60 "$TEBENCH" --loopback --json \
+                --duration=1 --warmup=0.2 "${flags[@]}" >>"$WORK/pairs" \
+                2>"$WORK/err"; then
+                echo "FAIL $name: tebench $args failed"
+                tail -n 20 "$WORK/err"
+                BAD=1
+                return
+            fi
+        done
+    done
+    python3 - "$WORK/pairs" "$name" "$field" "$op" "$limit" <<'PY' || BAD=1
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+name, field, op, limit = sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
+vals = [a[field] / b[field] for a, b in zip(rows[0::2], rows[1::2])]
+m = statistics.median(vals)
+ok = m >= limit if op == ">=" else m <= limit
+print(f"{'ok  ' if ok else 'FAIL'} {name}: {field} ratio median {m:.3f} "
+      f"(runs {', '.join(f'{v:.3f}' for v in vals)}), must be {op} {limit}")
+sys.exit(0 if ok else 1)
+PY
+}
+
 # half of each target in issue 13's table
 check "shm 8 B x 128, merging off" ns_per_request "<=" 300 \
     --xport_type=shm --op_type=write --block_size=8 --batch_size=128 \
@@ -63,4 +98,18 @@ check "tcp 4 KiB read, batch 1" ratio_pingpong ">=" 0.33 \
 check "tcp 1 MiB x 32" ratio_socket ">=" 0.45 \
     --xport_type=tcp --op_type=write --block_size=1M --batch_size=32 \
     --total_buffer_size=32M
+check "tcp 1 MiB x 32, 2 threads" ratio_socket ">=" 0.45 \
+    --xport_type=tcp --op_type=write --block_size=1M --batch_size=32 \
+    --threads=2 --total_buffer_size=64M
+compare "memfabric (host_tcp) vs tcp, 4 KiB batch 1" avg_tx_us "<=" 2.4 \
+    "MF_PROTOCOL=host_tcp --xport_type=memfabric --op_type=write --block_size=4K --batch_size=1 --total_buffer_size=4K" \
+    "--xport_type=tcp --op_type=write --block_size=4K --batch_size=1 --total_buffer_size=4K"
+compare "memfabric (host_tcp) vs tcp, 4 KiB x 32" bw_gbps ">=" 0.45 \
+    "MF_PROTOCOL=host_tcp --xport_type=memfabric --op_type=write --block_size=4K --batch_size=32 --total_buffer_size=128K" \
+    "--xport_type=tcp --op_type=write --block_size=4K --batch_size=32 --total_buffer_size=128K"
+for x in shm tcp; do
+    compare "$x 2 threads vs 1, 64 KiB x 32" bw_gbps ">=" 0.5 \
+        "--xport_type=$x --op_type=write --block_size=64K --batch_size=32 --threads=2 --total_buffer_size=4M" \
+        "--xport_type=$x --op_type=write --block_size=64K --batch_size=32 --threads=1 --total_buffer_size=2M"
+done
 exit $BAD
