@@ -214,6 +214,7 @@ struct mfh_batch {
     struct mfh_slice *slices;
     size_t n_slices;
     size_t next_slice;       /* q_lock */
+    uint64_t bytes_left;     /* q_lock: in slices not yet claimed */
     atomic_size_t remaining; /* slices not yet finished */
     atomic_int first_error;
     atomic_bool used_map; /* a slice went through a shared mapping */

@@ -282,8 +282,17 @@ static void batch_finish(struct mfh_handle *h, struct mfh_batch *b,
     /* b may be consumed and freed from here on. */
 }
 
-/* Queues b and wakes as many workers as can take part of it: one for a
- * check or a last slice, all of them for a run of slices to share. */
+/* Wakes as many workers as can take part of b: one for a check or for what
+ * one run carries, all of them for several runs to share. */
+static void q_wake(struct mfh_handle *h, const struct mfh_batch *b)
+{
+    if (b->phase == MFH_PHASE_CHECK || b->bytes_left <= MFH_SLICE ||
+        b->n_slices - b->next_slice == 1)
+        pthread_cond_signal(&h->q_cond);
+    else
+        pthread_cond_broadcast(&h->q_cond);
+}
+
 static void q_push(struct mfh_handle *h, struct mfh_batch *b)
 {
     b->q_next = NULL;
@@ -292,10 +301,7 @@ static void q_push(struct mfh_handle *h, struct mfh_batch *b)
     else
         h->q_head = b;
     h->q_tail = b;
-    if (b->phase == MFH_PHASE_CHECK || b->n_slices - b->next_slice == 1)
-        pthread_cond_signal(&h->q_cond);
-    else
-        pthread_cond_broadcast(&h->q_cond);
+    q_wake(h, b);
 }
 
 static void q_pop(struct mfh_handle *h)
@@ -324,22 +330,32 @@ static void *worker_main(void *arg)
                 pthread_mutex_lock(&h->q_lock);
                 continue;
             }
+            /* Checked: its copy goes first, and this worker takes the
+             * first run at once (no hand-off to another thread). */
             pthread_mutex_lock(&h->q_lock);
             b->phase = MFH_PHASE_COPY;
-            q_push(h, b);
+            b->q_next = h->q_head;
+            h->q_head = b;
+            if (!h->q_tail)
+                h->q_tail = b;
+            if (b->bytes_left > MFH_SLICE)
+                pthread_cond_broadcast(&h->q_cond);
             continue;
         }
         /* A run of slices: an even share of what is left among the
-         * workers, at most MFH_RUN_MAX slices and MFH_RUN_BYTES (one slice
-         * at least), so that small slices are pipelined and large ones
-         * still spread over every worker and connection. */
+         * workers, but at least MFH_SLICE bytes when there are, at most
+         * MFH_RUN_MAX slices and MFH_RUN_BYTES (one slice at least), so
+         * that small slices are pipelined by one worker (splitting 32 x
+         * 4 KiB four ways cost more wake-ups than it saved) and large
+         * ones still spread over every worker and connection. */
         size_t idx = b->next_slice, left = b->n_slices - idx;
         size_t want = (left + MFH_WORKERS - 1) / MFH_WORKERS, k = 0;
         size_t bytes = 0;
-        while (k < want && k < MFH_RUN_MAX &&
+        while (k < left && k < MFH_RUN_MAX && (k < want || bytes < MFH_SLICE) &&
                (k == 0 || bytes + b->slices[idx + k].len <= MFH_RUN_BYTES))
             bytes += b->slices[idx + k++].len;
         b->next_slice += k;
+        b->bytes_left -= bytes;
         if (b->next_slice == b->n_slices)
             q_pop(h);
         pthread_mutex_unlock(&h->q_lock);
@@ -448,6 +464,8 @@ int32_t mfh_batch_submit(struct mfh_handle *h, struct mfh_peer *p,
         }
     }
     atomic_init(&b->remaining, n_slices);
+    for (size_t i = 0; i < n_slices; i++)
+        b->bytes_left += b->slices[i].len;
     atomic_init(&b->first_error, SM_OK);
     atomic_init(&b->used_map, false);
     /* The server validates each tcp request itself, so a batch of one slice
