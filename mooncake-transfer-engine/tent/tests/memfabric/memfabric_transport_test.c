@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -1840,6 +1841,7 @@ static void *conc_poller(void *p)
                 }
             }
         }
+        sched_yield(); /* the submitters share the cores */
     }
     return NULL;
 }
