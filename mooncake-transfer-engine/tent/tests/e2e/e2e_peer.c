@@ -251,73 +251,66 @@ int e2e_peer_start(struct e2e_peer *p, size_t rw_len, bool shm, bool tcp)
     return 0;
 }
 
+/* Sends command c and reads its n-byte answer into ans: 0, or -1 when the
+ * peer is gone. */
+static int ask(struct e2e_peer *p, const struct cmd *c, void *ans, size_t n)
+{
+    return tc_write_all(p->cmd_fd, c, sizeof(*c)) ||
+                   tc_read_all(p->ans_fd, ans, n)
+               ? -1
+               : 0;
+}
+
+/* Commands answered by an address or a hash (0: the peer is gone). */
+static uint64_t ask_u64(struct e2e_peer *p, struct cmd c)
+{
+    uint64_t v = 0;
+    return ask(p, &c, &v, sizeof(v)) ? 0 : v;
+}
+
+/* Commands answered by a TENT return code (-1: the peer is gone). */
+static int ask_rc(struct e2e_peer *p, struct cmd c)
+{
+    int32_t rc = -1;
+    return ask(p, &c, &rc, sizeof(rc)) ? -1 : rc;
+}
+
 uint64_t e2e_peer_hash(struct e2e_peer *p, bool plain, uint64_t off,
                        uint64_t len)
 {
-    struct cmd c = {.op = 'H', .plain = plain, .off = off, .len = len};
-    uint64_t h = 0;
-    if (tc_write_all(p->cmd_fd, &c, sizeof(c)) ||
-        tc_read_all(p->ans_fd, &h, sizeof(h)))
-        return 0;
-    return h;
+    return ask_u64(
+        p, (struct cmd){.op = 'H', .plain = plain, .off = off, .len = len});
 }
 
 uint64_t e2e_peer_register(struct e2e_peer *p, uint64_t len)
 {
-    struct cmd c = {.op = 'R', .len = len};
-    uint64_t a = 0;
-    if (tc_write_all(p->cmd_fd, &c, sizeof(c)) ||
-        tc_read_all(p->ans_fd, &a, sizeof(a)))
-        return 0;
-    return a;
+    return ask_u64(p, (struct cmd){.op = 'R', .len = len});
 }
 
 uint64_t e2e_peer_alloc(struct e2e_peer *p, uint64_t len)
 {
-    struct cmd c = {.op = 'A', .len = len};
-    uint64_t a = 0;
-    if (tc_write_all(p->cmd_fd, &c, sizeof(c)) ||
-        tc_read_all(p->ans_fd, &a, sizeof(a)))
-        return 0;
-    return a;
+    return ask_u64(p, (struct cmd){.op = 'A', .len = len});
 }
 
 int e2e_peer_release(struct e2e_peer *p, uint64_t addr, uint64_t len)
 {
-    struct cmd c = {.op = 'U', .off = addr, .len = len};
-    int32_t rc = -1;
-    if (tc_write_all(p->cmd_fd, &c, sizeof(c)) ||
-        tc_read_all(p->ans_fd, &rc, sizeof(rc)))
-        return -1;
-    return rc;
+    return ask_rc(p, (struct cmd){.op = 'U', .off = addr, .len = len});
 }
 
 int e2e_peer_free_rw(struct e2e_peer *p)
 {
-    struct cmd c = {.op = 'F'};
-    int32_t rc = -1;
-    if (tc_write_all(p->cmd_fd, &c, sizeof(c)) ||
-        tc_read_all(p->ans_fd, &rc, sizeof(rc)))
-        return -1;
-    return rc;
+    return ask_rc(p, (struct cmd){.op = 'F'});
 }
 
 void e2e_peer_stop_rpc(struct e2e_peer *p)
 {
-    struct cmd c = {.op = 'S'};
     char ok;
-    if (!tc_write_all(p->cmd_fd, &c, sizeof(c)))
-        (void)tc_read_all(p->ans_fd, &ok, 1);
+    (void)ask(p, &(struct cmd){.op = 'S'}, &ok, 1);
 }
 
 int e2e_peer_drop_memfabric(struct e2e_peer *p)
 {
-    struct cmd c = {.op = 'M'};
-    int32_t rc = -1;
-    if (tc_write_all(p->cmd_fd, &c, sizeof(c)) ||
-        tc_read_all(p->ans_fd, &rc, sizeof(rc)))
-        return -1;
-    return rc;
+    return ask_rc(p, (struct cmd){.op = 'M'});
 }
 
 int e2e_peer_check_notifs(struct e2e_peer *p, int expect, int timeout_ms,
@@ -325,8 +318,7 @@ int e2e_peer_check_notifs(struct e2e_peer *p, int expect, int timeout_ms,
 {
     struct cmd c = {.op = 'N', .arg = timeout_ms, .len = (uint64_t)expect};
     int32_t r[2] = {-1, 0};
-    if (tc_write_all(p->cmd_fd, &c, sizeof(c)) ||
-        tc_read_all(p->ans_fd, r, sizeof(r)))
+    if (ask(p, &c, r, sizeof(r)))
         return -1;
     *ok = r[1] != 0;
     return r[0];
