@@ -13,70 +13,74 @@ export MC_LOG_LEVEL=${MC_LOG_LEVEL:-warn}
 echo '{"merge_requests": false}' >"$WORK/nomerge.json"
 command -v python3 >/dev/null || { echo "python3 missing"; exit 77; }
 
-# check <name> <field> <op> <limit> tebench-args...: median of 3 runs.
 BAD=0
-check() {
-    local name=$1 field=$2 op=$3 limit=$4
-    shift 4
-    : >"$WORK/rows"
-    for _ in 1 2 3; do
-        if ! timeout 60 "$TEBENCH" --loopback --baseline --json \
-            --duration=1 --warmup=0.2 "$@" >>"$WORK/rows" 2>"$WORK/err"; then
-            echo "FAIL $name: tebench $* failed"
-            tail -n 20 "$WORK/err"
-            BAD=1
-            return
-        fi
+
+# run <file> <name> <word>...: one tebench --loopback --json row appended to
+# file; VAR=value words go to tebench's environment, the rest are its flags.
+run() {
+    local file=$1 name=$2 envs=() flags=()
+    shift 2
+    for w in "$@"; do
+        if [[ $w == *=* && $w != -* ]]; then envs+=("$w"); else flags+=("$w"); fi
     done
-    python3 - "$WORK/rows" "$name" "$field" "$op" "$limit" <<'PY' || BAD=1
+    if ! env "${envs[@]}" timeout 60 "$TEBENCH" --loopback --json \
+        --duration=1 --warmup=0.2 "${flags[@]}" >>"$file" 2>"$WORK/err"; then
+        echo "FAIL $name: tebench $* failed"
+        tail -n 20 "$WORK/err"
+        return 1
+    fi
+}
+
+# verdict <file> <mode> <name> <field> <op> <limit>: the median of field
+# over the rows (mode "rows"), or of field(A) / field(B) over alternating
+# pairs of rows (mode "pairs"), against the limit.
+verdict() {
+    python3 - "$@" <<'PY' || BAD=1
 import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-name, field, op, limit = sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
-if field == "ns_per_request":
-    vals = [r["avg_tx_us"] * 1000 / r["batch_size"] for r in rows]
+path, mode, name, field, op = sys.argv[1:6]
+limit = float(sys.argv[6])
+rows = [json.loads(l) for l in open(path) if l.startswith("{")]
+def value(r):
+    if field == "ns_per_request":
+        return r["avg_tx_us"] * 1000 / r["batch_size"]
+    return r[field]
+if mode == "pairs":
+    vals = [value(a) / value(b) for a, b in zip(rows[0::2], rows[1::2])]
+    what = f"{field} ratio"
 else:
-    vals = [r[field] for r in rows]
+    vals = [value(r) for r in rows]
+    what = field
 m = statistics.median(vals)
 ok = m >= limit if op == ">=" else m <= limit
-print(f"{'ok  ' if ok else 'FAIL'} {name}: {field} median {m:.3f} "
+print(f"{'ok  ' if ok else 'FAIL'} {name}: {what} median {m:.3f} "
       f"(runs {', '.join(f'{v:.3f}' for v in vals)}), must be {op} {limit}")
 sys.exit(0 if ok else 1)
 PY
 }
 
+# check <name> <field> <op> <limit> tebench-args...: median of 3 runs.
+check() {
+    local name=$1 field=$2 op=$3 limit=$4
+    shift 4
+    : >"$WORK/rows"
+    for _ in 1 2 3; do
+        run "$WORK/rows" "$name" --baseline "$@" || { BAD=1; return; }
+    done
+    verdict "$WORK/rows" rows "$name" "$field" "$op" "$limit"
+}
+
 # compare <name> <field> <op> <limit> <argsA> <argsB>: median over 3
 # alternating pairs of runs of field(A) / field(B) (each argument list one
-# string, split on spaces; VAR=value words are set in tebench's environment).
+# string, split on spaces).
 compare() {
     local name=$1 field=$2 op=$3 limit=$4 a=$5 b=$6
     : >"$WORK/pairs"
     for _ in 1 2 3; do
-        for args in "$a" "$b"; do
-            local envs=() flags=()
-            for w in $args; do
-                if [[ $w == *=* && $w != -* ]]; then envs+=("$w"); else flags+=("$w"); fi
-            done
-            if ! env "${envs[@]}" timeout 60 "$TEBENCH" --loopback --json \
-                --duration=1 --warmup=0.2 "${flags[@]}" >>"$WORK/pairs" \
-                2>"$WORK/err"; then
-                echo "FAIL $name: tebench $args failed"
-                tail -n 20 "$WORK/err"
-                BAD=1
-                return
-            fi
-        done
+        # shellcheck disable=SC2086 # the argument lists are split on purpose
+        run "$WORK/pairs" "$name" $a && run "$WORK/pairs" "$name" $b ||
+            { BAD=1; return; }
     done
-    python3 - "$WORK/pairs" "$name" "$field" "$op" "$limit" <<'PY' || BAD=1
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-name, field, op, limit = sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
-vals = [a[field] / b[field] for a, b in zip(rows[0::2], rows[1::2])]
-m = statistics.median(vals)
-ok = m >= limit if op == ">=" else m <= limit
-print(f"{'ok  ' if ok else 'FAIL'} {name}: {field} ratio median {m:.3f} "
-      f"(runs {', '.join(f'{v:.3f}' for v in vals)}), must be {op} {limit}")
-sys.exit(0 if ok else 1)
-PY
+    verdict "$WORK/pairs" pairs "$name" "$field" "$op" "$limit"
 }
 
 # half of each target in issue 13's table
