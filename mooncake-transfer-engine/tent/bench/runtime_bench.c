@@ -74,12 +74,13 @@ static int instant_free_sub(TENT_UNUSED struct tent_transport *t,
 
 static int instant_submit(TENT_UNUSED struct tent_transport *t,
                           struct tent_sub_batch *sb,
-                          const struct tent_xfer *reqs, size_t n, int *results)
+                          const struct tent_xfer *reqs, size_t n,
+                          struct tent_xfer_result *res)
 {
     struct instant_sub *s = (struct instant_sub *)sb;
     for (size_t i = 0; i < n; i++) {
         s->len[reqs[i].slot] = reqs[i].length;
-        results[i] = TENT_OK;
+        res[i].code = TENT_OK;
     }
     return TENT_OK;
 }
@@ -90,7 +91,6 @@ static int instant_status(TENT_UNUSED struct tent_transport *t,
 {
     out->state = TENT_XFER_COMPLETED;
     out->bytes = ((struct instant_sub *)sb)->len[slot];
-    out->native_code = 0;
     return TENT_OK;
 }
 

@@ -45,6 +45,27 @@ const char *tent_strerror(int code)
     return error_names[-code];
 }
 
+bool tent_error_is_transient(int code)
+{
+    switch (code) {
+    case TENT_EINVAL:
+    case TENT_ENULL:
+    case TENT_ENOTREG:
+    case TENT_ERANGE:
+    case TENT_EPERM:
+    case TENT_ECAPACITY:
+    case TENT_EEXIST:
+    case TENT_ECONFIG:
+    case TENT_EOVERFLOW:
+    case TENT_ENOSEGMENT:
+    case TENT_ENOBATCH:
+    case TENT_ENOTASK:
+        return false;
+    default:
+        return code != TENT_OK;
+    }
+}
+
 const char *tent_last_error(void)
 {
     return last_error;

@@ -5,6 +5,8 @@
 
 #include "tent/transfer_engine.h"
 
+#include <stdbool.h>
+
 /* Records "msg" as the calling thread's last error and returns code. */
 int tent_set_error(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -13,8 +15,16 @@ int tent_set_error(int code, const char *fmt, ...)
 int tent_fail_at(const char *file, int line, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-#define TENT_FAIL(code, ...) tent_fail_at(__FILE__, __LINE__, (code), __VA_ARGS__)
+#define TENT_FAIL(code, ...)                                                   \
+    tent_fail_at(__FILE__, __LINE__, (code), __VA_ARGS__)
 
 void tent_clear_error(void);
+
+/* Whether a failure with this code may succeed on another transport (a
+ * reset or refused connection, a timeout, a peer or device that went away,
+ * a transport that cannot serve the request), as opposed to one that no
+ * transport can fix (permission refused, out of bounds, not registered, a
+ * bad argument), which fails at once with its cause. */
+bool tent_error_is_transient(int code);
 
 #endif

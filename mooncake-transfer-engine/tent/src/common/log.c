@@ -1,5 +1,7 @@
 #include "common/log.h"
 
+#include "common/clock.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,7 +11,7 @@
 
 atomic_int tent_log_threshold = TENT_LOG_INFO;
 
-static const char *const level_names[] = {"TRACE", "DEBUG", "INFO",
+static const char *const level_names[] = {"TRACE",   "DEBUG", "INFO",
                                           "WARNING", "ERROR", "OFF"};
 
 int tent_log_level_parse(const char *name)
@@ -18,9 +20,9 @@ int tent_log_level_parse(const char *name)
         const char *name;
         int level;
     } table[] = {
-        {"trace", TENT_LOG_TRACE},     {"debug", TENT_LOG_DEBUG},
-        {"info", TENT_LOG_INFO},       {"warning", TENT_LOG_WARNING},
-        {"warn", TENT_LOG_WARNING},    {"error", TENT_LOG_ERROR},
+        {"trace", TENT_LOG_TRACE},  {"debug", TENT_LOG_DEBUG},
+        {"info", TENT_LOG_INFO},    {"warning", TENT_LOG_WARNING},
+        {"warn", TENT_LOG_WARNING}, {"error", TENT_LOG_ERROR},
         {"off", TENT_LOG_OFF},
     };
     if (!name)
@@ -86,9 +88,7 @@ void tent_log_write(int level, const char *file, int line, const char *fmt, ...)
 bool tent_log_ratelimit_ok(struct tent_log_ratelimit *rl, int interval_ms,
                            unsigned long *held)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    long long now = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    long long now = tent_now_ms();
     long long next = atomic_load(&rl->next_ms);
     if (now < next || !atomic_compare_exchange_strong(&rl->next_ms, &next,
                                                       now + interval_ms)) {

@@ -2,6 +2,7 @@
  * See metrics.h for the cost model. */
 #include "metrics/metrics.h"
 
+#include "common/clock.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -16,10 +17,20 @@
 #include <strings.h>
 #include <time.h>
 
-struct tm_family tm_families[TM_NFAMILIES] = {
+/* The one statement of the layout is metrics.h's; this table spells it out
+ * per family for the readers. */
+const struct tm_family tm_families[TM_NFAMILIES] = {
 #define TM_ROW(id, nm, ty, lb, bk, hp)                                         \
-    [TM_##id] = {                                                              \
-        .name = nm, .help = hp, .type = ty, .labels = lb, .buckets = bk},
+    [TM_##id] = {.name = nm,                                                   \
+                 .help = hp,                                                   \
+                 .type = ty,                                                   \
+                 .labels = lb,                                                 \
+                 .buckets = bk,                                                \
+                 .dim1 = TM_DIM1_OF(lb),                                       \
+                 .dim2 = TM_DIM2_OF(lb),                                       \
+                 .width = TM_WIDTH_OF(ty, bk),                                 \
+                 .offset = TM_OFF_##id,                                        \
+                 .derived = TM_DERIVED(id)},
     TENT_METRIC_FAMILIES(TM_ROW)
 #undef TM_ROW
 };
@@ -29,64 +40,12 @@ static const double latency_bounds[] = {
     500,    1000,   2000,    5000,    10000,   20000,   50000, 100000,
     200000, 500000, 1000000, 2000000, 5000000, 10000000};
 #define N_LATENCY (sizeof(latency_bounds) / sizeof(latency_bounds[0]))
-#define N_SIZE    TM_NSIZE /* 64 << 2i for i in 0..12: 64 B .. 1 GiB */
 _Static_assert(N_LATENCY == TM_NLAT, "TM_NLAT must match latency_bounds");
-
-static unsigned nbounds(enum tm_buckets b)
-{
-    return b == TM_B_LATENCY_US   ? (unsigned)N_LATENCY
-           : b == TM_B_SIZE_BYTES ? N_SIZE
-                                  : 0;
-}
 
 static double bound(enum tm_buckets b, unsigned i)
 {
     return b == TM_B_LATENCY_US ? latency_bounds[i]
                                 : (double)(64ull << (2 * i));
-}
-
-static uint32_t ncells;
-static pthread_once_t layout_once = PTHREAD_ONCE_INIT;
-
-static void dims_of(enum tm_labels l, uint32_t *d1, uint32_t *d2)
-{
-    switch (l) {
-    case TM_L_XPORT:
-        *d1 = TM_NXPORT, *d2 = 1;
-        break;
-    case TM_L_XPORT_OP:
-        *d1 = TM_NXPORT, *d2 = TM_NOP;
-        break;
-    case TM_L_FROM_TO:
-        *d1 = TM_NXPORT, *d2 = TM_NXPORT;
-        break;
-    case TM_L_XPORT_STATE:
-        *d1 = TM_NXPORT, *d2 = TM_NSTATE;
-        break;
-    default:
-        *d1 = 1, *d2 = 1;
-    }
-}
-
-static void layout(void)
-{
-    uint32_t off = 0;
-    for (int i = 0; i < TM_NFAMILIES; i++) {
-        struct tm_family *f = &tm_families[i];
-        dims_of(f->labels, &f->dim1, &f->dim2);
-        f->width = f->type == TM_HISTOGRAM ? nbounds(f->buckets) + 2 : 1;
-        f->derived = i == TM_READ_BYTES || i == TM_WRITE_BYTES ||
-                     i == TM_READ_REQUESTS || i == TM_WRITE_REQUESTS ||
-                     i == TM_TASKS_IN_FLIGHT;
-        f->offset = off;
-        if (!f->derived)
-            off += f->dim1 * f->dim2 * f->width;
-        /* the header's constant layout says the same */
-        if (f->offset != tm_layout[i].off || f->width != tm_layout[i].width ||
-            f->dim2 != tm_layout[i].dim2)
-            abort();
-    }
-    ncells = off;
 }
 
 /* ---- registry and shards ----------------------------------------------- */
@@ -148,7 +107,7 @@ void tm_observe(struct tm_shard *s, enum tm_id id, unsigned l1, unsigned l2,
         return;
     const struct tm_family *f = &tm_families[id];
     uint32_t c = tm_cell(id, l1, l2);
-    unsigned n = nbounds(f->buckets), i = 0;
+    unsigned n = (f->width - 2), i = 0;
     if (f->buckets == TM_B_SIZE_BYTES)
         i = tm_size_bucket(v);
     else
@@ -173,9 +132,7 @@ unsigned tm_sample_pick(struct tent_metrics *m, size_t n)
 
 uint64_t tm_now_ns(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return tent_now_ns();
 }
 
 /* ---- configuration ------------------------------------------------------ */
@@ -289,14 +246,13 @@ int tent_metrics_config_load(const struct tent_config *cfg,
 int tent_metrics_create(const struct tent_metrics_config *cfg,
                         struct tent_metrics **out)
 {
-    pthread_once(&layout_once, layout);
     struct tent_metrics *m = calloc(1, sizeof(*m));
     if (!m)
         return tent_set_error(TENT_ENOMEM, "metrics: out of memory");
     m->cfg = *cfg;
     m->head.id = atomic_fetch_add(&next_registry_id, 1);
     m->head.sample_mask = cfg->latency_sample ? cfg->latency_sample - 1 : 0;
-    size_t bytes = sizeof(struct tm_shard) + ncells * sizeof(uint64_t);
+    size_t bytes = sizeof(struct tm_shard) + TM_NCELLS * sizeof(uint64_t);
     m->shard_bytes = (bytes + 63) & ~(size_t)63; /* no line shared */
     pthread_mutex_init(&m->lock, NULL);
     pthread_cond_init(&m->wake, NULL);
@@ -433,13 +389,13 @@ struct snap {
 
 static int snap_take(struct tent_metrics *m, struct snap *sn)
 {
-    sn->cells = calloc(ncells ? ncells : 1, sizeof(uint64_t));
+    sn->cells = calloc(TM_NCELLS ? TM_NCELLS : 1, sizeof(uint64_t));
     if (!sn->cells)
         return tent_set_error(TENT_ENOMEM, "metrics: out of memory");
     pthread_mutex_lock(&m->lock);
     memcpy(sn->xnames, m->xnames, sizeof(sn->xnames));
     for (struct tm_shard *s = m->shards; s; s = s->next)
-        for (uint32_t i = 0; i < ncells; i++)
+        for (uint32_t i = 0; i < TM_NCELLS; i++)
             sn->cells[i] +=
                 atomic_load_explicit(&s->cells[i], memory_order_relaxed);
     pthread_mutex_unlock(&m->lock);
@@ -588,25 +544,19 @@ static void put_escaped(struct out *o, const char *s)
 static const char *const op_names[TM_NOP] = {"read", "write"};
 static const char *const state_names[TM_NSTATE] = {"up", "down"};
 
+/* The label names of each shape, first and second dimension. */
+static const char *const label_names_of[][2] = {
+    [TM_L_NONE] = {NULL, NULL},
+    [TM_L_XPORT] = {"transport", NULL},
+    [TM_L_XPORT_OP] = {"transport", "operation"},
+    [TM_L_FROM_TO] = {"from", "to"},
+    [TM_L_XPORT_STATE] = {"transport", "state"},
+};
+
 static void label_names(enum tm_labels l, const char **n1, const char **n2)
 {
-    *n1 = *n2 = NULL;
-    switch (l) {
-    case TM_L_XPORT:
-        *n1 = "transport";
-        break;
-    case TM_L_XPORT_OP:
-        *n1 = "transport", *n2 = "operation";
-        break;
-    case TM_L_FROM_TO:
-        *n1 = "from", *n2 = "to";
-        break;
-    case TM_L_XPORT_STATE:
-        *n1 = "transport", *n2 = "state";
-        break;
-    default:
-        break;
-    }
+    *n1 = label_names_of[l][0];
+    *n2 = label_names_of[l][1];
 }
 
 static const char *label_value(const struct snap *sn, enum tm_labels l, int dim,
@@ -681,7 +631,7 @@ static void render_text(const struct snap *sn, struct out *o)
                     put(o, " %" PRId64 "\n", value_of(sn, id, a, b));
                     continue;
                 }
-                unsigned nb = nbounds(f->buckets);
+                unsigned nb = (f->width - 2);
                 uint64_t cum = 0;
                 for (unsigned k = 0; k <= nb; k++) {
                     char le[32];
@@ -753,7 +703,7 @@ static int render_json(const struct snap *sn, struct out *o)
                                             (double)value_of(sn, id, a, b));
                 } else {
                     cJSON *bk = cJSON_AddArrayToObject(s, "buckets");
-                    unsigned nb = nbounds(f->buckets);
+                    unsigned nb = (f->width - 2);
                     uint64_t cum = 0;
                     for (unsigned k = 0; k <= nb; k++) {
                         cum += cell(sn, id, a, b, k);

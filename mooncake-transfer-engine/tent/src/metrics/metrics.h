@@ -43,6 +43,11 @@ enum tm_labels {
 
 enum tm_buckets { TM_B_NONE, TM_B_LATENCY_US, TM_B_SIZE_BYTES };
 
+/* Each transport's own families live in its folder (transport/<name>/
+ * metrics.def, defining TENT_XPORT_METRICS_<name>(X)); the build lists the
+ * built ones in TENT_TRANSPORT_METRIC_FAMILIES (generated). */
+#include "tent_transport_metrics.def"
+
 /* Every family: id, exposed name (NULL = internal cells, not exposed; none at
  * present), type, labels, buckets, help.  Families computed from others when
  * rendered (tent_*_bytes_total, tent_*_requests_total, tent_tasks_in_flight)
@@ -93,20 +98,10 @@ enum tm_buckets { TM_B_NONE, TM_B_LATENCY_US, TM_B_SIZE_BYTES };
       TM_B_NONE, "Bytes of local memory registered with the engine")           \
     X(PEERS, "tent_peers", TM_GAUGE, TM_L_XPORT_STATE, TM_B_NONE,              \
       "Peers a transport knows, by state (up, down)")                          \
-    X(MF_BATCHES_SUBMITTED, "tent_memfabric_batches_submitted_total",          \
-      TM_COUNTER, TM_L_NONE, TM_B_NONE,                                        \
-      "Vendor batches handed to smem_trans_batch_copy")                        \
-    X(MF_BATCHES_PENDING, "tent_memfabric_batches_pending", TM_GAUGE,          \
-      TM_L_NONE, TM_B_NONE, "Vendor batches not yet terminal")                 \
-    X(MF_QUERY_ERRORS, "tent_memfabric_query_errors_total", TM_COUNTER,        \
-      TM_L_NONE, TM_B_NONE,                                                    \
-      "smem_trans_batch_status_query calls that returned an error")            \
-    X(MF_QUIESCE_TIMEOUTS, "tent_memfabric_quiesce_timeouts_total",            \
-      TM_COUNTER, TM_L_NONE, TM_B_NONE,                                        \
-      "Quiesce calls that gave up after MF_TRANSFER_TIMEOUT")                  \
     X(META_PUBLISH_FAILURES, "tent_metadata_publish_failures_total",           \
       TM_COUNTER, TM_L_NONE, TM_B_NONE,                                        \
-      "Failed publications or refreshes of the segment descriptor")
+      "Failed publications or refreshes of the segment descriptor")            \
+    TENT_TRANSPORT_METRIC_FAMILIES(X)
 
 enum tm_id {
 #define TM_ENUM(id, name, type, labels, buckets, help) TM_##id,
@@ -127,8 +122,8 @@ struct tm_family {
     bool derived;        /* computed from other families when rendered */
 };
 
-/* The family table, laid out once (tent_metrics_create does it). */
-extern struct tm_family tm_families[TM_NFAMILIES];
+/* The family table (metrics.c), laid out by the macros below. */
+extern const struct tm_family tm_families[TM_NFAMILIES];
 
 /* One thread's cells.  Written only by its owner thread; read by anyone. */
 struct tm_shard {

@@ -275,6 +275,61 @@ int tent_net_inbuf_read(int fd, struct tent_net_inbuf *in, void *dst, size_t n,
     return 0;
 }
 
+int tent_net_sendv_some(int fd, struct iovec *iov, int n, int *at)
+{
+    while (*at < n) {
+        int left = n - *at;
+        struct msghdr m = {.msg_iov = iov + *at,
+                           .msg_iovlen =
+                               (size_t)(left < IOV_MAX ? left : IOV_MAX)};
+        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return io_error(errno);
+        }
+        size_t done = (size_t)w;
+        while (*at < n && done >= iov[*at].iov_len) {
+            done -= iov[*at].iov_len;
+            iov[*at].iov_len = 0;
+            (*at)++;
+        }
+        if (*at < n) {
+            iov[*at].iov_base = (char *)iov[*at].iov_base + done;
+            iov[*at].iov_len -= done;
+        }
+    }
+    return 0;
+}
+
+long tent_net_inbuf_read_some(int fd, struct tent_net_inbuf *in, void *dst,
+                              size_t n, size_t direct_min)
+{
+    if (in->pos < in->len) {
+        size_t k = in->len - in->pos < n ? in->len - in->pos : n;
+        memcpy(dst, in->b + in->pos, k);
+        in->pos += k;
+        return (long)k;
+    }
+    for (;;) {
+        bool direct = n >= direct_min;
+        ssize_t r = direct ? recv(fd, dst, n, MSG_DONTWAIT)
+                           : recv(fd, in->b, in->cap, MSG_DONTWAIT);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return io_error(r == 0 ? ECONNRESET : errno);
+        if (direct)
+            return (long)r;
+        in->pos = 0;
+        in->len = (size_t)r;
+        size_t k = (size_t)r < n ? (size_t)r : n;
+        memcpy(dst, in->b, k);
+        in->pos = k;
+        return (long)k;
+    }
+}
+
 int tent_net_sendv_all(int fd, struct iovec *iov, int n, int flags,
                        tent_net_wait_fn wait, void *arg)
 {

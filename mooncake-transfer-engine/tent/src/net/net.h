@@ -84,6 +84,21 @@ struct tent_net_inbuf {
 int tent_net_inbuf_read(int fd, struct tent_net_inbuf *in, void *dst, size_t n,
                         size_t direct_min);
 
+/* ---- non-blocking steps (a socket in O_NONBLOCK mode, or any socket:
+ * the calls pass MSG_DONTWAIT) --------------------------------------------- */
+
+/* As many sendmsg calls as the socket takes now for iov[*at..n): advances
+ * *at (and the iovec it stops in).  0 when every byte is out, -EAGAIN when
+ * the socket buffer is full with some left, another negative errno on
+ * failure. */
+int tent_net_sendv_some(int fd, struct iovec *iov, int n, int *at);
+/* Up to n bytes into dst: from the buffer first, else from one receive
+ * (straight into dst when n >= direct_min).  Returns the count (> 0),
+ * -EAGAIN when nothing is there now, -ECONNRESET when the peer closed the
+ * connection, another negative errno on failure. */
+long tent_net_inbuf_read_some(int fd, struct tent_net_inbuf *in, void *dst,
+                              size_t n, size_t direct_min);
+
 /* Asked when a send times out (stalls = timeouts in a row without
  * progress): true to keep trying. */
 typedef bool (*tent_net_wait_fn)(void *arg, int stalls);

@@ -1,10 +1,11 @@
 /* The engine's RPC server and the client calls that reach a peer's server.
  *
  * One server per engine, bound to rpc_server_hostname:rpc_server_port.  It
- * answers descriptor fetches and notifications (control plane) and the tcp
- * transport's reads and writes (data plane), all in the wire format of
- * wire.h.  A connection that sends a frame that does not validate is closed;
- * other connections are not affected.
+ * answers descriptor fetches and notifications (control plane) itself and
+ * hands data frames (the tcp transport's reads and writes) to the frame
+ * handlers transports install, all in the wire format of wire.h.  A connection
+ * that sends a frame that does not validate is closed; other connections are
+ * not affected.
  *
  * Connections are bounded (tent_rpc_limits): a frame must arrive whole
  * within frame_timeout_ms of its first byte, a connection idle between
@@ -25,8 +26,9 @@
 
 struct tent_rpc_server;
 
-/* What the server asks of its owner (the runtime), called from connection
- * threads with no server lock held.  All are required. */
+/* What the server asks of its owner (the runtime) for the control-plane
+ * frames it serves itself, called from connection threads with no server
+ * lock held.  All are required. */
 struct tent_rpc_handlers {
     void *ctx;
     /* The local segment's descriptor as JSON (what DESC_RESP carries);
@@ -36,13 +38,42 @@ struct tent_rpc_handlers {
      * sender declares it); peer is the connection's address, "<ip>:<port>". */
     int (*notify)(void *ctx, const char *peer, const char *from,
                   const char *name, const char *msg);
-    /* Finds the registered buffer wholly holding [addr, +len) that a peer
-     * may read (write false) or write through the tcp path and pins it
-     * until unpin(*token); else the TENT_E* code the peer is answered. */
-    int (*pin)(void *ctx, uint64_t addr, uint64_t len, bool write,
-               void **token);
-    void (*unpin)(void *ctx, void *token);
 };
+
+/* ---- frame handlers -------------------------------------------------------
+ * Frame types the server does not serve itself (the data frames READ and
+ * WRITE) go to the handler a transport installed for them: the target half
+ * of a transport lives in the transport's folder and reaches the connection
+ * only through the calls below. */
+struct tent_rpc_conn;
+
+/* Serves one frame whose header h was read and validated.  It runs on the
+ * connection's own thread with no server lock held; it may block on this
+ * connection (the calls below bound every wait by the frame's deadline).
+ * It must consume exactly h->len body bytes (tent_rpc_conn_recv /
+ * tent_rpc_conn_drain) and answer through tent_rpc_conn_send_resp.  0
+ * keeps the connection, -1 drops it (a frame that does not validate). */
+typedef int (*tent_rpc_frame_fn)(void *ctx, struct tent_rpc_conn *c,
+                                 const struct tent_wire_hdr *h);
+
+/* Installs fn (with ctx) for frames of type; fn NULL removes it.  Removal
+ * waits for running calls of the handler to return, so nothing calls fn
+ * afterwards.  TENT_EINVAL for a type the server serves itself,
+ * TENT_EEXIST when another handler holds the type. */
+int tent_rpc_server_handle(struct tent_rpc_server *s, uint8_t type,
+                           tent_rpc_frame_fn fn, void *ctx);
+
+/* Receives exactly n body bytes into buf within the frame's deadline.  0,
+ * or -1 when the connection must be dropped (closed, timed out, stopping). */
+int tent_rpc_conn_recv(struct tent_rpc_conn *c, void *buf, size_t n);
+/* Receives and discards n body bytes; 0 or -1 as tent_rpc_conn_recv. */
+int tent_rpc_conn_drain(struct tent_rpc_conn *c, uint64_t n);
+/* Answers frame seq with status (0 or a negative TENT_E* code) and len
+ * bytes of data (a successful READ).  0 or -1. */
+int tent_rpc_conn_send_resp(struct tent_rpc_conn *c, uint32_t seq,
+                            int32_t status, const void *data, uint32_t len);
+/* "<ip>:<port>" of the connection's client. */
+const char *tent_rpc_conn_peer(const struct tent_rpc_conn *c);
 
 /* Bounds on the server's connections (config keys rpc_max_connections,
  * rpc_idle_timeout_ms, rpc_frame_timeout_ms). */

@@ -3,16 +3,17 @@
  * stalled peer holds only its own thread.  Every frame is decoded by
  * wire.c before use; a frame that does not validate closes its connection.
  *
- * Data requests are checked by the owner's pin handler (bounds, permission,
- * served by tcp), which keeps the buffer pinned for the duration of the
- * copy, so an unregister in parallel answers busy instead of freeing memory
- * under the server.  The server knows its owner only through the handler
- * table (rpc.h).
+ * Descriptor requests and notifications are answered through the owner's
+ * handler table (rpc.h); every other frame type goes to the frame handler
+ * a transport installed for it (tcp's reads and writes), which reads the
+ * frame's body and answers through tent_rpc_conn_*.  The server knows
+ * neither its owner nor the transports beyond those tables.
  *
  * Bounds (rpc.h tent_rpc_limits): each connection thread checks its own
  * frame deadline and idle time at every receive (at least every IO_TICK_MS);
  * the accept thread enforces the connection cap and picks whom to evict
  * from what the connection threads publish (frames, at_boundary, last_ms). */
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "rpc/rpc.h"
@@ -44,7 +45,7 @@
  * gathered in out[], which is flushed before the thread would wait for
  * input (so a client waiting for answers always gets them) and before any
  * answer that carries data (so answers stay in order). */
-struct conn {
+struct tent_rpc_conn {
     struct tent_rpc_server *srv;
     int fd;
     char peer[64]; /* "<ip>:<port>" of the client */
@@ -61,20 +62,30 @@ struct conn {
     size_t out_len;
     pthread_t thread;
     atomic_bool done;
-    struct conn *next;
+    struct tent_rpc_conn *next;
 };
 
 /* lock guards conns/nconns/nlive, the evicted flags and the accept thread's
  * counters; stop is set once, under lock.  It is a leaf lock: no handler is
  * called and no other lock is taken while it is held. */
+/* One installed frame handler.  lock is held for reading around every call
+ * of fn and for writing to change it, so a removal returns only once no
+ * call is running. */
+struct frame_slot {
+    pthread_rwlock_t lock;
+    tent_rpc_frame_fn fn;
+    void *ctx;
+};
+
 struct tent_rpc_server {
     struct tent_rpc_handlers h;
+    struct frame_slot frames[256];
     struct tent_rpc_limits lim;
     int lfd, wake_fd;
     pthread_t accept_thread;
     atomic_bool stop;
     pthread_mutex_t lock;
-    struct conn *conns;
+    struct tent_rpc_conn *conns;
     int nconns; /* in the list (evicted ones until reaped) */
     int nlive;  /* not evicted: what the cap counts */
     uint64_t accepted, evicted, refused;
@@ -82,25 +93,18 @@ struct tent_rpc_server {
     struct tent_log_ratelimit refuse_rl, evict_rl;
 };
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The first byte of a frame is here: its whole must follow in time. */
-static void frame_begin(struct conn *c)
+static void frame_begin(struct tent_rpc_conn *c)
 {
-    c->deadline_ms = now_ms() + c->srv->lim.frame_timeout_ms;
+    c->deadline_ms = tent_now_ms() + c->srv->lim.frame_timeout_ms;
     atomic_store(&c->at_boundary, false);
 }
 
 /* Served.  Its answers may still sit in out[]: they get a frame's time to
  * leave (flushed before the next receive). */
-static void frame_end(struct conn *c)
+static void frame_end(struct tent_rpc_conn *c)
 {
-    long long now = now_ms();
+    long long now = tent_now_ms();
     c->deadline_ms = now + c->srv->lim.frame_timeout_ms;
     atomic_store(&c->last_ms, now);
     atomic_fetch_add(&c->frames, 1);
@@ -112,8 +116,8 @@ static void frame_end(struct conn *c)
  * its answers holds the connection no longer than a slow request would). */
 static bool srv_send_wait(void *arg, int stalls)
 {
-    struct conn *c = arg;
-    if (now_ms() >= c->deadline_ms) {
+    struct tent_rpc_conn *c = arg;
+    if (tent_now_ms() >= c->deadline_ms) {
         atomic_fetch_add(&c->srv->frame_timeouts, 1);
         LOG_DEBUG("rpc: %s: answer not taken within rpc_frame_timeout_ms",
                   c->peer);
@@ -122,14 +126,14 @@ static bool srv_send_wait(void *arg, int stalls)
     return !atomic_load(&c->srv->stop) && stalls < MID_FRAME_TICKS;
 }
 
-static int srv_send(struct conn *c, struct iovec *iov, int n)
+static int srv_send(struct tent_rpc_conn *c, struct iovec *iov, int n)
 {
     if (atomic_load(&c->srv->stop))
         return -1;
     return tent_net_sendv_all(c->fd, iov, n, 0, srv_send_wait, c) ? -1 : 0;
 }
 
-static int flush_out(struct conn *c)
+static int flush_out(struct tent_rpc_conn *c)
 {
     if (!c->out_len)
         return 0;
@@ -144,7 +148,7 @@ static int flush_out(struct conn *c)
  * other receive belongs to the frame being served and fails once its
  * deadline passes, however slowly bytes keep coming.  0, or -1 when the
  * connection must be dropped. */
-static int srv_recv(struct conn *c, void *buf, size_t n, bool first)
+static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n, bool first)
 {
     char *p = buf;
     int ticks = 0;
@@ -165,7 +169,7 @@ static int srv_recv(struct conn *c, void *buf, size_t n, bool first)
         }
         if (flush_out(c) || atomic_load(&c->srv->stop))
             return -1;
-        long long now = now_ms();
+        long long now = tent_now_ms();
         if (idle &&
             now - atomic_load(&c->last_ms) >= c->srv->lim.idle_timeout_ms) {
             atomic_fetch_add(&c->srv->idle_closed, 1);
@@ -206,7 +210,7 @@ static int srv_recv(struct conn *c, void *buf, size_t n, bool first)
     return 0;
 }
 
-static int send_resp(struct conn *c, uint32_t seq, int32_t status,
+static int send_resp(struct tent_rpc_conn *c, uint32_t seq, int32_t status,
                      const void *data, uint32_t len)
 {
     uint8_t h[TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN];
@@ -223,25 +227,7 @@ static int send_resp(struct conn *c, uint32_t seq, int32_t status,
     return srv_send(c, iov, len ? 2 : 1);
 }
 
-static int serve_read(struct conn *c, const struct tent_wire_hdr *h)
-{
-    uint8_t body[TENT_WIRE_RW_LEN];
-    struct tent_wire_rw rw;
-    if (h->len != TENT_WIRE_RW_LEN || srv_recv(c, body, sizeof(body), false) ||
-        tent_wire_decode_rw(body, sizeof(body), &rw))
-        return -1;
-    const struct tent_rpc_handlers *hd = &c->srv->h;
-    void *pin;
-    int st = hd->pin(hd->ctx, rw.addr, rw.length, false, &pin);
-    if (st)
-        return send_resp(c, h->seq, st, NULL, 0);
-    int rc = send_resp(c, h->seq, 0, (const void *)(uintptr_t)rw.addr,
-                       (uint32_t)rw.length);
-    hd->unpin(hd->ctx, pin);
-    return rc;
-}
-
-static int drain(struct conn *c, uint64_t n)
+static int drain(struct tent_rpc_conn *c, uint64_t n)
 {
     char tmp[65536];
     while (n) {
@@ -253,30 +239,49 @@ static int drain(struct conn *c, uint64_t n)
     return 0;
 }
 
-static int serve_write(struct conn *c, const struct tent_wire_hdr *h)
+/* ---- the frame handlers' view of a connection ------------------------- */
+
+int tent_rpc_conn_recv(struct tent_rpc_conn *c, void *buf, size_t n)
 {
-    uint8_t body[TENT_WIRE_RW_LEN];
-    struct tent_wire_rw rw;
-    if (h->len < TENT_WIRE_RW_LEN || srv_recv(c, body, sizeof(body), false) ||
-        tent_wire_decode_rw(body, sizeof(body), &rw) ||
-        rw.length != h->len - TENT_WIRE_RW_LEN)
-        return -1;
-    const struct tent_rpc_handlers *hd = &c->srv->h;
-    void *pin;
-    int st = hd->pin(hd->ctx, rw.addr, rw.length, true, &pin);
-    if (st) {
-        if (drain(c, rw.length))
-            return -1;
-        return send_resp(c, h->seq, st, NULL, 0);
-    }
-    int rc = srv_recv(c, (void *)(uintptr_t)rw.addr, rw.length, false);
-    hd->unpin(hd->ctx, pin);
-    if (rc)
-        return -1;
-    return send_resp(c, h->seq, 0, NULL, 0);
+    return srv_recv(c, buf, n, false);
 }
 
-static int serve_notify(struct conn *c, const struct tent_wire_hdr *h)
+int tent_rpc_conn_drain(struct tent_rpc_conn *c, uint64_t n)
+{
+    return drain(c, n);
+}
+
+int tent_rpc_conn_send_resp(struct tent_rpc_conn *c, uint32_t seq,
+                            int32_t status, const void *data, uint32_t len)
+{
+    return send_resp(c, seq, status, data, len);
+}
+
+const char *tent_rpc_conn_peer(const struct tent_rpc_conn *c)
+{
+    return c->peer;
+}
+
+/* A frame of a type a transport serves: its handler, else the body is
+ * skipped and the client told TENT_ENOTSUP (no transport here serves it). */
+static int serve_installed(struct tent_rpc_conn *c,
+                           const struct tent_wire_hdr *h)
+{
+    struct frame_slot *f = &c->srv->frames[h->type];
+    pthread_rwlock_rdlock(&f->lock);
+    int rc;
+    if (f->fn) {
+        rc = f->fn(f->ctx, c, h);
+    } else {
+        rc = drain(c, h->len);
+        if (!rc)
+            rc = send_resp(c, h->seq, TENT_ENOTSUP, NULL, 0);
+    }
+    pthread_rwlock_unlock(&f->lock);
+    return rc;
+}
+
+static int serve_notify(struct tent_rpc_conn *c, const struct tent_wire_hdr *h)
 {
     uint8_t *body = malloc(h->len ? h->len : 1);
     struct tent_wire_notify *n = malloc(sizeof(*n));
@@ -293,7 +298,7 @@ out:
     return rc;
 }
 
-static int serve_desc(struct conn *c, const struct tent_wire_hdr *h)
+static int serve_desc(struct tent_rpc_conn *c, const struct tent_wire_hdr *h)
 {
     size_t len = 0;
     char *json = c->srv->h.describe(c->srv->h.ctx, &len);
@@ -312,7 +317,7 @@ static int serve_desc(struct conn *c, const struct tent_wire_hdr *h)
 
 static void *conn_main(void *arg)
 {
-    struct conn *c = arg;
+    struct tent_rpc_conn *c = arg;
     for (;;) {
         uint8_t raw[TENT_WIRE_HDR_LEN];
         struct tent_wire_hdr h;
@@ -331,10 +336,8 @@ static void *conn_main(void *arg)
             rc = serve_notify(c, &h);
             break;
         case TENT_WIRE_READ:
-            rc = serve_read(c, &h);
-            break;
         case TENT_WIRE_WRITE:
-            rc = serve_write(c, &h);
+            rc = serve_installed(c, &h);
             break;
         default:
             LOG_WARN("rpc: dropping connection: frame type %u is not a "
@@ -357,9 +360,9 @@ static void *conn_main(void *arg)
 /* Joins connections whose thread has finished.  Caller holds lock. */
 static void reap_locked(struct tent_rpc_server *s, bool all)
 {
-    struct conn **pp = &s->conns;
+    struct tent_rpc_conn **pp = &s->conns;
     while (*pp) {
-        struct conn *c = *pp;
+        struct tent_rpc_conn *c = *pp;
         if (!all && !atomic_load(&c->done)) {
             pp = &c->next;
             continue;
@@ -379,7 +382,7 @@ static void reap_locked(struct tent_rpc_server *s, bool all)
 /* A live connection's class for eviction: 0 never used and waiting, 1
  * inside its first frame, 2 idle between frames, 3 inside a frame after
  * having completed one (a real peer at work: never evicted). */
-static int conn_class(struct conn *c)
+static int conn_class(struct tent_rpc_conn *c)
 {
     bool fresh = atomic_load(&c->frames) == 0;
     bool waiting = atomic_load(&c->at_boundary);
@@ -391,13 +394,13 @@ static int conn_class(struct conn *c)
  * frame), else the one idle longest between frames.  NULL when every
  * connection is inside a frame after having completed one: a real peer at
  * work.  Caller holds lock. */
-static struct conn *pick_victim_locked(struct tent_rpc_server *s)
+static struct tent_rpc_conn *pick_victim_locked(struct tent_rpc_server *s)
 {
-    long long now = now_ms();
-    struct conn *best = NULL;
+    long long now = tent_now_ms();
+    struct tent_rpc_conn *best = NULL;
     int best_cls = 3;
     long long best_age = -1;
-    for (struct conn *c = s->conns; c; c = c->next) {
+    for (struct tent_rpc_conn *c = s->conns; c; c = c->next) {
         if (c->evicted || atomic_load(&c->done))
             continue;
         int cls = conn_class(c);
@@ -432,7 +435,7 @@ static void peer_name(int fd, char *buf, size_t cap)
  * it when nobody can be evicted. */
 static void admit(struct tent_rpc_server *s, int fd)
 {
-    struct conn *c = calloc(1, sizeof(*c));
+    struct tent_rpc_conn *c = calloc(1, sizeof(*c));
     if (!c) {
         LOG_WARN("rpc: refusing a connection: out of memory");
         close(fd);
@@ -441,7 +444,7 @@ static void admit(struct tent_rpc_server *s, int fd)
     c->srv = s;
     c->fd = fd;
     peer_name(fd, c->peer, sizeof(c->peer));
-    c->accepted_ms = now_ms();
+    c->accepted_ms = tent_now_ms();
     atomic_init(&c->last_ms, c->accepted_ms);
     atomic_init(&c->at_boundary, true);
     atomic_init(&c->frames, 0);
@@ -450,7 +453,7 @@ static void admit(struct tent_rpc_server *s, int fd)
     unsigned long held;
     pthread_mutex_lock(&s->lock);
     if (s->nlive >= s->lim.max_conns) {
-        struct conn *v = pick_victim_locked(s);
+        struct tent_rpc_conn *v = pick_victim_locked(s);
         if (!v) {
             s->refused++;
             int open = s->nlive;
@@ -523,7 +526,7 @@ void tent_rpc_server_stats(struct tent_rpc_server *s,
     out->refused = s->refused;
     out->open = s->nlive;
     out->in_frame = 0;
-    for (struct conn *c = s->conns; c; c = c->next)
+    for (struct tent_rpc_conn *c = s->conns; c; c = c->next)
         out->in_frame +=
             !c->evicted && !atomic_load(&c->done) && conn_class(c) == 3;
     pthread_mutex_unlock(&s->lock);
@@ -578,6 +581,8 @@ int tent_rpc_server_start(const struct tent_rpc_handlers *h,
         goto fail_event;
     }
     pthread_mutex_init(&s->lock, NULL);
+    for (size_t i = 0; i < sizeof(s->frames) / sizeof(s->frames[0]); i++)
+        pthread_rwlock_init(&s->frames[i].lock, NULL);
     if (pthread_create(&s->accept_thread, NULL, accept_main, s) != 0) {
         rc = tent_set_error(TENT_ENOMEM, "rpc server: cannot start a thread");
         goto fail_thread;
@@ -588,6 +593,8 @@ int tent_rpc_server_start(const struct tent_rpc_handlers *h,
     return TENT_OK;
 
 fail_thread:
+    for (size_t i = 0; i < sizeof(s->frames) / sizeof(s->frames[0]); i++)
+        pthread_rwlock_destroy(&s->frames[i].lock);
     pthread_mutex_destroy(&s->lock);
     close(s->wake_fd);
 fail_event:
@@ -613,6 +620,33 @@ void tent_rpc_server_stop(struct tent_rpc_server *s)
     pthread_mutex_unlock(&s->lock);
     close(s->lfd);
     close(s->wake_fd);
+    for (size_t i = 0; i < sizeof(s->frames) / sizeof(s->frames[0]); i++)
+        pthread_rwlock_destroy(&s->frames[i].lock);
     pthread_mutex_destroy(&s->lock);
     free(s);
+}
+
+int tent_rpc_server_handle(struct tent_rpc_server *s, uint8_t type,
+                           tent_rpc_frame_fn fn, void *ctx)
+{
+    if (!s)
+        return tent_set_error(TENT_ENULL, "rpc server: server is NULL");
+    if (type != TENT_WIRE_READ && type != TENT_WIRE_WRITE)
+        return tent_set_error(TENT_EINVAL,
+                              "rpc server: frame type %u is not served by a "
+                              "transport",
+                              (unsigned)type);
+    struct frame_slot *f = &s->frames[type];
+    pthread_rwlock_wrlock(&f->lock);
+    int rc = TENT_OK;
+    if (fn && f->fn && (f->fn != fn || f->ctx != ctx))
+        rc = tent_set_error(TENT_EEXIST,
+                            "rpc server: frame type %u already has a handler",
+                            (unsigned)type);
+    else {
+        f->fn = fn;
+        f->ctx = fn ? ctx : NULL;
+    }
+    pthread_rwlock_unlock(&f->lock);
+    return rc;
 }

@@ -234,10 +234,15 @@ char *tent_wire_encode_desc(const struct tent_wire_desc *d, size_t *len)
         if (add_u64(o, "base", b->base) || add_u64(o, "length", b->length) ||
             !cJSON_AddStringToObject(o, "location", b->location) ||
             !cJSON_AddNumberToObject(o, "perm", b->perm) ||
-            !cJSON_AddNumberToObject(o, "xport_mask", b->xport_mask) ||
-            !cJSON_AddStringToObject(o, "shm_name", b->shm_name) ||
-            add_u64(o, "shm_offset", b->shm_offset))
+            !cJSON_AddNumberToObject(o, "xport_mask", b->xport_mask))
             goto done;
+        cJSON *ba = cJSON_AddObjectToObject(o, "attrs");
+        if (!ba)
+            goto done;
+        for (int k = 0; k < b->nattrs; k++)
+            if (!cJSON_AddStringToObject(ba, b->attrs[k].key,
+                                         b->attrs[k].value))
+                goto done;
     }
     cJSON *attrs = cJSON_AddObjectToObject(root, "attrs");
     if (!attrs)
@@ -305,6 +310,46 @@ static int get_int(const cJSON *o, const char *key, int64_t lo, int64_t hi,
     return TENT_OK;
 }
 
+/* A buffer's "attrs": an object of at most TENT_WIRE_MAX_BUF_ATTRS short
+ * strings; absent is none. */
+static int decode_buf_attrs(const cJSON *o, struct tent_wire_buf *b,
+                            const char *where)
+{
+    const cJSON *ba = cJSON_GetObjectItemCaseSensitive(o, "attrs");
+    if (!ba)
+        return TENT_OK;
+    if (!cJSON_IsObject(ba))
+        return tent_set_error(TENT_EPROTO,
+                              "descriptor %s: 'attrs' is not an object", where);
+    int n = cJSON_GetArraySize(ba);
+    if (n > TENT_WIRE_MAX_BUF_ATTRS)
+        return tent_set_error(TENT_EPROTO,
+                              "descriptor %s has %d attributes, limit %d",
+                              where, n, TENT_WIRE_MAX_BUF_ATTRS);
+    if (n == 0)
+        return TENT_OK;
+    b->attrs = calloc((size_t)n, sizeof(*b->attrs));
+    if (!b->attrs)
+        return tent_set_error(TENT_ENOMEM, "descriptor: out of memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, ba)
+    {
+        struct tent_wire_kv *kv = &b->attrs[b->nattrs];
+        if (!it->string || !*it->string ||
+            strlen(it->string) >= sizeof(kv->key))
+            return tent_set_error(TENT_EPROTO,
+                                  "descriptor %s: an attribute key is empty or "
+                                  "longer than %zu bytes",
+                                  where, sizeof(kv->key) - 1);
+        int rc = get_str(ba, it->string, kv->value, sizeof(kv->value), where);
+        if (rc)
+            return rc;
+        memcpy(kv->key, it->string, strlen(it->string) + 1);
+        b->nattrs++;
+    }
+    return TENT_OK;
+}
+
 static int decode_buf(const cJSON *o, size_t i, struct tent_wire_buf *b)
 {
     char where[32];
@@ -324,9 +369,7 @@ static int decode_buf(const cJSON *o, size_t i, struct tent_wire_buf *b)
     if (!rc && !(rc = get_int(o, "xport_mask", 0, UINT32_MAX, &v, where)))
         b->xport_mask = (uint32_t)v;
     if (!rc)
-        rc = get_str(o, "shm_name", b->shm_name, sizeof(b->shm_name), where);
-    if (!rc)
-        rc = get_u64(o, "shm_offset", &b->shm_offset, where);
+        rc = decode_buf_attrs(o, b, where);
     if (rc)
         return rc;
     if (b->length == 0 || b->base + b->length < b->base)
@@ -378,20 +421,20 @@ int tent_wire_decode_desc(const char *in, size_t n, struct tent_wire_desc *out)
         cJSON_ArrayForEach(it, arr)
         {
             rc = decode_buf(it, d.nbufs, &d.bufs[d.nbufs]);
+            d.nbufs++; /* its attrs are freed with it, even on failure */
             if (rc)
                 break;
             /* Sorted and disjoint: what the segment's lookup relies on. */
-            if (d.nbufs > 0) {
-                const struct tent_wire_buf *p = &d.bufs[d.nbufs - 1];
-                if (d.bufs[d.nbufs].base < p->base + p->length) {
+            if (d.nbufs > 1) {
+                const struct tent_wire_buf *p = &d.bufs[d.nbufs - 2];
+                if (d.bufs[d.nbufs - 1].base < p->base + p->length) {
                     rc = tent_set_error(TENT_EPROTO,
                                         "descriptor buffer %zu overlaps or is "
                                         "out of order",
-                                        d.nbufs);
+                                        d.nbufs - 1);
                     break;
                 }
             }
-            d.nbufs++;
         }
     }
     const cJSON *attrs = cJSON_GetObjectItemCaseSensitive(root, "attrs");
@@ -425,7 +468,7 @@ int tent_wire_decode_desc(const char *in, size_t n, struct tent_wire_desc *out)
     }
     cJSON_Delete(root);
     if (rc) {
-        free(d.bufs);
+        tent_wire_desc_free(&d);
         return rc;
     }
     *out = d;
@@ -436,6 +479,8 @@ void tent_wire_desc_free(struct tent_wire_desc *d)
 {
     if (!d)
         return;
+    for (size_t i = 0; i < d->nbufs; i++)
+        free(d->bufs[i].attrs);
     free(d->bufs);
     d->bufs = NULL;
     d->nbufs = 0;

@@ -66,14 +66,23 @@ struct tent_wire_notify {
     char from[TENT_WIRE_MAX_NAME + 1];
 };
 
+/* A per-buffer attribute (a transport's handle for the buffer). */
+#define TENT_WIRE_MAX_BUF_ATTRS 8
+#define TENT_WIRE_ATTR_KEY_MAX  32  /* bytes, NUL included */
+#define TENT_WIRE_ATTR_VAL_MAX  128 /* bytes, NUL included */
+struct tent_wire_kv {
+    char key[TENT_WIRE_ATTR_KEY_MAX];
+    char value[TENT_WIRE_ATTR_VAL_MAX];
+};
+
 /* One buffer of a decoded descriptor. */
 struct tent_wire_buf {
     uint64_t base, length;
     char location[64];
     int perm;
     uint32_t xport_mask;
-    char shm_name[64];
-    uint64_t shm_offset;
+    struct tent_wire_kv *attrs; /* nattrs entries (heap), or NULL */
+    int nattrs;
 };
 
 #define TENT_WIRE_MAX_BUFS  (1u << 16)
@@ -112,8 +121,14 @@ int tent_wire_decode_notify(const uint8_t *in, size_t n,
                             struct tent_wire_notify *out);
 
 /* Decodes a JSON descriptor of n bytes (not NUL-terminated).  On success
- * out->bufs is allocated (free with tent_wire_desc_free); on failure nothing
- * is allocated and the error names the bad field. */
+ * out->bufs (and each buffer's attrs) is allocated (free with
+ * tent_wire_desc_free); on failure nothing is allocated and the error names
+ * the bad field.  A descriptor is
+ *   {"version": 1, "name": s, "host_id": s,
+ *    "buffers": [{"base": "<u64>", "length": "<u64>", "location": s,
+ *                 "perm": 0..2, "xport_mask": u32,
+ *                 "attrs": {key: value, ...}}, ...],   sorted, disjoint
+ *    "attrs": {key: value, ...}} */
 int tent_wire_decode_desc(const char *in, size_t n, struct tent_wire_desc *out);
 void tent_wire_desc_free(struct tent_wire_desc *d);
 

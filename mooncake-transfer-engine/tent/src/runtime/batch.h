@@ -1,5 +1,14 @@
 /* Batches and tasks, shared by the id table (batch_table.c), the submit
- * pipeline (batch_submit.c) and polling / failover (batch_poll.c). */
+ * pipeline (batch_submit.c) and polling / failover (batch_poll.c).
+ *
+ * Transport calls run with the batch lock released.  Before it lets go,
+ * the batch code claims what it hands over (tent_slot_claim: the tasks of a
+ * submitted group, followers merged into them included; the lead task of a
+ * polled slot); a claimed task is left alone by every other thread (its
+ * slot is never handed to a transport twice at once, a cancel answers
+ * TENT_ERUNNING), and the claim is released once the outcome is recorded
+ * under the lock again.  tent_free_batch and teardown wait until no claim
+ * is held (nbusy == 0) before they free the transports' sub-batches. */
 #ifndef TENT_RUNTIME_BATCH_H
 #define TENT_RUNTIME_BATCH_H
 
@@ -28,9 +37,36 @@ static inline void tent_batch_unlock(struct tent_batch *b)
 }
 
 /* batch_submit.c */
-/* Starts every WAITING task among [first, first+n).  Batch lock held. */
+/* Starts every WAITING task among [first, first+n) that no one has claimed.
+ * Called with the batch lock held and returns with it held; releases it
+ * around each transport submit (the tasks handed over are claimed). */
 void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                          size_t first, size_t n);
+
+static inline void tent_slot_claim(struct tent_batch *b, struct tent_task *t)
+{
+    t->busy = true;
+    b->nbusy++;
+}
+
+static inline void tent_slot_release(struct tent_batch *b, struct tent_task *t)
+{
+    t->busy = false;
+    if (--b->nbusy == 0)
+        pthread_cond_broadcast(&b->idle);
+}
+
+/* With b locked: waits until no thread is inside a transport call for it. */
+static inline void tent_batch_wait_idle(struct tent_batch *b)
+{
+    while (b->nbusy > 0)
+        pthread_cond_wait(&b->idle, &b->lock);
+}
+
+/* Records why the task failed (or why its attempt did): our code, the
+ * native one, the message (copied; NULL keeps none). */
+void tent_task_set_cause(struct tent_task *t, int code, int native,
+                         const char *msg);
 
 /* Releases the task's buffer pins (inflight). */
 static inline void tent_task_unpin(struct tent_task *t)
@@ -45,22 +81,27 @@ static inline void tent_task_unpin(struct tent_task *t)
     }
 }
 
-/* Makes the task FAILED with code and unpins it. */
-static inline void tent_task_fail(struct tent_task *t, int code)
+/* Makes the task FAILED with its cause and unpins it. */
+static inline void tent_task_fail(struct tent_task *t, int code, int native,
+                                  const char *msg)
 {
     t->state = STATUS_FAILED;
     t->bytes = 0;
-    t->last_error = code;
+    tent_task_set_cause(t, code, native, msg);
     tent_task_unpin(t);
 }
 
 /* batch_poll.c */
 /* Name of engine transport xi, "none" for -1. */
 const char *tent_xport_name(struct tent_engine *e, int xi);
-/* Moves a task whose current transport failed to its next candidate: true
- * when it was re-queued (WAITING), false when it is now FAILED for good. */
-bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code);
-/* Polls every task of a locked batch; returns the first query error. */
+/* Moves a task whose current transport failed (code, native, msg: the
+ * cause) to its next candidate: true when it was re-queued (WAITING),
+ * false when it is now FAILED for good (no candidate left, the failover
+ * limit, teardown, or a cause no transport can fix). */
+bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code,
+                       int native, const char *msg);
+/* Polls every task of a locked batch (releasing the lock around the
+ * transport calls); returns the first query error. */
 int tent_batch_poll_all(struct tent_engine *e, struct tent_batch *b);
 
 #endif

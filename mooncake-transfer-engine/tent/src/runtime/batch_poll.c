@@ -15,18 +15,35 @@ const char *tent_xport_name(struct tent_engine *e, int xi)
     return xi >= 0 ? e->xports[xi]->ops->name : "none";
 }
 
-/* Moves a task whose current transport failed to its next candidate.
- * Returns true when it was re-queued (state WAITING), false when it is now
- * FAILED for good. */
-bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code)
+void tent_task_set_cause(struct tent_task *t, int code, int native,
+                         const char *msg)
+{
+    char *copy = msg && *msg ? strdup(msg) : NULL; /* msg may be t's own */
+    free(t->error_msg);
+    t->error_msg = copy;
+    t->last_error = code;
+    t->native_error = native;
+}
+
+bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code,
+                       int native, const char *msg)
 {
     int from = t->cands[t->cand_pos];
+    tent_task_set_cause(t, code, native, msg);
     if (atomic_load(&e->stopping)) {
         /* Teardown starts nothing new, not even a failover copy. */
         LOG_WARN("task failed on %s during engine teardown; not failing it "
                  "over",
                  tent_xport_name(e, from));
-        tent_task_fail(t, code);
+        tent_task_fail(t, code, native, t->error_msg);
+        return false;
+    }
+    if (!tent_error_is_transient(code)) {
+        /* Another transport would meet the same refusal: fail at once. */
+        LOG_DEBUG("task failed on %s with %s; no failover for this cause",
+                  tent_xport_name(e, from), tent_strerror(code));
+        tmh_failed(e, t);
+        tent_task_fail(t, code, native, t->error_msg);
         return false;
     }
     if (t->attempts >= e->max_failover_attempts) {
@@ -34,19 +51,21 @@ bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code)
             LOG_WARN("Task failover limit reached (%d), last transport=%s",
                      e->max_failover_attempts, tent_xport_name(e, from));
         tmh_failed(e, t);
-        tent_task_fail(t, code);
+        tent_task_fail(t, code, native, t->error_msg);
         return false;
     }
     if (t->cand_pos + 1 >= t->ncand) {
-        LOG_WARN("No more transports available after %s failed",
-                 tent_xport_name(e, from));
+        LOG_WARN("No more transports available after %s failed (%s)",
+                 tent_xport_name(e, from), tent_strerror(code));
         tmh_failed(e, t);
-        tent_task_fail(t, code);
+        tent_task_fail(t, code, native, t->error_msg);
         return false;
     }
     tmh_failover(e, from, t->cands[t->cand_pos + 1]);
     t->attempts++;
     t->cand_pos++;
+    /* TENT's line, word for word; the cause is the task's (and was logged
+     * where it was seen). */
     LOG_WARN("Transport failover: %s -> %s (attempt %d/%d)",
              tent_xport_name(e, from),
              tent_xport_name(e, t->cands[t->cand_pos]), t->attempts,
@@ -56,67 +75,90 @@ bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code)
     return true;
 }
 
-/* Polls one PENDING task; may fail it over. Batch lock held. */
-static int poll_task(struct tent_engine *e, struct tent_batch *b, size_t i,
-                     bool allow_failover)
+/* Records what transport xi said (rc, st) about PENDING task i's slot; may
+ * fail the task over (re-dispatching it).  Batch lock held. */
+static int apply_status(struct tent_engine *e, struct tent_batch *b, size_t i,
+                        int xi, int rc, const struct tent_xfer_status *st,
+                        bool allow_failover)
 {
     struct tent_task *t = &b->tasks[i];
-    if (t->state != STATUS_PENDING)
-        return TENT_OK;
-    int xi = t->xport;
-    struct tent_transport *tr = e->xports[xi];
-    struct tent_xfer_status st = {0};
-    /* a task merged into another's request reads that one's slot */
-    int rc = tr->ops->status(tr, b->subs[xi], t->lead, &st);
+    if (t->state != STATUS_PENDING || t->xport != xi)
+        return TENT_OK; /* settled by another thread meanwhile */
     if (rc < 0)
         return rc; /* unknown outcome: the task stays in flight */
-    if (st.state == TENT_XFER_PENDING)
+    if (st->state == TENT_XFER_PENDING)
         return TENT_OK;
-    if (st.state == TENT_XFER_COMPLETED) {
+    if (st->state == TENT_XFER_COMPLETED) {
         t->state = STATUS_COMPLETED;
-        t->bytes = st.bytes < t->req.length ? st.bytes : t->req.length;
+        t->bytes = st->bytes < t->req.length ? st->bytes : t->req.length;
         tent_task_unpin(t);
         tmh_completed(e, t, xi, t->bytes);
         return TENT_OK;
     }
-    LOG_DEBUG("task %zu failed on transport '%s' (native code %d)", i,
-              tr->ops->name, st.native_code);
+    int code = st->code ? st->code : TENT_EIO;
     tmh_attempt_failed(e, t, xi);
     if (!allow_failover) {
         tmh_failed(e, t);
-        tent_task_fail(t, TENT_EIO);
+        tent_task_fail(t, code, st->native, st->msg);
         return TENT_OK;
     }
-    if (tent_task_advance(e, t, TENT_EIO))
+    if (tent_task_advance(e, t, code, st->native, st->msg))
         tent_batch_dispatch(e, b, i, 1);
     return TENT_OK;
 }
 
-/* Sends the batch's notification once every task has completed. */
+/* Polls one PENDING task through its slot's transport with the batch lock
+ * released around the call; may fail it over.  Batch lock held. */
+static int poll_task(struct tent_engine *e, struct tent_batch *b, size_t i,
+                     bool allow_failover)
+{
+    struct tent_task *t = &b->tasks[i];
+    /* a task merged into another's request reads that one's slot */
+    struct tent_task *lead = &b->tasks[t->lead];
+    if (t->state != STATUS_PENDING || lead->busy)
+        return TENT_OK; /* another thread is asking about that slot now */
+    int xi = t->xport;
+    struct tent_transport *tr = e->xports[xi];
+    struct tent_sub_batch *sb = b->subs[xi];
+    struct tent_xfer_status st = {0};
+    tent_slot_claim(b, lead);
+    pthread_mutex_unlock(&b->lock);
+    int rc = tr->ops->status(tr, sb, t->lead, &st);
+    pthread_mutex_lock(&b->lock);
+    tent_slot_release(b, lead);
+    return apply_status(e, b, i, xi, rc, &st, allow_failover);
+}
+
+/* Sends the batch's notification once every task has completed (the send
+ * is a network call: the batch lock is released around it). */
 static void maybe_notify(struct tent_engine *e, struct tent_batch *b)
 {
     if (!b->notif_name)
         return;
-    for (size_t i = 0; i < b->ntasks; i++)
+    bool send = true;
+    for (size_t i = 0; i < b->ntasks && send; i++)
         if (b->tasks[i].state != STATUS_COMPLETED) {
-            if (b->tasks[i].state == STATUS_FAILED ||
-                b->tasks[i].state == STATUS_CANCELED)
-                goto drop;
-            return;
+            if (b->tasks[i].state != STATUS_FAILED &&
+                b->tasks[i].state != STATUS_CANCELED)
+                return;
+            send = false;
         }
-    if (tent_engine_send_notif(e, b->notif_target, b->notif_name,
-                               b->notif_msg) != TENT_OK)
-        LOG_WARN("notification '%s' of batch %#llx not delivered: %s",
-                 b->notif_name, (unsigned long long)b->id, tent_last_error());
-    goto done;
-drop:
-    LOG_WARN("notification '%s' of batch %#llx dropped: a task failed or "
-             "was cancelled",
-             b->notif_name, (unsigned long long)b->id);
-done:
-    free(b->notif_name);
-    free(b->notif_msg);
+    char *name = b->notif_name, *msg = b->notif_msg;
+    uint64_t target = b->notif_target;
     b->notif_name = b->notif_msg = NULL;
+    if (!send) {
+        LOG_WARN("notification '%s' of batch %#llx dropped: a task failed or "
+                 "was cancelled",
+                 name, (unsigned long long)b->id);
+    } else {
+        pthread_mutex_unlock(&b->lock);
+        if (tent_engine_send_notif(e, target, name, msg) != TENT_OK)
+            LOG_WARN("notification '%s' of batch %#llx not delivered: %s", name,
+                     (unsigned long long)b->id, tent_last_error());
+        pthread_mutex_lock(&b->lock);
+    }
+    free(name);
+    free(msg);
 }
 
 static void to_status(const struct tent_task *t, tent_status_t *out)
@@ -154,14 +196,66 @@ int tent_task_status(tent_engine_t engine, tent_batch_id_t batch_id,
     return rc;
 }
 
-/* Polls every task; returns the first query error, if any. */
+/* Slots polled per round of tent_batch_poll_all: the lock is released
+ * once per round, not once per task. */
+#define POLL_CHUNK 64
+
+struct poll_ent {
+    uint32_t task, lead;
+    int xi;
+    bool owner; /* claimed the lead's slot; else shares the entry before */
+    int rc;
+    struct tent_xfer_status st;
+};
+
 int tent_batch_poll_all(struct tent_engine *e, struct tent_batch *b)
 {
     int first_err = TENT_OK;
-    for (size_t i = 0; i < b->ntasks; i++) {
-        int rc = poll_task(e, b, i, e->auto_failover_on_poll);
-        if (rc && !first_err)
-            first_err = rc;
+    struct poll_ent ents[POLL_CHUNK];
+    size_t i = 0;
+    while (i < b->ntasks) {
+        size_t n = 0;
+        for (; i < b->ntasks && n < POLL_CHUNK; i++) {
+            struct tent_task *t = &b->tasks[i];
+            if (t->state != STATUS_PENDING)
+                continue;
+            struct tent_task *lead = &b->tasks[t->lead];
+            bool owner = !lead->busy;
+            /* followers come right after their lead: one call for all */
+            if (!owner && !(n > 0 && ents[n - 1].lead == t->lead &&
+                            ents[n - 1].xi == t->xport))
+                continue; /* another thread is asking about that slot */
+            if (owner)
+                tent_slot_claim(b, lead);
+            ents[n++] = (struct poll_ent){.task = (uint32_t)i,
+                                          .lead = t->lead,
+                                          .xi = t->xport,
+                                          .owner = owner};
+        }
+        if (n == 0)
+            break;
+        pthread_mutex_unlock(&b->lock);
+        for (size_t k = 0; k < n; k++) {
+            struct poll_ent *p = &ents[k];
+            if (!p->owner) {
+                p->rc = ents[k - 1].rc;
+                p->st = ents[k - 1].st;
+                continue;
+            }
+            struct tent_transport *tr = e->xports[p->xi];
+            p->st = (struct tent_xfer_status){0};
+            p->rc = tr->ops->status(tr, b->subs[p->xi], p->lead, &p->st);
+        }
+        pthread_mutex_lock(&b->lock);
+        for (size_t k = 0; k < n; k++)
+            if (ents[k].owner)
+                tent_slot_release(b, &b->tasks[ents[k].lead]);
+        for (size_t k = 0; k < n; k++) {
+            int rc = apply_status(e, b, ents[k].task, ents[k].xi, ents[k].rc,
+                                  &ents[k].st, e->auto_failover_on_poll);
+            if (rc && !first_err)
+                first_err = rc;
+        }
     }
     maybe_notify(e, b);
     return first_err;
@@ -253,14 +347,16 @@ int tent_cancel_task(tent_engine_t engine, tent_batch_id_t batch_id,
                            "tent_cancel_task: task %zu of batch %#llx does not "
                            "exist",
                            task_id, (unsigned long long)batch_id);
-    else if (b->tasks[task_id].state == STATUS_WAITING) {
+    else if (b->tasks[task_id].state == STATUS_WAITING &&
+             !b->tasks[task_id].busy) {
         /* Not on the wire yet: it never runs. */
         struct tent_task *t = &b->tasks[task_id];
         tent_task_unpin(t);
         t->state = STATUS_CANCELED;
         t->bytes = 0;
-        t->last_error = TENT_OK;
-    } else if (b->tasks[task_id].state == STATUS_PENDING)
+        tent_task_set_cause(t, TENT_OK, 0, NULL);
+    } else if (b->tasks[task_id].state == STATUS_PENDING ||
+               b->tasks[task_id].state == STATUS_WAITING)
         /* No transport can take back work it has handed to the wire or to
          * a vendor library (memfabric cannot preempt smem_trans). */
         rc = tent_set_error(TENT_ERUNNING,
@@ -302,6 +398,38 @@ int tent_task_transport(tent_engine_t engine, tent_batch_id_t batch_id,
                                 name_len, n);
         else
             memcpy(name, n, strlen(n) + 1);
+    }
+    tent_batch_unlock(b);
+    return rc;
+}
+
+int tent_task_error(tent_engine_t engine, tent_batch_id_t batch_id,
+                    size_t task_id, int *code, int *native, char *msg,
+                    size_t len)
+{
+    struct tent_engine *e = tent_engine_cast(engine);
+    if (!e)
+        return tent_set_error(TENT_ENULL, "tent_task_error: engine is NULL");
+    if (!code || !native)
+        return tent_set_error(TENT_ENULL,
+                              "tent_task_error: code or native is NULL");
+    struct tent_batch *b = tent_batch_lock(e, batch_id, "tent_task_error");
+    if (!b)
+        return TENT_ENOBATCH;
+    int rc = TENT_OK;
+    if (task_id >= b->ntasks) {
+        rc = tent_set_error(TENT_ENOTASK,
+                            "tent_task_error: task %zu of batch %#llx does "
+                            "not exist (%zu submitted)",
+                            task_id, (unsigned long long)batch_id, b->ntasks);
+    } else {
+        const struct tent_task *t = &b->tasks[task_id];
+        bool failed = t->state == STATUS_FAILED;
+        *code = failed ? t->last_error : TENT_OK;
+        *native = failed ? t->native_error : 0;
+        if (msg && len)
+            snprintf(msg, len, "%s",
+                     failed && t->error_msg ? t->error_msg : "");
     }
     tent_batch_unlock(b);
     return rc;

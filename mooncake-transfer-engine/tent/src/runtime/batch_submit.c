@@ -19,7 +19,14 @@
 struct seg_cache {
     uint64_t id;
     struct tent_segment *seg;
+    /* A target range missed a remote segment's cached descriptor: refetch
+     * it (with the batch lock released) and prepare again, once per call. */
+    struct tent_segment *refetch;
+    bool refetched;
 };
+
+/* prepare_all's answer when a descriptor must be refetched first. */
+#define NEED_REFETCH 1
 
 static struct tent_segment *seg_lookup(struct tent_engine *e,
                                        struct seg_cache *c, uint64_t id)
@@ -36,144 +43,186 @@ static void fill_xfer(struct tent_engine *e, struct seg_cache *c,
 {
     x->slot = slot;
     x->opcode = t->req.opcode;
+    x->priority = t->req.priority;
     x->local = t->req.source;
     x->remote = t->req.target_offset;
     x->length = t->req.length;
-    x->target = seg_lookup(e, c, t->req.target_id);
+    x->target = &seg_lookup(e, c, t->req.target_id)->v;
     x->target_buf = t->dst_buf; /* pinned by resolve() until terminal */
 }
 
-/* Hands one group to transport xi; returns whether any task needs another
- * round (submit-stage failover). */
+/* One group for one transport: the requests handed over in one submit call
+ * and the tasks each carries, claimed: request j is task x[j].slot (its
+ * lead) and the ntasks[j] - 1 followers merged into it, the tasks right
+ * after it. */
+struct group {
+    struct tent_xfer x[GROUP];
+    struct tent_xfer_result res[GROUP];
+    uint32_t ntasks[GROUP];
+    size_t k; /* requests */
+};
+
+/* Hands group g to transport xi with the batch lock released; the tasks in
+ * it are claimed.  Returns whether any task needs another round
+ * (submit-stage failover). */
 static bool flush_group(struct tent_engine *e, struct tent_batch *b, int xi,
-                        struct tent_xfer *x, size_t k)
+                        struct group *g)
 {
-    if (k == 0)
+    if (g->k == 0)
         return false;
     struct tent_transport *tr = e->xports[xi];
-    int res[GROUP];
     int rc = TENT_OK;
     if (!b->subs[xi])
         rc = tr->ops->alloc_sub_batch(tr, b->capacity, &b->subs[xi]);
     if (rc == TENT_OK) {
-        tr->ops->submit(tr, b->subs[xi], x, k, res);
+        struct tent_sub_batch *sb = b->subs[xi];
+        pthread_mutex_unlock(&b->lock);
+        tr->ops->submit(tr, sb, g->x, g->k, g->res);
+        pthread_mutex_lock(&b->lock);
     } else {
-        for (size_t j = 0; j < k; j++)
-            res[j] = rc;
+        for (size_t j = 0; j < g->k; j++)
+            tent_xres_fail(&g->res[j], rc, 0);
     }
     bool again = false;
     unsigned started = 0, writes = 0;
-    for (size_t j = 0; j < k; j++) {
-        struct tent_task *t = &b->tasks[x[j].slot];
-        if (res[j] == TENT_OK) {
+    for (size_t j = 0; j < g->k; j++) {
+        struct tent_task *t = &b->tasks[g->x[j].slot];
+        const struct tent_xfer_result *r = &g->res[j];
+        if (r->code == TENT_OK) {
             t->state = STATUS_PENDING;
             t->xport = (int8_t)xi;
             started++;
             writes += t->req.opcode == OPCODE_WRITE;
             continue;
         }
-        LOG_WARN("transport '%s' refused task %u: %s (%s)", tr->ops->name,
-                 x[j].slot, tent_last_error(), tent_strerror(res[j]));
+        LOG_DEBUG("transport '%s' refused task %u: %s (%s, native %d)",
+                  tr->ops->name, g->x[j].slot, r->msg, tent_strerror(r->code),
+                  r->native);
         tmh_refused(e, t, xi);
-        again |= tent_task_advance(e, t, res[j]);
+        again |= tent_task_advance(e, t, r->code, r->native, r->msg);
     }
     tmh_started(e, xi, started - writes, writes);
+    /* Followers merged into a request follow its lead: in flight with it,
+     * or on to their own next transport with its cause. */
+    started = writes = 0;
+    for (size_t j = 0; j < g->k; j++) {
+        const struct tent_task *lead = &b->tasks[g->x[j].slot];
+        for (size_t i = g->x[j].slot; i < g->x[j].slot + g->ntasks[j]; i++) {
+            struct tent_task *t = &b->tasks[i];
+            tent_slot_release(b, t);
+            if (t == lead)
+                continue;
+            if (lead->state == STATUS_PENDING && lead->xport == xi) {
+                t->state = STATUS_PENDING;
+                t->xport = (int8_t)xi;
+                started++;
+                writes += t->req.opcode == OPCODE_WRITE;
+                continue;
+            }
+            t->lead = (uint32_t)i;
+            tmh_refused(e, t, xi);
+            again |= tent_task_advance(
+                e, t, lead->last_error ? lead->last_error : TENT_EIO,
+                lead->native_error, lead->error_msg);
+        }
+    }
+    tmh_started(e, xi, started - writes, writes);
+    g->k = 0;
     return again;
 }
 
-/* Can task t (index i) ride on xfer x, whose last task is i - 1? */
+/* Whether [a, +al) and [b, +bl) share a byte. */
+static bool overlap(uint64_t a, uint64_t al, uint64_t b, uint64_t bl)
+{
+    return a < b + bl && b < a + al;
+}
+
+/* Can task t (index i) ride on xfer x, whose last task is i - 1?  A copy
+ * within this process whose merged source would overlap its merged target
+ * is not merged: one large copy does not do what the chain of small ones
+ * does when one reads what the one before wrote. */
 static bool mergeable(const struct tent_engine *e, const struct tent_batch *b,
                       size_t i, const struct tent_task *t,
                       const struct tent_xfer *x)
 {
     const struct tent_task *prev = &b->tasks[i - 1];
-    return prev->lead == x->slot && prev->state == STATUS_WAITING &&
-           t->req.opcode == x->opcode &&
+    if (x->target->local &&
+        overlap((uintptr_t)x->local, x->length + t->req.length, x->remote,
+                x->length + t->req.length))
+        return false;
+    return prev->lead == x->slot && prev->busy && t->req.opcode == x->opcode &&
            t->req.target_id == prev->req.target_id &&
+           t->req.priority == prev->req.priority &&
            t->dst_buf == x->target_buf && t->src_buf == prev->src_buf &&
            (char *)x->local + x->length == (char *)t->req.source &&
            x->remote + x->length == t->req.target_offset &&
            x->length + t->req.length <= e->merge_max_bytes;
 }
 
-/* After transport xi took its groups: a task merged into another's request
- * follows it (in flight with it, or on to its own next transport). */
-static bool settle_followers(struct tent_engine *e, struct tent_batch *b,
-                             int xi, size_t first, size_t n)
-{
-    bool again = false;
-    unsigned started = 0, writes = 0; /* metrics count attempts per task */
-    for (size_t i = first; i < first + n; i++) {
-        struct tent_task *t = &b->tasks[i];
-        if (t->lead == i || t->state != STATUS_WAITING ||
-            t->cands[t->cand_pos] != xi)
-            continue;
-        const struct tent_task *lead = &b->tasks[t->lead];
-        if (lead->state == STATUS_PENDING && lead->xport == xi) {
-            t->state = STATUS_PENDING;
-            t->xport = (int8_t)xi;
-            started++;
-            writes += t->req.opcode == OPCODE_WRITE;
-            continue;
-        }
-        t->lead = (uint32_t)i;
-        tmh_refused(e, t, xi);
-        again |= tent_task_advance(
-            e, t, lead->last_error ? lead->last_error : TENT_EIO);
-    }
-    tmh_started(e, xi, started - writes, writes);
-    return again;
-}
-
-/* Starts every WAITING task among [first, first+n). */
 void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                          size_t first, size_t n)
 {
     struct seg_cache c = {0};
     if (atomic_load(&e->stopping)) {
-        for (size_t i = first; i < first + n; i++)
-            if (b->tasks[i].state == STATUS_WAITING)
-                tent_task_fail(&b->tasks[i], TENT_ESHUTDOWN);
+        for (size_t i = first; i < first + n; i++) {
+            struct tent_task *t = &b->tasks[i];
+            if (t->state == STATUS_WAITING && !t->busy)
+                tent_task_fail(t, TENT_ESHUTDOWN, 0,
+                               "the engine is being destroyed");
+        }
+        return;
+    }
+    struct group *g = malloc(sizeof(*g));
+    if (!g) {
+        for (size_t i = first; i < first + n; i++) {
+            struct tent_task *t = &b->tasks[i];
+            if (t->state == STATUS_WAITING && !t->busy)
+                tent_task_fail(t, TENT_ENOMEM, 0,
+                               "out of memory starting the task");
+        }
         return;
     }
     bool again = true;
     while (again) {
         again = false;
         for (int xi = 0; xi < e->nxports; xi++) {
-            struct tent_xfer x[GROUP];
-            size_t k = 0;
-            bool merged = false;
+            g->k = 0;
             for (size_t i = first; i < first + n; i++) {
                 struct tent_task *t = &b->tasks[i];
-                if (t->state != STATUS_WAITING || t->cands[t->cand_pos] != xi)
+                if (t->state != STATUS_WAITING || t->busy ||
+                    t->cands[t->cand_pos] != xi)
                     continue;
                 if (!seg_lookup(e, &c, t->req.target_id)) {
                     /* Closed since the task was accepted: it cannot start. */
                     LOG_WARN("task %zu not started: its target segment %llu "
                              "was closed",
                              i, (unsigned long long)t->req.target_id);
-                    tent_task_fail(t, TENT_ENOSEGMENT);
+                    tent_task_fail(t, TENT_ENOSEGMENT, 0,
+                                   "the target segment was closed before the "
+                                   "task started");
                     continue;
                 }
-                if (e->merge_requests && k > 0 && i > first &&
-                    mergeable(e, b, i, t, &x[k - 1])) {
-                    x[k - 1].length += t->req.length;
-                    t->lead = x[k - 1].slot;
-                    merged = true;
+                /* Requests over an overlapping source and target keep
+                 * their order: never merged (each is its own copy). */
+                if (e->merge_requests && g->k > 0 && i > first &&
+                    mergeable(e, b, i, t, &g->x[g->k - 1])) {
+                    g->x[g->k - 1].length += t->req.length;
+                    g->ntasks[g->k - 1]++;
+                    t->lead = g->x[g->k - 1].slot;
+                    tent_slot_claim(b, t);
                     continue;
                 }
-                if (k == GROUP) {
-                    again |= flush_group(e, b, xi, x, k);
-                    k = 0;
-                }
+                if (g->k == GROUP)
+                    again |= flush_group(e, b, xi, g);
                 t->lead = (uint32_t)i;
-                fill_xfer(e, &c, t, (uint32_t)i, &x[k++]);
+                tent_slot_claim(b, t);
+                g->ntasks[g->k] = 1;
+                fill_xfer(e, &c, t, (uint32_t)i, &g->x[g->k++]);
             }
-            again |= flush_group(e, b, xi, x, k);
-            if (merged)
-                again |= settle_followers(e, b, xi, first, n);
+            again |= flush_group(e, b, xi, g);
         }
     }
+    free(g);
 }
 
 /* Finds the buffer of seg holding [addr, +len) and pins it (inflight), so
@@ -184,7 +233,7 @@ static struct tent_buffer *find_pin_locked(struct tent_segment *seg,
                                            bool write)
 {
     struct tent_buffer *buf =
-        tent_segment_find_access_locked(seg, addr, len, write, !seg->local);
+        tent_segment_find_access_locked(seg, addr, len, write, !seg->v.local);
     if (buf)
         atomic_fetch_add_explicit(&buf->inflight, 1, memory_order_relaxed);
     return buf;
@@ -234,10 +283,6 @@ static int check_request(const tent_request_t *r, size_t i)
     return TENT_OK;
 }
 
-/* Resolves request i into task t and pins its source and target buffers.
- * Caller holds e->local->lock (read) for the whole submit call; it is let go
- * only around a remote descriptor refetch.  On failure t holds only its own
- * pins (the caller unpins). */
 /* buf (pinned by an earlier task of this call, so alive) if it wholly holds
  * [addr, +len), pinned once more; else NULL. */
 static struct tent_buffer *repin(struct tent_buffer *buf, uint64_t addr,
@@ -250,6 +295,9 @@ static struct tent_buffer *repin(struct tent_buffer *buf, uint64_t addr,
     return buf;
 }
 
+/* Resolves request i into task t and pins its source and target buffers.
+ * Caller holds e->local->lock (read).  On failure (or NEED_REFETCH) t holds
+ * only its own pins (the caller unpins). */
 static int resolve(struct tent_engine *e, struct seg_cache *c,
                    const tent_request_t *r, size_t i, struct tent_task *t,
                    const struct tent_task *prev)
@@ -258,6 +306,9 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
     t->src_buf = t->dst_buf = NULL;
     t->bytes = 0;
     t->last_error = 0;
+    t->native_error = 0;
+    t->error_msg = NULL; /* a fresh slot: task slots are never reused */
+    t->busy = false;
     t->xport = -1;
     t->attempts = 0;
     struct tent_segment *seg = seg_lookup(e, c, r->target_id);
@@ -283,18 +334,16 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
         t->dst_buf = repin(prev->dst_buf, r->target_offset, r->length);
     if (t->dst_buf) {
         /* the buffer the request before found */
-    } else if (seg->local) {
+    } else if (seg->v.local) {
         t->dst_buf = find_pin_locked(seg, r->target_offset, r->length, write);
     } else {
         t->dst_buf = find_pinned(seg, r->target_offset, r->length, write);
-        if (!t->dst_buf && e->seg_ops) {
+        if (!t->dst_buf && e->seg_ops && !c->refetched) {
             /* The peer may have registered more memory since we fetched its
-             * descriptor: refetch once, without holding our own lock. */
-            pthread_rwlock_unlock(&e->local->lock);
-            if (e->seg_ops->fetch(e, seg->name, seg) == TENT_OK)
-                t->dst_buf =
-                    find_pinned(seg, r->target_offset, r->length, write);
-            pthread_rwlock_rdlock(&e->local->lock);
+             * descriptor: the caller refetches it, once, with no lock held
+             * (a network round trip), and prepares the call again. */
+            c->refetch = seg;
+            return NEED_REFETCH;
         }
     }
     if (!t->dst_buf)
@@ -302,7 +351,7 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
                               "tent_submit: request %zu: target [%#llx, +%llu) "
                               "is outside the buffers of segment '%s'",
                               i, (unsigned long long)r->target_offset,
-                              (unsigned long long)r->length, seg->name);
+                              (unsigned long long)r->length, seg->v.name);
     return TENT_OK;
 }
 
@@ -317,13 +366,13 @@ static int select_for(struct tent_engine *e, struct seg_cache *c, size_t i,
         return tent_set_error(TENT_EPERM,
                               "tent_submit: request %zu: target buffer at "
                               "%#llx of segment '%s' is read-only",
-                              i, (unsigned long long)dst->base, seg->name);
-    if (!seg->local && dst->perm == PERM_LOCAL_READ_WRITE)
+                              i, (unsigned long long)dst->base, seg->v.name);
+    if (!seg->v.local && dst->perm == PERM_LOCAL_READ_WRITE)
         return tent_set_error(
             TENT_EPERM,
             "tent_submit: request %zu: target buffer at "
             "%#llx of segment '%s' is not remotely accessible",
-            i, (unsigned long long)dst->base, seg->name);
+            i, (unsigned long long)dst->base, seg->v.name);
     /* The candidates depend on the target, both buffers, the hint, the
      * priority and (through policies) the length: a request like the one
      * before it reuses that one's choice without asking the transports. */
@@ -343,31 +392,32 @@ static int select_for(struct tent_engine *e, struct seg_cache *c, size_t i,
             TENT_ENOTRANSPORT,
             "tent_submit: request %zu: no installed transport "
             "can move %s memory to %s memory of segment '%s'",
-            i, t->src_buf->location, dst->location, seg->name);
+            i, t->src_buf->location, dst->location, seg->v.name);
     t->state = STATUS_WAITING;
     return TENT_OK;
 }
 
 /* Validates, resolves and selects every request into tasks[0..count); on
- * failure nothing stays pinned and the error names the request. */
+ * failure (or NEED_REFETCH, c->refetch naming the segment) nothing stays
+ * pinned and the error names the request. */
 static int prepare_all(struct tent_engine *e, const tent_request_t *entries,
-                       size_t count, struct tent_task *tasks)
+                       size_t count, struct tent_task *tasks,
+                       struct seg_cache *c)
 {
     for (size_t i = 0; i < count; i++) {
         int rc = check_request(&entries[i], i);
         if (rc)
             return rc;
     }
-    struct seg_cache c = {0};
     size_t pinned = 0;
     int rc = TENT_OK;
     pthread_rwlock_rdlock(&e->local->lock);
     for (; pinned < count && rc == TENT_OK; pinned++)
-        rc = resolve(e, &c, &entries[pinned], pinned, &tasks[pinned],
+        rc = resolve(e, c, &entries[pinned], pinned, &tasks[pinned],
                      pinned ? &tasks[pinned - 1] : NULL);
     pthread_rwlock_unlock(&e->local->lock);
     for (size_t i = 0; i < count && rc == TENT_OK; i++)
-        rc = select_for(e, &c, i, &tasks[i], i ? &tasks[i - 1] : NULL);
+        rc = select_for(e, c, i, &tasks[i], i ? &tasks[i - 1] : NULL);
     if (rc != TENT_OK)
         for (size_t i = 0; i < pinned; i++)
             tent_task_unpin(&tasks[i]);
@@ -394,6 +444,13 @@ static int submit_common(struct tent_engine *e, tent_batch_id_t batch_id,
     if (!b)
         return TENT_ENOBATCH;
     int rc = TENT_OK;
+    struct seg_cache c = {0};
+again:
+    if (b->dead) {
+        rc = tent_set_error(TENT_ENOBATCH, "%s: batch %#llx was freed", what,
+                            (unsigned long long)batch_id);
+        goto out;
+    }
     if (count > b->capacity - b->ntasks) {
         rc = tent_set_error(TENT_ECAPACITY,
                             "%s: %zu request(s) exceed the %zu free of batch "
@@ -409,7 +466,19 @@ static int submit_common(struct tent_engine *e, tent_batch_id_t batch_id,
         goto out;
     }
     size_t first = b->ntasks;
-    rc = prepare_all(e, entries, count, &b->tasks[first]);
+    rc = prepare_all(e, entries, count, &b->tasks[first], &c);
+    if (rc == NEED_REFETCH) {
+        /* Nothing of this call is in the batch yet; another thread may
+         * submit meanwhile, so everything is checked again. */
+        struct tent_segment *seg = c.refetch;
+        c = (struct seg_cache){.refetched = true};
+        pthread_mutex_unlock(&b->lock);
+        if (e->seg_ops->fetch(e, seg->v.name, seg) != TENT_OK)
+            LOG_DEBUG("refetch of segment '%s' failed: %s", seg->v.name,
+                      tent_last_error());
+        pthread_mutex_lock(&b->lock);
+        goto again;
+    }
     if (rc != TENT_OK)
         goto out;
     if (name) {

@@ -85,6 +85,7 @@ tent_batch_id_t tent_allocate_batch(tent_engine_t engine, size_t batch_size)
         return TENT_INVALID_BATCH_ID;
     }
     pthread_mutex_init(&b->lock, NULL);
+    pthread_cond_init(&b->idle, NULL);
     atomic_init(&b->refs, 1);
     b->capacity = batch_size;
     b->tasks = tasks;
@@ -101,6 +102,7 @@ tent_batch_id_t tent_allocate_batch(tent_engine_t engine, size_t batch_size)
         struct tent_batch **nb = realloc(e->batches, ncap * sizeof(*nb));
         if (!nb) {
             pthread_mutex_unlock(&e->batch_lock);
+            pthread_cond_destroy(&b->idle);
             pthread_mutex_destroy(&b->lock);
             free(tasks);
             free(b);
@@ -138,13 +140,16 @@ void tent_batch_destroy(struct tent_batch *b)
 {
     free(b->notif_name);
     free(b->notif_msg);
+    for (size_t i = 0; i < b->ntasks; i++)
+        free(b->tasks[i].error_msg);
     free(b->tasks);
+    pthread_cond_destroy(&b->idle);
     pthread_mutex_destroy(&b->lock);
     free(b);
 }
 
 /* With b locked: EBUSY while a task is in flight, else frees the
- * transports' sub-batches. */
+ * transports' sub-batches (once no thread is inside a transport call). */
 static int release_idle(struct tent_engine *e, struct tent_batch *b)
 {
     size_t busy = 0;
@@ -156,6 +161,9 @@ static int release_idle(struct tent_engine *e, struct tent_batch *b)
                               "tent_free_batch: batch %#llx has %zu task(s) "
                               "still in flight",
                               (unsigned long long)b->id, busy);
+    /* Every task is terminal, so no claim is held for long: a claimed slot
+     * stays PENDING until its outcome is recorded. */
+    tent_batch_wait_idle(b);
     return free_subs(e, b);
 }
 
@@ -168,7 +176,16 @@ int tent_free_batch(tent_engine_t engine, tent_batch_id_t batch_id)
     if (!b)
         return TENT_ENOBATCH;
     (void)tent_batch_poll_all(e, b);
-    int rc = release_idle(e, b);
+    /* Polling let the lock go: a concurrent free may have won. */
+    int rc = b->dead ? tent_set_error(TENT_ENOBATCH,
+                                      "tent_free_batch: batch id %#llx was "
+                                      "freed",
+                                      (unsigned long long)batch_id)
+                     : release_idle(e, b);
+    if (rc == TENT_OK && b->dead)
+        rc = tent_set_error(TENT_ENOBATCH,
+                            "tent_free_batch: batch id %#llx was freed",
+                            (unsigned long long)batch_id);
     if (rc == TENT_OK) {
         /* Unlink; threads already holding a reference see dead and fail,
          * and the last reference frees the memory. */
@@ -199,6 +216,7 @@ void tent_batches_teardown(struct tent_engine *e)
             continue;
         pthread_mutex_lock(&b->lock);
         (void)tent_batch_poll_all(e, b);
+        tent_batch_wait_idle(b);
         size_t busy = 0;
         for (size_t i = 0; i < b->ntasks; i++)
             busy += b->tasks[i].state == STATUS_PENDING;

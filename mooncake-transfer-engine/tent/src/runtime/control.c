@@ -1,5 +1,6 @@
 /* The runtime's side of the control plane: it starts the RPC server with a
- * handler table (describe, notify, pin/unpin of local buffers), names the
+ * handler table (describe, notify; transports add their data frames through
+ * their env, xport_env.c), names the
  * local segment, starts the metadata backend chosen by metadata_type and
  * adapts the backend's ops to the runtime's segment ops.  The layers below
  * (rpc/, meta/) see only those tables, never the engine. */
@@ -34,48 +35,12 @@ static int rpc_notify(void *ctx, const char *peer, const char *from_name,
     uint64_t from = 0; /* the sender's segment id here, if it is open */
     pthread_mutex_lock(&e->seg_lock);
     for (size_t i = 1; i < e->nsegs; i++)
-        if (e->segs[i] && strcmp(e->segs[i]->name, from_name) == 0) {
+        if (e->segs[i] && strcmp(e->segs[i]->v.name, from_name) == 0) {
             from = i;
             break;
         }
     pthread_mutex_unlock(&e->seg_lock);
     return tent_engine_deliver_notif(e, from, peer, from_name, name, msg);
-}
-
-/* Finds and pins the local buffer wholly holding the range; the error says
- * why the request is refused. */
-static int rpc_pin(void *ctx, uint64_t addr, uint64_t len, bool write,
-                   void **token)
-{
-    struct tent_engine *e = ctx;
-    struct tent_segment *seg = e->local;
-    int rc = TENT_OK;
-    pthread_rwlock_rdlock(&seg->lock);
-    struct tent_buffer *b =
-        tent_segment_find_access_locked(seg, addr, len, write, true);
-    if (!b)
-        rc = TENT_ERANGE;
-    else if (b->perm == PERM_LOCAL_READ_WRITE ||
-             (write && b->perm == PERM_GLOBAL_READ_ONLY))
-        rc = TENT_EPERM;
-    else if (b->is_device || !(b->xport_mask & (1u << TRANSPORT_TCP)))
-        rc = TENT_ENOTSUP;
-    else
-        atomic_fetch_add(&b->inflight, 1);
-    pthread_rwlock_unlock(&seg->lock);
-    if (rc)
-        LOG_DEBUG("rpc: %s of [%#llx, +%llu) refused: %s",
-                  write ? "write" : "read", (unsigned long long)addr,
-                  (unsigned long long)len, tent_strerror(rc));
-    else
-        *token = b;
-    return rc;
-}
-
-static void rpc_unpin(TENT_UNUSED void *ctx, void *token)
-{
-    struct tent_buffer *b = token;
-    atomic_fetch_sub(&b->inflight, 1);
 }
 
 /* ---- segment ops over the metadata backend --------------------------------
@@ -119,8 +84,9 @@ static int ctrl_notify(struct tent_engine *e, struct tent_segment *seg,
                        const char *name, const char *msg)
 {
     char a[sizeof(((struct tent_attr *)0)->value)];
-    return e->meta_ops->notify(e->meta, peer_addr(seg, seg->name, a, sizeof(a)),
-                               name, msg, e->segment_name);
+    return e->meta_ops->notify(e->meta,
+                               peer_addr(seg, seg->v.name, a, sizeof(a)), name,
+                               msg, e->segment_name);
 }
 
 static const struct tent_segment_ops ctrl_segment_ops = {
@@ -180,8 +146,6 @@ int tent_ctrl_start(struct tent_engine *e)
     static const struct tent_rpc_handlers handlers_tmpl = {
         .describe = rpc_describe,
         .notify = rpc_notify,
-        .pin = rpc_pin,
-        .unpin = rpc_unpin,
     };
     struct tent_rpc_handlers h = handlers_tmpl;
     h.ctx = e;
@@ -214,17 +178,17 @@ int tent_ctrl_start(struct tent_engine *e)
     if (!lname || !*lname)
         ops->default_name(addr, e->segment_name, sizeof(e->segment_name));
     size_t nl = strlen(e->segment_name);
-    if (nl >= sizeof(e->local->name)) {
+    if (nl >= sizeof(e->local->v.name)) {
         if (ops != &tent_meta_p2p_ops) {
             rc = tent_set_error(TENT_ECONFIG, "segment name '%s' is too long",
                                 e->segment_name);
             goto fail;
         }
-        nl = sizeof(e->local->name) - 1; /* p2p: peers dial the address */
+        nl = sizeof(e->local->v.name) - 1; /* p2p: peers dial the address */
     }
     pthread_rwlock_wrlock(&e->local->lock);
-    memcpy(e->local->name, e->segment_name, nl);
-    e->local->name[nl] = 0;
+    memcpy(e->local->v.name, e->segment_name, nl);
+    e->local->v.name[nl] = 0;
     pthread_rwlock_unlock(&e->local->lock);
 
     struct tent_meta_env env = {

@@ -9,21 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const struct tent_config *tent_engine_config(const struct tent_engine *e)
-{
-    return e->cfg;
-}
-
-struct tent_metrics *tent_engine_metrics(const struct tent_engine *e)
-{
-    return e ? e->metrics : NULL;
-}
-
-const char *tent_engine_hostname(const struct tent_engine *e)
-{
-    return e->hostname;
-}
-
 static int load_settings(struct tent_engine *e)
 {
     const char *level = NULL;
@@ -128,7 +113,7 @@ static void install_transports(struct tent_engine *e)
         if (!enabled)
             continue;
         struct tent_transport *t;
-        int rc = tent_transport_instance_new(ops[i], e, e->cfg, e->nxports, &t);
+        int rc = tent_transport_instance_new(ops[i], &e->xenv, e->nxports, &t);
         if (rc != TENT_OK) {
             LOG_WARN("transport '%s' not installed: %s (%s)", ops[i]->name,
                      tent_last_error(), tent_strerror(rc));
@@ -184,6 +169,7 @@ tent_engine_t tent_create_engine(void)
     rc = tent_ctrl_start(e);
     if (rc)
         goto fail_rpc;
+    tent_xport_env_init(e);
     install_transports(e);
     for (int i = 0; i < e->nxports; i++)
         tent_metrics_set_transport(
@@ -250,9 +236,8 @@ void tent_destroy_engine(tent_engine_t engine)
     for (int i = 0; i < e->nxports; i++) {
         if (e->xport_abandoned[i]) {
             /* Deliberately leaked, see above; it outlives the engine and
-             * its configuration, so it must not reach either. */
-            e->xports[i]->engine = NULL;
-            e->xports[i]->cfg = NULL;
+             * its environment, so it must not reach either. */
+            e->xports[i]->env = NULL;
             continue;
         }
         tent_transport_instance_free(e->xports[i]);

@@ -25,9 +25,12 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct tent_rpc_server;
+struct tent_engine;
+struct tent_segment;
 struct tent_meta;
 struct tent_meta_ops;
 
@@ -51,11 +54,9 @@ struct tent_segment_ops {
 };
 
 struct tent_segment {
-    uint64_t id;
-    char name[256];
-    bool local;
-    int type;          /* TYPE_MEMORY */
-    char host_id[128]; /* machine identity, for same-host detection */
+    struct tent_seg_view v; /* id, name, local: fixed once created */
+    int type;               /* TYPE_MEMORY */
+    char host_id[128];      /* machine identity, for same-host detection */
     /* Guards bufs/nbufs/cap, attrs/nattrs, host_id and (remote) priv; the
      * name is written under it too.  Readers: lookups, descriptor export,
      * attribute copies; writers: register/unregister, descriptor import.
@@ -84,8 +85,16 @@ struct tent_task {
     struct tent_buffer *src_buf; /* pinned (inflight) until terminal */
     struct tent_buffer *dst_buf; /* target buffer, pinned too */
     uint64_t bytes;
+    /* The cause of the last failure (tent_task_error): our code, the
+     * native one and the message (heap, or NULL). */
     int32_t last_error;
-    uint8_t state;    /* STATUS_* */
+    int32_t native_error;
+    char *error_msg;
+    uint8_t state; /* STATUS_* */
+    /* This task's slot is in a transport call with the batch lock released
+     * (a submit of the group it leads, a status of its slot): nobody else
+     * hands the slot to a transport meanwhile (batch.h). */
+    bool busy;
     int8_t xport;     /* engine transport index now executing it, -1 none */
     uint8_t attempts; /* failovers taken */
     uint8_t ncand, cand_pos;
@@ -108,6 +117,10 @@ struct tent_batch {
      * transport locks, and never while holding any of them. */
     pthread_mutex_t lock;
     bool dead; /* unlinked by tent_free_batch: every use now fails */
+    /* Slots claimed (busy) by threads inside transport calls; idle is
+     * signalled when it drops to 0 (tent_free_batch waits for that). */
+    int nbusy;
+    pthread_cond_t idle;
     size_t capacity, ntasks;
     struct tent_task *tasks;
     struct tent_sub_batch *subs[TENT_MAX_TRANSPORTS];
@@ -146,6 +159,9 @@ struct tent_engine {
     struct tent_policy policies[TENT_MAX_POLICIES];
     int npolicies;
 
+    /* What every transport of this engine is handed (xport_env.c). */
+    struct tent_xport_env xenv;
+    char host_id[128];
     struct tent_transport *xports[TENT_MAX_TRANSPORTS];
     int nxports;
     bool xport_abandoned[TENT_MAX_TRANSPORTS]; /* quiesce failed at teardown */
@@ -201,6 +217,12 @@ struct tent_engine {
     size_t nbatches;
 };
 
+static inline struct tent_segment *tent_seg_of(const struct tent_seg_view *v)
+{
+    return (struct tent_segment *)((char *)v -
+                                   offsetof(struct tent_segment, v));
+}
+
 /* segment.c */
 /* Pointer into the segment's attributes: only for tests and for code that
  * holds off descriptor refreshes; everyone else uses tent_segment_attr_copy. */
@@ -208,6 +230,8 @@ const char *tent_segment_attr(const struct tent_segment *seg, const char *key);
 int tent_segment_new(uint64_t id, const char *name, bool local,
                      struct tent_segment **out);
 void tent_segment_free(struct tent_segment *seg);
+/* Frees a buffer record and its attributes. */
+void tent_buffer_free(struct tent_buffer *buf);
 /* Finds the buffer wholly containing [addr, addr+len); caller holds lock. */
 struct tent_buffer *tent_segment_find_locked(const struct tent_segment *seg,
                                              uint64_t addr, uint64_t len);
@@ -227,12 +251,21 @@ void tent_segment_remove_locked(struct tent_segment *seg,
 int tent_segment_set_attr_locked(struct tent_segment *seg, const char *key,
                                  const char *value);
 struct tent_segment *tent_engine_segment(struct tent_engine *e, uint64_t id);
+/* Copies an attribute of seg into buf under its lock; false, with buf = "",
+ * when absent or longer than len - 1. */
+bool tent_segment_attr_copy(const struct tent_segment *seg, const char *key,
+                            char *buf, size_t len);
+/* Publishes key=value in the local segment (value NULL removes it) and
+ * tells the metadata backend. */
+int tent_engine_publish_attr(struct tent_engine *e, const char *key,
+                             const char *value);
+
+/* xport_env.c */
+/* Fills e->xenv, the table every transport of e is handed at install. */
+void tent_xport_env_init(struct tent_engine *e);
 
 /* memory.c */
 void tent_memory_release_all(struct tent_engine *e);
-/* device_mem.c: accelerator memory through ACL, loaded on first use. */
-int tent_device_malloc(int device, size_t size, void **out);
-int tent_device_free(int device, void *ptr);
 bool tent_location_is_device(const char *location);
 
 /* selector.c */

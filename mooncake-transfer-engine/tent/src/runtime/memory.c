@@ -12,6 +12,7 @@
  * the caller, who must not free the memory. */
 #include "common/error.h"
 #include "common/log.h"
+#include "platform/acl.h"
 #include "runtime/control.h"
 #include "runtime/engine.h"
 #include "runtime/metrics_hooks.h"
@@ -223,7 +224,7 @@ fail_attach:
                   size);
         return rc;
     }
-    free(buf);
+    tent_buffer_free(buf);
     return rc;
 }
 
@@ -288,7 +289,7 @@ static int unregister_locked(struct tent_engine *e, void *addr, size_t size)
         return rc;
     tent_ctrl_local_changed(e);
     tmh_gauge(e, TM_REGISTERED_BYTES, -(int64_t)buf->length);
-    free(buf);
+    tent_buffer_free(buf);
     return TENT_OK;
 }
 
@@ -510,7 +511,7 @@ static int remember_alloc_locked(struct tent_engine *e,
 static void release_alloc(const struct tent_alloc *a)
 {
     if (a->device >= 0) {
-        if (tent_device_free(a->device, (void *)a->base) != TENT_OK)
+        if (tent_acl_free(a->device, (void *)a->base) != TENT_OK)
             LOG_WARN("%s", tent_last_error());
         return;
     }
@@ -552,19 +553,6 @@ static int alloc_host(struct tent_engine *e, size_t size, int node,
                               "tent_allocate_memory: ftruncate(%zu) failed, "
                               "errno=%d (%s)",
                               len, err, strerror(err));
-    }
-    /* A read lock held for the memory's lifetime: the kernel drops it when
-     * the memory is freed (its fd closed) or this process exits, so a
-     * same-host peer that mapped the memfd proves it still held with one
-     * F_GETLK instead of a /proc path walk (shm transport). */
-    struct flock lk = {.l_type = F_RDLCK, .l_whence = SEEK_SET};
-    if (fcntl(fd, F_SETLK, &lk) != 0) {
-        int err = errno;
-        close(fd);
-        return tent_set_error(TENT_ENOMEM,
-                              "tent_allocate_memory: cannot lock the memfd, "
-                              "errno=%d (%s)",
-                              err, strerror(err));
     }
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
                    fd, 0);
@@ -619,7 +607,7 @@ int tent_allocate_memory_ex(tent_engine_t engine, void **addr, size_t size,
     struct tent_alloc a;
     if (device >= 0) {
         void *p;
-        rc = tent_device_malloc(device, size, &p);
+        rc = tent_acl_malloc(device, size, &p);
         if (rc)
             return rc;
         a = (struct tent_alloc){
@@ -717,7 +705,7 @@ int tent_free_memory(tent_engine_t engine, void *addr)
             LOG_DEBUG("tent_free_memory: unregistered [%#llx, +%llu) first",
                       (unsigned long long)buf->base,
                       (unsigned long long)buf->length);
-            free(buf);
+            tent_buffer_free(buf);
         } else {
             tent_set_error(rc, "tent_free_memory: %p not freed: %s", addr,
                            tent_last_error());
@@ -756,7 +744,7 @@ void tent_memory_release_all(struct tent_engine *e)
             seg->bufs[kept++] = buf;
             continue;
         }
-        free(buf);
+        tent_buffer_free(buf);
     }
     seg->nbufs = kept;
     /* Allocations holding a kept buffer stay mapped (deliberately leaked);

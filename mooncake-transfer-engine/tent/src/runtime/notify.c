@@ -203,7 +203,7 @@ int tent_engine_send_notif(struct tent_engine *e, uint64_t handle,
         return tent_set_error(TENT_ENOTSUP,
                               "send notification: segment '%s' has no control "
                               "channel",
-                              seg->name);
+                              seg->v.name);
     return e->seg_ops->notify(e, seg, name, msg);
 }
 

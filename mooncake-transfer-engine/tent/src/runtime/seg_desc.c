@@ -30,11 +30,12 @@ char *tent_desc_export(struct tent_engine *e, size_t *len)
     if (!d)
         return NULL;
     pthread_rwlock_rdlock(&seg->lock);
-    snprintf(d->name, sizeof(d->name), "%s", seg->name);
+    snprintf(d->name, sizeof(d->name), "%s", seg->v.name);
     snprintf(d->host_id, sizeof(d->host_id), "%s", seg->host_id);
     d->bufs = seg->nbufs ? calloc(seg->nbufs, sizeof(*d->bufs)) : NULL;
     if (seg->nbufs && !d->bufs)
         goto unlock;
+    d->nbufs = seg->nbufs;
     for (size_t i = 0; i < seg->nbufs; i++) {
         const struct tent_buffer *b = seg->bufs[i];
         struct tent_wire_buf *w = &d->bufs[i];
@@ -43,10 +44,20 @@ char *tent_desc_export(struct tent_engine *e, size_t *len)
         snprintf(w->location, sizeof(w->location), "%s", b->location);
         w->perm = b->perm;
         w->xport_mask = b->xport_mask;
-        snprintf(w->shm_name, sizeof(w->shm_name), "%s", b->shm_name);
-        w->shm_offset = b->shm_offset;
+        size_t na = tent_attrs_count(b->attrs);
+        w->attrs = na ? calloc(na, sizeof(*w->attrs)) : NULL;
+        if (na && !w->attrs) {
+            d->nbufs = i;
+            goto unlock;
+        }
+        for (size_t k = 0; k < na; k++) {
+            const char *key, *val;
+            tent_attrs_at(b->attrs, k, &key, &val);
+            snprintf(w->attrs[k].key, sizeof(w->attrs[k].key), "%s", key);
+            snprintf(w->attrs[k].value, sizeof(w->attrs[k].value), "%s", val);
+        }
+        w->nattrs = (int)na;
     }
-    d->nbufs = seg->nbufs;
     for (int i = 0; i < seg->nattrs && i < TENT_WIRE_MAX_ATTRS; i++) {
         snprintf(d->attr_key[i], sizeof(d->attr_key[i]), "%s",
                  seg->attrs[i].key);
@@ -61,6 +72,7 @@ char *tent_desc_export(struct tent_engine *e, size_t *len)
     return out;
 unlock:
     pthread_rwlock_unlock(&seg->lock);
+    tent_wire_desc_free(d);
     free(d);
     return NULL;
 }
@@ -71,12 +83,24 @@ struct desc_seg {
     size_t nretired, cap;
 };
 
+static bool same_attrs(const struct tent_attrs *a,
+                       const struct tent_wire_buf *w)
+{
+    if (tent_attrs_count(a) != (size_t)w->nattrs)
+        return false;
+    for (int k = 0; k < w->nattrs; k++) {
+        const char *v = tent_attrs_get(a, w->attrs[k].key);
+        if (!v || strcmp(v, w->attrs[k].value) != 0)
+            return false;
+    }
+    return true;
+}
+
 static bool same_buf(const struct tent_buffer *b, const struct tent_wire_buf *w)
 {
     return b->base == w->base && b->length == w->length && b->perm == w->perm &&
-           b->xport_mask == w->xport_mask && b->shm_offset == w->shm_offset &&
-           strcmp(b->location, w->location) == 0 &&
-           strcmp(b->shm_name, w->shm_name) == 0;
+           b->xport_mask == w->xport_mask &&
+           strcmp(b->location, w->location) == 0 && same_attrs(b->attrs, w);
 }
 
 static int retire(struct desc_seg *ps, struct tent_buffer *b)
@@ -93,13 +117,34 @@ static int retire(struct desc_seg *ps, struct tent_buffer *b)
     return TENT_OK;
 }
 
+/* A record for a buffer a peer published; NULL when out of memory. */
+static struct tent_buffer *new_buf(const struct tent_wire_buf *w)
+{
+    struct tent_buffer *b = calloc(1, sizeof(*b));
+    if (!b)
+        return NULL;
+    b->base = w->base;
+    b->length = w->length;
+    snprintf(b->location, sizeof(b->location), "%s", w->location);
+    b->perm = w->perm;
+    b->xport_mask = w->xport_mask;
+    b->alloc_fd = -1;
+    b->is_device = tent_location_is_device(b->location);
+    for (int k = 0; k < w->nattrs; k++)
+        if (tent_attrs_set(&b->attrs, w->attrs[k].key, w->attrs[k].value)) {
+            tent_buffer_free(b);
+            return NULL;
+        }
+    return b;
+}
+
 int tent_desc_import(struct tent_segment *seg, const struct tent_wire_desc *d)
 {
     struct desc_seg *ps = seg->priv;
     struct desc_seg *fresh = NULL;
     if (!ps && !(ps = fresh = calloc(1, sizeof(*ps))))
         return tent_set_error(TENT_ENOMEM, "segment '%s': out of memory",
-                              seg->name);
+                              seg->v.name);
     size_t n = d->nbufs;
     struct tent_buffer **nb = calloc(n ? n : 1, sizeof(*nb));
     bool *kept = NULL;
@@ -129,27 +174,18 @@ int tent_desc_import(struct tent_segment *seg, const struct tent_wire_desc *d)
             kept[j] = true;
             continue;
         }
-        struct tent_buffer *b = calloc(1, sizeof(*b));
-        if (!b) {
+        nb[i] = new_buf(w);
+        if (!nb[i]) {
+            /* the records made so far are the ones not kept from before */
             for (size_t k = 0; k < i; k++) {
                 bool old = false;
                 for (size_t m = 0; m < seg->nbufs; m++)
                     old |= seg->bufs[m] == nb[k];
                 if (!old)
-                    free(nb[k]);
+                    tent_buffer_free(nb[k]);
             }
             goto nomem_locked;
         }
-        b->base = w->base;
-        b->length = w->length;
-        snprintf(b->location, sizeof(b->location), "%s", w->location);
-        b->perm = w->perm;
-        b->xport_mask = w->xport_mask;
-        b->alloc_fd = -1;
-        b->is_device = tent_location_is_device(b->location);
-        snprintf(b->shm_name, sizeof(b->shm_name), "%s", w->shm_name);
-        b->shm_offset = w->shm_offset;
-        nb[i] = b;
     }
     for (size_t k = 0; k < seg->nbufs; k++)
         if (!kept[k])
@@ -185,7 +221,7 @@ nomem:
     free(nb);
     free(fresh);
     return tent_set_error(TENT_ENOMEM, "segment '%s': out of memory",
-                          seg->name);
+                          seg->v.name);
 }
 
 void tent_desc_release(struct tent_segment *seg)
@@ -194,7 +230,7 @@ void tent_desc_release(struct tent_segment *seg)
     if (!ps)
         return;
     for (size_t i = 0; i < ps->nretired; i++)
-        free(ps->retired[i]);
+        tent_buffer_free(ps->retired[i]);
     free(ps->retired);
     free(ps);
     seg->priv = NULL;

@@ -13,13 +13,21 @@ int tent_segment_new(uint64_t id, const char *name, bool local,
     struct tent_segment *seg = calloc(1, sizeof(*seg));
     if (!seg)
         return tent_set_error(TENT_ENOMEM, "segment '%s': out of memory", name);
-    seg->id = id;
-    snprintf(seg->name, sizeof(seg->name), "%s", name);
-    seg->local = local;
+    seg->v.id = id;
+    snprintf(seg->v.name, sizeof(seg->v.name), "%s", name);
+    seg->v.local = local;
     seg->type = TYPE_MEMORY;
     pthread_rwlock_init(&seg->lock, NULL);
     *out = seg;
     return TENT_OK;
+}
+
+void tent_buffer_free(struct tent_buffer *buf)
+{
+    if (!buf)
+        return;
+    tent_attrs_free(buf->attrs);
+    free(buf);
 }
 
 void tent_segment_free(struct tent_segment *seg)
@@ -27,7 +35,7 @@ void tent_segment_free(struct tent_segment *seg)
     if (!seg)
         return;
     for (size_t i = 0; i < seg->nbufs; i++)
-        free(seg->bufs[i]);
+        tent_buffer_free(seg->bufs[i]);
     free(seg->bufs);
     pthread_rwlock_destroy(&seg->lock);
     free(seg);
@@ -106,7 +114,7 @@ int tent_segment_insert_locked(struct tent_segment *seg,
         struct tent_buffer **nb = realloc(seg->bufs, ncap * sizeof(*nb));
         if (!nb)
             return tent_set_error(TENT_ENOMEM, "segment '%s': out of memory",
-                                  seg->name);
+                                  seg->v.name);
         seg->bufs = nb;
         seg->cap = ncap;
     }
@@ -156,7 +164,7 @@ int tent_segment_set_attr_locked(struct tent_segment *seg, const char *key,
     if (seg->nattrs == TENT_MAX_ATTRS)
         return tent_set_error(TENT_ENOMEM,
                               "segment '%s': more than %d attributes",
-                              seg->name, TENT_MAX_ATTRS);
+                              seg->v.name, TENT_MAX_ATTRS);
     snprintf(seg->attrs[seg->nattrs].key, sizeof(seg->attrs[0].key), "%s", key);
     snprintf(seg->attrs[seg->nattrs].value, sizeof(seg->attrs[0].value), "%s",
              value);
@@ -203,41 +211,6 @@ bool tent_segment_attr_copy(const struct tent_segment *seg, const char *key,
     return ok;
 }
 
-bool tent_engine_host_id(const struct tent_engine *e, char *buf, size_t len)
-{
-    if (!buf || len == 0)
-        return false;
-    buf[0] = '\0';
-    const struct tent_segment *seg = e->local;
-    pthread_rwlock_rdlock((pthread_rwlock_t *)&seg->lock);
-    size_t n = strlen(seg->host_id);
-    bool ok = n > 0 && n < len;
-    if (ok)
-        memcpy(buf, seg->host_id, n + 1);
-    pthread_rwlock_unlock((pthread_rwlock_t *)&seg->lock);
-    return ok;
-}
-
-bool tent_segment_on_host(const struct tent_segment *seg, const char *host_id)
-{
-    if (!seg || !host_id)
-        return false;
-    pthread_rwlock_rdlock((pthread_rwlock_t *)&seg->lock);
-    bool same = strcmp(seg->host_id, host_id) == 0;
-    pthread_rwlock_unlock((pthread_rwlock_t *)&seg->lock);
-    return same;
-}
-
-const char *tent_segment_name_of(const struct tent_segment *seg)
-{
-    return seg ? seg->name : "";
-}
-
-bool tent_segment_is_local(const struct tent_segment *seg)
-{
-    return seg && seg->local;
-}
-
 int tent_engine_publish_attr(struct tent_engine *e, const char *key,
                              const char *value)
 {
@@ -270,7 +243,7 @@ int tent_open_segment(tent_engine_t engine, tent_segment_id_t *handle,
     if (!segment_name || !*segment_name)
         return tent_set_error(TENT_EINVAL,
                               "tent_open_segment: segment name is empty");
-    if (strlen(segment_name) >= sizeof(e->local->name))
+    if (strlen(segment_name) >= sizeof(e->local->v.name))
         return tent_set_error(TENT_EINVAL,
                               "tent_open_segment: segment name is too long");
     if (strcmp(segment_name, e->segment_name) == 0) {
@@ -280,7 +253,7 @@ int tent_open_segment(tent_engine_t engine, tent_segment_id_t *handle,
     /* Reuse an open segment of the same name. */
     pthread_mutex_lock(&e->seg_lock);
     for (size_t i = 1; i < e->nsegs; i++) {
-        if (e->segs[i] && strcmp(e->segs[i]->name, segment_name) == 0) {
+        if (e->segs[i] && strcmp(e->segs[i]->v.name, segment_name) == 0) {
             *handle = i;
             pthread_mutex_unlock(&e->seg_lock);
             return TENT_OK;
@@ -304,7 +277,7 @@ int tent_open_segment(tent_engine_t engine, tent_segment_id_t *handle,
     pthread_mutex_lock(&e->seg_lock);
     /* A concurrent open of the same name may have won: one handle. */
     for (size_t i = 1; i < e->nsegs; i++) {
-        if (e->segs[i] && strcmp(e->segs[i]->name, segment_name) == 0) {
+        if (e->segs[i] && strcmp(e->segs[i]->v.name, segment_name) == 0) {
             *handle = i;
             pthread_mutex_unlock(&e->seg_lock);
             e->seg_ops->release(e, seg);
@@ -324,7 +297,7 @@ int tent_open_segment(tent_engine_t engine, tent_segment_id_t *handle,
     }
     e->segs = ns;
     e->nsegs++;
-    seg->id = slot;
+    seg->v.id = slot;
     e->segs[slot] = seg;
     pthread_mutex_unlock(&e->seg_lock);
     *handle = slot;
@@ -353,7 +326,7 @@ int tent_close_segment(tent_engine_t engine, tent_segment_id_t handle)
     seg->next_closed = e->closed_segs;
     e->closed_segs = seg;
     pthread_mutex_unlock(&e->seg_lock);
-    LOG_DEBUG("closed segment '%s' (id %llu)", seg->name,
+    LOG_DEBUG("closed segment '%s' (id %llu)", seg->v.name,
               (unsigned long long)handle);
     return TENT_OK;
 }

@@ -183,7 +183,7 @@ static bool usable(struct tent_engine *e, int xi, const struct tent_task *task,
                                      : TENT_CAP_DRAM_TO_DRAM;
     if (!(t->ops->capabilities(t) & need))
         return false;
-    return t->ops->can_reach(t, target);
+    return t->ops->can_reach(t, &target->v);
 }
 
 static int index_of_type(struct tent_engine *e, int type)

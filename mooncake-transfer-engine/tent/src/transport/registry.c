@@ -7,15 +7,18 @@
 #include <string.h>
 #include <strings.h>
 
-#ifdef TENT_WITH_TCP
-extern const struct tent_transport_ops tent_tcp_transport_ops;
-#endif
-#ifdef TENT_WITH_SHM
-extern const struct tent_transport_ops tent_shm_transport_ops;
-#endif
-#ifdef TENT_WITH_MEMFABRIC
-extern const struct tent_transport_ops tent_memfabric_transport_ops;
-#endif
+/* The transports this build has, in the order of transports.def (CMake
+ * generates the list from the folders it built). */
+#define TENT_XPORT(name, suffix)                                               \
+    extern const struct tent_transport_ops tent_##name##_transport_ops;
+#include "tent_transports_built.def"
+
+/* The type table of transports.def must be the public header's. */
+#define TENT_XPORT_TYPE(suffix, value, name, pyname)                           \
+    _Static_assert(TRANSPORT_##suffix == (value),                              \
+                   "transports.def: TRANSPORT_" #suffix " differs from the "   \
+                   "public header");
+#include "transport/transports.def"
 
 /* Guards registry/nregistry/seeded.  A leaf lock: nothing else is taken
  * while it is held. */
@@ -31,15 +34,9 @@ static void seed_locked(void)
     if (seeded)
         return;
     seeded = 1;
-#ifdef TENT_WITH_MEMFABRIC
-    registry[nregistry++] = &tent_memfabric_transport_ops;
-#endif
-#ifdef TENT_WITH_SHM
-    registry[nregistry++] = &tent_shm_transport_ops;
-#endif
-#ifdef TENT_WITH_TCP
-    registry[nregistry++] = &tent_tcp_transport_ops;
-#endif
+#define TENT_XPORT(name, suffix)                                               \
+    registry[nregistry++] = &tent_##name##_transport_ops;
+#include "tent_transports_built.def"
 }
 
 int tent_transport_register(const struct tent_transport_ops *ops)
@@ -92,17 +89,8 @@ size_t tent_transport_registry_snapshot(const struct tent_transport_ops **out,
 }
 
 static const char *const type_names[] = {
-    [TRANSPORT_UNSPEC] = "unspec",
-    [TRANSPORT_RDMA] = "rdma",
-    [TRANSPORT_MNNVL] = "mnnvl",
-    [TRANSPORT_SHM] = "shm",
-    [TRANSPORT_NVLINK] = "nvlink",
-    [TRANSPORT_GDS] = "gds",
-    [TRANSPORT_IOURING] = "io_uring",
-    [TRANSPORT_TCP] = "tcp",
-    [TRANSPORT_ASCEND_DIRECT] = "ascend_direct",
-    [TRANSPORT_SUNRISE_LINK] = "sunrise_link",
-    [TRANSPORT_MEMFABRIC] = "memfabric",
+#define TENT_XPORT_TYPE(suffix, value, name, pyname) [value] = name,
+#include "transport/transports.def"
 };
 #define NTYPES ((int)(sizeof(type_names) / sizeof(type_names[0])))
 
@@ -135,8 +123,7 @@ int tent_transport_type_from_name(const char *name)
 }
 
 int tent_transport_instance_new(const struct tent_transport_ops *ops,
-                                struct tent_engine *e,
-                                const struct tent_config *cfg, int index,
+                                const struct tent_xport_env *env, int index,
                                 struct tent_transport **out)
 {
     struct tent_transport *t = calloc(1, ops->instance_size);
@@ -144,8 +131,7 @@ int tent_transport_instance_new(const struct tent_transport_ops *ops,
         return tent_set_error(TENT_ENOMEM, "transport '%s': out of memory",
                               ops->name);
     t->ops = ops;
-    t->engine = e;
-    t->cfg = cfg;
+    t->env = env;
     t->index = index;
     int rc = ops->install(t);
     if (rc != TENT_OK) {
@@ -166,7 +152,7 @@ void tent_transport_instance_free(struct tent_transport *t)
 }
 
 bool tent_xport_reach_any(TENT_UNUSED struct tent_transport *t,
-                          TENT_UNUSED const struct tent_segment *target)
+                          TENT_UNUSED const struct tent_seg_view *target)
 {
     return true;
 }

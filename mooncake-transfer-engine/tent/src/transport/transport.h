@@ -1,17 +1,49 @@
-/* The one interface every transport implements.
+/* The contract between the runtime and a transport.
  *
  * A transport only moves bytes.  The runtime gives it resolved requests
- * (local address, remote address, length, target segment) and asks it for
- * per-task status; it never sees policies, failover or batch ids.  A
- * transport reaches the runtime only through the control-plane functions
- * declared at the end of this file.
+ * (local address, remote address, length, the target segment and buffer)
+ * and asks it for per-task status; it never sees policies, failover or
+ * batch ids.  Everything a transport needs from the engine is handed down at
+ * install in an environment table (struct tent_xport_env): configuration,
+ * metrics, host identity, callbacks to publish attributes and read a peer's,
+ * a read-only view of local registrations and the RPC server's frame
+ * table.  Nothing under transport/ includes runtime headers, calls runtime
+ * functions by name or takes a runtime lock; logging goes through the
+ * common logger (common/log.h), a layer below both.
  *
- * Every op is filled (no NULL checks in the runtime): a transport with
- * nothing to do for an op points it at the shared tent_xport_noop_* stub of
- * the same signature (declared below). */
+ * One folder per transport (transport/<name>/): its initiator, its target
+ * half (RPC frame handlers, if any), its metric families (metrics.def,
+ * optional) and sources.cmake.  transports.def lists the transports built
+ * here; it is the one list the registry, configuration, metrics labels,
+ * the Python TransportType and README's table follow.
+ *
+ * Every op is filled (the runtime never tests for NULL): an op a transport
+ * has nothing to do for points at a shared tent_xport_* stub of the exact
+ * signature (below).
+ *
+ * Calling context.  "Runtime locks" are the engine's batch, segment and
+ * registration locks.  Unless an op says otherwise it is called with no
+ * runtime lock held, and it must not call back into the runtime except
+ * through the env table.
+ *   - submit and status never wait on the network or the vendor: they do
+ *     non-blocking work only (a syscall that cannot block, a queue hand-off,
+ *     an asynchronous vendor submission), so tent_submit and the status
+ *     calls return within microseconds even when a peer stalls.  Progress
+ *     on the network belongs to the transport's own threads or to
+ *     non-blocking steps taken inside these calls.
+ *   - The runtime calls submit and status for one slot from one thread at a
+ *     time, but may call them for different slots of one sub-batch from
+ *     different threads at once (a submit on slots 4..7 while another
+ *     thread polls slot 2): per-slot state needs no lock, state shared by
+ *     slots does.
+ *   - add_buffer and remove_buffer run under the engine's registration
+ *     lock (one at a time per engine) and may block, bounded by the
+ *     transport's own timeout; install, uninstall and quiesce run alone
+ *     (engine creation and destruction) and may block, bounded. */
 #ifndef TENT_TRANSPORT_TRANSPORT_H
 #define TENT_TRANSPORT_TRANSPORT_H
 
+#include "rpc/rpc.h"
 #include "tent/transfer_engine.h"
 
 #include <stdatomic.h>
@@ -19,32 +51,62 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct tent_engine;
-struct tent_segment;
 struct tent_config;
+struct tent_metrics;
 
-/* The buffer view: a registered buffer as the runtime and the transports
- * both see it.  In the local segment it is one the application (or
+/* ---- attributes ---------------------------------------------------------
+ * Key/value strings a transport attaches to a buffer it serves (shm's
+ * mapping handle, say).  They travel in the segment descriptor with the
+ * buffer, so a peer's transport of the same kind reads them back. */
+struct tent_attrs; /* opaque; NULL is the empty set */
+
+/* Value of key, or NULL. */
+const char *tent_attrs_get(const struct tent_attrs *a, const char *key);
+/* Sets key to value (NULL removes it) in *a, allocating as needed.  Keys
+ * are at most TENT_ATTR_KEY_MAX - 1 bytes, values TENT_ATTR_VALUE_MAX - 1,
+ * at most TENT_MAX_BUF_ATTRS per set. */
+int tent_attrs_set(struct tent_attrs **a, const char *key, const char *value);
+/* Number of attributes and the i-th of them (i < count). */
+size_t tent_attrs_count(const struct tent_attrs *a);
+void tent_attrs_at(const struct tent_attrs *a, size_t i, const char **key,
+                   const char **value);
+bool tent_attrs_equal(const struct tent_attrs *a, const struct tent_attrs *b);
+void tent_attrs_free(struct tent_attrs *a);
+/* The descriptor carries them (rpc/wire.h): the same bounds. */
+#define TENT_ATTR_KEY_MAX   TENT_WIRE_ATTR_KEY_MAX
+#define TENT_ATTR_VALUE_MAX TENT_WIRE_ATTR_VAL_MAX
+#define TENT_MAX_BUF_ATTRS  TENT_WIRE_MAX_BUF_ATTRS
+
+/* ---- the views a transport is given -------------------------------------- */
+
+/* A segment as a transport sees it.  The fields never change after the
+ * segment is created; what a descriptor refresh may rewrite (attributes,
+ * host identity) is read through the env callbacks. */
+struct tent_seg_view {
+    uint64_t id;
+    char name[256];
+    bool local;
+};
+
+/* A registered buffer.  In the local segment it is one the application (or
  * tent_allocate_memory) registered; in a remote segment, one the peer
  * published.  A transport reads base, length, location, perm, is_device,
- * alloc_fd and shm_*, and writes shm_name/shm_offset only in its add_buffer
- * (before the buffer is published); every other field is the runtime's.
- * The runtime keeps a record alive while inflight > 0. */
+ * alloc_fd and attrs, and writes attrs only in its add_buffer (before the
+ * buffer is published); every other field is the runtime's.  The runtime
+ * keeps a record alive while inflight > 0. */
 struct tent_buffer {
     uint64_t base;
     uint64_t length;
     char location[64];
-    int perm;            /* PERM_* */
+    int perm;       /* PERM_* */
+    bool is_device; /* location names an accelerator */
+    int alloc_fd;   /* local only: memfd whose offset 0 is base, or -1 */
+    struct tent_attrs *attrs;
+    /* runtime's */
     uint32_t xport_mask; /* bit (1 << TRANSPORT_*) per transport serving it */
     atomic_int inflight; /* tasks that may touch it (remote ones too: a
                             descriptor refresh must not free it while > 0) */
     int refs;            /* local only: registrations of exactly this range */
-    int alloc_fd;        /* local only: memfd whose offset 0 is base, or -1;
-                            this process holds a POSIX read lock on it for
-                            as long as the memory is allocated */
-    bool is_device;      /* location names an accelerator */
-    char shm_name[64];   /* shm transport: handle a same-host peer can map */
-    uint64_t shm_offset;
 };
 
 /* Capability bits: which (local memory, remote memory) kinds a transport can
@@ -57,31 +119,112 @@ struct tent_buffer {
 
 /* One resolved request.  slot is the task's index in the runtime batch and
  * the index at which the transport keeps that task's state in its
- * sub-batch (slot < the capacity the sub-batch was allocated with). */
+ * sub-batch (slot < the capacity the sub-batch was allocated with).  The
+ * views stay valid until the task is terminal. */
 struct tent_xfer {
     uint32_t slot;
-    int opcode; /* OPCODE_READ: remote -> local; OPCODE_WRITE: local -> remote
-                 */
+    int opcode;   /* OPCODE_READ: remote -> local; OPCODE_WRITE: local -> remote
+                   */
+    int priority; /* PRIO_HIGH (0) .. PRIO_LOW (2) */
     void *local;
     uint64_t remote; /* address in the target segment's address space */
     uint64_t length;
-    struct tent_segment *target;
+    const struct tent_seg_view *target;
     const struct tent_buffer *target_buf; /* the target buffer holding remote */
 };
+
+/* ---- results and causes ---------------------------------------------------
+ * A failure carries our code (TENT_E*), the native one (errno, the vendor's
+ * code, or 0) and a message, recorded where the error is first seen; the
+ * runtime keeps all three with the task (tent_task_error) and decides
+ * failover from the code (tent_error_is_transient). */
+
+/* Outcome of one request handed to submit. */
+struct tent_xfer_result {
+    int code;   /* 0: started (its status will become terminal); else it did
+                   not start and touched no memory */
+    int native; /* when code != 0 */
+    char msg[160];
+};
+
+/* Refuses a request: res gets code, native and the calling thread's last
+ * error message (tent_set_error just before).  Returns code. */
+int tent_xres_fail(struct tent_xfer_result *res, int code, int native);
 
 /* Per-task state reported by a transport. */
 enum tent_xfer_state {
     TENT_XFER_PENDING = 0,
     TENT_XFER_COMPLETED = 1,
-    TENT_XFER_FAILED =
-        2, /* terminal: the transport touches the memory no more */
+    TENT_XFER_FAILED = 2, /* terminal: the transport touches the memory no
+                             more */
 };
 
 struct tent_xfer_status {
     int state;       /* enum tent_xfer_state */
     uint64_t bytes;  /* confirmed bytes; 0 unless COMPLETED */
-    int native_code; /* the backend's own code for a failure, or 0 */
+    int code;        /* FAILED: the TENT_E* cause */
+    int native;      /* FAILED: errno or the vendor's code, 0 if none */
+    const char *msg; /* FAILED: the cause, or NULL; valid until the slot is
+                        submitted again or the sub-batch is freed */
 };
+
+/* A failure cause kept by a transport for a task (heap, one allocation). */
+struct tent_xerr {
+    int code;
+    int native;
+    char msg[];
+};
+struct tent_xerr *tent_xerr_new(int code, int native, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Fills a FAILED status from e (which may be NULL: then code and native). */
+void tent_xstatus_failed(struct tent_xfer_status *out,
+                         const struct tent_xerr *e, int code, int native);
+
+/* ---- the environment handed to a transport ----------------------------- */
+
+/* Valid from install until the transport is uninstalled or abandoned
+ * (t->env is NULL from then on).  Callbacks take ctx first; they may take
+ * runtime locks internally (which is why a transport must not call them
+ * while holding a lock the runtime could wait on: its own locks are fine,
+ * they are inner to every runtime lock). */
+struct tent_xport_env {
+    void *ctx;
+    const struct tent_config *cfg;
+    /* The engine's metrics registry (metrics/metrics.h), NULL when off.  It
+     * outlives an abandoned transport: copy the pointer at install. */
+    struct tent_metrics *metrics;
+    const char *hostname; /* host the engine's servers bind to */
+    const char *host_id;  /* boot id and host name ("" when unknown): what
+                             tells a same-host peer apart */
+    long pid;             /* this process */
+
+    /* Publishes key=value in the local segment's descriptor (replacing a
+     * previous value; value NULL removes it). */
+    int (*publish_attr)(void *ctx, const char *key, const char *value);
+    /* Copies attribute key of seg ("rpc_addr", "pid", ...) into buf; false,
+     * with buf = "", when absent or longer than len - 1. */
+    bool (*seg_attr)(void *ctx, const struct tent_seg_view *seg,
+                     const char *key, char *buf, size_t len);
+    /* Whether seg's published host identity equals this engine's. */
+    bool (*seg_on_host)(void *ctx, const struct tent_seg_view *seg);
+
+    /* The local registrations, as a peer's request through transport type
+     * sees them: finds the buffer wholly holding [addr, +len) that grants
+     * the access (a write if write) to remote peers and that type serves,
+     * and pins it until unpin_local.  Otherwise the TENT_E* code the peer
+     * is to be answered (TENT_ERANGE: not registered; TENT_EPERM: the
+     * permission refuses it; TENT_ENOTSUP: not served by type). */
+    int (*pin_local)(void *ctx, int type, uint64_t addr, uint64_t len,
+                     bool write, const struct tent_buffer **out);
+    void (*unpin_local)(void *ctx, const struct tent_buffer *buf);
+
+    /* Installs (fn NULL: removes) the handler of RPC frame type on the
+     * engine's server (rpc.h tent_rpc_server_handle). */
+    int (*serve_frames)(void *ctx, uint8_t type, tent_rpc_frame_fn fn,
+                        void *fn_ctx);
+};
+
+/* ---- the transport ------------------------------------------------------- */
 
 /* Base of a transport's sub-batch; a transport embeds it first in its own. */
 struct tent_sub_batch {
@@ -89,17 +232,22 @@ struct tent_sub_batch {
     size_t capacity;
 };
 
+/* Allocates a sub-batch of size bytes (zeroed, base first) with a zeroed
+ * array of capacity tasks of task_size bytes at *tasks. */
+int tent_sub_batch_new(struct tent_transport *t, size_t size, size_t capacity,
+                       size_t task_size, void **tasks,
+                       struct tent_sub_batch **out);
+/* Frees what tent_sub_batch_new made. */
+void tent_sub_batch_delete(struct tent_sub_batch *sb, void *tasks);
+
 /* Base of a transport instance; a transport embeds it first in its own
  * struct of ops->instance_size bytes, which the runtime allocates zeroed. */
-/* engine and cfg are valid from install until the engine is destroyed.  A
- * transport whose quiesce failed at teardown is abandoned, not uninstalled:
- * the runtime sets engine and cfg to NULL before freeing them, so whatever
- * outlives the engine (vendor threads, callbacks, a later reclaim) may only
- * use what the instance copied or owns itself. */
 struct tent_transport {
     const struct tent_transport_ops *ops;
-    struct tent_engine *engine;
-    const struct tent_config *cfg;
+    /* NULL once the engine abandons the transport (its quiesce failed at
+     * teardown): whatever outlives the engine (vendor threads, callbacks)
+     * may only use what the instance copied or owns itself. */
+    const struct tent_xport_env *env;
     int index; /* position in the engine's transport list */
 };
 
@@ -111,37 +259,49 @@ struct tent_transport_ops {
 
     /* Brings the transport up.  On failure it undoes everything it did
      * before returning, and the instance is freed without uninstall (the
-     * one rule, tent_transport_instance_new).  TENT_ENODEV = DeviceNotFound. */
+     * one rule, tent_transport_instance_new).  TENT_ENODEV = DeviceNotFound.
+     * Alone; may block (bounded). */
     int (*install)(struct tent_transport *t);
-    /* Called once, only after a successful install (and quiesce). */
+    /* Called once, only after a successful install (and quiesce).  Alone. */
     void (*uninstall)(struct tent_transport *t);
+    /* Never blocks. */
     uint32_t (*capabilities)(struct tent_transport *t);
-    /* Whether the transport can reach the given target segment at all. */
+    /* Whether the transport can reach the target segment at all.  Never
+     * blocks; may call env->seg_attr. */
     bool (*can_reach)(struct tent_transport *t,
-                      const struct tent_segment *target);
+                      const struct tent_seg_view *target);
 
+    /* Never block.  free_sub_batch answers TENT_EBUSY while the backend may
+     * still touch memory of its tasks. */
     int (*alloc_sub_batch)(struct tent_transport *t, size_t capacity,
                            struct tent_sub_batch **out);
-    /* TENT_EBUSY while the backend may still touch memory of its tasks. */
     int (*free_sub_batch)(struct tent_transport *t, struct tent_sub_batch *sb);
 
-    /* Starts n requests.  results[i] = 0 when request i started (its status
-     * will become terminal), or a negative TENT_E* code when it did not start
-     * (it touched no memory and may go to another transport).  Returns 0 when
-     * all started, else the first failure code. */
+    /* Starts n requests (see the calling context above: never waits on the
+     * network or the vendor).  res[i].code = 0 when request i started (its
+     * status will become terminal), else a negative TENT_E* code with its
+     * native code and message (tent_xres_fail): it did not start, touched
+     * no memory and may go to another transport.  Returns 0 when all
+     * started, else the first failure code. */
     int (*submit)(struct tent_transport *t, struct tent_sub_batch *sb,
-                  const struct tent_xfer *reqs, size_t n, int *results);
-    /* Fills *out for one slot.  A negative return means the status could not
-     * be determined: the task is still in flight as far as anyone knows. */
+                  const struct tent_xfer *reqs, size_t n,
+                  struct tent_xfer_result *res);
+    /* Fills *out for one slot (never waits).  A negative return means the
+     * status could not be determined: the task is still in flight as far as
+     * anyone knows.  Once a slot is terminal, later calls report the same
+     * outcome until it is submitted again. */
     int (*status)(struct tent_transport *t, struct tent_sub_batch *sb,
                   uint32_t slot, struct tent_xfer_status *out);
-    /* Stops new submissions and waits for outstanding work (bounded). */
+    /* Stops new submissions and waits for outstanding work (bounded).
+     * Alone. */
     int (*quiesce)(struct tent_transport *t);
 
+    /* Under the registration lock; may block (bounded). */
     int (*add_buffer)(struct tent_transport *t, struct tent_buffer *buf);
     /* A failure means peers may still reach the memory through this
      * transport: the runtime keeps the buffer registered and returns the
-     * error to the caller (the memory must not be freed). */
+     * error to the caller (the memory must not be freed).  Under the
+     * registration lock; may block (bounded). */
     int (*remove_buffer)(struct tent_transport *t, struct tent_buffer *buf);
 };
 
@@ -149,7 +309,7 @@ struct tent_transport_ops {
  * to do for (never a cast). */
 /* can_reach: every segment. */
 bool tent_xport_reach_any(struct tent_transport *t,
-                          const struct tent_segment *target);
+                          const struct tent_seg_view *target);
 /* quiesce: nothing outstanding to wait for; returns 0. */
 int tent_xport_noop_quiesce(struct tent_transport *t);
 /* add_buffer / remove_buffer: no per-buffer registration; returns 0. */
@@ -164,8 +324,7 @@ int tent_xport_noop_buffer(struct tent_transport *t, struct tent_buffer *buf);
  * base and installs it.  A failed install leaves nothing: the instance is
  * freed and the install's code returned. */
 int tent_transport_instance_new(const struct tent_transport_ops *ops,
-                                struct tent_engine *e,
-                                const struct tent_config *cfg, int index,
+                                const struct tent_xport_env *env, int index,
                                 struct tent_transport **out);
 /* Uninstalls and frees an instance. */
 void tent_transport_instance_free(struct tent_transport *t);
@@ -176,34 +335,10 @@ int tent_transport_register(const struct tent_transport_ops *ops);
 int tent_transport_unregister(const char *name);
 size_t tent_transport_registry_snapshot(const struct tent_transport_ops **out,
                                         size_t max);
+/* TENT's lowercase name of a TRANSPORT_* value ("tcp", "io_uring"), or of
+ * a registered test transport's type; "unknown" otherwise. */
 const char *tent_transport_type_name(int type);
+/* The TRANSPORT_* value of a name, -1 when unknown. */
 int tent_transport_type_from_name(const char *name);
-
-/* ---- control-plane interface for transports ----------------------------- */
-const struct tent_config *tent_engine_config(const struct tent_engine *e);
-/* The engine's metrics registry (metrics/metrics.h), or NULL when metrics
- * are disabled or e is NULL: update it with tm_add(tm_shard(...), ...). */
-struct tent_metrics *tent_engine_metrics(const struct tent_engine *e);
-/* Host the engine's servers bind to and peers reach it by. */
-const char *tent_engine_hostname(const struct tent_engine *e);
-/* Copies this engine's host identity (boot id and host name: what tells a
- * same-host peer apart) into buf; false, with buf = "", when there is none
- * or it does not fit. */
-bool tent_engine_host_id(const struct tent_engine *e, char *buf, size_t len);
-/* Whether seg's published host identity equals host_id (read under the
- * segment's lock: a descriptor refresh may rewrite it). */
-bool tent_segment_on_host(const struct tent_segment *seg, const char *host_id);
-/* Publishes key=value in the local segment's descriptor (attributes of the
- * local segment), replacing a previous value; value NULL removes it. */
-int tent_engine_publish_attr(struct tent_engine *e, const char *key,
-                             const char *value);
-/* Copies an attribute of a segment ("memfabric_unique_id", "rpc_addr") into
- * buf under the segment's lock (a descriptor refresh may rewrite it at any
- * time).  Returns false, with buf = "", when it is absent or longer than
- * len - 1. */
-bool tent_segment_attr_copy(const struct tent_segment *seg, const char *key,
-                            char *buf, size_t len);
-const char *tent_segment_name_of(const struct tent_segment *seg);
-bool tent_segment_is_local(const struct tent_segment *seg);
 
 #endif

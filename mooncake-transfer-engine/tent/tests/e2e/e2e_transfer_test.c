@@ -403,7 +403,7 @@ static void test_peer_alloc_free_cycles_bounded(void **state)
         assert_int_not_equal(a, 0);
         /* the address may be one a freed buffer had: refresh as a program
          * would after the peer tells it about new memory */
-        assert_int_equal(e->seg_ops->fetch(e, seg->name, seg), 0);
+        assert_int_equal(e->seg_ops->fetch(e, seg->v.name, seg), 0);
         memset(f->dst, (uint8_t)i, len);
         int st = -1;
         assert_int_equal(submit_one(f, OPCODE_WRITE, a, len, &st), 0);

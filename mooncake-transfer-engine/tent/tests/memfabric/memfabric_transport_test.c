@@ -268,10 +268,14 @@ static int direct_submit(tent_engine_t e, struct tent_sub_batch *sb,
             .local = src + i * 64,
             .remote = (uintptr_t)(dst + i * 64),
             .length = 64,
-            .target = E(e)->local,
+            .target = &E(e)->local->v,
         };
     }
-    return mf->base.ops->submit(&mf->base, sb, x, n, results);
+    struct tent_xfer_result res[8];
+    int rc = mf->base.ops->submit(&mf->base, sb, x, n, res);
+    for (size_t i = 0; i < n; i++)
+        results[i] = res[i].code;
+    return rc;
 }
 
 /* Captures this process's stderr while fn runs. */
@@ -593,7 +597,8 @@ static void test_contract_failure_result_cached_for_all_tasks(void **s)
         assert_int_equal(mf->base.ops->status(&mf->base, sb, i, &xs), 0);
         assert_int_equal(xs.state, TENT_XFER_FAILED);
         assert_int_equal(xs.bytes, 0);
-        assert_int_equal(xs.native_code, SM_TIMEOUT);
+        assert_int_equal(xs.code, TENT_EVENDOR);
+        assert_int_equal(xs.native, SM_TIMEOUT);
     }
     assert_int_equal(mk.mock_call_count("smem_trans_batch_status_query"), 1);
     tent_status_t all = poll_overall(e, b);
@@ -1092,8 +1097,7 @@ test_contract_engine_teardown_timeout_keeps_buffers_and_library(void **s)
     /* The abandoned instance no longer points at the freed engine or
      * configuration; a vendor callback arriving now touches only what the
      * instance owns (valgrind/ASan run this test too). */
-    assert_null(mf->base.engine);
-    assert_null(mf->base.cfg);
+    assert_null(mf->base.env);
     assert_true(mk.mock_fire_peer_down("10.9.9.9:1") >= 1);
     assert_int_equal(atomic_load(&mf->peer_down_events), 1);
     /* The vendor finishes later; the bytes land in memory that is still
@@ -1148,8 +1152,7 @@ static int direct_install(tent_engine_t host, struct memfabric_transport **out)
         calloc(1, tent_memfabric_transport_ops.instance_size);
     assert_non_null(mf);
     mf->base.ops = &tent_memfabric_transport_ops;
-    mf->base.engine = E(host);
-    mf->base.cfg = E(host)->cfg;
+    mf->base.env = &E(host)->xenv;
     int rc = mf->base.ops->install(&mf->base);
     if (rc != TENT_OK) {
         free(mf);
@@ -1463,7 +1466,8 @@ static void test_install_creates_role_both_and_publishes_unique_id(void **s)
     assert_int_equal(caps, TENT_CAP_DRAM_TO_DRAM | TENT_CAP_DRAM_TO_DEVICE |
                                TENT_CAP_DEVICE_TO_DRAM |
                                TENT_CAP_DEVICE_TO_DEVICE);
-    assert_true(mf_in(e)->base.ops->can_reach(&mf_in(e)->base, E(e)->local));
+    assert_true(
+        mf_in(e)->base.ops->can_reach(&mf_in(e)->base, &E(e)->local->v));
     tent_destroy_engine(e);
 
     /* An IPv6 host goes in brackets, the form the vendor reports peers by. */
@@ -1711,7 +1715,7 @@ static void test_submit_without_peer_unique_id_names_segment(void **s)
     struct memfabric_transport *mf = mf_in(e);
     struct tent_segment *seg;
     assert_int_equal(tent_segment_new(9, "segment_without_mf", false, &seg), 0);
-    assert_false(mf->base.ops->can_reach(&mf->base, seg));
+    assert_false(mf->base.ops->can_reach(&mf->base, &seg->v));
     struct tent_sub_batch *sb;
     assert_int_equal(mf->base.ops->alloc_sub_batch(&mf->base, 2, &sb), 0);
     struct tent_xfer x[2] = {
@@ -1720,19 +1724,20 @@ static void test_submit_without_peer_unique_id_names_segment(void **s)
          .local = src,
          .remote = 0x1000,
          .length = 8,
-         .target = seg},
+         .target = &seg->v},
         {.slot = 1,
          .opcode = OPCODE_WRITE,
          .local = src + 8,
          .remote = (uintptr_t)(src + 2048),
          .length = 8,
-         .target = E(e)->local},
+         .target = &E(e)->local->v},
     };
-    int res[2];
+    struct tent_xfer_result res[2];
     assert_int_equal(mf->base.ops->submit(&mf->base, sb, x, 2, res),
                      TENT_EPEER);
-    assert_int_equal(res[0], TENT_EPEER);
-    assert_int_equal(res[1], 0);
+    assert_int_equal(res[0].code, TENT_EPEER);
+    assert_non_null(strstr(res[0].msg, "segment_without_mf"));
+    assert_int_equal(res[1].code, 0);
     assert_int_equal(mk.mock_call_count("smem_trans_batch_copy"), 1);
     struct tent_xfer_status xs;
     assert_int_equal(mf->base.ops->status(&mf->base, sb, 1, &xs), 0);

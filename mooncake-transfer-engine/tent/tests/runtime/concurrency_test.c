@@ -277,9 +277,12 @@ static void test_racing_on_one_batch(void **state)
     tent_destroy_engine(g_engine);
 }
 
-/* A batch whose status call is stuck in a transport must not block lookups
- * of other batches, even while a second thread waits for the stuck batch. */
-static atomic_bool g_block, g_other_done, g_other_ok;
+/* A batch whose status call is stuck in a transport holds no runtime lock
+ * meanwhile: lookups of other batches, and other calls on the same batch,
+ * go on (a second poll of the stuck task reports it PENDING at once). */
+static atomic_bool g_block, g_other_done, g_other_ok, g_second_done;
+static tent_status_t g_second_st;
+static int g_second_rc;
 
 static void *poll_once(void *arg)
 {
@@ -288,12 +291,12 @@ static void *poll_once(void *arg)
     return NULL;
 }
 
-static atomic_int g_poll_tid;
-
-static void *poll_once_tid(void *arg)
+static void *poll_second(void *arg)
 {
-    atomic_store(&g_poll_tid, (int)tu_gettid());
-    return poll_once(arg);
+    g_second_rc =
+        tent_task_status(g_engine, *(tent_batch_id_t *)arg, 0, &g_second_st);
+    atomic_store(&g_second_done, true);
+    return NULL;
 }
 
 static void *other_batch_work(void *arg)
@@ -325,29 +328,33 @@ static void test_stuck_batch_does_not_block_others(void **state)
     assert_int_equal(tent_submit(g_engine, b1, &r, 1), TENT_OK);
     atomic_store(&g_block, true);
     atomic_store(&g_other_done, false);
+    atomic_store(&g_second_done, false);
     fault_cfg.block_status = &g_block;
     pthread_t a, b, c;
     assert_int_equal(pthread_create(&a, NULL, poll_once, &b1), 0);
     for (int i = 0; i < 2000 && atomic_load(&fault_stats.blocked) == 0; i++)
         nanosleep(&(struct timespec){0, 1000000}, NULL);
     assert_int_equal(atomic_load(&fault_stats.blocked), 1);
-    /* b queues behind a on b1's lock: wait until it sleeps in futex()
-     * (nobody else holds a lock b could wait for), so c really runs while a
-     * waiter for b1 exists. */
-    atomic_store(&g_poll_tid, 0);
-    assert_int_equal(pthread_create(&b, NULL, poll_once_tid, &b1), 0);
-    while (atomic_load(&g_poll_tid) == 0)
-        sched_yield();
-    assert_true(tu_wait_futex(atomic_load(&g_poll_tid), NULL, 2000));
+    /* a is inside the transport's status call: b, polling the same task,
+     * neither waits for a nor calls the transport a second time. */
+    assert_int_equal(pthread_create(&b, NULL, poll_second, &b1), 0);
     assert_int_equal(pthread_create(&c, NULL, other_batch_work, NULL), 0);
+    bool second = wait_flag(&g_second_done, 2000);
     bool done = wait_flag(&g_other_done, 2000);
+    /* Nor can the batch be freed under a: its task is still in flight. */
+    int free_rc = tent_free_batch(g_engine, b1);
     atomic_store(&g_block, false); /* release before asserting: no hang */
     pthread_join(a, NULL);
     pthread_join(b, NULL);
     pthread_join(c, NULL);
     fault_cfg.block_status = NULL;
+    assert_true(second);
+    assert_int_equal(g_second_rc, TENT_OK);
+    assert_int_equal(g_second_st.status, STATUS_PENDING);
+    assert_int_equal(atomic_load(&fault_stats.blocked), 1);
     assert_true(done);
     assert_true(atomic_load(&g_other_ok));
+    assert_int_equal(free_rc, TENT_EBUSY);
     tent_status_t st;
     assert_int_equal(tu_wait_task(g_engine, b1, 0, &st, 2000), TENT_OK);
     assert_int_equal(st.status, STATUS_COMPLETED);

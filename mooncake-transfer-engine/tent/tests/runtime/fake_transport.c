@@ -59,7 +59,7 @@ static uint32_t fake_caps(struct tent_transport *t)
 }
 
 static bool fake_can_reach(struct tent_transport *t,
-                           const struct tent_segment *target)
+                           const struct tent_seg_view *target)
 {
     (void)target;
     return !fake_behavior[which_of(t)].unreachable;
@@ -85,7 +85,8 @@ static int fake_free_sub(struct tent_transport *t, struct tent_sub_batch *sb)
 }
 
 static int fake_submit(struct tent_transport *t, struct tent_sub_batch *sb,
-                       const struct tent_xfer *reqs, size_t n, int *results)
+                       const struct tent_xfer *reqs, size_t n,
+                       struct tent_xfer_result *res)
 {
     int w = which_of(t);
     struct fake_behavior *b = &fake_behavior[w];
@@ -101,9 +102,11 @@ static int fake_submit(struct tent_transport *t, struct tent_sub_batch *sb,
              k % b->fail_submit_every == b->fail_submit_every - 1);
         if (refuse) {
             atomic_fetch_add(&fake_stats[w].refused, 1);
-            results[i] = TENT_EIO;
+            tent_set_error(b->refuse_code, "%s: refused slot %u at submit",
+                           t->ops->name, reqs[i].slot);
+            tent_xres_fail(&res[i], b->refuse_code, 0);
             if (!first)
-                first = TENT_EIO;
+                first = b->refuse_code;
             continue;
         }
         struct fake_slot *slot = &s->slots[reqs[i].slot];
@@ -120,7 +123,7 @@ static int fake_submit(struct tent_transport *t, struct tent_sub_batch *sb,
                 memmove(reqs[i].local, remote, reqs[i].length);
         }
         atomic_fetch_add(&fake_stats[w].submitted, 1);
-        results[i] = TENT_OK;
+        res[i].code = TENT_OK;
     }
     return first;
 }
@@ -142,9 +145,7 @@ static int fake_status(struct tent_transport *t, struct tent_sub_batch *sb,
         return TENT_OK;
     }
     if (slot->fail) {
-        out->state = TENT_XFER_FAILED;
-        out->bytes = 0;
-        out->native_code = -1;
+        tent_xstatus_failed(out, NULL, b->fail_code, -1);
         atomic_fetch_add(&fake_stats[w].failed, 1);
     } else {
         out->state = TENT_XFER_COMPLETED;
@@ -200,6 +201,8 @@ void fake_transports_reset(void)
         memset(&fake_behavior[i], 0, sizeof(fake_behavior[i]));
         fake_behavior[i].copy_bytes = true;
         fake_behavior[i].caps = TENT_CAP_ALL;
+        fake_behavior[i].fail_code = TENT_EIO;
+        fake_behavior[i].refuse_code = TENT_EIO;
         memset(&fake_stats[i], 0, sizeof(fake_stats[i]));
     }
 }

@@ -21,6 +21,8 @@
 struct fake_behavior {
     int polls_before_done; /* PENDING for this many status calls */
     bool fail_completion;  /* terminal FAILED instead of COMPLETED */
+    int fail_code;         /* its code (TENT_EIO via reset) */
+    int refuse_code;       /* code of a refused submit (TENT_EIO via reset) */
     int fail_submit_every; /* refuse request k when k % n == n-1 (0 off) */
     bool fail_all_submits;
     int status_error; /* status returns this (<0) instead */

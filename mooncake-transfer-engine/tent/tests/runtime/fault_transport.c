@@ -1,5 +1,7 @@
 #include "fault_transport.h"
 
+#include "common/error.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -51,8 +53,7 @@ static int fault_install(struct tent_transport *t)
     if (!f->inner)
         return TENT_ENOMEM;
     f->inner->ops = inner_ops;
-    f->inner->engine = t->engine;
-    f->inner->cfg = t->cfg;
+    f->inner->env = t->env;
     f->inner->index = t->index;
     int rc = inner_ops->install(f->inner);
     if (rc != TENT_OK) { /* a failed install left nothing to uninstall */
@@ -78,7 +79,7 @@ static uint32_t fault_caps(struct tent_transport *t)
 }
 
 static bool fault_can_reach(struct tent_transport *t,
-                            const struct tent_segment *target)
+                            const struct tent_seg_view *target)
 {
     return inner_of(t)->ops->can_reach(inner_of(t), target);
 }
@@ -111,30 +112,33 @@ static int fault_free_sub(struct tent_transport *t, struct tent_sub_batch *sb)
 }
 
 static int fault_submit(struct tent_transport *t, struct tent_sub_batch *sb,
-                        const struct tent_xfer *reqs, size_t n, int *results)
+                        const struct tent_xfer *reqs, size_t n,
+                        struct tent_xfer_result *res)
 {
     struct fault_sub *s = (struct fault_sub *)sb;
     int call = atomic_fetch_add(&fault_stats.submit_calls, 1) + 1;
     bool whole = fault_cfg.fail_nth_submit == call;
     struct tent_xfer *fwd = malloc(n * sizeof(*fwd));
-    int *fwd_res = malloc(n * sizeof(*fwd_res));
+    struct tent_xfer_result *fwd_res = malloc(n * sizeof(*fwd_res));
     size_t *fwd_idx = malloc(n * sizeof(*fwd_idx));
     if (!fwd || !fwd_res || !fwd_idx) {
         free(fwd);
         free(fwd_res);
         free(fwd_idx);
         for (size_t i = 0; i < n; i++)
-            results[i] = TENT_ENOMEM;
+            tent_xres_fail(&res[i], TENT_ENOMEM, 0);
         return TENT_ENOMEM;
     }
     size_t k = 0;
     int first = TENT_OK;
     for (size_t i = 0; i < n; i++) {
         if (whole || slot_bit(fault_cfg.fail_submit_slots, reqs[i].slot)) {
-            results[i] = fault_cfg.refuse_code;
+            tent_set_error(fault_cfg.refuse_code,
+                           "fault: refused slot %u at submit", reqs[i].slot);
+            tent_xres_fail(&res[i], fault_cfg.refuse_code, 0);
             atomic_fetch_add(&fault_stats.refused, 1);
             if (!first)
-                first = results[i];
+                first = res[i].code;
             continue;
         }
         fwd[k] = reqs[i];
@@ -143,10 +147,10 @@ static int fault_submit(struct tent_transport *t, struct tent_sub_batch *sb,
     if (k) {
         inner_of(t)->ops->submit(inner_of(t), s->inner, fwd, k, fwd_res);
         for (size_t j = 0; j < k; j++) {
-            results[fwd_idx[j]] = fwd_res[j];
-            if (fwd_res[j] != TENT_OK) {
+            res[fwd_idx[j]] = fwd_res[j];
+            if (fwd_res[j].code != TENT_OK) {
                 if (!first)
-                    first = fwd_res[j];
+                    first = fwd_res[j].code;
                 continue;
             }
             atomic_fetch_add(&fault_stats.forwarded, 1);
@@ -188,9 +192,7 @@ static int fault_status(struct tent_transport *t, struct tent_sub_batch *sb,
     if (fault_cfg.completed_to_failed ||
         slot_bit(fault_cfg.fail_complete_slots, slot)) {
         atomic_fetch_add(&fault_stats.converted, 1);
-        out->state = TENT_XFER_FAILED;
-        out->bytes = 0;
-        out->native_code = -77;
+        tent_xstatus_failed(out, NULL, fault_cfg.complete_code, -77);
     }
     return TENT_OK;
 }
@@ -235,6 +237,7 @@ void fault_reset(void)
 {
     memset(&fault_cfg, 0, sizeof(fault_cfg));
     fault_cfg.refuse_code = TENT_EIO;
+    fault_cfg.complete_code = TENT_EIO;
     atomic_store(&fault_stats.submit_calls, 0);
     atomic_store(&fault_stats.forwarded, 0);
     atomic_store(&fault_stats.refused, 0);

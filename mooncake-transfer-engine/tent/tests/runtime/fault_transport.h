@@ -20,9 +20,10 @@ struct fault_config {
     uint64_t fail_submit_slots; /* requests of these slots (bit) refused */
     int refuse_code;            /* code of a refusal (TENT_EIO via reset) */
     uint64_t fail_complete_slots; /* these slots end FAILED, not COMPLETED */
-    bool completed_to_failed;     /* every inner COMPLETED becomes FAILED */
-    int delay_polls;              /* extra PENDING polls before asking inner */
-    long delay_ns;                /* PENDING until this long after submit */
+    int complete_code;        /* code of such a FAILED (TENT_EIO via reset) */
+    bool completed_to_failed; /* every inner COMPLETED becomes FAILED */
+    int delay_polls;          /* extra PENDING polls before asking inner */
+    long delay_ns;            /* PENDING until this long after submit */
     bool never_complete;
     int status_error;          /* status returns this (<0) instead */
     int quiesce_error;         /* quiesce returns this (<0) instead */

@@ -86,7 +86,7 @@ static int peer_notify(struct tent_engine *e, struct tent_segment *seg,
 {
     (void)e;
     peer.notifies++;
-    peer.last_seg = seg->id;
+    peer.last_seg = seg->v.id;
     snprintf(peer.last_name, sizeof(peer.last_name), "%s", name);
     snprintf(peer.last_msg, sizeof(peer.last_msg), "%s", msg);
     return TENT_OK;

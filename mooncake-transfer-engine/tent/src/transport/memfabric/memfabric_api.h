@@ -7,7 +7,8 @@
  * dlclose()s it.  The memfabric_* inline functions below forward to the
  * loaded symbols; call them only between a successful load and its unload.
  *
- * libascendcl.so is loaded the same way when present, for aclrtGetDevice. */
+ * The device id comes from ACL (platform/acl.h) when libascendcl.so is
+ * there. */
 #ifndef TENT_MEMFABRIC_API_H
 #define TENT_MEMFABRIC_API_H
 
@@ -35,9 +36,6 @@ int memfabric_api_load(void);
 void memfabric_api_unload(void);
 /* Current number of references (tests). */
 int memfabric_api_refcount(void);
-/* Device id from ACL's aclrtGetDevice when libascendcl.so was loaded and the
- * call succeeds; false otherwise (the caller falls back to configuration). */
-bool memfabric_api_acl_device(uint32_t *device_id);
 
 /* ---- inline forwarding, one function per symbol ------------------------ */
 static inline int32_t memfabric_smem_trans_init(uint32_t deviceId,

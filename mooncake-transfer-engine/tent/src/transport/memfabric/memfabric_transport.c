@@ -21,12 +21,14 @@
  * destList[i] -> srcList[i]. */
 #include "transport/memfabric/memfabric_transport.h"
 
+#include "common/clock.h"
 #include "common/compiler.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "metrics/metrics.h"
 #include "net/net.h"
+#include "platform/acl.h"
 #include "transport/memfabric/memfabric_api.h"
 
 #include <errno.h>
@@ -153,8 +155,8 @@ static int parse_settings(struct tent_transport *t,
     }
 
     int64_t dev;
-    int rc = tent_config_get_int_range(t->cfg, "transports/memfabric/device_id",
-                                       0, 0, INT32_MAX, &dev);
+    int rc = tent_config_get_int_range(
+        t->env->cfg, "transports/memfabric/device_id", 0, 0, INT32_MAX, &dev);
     if (rc)
         return rc;
     s->device_id = (uint32_t)dev;
@@ -235,6 +237,15 @@ static bool peer_is_down(struct memfabric_transport *mf, const char *peer)
     return down;
 }
 
+/* Frees a sub-batch and what its vendor batches kept. */
+static void sub_delete(struct memfabric_sub_batch *s)
+{
+    for (size_t v = 0; v < s->nvb; v++)
+        free(s->batch_status_cache[v].err);
+    free(s->batch_status_cache);
+    tent_sub_batch_delete(&s->base, s->task_list);
+}
+
 /* ---- install / uninstall ------------------------------------------------ */
 
 /* Runs once, after a successful install (the registry's rule).  An
@@ -242,8 +253,8 @@ static bool peer_is_down(struct memfabric_transport *mf, const char *peer)
 static void mf_uninstall(struct tent_transport *t)
 {
     struct memfabric_transport *mf = mf_of(t);
-    if (t->engine)
-        tent_engine_publish_attr(t->engine, MEMFABRIC_UNIQUE_ID_ATTR, NULL);
+    if (t->env)
+        t->env->publish_attr(t->env->ctx, MEMFABRIC_UNIQUE_ID_ATTR, NULL);
     /* After destroy the vendor calls on_peer_down no more. */
     memfabric_smem_trans_destroy(mf->handle, 0);
     mf->handle = NULL;
@@ -254,9 +265,7 @@ static void mf_uninstall(struct tent_transport *t)
     while (mf->subs) {
         struct memfabric_sub_batch *s = mf->subs;
         mf->subs = s->next;
-        free(s->task_list);
-        free(s->batch_status_cache);
-        free(s);
+        sub_delete(s);
     }
     for (size_t i = 0; i < mf->ndown; i++)
         free(mf->down_peers[i]);
@@ -276,7 +285,7 @@ static int mf_install(struct tent_transport *t)
     int rc = parse_settings(t, &set);
     if (rc)
         return rc;
-    mf->metrics = tent_engine_metrics(t->engine);
+    mf->metrics = t->env->metrics;
 
     pthread_mutex_init(&mf->lock, NULL);
     pthread_mutex_init(&mf->peer_lock, NULL);
@@ -286,8 +295,12 @@ static int mf_install(struct tent_transport *t)
         goto fail_load;
 
     uint32_t acl_dev;
-    if (memfabric_api_acl_device(&acl_dev))
+    if (tent_acl_get_device(&acl_dev))
         set.device_id = acl_dev;
+    else
+        LOG_DEBUG("memfabric: no device id from ACL; "
+                  "transports/memfabric/device_id gives %u",
+                  set.device_id);
 
     int32_t vrc = memfabric_smem_set_log_level(set.vendor_log_level);
     if (vrc != SM_OK)
@@ -309,7 +322,7 @@ static int mf_install(struct tent_transport *t)
     cfg.role = SMEM_TRANS_BOTH;
     cfg.deviceId = set.device_id;
     cfg.dataOpType = set.op_type;
-    const char *host = tent_engine_hostname(t->engine);
+    const char *host = t->env->hostname;
     int len = tent_net_format_hostport(cfg.url, sizeof(cfg.url), host, 0);
     if (len < 0 || (size_t)len >= sizeof(cfg.url)) {
         rc = tent_set_error(TENT_EINVAL,
@@ -338,7 +351,7 @@ static int mf_install(struct tent_transport *t)
     char id[sizeof(mf->unique_id)];
     /* The same form the vendor reports in peer-down callbacks. */
     tent_net_format_hostport(id, sizeof(id), host, port);
-    rc = tent_engine_publish_attr(t->engine, MEMFABRIC_UNIQUE_ID_ATTR, id);
+    rc = t->env->publish_attr(t->env->ctx, MEMFABRIC_UNIQUE_ID_ATTR, id);
     if (rc)
         goto fail_create;
     vrc = memfabric_smem_trans_set_peer_down_callback(handle, on_peer_down, mf);
@@ -360,7 +373,7 @@ static int mf_install(struct tent_transport *t)
     return TENT_OK;
 
 fail_publish:
-    tent_engine_publish_attr(t->engine, MEMFABRIC_UNIQUE_ID_ATTR, NULL);
+    t->env->publish_attr(t->env->ctx, MEMFABRIC_UNIQUE_ID_ATTR, NULL);
 fail_create:
     memfabric_smem_trans_destroy(handle, 0);
 fail_config:
@@ -381,14 +394,14 @@ static uint32_t mf_capabilities(TENT_UNUSED struct tent_transport *t)
 }
 
 static bool mf_can_reach(struct tent_transport *t,
-                         const struct tent_segment *target)
+                         const struct tent_seg_view *target)
 {
     struct memfabric_transport *mf = mf_of(t);
-    if (tent_segment_is_local(target))
+    if (target->local)
         return mf->unique_id[0] != '\0';
     char id[256];
-    return tent_segment_attr_copy(target, MEMFABRIC_UNIQUE_ID_ATTR, id,
-                                  sizeof(id)) &&
+    return t->env->seg_attr(t->env->ctx, target, MEMFABRIC_UNIQUE_ID_ATTR, id,
+                            sizeof(id)) &&
            *id;
 }
 
@@ -398,18 +411,13 @@ static int mf_alloc_sub_batch(struct tent_transport *t, size_t capacity,
                               struct tent_sub_batch **out)
 {
     struct memfabric_transport *mf = mf_of(t);
-    struct memfabric_sub_batch *s = calloc(1, sizeof(*s));
-    struct memfabric_task *tl = calloc(capacity ? capacity : 1, sizeof(*tl));
-    if (!s || !tl) {
-        free(s);
-        free(tl);
-        return tent_set_error(TENT_ENOMEM,
-                              "memfabric: out of memory for a sub-batch of %zu "
-                              "tasks",
-                              capacity);
-    }
-    s->base.owner = t;
-    s->base.capacity = capacity;
+    struct memfabric_task *tl;
+    struct tent_sub_batch *sb;
+    int rc = tent_sub_batch_new(t, sizeof(struct memfabric_sub_batch), capacity,
+                                sizeof(*tl), (void **)&tl, &sb);
+    if (rc)
+        return rc;
+    struct memfabric_sub_batch *s = sub_of(sb);
     s->task_list = tl;
     pthread_mutex_lock(&mf->lock);
     s->next = mf->subs;
@@ -443,9 +451,7 @@ static int mf_free_sub_batch(struct tent_transport *t,
     if (s->next)
         s->next->prev = s->prev;
     pthread_mutex_unlock(&mf->lock);
-    free(s->task_list);
-    free(s->batch_status_cache);
-    free(s);
+    sub_delete(s);
     return TENT_OK;
 }
 
@@ -478,9 +484,15 @@ static int poll_vendor_batch_locked(struct memfabric_transport *mf,
     vb->state = MEMFABRIC_VB_DONE;
     s->pending_batch_count--;
     tm_gauge_add(mf_metrics(mf), TM_MF_BATCHES_PENDING, 0, 0, -1);
-    if (result != 0)
-        LOG_WARN("memfabric: vendor batch %llu failed with result %d",
-                 (unsigned long long)vb->batch_id, result);
+    if (result != 0) {
+        vb->err =
+            tent_xerr_new(TENT_EVENDOR, result,
+                          "memfabric: vendor batch %llu to %s failed: "
+                          "smem_trans result %d",
+                          (unsigned long long)vb->batch_id, vb->peer, result);
+        LOG_WARN("memfabric: vendor batch %llu to %s failed with result %d",
+                 (unsigned long long)vb->batch_id, vb->peer, result);
+    }
     return TENT_OK;
 }
 
@@ -504,16 +516,14 @@ static int mf_status(struct tent_transport *t, struct tent_sub_batch *sb,
     struct memfabric_vendor_batch *vb = &s->batch_status_cache[task->vb];
     int rc = poll_vendor_batch_locked(mf, s, vb);
     if (rc == TENT_OK) {
-        out->native_code = 0;
-        out->bytes = 0;
+        memset(out, 0, sizeof(*out));
         if (vb->state == MEMFABRIC_VB_PENDING) {
             out->state = TENT_XFER_PENDING;
         } else if (vb->result == 0) {
             out->state = TENT_XFER_COMPLETED;
             out->bytes = task->length;
         } else {
-            out->state = TENT_XFER_FAILED;
-            out->native_code = vb->result;
+            tent_xstatus_failed(out, vb->err, TENT_EVENDOR, vb->result);
         }
     }
     pthread_mutex_unlock(&mf->lock);
@@ -532,15 +542,16 @@ struct mf_group {
 static int resolve_peer(struct memfabric_transport *mf,
                         const struct tent_xfer *r, char *peer, size_t len)
 {
-    const char *name = tent_segment_name_of(r->target);
+    const char *name = r->target->name;
     bool have;
-    if (tent_segment_is_local(r->target)) {
+    if (r->target->local) {
         have = strlen(mf->unique_id) < len;
         if (have)
             memcpy(peer, mf->unique_id, strlen(mf->unique_id) + 1);
     } else {
-        have = tent_segment_attr_copy(r->target, MEMFABRIC_UNIQUE_ID_ATTR, peer,
-                                      len);
+        const struct tent_xport_env *env = mf->base.env;
+        have = env->seg_attr(env->ctx, r->target, MEMFABRIC_UNIQUE_ID_ATTR,
+                             peer, len);
     }
     if (!have || !*peer)
         return tent_set_error(TENT_EPEER,
@@ -577,11 +588,12 @@ static void issue_group_locked(struct memfabric_transport *mf,
                                const struct tent_xfer *reqs, size_t n,
                                const size_t *gidx, size_t g,
                                const struct mf_group *grp, void **src,
-                               void **dst, size_t *sizes, int *results)
+                               void **dst, size_t *sizes,
+                               struct tent_xfer_result *res)
 {
     uint32_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        if (results[i] != TENT_OK || gidx[i] != g)
+        if (res[i].code != TENT_OK || gidx[i] != g)
             continue;
         src[k] = reqs[i].local;
         dst[k] = (void *)(uintptr_t)reqs[i].remote;
@@ -589,6 +601,7 @@ static void issue_group_locked(struct memfabric_transport *mf,
         k++;
     }
     int rc = reserve_vb_locked(s);
+    int32_t vrc = SM_OK;
     uint64_t batch_id = 0;
     if (rc == TENT_OK) {
         smem_trans_batch_params_t p = {
@@ -602,8 +615,7 @@ static void issue_group_locked(struct memfabric_transport *mf,
             .stream = NULL,
             .flags = 0,
         };
-        int32_t vrc =
-            memfabric_smem_trans_batch_copy(mf->handle, &p, &batch_id);
+        vrc = memfabric_smem_trans_batch_copy(mf->handle, &p, &batch_id);
         if (vrc != SM_OK)
             rc =
                 tent_set_error(TENT_EVENDOR,
@@ -614,19 +626,21 @@ static void issue_group_locked(struct memfabric_transport *mf,
     }
     if (rc != TENT_OK) {
         for (size_t i = 0; i < n; i++)
-            if (results[i] == TENT_OK && gidx[i] == g)
-                results[i] = rc;
+            if (res[i].code == TENT_OK && gidx[i] == g)
+                tent_xres_fail(&res[i], rc, vrc);
         return;
     }
     uint32_t vbi = (uint32_t)s->nvb++;
     s->batch_status_cache[vbi] = (struct memfabric_vendor_batch){
         .batch_id = batch_id, .state = MEMFABRIC_VB_PENDING, .result = 0};
+    snprintf(s->batch_status_cache[vbi].peer,
+             sizeof(s->batch_status_cache[vbi].peer), "%s", grp->peer);
     s->pending_batch_count++;
     struct tm_shard *ms = mf_metrics(mf);
     tm_add(ms, TM_MF_BATCHES_SUBMITTED, 0, 0, 1);
     tm_gauge_add(ms, TM_MF_BATCHES_PENDING, 0, 0, 1);
     for (size_t i = 0; i < n; i++) {
-        if (results[i] != TENT_OK || gidx[i] != g)
+        if (res[i].code != TENT_OK || gidx[i] != g)
             continue;
         struct memfabric_task *task = &s->task_list[reqs[i].slot];
         task->used = true;
@@ -636,7 +650,8 @@ static void issue_group_locked(struct memfabric_transport *mf,
 }
 
 static int mf_submit(struct tent_transport *t, struct tent_sub_batch *sb,
-                     const struct tent_xfer *reqs, size_t n, int *results)
+                     const struct tent_xfer *reqs, size_t n,
+                     struct tent_xfer_result *res)
 {
     struct memfabric_transport *mf = mf_of(t);
     struct memfabric_sub_batch *s = sub_of(sb);
@@ -650,7 +665,7 @@ static int mf_submit(struct tent_transport *t, struct tent_sub_batch *sb,
         rc = tent_set_error(
             TENT_ENOMEM, "memfabric: out of memory submitting %zu requests", n);
         for (size_t i = 0; i < n; i++)
-            results[i] = rc;
+            tent_xres_fail(&res[i], rc, 0);
         goto out;
     }
 
@@ -660,7 +675,7 @@ static int mf_submit(struct tent_transport *t, struct tent_sub_batch *sb,
                             "memfabric: transport is quiesced; no new "
                             "submissions");
         for (size_t i = 0; i < n; i++)
-            results[i] = rc;
+            tent_xres_fail(&res[i], rc, 0);
         pthread_mutex_unlock(&mf->lock);
         goto out;
     }
@@ -670,33 +685,41 @@ static int mf_submit(struct tent_transport *t, struct tent_sub_batch *sb,
     char peer[256];
     for (size_t i = 0; i < n; i++) {
         const struct tent_xfer *r = &reqs[i];
-        results[i] = TENT_OK;
+        res[i].code = TENT_OK;
         if (r->slot >= s->base.capacity) {
-            results[i] = tent_set_error(TENT_EINVAL,
-                                        "memfabric submit: slot %u is beyond "
-                                        "the sub-batch's %zu",
-                                        r->slot, s->base.capacity);
+            tent_xres_fail(&res[i],
+                           tent_set_error(TENT_EINVAL,
+                                          "memfabric submit: slot %u is "
+                                          "beyond the sub-batch's %zu",
+                                          r->slot, s->base.capacity),
+                           0);
             continue;
         }
         struct memfabric_task *task = &s->task_list[r->slot];
         if (task->used &&
             s->batch_status_cache[task->vb].state == MEMFABRIC_VB_PENDING) {
-            results[i] = tent_set_error(TENT_EBUSY,
-                                        "memfabric submit: slot %u is still in "
-                                        "flight",
-                                        r->slot);
+            tent_xres_fail(&res[i],
+                           tent_set_error(TENT_EBUSY,
+                                          "memfabric submit: slot %u is still "
+                                          "in flight",
+                                          r->slot),
+                           0);
             continue;
         }
         if (r->length > SIZE_MAX) {
-            results[i] = tent_set_error(TENT_EINVAL,
-                                        "memfabric submit: length %llu is too "
-                                        "large",
-                                        (unsigned long long)r->length);
+            tent_xres_fail(&res[i],
+                           tent_set_error(TENT_EINVAL,
+                                          "memfabric submit: length %llu is "
+                                          "too large",
+                                          (unsigned long long)r->length),
+                           0);
             continue;
         }
-        results[i] = resolve_peer(mf, r, peer, sizeof(peer));
-        if (results[i] != TENT_OK)
+        int prc = resolve_peer(mf, r, peer, sizeof(peer));
+        if (prc != TENT_OK) {
+            tent_xres_fail(&res[i], prc, 0);
             continue;
+        }
         size_t g = 0;
         while (g < ngroups && (groups[g].opcode != r->opcode ||
                                strcmp(groups[g].peer, peer) != 0))
@@ -711,10 +734,10 @@ static int mf_submit(struct tent_transport *t, struct tent_sub_batch *sb,
     }
     for (size_t g = 0; g < ngroups; g++)
         issue_group_locked(mf, s, reqs, n, gidx, g, &groups[g], src, dst, sizes,
-                           results);
+                           res);
     pthread_mutex_unlock(&mf->lock);
     for (size_t i = 0; i < n && rc == TENT_OK; i++)
-        rc = results[i];
+        rc = res[i].code;
 
 out:
     free(gidx);
@@ -727,13 +750,6 @@ out:
 
 /* ---- quiesce ------------------------------------------------------------ */
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static int mf_quiesce(struct tent_transport *t)
 {
     struct memfabric_transport *mf = mf_of(t);
@@ -741,7 +757,7 @@ static int mf_quiesce(struct tent_transport *t)
     mf->accepting = false; /* for good, timeout included */
     pthread_mutex_unlock(&mf->lock);
 
-    uint64_t deadline = now_ms() + mf->set.timeout_ms;
+    uint64_t deadline = (uint64_t)tent_now_ms() + mf->set.timeout_ms;
     char last_err[512] = "";
     for (;;) {
         size_t outstanding = 0;
@@ -764,7 +780,7 @@ static int mf_quiesce(struct tent_transport *t)
         pthread_mutex_unlock(&mf->lock);
         if (outstanding == 0)
             return TENT_OK;
-        uint64_t now = now_ms();
+        uint64_t now = (uint64_t)tent_now_ms();
         if (now >= deadline) {
             tm_add(mf_metrics(mf), TM_MF_QUIESCE_TIMEOUTS, 0, 0, 1);
             return tent_set_error(TENT_ETIMEDOUT,

@@ -4,5 +4,5 @@ if(USE_MEMFABRIC)
   list(APPEND TENT_SOURCES
     src/transport/memfabric/memfabric_api.c
     src/transport/memfabric/memfabric_transport.c)
-  list(APPEND TENT_DEFS TENT_WITH_MEMFABRIC)
+  set(TENT_XPORT_BUILT TRUE)
 endif()

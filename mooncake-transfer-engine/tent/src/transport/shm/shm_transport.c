@@ -1,10 +1,14 @@
 /* shm transport: same-host copies without a socket.
  *
  * Owner side (add_buffer): memory from tent_allocate_memory is a memfd
- * mapping; its handle "memfd:<fd>:<inode>" goes into the buffer's shm_name
- * and so into the segment descriptor.  Other registered host memory is
- * published as "cma": a peer reaches it with process_vm_readv/writev.
- * Device memory and PERM_LOCAL_READ_WRITE memory are not served.
+ * mapping; its handle "memfd:<fd>:<inode>" goes into the buffer's attribute
+ * "shm" and so into the segment descriptor.  add_buffer also takes a POSIX
+ * read lock on the memfd, held for as long as the memory is allocated (the
+ * kernel drops it when the memory is freed, its fd closed, or the process
+ * exits; children do not inherit it): what the initiator's checks look for.
+ * Other registered host memory is published as "cma": a peer reaches it with
+ * process_vm_readv/writev. Device memory and PERM_LOCAL_READ_WRITE memory are
+ * not served.
  *
  * Initiator side: a target is a candidate only when its descriptor's host
  * identity (boot id + hostname) equals ours and it publishes its pid.  A
@@ -52,6 +56,7 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,7 +111,8 @@ struct shm_task {
     struct shm_map *map;   /* memfd copy awaiting its check (holds a ref) */
     struct shm_proc *proc; /* cma copy awaiting its check */
     uint64_t bytes;
-    int err;
+    struct tent_xerr *err; /* FAILED: its cause (NULL: out of memory) */
+    int code;              /* FAILED: its code */
 };
 
 struct shm_sub {
@@ -163,9 +169,11 @@ static struct shm_transport *shm_of(struct tent_transport *t)
 static int shm_install(struct tent_transport *base)
 {
     struct shm_transport *t = shm_of(base);
-    if (!tent_engine_host_id(base->engine, t->host_id, sizeof(t->host_id)))
+    const char *id = base->env->host_id;
+    if (!id || !*id || strlen(id) >= sizeof(t->host_id))
         return tent_set_error(TENT_ENODEV,
                               "shm: this engine publishes no host identity");
+    snprintf(t->host_id, sizeof(t->host_id), "%s", id);
     pthread_mutex_init(&t->lock, NULL);
     return TENT_OK;
 }
@@ -194,23 +202,26 @@ static uint32_t shm_caps(TENT_UNUSED struct tent_transport *t)
     return TENT_CAP_DRAM_TO_DRAM;
 }
 
-static long peer_pid(const struct tent_segment *seg)
+static long peer_pid(struct tent_transport *t, const struct tent_seg_view *seg)
 {
     char pid[32];
     return tent_shm_parse_pid(
-        tent_segment_attr_copy(seg, "pid", pid, sizeof(pid)) ? pid : NULL);
+        t->env->seg_attr(t->env->ctx, seg, "pid", pid, sizeof(pid)) ? pid
+                                                                    : NULL);
 }
 
-static bool shm_can_reach(struct tent_transport *base,
-                          const struct tent_segment *target)
+static bool shm_can_reach(struct tent_transport *t,
+                          const struct tent_seg_view *target)
 {
-    struct shm_transport *t = shm_of(base);
-    if (tent_segment_is_local(target))
+    if (target->local)
         return true;
-    if (peer_pid(target) < 0)
+    if (peer_pid(t, target) < 0)
         return false;
-    return tent_segment_on_host(target, t->host_id);
+    return t->env->seg_on_host(t->env->ctx, target);
 }
+
+/* The attribute that carries a buffer's handle in the descriptor. */
+#define SHM_ATTR "shm"
 
 static int shm_add_buffer(TENT_UNUSED struct tent_transport *t,
                           struct tent_buffer *buf)
@@ -224,39 +235,39 @@ static int shm_add_buffer(TENT_UNUSED struct tent_transport *t,
                               "shm: buffer is PERM_LOCAL_READ_WRITE, not "
                               "shared with peers");
     struct stat st;
+    char handle[64] = "cma";
     if (buf->alloc_fd >= 0 && fstat(buf->alloc_fd, &st) == 0) {
-        snprintf(buf->shm_name, sizeof(buf->shm_name), "memfd:%d:%llu",
-                 buf->alloc_fd, (unsigned long long)st.st_ino);
-        buf->shm_offset = 0;
-    } else {
-        snprintf(buf->shm_name, sizeof(buf->shm_name), "cma");
+        /* A second lock of this process on the file is a no-op; the lock
+         * lasts until the memory's fd is closed (tent_free_memory). */
+        struct flock lk = {.l_type = F_RDLCK, .l_whence = SEEK_SET};
+        if (fcntl(buf->alloc_fd, F_SETLK, &lk) != 0)
+            return tent_set_error(TENT_EIO,
+                                  "shm: cannot lock the memfd of [%#llx, "
+                                  "+%llu): %s",
+                                  (unsigned long long)buf->base,
+                                  (unsigned long long)buf->length,
+                                  strerror(errno));
+        snprintf(handle, sizeof(handle), "memfd:%d:%llu", buf->alloc_fd,
+                 (unsigned long long)st.st_ino);
     }
-    return TENT_OK;
+    return tent_attrs_set(&buf->attrs, SHM_ATTR, handle);
 }
 
 static int shm_remove_buffer(TENT_UNUSED struct tent_transport *t,
                              struct tent_buffer *buf)
 {
-    buf->shm_name[0] = 0;
-    return TENT_OK;
+    return tent_attrs_set(&buf->attrs, SHM_ATTR, NULL);
 }
 
 static int shm_alloc_sub(struct tent_transport *t, size_t capacity,
                          struct tent_sub_batch **out)
 {
-    struct shm_sub *sb = calloc(1, sizeof(*sb));
-    struct shm_task *tasks = calloc(capacity, sizeof(*tasks));
-    if (!sb || !tasks) {
-        free(sb);
-        free(tasks);
-        return tent_set_error(TENT_ENOMEM, "shm: out of memory for %zu tasks",
-                              capacity);
-    }
-    sb->base.owner = t;
-    sb->base.capacity = capacity;
-    sb->tasks = tasks;
-    *out = &sb->base;
-    return TENT_OK;
+    struct shm_task *tasks;
+    int rc = tent_sub_batch_new(t, sizeof(struct shm_sub), capacity,
+                                sizeof(*tasks), (void **)&tasks, out);
+    if (!rc)
+        ((struct shm_sub *)*out)->tasks = tasks;
+    return rc;
 }
 
 /* Forgets a task's pending check (its mapping reference). */
@@ -269,13 +280,30 @@ static void task_release(struct shm_transport *t, struct shm_task *k)
     k->unchecked = false;
 }
 
+/* Makes the task FAILED with its cause. */
+__attribute__((format(printf, 4, 5))) static void
+task_fail(struct shm_task *k, int code, int native, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    free(k->err);
+    k->err = tent_xerr_new(code, native, "%s", msg);
+    k->code = code;
+    k->state = TENT_XFER_FAILED;
+    k->bytes = 0;
+}
+
 static int shm_free_sub(struct tent_transport *t, struct tent_sub_batch *base)
 {
     struct shm_sub *sb = (struct shm_sub *)base;
-    for (size_t i = 0; i < sb->base.capacity; i++)
+    for (size_t i = 0; i < sb->base.capacity; i++) {
         task_release(shm_of(t), &sb->tasks[i]);
-    free(sb->tasks);
-    free(sb);
+        free(sb->tasks[i].err);
+    }
+    tent_sub_batch_delete(&sb->base, sb->tasks);
     return TENT_OK;
 }
 
@@ -335,12 +363,12 @@ static void sweep_pid_locked(struct shm_transport *t, long pid)
 
 /* Maps (or finds) the memfd behind target buffer tb of process pid. */
 static int map_get_locked(struct shm_transport *t, long pid,
-                          const struct tent_buffer *tb, bool write,
-                          struct shm_map **out)
+                          const struct tent_buffer *tb, const char *handle,
+                          bool write, struct shm_map **out)
 {
     int fdnum;
     unsigned long long ino;
-    int rc = tent_shm_parse_handle(tb->shm_name, &fdnum, &ino);
+    int rc = tent_shm_parse_handle(handle, &fdnum, &ino);
     if (rc)
         return rc;
     for (struct shm_map *m = t->maps; m; m = m->next)
@@ -368,7 +396,7 @@ static int map_get_locked(struct shm_transport *t, long pid,
                             "shm: %s is not the published memory (inode "
                             "%llu)",
                             path, ino);
-    else if ((uint64_t)st.st_size < tb->shm_offset + tb->length)
+    else if ((uint64_t)st.st_size < tb->length)
         rc = tent_set_error(TENT_EPEER,
                             "shm: %s holds %lld bytes, less than the buffer",
                             path, (long long)st.st_size);
@@ -383,10 +411,10 @@ static int map_get_locked(struct shm_transport *t, long pid,
     /* hugetlbfs wants whole huge pages; st_blksize is that size there. */
     uint64_t blk = st.st_blksize > 0 ? (uint64_t)st.st_blksize : 4096;
     uint64_t maplen = (tb->length + blk - 1) / blk * blk;
-    if (maplen > (uint64_t)st.st_size - tb->shm_offset)
+    if (maplen > (uint64_t)st.st_size)
         maplen = tb->length;
     void *a = mmap(NULL, maplen, PROT_READ | (rw ? PROT_WRITE : 0), MAP_SHARED,
-                   fd, (off_t)tb->shm_offset);
+                   fd, 0);
     if (a == MAP_FAILED) {
         int err = errno;
         if (!self)
@@ -412,8 +440,10 @@ static int map_get_locked(struct shm_transport *t, long pid,
     return TENT_OK;
 }
 
-/* process_vm_* copy; a refusal before any byte moved is a submit error. */
-static int cma_copy(long pid, const struct tent_xfer *x, int *state)
+/* process_vm_* copy; a refusal before any byte moved is a submit error
+ * (*native its errno). */
+static int cma_copy(long pid, const struct tent_xfer *x, int *state,
+                    int *native)
 {
     uint64_t done = 0;
     while (done < x->length) {
@@ -425,6 +455,7 @@ static int cma_copy(long pid, const struct tent_xfer *x, int *state)
                         : process_vm_readv((pid_t)pid, &l, 1, &r, 1, 0);
         if (n <= 0) {
             int err = n < 0 ? errno : EIO;
+            *native = err;
             if (done == 0)
                 return tent_set_error(TENT_ENOTSUP,
                                       "shm: process_vm_%s of pid %ld refused: "
@@ -444,7 +475,7 @@ static int cma_copy(long pid, const struct tent_xfer *x, int *state)
 /* What one submit call last looked up: consecutive requests to the same
  * buffer reuse it without the lock.  map holds a reference for the call. */
 struct shm_lookup {
-    const struct tent_segment *target;
+    const struct tent_seg_view *target;
     const struct tent_buffer *tb;
     bool write;
     long pid;
@@ -468,19 +499,20 @@ static int lookup(struct shm_transport *t, const struct tent_xfer *x,
         c->proc)
         return TENT_OK;
     lookup_drop(t, c);
-    long pid = peer_pid(x->target);
+    long pid = peer_pid(&t->base, x->target);
     if (pid < 0)
         return tent_set_error(TENT_EPEER, "shm: segment '%s' publishes no pid",
-                              tent_segment_name_of(x->target));
+                              x->target->name);
+    const char *handle = tent_attrs_get(tb->attrs, SHM_ATTR);
     pthread_mutex_lock(&t->lock);
     struct shm_proc *p = proc_get_locked(t, pid);
     int rc = p ? TENT_OK : tent_set_error(TENT_ENOMEM, "shm: out of memory");
     struct shm_map *m = NULL;
-    if (!rc && strncmp(tb->shm_name, "memfd:", 6) == 0) {
-        rc = map_get_locked(t, pid, tb, write, &m);
+    if (!rc && handle && strncmp(handle, "memfd:", 6) == 0) {
+        rc = map_get_locked(t, pid, tb, handle, write, &m);
         if (!rc)
             atomic_fetch_add(&m->refs, 1);
-    } else if (!rc && strcmp(tb->shm_name, "cma") != 0) {
+    } else if (!rc && (!handle || strcmp(handle, "cma") != 0)) {
         rc = tent_set_error(TENT_ENOTSUP,
                             "shm: buffer at %#" PRIx64 " has no shm handle",
                             tb->base);
@@ -498,13 +530,16 @@ static int lookup(struct shm_transport *t, const struct tent_xfer *x,
 }
 
 static int submit_one(struct shm_transport *t, const struct tent_xfer *x,
-                      struct shm_task *k, struct shm_lookup *c)
+                      struct shm_task *k, struct shm_lookup *c, int *native)
 {
     const struct tent_buffer *tb = x->target_buf;
     task_release(t, k);
+    free(k->err);
+    k->err = NULL;
+    k->code = 0;
     if (!tb)
         return tent_set_error(TENT_ERANGE, "shm: request has no target buffer");
-    if (tent_segment_is_local(x->target)) {
+    if (x->target->local) {
         void *r = (void *)(uintptr_t)x->remote;
         /* Both ends are in this process and may overlap. */
         if (x->opcode == OPCODE_WRITE)
@@ -540,13 +575,14 @@ static int submit_one(struct shm_transport *t, const struct tent_xfer *x,
             memcpy(x->local, r, x->length);
     } else {
         int state = TENT_XFER_COMPLETED;
-        rc = cma_copy(c->pid, x, &state);
+        rc = cma_copy(c->pid, x, &state, native);
         if (rc)
             return rc;
         if (state != TENT_XFER_COMPLETED) {
-            k->state = state;
-            k->bytes = 0;
-            k->err = TENT_EPEER;
+            task_fail(k, TENT_EPEER, *native,
+                      "shm: process_vm_%s of pid %ld failed part-way: %s",
+                      x->opcode == OPCODE_WRITE ? "writev" : "readv", c->pid,
+                      strerror(*native));
             return TENT_OK;
         }
     }
@@ -556,7 +592,6 @@ static int submit_one(struct shm_transport *t, const struct tent_xfer *x,
     k->state = TENT_XFER_PENDING;
     k->unchecked = true;
     k->bytes = x->length; /* reported once the check vouches for it */
-    k->err = 0;
     k->proc = c->proc;
     if (m) {
         atomic_fetch_add(&m->refs, 1);
@@ -566,21 +601,26 @@ static int submit_one(struct shm_transport *t, const struct tent_xfer *x,
 }
 
 static int shm_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
-                      const struct tent_xfer *reqs, size_t n, int *results)
+                      const struct tent_xfer *reqs, size_t n,
+                      struct tent_xfer_result *res)
 {
     struct shm_transport *t = shm_of(base);
     struct shm_sub *sb = (struct shm_sub *)sbb;
     struct shm_lookup c = {0};
     int first = TENT_OK;
     for (size_t i = 0; i < n; i++) {
+        int native = 0;
         int rc =
             reqs[i].slot < sb->base.capacity
-                ? submit_one(t, &reqs[i], &sb->tasks[reqs[i].slot], &c)
+                ? submit_one(t, &reqs[i], &sb->tasks[reqs[i].slot], &c, &native)
                 : tent_set_error(TENT_EINVAL, "shm: slot %u beyond capacity",
                                  reqs[i].slot);
-        results[i] = rc;
-        if (rc && !first)
-            first = rc;
+        res[i].code = rc;
+        if (rc) {
+            tent_xres_fail(&res[i], rc, native);
+            if (!first)
+                first = rc;
+        }
     }
     lookup_drop(t, &c);
     return first;
@@ -610,9 +650,17 @@ static void task_settle(struct shm_transport *t, struct shm_task *k)
             }
         }
     }
-    k->state = good ? TENT_XFER_COMPLETED : TENT_XFER_FAILED;
-    k->bytes = good ? k->bytes : 0;
-    k->err = good ? 0 : TENT_EPEER;
+    if (good)
+        k->state = TENT_XFER_COMPLETED;
+    else if (m)
+        task_fail(k, TENT_EPEER, 0,
+                  "shm: pid %ld no longer holds the memory (inode %llu) the "
+                  "copy went to: it was freed or the process exited",
+                  m->pid, m->ino);
+    else
+        task_fail(k, TENT_EPEER, ESRCH,
+                  "shm: peer process %ld exited before its copy was confirmed",
+                  k->proc->pid);
     task_release(t, k);
 }
 
@@ -626,9 +674,12 @@ static int shm_status(struct tent_transport *t, struct tent_sub_batch *sbb,
     struct shm_task *k = &sb->tasks[slot];
     if (k->unchecked)
         task_settle(shm_of(t), k);
+    if (k->state == TENT_XFER_FAILED) {
+        tent_xstatus_failed(out, k->err, k->code, 0);
+        return TENT_OK;
+    }
     out->state = k->state;
     out->bytes = k->bytes;
-    out->native_code = k->err;
     return TENT_OK;
 }
 

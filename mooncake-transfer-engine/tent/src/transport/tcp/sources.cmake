@@ -1,2 +1,2 @@
-list(APPEND TENT_SOURCES src/transport/tcp/tcp_transport.c)
-list(APPEND TENT_DEFS TENT_WITH_TCP)
+list(APPEND TENT_SOURCES src/transport/tcp/tcp_transport.c src/transport/tcp/tcp_target.c)
+set(TENT_XPORT_BUILT TRUE)

@@ -1,0 +1,103 @@
+/* The environment every transport of an engine is handed at install
+ * (transport.h struct tent_xport_env): the runtime's side of the contract.
+ * Transports reach the engine through these callbacks only. */
+#include "common/error.h"
+#include "common/log.h"
+#include "runtime/engine.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static int env_publish_attr(void *ctx, const char *key, const char *value)
+{
+    return tent_engine_publish_attr(ctx, key, value);
+}
+
+static bool env_seg_attr(void *ctx, const struct tent_seg_view *seg,
+                         const char *key, char *buf, size_t len)
+{
+    (void)ctx;
+    return tent_segment_attr_copy(tent_seg_of(seg), key, buf, len);
+}
+
+static bool env_seg_on_host(void *ctx, const struct tent_seg_view *v)
+{
+    struct tent_engine *e = ctx;
+    const struct tent_segment *seg = tent_seg_of(v);
+    if (!e->host_id[0])
+        return false;
+    pthread_rwlock_rdlock((pthread_rwlock_t *)&seg->lock);
+    bool same = strcmp(seg->host_id, e->host_id) == 0;
+    pthread_rwlock_unlock((pthread_rwlock_t *)&seg->lock);
+    return same;
+}
+
+/* A peer's access through transport type: the buffer wholly holding the
+ * range that grants it, served by type; pinned until env_unpin_local. */
+static int env_pin_local(void *ctx, int type, uint64_t addr, uint64_t len,
+                         bool write, const struct tent_buffer **out)
+{
+    struct tent_engine *e = ctx;
+    struct tent_segment *seg = e->local;
+    int rc = TENT_OK;
+    pthread_rwlock_rdlock(&seg->lock);
+    struct tent_buffer *b =
+        tent_segment_find_access_locked(seg, addr, len, write, true);
+    if (!b)
+        rc = TENT_ERANGE;
+    else if (b->perm == PERM_LOCAL_READ_WRITE ||
+             (write && b->perm == PERM_GLOBAL_READ_ONLY))
+        rc = TENT_EPERM;
+    else if (b->is_device || !(b->xport_mask & (1u << type)))
+        rc = TENT_ENOTSUP;
+    else
+        atomic_fetch_add(&b->inflight, 1);
+    pthread_rwlock_unlock(&seg->lock);
+    if (rc)
+        LOG_DEBUG("%s of [%#llx, +%llu) by a peer through %s refused: %s",
+                  write ? "write" : "read", (unsigned long long)addr,
+                  (unsigned long long)len, tent_transport_type_name(type),
+                  tent_strerror(rc));
+    else
+        *out = b;
+    return rc;
+}
+
+static void env_unpin_local(void *ctx, const struct tent_buffer *buf)
+{
+    (void)ctx;
+    atomic_fetch_sub(&((struct tent_buffer *)buf)->inflight, 1);
+}
+
+static int env_serve_frames(void *ctx, uint8_t type, tent_rpc_frame_fn fn,
+                            void *fn_ctx)
+{
+    struct tent_engine *e = ctx;
+    if (!e->rpc)
+        return fn ? tent_set_error(TENT_ENOTSUP,
+                                   "this engine runs no RPC server")
+                  : TENT_OK;
+    return tent_rpc_server_handle(e->rpc, type, fn, fn_ctx);
+}
+
+void tent_xport_env_init(struct tent_engine *e)
+{
+    pthread_rwlock_rdlock(&e->local->lock);
+    snprintf(e->host_id, sizeof(e->host_id), "%s", e->local->host_id);
+    pthread_rwlock_unlock(&e->local->lock);
+    e->xenv = (struct tent_xport_env){
+        .ctx = e,
+        .cfg = e->cfg,
+        .metrics = e->metrics,
+        .hostname = e->hostname,
+        .host_id = e->host_id,
+        .pid = (long)getpid(),
+        .publish_attr = env_publish_attr,
+        .seg_attr = env_seg_attr,
+        .seg_on_host = env_seg_on_host,
+        .pin_local = env_pin_local,
+        .unpin_local = env_unpin_local,
+        .serve_frames = env_serve_frames,
+    };
+}

@@ -1,0 +1,75 @@
+/* tcp transport, target half: the READ and WRITE frames of the engine's RPC
+ * server, installed into the server's frame table at install.
+ *
+ * A request is checked against the local registrations through the env's
+ * pin_local (bounds, the permission it was registered with, served by tcp),
+ * which keeps the buffer pinned for the duration of the copy, so an
+ * unregister in parallel cannot free the memory under the server thread. */
+#include "common/error.h"
+#include "common/log.h"
+#include "transport/tcp/tcp.h"
+
+static int serve_read(void *ctx, struct tent_rpc_conn *c,
+                      const struct tent_wire_hdr *h)
+{
+    const struct tent_xport_env *env = ctx;
+    uint8_t body[TENT_WIRE_RW_LEN];
+    struct tent_wire_rw rw;
+    if (h->len != TENT_WIRE_RW_LEN ||
+        tent_rpc_conn_recv(c, body, sizeof(body)) ||
+        tent_wire_decode_rw(body, sizeof(body), &rw))
+        return -1;
+    const struct tent_buffer *pin;
+    int st = env->pin_local(env->ctx, TRANSPORT_TCP, rw.addr, rw.length, false,
+                            &pin);
+    if (st)
+        return tent_rpc_conn_send_resp(c, h->seq, st, NULL, 0);
+    int rc = tent_rpc_conn_send_resp(
+        c, h->seq, 0, (const void *)(uintptr_t)rw.addr, (uint32_t)rw.length);
+    env->unpin_local(env->ctx, pin);
+    return rc;
+}
+
+static int serve_write(void *ctx, struct tent_rpc_conn *c,
+                       const struct tent_wire_hdr *h)
+{
+    const struct tent_xport_env *env = ctx;
+    uint8_t body[TENT_WIRE_RW_LEN];
+    struct tent_wire_rw rw;
+    if (h->len < TENT_WIRE_RW_LEN ||
+        tent_rpc_conn_recv(c, body, sizeof(body)) ||
+        tent_wire_decode_rw(body, sizeof(body), &rw) ||
+        rw.length != h->len - TENT_WIRE_RW_LEN)
+        return -1;
+    const struct tent_buffer *pin;
+    int st =
+        env->pin_local(env->ctx, TRANSPORT_TCP, rw.addr, rw.length, true, &pin);
+    if (st) {
+        if (tent_rpc_conn_drain(c, rw.length))
+            return -1;
+        return tent_rpc_conn_send_resp(c, h->seq, st, NULL, 0);
+    }
+    int rc = tent_rpc_conn_recv(c, (void *)(uintptr_t)rw.addr, rw.length);
+    env->unpin_local(env->ctx, pin);
+    if (rc)
+        return -1;
+    return tent_rpc_conn_send_resp(c, h->seq, 0, NULL, 0);
+}
+
+int tcp_target_start(const struct tent_xport_env *env)
+{
+    int rc =
+        env->serve_frames(env->ctx, TENT_WIRE_READ, serve_read, (void *)env);
+    if (rc)
+        return rc;
+    rc = env->serve_frames(env->ctx, TENT_WIRE_WRITE, serve_write, (void *)env);
+    if (rc)
+        env->serve_frames(env->ctx, TENT_WIRE_READ, NULL, NULL);
+    return rc;
+}
+
+void tcp_target_stop(const struct tent_xport_env *env)
+{
+    env->serve_frames(env->ctx, TENT_WIRE_WRITE, NULL, NULL);
+    env->serve_frames(env->ctx, TENT_WIRE_READ, NULL, NULL);
+}
