@@ -8,7 +8,8 @@
  *     code on failure (tent_strerror() names it);
  *   - tent_last_error() returns the calling thread's message for its last
  *     failure, naming the value that was wrong;
- *   - TRANSPORT_MEMFABRIC selects the MemFabric (libmf_smem.so) transport;
+ *   - TRANSPORT_MEMFABRIC selects the MemFabric (libmf_smem.so) transport,
+ *     TRANSPORT_BUFIO the buffered file transport;
  *   - tent_task_error() gives the cause of a failed task.
  */
 #ifndef TENT_TRANSFER_ENGINE_H
@@ -124,6 +125,9 @@ typedef struct tent_notifi_info tent_notifi_info;
 #define TRANSPORT_MPCOMM        (12)
 /** Beyond TENT: the MemFabric transport, the first value TENT does not use. */
 #define TRANSPORT_MEMFABRIC (13)
+/** Beyond TENT: the buffered file transport (pread/pwrite on worker threads)
+ *  for file segments where io_uring is refused; TENT has no value for it. */
+#define TRANSPORT_BUFIO (14)
 
 struct tent_memory_options {
     char location[64];  /**< "cpu", "cpu:<numa node>", "npu:<id>"; "" = "cpu" */

@@ -233,6 +233,7 @@ void tent_destroy_engine(tent_engine_t engine)
     }
     tent_batches_teardown(e);
     tent_memory_release_all(e);
+    tent_file_segments_teardown(e);
     for (int i = 0; i < e->nxports; i++) {
         if (e->xport_abandoned[i]) {
             /* Deliberately leaked, see above; it outlives the engine and

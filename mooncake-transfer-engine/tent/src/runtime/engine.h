@@ -53,9 +53,11 @@ struct tent_segment_ops {
                   const char *name, const char *msg);
 };
 
+struct tent_file_seg;
+
 struct tent_segment {
     struct tent_seg_view v; /* id, name, local: fixed once created */
-    int type;               /* TYPE_MEMORY */
+    int type;               /* TYPE_MEMORY, or TYPE_FILE (file_segment.c) */
     char host_id[128];      /* machine identity, for same-host detection */
     /* Guards bufs/nbufs/cap, attrs/nattrs, host_id and (remote) priv; the
      * name is written under it too.  Readers: lookups, descriptor export,
@@ -68,6 +70,9 @@ struct tent_segment {
     int nattrs;
     void *priv;                       /* control plane's per-segment state */
     struct tent_segment *next_closed; /* engine's list of closed segments */
+    /* TYPE_FILE: the open file (file_segment.c); its record is local (v.local)
+     * and its one buffer, [0, file size), never changes. */
+    struct tent_file_seg *file;
 };
 
 struct tent_policy {
@@ -259,6 +264,23 @@ bool tent_segment_attr_copy(const struct tent_segment *seg, const char *key,
  * tells the metadata backend. */
 int tent_engine_publish_attr(struct tent_engine *e, const char *key,
                              const char *value);
+
+/* Puts seg (a new, unlisted record) into the segment table and sets
+ * *handle; TENT_EEXIST with *handle = the other's when a segment of the same
+ * name was added meanwhile (the caller frees its own). */
+int tent_engine_add_segment(struct tent_engine *e, struct tent_segment *seg,
+                            uint64_t *handle);
+
+/* file_segment.c: segments named "file://<path>" (TYPE_FILE). */
+bool tent_file_segment_name(const char *name);
+/* Opens the file as a segment: called by tent_open_segment once no open
+ * segment has the name. */
+int tent_file_segment_open(struct tent_engine *e, const char *name,
+                           uint64_t *handle);
+/* tent_close_segment of a file segment: TENT_EBUSY while tasks use it. */
+int tent_file_segment_close(struct tent_engine *e, uint64_t handle);
+/* Engine teardown, before the transports go: closes every file segment. */
+void tent_file_segments_teardown(struct tent_engine *e);
 
 /* xport_env.c */
 /* Fills e->xenv, the table every transport of e is handed at install. */

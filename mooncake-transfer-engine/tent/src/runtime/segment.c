@@ -232,6 +232,35 @@ struct tent_segment *tent_engine_segment(struct tent_engine *e, uint64_t id)
     return seg;
 }
 
+int tent_engine_add_segment(struct tent_engine *e, struct tent_segment *seg,
+                            uint64_t *handle)
+{
+    pthread_mutex_lock(&e->seg_lock);
+    /* A concurrent open of the same name may have won: one handle. */
+    for (size_t i = 1; i < e->nsegs; i++) {
+        if (e->segs[i] && strcmp(e->segs[i]->v.name, seg->v.name) == 0) {
+            *handle = i;
+            pthread_mutex_unlock(&e->seg_lock);
+            return TENT_EEXIST;
+        }
+    }
+    /* Slots of closed segments are never reused, so a stale handle (or a
+     * task still naming one) finds nothing rather than another segment. */
+    size_t slot = e->nsegs;
+    struct tent_segment **ns = realloc(e->segs, (e->nsegs + 1) * sizeof(*ns));
+    if (!ns) {
+        pthread_mutex_unlock(&e->seg_lock);
+        return tent_set_error(TENT_ENOMEM, "open segment: out of memory");
+    }
+    e->segs = ns;
+    e->nsegs++;
+    seg->v.id = slot;
+    e->segs[slot] = seg;
+    pthread_mutex_unlock(&e->seg_lock);
+    *handle = slot;
+    return TENT_OK;
+}
+
 int tent_open_segment(tent_engine_t engine, tent_segment_id_t *handle,
                       const char *segment_name)
 {
@@ -260,6 +289,8 @@ int tent_open_segment(tent_engine_t engine, tent_segment_id_t *handle,
         }
     }
     pthread_mutex_unlock(&e->seg_lock);
+    if (tent_file_segment_name(segment_name))
+        return tent_file_segment_open(e, segment_name, handle);
     if (!e->seg_ops)
         return tent_set_error(TENT_ENOSEGMENT,
                               "segment '%s' not found: no metadata service in "
@@ -274,34 +305,12 @@ int tent_open_segment(tent_engine_t engine, tent_segment_id_t *handle,
         tent_segment_free(seg);
         return rc;
     }
-    pthread_mutex_lock(&e->seg_lock);
-    /* A concurrent open of the same name may have won: one handle. */
-    for (size_t i = 1; i < e->nsegs; i++) {
-        if (e->segs[i] && strcmp(e->segs[i]->v.name, segment_name) == 0) {
-            *handle = i;
-            pthread_mutex_unlock(&e->seg_lock);
-            e->seg_ops->release(e, seg);
-            tent_segment_free(seg);
-            return TENT_OK;
-        }
-    }
-    /* Slots of closed segments are never reused, so a stale handle (or a
-     * task still naming one) finds nothing rather than another segment. */
-    size_t slot = e->nsegs;
-    struct tent_segment **ns = realloc(e->segs, (e->nsegs + 1) * sizeof(*ns));
-    if (!ns) {
-        pthread_mutex_unlock(&e->seg_lock);
+    rc = tent_engine_add_segment(e, seg, handle);
+    if (rc != TENT_OK) {
         e->seg_ops->release(e, seg);
         tent_segment_free(seg);
-        return tent_set_error(TENT_ENOMEM, "open segment: out of memory");
     }
-    e->segs = ns;
-    e->nsegs++;
-    seg->v.id = slot;
-    e->segs[slot] = seg;
-    pthread_mutex_unlock(&e->seg_lock);
-    *handle = slot;
-    return TENT_OK;
+    return rc == TENT_EEXIST ? TENT_OK : rc;
 }
 
 int tent_close_segment(tent_engine_t engine, tent_segment_id_t handle)
@@ -322,6 +331,10 @@ int tent_close_segment(tent_engine_t engine, tent_segment_id_t handle)
      * descriptor.  The record itself is parked until the engine goes: a
      * thread that looked it up just before may still be reading it. */
     struct tent_segment *seg = e->segs[handle];
+    if (seg->type == TYPE_FILE) {
+        pthread_mutex_unlock(&e->seg_lock);
+        return tent_file_segment_close(e, handle);
+    }
     e->segs[handle] = NULL;
     seg->next_closed = e->closed_segs;
     e->closed_segs = seg;

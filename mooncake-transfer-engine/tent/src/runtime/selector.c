@@ -174,6 +174,10 @@ static bool usable(struct tent_engine *e, int xi, const struct tent_task *task,
     uint32_t bit = 1u << t->ops->type;
     if (!(task->src_buf->xport_mask & bit) || !(target_buf->xport_mask & bit))
         return false;
+    uint32_t caps = t->ops->capabilities(t);
+    /* File segments go to file transports only; memory segments never do. */
+    if (!(caps & TENT_CAP_FILE) != (target->type != TYPE_FILE))
+        return false;
     uint32_t need;
     if (task->src_buf->is_device)
         need = target_buf->is_device ? TENT_CAP_DEVICE_TO_DEVICE
@@ -181,7 +185,7 @@ static bool usable(struct tent_engine *e, int xi, const struct tent_task *task,
     else
         need = target_buf->is_device ? TENT_CAP_DRAM_TO_DEVICE
                                      : TENT_CAP_DRAM_TO_DRAM;
-    if (!(t->ops->capabilities(t) & need))
+    if (!(caps & need))
         return false;
     return t->ops->can_reach(t, &target->v);
 }

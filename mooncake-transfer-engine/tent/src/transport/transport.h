@@ -116,6 +116,22 @@ struct tent_buffer {
 #define TENT_CAP_DEVICE_TO_DRAM   (1u << 2)
 #define TENT_CAP_DEVICE_TO_DEVICE (1u << 3)
 #define TENT_CAP_ALL              0xfu
+/* A file transport: it moves bytes between host memory and file segments
+ * (TYPE_FILE), and only those.  The selector gives file segments to file
+ * transports only and memory segments never to them. */
+#define TENT_CAP_FILE (1u << 4)
+
+/* ---- file segments ---------------------------------------------------------
+ * tent_open_segment("file://<path>") opens the file in the runtime and makes
+ * a segment of type TYPE_FILE whose one buffer is [0, file size): a
+ * request's remote address is the file offset.  The runtime hands that
+ * buffer to the add_buffer of every installed file transport (and to its
+ * remove_buffer when the segment is closed with no task in flight); the
+ * attributes below tell the transport what to open.  It opens descriptors
+ * of its own (a dup, or a reopen through /proc/self/fd/<fd> with flags of
+ * its choice) and never closes file_fd. */
+#define TENT_FILE_ATTR_FD       "file_fd"       /* the runtime's descriptor */
+#define TENT_FILE_ATTR_WRITABLE "file_writable" /* "1": opened read-write */
 
 /* One resolved request.  slot is the task's index in the runtime batch and
  * the index at which the transport keeps that task's state in its

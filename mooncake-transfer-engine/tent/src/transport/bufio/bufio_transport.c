@@ -1,0 +1,470 @@
+/* bufio: the buffered file transport, for kernels or sandboxes that refuse
+ * io_uring.  Beyond TENT (whose buf-io transport calls pread/pwrite inside
+ * submit, and is not loaded by its runtime).
+ *
+ * Submit puts the requests on one queue and wakes a worker; workers
+ * (transports/bufio/workers) take a share of the queue, move each request
+ * with pread/pwrite through the page cache (a short transfer continues from
+ * where it stopped; a read that meets the end of the file fails: the file
+ * shrank), then, for the tasks they took together: one fdatasync per file
+ * when transports/bufio/sync asks for stable storage, one fstat per file to
+ * see that it was neither deleted nor truncated, and only then the tasks
+ * become COMPLETED.  A task that failed anywhere is FAILED with its cause;
+ * none is ever COMPLETED with fewer bytes than asked.  Status reads an
+ * atomic word: it never waits. */
+#include "common/compiler.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "transport/file_io.h"
+#include "transport/transport.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BUFIO          "bufio"
+#define MAX_WORKERS    64
+#define TAKE_MAX       16 /* tasks a worker takes from the queue at once */
+#define QUIESCE_WAIT_S 60
+
+struct bufio_sub;
+
+struct bufio_task {
+    _Atomic int state; /* enum tent_xfer_state */
+    uint64_t bytes;
+    struct tent_xerr *err;
+    int opcode;
+    char *local;
+    uint64_t off, len;
+    struct tent_fio_file *file;
+    struct bufio_sub *sb;
+    struct bufio_task *next; /* queue link */
+};
+
+struct bufio_sub {
+    struct tent_sub_batch base;
+    struct bufio_task *tasks;
+    atomic_int inflight;
+};
+
+/* lock guards head, tail, queued and stop; workers wait on more, quiesce
+ * on idle.  It is a leaf: nothing is taken while it is held. */
+struct bufio_transport {
+    struct tent_transport base;
+    struct tent_fio_table files;
+    bool sync;
+    int nworkers;
+    pthread_t workers[MAX_WORKERS];
+    pthread_mutex_t lock;
+    pthread_cond_t more, idle;
+    struct bufio_task *head, *tail;
+    size_t queued;
+    bool stop;
+    atomic_int inflight; /* tasks submitted and not yet terminal */
+    atomic_bool quiescing;
+};
+
+static struct bufio_transport *bt_of(struct tent_transport *t)
+{
+    return (struct bufio_transport *)t;
+}
+
+/* Moves one task's bytes; false, with its cause in *err (NULL when even
+ * that could not be allocated), when it failed. */
+static bool move(struct bufio_task *k, struct tent_xerr **err)
+{
+    struct tent_fio_file *f = k->file;
+    uint64_t done = 0;
+    *err = NULL;
+    while (done < k->len) {
+        uint64_t want = k->len - done;
+        int fe = tent_fio_fault_take(BUFIO, TENT_FIO_FAULT_ERRNO);
+        if (fe) {
+            *err =
+                tent_fio_io_error(BUFIO, f, k->opcode, k->off + done, want, fe);
+            return false;
+        }
+        if (want > 1 && tent_fio_fault_take(BUFIO, TENT_FIO_FAULT_SHORT))
+            want /= 2;
+        ssize_t r =
+            k->opcode == OPCODE_READ
+                ? pread(f->fd, k->local + done, want, (off_t)(k->off + done))
+                : pwrite(f->fd, k->local + done, want, (off_t)(k->off + done));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (r == 0 && k->opcode == OPCODE_READ)
+                *err = tent_fio_eof_error(BUFIO, f, k->off + done);
+            else
+                *err = tent_fio_io_error(BUFIO, f, k->opcode, k->off + done,
+                                         want, r < 0 ? errno : EIO);
+            return false;
+        }
+        done += (uint64_t)r;
+    }
+    return true;
+}
+
+/* Publishes a task's outcome.  The state is the last thing written to the
+ * task: once the runtime sees it terminal it may free the sub-batch. */
+static void finish(struct bufio_transport *bt, struct bufio_task *k, bool ok,
+                   struct tent_xerr *err)
+{
+    k->err = err;
+    k->bytes = ok ? k->len : 0;
+    if (!ok && err)
+        LOG_DEBUG("%s", err->msg);
+    atomic_fetch_sub(&k->sb->inflight, 1);
+    atomic_store_explicit(&k->state,
+                          ok ? TENT_XFER_COMPLETED : TENT_XFER_FAILED,
+                          memory_order_release);
+    if (atomic_fetch_sub(&bt->inflight, 1) == 1) {
+        pthread_mutex_lock(&bt->lock);
+        pthread_cond_broadcast(&bt->idle);
+        pthread_mutex_unlock(&bt->lock);
+    }
+}
+
+/* The tasks taken together: move each, then per file one fdatasync (sync
+ * mode, when it wrote) and one check, then publish. */
+static void run_taken(struct bufio_transport *bt, struct bufio_task **v,
+                      size_t n)
+{
+    struct tent_xerr *errs[TAKE_MAX];
+    bool ok[TAKE_MAX];
+    for (size_t i = 0; i < n; i++)
+        ok[i] = move(v[i], &errs[i]);
+    for (size_t i = 0; i < n; i++) {
+        struct tent_fio_file *f = v[i]->file;
+        bool seen = false, wrote = false;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = v[j]->file == f;
+        if (seen)
+            continue;
+        for (size_t j = i; j < n; j++)
+            wrote |= v[j]->file == f && ok[j] && v[j]->opcode == OPCODE_WRITE;
+        struct tent_xerr *serr = NULL;
+        bool synced = true;
+        if (bt->sync && wrote && fdatasync(f->fd) != 0) {
+            synced = false;
+            serr = tent_xerr_new(TENT_EIO, errno,
+                                 "bufio: fdatasync of file '%s' failed: %s",
+                                 f->path, strerror(errno));
+        }
+        struct tent_xerr *cerr = tent_fio_check(BUFIO, f);
+        for (size_t j = i; j < n; j++) {
+            if (v[j]->file != f || !ok[j])
+                continue;
+            const struct tent_xerr *why = cerr;
+            if (!why && !synced && v[j]->opcode == OPCODE_WRITE)
+                why = serr;
+            if (!why && !(!synced && v[j]->opcode == OPCODE_WRITE))
+                continue;
+            ok[j] = false;
+            errs[j] =
+                why ? tent_xerr_new(why->code, why->native, "%s", why->msg)
+                    : NULL;
+        }
+        free(serr);
+        free(cerr);
+    }
+    for (size_t i = 0; i < n; i++)
+        finish(bt, v[i], ok[i], errs[i]);
+}
+
+static void *worker_main(void *arg)
+{
+    struct bufio_transport *bt = arg;
+    struct bufio_task *v[TAKE_MAX];
+    pthread_mutex_lock(&bt->lock);
+    for (;;) {
+        while (!bt->head && !bt->stop)
+            pthread_cond_wait(&bt->more, &bt->lock);
+        if (!bt->head)
+            break; /* stopping, nothing left */
+        /* a fair share, so that the other workers get some of a burst */
+        size_t share = bt->queued / (size_t)bt->nworkers;
+        if (share < 1)
+            share = 1;
+        if (share > TAKE_MAX)
+            share = TAKE_MAX;
+        size_t n = 0;
+        while (bt->head && n < share) {
+            v[n++] = bt->head;
+            bt->head = bt->head->next;
+            bt->queued--;
+        }
+        if (!bt->head)
+            bt->tail = NULL;
+        if (bt->head)
+            pthread_cond_signal(&bt->more);
+        pthread_mutex_unlock(&bt->lock);
+        run_taken(bt, v, n);
+        pthread_mutex_lock(&bt->lock);
+    }
+    pthread_mutex_unlock(&bt->lock);
+    return NULL;
+}
+
+static void stop_workers(struct bufio_transport *bt, int n)
+{
+    pthread_mutex_lock(&bt->lock);
+    bt->stop = true;
+    pthread_cond_broadcast(&bt->more);
+    pthread_mutex_unlock(&bt->lock);
+    for (int i = 0; i < n; i++)
+        pthread_join(bt->workers[i], NULL);
+}
+
+static int bufio_install(struct tent_transport *t)
+{
+    struct bufio_transport *bt = bt_of(t);
+    const struct tent_xport_env *env = t->env;
+    int64_t workers;
+    int rc = tent_config_get_int_range(env->cfg, "transports/bufio/workers", 2,
+                                       1, MAX_WORKERS, &workers);
+    if (!rc)
+        rc = tent_config_get_bool(env->cfg, "transports/bufio/sync", false,
+                                  &bt->sync);
+    if (rc)
+        return rc;
+    bt->nworkers = (int)workers;
+    tent_fio_table_init(&bt->files);
+    pthread_mutex_init(&bt->lock, NULL);
+    pthread_cond_init(&bt->more, NULL);
+    pthread_cond_init(&bt->idle, NULL);
+    atomic_init(&bt->inflight, 0);
+    atomic_init(&bt->quiescing, false);
+    for (int i = 0; i < bt->nworkers; i++) {
+        int err = pthread_create(&bt->workers[i], NULL, worker_main, bt);
+        if (err) {
+            stop_workers(bt, i);
+            pthread_cond_destroy(&bt->idle);
+            pthread_cond_destroy(&bt->more);
+            pthread_mutex_destroy(&bt->lock);
+            tent_fio_table_fini(&bt->files);
+            return tent_set_error(TENT_ENOMEM,
+                                  "bufio: cannot start worker %d: %s", i,
+                                  strerror(err));
+        }
+    }
+    LOG_DEBUG("bufio: %d worker(s), sync %s", bt->nworkers,
+              bt->sync ? "on" : "off");
+    return TENT_OK;
+}
+
+static void bufio_uninstall(struct tent_transport *t)
+{
+    struct bufio_transport *bt = bt_of(t);
+    stop_workers(bt, bt->nworkers);
+    pthread_cond_destroy(&bt->idle);
+    pthread_cond_destroy(&bt->more);
+    pthread_mutex_destroy(&bt->lock);
+    tent_fio_table_fini(&bt->files);
+}
+
+static uint32_t bufio_caps(TENT_UNUSED struct tent_transport *t)
+{
+    return TENT_CAP_FILE | TENT_CAP_DRAM_TO_DRAM;
+}
+
+static int bufio_alloc_sub(struct tent_transport *t, size_t capacity,
+                           struct tent_sub_batch **out)
+{
+    void *tasks;
+    struct tent_sub_batch *base;
+    int rc = tent_sub_batch_new(t, sizeof(struct bufio_sub), capacity,
+                                sizeof(struct bufio_task), &tasks, &base);
+    if (rc)
+        return rc;
+    struct bufio_sub *sb = (struct bufio_sub *)base;
+    sb->tasks = tasks;
+    atomic_init(&sb->inflight, 0);
+    *out = base;
+    return TENT_OK;
+}
+
+static int bufio_free_sub(TENT_UNUSED struct tent_transport *t,
+                          struct tent_sub_batch *base)
+{
+    struct bufio_sub *sb = (struct bufio_sub *)base;
+    if (atomic_load(&sb->inflight) > 0)
+        return tent_set_error(TENT_EBUSY,
+                              "bufio: %d task(s) of the sub-batch in flight",
+                              atomic_load(&sb->inflight));
+    for (size_t i = 0; i < base->capacity; i++)
+        free(sb->tasks[i].err);
+    tent_sub_batch_delete(base, sb->tasks);
+    return TENT_OK;
+}
+
+static int bufio_submit(struct tent_transport *t, struct tent_sub_batch *base,
+                        const struct tent_xfer *reqs, size_t n,
+                        struct tent_xfer_result *res)
+{
+    struct bufio_transport *bt = bt_of(t);
+    struct bufio_sub *sb = (struct bufio_sub *)base;
+    struct bufio_task *first = NULL, *last = NULL;
+    int ret = TENT_OK;
+    size_t started = 0;
+    const struct tent_buffer *cached = NULL;
+    struct tent_fio_file *f = NULL;
+    pthread_rwlock_rdlock(&bt->files.lock);
+    for (size_t i = 0; i < n; i++) {
+        const struct tent_xfer *x = &reqs[i];
+        res[i].code = TENT_OK;
+        if (x->target_buf != cached) {
+            cached = x->target_buf;
+            f = tent_fio_table_find(&bt->files, cached);
+        }
+        int rc = TENT_OK;
+        if (atomic_load(&bt->quiescing))
+            rc = tent_set_error(TENT_ESHUTDOWN, "bufio: transport is stopping");
+        else if (!f)
+            rc = tent_set_error(TENT_ENOTSUP,
+                                "bufio: segment '%s' is not a file segment "
+                                "this transport serves",
+                                x->target->name);
+        else if (x->opcode == OPCODE_WRITE && !f->writable)
+            rc = tent_set_error(TENT_EPERM,
+                                "bufio: file '%s' is open read-only", f->path);
+        else if (x->remote > f->size || x->length > f->size - x->remote)
+            rc = tent_set_error(TENT_ERANGE,
+                                "bufio: [%llu, +%llu) lies beyond file '%s' "
+                                "of %llu bytes",
+                                (unsigned long long)x->remote,
+                                (unsigned long long)x->length, f->path,
+                                (unsigned long long)f->size);
+        if (rc) {
+            tent_xres_fail(&res[i], rc, 0);
+            if (ret == TENT_OK)
+                ret = rc;
+            continue;
+        }
+        struct bufio_task *k = &sb->tasks[x->slot];
+        free(k->err);
+        k->err = NULL;
+        k->bytes = 0;
+        k->opcode = x->opcode;
+        k->local = x->local;
+        k->off = x->remote;
+        k->len = x->length;
+        k->file = f;
+        k->sb = sb;
+        k->next = NULL;
+        atomic_store_explicit(&k->state, TENT_XFER_PENDING,
+                              memory_order_relaxed);
+        if (last)
+            last->next = k;
+        else
+            first = k;
+        last = k;
+        started++;
+    }
+    pthread_rwlock_unlock(&bt->files.lock);
+    if (!started)
+        return ret;
+    atomic_fetch_add(&sb->inflight, (int)started);
+    atomic_fetch_add(&bt->inflight, (int)started);
+    pthread_mutex_lock(&bt->lock);
+    if (bt->tail)
+        bt->tail->next = first;
+    else
+        bt->head = first;
+    bt->tail = last;
+    bt->queued += started;
+    if (started > 1)
+        pthread_cond_broadcast(&bt->more);
+    else
+        pthread_cond_signal(&bt->more);
+    pthread_mutex_unlock(&bt->lock);
+    return ret;
+}
+
+static int bufio_status(TENT_UNUSED struct tent_transport *t,
+                        struct tent_sub_batch *base, uint32_t slot,
+                        struct tent_xfer_status *out)
+{
+    struct bufio_task *k = &((struct bufio_sub *)base)->tasks[slot];
+    int s = atomic_load_explicit(&k->state, memory_order_acquire);
+    memset(out, 0, sizeof(*out));
+    out->state = s;
+    if (s == TENT_XFER_COMPLETED)
+        out->bytes = k->bytes;
+    else if (s == TENT_XFER_FAILED)
+        tent_xstatus_failed(out, k->err, TENT_EIO, 0);
+    return TENT_OK;
+}
+
+static int bufio_quiesce(struct tent_transport *t)
+{
+    struct bufio_transport *bt = bt_of(t);
+    atomic_store(&bt->quiescing, true);
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += QUIESCE_WAIT_S;
+    pthread_mutex_lock(&bt->lock);
+    while (atomic_load(&bt->inflight) > 0)
+        if (pthread_cond_timedwait(&bt->idle, &bt->lock, &dl) == ETIMEDOUT)
+            break;
+    int left = atomic_load(&bt->inflight);
+    pthread_mutex_unlock(&bt->lock);
+    if (left > 0)
+        return tent_set_error(TENT_ETIMEDOUT,
+                              "bufio: %d task(s) still in flight after %d s",
+                              left, QUIESCE_WAIT_S);
+    return TENT_OK;
+}
+
+static int bufio_add_buffer(struct tent_transport *t, struct tent_buffer *buf)
+{
+    struct bufio_transport *bt = bt_of(t);
+    if (!tent_fio_is_file(buf)) {
+        if (buf->is_device)
+            return tent_set_error(TENT_ENOTSUP,
+                                  "bufio: %s memory at %#llx cannot be read "
+                                  "from or written to a file by this "
+                                  "transport",
+                                  buf->location, (unsigned long long)buf->base);
+        return TENT_OK; /* host memory: nothing to prepare */
+    }
+    struct tent_fio_file *f;
+    int rc = tent_fio_open(BUFIO, buf, false, &f);
+    if (rc)
+        return rc;
+    rc = tent_fio_table_add(&bt->files, f);
+    if (rc)
+        tent_fio_close(f);
+    return rc;
+}
+
+static int bufio_remove_buffer(struct tent_transport *t,
+                               struct tent_buffer *buf)
+{
+    if (tent_fio_is_file(buf))
+        tent_fio_close(tent_fio_table_take(&bt_of(t)->files, buf));
+    return TENT_OK;
+}
+
+const struct tent_transport_ops tent_bufio_transport_ops = {
+    .name = "bufio",
+    .type = TRANSPORT_BUFIO,
+    .default_enabled = true,
+    .instance_size = sizeof(struct bufio_transport),
+    .install = bufio_install,
+    .uninstall = bufio_uninstall,
+    .capabilities = bufio_caps,
+    .can_reach = tent_xport_reach_any,
+    .alloc_sub_batch = bufio_alloc_sub,
+    .free_sub_batch = bufio_free_sub,
+    .submit = bufio_submit,
+    .status = bufio_status,
+    .quiesce = bufio_quiesce,
+    .add_buffer = bufio_add_buffer,
+    .remove_buffer = bufio_remove_buffer,
+};

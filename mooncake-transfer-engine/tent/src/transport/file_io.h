@@ -1,0 +1,98 @@
+/* What the file transports (io_uring, bufio) share: the files they serve,
+ * opened from a file segment's buffer (transport.h, "file segments"), the
+ * check that a file is still the one the segment opened, the causes of
+ * failed I/O, and a fault-injection hook for tests. */
+#ifndef TENT_TRANSPORT_FILE_IO_H
+#define TENT_TRANSPORT_FILE_IO_H
+
+#include "transport/transport.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One file segment as a transport serves it. */
+struct tent_fio_file {
+    const struct tent_buffer *buf; /* the segment's buffer: the lookup key */
+    char path[512];                /* resolved path, for messages */
+    int fd;                        /* buffered descriptor (a dup) */
+    int dfd;                       /* O_DIRECT descriptor, -1 when not opened */
+    uint32_t mem_align;            /* O_DIRECT: memory alignment */
+    uint32_t off_align;            /* O_DIRECT: offset and length alignment */
+    uint64_t size;                 /* the segment's length: the size at open */
+    bool writable;
+    void *xport; /* the transport's own per-file state */
+};
+
+/* Whether buf is a file segment's buffer. */
+bool tent_fio_is_file(const struct tent_buffer *buf);
+
+/* Opens what transport xport needs for file buffer buf: a buffered
+ * descriptor and, when direct, an O_DIRECT one (left at -1 when the
+ * filesystem refuses O_DIRECT, which is not an error). */
+int tent_fio_open(const char *xport, const struct tent_buffer *buf, bool direct,
+                  struct tent_fio_file **out);
+void tent_fio_close(struct tent_fio_file *f);
+
+/* Whether an I/O of len bytes at file offset off into/from mem may use the
+ * O_DIRECT descriptor. */
+static inline bool tent_fio_direct_ok(const struct tent_fio_file *f,
+                                      const void *mem, uint64_t off,
+                                      uint64_t len)
+{
+    return f->dfd >= 0 && ((uintptr_t)mem & (f->mem_align - 1)) == 0 &&
+           (off & (f->off_align - 1)) == 0 && (len & (f->off_align - 1)) == 0;
+}
+
+/* After I/O on f: NULL when the file is still linked and at least as long
+ * as when the segment was opened, else the cause (heap; the task fails):
+ * TENT_ENOSEGMENT for a file deleted while open, TENT_ERANGE for one
+ * truncated.  One fstat. */
+struct tent_xerr *tent_fio_check(const char *xport,
+                                 const struct tent_fio_file *f);
+
+/* Cause of a failed read or write of len bytes at off: errno err. */
+struct tent_xerr *tent_fio_io_error(const char *xport,
+                                    const struct tent_fio_file *f, int opcode,
+                                    uint64_t off, uint64_t len, int err);
+/* Cause of a read that found the end of file at off (the file shrank). */
+struct tent_xerr *tent_fio_eof_error(const char *xport,
+                                     const struct tent_fio_file *f,
+                                     uint64_t off);
+
+/* ---- the files a transport serves ---------------------------------------
+ * Looked up by buffer pointer at submit; changed by add/remove_buffer. */
+struct tent_fio_table {
+    pthread_rwlock_t lock;
+    struct tent_fio_file **v;
+    size_t n, cap;
+};
+void tent_fio_table_init(struct tent_fio_table *t);
+/* Closes what is still in it. */
+void tent_fio_table_fini(struct tent_fio_table *t);
+int tent_fio_table_add(struct tent_fio_table *t, struct tent_fio_file *f);
+/* Removes and returns the file of buf (NULL when absent). */
+struct tent_fio_file *tent_fio_table_take(struct tent_fio_table *t,
+                                          const struct tent_buffer *buf);
+/* Caller holds t->lock (read). */
+struct tent_fio_file *tent_fio_table_find(const struct tent_fio_table *t,
+                                          const struct tent_buffer *buf);
+
+/* ---- fault injection (tests) ----------------------------------------------
+ * Process-wide and off unless a test arms it: the transports ask at each
+ * completed I/O (and io_uring at install) whether to turn it into a fault.
+ * A fault applies to transport xport ("io_uring", "bufio") after skip
+ * matching events, to count of them. */
+enum tent_fio_fault_kind {
+    TENT_FIO_FAULT_ERRNO = 1, /* the I/O fails with errno err */
+    TENT_FIO_FAULT_SHORT = 2, /* the I/O moves half its bytes (short) */
+    TENT_FIO_FAULT_SETUP = 3, /* install fails with errno err */
+};
+void tent_fio_fault_set(const char *xport, int kind, int err, unsigned skip,
+                        unsigned count);
+void tent_fio_fault_clear(void);
+/* 0: no fault; else the errno to inject (ERRNO, SETUP) or 1 (SHORT). */
+int tent_fio_fault_take(const char *xport, int kind);
+
+#endif

@@ -1,0 +1,13 @@
+# io_uring file transport: built when liburing is found (Debian liburing-dev).
+pkg_check_modules(LIBURING IMPORTED_TARGET liburing)
+if(LIBURING_FOUND)
+  list(APPEND TENT_SOURCES src/transport/io_uring/io_uring_transport.c)
+  if(NOT src/transport/file_io.c IN_LIST TENT_SOURCES)
+    list(APPEND TENT_SOURCES src/transport/file_io.c)
+  endif()
+  list(APPEND TENT_META_LIBS PkgConfig::LIBURING)
+  string(APPEND TENT_PC_REQUIRES " liburing")
+  set(TENT_XPORT_BUILT TRUE)
+else()
+  message(STATUS "tent: liburing not found; the io_uring transport is not built (bufio serves file segments)")
+endif()
