@@ -23,7 +23,7 @@
 
 struct tent_config;
 
-#define TM_NXPORT    9 /* "unspec" + TENT_MAX_TRANSPORTS */
+#define TM_NXPORT    13 /* "unspec" + TENT_MAX_TRANSPORTS */
 #define TM_X(xi)     ((unsigned)((xi) + 1))
 #define TM_NOP       2 /* operation: read, write (OPCODE_READ/WRITE) */
 #define TM_NSTATE    2 /* peer state: up, down */

@@ -334,7 +334,7 @@ int tent_xport_noop_buffer(struct tent_transport *t, struct tent_buffer *buf);
 /* ---- registry of transports compiled in (and test transports) ---------- */
 /* The one bound on transports: entries in the registry, transports installed
  * in an engine, candidates of a task. */
-#define TENT_MAX_TRANSPORTS 8
+#define TENT_MAX_TRANSPORTS 12
 
 /* Allocates an instance of ops (ops->instance_size bytes, zeroed), fills the
  * base and installs it.  A failed install leaves nothing: the instance is

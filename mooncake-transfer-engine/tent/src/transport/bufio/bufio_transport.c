@@ -58,7 +58,7 @@ struct bufio_transport {
     struct tent_transport base;
     struct tent_fio_table files;
     bool sync;
-    int nworkers;
+    int nworkers, nstarted; /* configured, running */
     pthread_t workers[MAX_WORKERS];
     pthread_mutex_t lock;
     pthread_cond_t more, idle;
@@ -240,18 +240,20 @@ static int bufio_install(struct tent_transport *t)
     pthread_cond_init(&bt->idle, NULL);
     atomic_init(&bt->inflight, 0);
     atomic_init(&bt->quiescing, false);
-    for (int i = 0; i < bt->nworkers; i++) {
-        int err = pthread_create(&bt->workers[i], NULL, worker_main, bt);
-        if (err) {
-            stop_workers(bt, i);
-            pthread_cond_destroy(&bt->idle);
-            pthread_cond_destroy(&bt->more);
-            pthread_mutex_destroy(&bt->lock);
-            tent_fio_table_fini(&bt->files);
+    return TENT_OK;
+}
+
+/* The workers, started with the first file (add_buffer calls come one at a
+ * time): an engine that never opens a file segment runs none. */
+static int start_workers(struct bufio_transport *bt)
+{
+    for (; bt->nstarted < bt->nworkers; bt->nstarted++) {
+        int err =
+            pthread_create(&bt->workers[bt->nstarted], NULL, worker_main, bt);
+        if (err)
             return tent_set_error(TENT_ENOMEM,
-                                  "bufio: cannot start worker %d: %s", i,
-                                  strerror(err));
-        }
+                                  "bufio: cannot start worker %d: %s",
+                                  bt->nstarted, strerror(err));
     }
     LOG_DEBUG("bufio: %d worker(s), sync %s", bt->nworkers,
               bt->sync ? "on" : "off");
@@ -261,7 +263,7 @@ static int bufio_install(struct tent_transport *t)
 static void bufio_uninstall(struct tent_transport *t)
 {
     struct bufio_transport *bt = bt_of(t);
-    stop_workers(bt, bt->nworkers);
+    stop_workers(bt, bt->nstarted);
     pthread_cond_destroy(&bt->idle);
     pthread_cond_destroy(&bt->more);
     pthread_mutex_destroy(&bt->lock);
@@ -434,7 +436,9 @@ static int bufio_add_buffer(struct tent_transport *t, struct tent_buffer *buf)
         return TENT_OK; /* host memory: nothing to prepare */
     }
     struct tent_fio_file *f;
-    int rc = tent_fio_open(BUFIO, buf, false, &f);
+    int rc = start_workers(bt);
+    if (!rc)
+        rc = tent_fio_open(BUFIO, buf, false, &f);
     if (rc)
         return rc;
     rc = tent_fio_table_add(&bt->files, f);

@@ -183,9 +183,9 @@ struct iou_ring {
 struct iou_transport {
     struct tent_transport base;
     struct tent_fio_table files;
-    int nrings;
+    int nworkers, nrings; /* rings configured, rings running */
     struct iou_ring rings[MAX_RINGS];
-    unsigned depth;
+    unsigned depth, sqpoll_idle;
     bool sqpoll, sync, direct, fixed_bufs, fixed_files;
     _Atomic unsigned next_ring;
     pthread_mutex_t reg_lock;
@@ -598,12 +598,8 @@ static void ring_stop(struct iou_ring *r)
 }
 
 /* Creates ring r, trying the most useful flags this kernel accepts. */
-static int ring_init(struct iou_transport *tp, struct iou_ring *r,
-                     unsigned sqpoll_idle)
+static int ring_init(struct iou_transport *tp, struct iou_ring *r)
 {
-    int fe = tent_fio_fault_take(IOU, TENT_FIO_FAULT_SETUP);
-    if (fe)
-        return -fe;
     static const unsigned extra[] = {
         IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SUBMIT_ALL, 0};
     int rc = -EINVAL;
@@ -613,7 +609,7 @@ static int ring_init(struct iou_transport *tp, struct iou_ring *r,
         p.cq_entries = 2 * tp->depth;
         if (tp->sqpoll) {
             p.flags |= IORING_SETUP_SQPOLL;
-            p.sq_thread_idle = sqpoll_idle;
+            p.sq_thread_idle = tp->sqpoll_idle;
         } else {
             p.flags |= extra[i];
         }
@@ -628,7 +624,79 @@ static int ring_init(struct iou_transport *tp, struct iou_ring *r,
     return rc;
 }
 
-static void iou_uninstall(struct tent_transport *t);
+static void mem_register(struct iou_transport *tp, struct iou_mem *m);
+static void stop_rings(struct iou_transport *tp);
+
+/* The rings and their workers, made when the first file arrives (an engine
+ * that never opens a file segment pays for neither); reg_lock held. */
+static int start_rings(struct iou_transport *tp)
+{
+    if (tp->nrings > 0)
+        return TENT_OK;
+    int rc = TENT_OK;
+    int n = 0;
+    for (; n < tp->nworkers; n++) {
+        struct iou_ring *r = &tp->rings[n];
+        memset(r, 0, sizeof(*r));
+        r->tp = tp;
+        r->idx = n;
+        r->efd = -1;
+        pthread_mutex_init(&r->qlock, NULL);
+        int err = ring_init(tp, r);
+        if (err < 0) {
+            rc = tent_set_error(TENT_ENODEV,
+                                "io_uring: io_uring_queue_init of ring %d "
+                                "failed: %s",
+                                n, strerror(-err));
+            pthread_mutex_destroy(&r->qlock);
+            break;
+        }
+        r->ring_ok = true;
+        /* registered files and buffers; without them the plain forms */
+        if (tp->fixed_files &&
+            io_uring_register_files_sparse(&r->ring, NFILE_SLOTS) < 0)
+            tp->fixed_files = false;
+        if (tp->fixed_bufs &&
+            io_uring_register_buffers_sparse(&r->ring, NBUF_SLOTS) < 0)
+            tp->fixed_bufs = false;
+        r->efd = eventfd(0, EFD_CLOEXEC);
+        int perr = r->efd < 0 ? errno : 0;
+        if (!perr)
+            perr = pthread_create(&r->thread, NULL, worker_main, r);
+        if (perr) {
+            rc = tent_set_error(TENT_ENOMEM,
+                                "io_uring: cannot start worker %d: %s", n,
+                                strerror(perr));
+            n++;
+            tp->nrings = n;
+            stop_rings(tp);
+            return rc;
+        }
+        r->started = true;
+    }
+    tp->nrings = n;
+    if (rc) {
+        stop_rings(tp);
+        return rc;
+    }
+    pthread_rwlock_wrlock(&tp->mem_lock);
+    for (size_t i = 0; i < tp->nmems; i++)
+        mem_register(tp, &tp->mems[i]);
+    pthread_rwlock_unlock(&tp->mem_lock);
+    LOG_DEBUG("io_uring: %d ring(s) of %u entries%s%s%s%s", tp->nrings,
+              tp->depth, tp->sqpoll ? ", sqpoll" : "",
+              tp->fixed_files ? ", registered files" : "",
+              tp->fixed_bufs ? ", registered buffers" : "",
+              tp->sync ? ", sync" : "");
+    return TENT_OK;
+}
+
+static void stop_rings(struct iou_transport *tp)
+{
+    for (int i = 0; i < tp->nrings; i++)
+        ring_stop(&tp->rings[i]);
+    tp->nrings = 0;
+}
 
 static int iou_install(struct tent_transport *t)
 {
@@ -657,7 +725,21 @@ static int iou_install(struct tent_transport *t)
                                   true, &tp->fixed_bufs);
     if (rc)
         return rc;
+    /* Is io_uring allowed here at all (kernel, sysctl io_uring_disabled,
+     * seccomp)?  If not, the transport is not installed and bufio serves
+     * the file segments. */
+    int fe = tent_fio_fault_take(IOU, TENT_FIO_FAULT_SETUP);
+    struct io_uring probe;
+    int err = fe ? -fe : io_uring_queue_init(2, &probe, 0);
+    if (err < 0)
+        return tent_set_error(TENT_ENODEV,
+                              "io_uring is not available here: "
+                              "io_uring_queue_init failed: %s",
+                              strerror(-err));
+    io_uring_queue_exit(&probe);
+    tp->nworkers = (int)workers;
     tp->depth = (unsigned)depth;
+    tp->sqpoll_idle = (unsigned)idle;
     tp->fixed_files = true;
     tent_fio_table_init(&tp->files);
     pthread_mutex_init(&tp->reg_lock, NULL);
@@ -666,65 +748,13 @@ static int iou_install(struct tent_transport *t)
     pthread_cond_init(&tp->idle, NULL);
     atomic_init(&tp->inflight, 0);
     atomic_init(&tp->quiescing, false);
-    for (int i = 0; i < MAX_RINGS; i++)
-        tp->rings[i].efd = -1;
-    for (int i = 0; i < (int)workers; i++) {
-        struct iou_ring *r = &tp->rings[i];
-        r->tp = tp;
-        r->idx = i;
-        pthread_mutex_init(&r->qlock, NULL);
-        tp->nrings = i + 1;
-        int err = ring_init(tp, r, (unsigned)idle);
-        if (err < 0) {
-            rc = tent_set_error(TENT_ENODEV,
-                                "io_uring is not available here: "
-                                "io_uring_queue_init failed: %s",
-                                strerror(-err));
-            goto fail;
-        }
-        r->ring_ok = true;
-        /* registered files and buffers; without them the plain forms */
-        if (tp->fixed_files &&
-            io_uring_register_files_sparse(&r->ring, NFILE_SLOTS) < 0)
-            tp->fixed_files = false;
-        if (tp->fixed_bufs &&
-            io_uring_register_buffers_sparse(&r->ring, NBUF_SLOTS) < 0)
-            tp->fixed_bufs = false;
-        r->efd = eventfd(0, EFD_CLOEXEC);
-        if (r->efd < 0) {
-            rc = tent_set_error(TENT_EIO, "io_uring: eventfd failed: %s",
-                                strerror(errno));
-            goto fail;
-        }
-    }
-    for (int i = 0; i < tp->nrings; i++) {
-        struct iou_ring *r = &tp->rings[i];
-        int err = pthread_create(&r->thread, NULL, worker_main, r);
-        if (err) {
-            rc = tent_set_error(TENT_ENOMEM,
-                                "io_uring: cannot start worker %d: %s", i,
-                                strerror(err));
-            goto fail;
-        }
-        r->started = true;
-    }
-    LOG_DEBUG("io_uring: %d ring(s) of %u entries%s%s%s%s", tp->nrings,
-              tp->depth, tp->sqpoll ? ", sqpoll" : "",
-              tp->fixed_files ? ", registered files" : "",
-              tp->fixed_bufs ? ", registered buffers" : "",
-              tp->sync ? ", sync" : "");
     return TENT_OK;
-fail:
-    iou_uninstall(t);
-    return rc;
 }
 
 static void iou_uninstall(struct tent_transport *t)
 {
     struct iou_transport *tp = tp_of(t);
-    for (int i = 0; i < tp->nrings; i++)
-        ring_stop(&tp->rings[i]);
-    tp->nrings = 0;
+    stop_rings(tp);
     for (size_t i = 0; i < tp->files.n; i++)
         free(tp->files.v[i]->xport);
     tent_fio_table_fini(&tp->files);
@@ -1024,7 +1054,10 @@ static int add_memory(struct iou_transport *tp, struct tent_buffer *buf)
         tp->capmems = cap;
         pthread_rwlock_unlock(&tp->mem_lock);
     }
-    mem_register(tp, &m);
+    if (tp->nrings > 0)
+        mem_register(tp, &m);
+    else
+        m.slot = -1; /* registered with the rings when they start */
     pthread_rwlock_wrlock(&tp->mem_lock);
     size_t pos = 0;
     while (pos < tp->nmems && tp->mems[pos].base <= m.base)
@@ -1085,6 +1118,13 @@ static int add_file(struct iou_transport *tp, struct tent_buffer *buf)
     uf->fslot = -1;
     f->xport = uf;
     pthread_mutex_lock(&tp->reg_lock);
+    rc = start_rings(tp);
+    if (rc) {
+        pthread_mutex_unlock(&tp->reg_lock);
+        free(uf);
+        tent_fio_close(f);
+        return rc;
+    }
     int slot = tp->fixed_files ? slots_take(tp->file_used, NFILE_SLOTS, 2) : -1;
     if (slot >= 0) {
         int fds[2] = {f->fd, f->dfd};
