@@ -6,7 +6,7 @@ PKGS=(build-essential cmake ninja-build pkg-config libcjson-dev libcmocka-dev
       clang libclang-rt-14-dev valgrind iproute2 procps
       etcd-server redis-server libhiredis-dev libcurl4-openssl-dev python3
       python3-dev python3-pytest python3-numpy python3-torch
-      libmicrohttpd-dev prometheus)
+      libmicrohttpd-dev prometheus liburing-dev fio)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

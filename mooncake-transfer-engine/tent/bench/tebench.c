@@ -17,7 +17,8 @@
 
 static const char *g_prog = "tebench";
 
-static const char *xport_names[] = {"tcp", "shm", "memfabric"};
+static const char *xport_names[] = {"tcp", "shm", "memfabric", "io_uring",
+                                    "bufio"};
 
 /* Applies the flags that map to TENT configuration keys, enables only
  * xport when it names a transport, and creates the engine. */
@@ -296,6 +297,25 @@ int tb_run_initiator(struct tb_opts *o, const char *xport)
     char names[sizeof(o->target_seg_name)];
     snprintf(names, sizeof(names), "%s", o->target_seg_name);
     char *save = NULL;
+    int nfile = 0, nmem = 0;
+    for (char *n = strtok_r(names, ",", &save); n;
+         n = strtok_r(NULL, ",", &save)) {
+        if (tb_is_file_target(n)) {
+            nfile++;
+            if (tb_prepare_file(n, o->buffer_size))
+                goto close_segs;
+        } else {
+            nmem++;
+        }
+    }
+    if (nfile && nmem) {
+        fprintf(stderr, "tebench: --target_seg_name mixes file segments and "
+                        "memory segments; give one kind\n");
+        goto close_segs;
+    }
+    o->file_target = nfile > 0;
+    snprintf(names, sizeof(names), "%s", o->target_seg_name);
+    save = NULL;
     for (char *n = strtok_r(names, ",", &save); n;
          n = strtok_r(NULL, ",", &save)) {
         if (c.ntargets == TB_MAX_TARGETS) {
@@ -353,11 +373,11 @@ int tb_run_initiator(struct tb_opts *o, const char *xport)
     c.hint = hint > 0 ? hint : tb_transport_from_name(xport);
     if (tb_transport_from_name(xport) > 0)
         c.transport = xport; /* the only transport this engine installed */
-    else if (hint > 0)
-        c.transport = hint == TRANSPORT_TCP   ? "hint:tcp"
-                      : hint == TRANSPORT_SHM ? "hint:shm"
-                                              : "hint:memfabric";
-    else
+    else if (hint > 0) {
+        static char hname[48];
+        snprintf(hname, sizeof(hname), "hint:%s", o->transport_hint);
+        c.transport = hname;
+    } else
         c.transport = "auto";
     c.verify_reads = o->check_consistency || o->op == TB_OP_READ_VERIFY;
     c.readback_writes = o->check_consistency;
@@ -375,7 +395,7 @@ int tb_run_initiator(struct tb_opts *o, const char *xport)
         for (size_t bi = 0; bi < o->blocks.n && ret == TB_EXIT_OK; bi++) {
             uint64_t threads = o->threads.v[ti], block = o->blocks.v[bi];
             double mem = 0, sock = 0, pp = 0;
-            if (o->baseline) {
+            if (o->baseline && !o->file_target) {
                 double s = o->duration / 2 > 1 ? 1 : o->duration / 2;
                 if (s < 0.2)
                     s = 0.2;
@@ -403,6 +423,19 @@ int tb_run_initiator(struct tb_opts *o, const char *xport)
                             ? " check_consistency"
                             : "",
                         o->duration);
+                double fio = 0;
+                if (o->baseline && o->file_target) {
+                    char why[512] = "";
+                    if (c.ntargets > 1)
+                        fprintf(stderr, "tebench: baseline: fio runs on the "
+                                        "first target's file only\n");
+                    fio = tb_fio_ceiling(
+                        c.targets[0].name, o->op, threads, block, batch,
+                        c.targets[0].base - c.targets[0].buf_base,
+                        c.targets[0].len, o->duration, why, sizeof(why));
+                    if (fio <= 0)
+                        fprintf(stderr, "tebench: baseline: fio: %s\n", why);
+                }
                 struct tb_result r;
                 ret = tb_run_case(&c, (int)idx, threads, block, batch, &r);
                 nskipped += r.skipped;
@@ -411,6 +444,7 @@ int tb_run_initiator(struct tb_opts *o, const char *xport)
                 r.memcpy_gbs = mem;
                 r.socket_gbs = sock;
                 r.pingpong_us = pp;
+                r.fio_gbs = fio;
                 tb_print_row(stdout, o, &r);
                 if (o->metrics)
                     tb_print_metrics(o->json ? stderr : stdout, e, idx + 1);

@@ -74,6 +74,7 @@ struct tb_opts {
     char config[512];
 
     bool json, loopback, baseline, metrics, help;
+    bool file_target; /* the targets are file segments (file://) */
 
     /* Which flags were given on the command line. */
     bool set_metadata_type, set_xport_type;
@@ -111,6 +112,7 @@ struct tb_result {
     char transport_used[48];       /* what the engine picked, when it picked */
     double memcpy_gbs, socket_gbs; /* --baseline, else 0 */
     double pingpong_us; /* --baseline: C request/response of one block */
+    double fio_gbs;     /* --baseline, file target: fio on the same file */
     bool skipped;
 };
 
@@ -153,6 +155,19 @@ int tb_run_loopback(struct tb_opts *o);
  * mf_host); why says which, or why none.  Picking mf_host sets
  * MF_SMEM_LIBRARY. */
 bool tb_find_mf_library(bool prefer_vendor, char *why, size_t len);
+
+/* tebench_fio.c: file segments */
+/* Whether name is a file segment's ("file://..."). */
+bool tb_is_file_target(const char *name);
+/* Creates the file of a "file:///abs/path" target that does not exist yet:
+ * size bytes of data, on disk.  0, or -1 after saying why on stderr. */
+int tb_prepare_file(const char *name, uint64_t size);
+/* --baseline for a file target: fio's GB/s on the target's file (io_uring,
+ * direct=1, block, iodepth batch, threads jobs each over its slice of
+ * [off, off + len), op) for seconds; 0 (why says) when fio cannot run. */
+double tb_fio_ceiling(const char *name, int op, uint64_t threads,
+                      uint64_t block, uint64_t batch, uint64_t off,
+                      uint64_t len, double seconds, char *why, size_t wlen);
 
 /* tebench_pattern.c */
 static inline uint64_t tb_splitmix64(uint64_t x)

@@ -81,16 +81,19 @@ static const struct flag g_flags[] = {
     {"rpc_server_port", F_PORT, OPT(rpc_server_port), 0,
      "p2p RPC port (0 = pick one)"},
     STRF("xport_type", xport_type,
-         "auto, tcp, shm, memfabric: enables only that transport"),
+         "auto, tcp, shm, memfabric, io_uring (or iouring), bufio: enables "
+         "only that transport"),
     STRF("tent_transport_hint", transport_hint,
-         "per-request transport hint: unspec, tcp, shm, memfabric"),
+         "per-request transport hint: unspec, tcp, shm, memfabric, io_uring, "
+         "bufio"),
     STRF("backend", backend, "tent"),
     STRF("config", config, "TENT JSON config file (else MC_TENT_CONF)"),
     {"json", F_BOOL, OPT(json), 0, "print one JSON object per case"},
     {"loopback", F_BOOL, OPT(loopback), 0,
      "run target and initiator as two processes of this command"},
     {"baseline", F_BOOL, OPT(baseline), 0,
-     "also measure memcpy and socket ceilings and print ratios"},
+     "also measure memcpy and socket ceilings (a file target: fio) and print "
+     "ratios"},
     {"metrics", F_BOOL, OPT(metrics), 0,
      "print the engine's per-transport metric counters after each case"},
     {"help", F_BOOL, OPT(help), 0, "print this help"},
@@ -147,11 +150,19 @@ void tb_usage(FILE *f, const char *prog)
             "--baseline adds\n"
             "  memcpy and loopback TCP stream ceilings of the same block "
             "size and threads, and\n"
-            "  BW as a ratio of each.\n"
+            "  BW as a ratio of each.  A target file://<path> (a file "
+            "segment; created with\n"
+            "  --total_buffer_size bytes of data when it does not exist) "
+            "needs no target\n"
+            "  process; --baseline then runs fio on the same file (io_uring, "
+            "direct=1, the\n"
+            "  case's block size, iodepth = batch, one job per thread) and "
+            "prints BW/Fio.\n"
             "Environment: MC_TENT_CONF (TENT JSON config, unless --config), "
             "MC_USE_TENT=1 (accepted),\n"
             "  MF_SMEM_LIBRARY, MF_PROTOCOL (memfabric; --loopback uses "
             "mf_host with host_tcp),\n"
+            "  FIO (the fio to run, default fio on PATH),\n"
             "  TEBENCH_TEST_CORRUPT=1 [TEBENCH_TEST_CORRUPT_OFFSET=100, "
             "TEBENCH_TEST_CORRUPT_DELAY_MS=0]\n"
             "  (test only: the target flips one byte once it was written).\n"
@@ -285,9 +296,11 @@ int tb_transport_from_name(const char *name)
         const char *name;
         int type;
     } map[] = {
-        {"", TRANSPORT_UNSPEC},       {"auto", TRANSPORT_UNSPEC},
-        {"unspec", TRANSPORT_UNSPEC}, {"tcp", TRANSPORT_TCP},
-        {"shm", TRANSPORT_SHM},       {"memfabric", TRANSPORT_MEMFABRIC},
+        {"", TRANSPORT_UNSPEC},          {"auto", TRANSPORT_UNSPEC},
+        {"unspec", TRANSPORT_UNSPEC},    {"tcp", TRANSPORT_TCP},
+        {"shm", TRANSPORT_SHM},          {"memfabric", TRANSPORT_MEMFABRIC},
+        {"io_uring", TRANSPORT_IOURING}, {"iouring", TRANSPORT_IOURING},
+        {"bufio", TRANSPORT_BUFIO},
     };
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
         if (strcasecmp(name, map[i].name) == 0)
@@ -395,13 +408,19 @@ static int validate(struct tb_opts *o, char *err, size_t errlen)
                     o->metadata_type);
     if (tb_transport_from_name(o->xport_type) < 0)
         return fail(err, errlen,
-                    "bad value in --xport_type=%s (auto, tcp, shm, memfabric)",
+                    "bad value in --xport_type=%s (auto, tcp, shm, memfabric, "
+                    "io_uring, bufio)",
                     o->xport_type);
     if (tb_transport_from_name(o->transport_hint) < 0)
         return fail(err, errlen,
                     "bad value in --tent_transport_hint=%s (unspec, tcp, shm, "
-                    "memfabric)",
+                    "memfabric, io_uring, bufio)",
                     o->transport_hint);
+    /* Mooncake's tebench spells io_uring "iouring" */
+    if (strcasecmp(o->xport_type, "iouring") == 0)
+        snprintf(o->xport_type, sizeof(o->xport_type), "io_uring");
+    if (strcasecmp(o->transport_hint, "iouring") == 0)
+        snprintf(o->transport_hint, sizeof(o->transport_hint), "io_uring");
     if (o->config[0] && access(o->config, R_OK) != 0)
         return fail(err, errlen, "bad value in --config=%s: %s", o->config,
                     strerror(errno));

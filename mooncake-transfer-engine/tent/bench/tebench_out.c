@@ -114,7 +114,9 @@ void tb_print_header(FILE *f, const struct tb_opts *o)
                     "BlkSize (B)", "Batch", "BW (GB/S)", "Avg Inst GB/s",
                     "Avg Lat (us)", "Avg Tx (us)", "P99 Tx (us)",
                     "P999 Tx (us)", "Threads", "Transport");
-    if (o->baseline)
+    if (o->baseline && o->file_target)
+        n += fprintf(f, " %10s %8s", "Fio (GB/S)", "BW/Fio");
+    else if (o->baseline)
         n += fprintf(f, " %13s %13s %10s %10s %14s %9s", "Memcpy (GB/S)",
                      "Socket (GB/S)", "BW/Memcpy", "BW/Socket", "PingPong (us)",
                      "PP/AvgTx");
@@ -147,7 +149,10 @@ void tb_print_row(FILE *f, const struct tb_opts *o, const struct tb_result *r)
                 (unsigned long long)r->bytes, r->seconds,
                 o->check_consistency || o->op == TB_OP_READ_VERIFY ? "true"
                                                                    : "false");
-        if (o->baseline)
+        if (o->baseline && o->file_target)
+            fprintf(f, ", \"fio_gbps\": %.6f, \"ratio_fio\": %.6f", r->fio_gbs,
+                    ratio(r->bw_gbs, r->fio_gbs));
+        else if (o->baseline)
             fprintf(f,
                     ", \"memcpy_gbps\": %.6f, \"socket_gbps\": %.6f, "
                     "\"ratio_memcpy\": %.6f, \"ratio_socket\": %.6f, "
@@ -166,7 +171,9 @@ void tb_print_row(FILE *f, const struct tb_opts *o, const struct tb_result *r)
             (unsigned long long)r->block, (unsigned long long)r->batch,
             r->bw_gbs, r->inst_gbs, r->avg_lat_us, r->avg_tx_us, r->p99_tx_us,
             r->p999_tx_us, (unsigned long long)r->threads, r->transport);
-    if (o->baseline)
+    if (o->baseline && o->file_target)
+        fprintf(f, " %10.3f %8.3f", r->fio_gbs, ratio(r->bw_gbs, r->fio_gbs));
+    else if (o->baseline)
         fprintf(f, " %13.3f %13.3f %10.3f %10.3f %14.2f %9.3f", r->memcpy_gbs,
                 r->socket_gbs, ratio(r->bw_gbs, r->memcpy_gbs),
                 ratio(r->bw_gbs, r->socket_gbs), r->pingpong_us,

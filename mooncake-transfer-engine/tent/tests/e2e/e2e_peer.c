@@ -63,6 +63,9 @@ void e2e_config(bool shm, bool tcp)
     tent_set_config("transports/tcp/timeout_ms", to);
     tent_set_config("transports/memfabric/enable",
                     g_memfabric ? "true" : "false");
+    /* memory transports only: the file ones are tests/file's */
+    tent_set_config("transports/io_uring/enable", "false");
+    tent_set_config("transports/bufio/enable", "false");
 }
 
 struct cmd {

@@ -109,6 +109,8 @@ static void test_precedence_and_typed_overrides(void **state)
     tent_set_config("local_segment_name", "from-override");
     tent_set_config("transports/fake_a/enable", "true");
     tent_set_config("transports/tcp/enable", "false");
+    tent_set_config("transports/io_uring/enable", "false");
+    tent_set_config("transports/bufio/enable", "false");
     tent_set_config("policy", "[{\"segment_type\":\"memory\","
                               "\"transports\":[\"fake_a\"]}]");
     e = tent_create_engine();
