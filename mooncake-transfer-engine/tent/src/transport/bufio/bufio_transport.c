@@ -426,15 +426,11 @@ static int bufio_quiesce(struct tent_transport *t)
 static int bufio_add_buffer(struct tent_transport *t, struct tent_buffer *buf)
 {
     struct bufio_transport *bt = bt_of(t);
-    if (!tent_fio_is_file(buf)) {
-        if (buf->is_device)
-            return tent_set_error(TENT_ENOTSUP,
-                                  "bufio: %s memory at %#llx cannot be read "
-                                  "from or written to a file by this "
-                                  "transport",
-                                  buf->location, (unsigned long long)buf->base);
-        return TENT_OK; /* host memory: nothing to prepare */
-    }
+    /* Memory: nothing to prepare.  Device memory is taken too, and left
+     * out by the capabilities (no DEVICE_TO_DRAM), so that registering it
+     * is not a warning. */
+    if (!tent_fio_is_file(buf))
+        return TENT_OK;
     struct tent_fio_file *f;
     int rc = start_workers(bt);
     if (!rc)

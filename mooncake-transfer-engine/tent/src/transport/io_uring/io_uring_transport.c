@@ -1035,11 +1035,10 @@ static void mem_unregister(struct iou_transport *tp, struct iou_mem *m)
 
 static int add_memory(struct iou_transport *tp, struct tent_buffer *buf)
 {
+    /* Device memory is taken and left out by the capabilities (no
+     * DEVICE_TO_DRAM): registering it is not a warning. */
     if (buf->is_device)
-        return tent_set_error(TENT_ENOTSUP,
-                              "io_uring: %s memory at %#llx cannot be read "
-                              "from or written to a file by this transport",
-                              buf->location, (unsigned long long)buf->base);
+        return TENT_OK;
     struct iou_mem m = {.base = buf->base, .len = buf->length};
     pthread_mutex_lock(&tp->reg_lock);
     if (tp->nmems == tp->capmems) {
@@ -1074,6 +1073,8 @@ static int add_memory(struct iou_transport *tp, struct tent_buffer *buf)
 static void remove_memory(struct iou_transport *tp,
                           const struct tent_buffer *buf)
 {
+    if (buf->is_device)
+        return;
     pthread_mutex_lock(&tp->reg_lock);
     pthread_rwlock_wrlock(&tp->mem_lock);
     for (size_t i = 0; i < tp->nmems; i++) {
