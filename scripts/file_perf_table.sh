@@ -8,7 +8,11 @@
 # batch become one 128 KiB I/O).  ROUNDS rounds; prints the medians.
 #   scripts/file_perf_table.sh [TEBENCH] [XPORT]
 # Environment: ROUNDS (3), KV_FILE (/var/tmp/tent-perf.bin, created with
-# SIZE bytes of data, removed at the end), SIZE (1G), DURATION (3 s).
+# SIZE bytes of data, removed at the end), SIZE (1G), DURATION (3 s),
+# TENT_TEBENCH: Mooncake's tebench built with TENT (USE_TENT=ON, liburing):
+# each round then also runs it on the same file, one thread, 1 MiB x 32
+# reads over its io_uring transport (its RPC server on 127.0.0.1), right
+# after ours, and the table gets its median and our ratio to it.
 set -euo pipefail
 TEBENCH=${1:-build/mooncake-transfer-engine/tent/bench/tebench}
 XPORT=${2:-io_uring}
@@ -20,6 +24,7 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/file_perf.XXXXXX")
 trap 'rm -rf "$WORK"; rm -f "$KV_FILE"' EXIT
 echo '{"merge_requests": false}' >"$WORK/nomerge.json"
 echo '{"merge_requests": true}' >"$WORK/merge.json"
+echo '{"rpc_server_hostname": "127.0.0.1"}' >"$WORK/tent.json"
 rm -f "$KV_FILE"
 for r in $(seq 1 "$ROUNDS"); do
   for merge in nomerge merge; do
@@ -31,6 +36,17 @@ for r in $(seq 1 "$ROUNDS"); do
           --threads=1 --op_type="$op" --duration="$DURATION" --baseline \
           --json --config="$WORK/$merge.json" 2>>"$WORK/err" |
           sed "s/^{/{\"merge\": \"$merge\", /" >>"$WORK/rows"
+        if [ -n "${TENT_TEBENCH:-}" ] && [ "$merge" = merge ] &&
+          [ "$op" = read ] && [ "$blk" = 1M ]; then
+          echo "round $r/$ROUNDS: Mooncake TENT tebench iouring read 1M x 32" >&2
+          MC_TENT_CONF="$WORK/tent.json" "$TENT_TEBENCH" --backend=tent \
+            --target_seg_name="file://$KV_FILE" --xport_type=iouring \
+            --total_buffer_size="$(numfmt --from=iec "$SIZE")" \
+            --start_block_size=1048576 --max_block_size=1048576 \
+            --start_batch_size=32 --max_batch_size=32 --duration="$DURATION" \
+            --op_type=read 2>>"$WORK/err" |
+            awk '$1 == 1048576 { print "{\"tent_gbps\": " $3 "}" }' >>"$WORK/rows"
+        fi
       done
     done
   done
@@ -38,6 +54,8 @@ done
 python3 - "$WORK/rows" "$ROUNDS" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+tent = [r["tent_gbps"] for r in rows if "tent_gbps" in r]
+rows = [r for r in rows if "tent_gbps" not in r]
 groups = {}
 for r in rows:
     groups.setdefault((r["merge"], r["op_type"], r["block_size"]), []).append(r)
@@ -52,4 +70,12 @@ for (merge, op, blk), rs in sorted(groups.items()):
     print(f"{'on' if merge == 'merge' else 'off':8} {op:6} {blk:>8} "
           f"{rs[0]['batch_size']:>5} {bw:>10.3f} {fio:>9.3f} {ratio:>9.3f}"
           f"  [{each}]")
+if tent:
+    ours = [r["bw_gbps"] for r in rows if r["merge"] == "merge" and
+            r["op_type"] == "read" and r["block_size"] == 1048576]
+    t, o = statistics.median(tent), statistics.median(ours)
+    print(f"Mooncake TENT tebench, io_uring, read 1 MiB x 32, 1 thread: "
+          f"{t:.3f} GB/s (rounds: {' '.join(f'{x:.3f}' for x in tent)}); "
+          f"ours {o:.3f} GB/s (rounds: {' '.join(f'{x:.3f}' for x in ours)}); "
+          f"ours/TENT {o / t:.3f}")
 PY
