@@ -161,6 +161,16 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
         } else if (c.op == 'F') {
             int32_t rc = tent_free_memory(eh, rw);
             tc_write_all(afd, &rc, sizeof(rc));
+        } else if (c.op == 'X') {
+            /* Unregisters the rw buffer; the memory stays allocated. */
+            int32_t rc = tent_unregister_memory(eh, rw, rw_len);
+            tc_write_all(afd, &rc, sizeof(rc));
+        } else if (c.op == 'P') {
+            /* Registers the rw buffer again with permission arg (after an
+             * 'X'), or unregisters and re-registers it so. */
+            (void)tent_unregister_memory(eh, rw, rw_len);
+            int32_t rc = tent_register_memory_with_perm(eh, rw, rw_len, c.arg);
+            tc_write_all(afd, &rc, sizeof(rc));
         } else if (c.op == 'S') {
             tent_ctrl_stop_server(e);
             char ok = 1;
@@ -300,6 +310,16 @@ int e2e_peer_release(struct e2e_peer *p, uint64_t addr, uint64_t len)
 int e2e_peer_free_rw(struct e2e_peer *p)
 {
     return ask_rc(p, (struct cmd){.op = 'F'});
+}
+
+int e2e_peer_unregister_rw(struct e2e_peer *p)
+{
+    return ask_rc(p, (struct cmd){.op = 'X'});
+}
+
+int e2e_peer_reregister_rw(struct e2e_peer *p, int perm)
+{
+    return ask_rc(p, (struct cmd){.op = 'P', .arg = perm});
 }
 
 void e2e_peer_stop_rpc(struct e2e_peer *p)

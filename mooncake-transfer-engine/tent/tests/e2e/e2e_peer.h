@@ -41,6 +41,11 @@ uint64_t e2e_peer_hash(struct e2e_peer *p, bool plain, uint64_t off,
 uint64_t e2e_peer_register(struct e2e_peer *p, uint64_t len);
 /* The child frees its rw buffer (tent_free_memory); returns its result. */
 int e2e_peer_free_rw(struct e2e_peer *p);
+/* The child unregisters its rw buffer, keeping the memory; its result. */
+int e2e_peer_unregister_rw(struct e2e_peer *p);
+/* The child registers its rw buffer (again) with permission perm
+ * (PERM_*), unregistering it first if it is registered; its result. */
+int e2e_peer_reregister_rw(struct e2e_peer *p, int perm);
 /* The target allocates len bytes with tent_allocate_memory and registers
  * them (an "already registered" answer counts as registered); returns the
  * address or 0. */
