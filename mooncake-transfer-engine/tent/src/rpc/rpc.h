@@ -74,6 +74,10 @@ int tent_rpc_conn_send_resp(struct tent_rpc_conn *c, uint32_t seq,
                             int32_t status, const void *data, uint32_t len);
 /* "<ip>:<port>" of the connection's client. */
 const char *tent_rpc_conn_peer(const struct tent_rpc_conn *c);
+/* Makes the connection's pending and next receives and sends fail at once
+ * (the handler then returns -1 and the connection is dropped).  Safe from
+ * any thread while the handler runs; never blocks. */
+void tent_rpc_conn_abort(struct tent_rpc_conn *c);
 
 /* Bounds on the server's connections (config keys rpc_max_connections,
  * rpc_idle_timeout_ms, rpc_frame_timeout_ms). */

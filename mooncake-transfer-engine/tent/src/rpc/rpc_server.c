@@ -262,6 +262,11 @@ const char *tent_rpc_conn_peer(const struct tent_rpc_conn *c)
     return c->peer;
 }
 
+void tent_rpc_conn_abort(struct tent_rpc_conn *c)
+{
+    shutdown(c->fd, SHUT_RDWR);
+}
+
 /* A frame of a type a transport serves: its handler, else the body is
  * skipped and the client told TENT_ENOTSUP (no transport here serves it). */
 static int serve_installed(struct tent_rpc_conn *c,

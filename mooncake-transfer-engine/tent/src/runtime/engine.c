@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int load_settings(struct tent_engine *e)
 {
@@ -41,6 +42,12 @@ static int load_settings(struct tent_engine *e)
     if (rc)
         return rc;
     e->merge_max_bytes = (uint64_t)v;
+
+    rc = tent_config_get_int_range(e->cfg, "revoke_timeout_ms", 3000, 1, 600000,
+                                   &v);
+    if (rc)
+        return rc;
+    e->revoke_timeout_ms = (int)v;
 
     rc = tent_config_get_bool(e->cfg, "enable_auto_failover_on_poll", true,
                               &e->auto_failover_on_poll);
@@ -136,6 +143,12 @@ tent_engine_t tent_create_engine(void)
     pthread_mutex_init(&e->reg_lock, NULL);
     pthread_mutex_init(&e->batch_lock, NULL);
     pthread_mutex_init(&e->notif_lock, NULL);
+    pthread_mutex_init(&e->pin_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->pin_cond, &ca);
+    pthread_condattr_destroy(&ca);
 
     int rc = tent_config_snapshot(&e->cfg);
     if (rc)
@@ -202,6 +215,8 @@ fail_config:
     pthread_mutex_destroy(&e->reg_lock);
     pthread_mutex_destroy(&e->batch_lock);
     pthread_mutex_destroy(&e->notif_lock);
+    pthread_mutex_destroy(&e->pin_lock);
+    pthread_cond_destroy(&e->pin_cond);
     free(e);
     (void)rc; /* the thread's last error already says what failed */
     return NULL;
@@ -273,6 +288,8 @@ void tent_destroy_engine(tent_engine_t engine)
     pthread_mutex_destroy(&e->reg_lock);
     pthread_mutex_destroy(&e->batch_lock);
     pthread_mutex_destroy(&e->notif_lock);
+    pthread_mutex_destroy(&e->pin_lock);
+    pthread_cond_destroy(&e->pin_cond);
     free(e);
 }
 

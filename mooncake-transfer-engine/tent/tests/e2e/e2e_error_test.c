@@ -6,8 +6,8 @@
  *    tcp; transient ones (connection refused) move to shm; a stalled or a
  *    trickling peer fails within the timeout with ETIMEDOUT while
  *    tent_submit itself returns at once;
- *  - "shm": a peer that dropped the memory or died fails the task with
- *    EPEER and a message naming the process;
+ *  - "shm": a peer that dropped the memory fails the task with ERANGE and
+ *    a message naming the process;
  *  - "memfabric_host_tcp": memfabric over mf_host: a dead peer fails with
  *    the vendor's or the peer's cause, and a peer without memfabric moves
  *    to tcp.
@@ -197,7 +197,9 @@ static void stop_peer(pid_t pid)
 
 /* The target made the buffer read-only after we fetched its descriptor:
  * its tcp half refuses the write with TENT_EPERM.  No other transport can
- * fix that, so the task fails at once (shm, installed too, never runs). */
+ * fix that, so the task does not fail over (shm, installed too, never
+ * runs): the descriptor is fetched once more, which says read-only, and the
+ * task fails with TENT_EPERM. */
 static void test_tcp_permission_refused_no_failover(void **state)
 {
     struct fixture *f = *state;
@@ -209,13 +211,13 @@ static void test_tcp_permission_refused_no_failover(void **state)
     assert_int_equal(c.status, STATUS_FAILED);
     assert_int_equal(c.code, TENT_EPERM);
     assert_string_equal(c.xport, "tcp");
-    assert_non_null(strstr(c.msg, "refused the write"));
+    assert_non_null(strstr(c.msg, "is read-only"));
     assert_non_null(strstr(c.msg, "127.0.0.1:"));
     assert_untouched(f, 0, 4096);
 }
 
 /* The target unregistered the range: TENT_ERANGE from its tcp half, no
- * failover. */
+ * failover; the descriptor fetched again has no such range either. */
 static void test_tcp_unregistered_range_no_failover(void **state)
 {
     struct fixture *f = *state;
@@ -226,6 +228,8 @@ static void test_tcp_unregistered_range_no_failover(void **state)
     assert_int_equal(c.status, STATUS_FAILED);
     assert_int_equal(c.code, TENT_ERANGE);
     assert_string_equal(c.xport, "tcp");
+    assert_non_null(strstr(c.msg, "fetched again"));
+    assert_non_null(strstr(c.msg, "refused the write"));
     assert_untouched(f, 8192, 4096);
 }
 
@@ -480,9 +484,9 @@ static void test_tcp_trickling_peer(void **state)
 
 /* ---- shm ----------------------------------------------------------------- */
 
-/* The peer freed its memory after we mapped it: the copy is not confirmed
- * (the peer's lock on the memfd is gone) and the task fails with EPEER and
- * a message naming the peer's pid. */
+/* The peer freed its memory after we mapped it: its free revoked the
+ * buffer in its control page, so the copy is refused before it touches
+ * anything, with TENT_ERANGE and a message naming the peer's pid. */
 static void test_shm_dropped_memory_cause(void **state)
 {
     struct fixture *f = *state;
@@ -494,8 +498,9 @@ static void test_shm_dropped_memory_cause(void **state)
     char pid[32];
     snprintf(pid, sizeof(pid), "pid %ld", (long)f->peer.pid);
     assert_int_equal(c.status, STATUS_FAILED);
-    assert_int_equal(c.code, TENT_EPEER);
+    assert_int_equal(c.code, TENT_ERANGE);
     assert_non_null(strstr(c.msg, pid));
+    assert_non_null(strstr(c.msg, "no longer registered"));
 }
 
 /* ---- memfabric over mf_host ------------------------------------------------

@@ -43,6 +43,22 @@ uint64_t e2e_peer_register(struct e2e_peer *p, uint64_t len);
 int e2e_peer_free_rw(struct e2e_peer *p);
 /* The child unregisters its rw buffer, keeping the memory; its result. */
 int e2e_peer_unregister_rw(struct e2e_peer *p);
+/* The child unregisters and free()s a buffer e2e_peer_register made. */
+int e2e_peer_release_malloc(struct e2e_peer *p, uint64_t addr, uint64_t len);
+/* The child runs threads with 8 MiB stacks that keep 4 MiB of them
+ * patterned for ms; 1 when no byte changed meanwhile. */
+int e2e_peer_stack_check(struct e2e_peer *p, int ms);
+/* The child unregisters its plain (malloc) buffer. */
+int e2e_peer_unregister_plain(struct e2e_peer *p);
+/* The child opens segment name (ours, say): its result. */
+int e2e_peer_open(struct e2e_peer *p, const char *name);
+/* The child starts one request of len bytes between its rw (or plain)
+ * buffer and address remote of the segment it opened, and polls it to its
+ * end; e2e_peer_transfer_end reads the outcome: the final STATUS_* (-1 when
+ * the child is gone) and the cause's code in *code. */
+int e2e_peer_transfer_start(struct e2e_peer *p, int opcode, bool plain,
+                            uint64_t remote, uint64_t len);
+int e2e_peer_transfer_end(struct e2e_peer *p, int *code);
 /* The child registers its rw buffer (again) with permission perm
  * (PERM_*), unregistering it first if it is registered; its result. */
 int e2e_peer_reregister_rw(struct e2e_peer *p, int perm);
