@@ -130,6 +130,7 @@ struct tent_batch {
     size_t capacity, ntasks;
     struct tent_task *tasks;
     struct tent_sub_batch *subs[TENT_MAX_TRANSPORTS];
+    struct tent_batch *next_deferred; /* engine's list of freed-in-flight */
     /* tent_submit_notif: sent once every task has completed. */
     char *notif_name, *notif_msg;
     uint64_t notif_target;
@@ -230,6 +231,11 @@ struct tent_engine {
     pthread_mutex_t batch_lock;
     struct tent_batch **batches;
     size_t nbatches;
+    /* Batches tent_free_batch unlinked while tasks were still in flight
+     * (TENT defers the free): reaped by later calls once every task is
+     * terminal.  Guarded by batch_lock; each holds the table's reference. */
+    struct tent_batch *deferred;
+    atomic_size_t ndeferred; /* its length, read without the lock */
 };
 
 static inline struct tent_segment *tent_seg_of(const struct tent_seg_view *v)
@@ -319,6 +325,9 @@ int tent_notif_validate(const char *name, const char *msg, const char *what);
 
 /* batch_table.c */
 void tent_batches_teardown(struct tent_engine *e);
+/* Frees the deferred batches whose tasks have all ended (cheap when there
+ * are none).  Takes batch locks: call it holding no runtime lock. */
+void tent_batches_reap(struct tent_engine *e);
 
 static inline struct tent_engine *tent_engine_cast(tent_engine_t h)
 {

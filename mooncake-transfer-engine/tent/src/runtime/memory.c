@@ -427,6 +427,7 @@ int tent_unregister_memory(tent_engine_t engine, void *addr, size_t size)
         return tent_set_error(TENT_ENULL, "unregister memory: engine is NULL");
     if (!addr)
         return tent_set_error(TENT_ENULL, "unregister memory: address is NULL");
+    tent_batches_reap(e); /* batches freed in flight may have ended */
     pthread_mutex_lock(&e->reg_lock);
     int rc = unregister_locked(e, addr, size);
     pthread_mutex_unlock(&e->reg_lock);
@@ -446,6 +447,7 @@ int tent_unregister_memory_batch(tent_engine_t engine, void **addrs,
     if (count == 0)
         return tent_set_error(TENT_EINVAL,
                               "unregister memory batch: count is 0");
+    tent_batches_reap(e); /* batches freed in flight may have ended */
     /* Check every entry first so that a bad one changes nothing. */
     pthread_mutex_lock(&e->reg_lock);
     pthread_rwlock_rdlock(&e->local->lock);
@@ -762,6 +764,7 @@ int tent_free_memory(tent_engine_t engine, void *addr)
     struct tent_engine *e = tent_engine_cast(engine);
     if (!e)
         return tent_set_error(TENT_ENULL, "tent_free_memory: engine is NULL");
+    tent_batches_reap(e); /* batches freed in flight may have ended */
     if (!addr)
         return tent_set_error(TENT_ENULL, "tent_free_memory: address is NULL");
     pthread_mutex_lock(&e->reg_lock);
