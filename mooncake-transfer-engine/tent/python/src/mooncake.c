@@ -1346,7 +1346,7 @@ static PyObject *sync_common(MCObject *self, int single, PyObject *target,
                              int opcode, PyObject *notify, PyObject *hint_o,
                              const char *fn)
 {
-    int hint;
+    int hint = TRANSPORT_UNSPEC;
     if (!PyUnicode_Check(target)) {
         PyErr_Format(PyExc_TypeError, "%s(): target_hostname must be str", fn);
         return NULL;
@@ -1486,7 +1486,7 @@ static PyObject *async_common(MCObject *self, int single, PyObject *target,
                               int opcode, PyObject *notify, PyObject *hint_o,
                               const char *fn)
 {
-    int hint;
+    int hint = TRANSPORT_UNSPEC;
     if (!PyUnicode_Check(target)) {
         PyErr_Format(PyExc_TypeError, "%s(): target_hostname must be str", fn);
         return NULL;
