@@ -7,8 +7,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #define VIEW_CAPSULE "tent.buffer_view"
 
@@ -218,22 +216,45 @@ int tentpy_int_from(PyObject *obj, const char *what, long long lo, long long hi,
     return 0;
 }
 
+/* Whether every byte of [addr, end) lies in readable mappings of this
+ * process (/proc/self/maps, sorted by address).  A reserved PROT_NONE
+ * region (a guard, a sanitizer's shadow) counts as not readable: a local
+ * copy would fault there just the same. */
+static bool range_readable(uint64_t addr, uint64_t end)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f)
+        return false;
+    char line[512];
+    uint64_t cur = addr;
+    bool ok = false;
+    while (!ok && fgets(line, sizeof(line), f)) {
+        unsigned long long lo, hi;
+        char perms[8];
+        if (sscanf(line, "%llx-%llx %7s", &lo, &hi, perms) != 3)
+            continue;
+        /* a line longer than the buffer: skip its tail */
+        while (!strchr(line, '\n') && fgets(line, sizeof(line), f))
+            ;
+        if (hi <= cur)
+            continue;
+        if (lo > cur || perms[0] != 'r')
+            break; /* a hole, or memory without read access */
+        cur = hi;
+        ok = cur >= end;
+    }
+    fclose(f);
+    return ok;
+}
+
 int tentpy_check_mapped(uint64_t addr, uint64_t len, const char *what)
 {
     if (len == 0 || addr == 0)
         return 0; /* the engine names these itself */
-    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t start = addr & ~(page - 1);
-    bool ok = addr + len > addr && addr + len + page - 1 > addr + len;
-    if (ok) {
-        uint64_t end = (addr + len + page - 1) & ~(page - 1);
-        ok = msync((void *)(uintptr_t)start, (size_t)(end - start), MS_ASYNC) ==
-             0;
-    }
-    if (!ok) {
+    if (addr + len < addr || !range_readable(addr, addr + len)) {
         tentpy_errorf(PyExc_ValueError,
-                      "%s: [%#llx, +%llu) is not mapped memory of this "
-                      "process",
+                      "%s: [%#llx, +%llu) is not mapped, readable memory of "
+                      "this process",
                       what, (unsigned long long)addr, (unsigned long long)len);
         return -1;
     }

@@ -83,10 +83,10 @@ int tentpy_int_from(PyObject *obj, const char *what, long long lo, long long hi,
 int tentpy_mem_check_len(const struct tentpy_mem *m, uint64_t len,
                          const char *what);
 
-/* Checks that [addr, addr+len) is memory this process has mapped (one
- * msync(MS_ASYNC), which only walks the mappings): an integer address
- * registered for host memory must be real memory, not a range a later
- * local copy would fault on.  ValueError naming the range otherwise. */
+/* Checks that [addr, addr+len) is memory this process has mapped with
+ * read access (/proc/self/maps): an integer address registered for host
+ * memory must be real memory, not a range a later local copy would fault
+ * on.  ValueError naming the range otherwise. */
 int tentpy_check_mapped(uint64_t addr, uint64_t len, const char *what);
 
 /* Whether a location string names host memory ("", "*", "cpu",
