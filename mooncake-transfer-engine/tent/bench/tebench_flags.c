@@ -407,9 +407,8 @@ static int validate(struct tb_opts *o, char *err, size_t errlen)
                     "bad value in --tent_transport_hint=%s (unspec, tcp, shm, "
                     "memfabric)",
                     o->transport_hint);
-    static const char *const levels[] = {"trace",   "debug", "info",
-                                         "warning", "warn",  "error",
-                                         "off"};
+    static const char *const levels[] = {"trace", "debug", "info", "warning",
+                                         "warn",  "error", "off"};
     bool level_ok = false;
     for (size_t i = 0; i < sizeof(levels) / sizeof(*levels); i++)
         level_ok |= strcasecmp(o->log_level, levels[i]) == 0;
