@@ -61,15 +61,23 @@ int tentpy_core_init(struct tentpy_core *c)
     return 0;
 }
 
-int tentpy_enter(struct tentpy_core *c)
+int tentpy_check(struct tentpy_core *c)
 {
-    atomic_fetch_add(&c->active, 1);
     if (atomic_load(&c->closed) || !c->eng) {
-        atomic_fetch_sub(&c->active, 1);
         PyErr_SetString(PyExc_RuntimeError,
                         c->eng || atomic_load(&c->closed)
                             ? "the transfer engine is closed"
                             : "the transfer engine is not initialized");
+        return -1;
+    }
+    return 0;
+}
+
+int tentpy_enter(struct tentpy_core *c)
+{
+    atomic_fetch_add(&c->active, 1);
+    if (tentpy_check(c) < 0) {
+        atomic_fetch_sub(&c->active, 1);
         return -1;
     }
     return 0;

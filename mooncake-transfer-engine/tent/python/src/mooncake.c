@@ -796,7 +796,7 @@ static PyObject *mc_register(MCObject *self, PyObject *const *args,
     const char *fn = "register_memory";
     PyObject *a[3];
     const char *loc;
-    if (PARSE(fn, names, 2, a) < 0 || tentpy_enter(&self->core) < 0)
+    if (PARSE(fn, names, 2, a) < 0 || tentpy_check(&self->core) < 0)
         return NULL;
     int r = str_in(self, a[2], fn, "location", &loc);
     tent_memory_options_t o;
@@ -805,9 +805,14 @@ static PyObject *mc_register(MCObject *self, PyObject *const *args,
     struct mc_item it = {{0, 0, NULL}, 0};
     if (r == ARG_OK)
         r = mc_item_from(self, a[0], a[1], &o, fn, &it);
-    if (r == ARG_OK)
-        r = mc_register_items(self, &it, 1, &o, fn);
-    tentpy_leave(&self->core);
+    if (r == ARG_OK) {
+        if (tentpy_enter(&self->core) < 0)
+            r = ARG_PYERR;
+        else {
+            r = mc_register_items(self, &it, 1, &o, fn);
+            tentpy_leave(&self->core);
+        }
+    }
     Py_CLEAR(it.m.holder);
     return r == ARG_PYERR ? NULL : PyLong_FromLong(r);
 }
@@ -864,9 +869,8 @@ static PyObject *mc_batch_register(MCObject *self, PyObject *const *args,
     const char *fn = "batch_register_memory";
     PyObject *a[3];
     const char *loc;
-    if (PARSE(fn, names, 2, a) < 0 || tentpy_enter(&self->core) < 0)
+    if (PARSE(fn, names, 2, a) < 0 || tentpy_check(&self->core) < 0)
         return NULL;
-    tentpy_leave(&self->core); /* entered again to register */
     int r = str_in(self, a[2], fn, "location", &loc);
     if (r == ARG_PYERR)
         return NULL;
@@ -1360,8 +1364,17 @@ static PyObject *sync_common(MCObject *self, int single, PyObject *target,
     if (a == ARG_REFUSED)
         return fail_int();
     PyObject *res = NULL;
-    if (tentpy_enter(&self->core) < 0)
+    struct reqs q;
+    q.r = NULL;
+    q.holders = NULL;
+    /* The arguments are converted before the call is entered: their Python
+     * code (data_ptr()) may even close this engine. */
+    if (tentpy_check(&self->core) < 0 ||
+        build_reqs(self, single, bufs, peers, lens, opcode, 0, hint, fn, &q) <
+            0)
         goto out_notify;
+    if (tentpy_enter(&self->core) < 0)
+        goto out_free;
     tent_segment_id_t seg;
     int code;
     if (tentpy_segment(&self->core, target, &seg, &code) < 0) {
@@ -1371,12 +1384,9 @@ static PyObject *sync_common(MCObject *self, int single, PyObject *target,
         res = fail_int();
         goto out_leave;
     }
-    struct reqs q;
-    if (build_reqs(self, single, bufs, peers, lens, opcode, seg, hint, fn, &q) <
-        0)
-        goto out_leave;
+    for (size_t i = 0; i < q.n; i++)
+        q.r[i].target_id = seg;
     if (q.n == 0) {
-        reqs_free(&q);
         res = PyLong_FromLong(0);
         goto out_leave;
     }
@@ -1386,7 +1396,6 @@ static PyObject *sync_common(MCObject *self, int single, PyObject *target,
     const char *nm = nmsg ? PyUnicode_AsUTF8(nmsg) : NULL;
     int r = tentpy_run(&self->core, q.r, q.n, nn, nm, self->timeout_s, &err,
                        msg, sizeof(msg));
-    reqs_free(&q);
     if (r == TENTPY_RUN_INTERRUPTED)
         goto out_leave; /* KeyboardInterrupt (or the handler's error) */
     if (r != TENTPY_RUN_OK) {
@@ -1397,6 +1406,8 @@ static PyObject *sync_common(MCObject *self, int single, PyObject *target,
     }
 out_leave:
     tentpy_leave(&self->core);
+out_free:
+    reqs_free(&q);
 out_notify:
     Py_XDECREF(nname);
     Py_XDECREF(nmsg);
@@ -1500,8 +1511,16 @@ static PyObject *async_common(MCObject *self, int single, PyObject *target,
     if (a == ARG_REFUSED)
         return PyLong_FromLong(0);
     PyObject *res = NULL;
-    if (tentpy_enter(&self->core) < 0)
+    struct reqs q;
+    q.r = NULL;
+    q.holders = NULL;
+    /* converted before the call is entered, as in sync_common */
+    if (tentpy_check(&self->core) < 0 ||
+        build_reqs(self, single, bufs, peers, lens, opcode, 0, hint, fn, &q) <
+            0)
         goto out_notify;
+    if (tentpy_enter(&self->core) < 0)
+        goto out_free;
     tent_segment_id_t seg;
     int code;
     if (tentpy_segment(&self->core, target, &seg, &code) < 0) {
@@ -1511,12 +1530,9 @@ static PyObject *async_common(MCObject *self, int single, PyObject *target,
         res = PyLong_FromLong(0);
         goto out_leave;
     }
-    struct reqs q;
-    if (build_reqs(self, single, bufs, peers, lens, opcode, seg, hint, fn, &q) <
-        0)
-        goto out_leave;
+    for (size_t i = 0; i < q.n; i++)
+        q.r[i].target_id = seg;
     if (q.n == 0) {
-        reqs_free(&q);
         set_last(self, "%s: no requests", fn);
         res = PyLong_FromLong(0);
         goto out_leave;
@@ -1546,9 +1562,10 @@ static PyObject *async_common(MCObject *self, int single, PyObject *target,
         PyObject *v = Py_BuildValue("(dO)", tentpy_now() + self->timeout_s,
                                     q.holders ? q.holders : Py_None);
         if (!k || !v || PyDict_SetItem(self->core.async_keep, k, v) < 0) {
+            /* no record to wait on it by: let it finish, then free it */
             Py_XDECREF(k);
             Py_XDECREF(v);
-            reqs_free(&q);
+            tentpy_release_batch(&self->core, bid);
             goto out_leave;
         }
         Py_DECREF(v);
@@ -1556,9 +1573,10 @@ static PyObject *async_common(MCObject *self, int single, PyObject *target,
     } else {
         res = PyLong_FromLong(0);
     }
-    reqs_free(&q);
 out_leave:
     tentpy_leave(&self->core);
+out_free:
+    reqs_free(&q);
 out_notify:
     Py_XDECREF(nname);
     Py_XDECREF(nmsg);

@@ -159,8 +159,14 @@ void tentpy_core_clear(struct tentpy_core *c);
 int tentpy_core_traverse(struct tentpy_core *c, visitproc visit, void *arg);
 
 /* Marks a call as entered; raises (InvalidEntryError / RuntimeError) and
- * returns -1 when the engine is closed or was never created. */
+ * returns -1 when the engine is closed or was never created.  No Python
+ * code of the caller's objects may run while entered (a data_ptr() that
+ * calls close() would wait for its own call): arguments are converted
+ * first, after tentpy_check(). */
 int tentpy_enter(struct tentpy_core *c);
+/* The same test without entering: -1 with RuntimeError when the engine is
+ * closed or was never created. */
+int tentpy_check(struct tentpy_core *c);
 static inline void tentpy_leave(struct tentpy_core *c)
 {
     atomic_fetch_sub_explicit(&c->active, 1, memory_order_release);

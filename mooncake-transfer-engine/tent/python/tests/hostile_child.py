@@ -246,7 +246,60 @@ def attack_mc_absurd_registration():
     return err
 
 
+class ClosingBuffer:
+    """A data_ptr()/nbytes object whose data_ptr() closes the engine the
+    call runs on (a call must not wait for itself)."""
+
+    def __init__(self, arr, eng):
+        self.arr = arr
+        self.eng = eng
+
+    def data_ptr(self):
+        self.eng.close()
+        return self.arr.ctypes.data
+
+    @property
+    def nbytes(self):
+        return self.arr.nbytes
+
+
+def attack_close_from_data_ptr():
+    import tent
+    outcomes = []
+    for call in ("register", "batch_register", "sync", "async"):
+        target, tbuf, eng, session = mooncake_pair()
+        src = np.ones(64, np.uint8)
+        evil = ClosingBuffer(src, eng)
+        try:
+            if call == "register":
+                r = eng.register_memory(evil, 64)
+            elif call == "batch_register":
+                r = eng.batch_register_memory([evil], [64])
+            elif call == "sync":
+                r = eng.transfer_sync_write(session, evil, tbuf.ctypes.data,
+                                            64)
+            else:
+                r = eng.batch_transfer_async_write(session, [evil],
+                                                   [tbuf.ctypes.data], [64])
+        except RuntimeError as e:
+            assert "closed" in str(e), e
+            r = "RuntimeError"
+        outcomes.append("%s:%s" % (call, r))
+        target.close()
+    cfg = tentenv.tent_config("tcp")
+    teng = tent.TransferEngine(cfg)
+    os.unlink(cfg)
+    try:
+        teng.register_local_memory(ClosingBuffer(np.ones(64, np.uint8), teng))
+        outcomes.append("tent:registered")
+    except RuntimeError as e:
+        assert "closed" in str(e), e
+        outcomes.append("tent:RuntimeError")
+    return " ".join(outcomes)
+
+
 ATTACKS = {
+    "close_from_data_ptr": attack_close_from_data_ptr,
     "mc_batch_register": attack_mc_batch_register,
     "mc_batch_unregister": attack_mc_batch_unregister,
     "mc_batch_transfer_sync": lambda: attack_mc_batch_transfer(False),

@@ -218,10 +218,11 @@ def test_tent_free_drops_registrations_inside():
 @pytest.mark.parametrize("attack", [
     "mc_batch_register", "mc_batch_unregister", "mc_batch_transfer_sync",
     "mc_batch_transfer_async", "mc_batch_status", "tent_register_batch",
-    "tent_unregister_batch", "tent_submit", "mc_absurd_registration"])
+    "tent_unregister_batch", "tent_submit", "mc_absurd_registration",
+    "close_from_data_ptr"])
 def test_attack_in_child(attack):
     r = subprocess.run([sys.executable, os.path.join(HERE, "hostile_child.py"),
-                        attack], capture_output=True, text=True, timeout=120)
+                        attack], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.startswith("ok"), \
         "%s: exit %d\n%s\n%s" % (attack, r.returncode, r.stdout, r.stderr)
     print(r.stdout.strip())
