@@ -86,6 +86,9 @@ static const struct flag g_flags[] = {
          "per-request transport hint: unspec, tcp, shm, memfabric"),
     STRF("backend", backend, "tent"),
     STRF("config", config, "TENT JSON config file (else MC_TENT_CONF)"),
+    STRF("log_level", log_level,
+         "engine log level: trace, debug, info, warning, error, off "
+         "(warning; overrides the config's log_level)"),
     {"json", F_BOOL, OPT(json), 0, "print one JSON object per case"},
     {"loopback", F_BOOL, OPT(loopback), 0,
      "run target and initiator as two processes of this command"},
@@ -114,6 +117,8 @@ void tb_opts_default(struct tb_opts *o)
     snprintf(o->metadata_type, sizeof(o->metadata_type), "p2p");
     o->rpc_server_port = -1;
     snprintf(o->backend, sizeof(o->backend), "tent");
+    /* A table interleaved with the engine's INFO lines is hard to read. */
+    snprintf(o->log_level, sizeof(o->log_level), "warning");
 }
 
 void tb_usage(FILE *f, const char *prog)
@@ -402,6 +407,16 @@ static int validate(struct tb_opts *o, char *err, size_t errlen)
                     "bad value in --tent_transport_hint=%s (unspec, tcp, shm, "
                     "memfabric)",
                     o->transport_hint);
+    static const char *const levels[] = {"trace", "debug", "info", "warning",
+                                         "warn",  "error", "off"};
+    bool level_ok = false;
+    for (size_t i = 0; i < sizeof(levels) / sizeof(*levels); i++)
+        level_ok |= strcasecmp(o->log_level, levels[i]) == 0;
+    if (!level_ok)
+        return fail(err, errlen,
+                    "bad value in --log_level=%s (trace, debug, info, "
+                    "warning, error, off)",
+                    o->log_level);
     if (o->config[0] && access(o->config, R_OK) != 0)
         return fail(err, errlen, "bad value in --config=%s: %s", o->config,
                     strerror(errno));

@@ -42,8 +42,10 @@ def test_mooncake_initialize_errors():
         eng.initialize("127.0.0.1")
     with pytest.raises(TypeError):
         eng.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "", bogus=1)
-    assert eng.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", "") == -1
-    assert "rdma" in eng.last_error()
+    assert eng.initialize("127.0.0.1", "P2PHANDSHAKE", "warp-drive", "") == -1
+    assert "warp-drive" in eng.last_error()
+    assert eng.initialize("127.0.0.1", "P2PHANDSHAKE", "xgmi", "") == -1
+    assert "hip" in eng.last_error()
     assert eng.initialize("", "P2PHANDSHAKE", "tcp", "") == -1
     assert eng.initialize("127.0.0.1:99999", "P2PHANDSHAKE", "tcp", "") == -1
     assert eng.initialize("127.0.0.1:1:gpu_0", "P2PHANDSHAKE", "tcp", "") == -1
