@@ -170,6 +170,15 @@ void classic_seal(struct classic_engine *ce);
 /* Destroys the tent engine (graceful shutdown and destroyTransferEngine). */
 void classic_engine_stop(struct classic_engine *ce);
 
+/* ---- notifications (transfer.c) ----------------------------------------- */
+
+/* Keeps n received notifications for the next getNotifsFromEngine (from a
+ * tent engine being replaced, or that could not be handed out).  Caller
+ * holds `lock`.  -1 when out of memory (the records are then lost, and the
+ * caller says so). */
+int classic_stash_append(struct classic_engine *ce,
+                         const tent_notifi_record_t *records, int n);
+
 /* ---- batches (transfer.c) ----------------------------------------------- */
 
 void classic_batches_free(struct classic_engine *ce);

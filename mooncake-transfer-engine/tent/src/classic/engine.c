@@ -323,6 +323,28 @@ struct start_job {
 static const char *const g_kind_names[CLASSIC_NKINDS] = {"tcp", "shm",
                                                          "memfabric"};
 
+/* Stages key = value as a JSON string ("null", the default, when value is
+ * empty).  Returns -1 when the value cannot be encoded. */
+static int stage_string(const char *key, const char *value)
+{
+    char v[6 * 1024 + 3]; /* every byte of the longest value escaped */
+    if (!value || !*value) {
+        tent_set_config(key, "null");
+        return 0;
+    }
+    if (json_string(value, v, sizeof(v)) != 0)
+        return -1;
+    tent_set_config(key, v);
+    return 0;
+}
+
+static void stage_number(const char *key, long value)
+{
+    char v[32];
+    snprintf(v, sizeof(v), "%ld", value);
+    tent_set_config(key, v);
+}
+
 /* Runs in a thread of its own: TENT stages tent_set_config per thread, so
  * the keys set here reach this engine only (with process-wide staging the
  * last engine's keys stay staged; every key is set each time, "null" for a
@@ -331,23 +353,11 @@ static void *start_thread(void *arg)
 {
     struct start_job *job = arg;
     const struct classic_settings *set = job->set;
-    char v[1100];
-    json_string(set->meta_type, v, sizeof(v));
-    tent_set_config("metadata_type", v);
-    if (set->meta_servers[0] &&
-        json_string(set->meta_servers, v, sizeof(v)) == 0)
-        tent_set_config("metadata_servers", v);
-    else
-        tent_set_config("metadata_servers", "null");
-    json_string(set->host, v, sizeof(v));
-    tent_set_config("rpc_server_hostname", v);
-    snprintf(v, sizeof(v), "%u", set->port);
-    tent_set_config("rpc_server_port", v);
-    if (set->segment_name[0] &&
-        json_string(set->segment_name, v, sizeof(v)) == 0)
-        tent_set_config("local_segment_name", v);
-    else
-        tent_set_config("local_segment_name", "null");
+    int bad = stage_string("metadata_type", set->meta_type);
+    bad |= stage_string("metadata_servers", set->meta_servers);
+    bad |= stage_string("rpc_server_hostname", set->host);
+    stage_number("rpc_server_port", (long)set->port);
+    bad |= stage_string("local_segment_name", set->segment_name);
     for (int k = 0; k < CLASSIC_NKINDS; k++) {
         char key[64];
         snprintf(key, sizeof(key), "transports/%s/enable", g_kind_names[k]);
@@ -358,29 +368,33 @@ static void *start_thread(void *arg)
                                                                : "null";
         tent_set_config(key, val);
     }
-    if (set->npu >= 0) {
-        snprintf(v, sizeof(v), "%d", set->npu);
-        tent_set_config("transports/memfabric/device_id", v);
-    } else {
+    if (set->npu >= 0)
+        stage_number("transports/memfabric/device_id", set->npu);
+    else
         tent_set_config("transports/memfabric/device_id", "null");
-    }
     if (strcmp(set->meta_type, "redis") == 0) {
         const char *pw = getenv("MC_REDIS_PASSWORD");
-        if (pw && *pw && json_string(pw, v, sizeof(v)) == 0)
-            tent_set_config("metadata_password", v);
+        if (pw && *pw)
+            bad |= stage_string("metadata_password", pw);
         const char *db = getenv("MC_REDIS_DB_INDEX");
         if (db && *db) {
             char *end;
             long n = strtol(db, &end, 10);
-            if (*end || n < 0 || n > 255)
+            if (*end || n < 0 || n > 255) {
                 CLASSIC_WARN("MC_REDIS_DB_INDEX '%s' is not 0..255; using 0",
                              db);
-            snprintf(v, sizeof(v), "%ld", *end || n < 0 || n > 255 ? 0 : n);
-            tent_set_config("metadata_db", v);
+                n = 0;
+            }
+            stage_number("metadata_db", n);
         }
         if (getenv("MC_REDIS_USERNAME"))
             CLASSIC_WARN("MC_REDIS_USERNAME is not supported (redis AUTH "
                          "with a password only); ignored");
+    }
+    if (bad) {
+        snprintf(job->why, sizeof(job->why),
+                 "a configuration value is too long to pass on");
+        return NULL;
     }
     job->te = tent_create_engine();
     if (!job->te)
@@ -560,24 +574,11 @@ CLASSIC_API void destroyTransferEngine(transfer_engine_t engine)
 static void stash_notifs(struct classic_engine *ce)
 {
     tent_notifi_info info = {0};
-    if (tent_recv_notifs(ce->te, &info) != TENT_OK || info.num_records == 0) {
-        tent_free_notifs(&info);
-        return;
-    }
-    size_t n = (size_t)ce->stash.num_records + (size_t)info.num_records;
-    tent_notifi_record_t *r =
-        realloc(ce->stash.records, n * sizeof(*ce->stash.records));
-    if (!r) {
+    if (tent_recv_notifs(ce->te, &info) == TENT_OK &&
+        classic_stash_append(ce, info.records, info.num_records) != 0)
         CLASSIC_WARN("installTransport: out of memory; %d received "
                      "notification(s) dropped",
                      info.num_records);
-        tent_free_notifs(&info);
-        return;
-    }
-    memcpy(r + ce->stash.num_records, info.records,
-           (size_t)info.num_records * sizeof(*r));
-    ce->stash.records = r;
-    ce->stash.num_records = (int)n;
     tent_free_notifs(&info);
 }
 

@@ -421,6 +421,42 @@ static void free_msgs(notify_msg_t *m, int n)
     free(m);
 }
 
+int classic_stash_append(struct classic_engine *ce,
+                         const tent_notifi_record_t *records, int n)
+{
+    if (n <= 0)
+        return 0;
+    size_t total = (size_t)ce->stash.num_records + (size_t)n;
+    tent_notifi_record_t *r = realloc(ce->stash.records, total * sizeof(*r));
+    if (!r)
+        return -1;
+    memcpy(r + ce->stash.num_records, records, (size_t)n * sizeof(*r));
+    ce->stash.records = r;
+    ce->stash.num_records = (int)total;
+    return 0;
+}
+
+/* The received notifications as Mooncake hands them out: an array and
+ * each string malloc'ed.  NULL when out of memory. */
+static notify_msg_t *to_msgs(const tent_notifi_info *a,
+                             const tent_notifi_info *b)
+{
+    int n = a->num_records + b->num_records;
+    notify_msg_t *out = calloc((size_t)n, sizeof(*out));
+    for (int i = 0; out && i < n; i++) {
+        const tent_notifi_record_t *r = i < a->num_records
+                                            ? &a->records[i]
+                                            : &b->records[i - a->num_records];
+        out[i].name = strdup(r->name);
+        out[i].msg = strdup(r->msg);
+        if (!out[i].name || !out[i].msg) {
+            free_msgs(out, i + 1);
+            out = NULL;
+        }
+    }
+    return out;
+}
+
 CLASSIC_API notify_msg_t *getNotifsFromEngine(transfer_engine_t engine,
                                               int *size)
 {
@@ -437,51 +473,37 @@ CLASSIC_API notify_msg_t *getNotifsFromEngine(transfer_engine_t engine,
     if (!classic_enter(ce, &counted))
         return NULL;
     tent_notifi_info info = {0};
+    bool locked;
+    tent_engine_t te = classic_te_lock(ce, &locked);
+    int rc = te ? tent_recv_notifs(te, &info) : TENT_ESHUTDOWN;
+    if (rc != TENT_OK) {
+        CLASSIC_WARN("getNotifsFromEngine: %s",
+                     te ? tent_last_error() : "the engine is stopped");
+        info = (tent_notifi_info){0};
+    }
+    classic_te_unlock(ce, locked);
     pthread_mutex_lock(&ce->lock);
-    int rc = ce->te ? tent_recv_notifs(ce->te, &info) : TENT_ESHUTDOWN;
     tent_notifi_info stash = ce->stash;
     ce->stash = (tent_notifi_info){0};
     pthread_mutex_unlock(&ce->lock);
-    classic_leave(ce, counted);
-    if (rc != TENT_OK) {
-        CLASSIC_WARN("getNotifsFromEngine: %s", rc == TENT_ESHUTDOWN
-                                                    ? "the engine is stopped"
-                                                    : tent_last_error());
-        info = (tent_notifi_info){0};
-    }
     int n = stash.num_records + info.num_records;
-    notify_msg_t *out = n ? calloc((size_t)n, sizeof(*out)) : NULL;
-    for (int i = 0; out && i < n; i++) {
-        const tent_notifi_record_t *r =
-            i < stash.num_records ? &stash.records[i]
-                                  : &info.records[i - stash.num_records];
-        out[i].name = strdup(r->name);
-        out[i].msg = strdup(r->msg);
-        if (!out[i].name || !out[i].msg) {
-            free_msgs(out, i + 1);
-            out = NULL;
-        }
-    }
+    notify_msg_t *out = n ? to_msgs(&stash, &info) : NULL;
     if (n && !out) {
-        /* Keep them for the next call rather than lose them. */
-        CLASSIC_WARN("getNotifsFromEngine: out of memory for %d "
-                     "notification(s); kept for the next call",
-                     n);
-        tent_notifi_record_t *all = malloc((size_t)n * sizeof(*all));
+        /* Kept for the next call rather than lost. */
         pthread_mutex_lock(&ce->lock);
-        if (all && !ce->stash.records) {
-            memcpy(all, stash.records,
-                   (size_t)stash.num_records * sizeof(*all));
-            memcpy(all + stash.num_records, info.records,
-                   (size_t)info.num_records * sizeof(*all));
-            ce->stash.records = all;
-            ce->stash.num_records = n;
-            all = NULL;
-        }
+        tent_notifi_info later = ce->stash; /* arrived meanwhile */
+        ce->stash = (tent_notifi_info){0};
+        int lost = classic_stash_append(ce, stash.records, stash.num_records) |
+                   classic_stash_append(ce, info.records, info.num_records) |
+                   classic_stash_append(ce, later.records, later.num_records);
         pthread_mutex_unlock(&ce->lock);
-        free(all);
+        tent_free_notifs(&later);
+        CLASSIC_WARN("getNotifsFromEngine: out of memory for %d "
+                     "notification(s); %s",
+                     n, lost ? "some are lost" : "kept for the next call");
         n = 0;
     }
+    classic_leave(ce, counted);
     tent_free_notifs(&stash);
     tent_free_notifs(&info);
     *size = n;
@@ -534,12 +556,14 @@ CLASSIC_API int genNotifyInEngine(transfer_engine_t engine, uint64_t target_id,
 static uint64_t batch_inflight(tent_engine_t te, uint64_t id,
                                const uint64_t *lengths, size_t n)
 {
-    size_t cap = n;
-    tent_status_t *st = malloc(cap * sizeof(*st));
-    if (!st)
-        return 0;
-    size_t got = cap;
-    int rc = tent_task_status_list(te, id, st, &got);
+    size_t got = n;
+    tent_status_t *st = malloc(got * sizeof(*st));
+    int rc = st ? tent_task_status_list(te, id, st, &got) : TENT_ENOMEM;
+    if (rc == TENT_EOVERFLOW) { /* submitted to since the lengths were read */
+        tent_status_t *more = realloc(st, got * sizeof(*st));
+        rc = more ? tent_task_status_list(te, id, more, &got) : TENT_ENOMEM;
+        st = more ? more : st;
+    }
     uint64_t bytes = 0;
     for (size_t i = 0; rc == TENT_OK && i < got && i < n; i++) {
         if (st[i].status != STATUS_PENDING && st[i].status != STATUS_WAITING)
