@@ -22,6 +22,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -870,6 +872,109 @@ static void test_submit_with_notify(void **state)
     free(dst);
 }
 
+/* ---- threads ------------------------------------------------------------ */
+
+/* NIXL posts and checks transfers from several threads on one engine:
+ * four threads each run batches of writes to their own slice while a fifth
+ * reads the NIC load and the notifications. */
+enum { THREADS = 4, ROUNDS = 20, TBLK = 64 * 1024 };
+
+struct thread_arg {
+    transfer_engine_t e;
+    segment_id_t seg;
+    char *src, *dst;
+    int id, failures;
+    atomic_bool *stop;
+};
+
+static void *writer(void *p)
+{
+    struct thread_arg *t = p;
+    for (int r = 0; r < ROUNDS; r++) {
+        batch_id_t b = allocateBatchID(t->e, 4);
+        transfer_request_t req[4];
+        for (int i = 0; i < 4; i++)
+            req[i] = (transfer_request_t){
+                OPCODE_WRITE, t->src + (t->id * 4 + i) * TBLK, t->seg,
+                (uint64_t)(uintptr_t)(t->dst + (t->id * 4 + i) * TBLK), TBLK};
+        notify_msg_t m = {(char *)"writer", (char *)"round"};
+        if (b == INVALID_BATCH || submitTransferWithNotify(t->e, b, req, 4, m))
+            t->failures++;
+        for (size_t i = 0; b != INVALID_BATCH && i < 4; i++) {
+            transfer_status_t st;
+            do {
+                if (getTransferStatus(t->e, b, i, &st) != 0) {
+                    t->failures++;
+                    break;
+                }
+            } while (st.status == STATUS_WAITING);
+            if (st.status != STATUS_COMPLETED)
+                t->failures++;
+        }
+        if (b == INVALID_BATCH || freeBatchID(t->e, b) != 0)
+            t->failures++;
+    }
+    return NULL;
+}
+
+static void *watcher(void *p)
+{
+    struct thread_arg *t = p;
+    while (!atomic_load(t->stop)) {
+        nic_load_stat_t s[2];
+        size_t n = 2;
+        if (getNicLoadStats(t->e, s, &n) != 0 || n != 1)
+            t->failures++;
+        int size;
+        notify_msg_t *m = getNotifsFromEngine(t->e, &size);
+        freeNotifsMsgBuf(m, size);
+    }
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    transfer_engine_t a = p2p(1), b = p2p(1);
+    size_t len = (size_t)THREADS * 4 * TBLK;
+    char *src = malloc(len), *dst = calloc(1, len);
+    for (size_t i = 0; i < len; i++)
+        src[i] = (char)(i * 3 + 1);
+    assert_int_equal(registerLocalMemory(a, src, len, "*", 1), 0);
+    assert_int_equal(registerLocalMemory(b, dst, len, "*", 1), 0);
+    char nb[64];
+    name_of(b, nb, sizeof(nb));
+    segment_id_t seg = openSegment(a, nb);
+    assert_true(seg > 0);
+    atomic_bool stop;
+    atomic_init(&stop, false);
+    struct thread_arg args[THREADS + 1];
+    pthread_t thr[THREADS + 1];
+    for (int i = 0; i <= THREADS; i++) {
+        args[i] = (struct thread_arg){.e = i < THREADS ? a : b,
+                                      .seg = seg,
+                                      .src = src,
+                                      .dst = dst,
+                                      .id = i,
+                                      .stop = &stop};
+        assert_int_equal(pthread_create(&thr[i], NULL,
+                                        i < THREADS ? writer : watcher,
+                                        &args[i]),
+                         0);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(thr[i], NULL);
+    atomic_store(&stop, true);
+    pthread_join(thr[THREADS], NULL);
+    for (int i = 0; i <= THREADS; i++)
+        assert_int_equal(args[i].failures, 0);
+    assert_memory_equal(src, dst, len);
+    destroyTransferEngine(a);
+    destroyTransferEngine(b);
+    free(src);
+    free(dst);
+}
+
 /* ---- the rest ----------------------------------------------------------- */
 
 static void test_nic_load_stats(void **state)
@@ -971,6 +1076,7 @@ int main(void)
         cmocka_unit_test(test_notifications),
         cmocka_unit_test(test_submit_with_notify),
         cmocka_unit_test(test_nic_load_stats),
+        cmocka_unit_test(test_threads),
         cmocka_unit_test(test_misc),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -52,6 +52,9 @@ static char g_conn[256] = "P2PHANDSHAKE";
 static char g_tmp[256];
 static pid_t g_srv = -1;
 
+#define SEED_INIT   11u /* initiator's lower half, written to the target */
+#define SEED_TARGET 23u /* target's upper half, read by the initiator */
+
 static bool p2p(void)
 {
     return strcmp(g_mode, "p2p") == 0;
@@ -71,9 +74,15 @@ struct agent {
     char *buf;
 };
 
+static void fill(char *p, size_t n, size_t base, unsigned seed);
+
 /* The constructor: P2PHANDSHAKE with the local IP as the segment name; with
- * a metadata service the agent's name is its segment name. */
-static int agent_start(struct agent *a, const char *name)
+ * a metadata service the agent's name is its segment name.  The buffer gets
+ * its pattern before it is registered (so that even a race detector, which
+ * cannot see the other process, knows the bytes were there first): the
+ * lower half seed_low (0: zeros), the upper half seed_high. */
+static int agent_start(struct agent *a, const char *name, unsigned seed_low,
+                       unsigned seed_high)
 {
     a->name = name;
     a->engine = p2p() ? createTransferEngine(g_conn, "127.0.0.1", "", 0, 1)
@@ -87,9 +96,13 @@ static int agent_start(struct agent *a, const char *name)
     } else {
         snprintf(a->conn_info, sizeof(a->conn_info), "%s", name);
     }
-    a->buf = malloc(LEN);
+    a->buf = calloc(1, LEN);
     if (!a->buf)
         return -1;
+    if (seed_low)
+        fill(a->buf, LEN / 2, 0, seed_low);
+    if (seed_high)
+        fill(a->buf + LEN / 2, LEN / 2, LEN / 2, seed_high);
     return registerLocalMemory(a->engine, a->buf, LEN, "*", 1);
 }
 
@@ -243,9 +256,6 @@ static long check(const char *p, size_t n, size_t base, unsigned seed)
     return -1;
 }
 
-#define SEED_INIT   11u /* initiator's lower half, written to the target */
-#define SEED_TARGET 23u /* target's upper half, read by the initiator */
-
 /* ---- the target agent (child) ------------------------------------------- */
 
 enum { CMD_OPEN = 1, CMD_WAIT_WRITE, CMD_NOTIFY_BACK, CMD_QUIT, CMD_GRACEFUL };
@@ -274,10 +284,8 @@ static void target_main(int cmd_rd, int ans_wr, void *arg)
     struct hello hi = {0};
     char target_name[64];
     snprintf(target_name, sizeof(target_name), "nixl-target-%d", (int)getpid());
-    hi.ok = agent_start(&t, target_name) == 0;
+    hi.ok = agent_start(&t, target_name, 0, SEED_TARGET) == 0;
     if (hi.ok) {
-        fill(t.buf + LEN / 2, LEN / 2, LEN / 2, SEED_TARGET);
-        memset(t.buf, 0, LEN / 2);
         snprintf(hi.conn_info, sizeof(hi.conn_info), "%s", t.conn_info);
         hi.buf = (uint64_t)(uintptr_t)t.buf;
     }
@@ -360,9 +368,7 @@ static void test_nixl_sequence(void **state)
     struct agent in = {0};
     char my_name[64];
     snprintf(my_name, sizeof(my_name), "nixl-initiator-%d", (int)getpid());
-    assert_int_equal(agent_start(&in, my_name), 0);
-    fill(in.buf, LEN / 2, 0, SEED_INIT);
-    memset(in.buf + LEN / 2, 0, LEN / 2);
+    assert_int_equal(agent_start(&in, my_name, SEED_INIT, 0), 0);
     /* each agent loads the other's connection info */
     int seg = load_remote(&in, tp.hi.conn_info);
     assert_true(seg > 0);
@@ -437,7 +443,7 @@ static void test_nic_load(void **state)
     struct agent in = {0};
     char my_name[64];
     snprintf(my_name, sizeof(my_name), "nixl-load-%d", (int)getpid());
-    assert_int_equal(agent_start(&in, my_name), 0);
+    assert_int_equal(agent_start(&in, my_name, 0, 0), 0);
     int seg = load_remote(&in, tp.hi.conn_info);
     assert_true(seg > 0);
     assert_int_equal(kill(tp.pid, SIGSTOP), 0);
@@ -478,7 +484,7 @@ static void test_graceful_shutdown(void **state)
     struct agent in = {0};
     char my_name[64];
     snprintf(my_name, sizeof(my_name), "nixl-after-%d", (int)getpid());
-    assert_int_equal(agent_start(&in, my_name), 0);
+    assert_int_equal(agent_start(&in, my_name, 0, 0), 0);
     assert_true(load_remote(&in, tp.hi.conn_info) < 0);
     agent_stop(&in);
 }
