@@ -5,8 +5,10 @@
 # and libtransfer_engine finds libtent next to itself ($ORIGIN).  The .pc
 # files name the configured prefix; --define-variable points them here.
 set -euo pipefail
-build=${1:?usage: install_test.sh <build dir> <source dir>}
+build=${1:?usage: install_test.sh <build dir> <source dir> [sanitizers]}
 src=${2:?}
+# A sanitized build's libraries need the consumer built the same way.
+san=${3:+-fsanitize=$3}
 work=$(mktemp -d /tmp/classic-install-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
@@ -18,8 +20,8 @@ libdir=$(dirname "$(dirname "$pc")")
 export PKG_CONFIG_PATH="$libdir/pkgconfig"
 static=""
 if [ ! -e "$libdir/libtransfer_engine.so" ]; then static="--static"; fi
-# shellcheck disable=SC2046
-cc -std=c11 -Wall -Werror "$src/mooncake-transfer-engine/tent/examples/example_classic.c" \
+# shellcheck disable=SC2046,SC2086
+cc -std=c11 -Wall -Werror $san "$src/mooncake-transfer-engine/tent/examples/example_classic.c" \
   $(pkg-config $static --define-variable=prefix="$work/prefix" --cflags --libs \
     transfer_engine) -Wl,-rpath,"$libdir" \
   -o "$work/example_classic"
