@@ -207,7 +207,7 @@ static bool env_set(const char *name)
 }
 
 static int settings_from_args(const char *conn, const char *local,
-                              const char *ip, int auto_discover,
+                              const char *ip_arg, int auto_discover,
                               struct classic_settings *set)
 {
     memset(set, 0, sizeof(*set));
@@ -217,8 +217,19 @@ static int settings_from_args(const char *conn, const char *local,
                       !conn ? "metadata_conn_string" : "local_server_name");
         return -1;
     }
-    if (!ip)
-        ip = "";
+    /* Mooncake does not use ip_or_host_name; its Rust binding passes
+     * local_server_name there, port included: only the host counts. */
+    char ip[256] = "";
+    unsigned ip_port;
+    bool ip_has_port;
+    int ip_npu;
+    if (ip_arg && parse_local(ip_arg, ip, sizeof(ip), &ip_port, &ip_has_port,
+                              &ip_npu) != 0) {
+        CLASSIC_ERROR("createTransferEngine: ip_or_host_name '%s' is not a "
+                      "host or host:port",
+                      ip_arg);
+        return -1;
+    }
     if (parse_conn(conn, set) != 0) {
         CLASSIC_ERROR("createTransferEngine: metadata_conn_string '%s' is "
                       "not P2PHANDSHAKE, etcd://, redis://, http(s):// or "

@@ -489,6 +489,58 @@ static void test_graceful_shutdown(void **state)
     agent_stop(&in);
 }
 
+/* How Mooncake's other bindings create their engines, in this process: the
+ * Rust binding's TransferEngine::new (local_server_name, port included,
+ * also as ip_or_host_name; auto_discover off, then installTransport) and
+ * the Go p2pstore's (a name, an IP, an RPC port; installTransport with a
+ * NIC priority matrix).  Peers reach each by its name and bytes move. */
+static void test_binding_flows(void **state)
+{
+    (void)state;
+    char rust_name[64], go_name[64];
+    snprintf(rust_name, sizeof(rust_name), "127.0.0.1:%d", ms_free_port());
+    /* P2PHANDSHAKE: the name's host is the address peers dial */
+    snprintf(go_name, sizeof(go_name), p2p() ? "127.0.0.1" : "p2pstore-%d",
+             (int)getpid());
+    transfer_engine_t rust =
+        createTransferEngine(g_conn, rust_name, rust_name, 0, 0);
+    assert_non_null(rust);
+    assert_non_null(installTransport(rust, "tcp", NULL));
+    transfer_engine_t go =
+        createTransferEngine(g_conn, go_name, "127.0.0.1", 12345, 0);
+    assert_non_null(go);
+    void *args[2] = {(void *)"{\"cpu:0\": [[\"mlx5_0\"], []]}", NULL};
+    assert_non_null(installTransport(go, "rdma", args));
+    struct agent in = {0};
+    char my_name[64];
+    snprintf(my_name, sizeof(my_name), "nixl-bindings-%d", (int)getpid());
+    assert_int_equal(agent_start(&in, my_name, SEED_INIT, 0), 0);
+    transfer_engine_t peers[2] = {rust, go};
+    for (int i = 0; i < 2; i++) {
+        char *dst = calloc(1, LEN / 2);
+        assert_int_equal(
+            registerLocalMemory(peers[i], dst, LEN / 2, "cpu:0", 1), 0);
+        char name[64];
+        if (p2p()) /* P2PHANDSHAKE names an engine by its address */
+            assert_int_equal(getLocalIpAndPort(peers[i], name, sizeof(name)),
+                             0);
+        else
+            snprintf(name, sizeof(name), "%s", i == 0 ? rust_name : go_name);
+        int seg = load_remote(&in, name);
+        assert_true(seg > 0);
+        struct req_handle h = {.batch_id = INVALID_BATCH};
+        assert_int_equal(post_xfer(&in, &h, OPCODE_WRITE, seg, 0,
+                                   (uint64_t)(uintptr_t)dst, NDESC / 2, NULL),
+                         0);
+        assert_int_equal(wait_xfer(&in, &h), 0);
+        assert_int_equal(check(dst, NDESC / 2 * DESC, 0, SEED_INIT), -1);
+        assert_int_equal(unregisterLocalMemory(peers[i], dst), 0);
+        destroyTransferEngine(peers[i]);
+        free(dst);
+    }
+    agent_stop(&in);
+}
+
 /* ---- the metadata service ----------------------------------------------- */
 
 static int group_setup(void **state)
@@ -572,6 +624,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nixl_sequence),
         cmocka_unit_test(test_nic_load),
+        cmocka_unit_test(test_binding_flows),
         cmocka_unit_test(test_graceful_shutdown),
     };
     int rc =
