@@ -7,6 +7,7 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -407,6 +408,14 @@ static void *start_thread(void *arg)
                  "a configuration value is too long to pass on");
         return NULL;
     }
+    /* The engine's threads inherit this mask: SIGINT and SIGTERM go to the
+     * application's threads, never to one of the engine's that may hold an
+     * engine lock (enableGracefulShutdown's handler never returns). */
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, NULL);
     job->te = tent_create_engine();
     if (!job->te)
         snprintf(job->why, sizeof(job->why), "%s", tent_last_error());

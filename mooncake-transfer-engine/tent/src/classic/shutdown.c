@@ -4,7 +4,8 @@
  *
  * The signal handler only writes the signal number to a pipe; a watcher
  * thread, which never takes the signals itself, reads it, stops the
- * engines and exits with 128 + the signal.  An engine is destroyed only
+ * engines and exits with 128 + the signal (after a deadline even if they
+ * did not stop).  An engine is destroyed only
  * once no call is inside it (calls count themselves while the engine is
  * guarded); one still busy after a grace period is left alone. */
 #include "classic/classic.h"
@@ -77,6 +78,19 @@ static void at_exit(void)
     stop_all();
 }
 
+static atomic_bool g_stopped;
+
+static void *stopper(void *arg)
+{
+    (void)arg;
+    stop_all();
+    atomic_store(&g_stopped, true);
+    return NULL;
+}
+
+/* Stops the engines from a thread of its own and exits when it is done, or
+ * after a deadline: a thread the signal caught inside the engine (its
+ * handler never returns) may hold what the teardown waits for. */
 static void *watcher(void *arg)
 {
     (void)arg;
@@ -87,7 +101,21 @@ static void *watcher(void *arg)
     while (r < 0 && errno == EINTR);
     if (r != 1)
         _exit(1);
-    stop_all();
+    pthread_t thr;
+    if (pthread_create(&thr, NULL, stopper, NULL) != 0) {
+        stop_all();
+        _exit(128 + signo);
+    }
+    pthread_detach(thr);
+    long until = now_ms() + 3 * GRACE_MS;
+    while (!atomic_load(&g_stopped) && now_ms() < until) {
+        struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000};
+        nanosleep(&ms, NULL);
+    }
+    if (!atomic_load(&g_stopped))
+        CLASSIC_WARN("graceful shutdown: engines not stopped after %d ms; "
+                     "exiting",
+                     3 * GRACE_MS);
     _exit(128 + signo);
 }
 
