@@ -447,6 +447,9 @@ static void test_nic_load(void **state)
     int seg = load_remote(&in, tp.hi.conn_info);
     assert_true(seg > 0);
     assert_int_equal(kill(tp.pid, SIGSTOP), 0);
+    int st;
+    assert_int_equal(waitpid(tp.pid, &st, WUNTRACED), tp.pid); /* stopped */
+    assert_true(WIFSTOPPED(st));
     struct req_handle h = {.batch_id = INVALID_BATCH};
     assert_int_equal(
         post_xfer(&in, &h, OPCODE_WRITE, seg, 0, tp.hi.buf, NDESC, NULL), 0);
