@@ -639,8 +639,12 @@ static int add_transport(struct classic_engine *ce, int kind, const char *proto)
     return -1;
 }
 
-/* Protocols Mooncake and TENT know.  kind -1: their devices (RDMA NICs,
- * GPUs, EFA, CXL ...) are not available here, tcp runs instead. */
+/* proto_kind() of a protocol whose devices (RDMA NICs, GPUs, EFA, CXL ...)
+ * are not available here (tcp runs instead), and of an unknown name. */
+#define KIND_NO_DEVICE (-1)
+#define KIND_UNKNOWN   (-2)
+
+/* The transport kind of a protocol name Mooncake or TENT knows. */
 static int proto_kind(const char *proto)
 {
     static const struct {
@@ -651,29 +655,29 @@ static int proto_kind(const char *proto)
         {"shm", CLASSIC_SHM},
         {"memfabric", CLASSIC_MEMFABRIC},
         {"ascend", CLASSIC_MEMFABRIC},
-        {"rdma", -1},
-        {"efa", -1},
-        {"cxi", -1},
-        {"barex", -1},
-        {"ub", -1},
-        {"ubshmem", -1},
-        {"nvlink", -1},
-        {"nvlink_intra", -1},
-        {"mnnvl", -1},
-        {"hip", -1},
-        {"maca", -1},
-        {"musa", -1},
-        {"cxl", -1},
-        {"nvmeof", -1},
-        {"nccl", -1},
-        {"sunrise_link", -1},
-        {"gds", -1},
-        {"io_uring", -1},
+        {"rdma", KIND_NO_DEVICE},
+        {"efa", KIND_NO_DEVICE},
+        {"cxi", KIND_NO_DEVICE},
+        {"barex", KIND_NO_DEVICE},
+        {"ub", KIND_NO_DEVICE},
+        {"ubshmem", KIND_NO_DEVICE},
+        {"nvlink", KIND_NO_DEVICE},
+        {"nvlink_intra", KIND_NO_DEVICE},
+        {"mnnvl", KIND_NO_DEVICE},
+        {"hip", KIND_NO_DEVICE},
+        {"maca", KIND_NO_DEVICE},
+        {"musa", KIND_NO_DEVICE},
+        {"cxl", KIND_NO_DEVICE},
+        {"nvmeof", KIND_NO_DEVICE},
+        {"nccl", KIND_NO_DEVICE},
+        {"sunrise_link", KIND_NO_DEVICE},
+        {"gds", KIND_NO_DEVICE},
+        {"io_uring", KIND_NO_DEVICE},
     };
     for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
         if (strcmp(proto, table[i].name) == 0)
             return table[i].kind;
-    return -2;
+    return KIND_UNKNOWN;
 }
 
 /* One warning per protocol and engine.  Caller holds ce->lock. */
@@ -702,7 +706,7 @@ CLASSIC_API transport_t installTransport(transfer_engine_t engine,
         return NULL;
     }
     int kind = proto_kind(proto);
-    if (kind == -2) {
+    if (kind == KIND_UNKNOWN) {
         CLASSIC_WARN("installTransport: unsupported transport '%s' (tcp, "
                      "shm, ascend/memfabric; device protocols such as rdma "
                      "run as tcp)",
@@ -714,7 +718,7 @@ CLASSIC_API transport_t installTransport(transfer_engine_t engine,
         return NULL;
     pthread_mutex_lock(&ce->lock);
     int target = kind;
-    if (kind == -1) {
+    if (kind == KIND_NO_DEVICE) {
         target = CLASSIC_TCP;
         if (first_warning(ce, proto))
             CLASSIC_WARN("installTransport: protocol '%s' has no device "
