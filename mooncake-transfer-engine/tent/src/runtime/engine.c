@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "metrics/metrics.h"
+#include "net/net.h"
 #include "runtime/control.h"
 
 #include <stdio.h>
@@ -54,11 +55,19 @@ static int load_settings(struct tent_engine *e)
     if (rc)
         return rc;
 
-    const char *host = NULL;
-    rc = tent_config_get_string(e->cfg, "rpc_server_hostname", "127.0.0.1",
-                                &host);
+    const char *host = NULL, *name = NULL;
+    rc = tent_config_get_string(e->cfg, "rpc_server_hostname", NULL, &host);
+    if (!rc)
+        rc = tent_config_get_string(e->cfg, "local_segment_name", NULL, &name);
     if (rc)
         return rc;
+    char named[256];
+    if (!host && tent_net_address_of(name, named, sizeof(named), NULL)) {
+        /* The application named its address: serve and publish there. */
+        host = named;
+    }
+    if (!host)
+        host = "127.0.0.1"; /* nothing named: loopback, nothing exposed */
     if (!*host || strlen(host) >= sizeof(e->hostname))
         return tent_set_error(TENT_ECONFIG,
                               "config key 'rpc_server_hostname' is empty or "
@@ -70,10 +79,6 @@ static int load_settings(struct tent_engine *e)
         return rc;
     e->rpc_port = (uint16_t)v;
 
-    const char *name = NULL;
-    rc = tent_config_get_string(e->cfg, "local_segment_name", NULL, &name);
-    if (rc)
-        return rc;
     if (name && *name)
         snprintf(e->segment_name, sizeof(e->segment_name), "%s", name);
     else
