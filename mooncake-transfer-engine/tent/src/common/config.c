@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -272,10 +273,35 @@ void tent_config_reset_global(void)
     g_overrides = NULL;
 }
 
+/* A thread that staged something frees it when it ends (a thread that sets
+ * keys, creates an engine and exits must not leak them). */
+static pthread_key_t g_stage_key;
+static pthread_once_t g_stage_once = PTHREAD_ONCE_INIT;
+
+static void stage_release(void *marker)
+{
+    (void)marker;
+    tent_config_reset_global();
+}
+
+static void stage_key_init(void)
+{
+    (void)pthread_key_create(&g_stage_key, stage_release);
+}
+
+static void stage_note_thread(void)
+{
+    pthread_once(&g_stage_once, stage_key_init);
+    if (!pthread_getspecific(g_stage_key))
+        (void)pthread_setspecific(g_stage_key, (void *)1);
+}
+
 void tent_load_config_from_file(const char *path)
 {
     free(g_file_path);
     g_file_path = path ? strdup(path) : NULL;
+    if (g_file_path)
+        stage_note_thread();
 }
 
 void tent_set_config(const char *key, const char *value)
@@ -308,6 +334,7 @@ void tent_set_config(const char *key, const char *value)
         return;
     }
     cJSON_AddItemToArray(g_overrides, pair);
+    stage_note_thread();
 }
 
 const cJSON *tent_config_node(const struct tent_config *cfg, const char *path)
@@ -408,6 +435,30 @@ int tent_config_get_int_range(const struct tent_config *cfg, const char *path,
                               "config key '%s' = %lld is outside %lld..%lld",
                               path, (long long)v, (long long)lo, (long long)hi);
     *out = v;
+    return TENT_OK;
+}
+
+int tent_config_get_double_range(const struct tent_config *cfg,
+                                 const char *path, double def, double lo,
+                                 double hi, double *out)
+{
+    const cJSON *n = tent_config_node(cfg, path);
+    if (!n || cJSON_IsNull(n)) {
+        *out = def;
+        return TENT_OK;
+    }
+    if (!cJSON_IsNumber(n)) {
+        char d[32];
+        snprintf(d, sizeof(d), "%g", def);
+        wrong_type(path, n, "number", d);
+        *out = def;
+        return TENT_OK;
+    }
+    if (!(n->valuedouble >= lo && n->valuedouble <= hi))
+        return tent_set_error(TENT_ECONFIG,
+                              "config key '%s' = %g is outside %g..%g", path,
+                              n->valuedouble, lo, hi);
+    *out = n->valuedouble;
     return TENT_OK;
 }
 

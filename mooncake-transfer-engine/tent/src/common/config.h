@@ -47,6 +47,10 @@ int tent_config_get_int(const struct tent_config *cfg, const char *path,
 int tent_config_get_int_range(const struct tent_config *cfg, const char *path,
                               int64_t def, int64_t lo, int64_t hi,
                               int64_t *out);
+/* A number within lo..hi (inclusive), as tent_config_get_int_range. */
+int tent_config_get_double_range(const struct tent_config *cfg,
+                                 const char *path, double def, double lo,
+                                 double hi, double *out);
 int tent_config_get_string(const struct tent_config *cfg, const char *path,
                            const char *def, const char **out);
 
