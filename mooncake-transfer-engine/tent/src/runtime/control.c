@@ -141,7 +141,7 @@ static int port_range(struct tent_engine *e, int *min, int *max)
 
 int tent_ctrl_start(struct tent_engine *e)
 {
-    int64_t to, maxc, idle, frame;
+    int64_t to, maxc, idle, frame, rate;
     int rc = tent_config_get_int_range(e->cfg, "rpc_timeout_ms", 3000, 1,
                                        600000, &to);
     if (!rc)
@@ -156,6 +156,10 @@ int tent_ctrl_start(struct tent_engine *e)
         rc = tent_config_get_int_range(e->cfg, "rpc_frame_timeout_ms",
                                        TENT_RPC_DEFAULT_FRAME_MS, 1, 3600000,
                                        &frame);
+    if (!rc)
+        rc = tent_config_get_int_range(e->cfg, "rpc_frame_min_rate",
+                                       TENT_RPC_DEFAULT_MIN_RATE, 0, 1 << 30,
+                                       &rate);
     const char *mtype = NULL, *lname = NULL;
     if (!rc)
         rc = tent_config_get_string(e->cfg, "metadata_type", "p2p", &mtype);
@@ -175,7 +179,8 @@ int tent_ctrl_start(struct tent_engine *e)
     uint16_t port;
     struct tent_rpc_limits lim = {.max_conns = (int)maxc,
                                   .idle_timeout_ms = (int)idle,
-                                  .frame_timeout_ms = (int)frame};
+                                  .frame_timeout_ms = (int)frame,
+                                  .min_frame_rate = (int)rate};
     int pmin = 0, pmax = 0;
     rc = port_range(e, &pmin, &pmax);
     if (rc)

@@ -2,15 +2,19 @@
 
 #include "../common/test_child.h"
 #include "common/config.h"
+#include "rpc/rpc.h"
 #include "runtime/control.h"
 #include "runtime/engine.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,10 +43,86 @@ uint64_t e2e_fnv(const void *p, size_t n)
 }
 
 static bool g_memfabric;
+static unsigned long g_nofile_soft, g_nofile_hard;
+static const char *const *g_child_kv;
 
 void e2e_set_memfabric(bool on)
 {
     g_memfabric = on;
+}
+
+void e2e_set_child_nofile(unsigned long soft, unsigned long hard)
+{
+    g_nofile_soft = soft;
+    g_nofile_hard = hard;
+}
+
+void e2e_set_child_config(const char *const *kv)
+{
+    g_child_kv = kv;
+}
+
+/* In the child, before its engine exists: the limits the test asked for. */
+static void child_limits(void)
+{
+    if (!g_nofile_soft && !g_nofile_hard)
+        return;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        _exit(6);
+    if (g_nofile_hard)
+        rl.rlim_max = g_nofile_hard;
+    if (g_nofile_soft)
+        rl.rlim_cur = g_nofile_soft;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        _exit(6);
+}
+
+static int count_open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    int n = -3; /* ".", ".." and the directory's own descriptor */
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* The descriptors e2e_peer_hold_fds made the child keep. */
+struct held_fds {
+    int *fd;
+    int n;
+};
+
+static int hold_fds(struct held_fds *h, int free_left)
+{
+    if (free_left < 0) {
+        for (int i = 0; i < h->n; i++)
+            close(h->fd[i]);
+        free(h->fd);
+        *h = (struct held_fds){0};
+        return 0;
+    }
+    struct rlimit rl;
+    int open_now = count_open_fds();
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || open_now < 0)
+        return h->n;
+    long want = (long)rl.rlim_cur - free_left - open_now;
+    if (want <= 0)
+        return h->n;
+    int *fd = realloc(h->fd, (size_t)(h->n + want) * sizeof(int));
+    if (!fd)
+        return h->n;
+    h->fd = fd;
+    for (long i = 0; i < want; i++) {
+        int f = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (f < 0)
+            break;
+        h->fd[h->n++] = f;
+    }
+    return h->n;
 }
 
 int e2e_tcp_timeout_ms(void)
@@ -129,7 +209,10 @@ static bool stack_check(int ms)
 
 static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
 {
+    child_limits();
     e2e_config(shm, tcp);
+    for (const char *const *kv = g_child_kv; kv && kv[0]; kv += 2)
+        tent_set_config(kv[0], kv[1]);
     tent_engine_t eh = tent_create_engine();
     if (!eh)
         _exit(2);
@@ -163,6 +246,7 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
     tc_write_all(afd, &info, sizeof(info));
     uint64_t last_notif_seq = 0;
     tent_segment_id_t remote_seg = 0;
+    struct held_fds held = {0};
     for (;;) {
         struct cmd c;
         if (tc_read_all(cfd, &c, sizeof(c)))
@@ -260,6 +344,14 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
             (void)tent_unregister_memory(eh, rw, rw_len);
             int32_t rc = tent_register_memory_with_perm(eh, rw, rw_len, c.arg);
             tc_write_all(afd, &rc, sizeof(rc));
+        } else if (c.op == 'V') {
+            struct tent_rpc_stats st = {0};
+            if (e->rpc)
+                tent_rpc_server_stats(e->rpc, &st);
+            tc_write_all(afd, &st, sizeof(st));
+        } else if (c.op == 'D') {
+            int32_t n = hold_fds(&held, c.arg);
+            tc_write_all(afd, &n, sizeof(n));
         } else if (c.op == 'S') {
             tent_ctrl_stop_server(e);
             char ok = 1;
@@ -314,6 +406,7 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
             break;
         }
     }
+    hold_fds(&held, -1);
     tent_destroy_engine(eh);
     _exit(0);
 }
@@ -476,6 +569,16 @@ int e2e_peer_check_notifs(struct e2e_peer *p, int expect, int timeout_ms,
         return -1;
     *ok = r[1] != 0;
     return r[0];
+}
+
+int e2e_peer_rpc_stats(struct e2e_peer *p, struct tent_rpc_stats *out)
+{
+    return ask(p, &(struct cmd){.op = 'V'}, out, sizeof(*out));
+}
+
+int e2e_peer_hold_fds(struct e2e_peer *p, int free_left)
+{
+    return ask_rc(p, (struct cmd){.op = 'D', .arg = free_left});
 }
 
 void e2e_peer_kill(struct e2e_peer *p)

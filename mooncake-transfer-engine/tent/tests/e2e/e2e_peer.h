@@ -29,6 +29,12 @@ int e2e_tcp_timeout_ms(void);
  * MF_PROTOCOL and MF_SMEM_LIBRARY come from the environment).  Children
  * started afterwards inherit the choice. */
 void e2e_set_memfabric(bool on);
+/* Children started from now on set RLIMIT_NOFILE to soft/hard before they
+ * create their engine (0 leaves the inherited value), and set the config
+ * keys kv (NULL-terminated key, value pairs; NULL = none) after the common
+ * ones.  kv must stay valid until the child has started. */
+void e2e_set_child_nofile(unsigned long soft, unsigned long hard);
+void e2e_set_child_config(const char *const *kv);
 /* Starts a child target engine with a rw buffer of rw_len bytes from
  * tent_allocate_memory (filled with e2e_pattern), plus small read-only,
  * local-only and plain-registered (malloc) buffers. */
@@ -81,6 +87,15 @@ int e2e_peer_drop_memfabric(struct e2e_peer *p);
  * number received and in-order/valid flag via ok. */
 int e2e_peer_check_notifs(struct e2e_peer *p, int expect, int timeout_ms,
                           bool *ok);
+/* The counters of the child's RPC server (rpc.h); 0, or -1 when the peer
+ * is gone. */
+struct tent_rpc_stats;
+int e2e_peer_rpc_stats(struct e2e_peer *p, struct tent_rpc_stats *out);
+/* The child opens descriptors (of /dev/null) and keeps them until only
+ * free_left are free below its RLIMIT_NOFILE, as an application that uses
+ * many files would; free_left < 0 closes them again.  Returns how many it
+ * holds, or -1 when the peer is gone. */
+int e2e_peer_hold_fds(struct e2e_peer *p, int free_left);
 void e2e_peer_kill(struct e2e_peer *p);
 void e2e_peer_quit(struct e2e_peer *p);
 
