@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs a program that uses only TENT's C API against an installed
-# copy: once through pkg-config, once through find_package(tent).
+# copy, once through pkg-config and once through find_package(tent); and the
+# same for one that uses only Mooncake's classic C API (libtransfer_engine:
+# transfer_engine.pc, tent::transfer_engine).
 set -euo pipefail
 PREFIX=${1:?usage: check_install.sh <install prefix>}
 cd "$(dirname "$0")/.."
@@ -15,17 +17,26 @@ cc -std=c11 -Wall -Werror mooncake-transfer-engine/tent/examples/example_copy.c 
   $(pkg-config $static --cflags --libs tent) -o "$work/example_pc"
 LD_LIBRARY_PATH="$libdir" "$work/example_pc" 1048576 | tee "$work/out.txt"
 grep -q "moved and verified" "$work/out.txt"
+# Mooncake's classic C API: libtransfer_engine through transfer_engine.pc.
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Werror mooncake-transfer-engine/tent/examples/example_classic.c \
+  $(pkg-config $static --cflags --libs transfer_engine) -o "$work/example_classic"
+LD_LIBRARY_PATH="$libdir" "$work/example_classic" 1048576 | grep -q "moved and verified"
 
 mkdir -p "$work/cm"
-cp mooncake-transfer-engine/tent/examples/example_copy.c "$work/cm/"
+cp mooncake-transfer-engine/tent/examples/example_copy.c \
+  mooncake-transfer-engine/tent/examples/example_classic.c "$work/cm/"
 cat > "$work/cm/CMakeLists.txt" <<'CM'
 cmake_minimum_required(VERSION 3.16)
 project(consumer C)
 find_package(tent REQUIRED)
 add_executable(example_cm example_copy.c)
 target_link_libraries(example_cm PRIVATE tent::tent)
+add_executable(classic_cm example_classic.c)
+target_link_libraries(classic_cm PRIVATE tent::transfer_engine)
 CM
 cmake -S "$work/cm" -B "$work/cm/build" -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX" >/dev/null
 cmake --build "$work/cm/build" >/dev/null
 LD_LIBRARY_PATH="$libdir" "$work/cm/build/example_cm" 1048576 | grep -q "moved and verified"
-echo "check_install: pkg-config and find_package consumers built and moved bytes"
+LD_LIBRARY_PATH="$libdir" "$work/cm/build/classic_cm" 1048576 | grep -q "moved and verified"
+echo "check_install: pkg-config and find_package consumers (tent, transfer_engine) built and moved bytes"

@@ -6,6 +6,7 @@ PKGS=(build-essential cmake ninja-build pkg-config libcjson-dev libcmocka-dev
       clang libclang-rt-14-dev valgrind iproute2 procps
       etcd-server redis-server libhiredis-dev libcurl4-openssl-dev python3
       python3-dev python3-pytest python3-numpy python3-torch
+      python3-pip python3-setuptools python3-wheel python3-venv
       libmicrohttpd-dev prometheus liburing-dev fio)
 missing=()
 for p in "${PKGS[@]}"; do

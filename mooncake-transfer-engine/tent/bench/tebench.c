@@ -27,6 +27,7 @@ tent_engine_t tb_make_engine(const struct tb_opts *o, const char *xport)
     char port[16];
     if (o->config[0])
         tent_load_config_from_file(o->config);
+    tent_set_config("log_level", o->log_level);
     if (o->set_metadata_type)
         tent_set_config("metadata_type", o->metadata_type);
     if (o->metadata_url_list[0])

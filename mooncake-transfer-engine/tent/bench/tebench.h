@@ -72,6 +72,7 @@ struct tb_opts {
     char transport_hint[32]; /* --tent_transport_hint */
     char backend[16];
     char config[512];
+    char log_level[16]; /* --log_level: the engine's, default warning */
 
     bool json, loopback, baseline, metrics, help;
     bool file_target; /* the targets are file segments (file://) */

@@ -88,6 +88,9 @@ static const struct flag g_flags[] = {
          "bufio"),
     STRF("backend", backend, "tent"),
     STRF("config", config, "TENT JSON config file (else MC_TENT_CONF)"),
+    STRF("log_level", log_level,
+         "engine log level: trace, debug, info, warning, error, off "
+         "(warning; overrides the config's log_level)"),
     {"json", F_BOOL, OPT(json), 0, "print one JSON object per case"},
     {"loopback", F_BOOL, OPT(loopback), 0,
      "run target and initiator as two processes of this command"},
@@ -117,6 +120,8 @@ void tb_opts_default(struct tb_opts *o)
     snprintf(o->metadata_type, sizeof(o->metadata_type), "p2p");
     o->rpc_server_port = -1;
     snprintf(o->backend, sizeof(o->backend), "tent");
+    /* A table interleaved with the engine's INFO lines is hard to read. */
+    snprintf(o->log_level, sizeof(o->log_level), "warning");
 }
 
 void tb_usage(FILE *f, const char *prog)
@@ -416,6 +421,16 @@ static int validate(struct tb_opts *o, char *err, size_t errlen)
                     "bad value in --tent_transport_hint=%s (unspec, tcp, shm, "
                     "memfabric, io_uring, bufio)",
                     o->transport_hint);
+    static const char *const levels[] = {"trace", "debug", "info", "warning",
+                                         "warn",  "error", "off"};
+    bool level_ok = false;
+    for (size_t i = 0; i < sizeof(levels) / sizeof(*levels); i++)
+        level_ok |= strcasecmp(o->log_level, levels[i]) == 0;
+    if (!level_ok)
+        return fail(err, errlen,
+                    "bad value in --log_level=%s (trace, debug, info, "
+                    "warning, error, off)",
+                    o->log_level);
     /* Mooncake's tebench spells io_uring "iouring" */
     if (strcasecmp(o->xport_type, "iouring") == 0)
         snprintf(o->xport_type, sizeof(o->xport_type), "io_uring");

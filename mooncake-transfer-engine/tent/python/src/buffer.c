@@ -1,7 +1,12 @@
-/* Memory arguments: integer addresses, buffer-protocol objects (numpy
- * arrays, bytearray, memoryview, mmap) and data_ptr()/nbytes objects (torch
- * tensors). */
+/* Arguments: memory (integer addresses, buffer-protocol objects such as
+ * numpy arrays, bytearray, memoryview, mmap, and data_ptr()/nbytes objects
+ * such as torch tensors), lengths, C ints, strings and sequences, each
+ * checked so that nothing reaches C truncated or changed under it. */
 #include "tentpy.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
 
 #define VIEW_CAPSULE "tent.buffer_view"
 
@@ -174,6 +179,137 @@ int tentpy_mem_check_len(const struct tentpy_mem *m, uint64_t len,
                      "%s: length %llu is larger than the object's %llu bytes",
                      what, (unsigned long long)len,
                      (unsigned long long)m->size);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *tentpy_errorf(PyObject *type, const char *fmt, ...)
+{
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    PyErr_SetString(type, text);
+    return NULL;
+}
+
+int tentpy_int_from(PyObject *obj, const char *what, long long lo, long long hi,
+                    int *out)
+{
+    if (!PyLong_Check(obj) || PyBool_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be int, not %s", what,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow || v < lo || v > hi) {
+        PyErr_Format(PyExc_ValueError, "%s %R is not in %lld..%lld", what, obj,
+                     lo, hi);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* Whether every byte of [addr, end) lies in readable mappings of this
+ * process (/proc/self/maps, sorted by address).  A reserved PROT_NONE
+ * region (a guard, a sanitizer's shadow) counts as not readable: a local
+ * copy would fault there just the same. */
+static bool range_readable(uint64_t addr, uint64_t end)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f)
+        return false;
+    char line[512];
+    uint64_t cur = addr;
+    bool ok = false;
+    while (!ok && fgets(line, sizeof(line), f)) {
+        unsigned long long lo, hi;
+        char perms[8];
+        if (sscanf(line, "%llx-%llx %7s", &lo, &hi, perms) != 3)
+            continue;
+        /* a line longer than the buffer: skip its tail */
+        while (!strchr(line, '\n') && fgets(line, sizeof(line), f))
+            ;
+        if (hi <= cur)
+            continue;
+        if (lo > cur || perms[0] != 'r')
+            break; /* a hole, or memory without read access */
+        cur = hi;
+        ok = cur >= end;
+    }
+    fclose(f);
+    return ok;
+}
+
+int tentpy_check_mapped(uint64_t addr, uint64_t len, const char *what)
+{
+    if (len == 0 || addr == 0)
+        return 0; /* the engine names these itself */
+    if (addr + len < addr || !range_readable(addr, addr + len)) {
+        tentpy_errorf(PyExc_ValueError,
+                      "%s: [%#llx, +%llu) is not mapped, readable memory of "
+                      "this process",
+                      what, (unsigned long long)addr, (unsigned long long)len);
+        return -1;
+    }
+    return 0;
+}
+
+bool tentpy_host_location(const char *loc)
+{
+    return !loc[0] || strcmp(loc, "*") == 0 || strcmp(loc, "cpu") == 0 ||
+           strncmp(loc, "cpu:", 4) == 0;
+}
+
+const char *tentpy_str(PyObject *obj, const char *what)
+{
+    if (!PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be str, not %s", what,
+                     Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(obj, &n);
+    if (!s)
+        return NULL;
+    if ((Py_ssize_t)strlen(s) != n) {
+        PyErr_Format(PyExc_ValueError, "%s %R contains a NUL character", what,
+                     obj);
+        return NULL;
+    }
+    return s;
+}
+
+PyObject *tentpy_seq(PyObject *obj, const char *what)
+{
+    if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj) ||
+        !PySequence_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a list, not %s", what,
+                     Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    return PySequence_Tuple(obj);
+}
+
+int tentpy_seq_unchanged(PyObject *orig, PyObject *snap, const char *what)
+{
+    if (!PyList_Check(orig))
+        return 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(snap);
+    bool same = PyList_GET_SIZE(orig) == n;
+    for (Py_ssize_t i = 0; same && i < n; i++)
+        same = PyList_GET_ITEM(orig, i) == PyTuple_GET_ITEM(snap, i);
+    if (!same) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "%s was modified during the call (by code its items "
+                     "ran); nothing was done",
+                     what);
         return -1;
     }
     return 0;

@@ -1,5 +1,6 @@
-/* The engine state both Python classes share: lifetime, segment cache,
- * holders of registered Python buffers, and the blocking wait. */
+/* The engine state both Python classes share: lifetime, segment cache
+ * (opened interruptibly), the registrations and the Python objects they
+ * keep alive, and the blocking wait. */
 #include "tentpy.h"
 
 #include <errno.h>
@@ -48,23 +49,35 @@ int tentpy_core_init(struct tentpy_core *c)
     c->parked = NULL;
     c->nparked = c->park_cap = 0;
     pthread_mutex_init(&c->park_lock, NULL);
+    pthread_mutex_init(&c->reg_lock, NULL);
+    c->regs = NULL;
+    c->nregs = c->regs_cap = 0;
+    c->holds = NULL;
+    c->nholds = c->holds_cap = 0;
     c->segments = PyDict_New();
-    c->keep = PyDict_New();
     c->async_keep = PyDict_New();
-    if (!c->segments || !c->keep || !c->async_keep)
+    if (!c->segments || !c->async_keep)
         return -1;
+    return 0;
+}
+
+int tentpy_check(struct tentpy_core *c)
+{
+    if (atomic_load(&c->closed) || !c->eng) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        c->eng || atomic_load(&c->closed)
+                            ? "the transfer engine is closed"
+                            : "the transfer engine is not initialized");
+        return -1;
+    }
     return 0;
 }
 
 int tentpy_enter(struct tentpy_core *c)
 {
     atomic_fetch_add(&c->active, 1);
-    if (atomic_load(&c->closed) || !c->eng) {
+    if (tentpy_check(c) < 0) {
         atomic_fetch_sub(&c->active, 1);
-        PyErr_SetString(PyExc_RuntimeError,
-                        c->eng || atomic_load(&c->closed)
-                            ? "the transfer engine is closed"
-                            : "the transfer engine is not initialized");
         return -1;
     }
     return 0;
@@ -109,6 +122,23 @@ void tentpy_release_batch(struct tentpy_core *c, tent_batch_id_t bid)
         park(c, bid);
 }
 
+/* ---- registrations ------------------------------------------------------ */
+
+/* Drops every hold and forgets the registrations (the engine is gone).
+ * The table is emptied before any object is released: a finalizer that
+ * runs then sees a consistent, empty table. */
+static void release_all(struct tentpy_core *c)
+{
+    struct tentpy_hold *h = c->holds;
+    size_t n = c->nholds;
+    c->holds = NULL;
+    c->nholds = c->holds_cap = 0;
+    c->nregs = 0;
+    for (size_t i = 0; i < n; i++)
+        Py_DECREF(h[i].obj);
+    free(h);
+}
+
 void tentpy_core_close(struct tentpy_core *c)
 {
     if (atomic_exchange(&c->closed, true) || !c->eng)
@@ -132,7 +162,7 @@ void tentpy_core_close(struct tentpy_core *c)
     Py_END_ALLOW_THREADS;
     c->eng = NULL;
     /* Only now may the Python buffers behind registrations go away. */
-    PyDict_Clear(c->keep);
+    release_all(c);
     PyDict_Clear(c->async_keep);
     PyDict_Clear(c->segments);
 }
@@ -141,8 +171,13 @@ void tentpy_core_clear(struct tentpy_core *c)
 {
     tentpy_core_close(c);
     Py_CLEAR(c->segments);
-    Py_CLEAR(c->keep);
     Py_CLEAR(c->async_keep);
+    release_all(c);
+    free(c->regs);
+    free(c->holds);
+    c->regs = NULL;
+    c->holds = NULL;
+    c->regs_cap = c->holds_cap = 0;
     free(c->parked);
     c->parked = NULL;
     c->nparked = c->park_cap = 0;
@@ -150,9 +185,299 @@ void tentpy_core_clear(struct tentpy_core *c)
 
 int tentpy_core_traverse(struct tentpy_core *c, visitproc visit, void *arg)
 {
-    Py_VISIT(c->keep);
+    for (size_t i = 0; i < c->nholds; i++)
+        Py_VISIT(c->holds[i].obj);
     Py_VISIT(c->async_keep);
     return 0;
+}
+
+/* Takes reg_lock: waits for it with the GIL released, returns holding
+ * both (see struct tentpy_core). */
+static void reg_lock(struct tentpy_core *c)
+{
+    if (pthread_mutex_trylock(&c->reg_lock) == 0)
+        return;
+    Py_BEGIN_ALLOW_THREADS;
+    pthread_mutex_lock(&c->reg_lock);
+    Py_END_ALLOW_THREADS;
+}
+
+static bool overlap(uint64_t lo1, uint64_t hi1, uint64_t lo2, uint64_t hi2)
+{
+    return lo1 < hi2 && lo2 < hi1;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    size_t ncap = *cap ? *cap * 2 : 16;
+    while (ncap < need)
+        ncap *= 2;
+    void *np = realloc(*p, ncap * elem);
+    if (!np)
+        return -1;
+    *p = np;
+    *cap = ncap;
+    return 0;
+}
+
+/* Removes the registrations at indices marked (count 0) and moves the
+ * holds that no registration overlaps any more into dead[] (capacity
+ * c->nholds), returning how many.  GIL and reg_lock held; no Python code
+ * runs here (the caller releases dead[] after unlocking). */
+static size_t prune(struct tentpy_core *c, PyObject **dead)
+{
+    size_t j = 0;
+    for (size_t i = 0; i < c->nregs; i++)
+        if (c->regs[i].count > 0)
+            c->regs[j++] = c->regs[i];
+    c->nregs = j;
+    size_t ndead = 0, k = 0;
+    for (size_t i = 0; i < c->nholds; i++) {
+        const struct tentpy_hold *h = &c->holds[i];
+        bool held = false;
+        for (size_t r = 0; r < c->nregs && !held; r++)
+            held = overlap(h->lo, h->hi, c->regs[r].addr,
+                           c->regs[r].addr + c->regs[r].len);
+        if (held)
+            c->holds[k++] = *h;
+        else if (dead)
+            dead[ndead++] = h->obj;
+        else
+            c->holds[k++] = *h; /* no room to release it: keep it */
+    }
+    c->nholds = k;
+    return ndead;
+}
+
+/* Unlocks reg_lock, then releases the objects (their finalizers may call
+ * back into this engine). */
+static void unlock_release(struct tentpy_core *c, PyObject **dead, size_t ndead)
+{
+    pthread_mutex_unlock(&c->reg_lock);
+    for (size_t i = 0; i < ndead; i++)
+        Py_DECREF(dead[i]);
+    free(dead);
+}
+
+int tentpy_reg_add(struct tentpy_core *c, const struct tentpy_mem *m,
+                   uint64_t len, const tent_memory_options_t *o)
+{
+    reg_lock(c);
+    if (grow((void **)&c->regs, &c->regs_cap, c->nregs + 1, sizeof(*c->regs)) <
+            0 ||
+        (m->holder && grow((void **)&c->holds, &c->holds_cap, c->nholds + 1,
+                           sizeof(*c->holds)) < 0)) {
+        pthread_mutex_unlock(&c->reg_lock);
+        PyErr_NoMemory();
+        return TENTPY_PYERR;
+    }
+    tent_memory_options_t opts = *o;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS;
+    rc = tent_register_memory_ex(c->eng, (void *)(uintptr_t)m->addr,
+                                 (size_t)len, &opts);
+    Py_END_ALLOW_THREADS;
+    if (rc == TENT_OK) {
+        size_t i = 0;
+        while (i < c->nregs &&
+               !(c->regs[i].addr == m->addr && c->regs[i].len == len))
+            i++;
+        if (i < c->nregs)
+            c->regs[i].count++;
+        else
+            c->regs[c->nregs++] = (struct tentpy_reg){m->addr, len, 1};
+        if (m->holder) {
+            Py_INCREF(m->holder);
+            c->holds[c->nholds++] =
+                (struct tentpy_hold){m->addr, m->addr + m->size, m->holder};
+        }
+    }
+    pthread_mutex_unlock(&c->reg_lock);
+    return rc;
+}
+
+int tentpy_reg_remove(struct tentpy_core *c, uint64_t addr, uint64_t len)
+{
+    reg_lock(c);
+    uint64_t exact = len;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS;
+    if (!exact) {
+        /* C takes the first registration at addr in its own order; find
+         * which one, so that the table drops the same one. */
+        tent_segment_info_t info = {0};
+        if (tent_get_segment_info(c->eng, LOCAL_SEGMENT_ID, &info) == 0) {
+            for (int i = 0; i < info.num_buffers && !exact; i++)
+                if (info.buffers[i].base == addr)
+                    exact = info.buffers[i].length;
+            tent_free_segment_info(&info);
+        }
+    }
+    rc = tent_unregister_memory(c->eng, (void *)(uintptr_t)addr, (size_t)exact);
+    Py_END_ALLOW_THREADS;
+    PyObject **dead = NULL;
+    size_t ndead = 0;
+    if (rc == TENT_OK && exact) {
+        for (size_t i = 0; i < c->nregs; i++)
+            if (c->regs[i].addr == addr && c->regs[i].len == exact) {
+                c->regs[i].count--;
+                if (c->regs[i].count == 0) {
+                    dead = malloc((c->nholds ? c->nholds : 1) * sizeof(*dead));
+                    ndead = prune(c, dead);
+                }
+                break;
+            }
+    }
+    unlock_release(c, dead, ndead);
+    return rc;
+}
+
+int tentpy_reg_free(struct tentpy_core *c, uint64_t addr, uint64_t alloc_len)
+{
+    reg_lock(c);
+    int rc;
+    Py_BEGIN_ALLOW_THREADS;
+    rc = tent_free_memory(c->eng, (void *)(uintptr_t)addr);
+    Py_END_ALLOW_THREADS;
+    PyObject **dead = NULL;
+    size_t ndead = 0;
+    if (rc == TENT_OK) {
+        bool any = false;
+        for (size_t i = 0; i < c->nregs; i++)
+            if (overlap(c->regs[i].addr, c->regs[i].addr + c->regs[i].len, addr,
+                        addr + alloc_len)) {
+                c->regs[i].count = 0;
+                any = true;
+            }
+        if (any) {
+            dead = malloc((c->nholds ? c->nholds : 1) * sizeof(*dead));
+            ndead = prune(c, dead);
+        }
+    }
+    unlock_release(c, dead, ndead);
+    return rc;
+}
+
+/* ---- segments ----------------------------------------------------------- */
+
+/* One tent_open_segment on a helper thread.  The waiter and the helper
+ * each hold a reference; the helper also holds an `active` count of the
+ * engine, so close() waits for it. */
+struct open_job {
+    atomic_int refs;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+    struct tentpy_core *core;
+    int rc;
+    tent_segment_id_t handle;
+    char msg[512];
+    char name[];
+};
+
+static void job_put(struct open_job *j)
+{
+    if (atomic_fetch_sub(&j->refs, 1) == 1) {
+        pthread_mutex_destroy(&j->lock);
+        pthread_cond_destroy(&j->cond);
+        free(j);
+    }
+}
+
+static void *open_main(void *arg)
+{
+    struct open_job *j = arg;
+    struct tentpy_core *c = j->core;
+    tent_segment_id_t h = 0;
+    int rc = tent_open_segment(c->eng, &h, j->name);
+    pthread_mutex_lock(&j->lock);
+    j->rc = rc;
+    j->handle = h;
+    if (rc)
+        snprintf(j->msg, sizeof(j->msg), "%s", tent_last_error());
+    j->done = true;
+    pthread_cond_signal(&j->cond);
+    pthread_mutex_unlock(&j->lock);
+    /* An abandoned open stays open in C: the next open of the name finds
+     * it there (closing it could close a handle another thread was given
+     * meanwhile, since C hands out one handle per name). */
+    job_put(j);
+    tentpy_leave(c);
+    return NULL;
+}
+
+int tentpy_open_segment(struct tentpy_core *c, const char *name,
+                        tent_segment_id_t *out, char *msg, size_t msg_len)
+{
+    size_t nl = strlen(name);
+    struct open_job *j = calloc(1, sizeof(*j) + nl + 1);
+    if (!j) {
+        PyErr_NoMemory();
+        return TENTPY_PYERR;
+    }
+    memcpy(j->name, name, nl + 1);
+    j->core = c;
+    atomic_init(&j->refs, 2);
+    pthread_mutex_init(&j->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_fetch_add(&c->active, 1); /* the helper's; dropped by it */
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    int trc = pthread_create(&t, &attr, open_main, j);
+    pthread_attr_destroy(&attr);
+    if (trc != 0) {
+        /* No thread to spare: open here (not interruptible). */
+        atomic_fetch_sub(&c->active, 1);
+        tent_segment_id_t h = 0;
+        int rc;
+        Py_BEGIN_ALLOW_THREADS;
+        rc = tent_open_segment(c->eng, &h, name);
+        if (rc)
+            snprintf(msg, msg_len, "%s", tent_last_error());
+        Py_END_ALLOW_THREADS;
+        *out = h;
+        atomic_store(&j->refs, 1);
+        job_put(j);
+        return rc;
+    }
+    for (;;) {
+        bool done;
+        Py_BEGIN_ALLOW_THREADS;
+        pthread_mutex_lock(&j->lock);
+        if (!j->done) {
+            struct timespec until;
+            clock_gettime(CLOCK_MONOTONIC, &until);
+            until.tv_nsec += 5000000; /* signals are looked at every 5 ms */
+            if (until.tv_nsec >= 1000000000) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&j->cond, &j->lock, &until);
+        }
+        done = j->done;
+        pthread_mutex_unlock(&j->lock);
+        Py_END_ALLOW_THREADS;
+        if (done)
+            break;
+        if (PyErr_CheckSignals() < 0) {
+            job_put(j); /* the helper finishes the open on its own */
+            return TENTPY_PYERR;
+        }
+    }
+    int rc = j->rc;
+    *out = j->handle;
+    if (rc)
+        snprintf(msg, msg_len, "%s", j->msg);
+    job_put(j);
+    return rc;
 }
 
 int tentpy_segment(struct tentpy_core *c, PyObject *name,
@@ -171,17 +496,17 @@ int tentpy_segment(struct tentpy_core *c, PyObject *name,
     }
     if (PyErr_Occurred())
         return -1;
-    const char *s = PyUnicode_AsUTF8(name);
-    if (!s)
+    const char *s = tentpy_str(name, "segment name");
+    if (!s) {
+        if (PyErr_ExceptionMatches(PyExc_ValueError))
+            *code = TENT_EINVAL; /* refused by the engine's rules */
         return -1;
+    }
     tent_segment_id_t handle = 0;
-    int rc;
     char msg[512];
-    Py_BEGIN_ALLOW_THREADS;
-    rc = tent_open_segment(c->eng, &handle, s);
-    if (rc)
-        snprintf(msg, sizeof(msg), "%s", tent_last_error());
-    Py_END_ALLOW_THREADS;
+    int rc = tentpy_open_segment(c, s, &handle, msg, sizeof(msg));
+    if (rc == TENTPY_PYERR)
+        return -1;
     if (rc) {
         *code = rc;
         PyErr_Format(rc == TENT_EINVAL ? tentpy_exc_inval : tentpy_exc_meta,
@@ -196,58 +521,6 @@ int tentpy_segment(struct tentpy_core *c, PyObject *name,
     Py_DECREF(v);
     *out = handle;
     return 0;
-}
-
-int tentpy_keep_add(struct tentpy_core *c, uint64_t addr, PyObject *holder)
-{
-    if (!holder)
-        return 0;
-    PyObject *key = PyLong_FromUnsignedLongLong(addr);
-    if (!key)
-        return -1;
-    PyObject *list = PyDict_GetItemWithError(c->keep, key);
-    int rc = -1;
-    if (list) {
-        rc = PyList_Append(list, holder);
-    } else if (!PyErr_Occurred()) {
-        list = PyList_New(1);
-        if (list) {
-            Py_INCREF(holder);
-            PyList_SET_ITEM(list, 0, holder);
-            rc = PyDict_SetItem(c->keep, key, list);
-            Py_DECREF(list);
-        }
-    }
-    Py_DECREF(key);
-    return rc;
-}
-
-void tentpy_keep_drop(struct tentpy_core *c, uint64_t addr)
-{
-    PyObject *key = PyLong_FromUnsignedLongLong(addr);
-    if (!key) {
-        PyErr_Clear();
-        return;
-    }
-    PyObject *list = PyDict_GetItemWithError(c->keep, key);
-    if (list) {
-        Py_ssize_t n = PyList_GET_SIZE(list);
-        if (n <= 1)
-            PyDict_DelItem(c->keep, key);
-        else
-            PyList_SetSlice(list, n - 1, n, NULL);
-    }
-    PyErr_Clear();
-    Py_DECREF(key);
-}
-
-void tentpy_keep_drop_all(struct tentpy_core *c, uint64_t addr)
-{
-    PyObject *key = PyLong_FromUnsignedLongLong(addr);
-    if (key && PyDict_DelItem(c->keep, key) < 0)
-        PyErr_Clear();
-    Py_XDECREF(key);
-    PyErr_Clear();
 }
 
 static inline void cpu_relax(void)

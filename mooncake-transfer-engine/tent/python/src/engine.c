@@ -2,6 +2,7 @@
  * TentException subclass with tent_last_error()'s message. */
 #include "tentpy.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -87,6 +88,7 @@ static void engine_dealloc(EngineObject *self)
     PyObject_GC_UnTrack(self);
     engine_clear(self);
     pthread_mutex_destroy(&self->core.park_lock);
+    pthread_mutex_destroy(&self->core.reg_lock);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -172,25 +174,21 @@ static int u64_arg(PyObject *o, const char *what, uint64_t *out)
 
 static PyObject *engine_open_segment(EngineObject *self, PyObject *name)
 {
-    if (!PyUnicode_Check(name))
-        return PyErr_Format(PyExc_TypeError,
-                            "open_segment: name must be str, not %s",
-                            Py_TYPE(name)->tp_name);
-    const char *s = PyUnicode_AsUTF8(name);
+    const char *s = tentpy_str(name, "open_segment: segment name");
     if (!s)
         return NULL;
     ENTER(self);
     tent_segment_id_t h = 0;
-    int rc;
-    CALL_RELEASED(rc, tent_open_segment(self->core.eng, &h, s));
+    char msg[512];
+    int rc = tentpy_open_segment(&self->core, s, &h, msg, sizeof(msg));
     LEAVE(self);
-    if (rc == TENT_ENOSEGMENT || rc == TENT_EPEER || rc == TENT_EPROTO) {
-        PyErr_Format(tentpy_exc_meta, "open_segment('%s'): %s (%s)", s,
-                     tent_last_error(), tent_strerror(rc));
+    if (rc == TENTPY_PYERR)
         return NULL;
-    }
+    if (rc == TENT_ENOSEGMENT || rc == TENT_EPEER || rc == TENT_EPROTO)
+        return tentpy_errorf(tentpy_exc_meta, "open_segment('%s'): %s (%s)", s,
+                             msg, tent_strerror(rc));
     if (rc)
-        return tentpy_raise(rc, "open_segment");
+        return tentpy_raise_msg(rc, "open_segment", msg);
     return PyLong_FromUnsignedLongLong(h);
 }
 
@@ -248,71 +246,134 @@ out:
     return res;
 }
 
-/* location: a str ("*" = anywhere = "cpu" here) or a MemoryOptions. */
+/* An optional attribute of an options object: NULL (no exception) when
+ * it has none. */
+static PyObject *opt_attr(PyObject *src, const char *name)
+{
+    PyObject *v = PyObject_GetAttrString(src, name);
+    if (!v && PyErr_ExceptionMatches(PyExc_AttributeError))
+        PyErr_Clear();
+    return v;
+}
+
+/* src: a location str ("*" = anywhere = "cpu" here) or a MemoryOptions
+ * (location, perm, type, shm_path, shm_offset, internal; missing ones keep
+ * their defaults).  Every value is checked, none truncated. */
 static int fill_options(PyObject *src, tent_memory_options_t *o,
                         const char *what)
 {
+    char field[160];
     memset(o, 0, sizeof(*o));
     o->permission = PERM_GLOBAL_READ_WRITE;
-    PyObject *loc = src;
-    if (!PyUnicode_Check(src)) {
-        loc = PyObject_GetAttrString(src, "location");
-        if (!loc) {
-            PyErr_Clear();
+    PyObject *loc = NULL;
+    int rc = -1;
+    if (PyUnicode_Check(src)) {
+        loc = src;
+        Py_INCREF(loc);
+    } else {
+        if (!PyObject_HasAttrString(src, "location")) {
             PyErr_Format(PyExc_TypeError,
                          "%s: location must be str or MemoryOptions, not %s",
                          what, Py_TYPE(src)->tp_name);
             return -1;
         }
-        PyObject *perm = PyObject_GetAttrString(src, "perm");
-        PyObject *type = PyObject_GetAttrString(src, "type");
-        long p = perm ? PyLong_AsLong(perm) : -1;
-        long t = type ? PyLong_AsLong(type) : -1;
-        Py_XDECREF(perm);
-        Py_XDECREF(type);
-        if (PyErr_Occurred()) {
-            Py_DECREF(loc);
+        loc = opt_attr(src, "location");
+        PyObject *v;
+        if (!loc && PyErr_Occurred())
             return -1;
+        if ((v = opt_attr(src, "perm"))) {
+            snprintf(field, sizeof(field), "%s: MemoryOptions.perm", what);
+            int bad =
+                tentpy_int_from(v, field, INT_MIN, INT_MAX, &o->permission);
+            Py_DECREF(v);
+            if (bad)
+                goto out;
         }
-        o->permission = (int)p;
-        o->transport_type = (int)t;
-        Py_DECREF(loc);
-        loc = PyObject_GetAttrString(src, "location");
-        if (!loc)
-            return -1;
-        Py_DECREF(loc); /* still owned by src */
+        if (!PyErr_Occurred() && (v = opt_attr(src, "type"))) {
+            snprintf(field, sizeof(field), "%s: MemoryOptions.type", what);
+            int bad =
+                tentpy_int_from(v, field, INT_MIN, INT_MAX, &o->transport_type);
+            Py_DECREF(v);
+            if (bad)
+                goto out;
+        }
+        if (!PyErr_Occurred() && (v = opt_attr(src, "shm_path"))) {
+            snprintf(field, sizeof(field), "%s: MemoryOptions.shm_path", what);
+            const char *p = tentpy_str(v, field);
+            if (p && strlen(p) >= sizeof(o->shm_path))
+                tentpy_errorf(PyExc_ValueError, "%s is too long (%zu bytes)",
+                              field, strlen(p));
+            else if (p)
+                snprintf(o->shm_path, sizeof(o->shm_path), "%s", p);
+            Py_DECREF(v);
+            if (PyErr_Occurred())
+                goto out;
+        }
+        if (!PyErr_Occurred() && (v = opt_attr(src, "shm_offset"))) {
+            uint64_t off;
+            snprintf(field, sizeof(field), "%s: MemoryOptions.shm_offset",
+                     what);
+            int bad = tentpy_len_from(v, field, &off);
+            Py_DECREF(v);
+            if (bad)
+                goto out;
+            o->shm_offset = (size_t)off;
+        }
+        if (!PyErr_Occurred() && (v = opt_attr(src, "internal"))) {
+            int t = PyObject_IsTrue(v);
+            Py_DECREF(v);
+            if (t < 0)
+                goto out;
+            o->internal = t;
+        }
+        if (PyErr_Occurred())
+            goto out;
     }
-    if (!PyUnicode_Check(loc)) {
-        PyErr_Format(PyExc_TypeError, "%s: location must be str", what);
-        return -1;
+    const char *s = "cpu";
+    if (loc) {
+        snprintf(field, sizeof(field), "%s: location", what);
+        s = tentpy_str(loc, field);
+        if (!s)
+            goto out;
     }
-    const char *s = PyUnicode_AsUTF8(loc);
-    if (!s)
-        return -1;
     if (strcmp(s, "*") == 0)
         s = "cpu";
     if (strlen(s) >= sizeof(o->location)) {
         PyErr_Format(PyExc_ValueError, "%s: location '%s' is too long", what,
                      s);
-        return -1;
+        goto out;
     }
     snprintf(o->location, sizeof(o->location), "%s", s);
-    return 0;
+    rc = 0;
+out:
+    Py_XDECREF(loc);
+    return rc;
 }
 
-static PyObject *engine_allocate(EngineObject *self, PyObject *args,
-                                 PyObject *kw)
+/* `perm`: absent (GlobalReadWrite), a Permission int, or a MemoryOptions. */
+static int perm_options(PyObject *perm_o, tent_memory_options_t *o,
+                        const char *what)
 {
-    static char *kwlist[] = {"size", "location", NULL};
-    PyObject *size_o, *loc = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:allocate_local_memory",
-                                     kwlist, &size_o, &loc))
-        return NULL;
+    if (perm_o && !PyLong_Check(perm_o))
+        return fill_options(perm_o, o, what);
+    memset(o, 0, sizeof(*o));
+    snprintf(o->location, sizeof(o->location), "cpu");
+    o->permission = PERM_GLOBAL_READ_WRITE;
+    if (!perm_o)
+        return 0;
+    char field[128];
+    snprintf(field, sizeof(field), "%s: permission", what);
+    return tentpy_int_from(perm_o, field, INT_MIN, INT_MAX, &o->permission);
+}
+
+static PyObject *allocate_common(EngineObject *self, PyObject *size_o,
+                                 PyObject *loc, const char *what)
+{
     uint64_t size;
-    if (tentpy_len_from(size_o, "allocate_local_memory", &size) < 0)
+    if (tentpy_len_from(size_o, what, &size) < 0)
         return NULL;
     tent_memory_options_t o;
-    if (loc && fill_options(loc, &o, "allocate_local_memory") < 0)
+    if (loc && fill_options(loc, &o, what) < 0)
         return NULL;
     if (!loc) {
         memset(&o, 0, sizeof(o));
@@ -326,7 +387,7 @@ static PyObject *engine_allocate(EngineObject *self, PyObject *args,
         rc, tent_allocate_memory_ex(self->core.eng, &addr, (size_t)size, &o));
     LEAVE(self);
     if (rc)
-        return tentpy_raise(rc, "allocate_local_memory");
+        return tentpy_raise(rc, what);
     PyObject *a = PyLong_FromUnsignedLongLong((uintptr_t)addr);
     PyObject *s = PyLong_FromUnsignedLongLong(size);
     if (!a || !s || PyDict_SetItem(self->allocated, a, s) < 0) {
@@ -338,95 +399,142 @@ static PyObject *engine_allocate(EngineObject *self, PyObject *args,
     return a;
 }
 
+static PyObject *engine_allocate(EngineObject *self, PyObject *args,
+                                 PyObject *kw)
+{
+    static char *kwlist[] = {"size", "location", NULL};
+    PyObject *size_o, *loc = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:allocate_local_memory",
+                                     kwlist, &size_o, &loc))
+        return NULL;
+    return allocate_common(self, size_o, loc, "allocate_local_memory");
+}
+
+static PyObject *engine_allocate_ex(EngineObject *self, PyObject *args,
+                                    PyObject *kw)
+{
+    static char *kwlist[] = {"size", "options", NULL};
+    PyObject *size_o, *opts;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:allocate_local_memory_ex",
+                                     kwlist, &size_o, &opts))
+        return NULL;
+    return allocate_common(self, size_o, opts, "allocate_local_memory_ex");
+}
+
 static PyObject *engine_free(EngineObject *self, PyObject *arg)
 {
     struct tentpy_mem m;
     if (tentpy_mem_from(arg, false, "free_local_memory", &m) < 0)
         return NULL;
     Py_XDECREF(m.holder);
-    ENTER(self);
-    int rc;
-    CALL_RELEASED(rc,
-                  tent_free_memory(self->core.eng, (void *)(uintptr_t)m.addr));
-    LEAVE(self);
-    if (rc)
-        return tentpy_raise(rc, "free_local_memory");
     PyObject *a = PyLong_FromUnsignedLongLong(m.addr);
-    if (a) {
-        if (PyDict_DelItem(self->allocated, a) < 0)
-            PyErr_Clear();
+    if (!a)
+        return NULL;
+    PyObject *sz = PyDict_GetItemWithError(self->allocated, a);
+    uint64_t size = sz ? PyLong_AsUnsignedLongLong(sz) : 0;
+    if (PyErr_Occurred()) {
         Py_DECREF(a);
+        return NULL;
     }
-    /* Freed memory is registered no more. */
-    tentpy_keep_drop_all(&self->core, m.addr);
+    if (tentpy_enter(&self->core) < 0) {
+        Py_DECREF(a);
+        return NULL;
+    }
+    /* Freed memory is registered no more: C drops the registrations
+     * inside the allocation, and so do the holds. */
+    int rc = tentpy_reg_free(&self->core, m.addr, size);
+    LEAVE(self);
+    if (rc) {
+        Py_DECREF(a);
+        return tentpy_raise(rc, "free_local_memory");
+    }
+    if (PyDict_DelItem(self->allocated, a) < 0)
+        PyErr_Clear();
+    Py_DECREF(a);
     Py_RETURN_NONE;
 }
 
-/* One registration; `perm` is a permission int or a MemoryOptions. */
-static int register_one(EngineObject *self, PyObject *addr_o, PyObject *size_o,
-                        PyObject *perm_o, const char *what)
-{
+/* One registration's arguments, read and checked before anything is
+ * registered. */
+struct reg_item {
     struct tentpy_mem m;
-    if (tentpy_mem_from(addr_o, true, what, &m) < 0)
+    uint64_t size;
+};
+
+static int reg_item_from(PyObject *addr_o, PyObject *size_o,
+                         const tent_memory_options_t *o, const char *what,
+                         struct reg_item *it)
+{
+    if (tentpy_mem_from(addr_o, true, what, &it->m) < 0)
         return -1;
-    uint64_t size = m.size;
+    it->size = it->m.size;
     if (size_o && size_o != Py_None &&
-        (tentpy_len_from(size_o, what, &size) < 0 ||
-         tentpy_mem_check_len(&m, size, what) < 0))
+        (tentpy_len_from(size_o, what, &it->size) < 0 ||
+         tentpy_mem_check_len(&it->m, it->size, what) < 0))
         goto fail;
-    tent_memory_options_t o;
-    memset(&o, 0, sizeof(o));
-    o.permission = PERM_GLOBAL_READ_WRITE;
-    if (perm_o && PyLong_Check(perm_o)) {
-        long p = PyLong_AsLong(perm_o);
-        if (p == -1 && PyErr_Occurred())
-            goto fail;
-        o.permission = (int)p;
-    } else if (perm_o && fill_options(perm_o, &o, what) < 0) {
+    /* An integer is only an address: it must name memory this process
+     * has (an object vouches for its own). */
+    if (!it->m.holder && tentpy_host_location(o->location) &&
+        tentpy_check_mapped(it->m.addr, it->size, what) < 0)
         goto fail;
-    }
-    if (tentpy_enter(&self->core) < 0)
-        goto fail;
-    int rc;
-    CALL_RELEASED(rc, tent_register_memory_ex(self->core.eng,
-                                              (void *)(uintptr_t)m.addr,
-                                              (size_t)size, &o));
-    LEAVE(self);
-    if (rc) {
-        tentpy_raise(rc, what);
-        goto fail;
-    }
-    if (tentpy_keep_add(&self->core, m.addr, m.holder) < 0)
-        goto fail;
-    Py_XDECREF(m.holder);
     return 0;
 fail:
-    Py_XDECREF(m.holder);
+    Py_CLEAR(it->m.holder);
     return -1;
 }
 
-static int unregister_one(EngineObject *self, PyObject *addr_o,
-                          PyObject *size_o, const char *what)
+static int register_items(EngineObject *self, struct reg_item *it, Py_ssize_t n,
+                          const tent_memory_options_t *o, const char *what)
 {
-    struct tentpy_mem m;
-    if (tentpy_mem_from(addr_o, false, what, &m) < 0)
-        return -1;
-    Py_XDECREF(m.holder);
-    uint64_t size = 0;
-    if (size_o && size_o != Py_None && tentpy_len_from(size_o, what, &size) < 0)
-        return -1;
     if (tentpy_enter(&self->core) < 0)
         return -1;
-    int rc;
-    CALL_RELEASED(rc, tent_unregister_memory(self->core.eng,
-                                             (void *)(uintptr_t)m.addr, size));
-    LEAVE(self);
+    Py_ssize_t i;
+    int rc = 0;
+    for (i = 0; i < n && rc == 0; i++)
+        rc = tentpy_reg_add(&self->core, &it[i].m, it[i].size, o);
     if (rc) {
-        tentpy_raise(rc, what);
-        return -1;
+        char msg[1024];
+        snprintf(msg, sizeof(msg), "%s", tent_last_error());
+        /* No partial state: undo the ones done. */
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        for (Py_ssize_t j = 0; j < i - 1; j++)
+            tentpy_reg_remove(&self->core, it[j].m.addr, it[j].size);
+        PyErr_Restore(t, v, tb);
+        if (rc != TENTPY_PYERR) {
+            char where[160];
+            if (n > 1)
+                snprintf(where, sizeof(where), "%s: entry %zd", what, i - 1);
+            else
+                snprintf(where, sizeof(where), "%s", what);
+            tentpy_raise_msg(rc, where, msg);
+        }
     }
-    tentpy_keep_drop(&self->core, m.addr);
-    return 0;
+    LEAVE(self);
+    return rc ? -1 : 0;
+}
+
+static void items_free(struct reg_item *it, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_CLEAR(it[i].m.holder);
+    PyMem_Free(it);
+}
+
+static PyObject *register_common(EngineObject *self, PyObject *a, PyObject *s,
+                                 PyObject *p, bool ex, const char *what)
+{
+    tent_memory_options_t o;
+    if ((ex ? fill_options(p, &o, what) : perm_options(p, &o, what)) < 0)
+        return NULL;
+    struct reg_item it;
+    if (reg_item_from(a, s, &o, what, &it) < 0)
+        return NULL;
+    int rc = register_items(self, &it, 1, &o, what);
+    Py_CLEAR(it.m.holder);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyObject *engine_register(EngineObject *self, PyObject *args,
@@ -437,22 +545,62 @@ static PyObject *engine_register(EngineObject *self, PyObject *args,
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO:register_local_memory",
                                      kwlist, &a, &s, &p))
         return NULL;
-    if (register_one(self, a, s, p, "register_local_memory") < 0)
-        return NULL;
-    Py_RETURN_NONE;
+    return register_common(self, a, s, p, false, "register_local_memory");
 }
 
-static PyObject *engine_unregister(EngineObject *self, PyObject *args,
-                                   PyObject *kw)
+static PyObject *engine_register_ex(EngineObject *self, PyObject *args,
+                                    PyObject *kw)
 {
-    static char *kwlist[] = {"addr", "size", NULL};
-    PyObject *a, *s = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:unregister_local_memory",
-                                     kwlist, &a, &s))
+    static char *kwlist[] = {"addr", "size", "options", NULL};
+    PyObject *a, *s, *p;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:register_local_memory_ex",
+                                     kwlist, &a, &s, &p))
         return NULL;
-    if (unregister_one(self, a, s, "unregister_local_memory") < 0)
+    return register_common(self, a, s, p, true, "register_local_memory_ex");
+}
+
+static PyObject *register_batch_common(EngineObject *self, PyObject *al,
+                                       PyObject *sl, PyObject *p, bool ex,
+                                       const char *what)
+{
+    tent_memory_options_t o;
+    if ((ex ? fill_options(p, &o, what) : perm_options(p, &o, what)) < 0)
         return NULL;
-    Py_RETURN_NONE;
+    PyObject *fa = tentpy_seq(al, "addr_list");
+    PyObject *fs = fa ? tentpy_seq(sl, "size_list") : NULL;
+    PyObject *res = NULL;
+    struct reg_item *it = NULL;
+    Py_ssize_t n = 0, done = 0;
+    if (!fs)
+        goto out;
+    n = PyTuple_GET_SIZE(fa);
+    if (PyTuple_GET_SIZE(fs) != n) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd addresses but %zd sizes", what,
+                     n, PyTuple_GET_SIZE(fs));
+        goto out;
+    }
+    it = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*it));
+    if (!it) {
+        PyErr_NoMemory();
+        goto out;
+    }
+    for (; done < n; done++)
+        if (reg_item_from(PyTuple_GET_ITEM(fa, done),
+                          PyTuple_GET_ITEM(fs, done), &o, what, &it[done]) < 0)
+            goto out;
+    if (tentpy_seq_unchanged(al, fa, what) < 0 ||
+        tentpy_seq_unchanged(sl, fs, what) < 0)
+        goto out;
+    if (register_items(self, it, n, &o, what) == 0) {
+        res = Py_None;
+        Py_INCREF(res);
+    }
+out:
+    if (it)
+        items_free(it, done);
+    Py_XDECREF(fa);
+    Py_XDECREF(fs);
+    return res;
 }
 
 static PyObject *engine_register_batch(EngineObject *self, PyObject *args,
@@ -463,97 +611,127 @@ static PyObject *engine_register_batch(EngineObject *self, PyObject *args,
     if (!PyArg_ParseTupleAndKeywords(
             args, kw, "OO|O:register_local_memory_batch", kwlist, &al, &sl, &p))
         return NULL;
-    PyObject *fa = PySequence_Fast(al, "addr_list must be a sequence");
-    if (!fa)
+    return register_batch_common(self, al, sl, p, false,
+                                 "register_local_memory_batch");
+}
+
+static PyObject *engine_register_batch_ex(EngineObject *self, PyObject *args,
+                                          PyObject *kw)
+{
+    static char *kwlist[] = {"addr_list", "size_list", "options", NULL};
+    PyObject *al, *sl, *p;
+    if (!PyArg_ParseTupleAndKeywords(args, kw,
+                                     "OOO:register_local_memory_batch_ex",
+                                     kwlist, &al, &sl, &p))
         return NULL;
-    PyObject *fs = PySequence_Fast(sl, "size_list must be a sequence");
-    if (!fs) {
-        Py_DECREF(fa);
-        return NULL;
-    }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fa);
-    if (PySequence_Fast_GET_SIZE(fs) != n) {
-        PyErr_Format(PyExc_ValueError,
-                     "register_local_memory_batch: %zd addresses but %zd sizes",
-                     n, PySequence_Fast_GET_SIZE(fs));
-        goto fail;
-    }
+    return register_batch_common(self, al, sl, p, true,
+                                 "register_local_memory_batch_ex");
+}
+
+/* Unregisters addrs[i] (sizes[i], 0 = the first registered there); goes
+ * on past a failure and raises the first one. */
+static int unregister_items(EngineObject *self, const uint64_t *addrs,
+                            const uint64_t *sizes, Py_ssize_t n,
+                            const char *what)
+{
+    if (tentpy_enter(&self->core) < 0)
+        return -1;
+    int first = 0;
+    Py_ssize_t at = 0;
+    char msg[1024] = "";
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (register_one(self, PySequence_Fast_GET_ITEM(fa, i),
-                         PySequence_Fast_GET_ITEM(fs, i), p,
-                         "register_local_memory_batch") < 0) {
-            /* No partial state: undo the ones done. */
-            PyObject *t, *v, *tb;
-            PyErr_Fetch(&t, &v, &tb);
-            for (Py_ssize_t j = 0; j < i; j++)
-                if (unregister_one(self, PySequence_Fast_GET_ITEM(fa, j),
-                                   PySequence_Fast_GET_ITEM(fs, j),
-                                   "register_local_memory_batch") < 0)
-                    PyErr_Clear();
-            PyErr_Restore(t, v, tb);
-            goto fail;
+        int rc = tentpy_reg_remove(&self->core, addrs[i], sizes[i]);
+        if (rc && !first) {
+            first = rc;
+            at = i;
+            snprintf(msg, sizeof(msg), "%s", tent_last_error());
         }
     }
-    Py_DECREF(fa);
-    Py_DECREF(fs);
+    LEAVE(self);
+    if (first) {
+        char where[160];
+        if (n > 1)
+            snprintf(where, sizeof(where), "%s: entry %zd", what, at);
+        else
+            snprintf(where, sizeof(where), "%s", what);
+        tentpy_raise_msg(first, where, msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int addr_of(PyObject *o, const char *what, uint64_t *out)
+{
+    struct tentpy_mem m;
+    if (tentpy_mem_from(o, false, what, &m) < 0)
+        return -1;
+    Py_XDECREF(m.holder);
+    *out = m.addr;
+    return 0;
+}
+
+static PyObject *engine_unregister(EngineObject *self, PyObject *args,
+                                   PyObject *kw)
+{
+    static char *kwlist[] = {"addr", "size", NULL};
+    PyObject *a, *s = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O:unregister_local_memory",
+                                     kwlist, &a, &s))
+        return NULL;
+    const char *what = "unregister_local_memory";
+    uint64_t addr, size = 0;
+    if (addr_of(a, what, &addr) < 0 ||
+        (s && s != Py_None && tentpy_len_from(s, what, &size) < 0) ||
+        unregister_items(self, &addr, &size, 1, what) < 0)
+        return NULL;
     Py_RETURN_NONE;
-fail:
-    Py_DECREF(fa);
-    Py_DECREF(fs);
-    return NULL;
 }
 
 static PyObject *engine_unregister_batch(EngineObject *self, PyObject *args,
                                          PyObject *kw)
 {
     static char *kwlist[] = {"addr_list", "size_list", NULL};
+    const char *what = "unregister_local_memory_batch";
     PyObject *al, *sl = NULL;
     if (!PyArg_ParseTupleAndKeywords(
             args, kw, "O|O:unregister_local_memory_batch", kwlist, &al, &sl))
         return NULL;
-    PyObject *fa = PySequence_Fast(al, "addr_list must be a sequence");
+    PyObject *fa = tentpy_seq(al, "addr_list");
     if (!fa)
         return NULL;
     PyObject *fs = NULL;
-    if (sl && sl != Py_None) {
-        fs = PySequence_Fast(sl, "size_list must be a sequence");
-        if (!fs) {
-            Py_DECREF(fa);
-            return NULL;
-        }
+    if (sl && sl != Py_None && !(fs = tentpy_seq(sl, "size_list"))) {
+        Py_DECREF(fa);
+        return NULL;
     }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fa);
-    Py_ssize_t ns = fs ? PySequence_Fast_GET_SIZE(fs) : 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(fa);
+    Py_ssize_t ns = fs ? PyTuple_GET_SIZE(fs) : 0;
     PyObject *res = NULL;
+    uint64_t *v = NULL;
     if (ns != 0 && ns != n) {
-        PyErr_Format(PyExc_ValueError,
-                     "unregister_local_memory_batch: %zd addresses but %zd "
-                     "sizes",
+        PyErr_Format(PyExc_ValueError, "%s: %zd addresses but %zd sizes", what,
                      n, ns);
         goto out;
     }
-    int failed = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (unregister_one(self, PySequence_Fast_GET_ITEM(fa, i),
-                           ns ? PySequence_Fast_GET_ITEM(fs, i) : NULL,
-                           "unregister_local_memory_batch") < 0) {
-            if (failed) /* keep the first error, go on with the rest */
-                PyErr_Clear();
-            failed = 1;
-            PyObject *t, *v, *tb;
-            PyErr_Fetch(&t, &v, &tb);
-            for (Py_ssize_t j = i + 1; j < n; j++)
-                if (unregister_one(self, PySequence_Fast_GET_ITEM(fa, j),
-                                   ns ? PySequence_Fast_GET_ITEM(fs, j) : NULL,
-                                   "unregister_local_memory_batch") < 0)
-                    PyErr_Clear();
-            PyErr_Restore(t, v, tb);
-            goto out;
-        }
+    v = PyMem_Calloc(n ? 2 * (size_t)n : 1, sizeof(*v));
+    if (!v) {
+        PyErr_NoMemory();
+        goto out;
     }
-    res = Py_None;
-    Py_INCREF(res);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (addr_of(PyTuple_GET_ITEM(fa, i), what, &v[i]) < 0 ||
+            (ns &&
+             tentpy_len_from(PyTuple_GET_ITEM(fs, i), what, &v[n + i]) < 0))
+            goto out;
+    if (tentpy_seq_unchanged(al, fa, what) < 0 ||
+        (fs && tentpy_seq_unchanged(sl, fs, what) < 0))
+        goto out;
+    if (unregister_items(self, v, v + n, n, what) == 0) {
+        res = Py_None;
+        Py_INCREF(res);
+    }
 out:
+    PyMem_Free(v);
     Py_DECREF(fa);
     Py_XDECREF(fs);
     return res;
@@ -588,83 +766,125 @@ static PyObject *engine_free_batch(EngineObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
-static int int_attr(PyObject *o, const char *name, long dflt, long *out)
+/* A field of request i: a new reference, or NULL with no exception when
+ * the object has no such attribute and the field is optional. */
+static PyObject *req_field(PyObject *q, const char *name, bool required)
 {
-    PyObject *v = PyObject_GetAttrString(o, name);
-    if (!v) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-            return -1;
+    PyObject *v = PyObject_GetAttrString(q, name);
+    if (!v && !required && PyErr_ExceptionMatches(PyExc_AttributeError))
         PyErr_Clear();
-        *out = dflt;
-        return 0;
-    }
-    if (!PyLong_Check(v)) {
-        PyErr_Format(PyExc_TypeError, "Request.%s must be int, not %s", name,
-                     Py_TYPE(v)->tp_name);
-        Py_DECREF(v);
-        return -1;
-    }
-    *out = PyLong_AsLong(v);
-    Py_DECREF(v);
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+    return v;
 }
 
-static int u64_attr(PyObject *o, const char *name, uint64_t *out)
+static int req_int(PyObject *q, Py_ssize_t i, const char *name, long long lo,
+                   long long hi, int dflt, bool required, int *out)
 {
-    PyObject *v = PyObject_GetAttrString(o, name);
-    if (!v)
-        return -1;
-    int rc = tentpy_len_from(v, name, out);
+    PyObject *v = req_field(q, name, required);
+    if (!v) {
+        *out = dflt;
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "request %zd: %s", i, name);
+    int rc = tentpy_int_from(v, what, lo, hi, out);
     Py_DECREF(v);
     return rc;
+}
+
+static int req_u64(PyObject *q, Py_ssize_t i, const char *name, bool required,
+                   uint64_t *out)
+{
+    PyObject *v = req_field(q, name, required);
+    if (!v) {
+        *out = 0;
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    int rc = 0;
+    if (!PyLong_Check(v) || PyBool_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "request %zd: %s must be int, not %s", i,
+                     name, Py_TYPE(v)->tp_name);
+        rc = -1;
+    } else {
+        unsigned long long x = PyLong_AsUnsignedLongLong(v);
+        if (x == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError,
+                         "request %zd: %s %R is not in 0..2**64-1", i, name, v);
+            rc = -1;
+        }
+        *out = x;
+    }
+    Py_DECREF(v);
+    return rc;
+}
+
+/* TENT's IntentType: INTENT_UNSPEC .. STAGING_INTERNAL. */
+#define INTENT_MAX 6
+
+/* Reads request i into *r; every field is checked, none truncated. */
+static int read_request(PyObject *q, Py_ssize_t i, tent_request_t *r)
+{
+    char what[64];
+    snprintf(what, sizeof(what), "request %zd: source", i);
+    PyObject *src = req_field(q, "source", true);
+    if (!src)
+        return -1;
+    struct tentpy_mem m;
+    int bad = tentpy_mem_from(src, false, what, &m);
+    Py_DECREF(src);
+    if (bad)
+        return -1;
+    Py_XDECREF(m.holder); /* registered memory is held by the registry */
+    int op, prio, hint, intent;
+    uint64_t tid, off, len, deadline;
+    if (req_int(q, i, "opcode", OPCODE_READ, OPCODE_WRITE, 0, true, &op) ||
+        req_u64(q, i, "target_id", true, &tid) ||
+        req_u64(q, i, "target_offset", true, &off) ||
+        req_u64(q, i, "length", true, &len) ||
+        req_int(q, i, "priority", INT_MIN, INT_MAX, 0, false, &prio) ||
+        req_int(q, i, "transport_hint", INT_MIN, INT_MAX, TRANSPORT_UNSPEC,
+                false, &hint) ||
+        req_int(q, i, "intent_type", 0, INTENT_MAX, 0, false, &intent) ||
+        req_u64(q, i, "deadline_ns", false, &deadline))
+        return -1;
+    PyObject *pol = req_field(q, "policy_name", false);
+    if (pol) {
+        snprintf(what, sizeof(what), "request %zd: policy_name", i);
+        bad = pol != Py_None && !tentpy_str(pol, what);
+        Py_DECREF(pol);
+        if (bad)
+            return -1;
+    } else if (PyErr_Occurred()) {
+        return -1;
+    }
+    r->opcode = op;
+    r->source = (void *)(uintptr_t)m.addr;
+    r->target_id = tid;
+    r->target_offset = off;
+    r->length = len;
+    r->priority = prio;
+    r->transport_hint = hint;
+    return 0;
 }
 
 /* Reads a list of Request objects into a new array (PyMem_Free it). */
 static tent_request_t *read_requests(PyObject *list, Py_ssize_t *count)
 {
-    PyObject *f = PySequence_Fast(list, "request_list must be a sequence");
+    PyObject *f = tentpy_seq(list, "request_list");
     if (!f)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(f);
+    Py_ssize_t n = PyTuple_GET_SIZE(f);
     tent_request_t *r = PyMem_Calloc(n ? n : 1, sizeof(*r));
     if (!r) {
         Py_DECREF(f);
         PyErr_NoMemory();
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *q = PySequence_Fast_GET_ITEM(f, i);
-        long op, prio, hint;
-        uint64_t tid, off, len;
-        PyObject *src = PyObject_GetAttrString(q, "source");
-        if (!src)
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (read_request(PyTuple_GET_ITEM(f, i), i, &r[i]) < 0)
             goto fail;
-        struct tentpy_mem m;
-        int bad = tentpy_mem_from(src, false, "Request.source", &m);
-        Py_DECREF(src);
-        if (bad)
-            goto fail;
-        Py_XDECREF(m.holder); /* registered memory is held by the registry */
-        if (int_attr(q, "opcode", -1, &op) < 0 ||
-            u64_attr(q, "target_id", &tid) < 0 ||
-            u64_attr(q, "target_offset", &off) < 0 ||
-            u64_attr(q, "length", &len) < 0 ||
-            int_attr(q, "priority", 0, &prio) < 0 ||
-            int_attr(q, "transport_hint", 0, &hint) < 0)
-            goto fail;
-        if (op != OPCODE_READ && op != OPCODE_WRITE) {
-            PyErr_Format(PyExc_ValueError,
-                         "Request.opcode %ld is not OpCode.READ or WRITE", op);
-            goto fail;
-        }
-        r[i].opcode = (int)op;
-        r[i].source = (void *)(uintptr_t)m.addr;
-        r[i].target_id = tid;
-        r[i].target_offset = off;
-        r[i].length = len;
-        r[i].priority = (int)prio;
-        r[i].transport_hint = (int)hint;
-    }
+    if (tentpy_seq_unchanged(list, f, "request_list") < 0)
+        goto fail;
     Py_DECREF(f);
     *count = n;
     return r;
@@ -674,6 +894,9 @@ fail:
     return NULL;
 }
 
+/* A Notification(name, msg), an object with name/msg str attributes or a
+ * (name, msg) tuple; keep[] holds the two strings while name/msg are
+ * used. */
 static int notif_parts(PyObject *n, const char **name, const char **msg,
                        PyObject **keep)
 {
@@ -696,11 +919,16 @@ static int notif_parts(PyObject *n, const char **name, const char **msg,
                         "str)");
         return -1;
     }
-    *name = PyUnicode_AsUTF8(nm);
-    *msg = PyUnicode_AsUTF8(ms);
+    *name = tentpy_str(nm, "notification name");
+    *msg = *name ? tentpy_str(ms, "notification msg") : NULL;
+    if (!*name || !*msg) {
+        Py_DECREF(nm);
+        Py_DECREF(ms);
+        return -1;
+    }
     keep[0] = nm;
     keep[1] = ms;
-    return (*name && *msg) ? 0 : -1;
+    return 0;
 }
 
 static PyObject *submit_common(EngineObject *self, PyObject *bid_o,
@@ -984,16 +1212,28 @@ static PyMethodDef engine_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "allocate_local_memory(size, location='*') -> address (allocates only; "
      "register it with register_local_memory)"},
+    {"allocate_local_memory_ex",
+     (PyCFunction)(void (*)(void))engine_allocate_ex,
+     METH_VARARGS | METH_KEYWORDS,
+     "allocate_local_memory_ex(size, options: MemoryOptions) -> address"},
     {"free_local_memory", (PyCFunction)engine_free, METH_O, NULL},
     {"register_local_memory", (PyCFunction)(void (*)(void))engine_register,
      METH_VARARGS | METH_KEYWORDS,
      "register_local_memory(addr, size=None, permission=GlobalReadWrite); "
      "addr: int, buffer or data_ptr()/nbytes object (kept alive)"},
+    {"register_local_memory_ex",
+     (PyCFunction)(void (*)(void))engine_register_ex,
+     METH_VARARGS | METH_KEYWORDS,
+     "register_local_memory_ex(addr, size, options: MemoryOptions)"},
     {"unregister_local_memory", (PyCFunction)(void (*)(void))engine_unregister,
      METH_VARARGS | METH_KEYWORDS, "unregister_local_memory(addr, size=0)"},
     {"register_local_memory_batch",
      (PyCFunction)(void (*)(void))engine_register_batch,
      METH_VARARGS | METH_KEYWORDS, NULL},
+    {"register_local_memory_batch_ex",
+     (PyCFunction)(void (*)(void))engine_register_batch_ex,
+     METH_VARARGS | METH_KEYWORDS,
+     "register_local_memory_batch_ex(addr_list, size_list, options)"},
     {"unregister_local_memory_batch",
      (PyCFunction)(void (*)(void))engine_unregister_batch,
      METH_VARARGS | METH_KEYWORDS, NULL},

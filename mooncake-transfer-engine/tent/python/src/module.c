@@ -5,6 +5,23 @@
 
 #include <stdio.h>
 
+/* TENT's numbers for transports this header may not name yet. */
+#ifdef TRANSPORT_TPU
+#define TENTPY_TRANSPORT_TPU TRANSPORT_TPU
+#else
+#define TENTPY_TRANSPORT_TPU 10
+#endif
+#ifdef TRANSPORT_UB
+#define TENTPY_TRANSPORT_UB TRANSPORT_UB
+#else
+#define TENTPY_TRANSPORT_UB 11
+#endif
+#ifdef TRANSPORT_MPCOMM
+#define TENTPY_TRANSPORT_MPCOMM TRANSPORT_MPCOMM
+#else
+#define TENTPY_TRANSPORT_MPCOMM 12
+#endif
+
 PyObject *tentpy_exc_base, *tentpy_exc_inval, *tentpy_exc_notreg,
     *tentpy_exc_nodev, *tentpy_exc_entry, *tentpy_exc_meta, *tentpy_exc_rpc,
     *tentpy_exc_internal, *tentpy_exc_notimpl;
@@ -45,11 +62,15 @@ static PyObject *exc_for(int code)
     }
 }
 
+PyObject *tentpy_raise_msg(int code, const char *what, const char *msg)
+{
+    return tentpy_errorf(exc_for(code), "%s: %s (%s)", what, msg,
+                         tent_strerror(code));
+}
+
 PyObject *tentpy_raise(int code, const char *what)
 {
-    PyErr_Format(exc_for(code), "%s: %s (%s)", what, tent_last_error(),
-                 tent_strerror(code));
-    return NULL;
+    return tentpy_raise_msg(code, what, tent_last_error());
 }
 
 /* ---- record types ------------------------------------------------------- */
@@ -174,6 +195,26 @@ PyMODINIT_FUNC PyInit__tent(void)
     Py_INCREF(&tentpy_MooncakeType);
     if (PyModule_AddObject(m, "MooncakeTransferEngine",
                            (PyObject *)&tentpy_MooncakeType) < 0)
+        goto fail;
+    /* Transport numbers as the C header defines them (TENT's values; the
+     * package's TransportType is built from these). */
+    if (PyModule_AddIntConstant(m, "TRANSPORT_UNSPEC", TRANSPORT_UNSPEC) ||
+        PyModule_AddIntConstant(m, "TRANSPORT_RDMA", TRANSPORT_RDMA) ||
+        PyModule_AddIntConstant(m, "TRANSPORT_MNNVL", TRANSPORT_MNNVL) ||
+        PyModule_AddIntConstant(m, "TRANSPORT_SHM", TRANSPORT_SHM) ||
+        PyModule_AddIntConstant(m, "TRANSPORT_NVLINK", TRANSPORT_NVLINK) ||
+        PyModule_AddIntConstant(m, "TRANSPORT_GDS", TRANSPORT_GDS) ||
+        PyModule_AddIntConstant(m, "TRANSPORT_IOURING", TRANSPORT_IOURING) ||
+        PyModule_AddIntConstant(m, "TRANSPORT_TCP", TRANSPORT_TCP) ||
+        PyModule_AddIntConstant(m, "TRANSPORT_ASCEND_DIRECT",
+                                TRANSPORT_ASCEND_DIRECT) ||
+        PyModule_AddIntConstant(m, "TRANSPORT_SUNRISE_LINK",
+                                TRANSPORT_SUNRISE_LINK) ||
+        PyModule_AddIntConstant(m, "TRANSPORT_TPU", TENTPY_TRANSPORT_TPU) ||
+        PyModule_AddIntConstant(m, "TRANSPORT_UB", TENTPY_TRANSPORT_UB) ||
+        PyModule_AddIntConstant(m, "TRANSPORT_MPCOMM",
+                                TENTPY_TRANSPORT_MPCOMM) ||
+        PyModule_AddIntConstant(m, "TRANSPORT_MEMFABRIC", TRANSPORT_MEMFABRIC))
         goto fail;
     if (PyModule_AddIntConstant(m, "LOCAL_SEGMENT_ID", 0) ||
         PyModule_AddStringConstant(m, "kWildcardLocation", "*") ||

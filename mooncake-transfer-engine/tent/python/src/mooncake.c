@@ -16,35 +16,79 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* last_error(): per engine, and within it per thread (a thread pool
+ * sharing one engine sees its own failures), for the last ERR_SLOTS
+ * threads that failed on this engine. */
+#define ERR_SLOTS 16
+#define ERR_LEN   1024
+struct err_slot {
+    pthread_t tid;
+    unsigned long stamp; /* 0: unused */
+    char msg[ERR_LEN];
+};
+
 typedef struct {
     PyObject_HEAD struct tentpy_core core;
     PyObject *managed; /* int addr -> int length (allocate_managed_buffer) */
     char host[256];    /* host part of local_hostname */
     int rpc_port;
     double timeout_s; /* MC_TRANSFER_TIMEOUT */
+    pthread_mutex_t err_lock;
+    unsigned long err_stamp;
+    struct err_slot errs[ERR_SLOTS];
 } MCObject;
 
-/* The calling thread's message for its last failed call. */
-static _Thread_local char t_last_error[1024];
-
-static void set_last(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
-static void set_last(const char *fmt, ...)
+/* Records the calling thread's message for its last failed call on this
+ * engine (any thread, GIL held or not). */
+static void set_last(MCObject *self, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void set_last(MCObject *self, const char *fmt, ...)
 {
+    char text[ERR_LEN];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(t_last_error, sizeof(t_last_error), fmt, ap);
+    vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
+    pthread_t me = pthread_self();
+    pthread_mutex_lock(&self->err_lock);
+    struct err_slot *slot = NULL, *oldest = &self->errs[0];
+    for (int i = 0; i < ERR_SLOTS && !slot; i++) {
+        struct err_slot *e = &self->errs[i];
+        if (e->stamp && pthread_equal(e->tid, me))
+            slot = e;
+        else if (e->stamp < oldest->stamp)
+            oldest = e;
+    }
+    if (!slot)
+        slot = oldest;
+    slot->tid = me;
+    slot->stamp = ++self->err_stamp;
+    memcpy(slot->msg, text, sizeof(text));
+    pthread_mutex_unlock(&self->err_lock);
+}
+
+/* Copies the calling thread's last message on this engine ("" if none). */
+static void get_last(MCObject *self, char *out, size_t len)
+{
+    pthread_t me = pthread_self();
+    out[0] = '\0';
+    pthread_mutex_lock(&self->err_lock);
+    for (int i = 0; i < ERR_SLOTS; i++)
+        if (self->errs[i].stamp && pthread_equal(self->errs[i].tid, me)) {
+            snprintf(out, len, "%s", self->errs[i].msg);
+            break;
+        }
+    pthread_mutex_unlock(&self->err_lock);
 }
 
 /* Moves the pending exception's message into last_error(). */
-static void exc_to_last(void)
+static void exc_to_last(MCObject *self)
 {
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
     PyObject *str = v ? PyObject_Str(v) : NULL;
     const char *m = str ? PyUnicode_AsUTF8(str) : NULL;
-    set_last("%s", m ? m : "unknown error");
+    set_last(self, "%s", m ? m : "unknown error");
     Py_XDECREF(str);
     Py_XDECREF(t);
     Py_XDECREF(v);
@@ -110,24 +154,42 @@ static int parse(const char *fn, PyObject *const *args, Py_ssize_t nargs,
     parse(fn, args, nargs, kwnames, names,                                     \
           (int)(sizeof(names) / sizeof(names[0])), nreq, out)
 
-static const char *str_arg(PyObject *o, const char *fn, const char *what)
+/* Result of reading an argument: OK, a Python exception (a wrong type),
+ * or REFUSED: a value the engine refuses (the call returns its failure
+ * value; last_error() says why). */
+enum { ARG_OK = 0, ARG_PYERR = -2, ARG_REFUSED = -1 };
+
+/* A str argument (absent or None: ""); a NUL inside is refused (C would
+ * read a shorter name, naming something else). */
+static int str_in(MCObject *self, PyObject *o, const char *fn, const char *what,
+                  const char **out)
 {
+    *out = "";
     if (!o || o == Py_None)
-        return "";
+        return ARG_OK;
     if (!PyUnicode_Check(o)) {
         PyErr_Format(PyExc_TypeError, "%s(): %s must be str, not %s", fn, what,
                      Py_TYPE(o)->tp_name);
-        return NULL;
+        return ARG_PYERR;
     }
-    return PyUnicode_AsUTF8(o);
+    char field[128];
+    snprintf(field, sizeof(field), "%s(): %s", fn, what);
+    *out = tentpy_str(o, field);
+    if (*out)
+        return ARG_OK;
+    if (!PyErr_ExceptionMatches(PyExc_ValueError))
+        return ARG_PYERR;
+    exc_to_last(self);
+    return ARG_REFUSED;
 }
 
 /* transport_hint -> TRANSPORT_*; ValueError for an unknown name. */
-static int hint_arg(PyObject *o, const char *fn, int *out)
+static int hint_arg(MCObject *self, PyObject *o, const char *fn, int *out)
 {
-    const char *s = str_arg(o, fn, "transport_hint");
-    if (!s)
-        return -1;
+    const char *s;
+    int a = str_in(self, o, fn, "transport_hint", &s);
+    if (a)
+        return a;
     static const struct {
         const char *name;
         int type;
@@ -152,7 +214,7 @@ static int hint_arg(PyObject *o, const char *fn, int *out)
                  "%s(): transport_hint '%s' is not one of rdma, mnnvl, shm, "
                  "nvlink, gds, io_uring, tcp, ascend, sunrise_link, unspec",
                  fn, s);
-    return -1;
+    return ARG_PYERR;
 }
 
 /* ---- lifetime ----------------------------------------------------------- */
@@ -169,6 +231,7 @@ static PyObject *mc_new(PyTypeObject *type, PyObject *args TENTPY_UNUSED,
         return NULL;
     }
     self->timeout_s = 30.0;
+    pthread_mutex_init(&self->err_lock, NULL);
     return (PyObject *)self;
 }
 
@@ -189,6 +252,8 @@ static void mc_dealloc(MCObject *self)
     PyObject_GC_UnTrack(self);
     mc_clear(self);
     pthread_mutex_destroy(&self->core.park_lock);
+    pthread_mutex_destroy(&self->core.reg_lock);
+    pthread_mutex_destroy(&self->err_lock);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -211,10 +276,11 @@ static PyObject *mc_exit_ctx(MCObject *self, PyObject *args TENTPY_UNUSED)
     return mc_close(self, NULL);
 }
 
-static PyObject *mc_last_error(MCObject *self TENTPY_UNUSED,
-                               PyObject *unused TENTPY_UNUSED)
+static PyObject *mc_last_error(MCObject *self, PyObject *unused TENTPY_UNUSED)
 {
-    return PyUnicode_FromString(t_last_error);
+    char msg[ERR_LEN];
+    get_last(self, msg, sizeof(msg));
+    return PyUnicode_FromString(msg);
 }
 
 /* ---- initialize --------------------------------------------------------- */
@@ -285,7 +351,7 @@ static void set_item(cJSON *obj, const char *key, cJSON *v)
 /* The engine's config: MC_TENT_CONF (when set) as the base, then what
  * initialize() says.  Returns a malloc'ed JSON text or NULL (t_last_error
  * says why). */
-static char *build_config(const char *host, int port, int npu,
+static char *build_config(MCObject *self, const char *host, int port, int npu,
                           const char *meta_type, const char *meta_servers,
                           const char *segment_name, const char *proto)
 {
@@ -294,7 +360,7 @@ static char *build_config(const char *host, int port, int npu,
     if (base && *base) {
         FILE *f = fopen(base, "rb");
         if (!f) {
-            set_last("MC_TENT_CONF '%s': %s", base, strerror(errno));
+            set_last(self, "MC_TENT_CONF '%s': %s", base, strerror(errno));
             return NULL;
         }
         char *text = NULL;
@@ -306,7 +372,7 @@ static char *build_config(const char *host, int port, int npu,
                 if (!t) {
                     free(text);
                     fclose(f);
-                    set_last("out of memory");
+                    set_last(self, "out of memory");
                     return NULL;
                 }
                 text = t;
@@ -322,14 +388,14 @@ static char *build_config(const char *host, int port, int npu,
         free(text);
         if (!root || !cJSON_IsObject(root)) {
             cJSON_Delete(root);
-            set_last("MC_TENT_CONF '%s' is not a JSON object", base);
+            set_last(self, "MC_TENT_CONF '%s' is not a JSON object", base);
             return NULL;
         }
     } else {
         root = cJSON_CreateObject();
     }
     if (!root) {
-        set_last("out of memory");
+        set_last(self, "out of memory");
         return NULL;
     }
     set_item(root, "rpc_server_hostname", cJSON_CreateString(host));
@@ -358,8 +424,81 @@ static char *build_config(const char *host, int port, int npu,
     char *out = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     if (!out)
-        set_last("out of memory");
+        set_last(self, "out of memory");
     return out;
+}
+
+/* Protocols Mooncake's initialize() knows that need a device this engine
+ * has no transport for: as Mooncake on a host without such a device, the
+ * engine runs tcp instead. */
+static const char *const device_protocols[] = {
+    "rdma",    "efa",          "cxi",  "nvlink", "nvlink_intra", "mnnvl",
+    "hip",     "musa",         "maca", "barex",  "cxl",          "ub",
+    "ubshmem", "sunrise_link", "tpu",  "mpcomm"};
+
+/* The transport initialize() installs for `asked`: tcp, shm or memfabric
+ * (ascend means memfabric).  MC_FORCE_TCP set (to anything, as Mooncake
+ * reads it) means tcp whatever was asked.  A protocol with no device here
+ * runs tcp, with one warning (note) naming both.  NULL: refused. */
+static const char *choose_protocol(MCObject *self, const char *asked,
+                                   char *note, size_t note_len, bool *warning)
+{
+    if (getenv("MC_FORCE_TCP")) {
+        if (strcmp(asked, "tcp") != 0)
+            snprintf(note, note_len,
+                     "MC_FORCE_TCP is set: the engine runs tcp only "
+                     "(protocol '%s' was asked)",
+                     asked);
+        return "tcp";
+    }
+    if (strcmp(asked, "tcp") == 0 || strcmp(asked, "shm") == 0 ||
+        strcmp(asked, "memfabric") == 0)
+        return asked;
+    if (strcmp(asked, "ascend") == 0)
+        return "memfabric";
+    if (!asked[0])
+        return "tcp"; /* nothing asked: what Mooncake discovers here */
+    for (size_t i = 0; i < sizeof(device_protocols) / sizeof(*device_protocols);
+         i++)
+        if (strcmp(asked, device_protocols[i]) == 0) {
+            snprintf(note, note_len,
+                     "protocol '%s' has no device on this host; the engine "
+                     "runs tcp instead (this engine moves host memory over "
+                     "tcp, shm and memfabric)",
+                     asked);
+            *warning = true;
+            return "tcp";
+        }
+    if (strcmp(asked, "xgmi") == 0)
+        set_last(self, "initialize: protocol 'xgmi' is not exposed in the "
+                       "Python API; use 'hip'");
+    else
+        set_last(self,
+                 "initialize: protocol '%s' is unknown (tcp, shm, memfabric, "
+                 "ascend, or one of Mooncake's device protocols such as rdma, "
+                 "efa, nvlink, which run tcp here)",
+                 asked);
+    return NULL;
+}
+
+/* One line through Python's logging (logger "tent.mooncake"), where the
+ * application's own log configuration applies. */
+static void log_to_python(const char *level, const char *text)
+{
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyObject *logging = PyImport_ImportModule("logging");
+    PyObject *logger = logging ? PyObject_CallMethod(logging, "getLogger", "s",
+                                                     "tent.mooncake")
+                               : NULL;
+    PyObject *r =
+        logger ? PyObject_CallMethod(logger, level, "ss", "%s", text) : NULL;
+    if (!r)
+        PyErr_Clear();
+    Py_XDECREF(r);
+    Py_XDECREF(logger);
+    Py_XDECREF(logging);
+    PyErr_Restore(t, v, tb);
 }
 
 static int do_initialize(MCObject *self, const char *local, const char *meta,
@@ -367,27 +506,27 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
                          const char *meta_type_in)
 {
     if (self->core.eng || atomic_load(&self->core.closed)) {
-        set_last("initialize: the engine is already initialized");
+        set_last(self, "initialize: the engine is already initialized");
         return -1;
     }
     char host[256];
     int port, npu;
     if (parse_local(local, host, sizeof(host), &port, &npu) < 0) {
-        set_last("initialize: local_hostname '%s' is not host, host:port or "
+        set_last(self,
+                 "initialize: local_hostname '%s' is not host, host:port or "
                  "host:port:npu_<id>",
                  local);
         return -1;
     }
-    const char *proto;
-    if (strcmp(proto_in, "tcp") == 0 || strcmp(proto_in, "shm") == 0 ||
-        strcmp(proto_in, "memfabric") == 0)
-        proto = proto_in;
-    else if (strcmp(proto_in, "ascend") == 0)
-        proto = "memfabric";
-    else {
-        set_last("initialize: protocol '%s' is not available here (tcp, shm, "
-                 "memfabric, ascend)",
-                 proto_in);
+    char note[512] = "";
+    bool note_is_warning = false;
+    const char *proto =
+        choose_protocol(self, proto_in, note, sizeof(note), &note_is_warning);
+    if (!proto)
+        return -1;
+    if (strlen(meta) >= 1024) {
+        set_last(self, "initialize: metadata_server is too long (%zu bytes)",
+                 strlen(meta));
         return -1;
     }
     /* metadata_server: P2PHANDSHAKE or scheme://servers (no scheme: etcd) */
@@ -402,7 +541,8 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
     } else if (sep) {
         size_t n = (size_t)(sep - meta);
         if (n >= sizeof(mtype)) {
-            set_last("initialize: metadata_server '%s' has an unknown scheme",
+            set_last(self,
+                     "initialize: metadata_server '%s' has an unknown scheme",
                      meta);
             return -1;
         }
@@ -419,13 +559,14 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
         snprintf(mtype, sizeof(mtype), "p2p");
     if (strcmp(mtype, "p2p") && strcmp(mtype, "etcd") &&
         strcmp(mtype, "redis") && strcmp(mtype, "http")) {
-        set_last("initialize: metadata type '%s' is not p2p, etcd, redis or "
+        set_last(self,
+                 "initialize: metadata type '%s' is not p2p, etcd, redis or "
                  "http",
                  mtype);
         return -1;
     }
     if (strcmp(mtype, "p2p") && !servers[0]) {
-        set_last("initialize: metadata type '%s' needs a server", mtype);
+        set_last(self, "initialize: metadata type '%s' needs a server", mtype);
         return -1;
     }
     /* Mooncake names a segment by local_hostname when a metadata service
@@ -437,7 +578,7 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
                  port);
     if (named && !port)
         snprintf(segname, sizeof(segname), "%s", host);
-    char *json = build_config(host, port, npu, mtype, servers,
+    char *json = build_config(self, host, port, npu, mtype, servers,
                               named ? segname : NULL, proto);
     if (!json)
         return -1;
@@ -447,7 +588,7 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
              tmpdir && *tmpdir ? tmpdir : "/tmp");
     int fd = mkstemps(path, 5);
     if (fd < 0) {
-        set_last("initialize: cannot create a config file '%s': %s", path,
+        set_last(self, "initialize: cannot create a config file '%s': %s", path,
                  strerror(errno));
         free(json);
         return -1;
@@ -458,7 +599,7 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
     free(json);
     if (w != (ssize_t)len) {
         unlink(path);
-        set_last("initialize: cannot write the config file '%s'", path);
+        set_last(self, "initialize: cannot write the config file '%s'", path);
         return -1;
     }
     int err;
@@ -466,20 +607,21 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
     tent_engine_t e = tentpy_create_engine(path, &err, msg, sizeof(msg));
     unlink(path);
     if (!e) {
-        set_last("initialize: %s", msg);
+        set_last(self, "initialize: %s", msg);
         return -1;
     }
     char addr[256];
     uint16_t rport = 0;
     if (tent_rpc_server_addr_port(e, addr, sizeof(addr), &rport) != TENT_OK) {
-        set_last("initialize: %s", tent_last_error());
+        set_last(self, "initialize: %s", tent_last_error());
         Py_BEGIN_ALLOW_THREADS;
         tent_destroy_engine(e);
         Py_END_ALLOW_THREADS;
         return -1;
     }
     if (!tent_available(e)) {
-        set_last("initialize: transport '%s' could not be installed (see the "
+        set_last(self,
+                 "initialize: transport '%s' could not be installed (see the "
                  "engine log)",
                  proto);
         Py_BEGIN_ALLOW_THREADS;
@@ -497,6 +639,8 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
     }
     (void)device; /* NIC names: no NIC-bound transport in this build */
     self->core.eng = e;
+    if (note[0])
+        log_to_python(note_is_warning ? "warning" : "info", note);
     return 0;
 }
 
@@ -509,9 +653,13 @@ static PyObject *mc_initialize(MCObject *self, PyObject *const *args,
     if (PARSE("initialize", names, 3, a) < 0)
         return NULL;
     const char *s[4];
-    for (int i = 0; i < 4; i++)
-        if (!(s[i] = str_arg(a[i], "initialize", names[i])))
+    for (int i = 0; i < 4; i++) {
+        int r = str_in(self, a[i], "initialize", names[i], &s[i]);
+        if (r == ARG_PYERR)
             return NULL;
+        if (r == ARG_REFUSED)
+            return PyLong_FromLong(-1);
+    }
     return PyLong_FromLong(do_initialize(self, s[0], s[1], s[2], s[3], NULL));
 }
 
@@ -525,9 +673,13 @@ static PyObject *mc_initialize_ext(MCObject *self, PyObject *const *args,
     if (PARSE("initialize_ext", names, 5, a) < 0)
         return NULL;
     const char *s[5];
-    for (int i = 0; i < 5; i++)
-        if (!(s[i] = str_arg(a[i], "initialize_ext", names[i])))
+    for (int i = 0; i < 5; i++) {
+        int r = str_in(self, a[i], "initialize_ext", names[i], &s[i]);
+        if (r == ARG_PYERR)
             return NULL;
+        if (r == ARG_REFUSED)
+            return PyLong_FromLong(-1);
+    }
     return PyLong_FromLong(do_initialize(self, s[0], s[1], s[2], s[3], s[4]));
 }
 
@@ -537,6 +689,15 @@ static PyObject *mc_rpc_port(MCObject *self, PyObject *unused TENTPY_UNUSED)
         return NULL;
     tentpy_leave(&self->core);
     return PyLong_FromLong(self->rpc_port);
+}
+
+/* Mooncake's get_engine_ptr(): the address of the engine underneath (here
+ * the tent_engine_t of the public C API), 0 before initialize(). */
+static PyObject *mc_engine_ptr(MCObject *self, PyObject *unused TENTPY_UNUSED)
+{
+    if (atomic_load(&self->core.closed))
+        return PyLong_FromLong(0);
+    return PyLong_FromUnsignedLongLong((uintptr_t)self->core.eng);
 }
 
 static PyObject *mc_session_id(MCObject *self, PyObject *unused TENTPY_UNUSED)
@@ -549,73 +710,140 @@ static PyObject *mc_session_id(MCObject *self, PyObject *unused TENTPY_UNUSED)
 
 /* ---- memory ------------------------------------------------------------- */
 
-static int reg_one(MCObject *self, PyObject *addr_o, PyObject *cap_o,
-                   const char *loc, const char *fn)
+/* The registration options of a location argument ("*" = "cpu"). */
+static int mc_options(MCObject *self, const char *loc, const char *fn,
+                      tent_memory_options_t *o)
 {
-    struct tentpy_mem m;
-    if (tentpy_mem_from(addr_o, true, fn, &m) < 0)
-        return -2;
-    uint64_t cap = m.size;
-    if (cap_o && cap_o != Py_None &&
-        (tentpy_len_from(cap_o, fn, &cap) < 0 ||
-         tentpy_mem_check_len(&m, cap, fn) < 0)) {
-        Py_XDECREF(m.holder);
-        return -2;
+    memset(o, 0, sizeof(*o));
+    o->permission = PERM_GLOBAL_READ_WRITE;
+    if (strlen(loc) >= sizeof(o->location)) {
+        set_last(self, "%s: location '%s' is too long", fn, loc);
+        return ARG_REFUSED;
     }
-    tent_memory_options_t o;
-    memset(&o, 0, sizeof(o));
-    o.permission = PERM_GLOBAL_READ_WRITE;
-    if (strcmp(loc, "*") != 0 && *loc)
-        snprintf(o.location, sizeof(o.location), "%s", loc);
-    else
-        snprintf(o.location, sizeof(o.location), "cpu");
-    int rc;
-    Py_BEGIN_ALLOW_THREADS;
-    rc = tent_register_memory_ex(self->core.eng, (void *)(uintptr_t)m.addr,
-                                 (size_t)cap, &o);
-    if (rc)
-        set_last("%s: %s", fn, tent_last_error());
-    Py_END_ALLOW_THREADS;
-    if (rc) {
-        Py_XDECREF(m.holder);
-        return -1;
-    }
-    int k = tentpy_keep_add(&self->core, m.addr, m.holder);
-    Py_XDECREF(m.holder);
-    return k < 0 ? -2 : 0;
+    snprintf(o->location, sizeof(o->location), "%s",
+             strcmp(loc, "*") != 0 && *loc ? loc : "cpu");
+    return ARG_OK;
 }
 
-static int unreg_one(MCObject *self, PyObject *addr_o, const char *fn)
-{
+/* One (buffer, capacity) of a registration, read and checked before
+ * anything is registered. */
+struct mc_item {
     struct tentpy_mem m;
-    if (tentpy_mem_from(addr_o, false, fn, &m) < 0)
-        return -2;
-    Py_XDECREF(m.holder);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS;
-    rc = tent_unregister_memory(self->core.eng, (void *)(uintptr_t)m.addr, 0);
-    if (rc)
-        set_last("%s: %s", fn, tent_last_error());
-    Py_END_ALLOW_THREADS;
-    if (rc)
-        return -1;
-    tentpy_keep_drop(&self->core, m.addr);
-    return 0;
+    uint64_t cap;
+};
+
+static int mc_item_from(MCObject *self, PyObject *addr_o, PyObject *cap_o,
+                        const tent_memory_options_t *o, const char *fn,
+                        struct mc_item *it)
+{
+    if (tentpy_mem_from(addr_o, true, fn, &it->m) < 0)
+        return ARG_PYERR;
+    it->cap = it->m.size;
+    if (cap_o && cap_o != Py_None &&
+        (tentpy_len_from(cap_o, fn, &it->cap) < 0 ||
+         tentpy_mem_check_len(&it->m, it->cap, fn) < 0)) {
+        Py_CLEAR(it->m.holder);
+        return ARG_PYERR;
+    }
+    /* An integer is only an address: it must name memory this process
+     * has (an object vouches for its own). */
+    if (!it->m.holder && tentpy_host_location(o->location) &&
+        tentpy_check_mapped(it->m.addr, it->cap, fn) < 0) {
+        exc_to_last(self);
+        return ARG_REFUSED;
+    }
+    return ARG_OK;
+}
+
+/* Registers the items in order; on a failure undoes the ones done (no
+ * partial state) and returns ARG_REFUSED or ARG_PYERR. */
+static int mc_register_items(MCObject *self, struct mc_item *it, Py_ssize_t n,
+                             const tent_memory_options_t *o, const char *fn)
+{
+    Py_ssize_t i;
+    int rc = 0;
+    for (i = 0; i < n && rc == 0; i++)
+        rc = tentpy_reg_add(&self->core, &it[i].m, it[i].cap, o);
+    if (!rc)
+        return ARG_OK;
+    char msg[ERR_LEN];
+    snprintf(msg, sizeof(msg), "%s", tent_last_error());
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    for (Py_ssize_t j = 0; j < i - 1; j++)
+        tentpy_reg_remove(&self->core, it[j].m.addr, it[j].cap);
+    PyErr_Restore(t, v, tb);
+    if (rc == TENTPY_PYERR)
+        return ARG_PYERR;
+    if (n > 1)
+        set_last(self, "%s: entry %zd: %s", fn, i - 1, msg);
+    else
+        set_last(self, "%s: %s", fn, msg);
+    return ARG_REFUSED;
+}
+
+static void mc_items_free(struct mc_item *it, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        Py_CLEAR(it[i].m.holder);
+    PyMem_Free(it);
 }
 
 static PyObject *mc_register(MCObject *self, PyObject *const *args,
                              Py_ssize_t nargs, PyObject *kwnames)
 {
     static const char *const names[] = {"buffer_addr", "capacity", "location"};
+    const char *fn = "register_memory";
     PyObject *a[3];
-    if (PARSE("register_memory", names, 2, a) < 0)
+    const char *loc;
+    if (PARSE(fn, names, 2, a) < 0 || tentpy_check(&self->core) < 0)
         return NULL;
-    const char *loc = str_arg(a[2], "register_memory", "location");
-    if (!loc || tentpy_enter(&self->core) < 0)
-        return NULL;
-    int rc = reg_one(self, a[0], a[1], *loc ? loc : "*", "register_memory");
-    tentpy_leave(&self->core);
-    return rc == -2 ? NULL : PyLong_FromLong(rc);
+    int r = str_in(self, a[2], fn, "location", &loc);
+    tent_memory_options_t o;
+    if (r == ARG_OK)
+        r = mc_options(self, loc, fn, &o);
+    struct mc_item it = {{0, 0, NULL}, 0};
+    if (r == ARG_OK)
+        r = mc_item_from(self, a[0], a[1], &o, fn, &it);
+    if (r == ARG_OK) {
+        if (tentpy_enter(&self->core) < 0)
+            r = ARG_PYERR;
+        else {
+            r = mc_register_items(self, &it, 1, &o, fn);
+            tentpy_leave(&self->core);
+        }
+    }
+    Py_CLEAR(it.m.holder);
+    return r == ARG_PYERR ? NULL : PyLong_FromLong(r);
+}
+
+static int mc_addr(PyObject *o, const char *fn, uint64_t *out)
+{
+    struct tentpy_mem m;
+    if (tentpy_mem_from(o, false, fn, &m) < 0)
+        return -1;
+    Py_XDECREF(m.holder);
+    *out = m.addr;
+    return 0;
+}
+
+/* Unregisters each address (the first registration there, as Mooncake);
+ * goes on past a failure.  0 or -1 (last_error names the first). */
+static int mc_unregister_addrs(MCObject *self, const uint64_t *addrs,
+                               Py_ssize_t n, const char *fn)
+{
+    int res = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int rc = tentpy_reg_remove(&self->core, addrs[i], 0);
+        if (rc && res == 0) {
+            res = -1;
+            if (n > 1)
+                set_last(self, "%s: entry %zd: %s", fn, i, tent_last_error());
+            else
+                set_last(self, "%s: %s", fn, tent_last_error());
+        }
+    }
+    return res;
 }
 
 static PyObject *mc_unregister(MCObject *self, PyObject *const *args,
@@ -623,12 +851,14 @@ static PyObject *mc_unregister(MCObject *self, PyObject *const *args,
 {
     static const char *const names[] = {"buffer_addr"};
     PyObject *a[1];
+    uint64_t addr;
     if (PARSE("unregister_memory", names, 1, a) < 0 ||
+        mc_addr(a[0], "unregister_memory", &addr) < 0 ||
         tentpy_enter(&self->core) < 0)
         return NULL;
-    int rc = unreg_one(self, a[0], "unregister_memory");
+    int rc = mc_unregister_addrs(self, &addr, 1, "unregister_memory");
     tentpy_leave(&self->core);
-    return rc == -2 ? NULL : PyLong_FromLong(rc);
+    return PyLong_FromLong(rc);
 }
 
 static PyObject *mc_batch_register(MCObject *self, PyObject *const *args,
@@ -636,55 +866,66 @@ static PyObject *mc_batch_register(MCObject *self, PyObject *const *args,
 {
     static const char *const names[] = {"buffer_addresses", "capacities",
                                         "location"};
+    const char *fn = "batch_register_memory";
     PyObject *a[3];
-    if (PARSE("batch_register_memory", names, 2, a) < 0)
+    const char *loc;
+    if (PARSE(fn, names, 2, a) < 0 || tentpy_check(&self->core) < 0)
         return NULL;
-    const char *loc = str_arg(a[2], "batch_register_memory", "location");
-    if (!loc)
+    int r = str_in(self, a[2], fn, "location", &loc);
+    if (r == ARG_PYERR)
         return NULL;
-    PyObject *fa = PySequence_Fast(a[0], "buffer_addresses must be a list");
-    if (!fa)
-        return NULL;
-    PyObject *fc = PySequence_Fast(a[1], "capacities must be a list");
-    if (!fc) {
-        Py_DECREF(fa);
-        return NULL;
-    }
+    tent_memory_options_t o;
+    if (r == ARG_OK)
+        r = mc_options(self, loc, fn, &o);
+    if (r == ARG_REFUSED)
+        return PyLong_FromLong(-1);
+    PyObject *fa =
+        tentpy_seq(a[0], "batch_register_memory(): buffer_addresses");
+    PyObject *fc =
+        fa ? tentpy_seq(a[1], "batch_register_memory(): capacities") : NULL;
     PyObject *res = NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fa);
-    if (PySequence_Fast_GET_SIZE(fc) != n) {
+    struct mc_item *it = NULL;
+    Py_ssize_t n = 0, done = 0;
+    if (!fc)
+        goto out;
+    n = PyTuple_GET_SIZE(fa);
+    if (PyTuple_GET_SIZE(fc) != n) {
         PyErr_Format(PyExc_ValueError,
                      "batch_register_memory(): %zd addresses but %zd "
                      "capacities",
-                     n, PySequence_Fast_GET_SIZE(fc));
+                     n, PyTuple_GET_SIZE(fc));
         goto out;
     }
-    if (tentpy_enter(&self->core) < 0)
+    it = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*it));
+    if (!it) {
+        PyErr_NoMemory();
         goto out;
-    int rc = 0;
-    Py_ssize_t i;
-    for (i = 0; i < n && rc == 0; i++)
-        rc = reg_one(self, PySequence_Fast_GET_ITEM(fa, i),
-                     PySequence_Fast_GET_ITEM(fc, i), *loc ? loc : "*",
-                     "batch_register_memory");
-    if (rc) {
-        /* All or nothing: undo the registrations done. */
-        PyObject *t, *v, *tb;
-        PyErr_Fetch(&t, &v, &tb);
-        char saved[sizeof(t_last_error)];
-        memcpy(saved, t_last_error, sizeof(saved));
-        for (Py_ssize_t j = 0; j < i - 1; j++)
-            if (unreg_one(self, PySequence_Fast_GET_ITEM(fa, j),
-                          "batch_register_memory") == -2)
-                PyErr_Clear();
-        memcpy(t_last_error, saved, sizeof(saved));
-        PyErr_Restore(t, v, tb);
     }
-    tentpy_leave(&self->core);
-    res = rc == -2 ? NULL : PyLong_FromLong(rc);
+    r = ARG_OK;
+    for (; done < n && r == ARG_OK; done++)
+        r = mc_item_from(self, PyTuple_GET_ITEM(fa, done),
+                         PyTuple_GET_ITEM(fc, done), &o, fn, &it[done]);
+    if (r == ARG_PYERR ||
+        tentpy_seq_unchanged(a[0], fa,
+                             "batch_register_memory(): "
+                             "buffer_addresses") < 0 ||
+        tentpy_seq_unchanged(a[1], fc,
+                             "batch_register_memory(): "
+                             "capacities") < 0)
+        goto out;
+    if (r == ARG_OK) {
+        if (tentpy_enter(&self->core) < 0)
+            goto out;
+        r = mc_register_items(self, it, n, &o, fn);
+        tentpy_leave(&self->core);
+    }
+    if (r != ARG_PYERR)
+        res = PyLong_FromLong(r);
 out:
-    Py_DECREF(fa);
-    Py_DECREF(fc);
+    if (it)
+        mc_items_free(it, done);
+    Py_XDECREF(fa);
+    Py_XDECREF(fc);
     return res;
 }
 
@@ -692,30 +933,36 @@ static PyObject *mc_batch_unregister(MCObject *self, PyObject *const *args,
                                      Py_ssize_t nargs, PyObject *kwnames)
 {
     static const char *const names[] = {"buffer_addresses"};
+    const char *fn = "batch_unregister_memory";
     PyObject *a[1];
-    if (PARSE("batch_unregister_memory", names, 1, a) < 0)
+    if (PARSE(fn, names, 1, a) < 0)
         return NULL;
-    PyObject *fa = PySequence_Fast(a[0], "buffer_addresses must be a list");
+    PyObject *fa =
+        tentpy_seq(a[0], "batch_unregister_memory(): buffer_addresses");
     if (!fa)
         return NULL;
-    if (tentpy_enter(&self->core) < 0) {
-        Py_DECREF(fa);
-        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(fa);
+    PyObject *res = NULL;
+    uint64_t *addrs = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*addrs));
+    if (!addrs) {
+        PyErr_NoMemory();
+        goto out;
     }
-    int res = 0;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fa); i++) {
-        int rc = unreg_one(self, PySequence_Fast_GET_ITEM(fa, i),
-                           "batch_unregister_memory");
-        if (rc == -2) {
-            res = -2;
-            break;
-        }
-        if (rc)
-            res = -1; /* the rest are still unregistered */
-    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (mc_addr(PyTuple_GET_ITEM(fa, i), fn, &addrs[i]) < 0)
+            goto out;
+    if (tentpy_seq_unchanged(a[0], fa,
+                             "batch_unregister_memory(): "
+                             "buffer_addresses") < 0 ||
+        tentpy_enter(&self->core) < 0)
+        goto out;
+    int rc = mc_unregister_addrs(self, addrs, n, fn);
     tentpy_leave(&self->core);
+    res = PyLong_FromLong(rc);
+out:
+    PyMem_Free(addrs);
     Py_DECREF(fa);
-    return res == -2 ? NULL : PyLong_FromLong(res);
+    return res;
 }
 
 /* Whether [addr, addr+len) lies inside one buffer this engine registered. */
@@ -746,17 +993,26 @@ static PyObject *mc_alloc_managed(MCObject *self, PyObject *const *args,
     int rc;
     Py_BEGIN_ALLOW_THREADS;
     rc = tent_allocate_memory(self->core.eng, &p, (size_t)len, "cpu");
-    if (rc == TENT_OK) {
-        rc = tent_register_memory(self->core.eng, p, (size_t)len);
-        if (rc) {
-            set_last("allocate_managed_buffer: %s", tent_last_error());
-            tent_free_memory(self->core.eng, p);
-        }
-    } else {
-        set_last("allocate_managed_buffer: %s", tent_last_error());
-    }
+    if (rc)
+        set_last(self, "allocate_managed_buffer: %s", tent_last_error());
     Py_END_ALLOW_THREADS;
+    if (rc == TENT_OK) {
+        tent_memory_options_t o;
+        mc_options(self, "cpu", "allocate_managed_buffer", &o);
+        struct tentpy_mem m = {(uintptr_t)p, 0, NULL};
+        rc = tentpy_reg_add(&self->core, &m, len, &o);
+        if (rc) {
+            if (rc != TENTPY_PYERR)
+                set_last(self, "allocate_managed_buffer: %s",
+                         tent_last_error());
+            Py_BEGIN_ALLOW_THREADS;
+            tent_free_memory(self->core.eng, p);
+            Py_END_ALLOW_THREADS;
+        }
+    }
     tentpy_leave(&self->core);
+    if (rc == TENTPY_PYERR)
+        return NULL;
     if (rc)
         return PyLong_FromLong(0);
     PyObject *k = PyLong_FromUnsignedLongLong((uintptr_t)p);
@@ -782,27 +1038,28 @@ static PyObject *mc_free_managed(MCObject *self, PyObject *const *args,
         tentpy_enter(&self->core) < 0)
         return NULL;
     PyObject *k = PyLong_FromUnsignedLongLong(addr);
-    int known = k ? PyDict_Contains(self->managed, k) : -1;
-    if (known < 0) {
+    PyObject *size_o = k ? PyDict_GetItemWithError(self->managed, k) : NULL;
+    if (!size_o && PyErr_Occurred()) {
         Py_XDECREF(k);
         tentpy_leave(&self->core);
         return NULL;
     }
     int rc = -1;
-    if (!known) {
-        set_last("free_managed_buffer: %#llx is not a managed buffer of this "
+    if (!size_o) {
+        set_last(self,
+                 "free_managed_buffer: %#llx is not a managed buffer of this "
                  "engine",
                  (unsigned long long)addr);
     } else {
-        void *p = (void *)(uintptr_t)addr;
-        Py_BEGIN_ALLOW_THREADS;
-        rc = tent_unregister_memory(self->core.eng, p, 0);
+        uint64_t size = PyLong_AsUnsignedLongLong(size_o);
+        /* As Mooncake: unregister it, then free it (which also drops any
+         * other registration inside it). */
+        rc = tentpy_reg_remove(&self->core, addr, 0);
         if (rc == TENT_OK)
-            rc = tent_free_memory(self->core.eng, p);
+            rc = tentpy_reg_free(&self->core, addr, size);
         if (rc)
-            set_last("free_managed_buffer: %s", tent_last_error());
-        Py_END_ALLOW_THREADS;
-        if (rc == TENT_OK && PyDict_DelItem(self->managed, k) < 0)
+            set_last(self, "free_managed_buffer: %s", tent_last_error());
+        else if (PyDict_DelItem(self->managed, k) < 0)
             PyErr_Clear();
         rc = rc ? -1 : 0;
     }
@@ -836,7 +1093,8 @@ static PyObject *mc_write_bytes(MCObject *self, PyObject *const *args,
     if (tentpy_enter(&self->core) < 0)
         goto out;
     if (!local_range_ok(self, dst, len)) {
-        set_last("write_bytes_to_buffer: [%#llx, +%llu) is not inside a "
+        set_last(self,
+                 "write_bytes_to_buffer: [%#llx, +%llu) is not inside a "
                  "buffer registered with this engine",
                  (unsigned long long)dst, (unsigned long long)len);
         res = PyLong_FromLong(-1);
@@ -864,10 +1122,10 @@ static PyObject *mc_read_bytes(MCObject *self, PyObject *const *args,
     PyObject *res;
     if (len > PY_SSIZE_T_MAX || !local_range_ok(self, src, len)) {
         tentpy_leave(&self->core);
-        return PyErr_Format(PyExc_ValueError,
-                            "read_bytes_from_buffer(): [%#llx, +%llu) is not "
-                            "inside a buffer registered with this engine",
-                            (unsigned long long)src, (unsigned long long)len);
+        return tentpy_errorf(PyExc_ValueError,
+                             "read_bytes_from_buffer(): [%#llx, +%llu) is not "
+                             "inside a buffer registered with this engine",
+                             (unsigned long long)src, (unsigned long long)len);
     }
     res = PyBytes_FromStringAndSize((const char *)(uintptr_t)src,
                                     (Py_ssize_t)len);
@@ -949,6 +1207,7 @@ static int build_reqs(MCObject *self TENTPY_UNUSED, int single, PyObject *bufs,
                       tent_segment_id_t seg, int hint, const char *fn,
                       struct reqs *q)
 {
+    PyObject *sb = NULL, *sp = NULL, *sl = NULL;
     q->r = NULL;
     q->n = 0;
     q->holders = NULL;
@@ -969,57 +1228,59 @@ static int build_reqs(MCObject *self TENTPY_UNUSED, int single, PyObject *bufs,
         r->transport_hint = hint;
         return 0;
     }
-    if (!PyList_Check(bufs) && !PyTuple_Check(bufs)) {
-        PyErr_Format(PyExc_TypeError, "%s(): buffers must be a list, not %s",
-                     fn, Py_TYPE(bufs)->tp_name);
-        return -1;
-    }
-    if (!PyList_Check(peers) && !PyTuple_Check(peers)) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s(): peer_buffer_addresses must be a list, not %s", fn,
-                     Py_TYPE(peers)->tp_name);
-        return -1;
-    }
-    if (!PyList_Check(lens) && !PyTuple_Check(lens)) {
-        PyErr_Format(PyExc_TypeError, "%s(): lengths must be a list, not %s",
-                     fn, Py_TYPE(lens)->tp_name);
-        return -1;
-    }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(bufs);
-    if (PySequence_Fast_GET_SIZE(peers) != n ||
-        PySequence_Fast_GET_SIZE(lens) != n) {
+    /* Snapshots: the conversions below may run Python code (data_ptr(),
+     * nbytes) that changes the caller's lists; the call reads the
+     * snapshots and refuses a list changed meanwhile. */
+    char what[3][96];
+    snprintf(what[0], sizeof(what[0]), "%s(): buffers", fn);
+    snprintf(what[1], sizeof(what[1]), "%s(): peer_buffer_addresses", fn);
+    snprintf(what[2], sizeof(what[2]), "%s(): lengths", fn);
+    sb = tentpy_seq(bufs, what[0]);
+    sp = sb ? tentpy_seq(peers, what[1]) : NULL;
+    sl = sp ? tentpy_seq(lens, what[2]) : NULL;
+    if (!sl)
+        goto fail;
+    Py_ssize_t n = PyTuple_GET_SIZE(sb);
+    if (PyTuple_GET_SIZE(sp) != n || PyTuple_GET_SIZE(sl) != n) {
         PyErr_Format(PyExc_ValueError,
                      "%s(): %zd buffers, %zd peer addresses and %zd lengths "
                      "differ",
-                     fn, n, PySequence_Fast_GET_SIZE(peers),
-                     PySequence_Fast_GET_SIZE(lens));
-        return -1;
+                     fn, n, PyTuple_GET_SIZE(sp), PyTuple_GET_SIZE(sl));
+        goto fail;
     }
     q->r = n <= STACK_REQS ? q->stack : PyMem_Calloc((size_t)n, sizeof(*q->r));
     if (!q->r) {
         PyErr_NoMemory();
-        return -1;
+        goto fail;
     }
     q->n = (size_t)n;
-    PyObject **bi = PySequence_Fast_ITEMS(bufs);
-    PyObject **pi = PySequence_Fast_ITEMS(peers);
-    PyObject **li = PySequence_Fast_ITEMS(lens);
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t a, p, l;
-        if (len_item(li[i], fn, &l) < 0 || mem_item(bi[i], q, fn, &a, l) < 0 ||
-            len_item(pi[i], fn, &p) < 0)
+        if (len_item(PyTuple_GET_ITEM(sl, i), fn, &l) < 0 ||
+            mem_item(PyTuple_GET_ITEM(sb, i), q, fn, &a, l) < 0 ||
+            len_item(PyTuple_GET_ITEM(sp, i), fn, &p) < 0)
             goto fail;
         tent_request_t *r = &q->r[i];
+        memset(r, 0, sizeof(*r));
         r->opcode = opcode;
         r->source = (void *)(uintptr_t)a;
         r->target_id = seg;
         r->target_offset = p;
         r->length = l;
-        r->priority = 0;
         r->transport_hint = hint;
     }
+    if (tentpy_seq_unchanged(bufs, sb, what[0]) < 0 ||
+        tentpy_seq_unchanged(peers, sp, what[1]) < 0 ||
+        tentpy_seq_unchanged(lens, sl, what[2]) < 0)
+        goto fail;
+    Py_DECREF(sb);
+    Py_DECREF(sp);
+    Py_DECREF(sl);
     return 0;
 fail:
+    Py_XDECREF(sb);
+    Py_XDECREF(sp);
+    Py_XDECREF(sl);
     reqs_free(q);
     return -1;
 }
@@ -1044,13 +1305,14 @@ static int opcode_arg(PyObject *o, const char *fn, int *out)
     return 0;
 }
 
-/* notify: None, TransferNotify(name, msg) or a (name, msg) tuple. */
-static int notify_arg(PyObject *o, const char *fn, PyObject **name,
-                      PyObject **msg)
+/* notify: None, TransferNotify(name, msg) or a (name, msg) tuple; a NUL
+ * in either is refused. */
+static int notify_arg(MCObject *self, PyObject *o, const char *fn,
+                      PyObject **name, PyObject **msg)
 {
     *name = *msg = NULL;
     if (!o || o == Py_None)
-        return 0;
+        return ARG_OK;
     if (PyTuple_Check(o) && PyTuple_GET_SIZE(o) == 2) {
         *name = PyTuple_GET_ITEM(o, 0);
         *msg = PyTuple_GET_ITEM(o, 1);
@@ -1066,9 +1328,17 @@ static int notify_arg(PyObject *o, const char *fn, PyObject **name,
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError,
                      "%s(): notify must be TransferNotify(name, msg)", fn);
-        return -1;
+        return ARG_PYERR;
     }
-    return 0;
+    const char *unused;
+    int r = str_in(self, *name, fn, "notify name", &unused);
+    if (r == ARG_OK)
+        r = str_in(self, *msg, fn, "notify msg", &unused);
+    if (r != ARG_OK) {
+        Py_CLEAR(*name);
+        Py_CLEAR(*msg);
+    }
+    return r;
 }
 
 /*
@@ -1080,34 +1350,43 @@ static PyObject *sync_common(MCObject *self, int single, PyObject *target,
                              int opcode, PyObject *notify, PyObject *hint_o,
                              const char *fn)
 {
-    int hint;
+    int hint = TRANSPORT_UNSPEC;
     if (!PyUnicode_Check(target)) {
         PyErr_Format(PyExc_TypeError, "%s(): target_hostname must be str", fn);
         return NULL;
     }
-    if (hint_arg(hint_o, fn, &hint) < 0)
-        return NULL;
     PyObject *nname = NULL, *nmsg = NULL;
-    if (notify_arg(notify, fn, &nname, &nmsg) < 0)
+    int a = hint_arg(self, hint_o, fn, &hint);
+    if (a == ARG_OK)
+        a = notify_arg(self, notify, fn, &nname, &nmsg);
+    if (a == ARG_PYERR)
         return NULL;
+    if (a == ARG_REFUSED)
+        return fail_int();
     PyObject *res = NULL;
-    if (tentpy_enter(&self->core) < 0)
+    struct reqs q;
+    q.r = NULL;
+    q.holders = NULL;
+    /* The arguments are converted before the call is entered: their Python
+     * code (data_ptr()) may even close this engine. */
+    if (tentpy_check(&self->core) < 0 ||
+        build_reqs(self, single, bufs, peers, lens, opcode, 0, hint, fn, &q) <
+            0)
         goto out_notify;
+    if (tentpy_enter(&self->core) < 0)
+        goto out_free;
     tent_segment_id_t seg;
     int code;
     if (tentpy_segment(&self->core, target, &seg, &code) < 0) {
         if (!code) /* a Python error (type), not an engine one */
             goto out_leave;
-        exc_to_last();
+        exc_to_last(self);
         res = fail_int();
         goto out_leave;
     }
-    struct reqs q;
-    if (build_reqs(self, single, bufs, peers, lens, opcode, seg, hint, fn, &q) <
-        0)
-        goto out_leave;
+    for (size_t i = 0; i < q.n; i++)
+        q.r[i].target_id = seg;
     if (q.n == 0) {
-        reqs_free(&q);
         res = PyLong_FromLong(0);
         goto out_leave;
     }
@@ -1117,17 +1396,18 @@ static PyObject *sync_common(MCObject *self, int single, PyObject *target,
     const char *nm = nmsg ? PyUnicode_AsUTF8(nmsg) : NULL;
     int r = tentpy_run(&self->core, q.r, q.n, nn, nm, self->timeout_s, &err,
                        msg, sizeof(msg));
-    reqs_free(&q);
     if (r == TENTPY_RUN_INTERRUPTED)
         goto out_leave; /* KeyboardInterrupt (or the handler's error) */
     if (r != TENTPY_RUN_OK) {
-        set_last("%s: %s (%s)", fn, msg, tent_strerror(err));
+        set_last(self, "%s: %s (%s)", fn, msg, tent_strerror(err));
         res = fail_int();
     } else {
         res = PyLong_FromLong(0);
     }
 out_leave:
     tentpy_leave(&self->core);
+out_free:
+    reqs_free(&q);
 out_notify:
     Py_XDECREF(nname);
     Py_XDECREF(nmsg);
@@ -1217,35 +1497,43 @@ static PyObject *async_common(MCObject *self, int single, PyObject *target,
                               int opcode, PyObject *notify, PyObject *hint_o,
                               const char *fn)
 {
-    int hint;
+    int hint = TRANSPORT_UNSPEC;
     if (!PyUnicode_Check(target)) {
         PyErr_Format(PyExc_TypeError, "%s(): target_hostname must be str", fn);
         return NULL;
     }
-    if (hint_arg(hint_o, fn, &hint) < 0)
-        return NULL;
     PyObject *nname = NULL, *nmsg = NULL;
-    if (notify_arg(notify, fn, &nname, &nmsg) < 0)
+    int a = hint_arg(self, hint_o, fn, &hint);
+    if (a == ARG_OK)
+        a = notify_arg(self, notify, fn, &nname, &nmsg);
+    if (a == ARG_PYERR)
         return NULL;
+    if (a == ARG_REFUSED)
+        return PyLong_FromLong(0);
     PyObject *res = NULL;
-    if (tentpy_enter(&self->core) < 0)
+    struct reqs q;
+    q.r = NULL;
+    q.holders = NULL;
+    /* converted before the call is entered, as in sync_common */
+    if (tentpy_check(&self->core) < 0 ||
+        build_reqs(self, single, bufs, peers, lens, opcode, 0, hint, fn, &q) <
+            0)
         goto out_notify;
+    if (tentpy_enter(&self->core) < 0)
+        goto out_free;
     tent_segment_id_t seg;
     int code;
     if (tentpy_segment(&self->core, target, &seg, &code) < 0) {
         if (!code)
             goto out_leave;
-        exc_to_last();
+        exc_to_last(self);
         res = PyLong_FromLong(0);
         goto out_leave;
     }
-    struct reqs q;
-    if (build_reqs(self, single, bufs, peers, lens, opcode, seg, hint, fn, &q) <
-        0)
-        goto out_leave;
+    for (size_t i = 0; i < q.n; i++)
+        q.r[i].target_id = seg;
     if (q.n == 0) {
-        reqs_free(&q);
-        set_last("%s: no requests", fn);
+        set_last(self, "%s: no requests", fn);
         res = PyLong_FromLong(0);
         goto out_leave;
     }
@@ -1258,12 +1546,12 @@ static PyObject *async_common(MCObject *self, int single, PyObject *target,
     Py_BEGIN_ALLOW_THREADS;
     bid = tent_allocate_batch(self->core.eng, q.n);
     if (bid == TENT_INVALID_BATCH_ID) {
-        set_last("%s: %s", fn, tent_last_error());
+        set_last(self, "%s: %s", fn, tent_last_error());
     } else {
         rc = nn ? tent_submit_notif(self->core.eng, bid, q.r, q.n, nn, nm)
                 : tent_submit(self->core.eng, bid, q.r, q.n);
         if (rc) {
-            set_last("%s: %s", fn, tent_last_error());
+            set_last(self, "%s: %s", fn, tent_last_error());
             tentpy_release_batch(&self->core, bid);
             bid = TENT_INVALID_BATCH_ID;
         }
@@ -1274,9 +1562,10 @@ static PyObject *async_common(MCObject *self, int single, PyObject *target,
         PyObject *v = Py_BuildValue("(dO)", tentpy_now() + self->timeout_s,
                                     q.holders ? q.holders : Py_None);
         if (!k || !v || PyDict_SetItem(self->core.async_keep, k, v) < 0) {
+            /* no record to wait on it by: let it finish, then free it */
             Py_XDECREF(k);
             Py_XDECREF(v);
-            reqs_free(&q);
+            tentpy_release_batch(&self->core, bid);
             goto out_leave;
         }
         Py_DECREF(v);
@@ -1284,9 +1573,10 @@ static PyObject *async_common(MCObject *self, int single, PyObject *target,
     } else {
         res = PyLong_FromLong(0);
     }
-    reqs_free(&q);
 out_leave:
     tentpy_leave(&self->core);
+out_free:
+    reqs_free(&q);
 out_notify:
     Py_XDECREF(nname);
     Py_XDECREF(nmsg);
@@ -1340,16 +1630,20 @@ static PyObject *mc_submit_write(MCObject *self, PyObject *const *args,
 
 /* The deadline of an async batch, or -1 when this engine did not submit
  * it.  Removes the record when `take`. */
-static double async_deadline(MCObject *self, PyObject *k, int take)
+static double async_deadline(MCObject *self, uint64_t bid, int take)
 {
-    PyObject *v = PyDict_GetItemWithError(self->core.async_keep, k);
+    /* A plain int key: no Python code (an int subclass's __hash__) runs. */
+    PyObject *k = PyLong_FromUnsignedLongLong(bid);
+    PyObject *v = k ? PyDict_GetItemWithError(self->core.async_keep, k) : NULL;
     if (!v) {
+        Py_XDECREF(k);
         PyErr_Clear();
         return -1;
     }
     double d = PyFloat_AsDouble(PyTuple_GET_ITEM(v, 0));
     if (take && PyDict_DelItem(self->core.async_keep, k) < 0)
         PyErr_Clear();
+    Py_DECREF(k);
     return d;
 }
 
@@ -1360,18 +1654,18 @@ static PyObject *mc_batch_status(MCObject *self, PyObject *const *args,
     PyObject *a[1];
     if (PARSE("get_batch_transfer_status", names, 1, a) < 0)
         return NULL;
-    PyObject *f = PySequence_Fast(a[0], "batch_ids must be a list");
+    PyObject *f = tentpy_seq(a[0], "get_batch_transfer_status(): batch_ids");
     if (!f)
         return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(f);
+    Py_ssize_t n = PyTuple_GET_SIZE(f);
     uint64_t *ids = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*ids));
     if (!ids) {
         Py_DECREF(f);
         return PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; i < n; i++)
-        if (tentpy_len_from(PySequence_Fast_GET_ITEM(f, i),
-                            "get_batch_transfer_status", &ids[i]) < 0) {
+        if (tentpy_len_from(PyTuple_GET_ITEM(f, i), "get_batch_transfer_status",
+                            &ids[i]) < 0) {
             PyMem_Free(ids);
             Py_DECREF(f);
             return NULL;
@@ -1384,10 +1678,10 @@ static PyObject *mc_batch_status(MCObject *self, PyObject *const *args,
     int result = 0;
     bool interrupted = false;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *k = PySequence_Fast_GET_ITEM(f, i);
-        double deadline = async_deadline(self, k, 1);
+        double deadline = async_deadline(self, ids[i], 1);
         if (deadline < 0) {
-            set_last("get_batch_transfer_status: batch %llu is not an "
+            set_last(self,
+                     "get_batch_transfer_status: batch %llu is not an "
                      "unfinished batch of this engine",
                      (unsigned long long)ids[i]);
             result = -1;
@@ -1407,7 +1701,7 @@ static PyObject *mc_batch_status(MCObject *self, PyObject *const *args,
             continue;
         }
         if (r != TENTPY_RUN_OK) {
-            set_last("get_batch_transfer_status: batch %llu: %s (%s)",
+            set_last(self, "get_batch_transfer_status: batch %llu: %s (%s)",
                      (unsigned long long)ids[i], msg, tent_strerror(err));
             result = -1;
         }
@@ -1431,9 +1725,10 @@ static PyObject *mc_check_status(MCObject *self, PyObject *const *args,
         tentpy_enter(&self->core) < 0)
         return NULL;
     long res;
-    double deadline = async_deadline(self, a[0], 0);
+    double deadline = async_deadline(self, bid, 0);
     if (deadline < 0) {
-        set_last("transfer_check_status: batch %llu is not an unfinished "
+        set_last(self,
+                 "transfer_check_status: batch %llu is not an unfinished "
                  "batch of this engine",
                  (unsigned long long)bid);
         res = -1;
@@ -1448,20 +1743,20 @@ static PyObject *mc_check_status(MCObject *self, PyObject *const *args,
         if (st.status == STATUS_COMPLETED) {
             res = 1;
         } else if (st.status == STATUS_FAILED) {
-            set_last("transfer_check_status: batch %llu failed%s%s",
+            set_last(self, "transfer_check_status: batch %llu failed%s%s",
                      (unsigned long long)bid, rc ? ": " : "",
                      rc ? tent_last_error() : "");
             res = -1;
         } else if (tentpy_now() > deadline) {
             tentpy_release_batch(&self->core, bid);
-            set_last("transfer_check_status: batch %llu timed out",
+            set_last(self, "transfer_check_status: batch %llu timed out",
                      (unsigned long long)bid);
             res = -2;
         } else {
             res = 0;
         }
         if (res != 0)
-            async_deadline(self, a[0], 1);
+            async_deadline(self, bid, 1);
     }
     tentpy_leave(&self->core);
     return PyLong_FromLong(res);
@@ -1482,7 +1777,7 @@ static PyObject *mc_first_buffer(MCObject *self, PyObject *const *args,
     PyObject *res = NULL;
     if (tentpy_segment(&self->core, a[0], &seg, &code) < 0) {
         if (code) {
-            exc_to_last();
+            exc_to_last(self);
             res = PyLong_FromLong(0);
         }
     } else {
@@ -1490,7 +1785,7 @@ static PyObject *mc_first_buffer(MCObject *self, PyObject *const *args,
         int rc = tent_get_segment_info(self->core.eng, seg, &info);
         uint64_t base = 0;
         if (rc)
-            set_last("get_first_buffer_address: %s", tent_last_error());
+            set_last(self, "get_first_buffer_address: %s", tent_last_error());
         else if (info.num_buffers > 0)
             base = info.buffers[0].base;
         tent_free_segment_info(&info);
@@ -1555,25 +1850,33 @@ static int tcp_reachable(const char *name, int timeout_ms)
 static PyObject *mc_send_probe(MCObject *self, PyObject *const *args,
                                Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const names[] = {"peer"};
+    static const char *const names[] = {"peer_server_name"};
     PyObject *a[1];
+    const char *peer;
     if (PARSE("send_probe", names, 1, a) < 0)
         return NULL;
-    const char *peer = str_arg(a[0], "send_probe", "peer");
-    if (!peer || tentpy_enter(&self->core) < 0)
+    if (!a[0] || a[0] == Py_None)
+        return PyErr_Format(PyExc_TypeError,
+                            "send_probe(): peer_server_name must be str");
+    int r = str_in(self, a[0], "send_probe", "peer_server_name", &peer);
+    if (r == ARG_PYERR)
+        return NULL;
+    if (r == ARG_REFUSED)
+        return PyLong_FromLong(-1);
+    if (tentpy_enter(&self->core) < 0)
         return NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS;
     rc = tcp_reachable(peer, 1000);
     if (rc == -1)
-        set_last("send_probe: peer '%s' does not answer", peer);
+        set_last(self, "send_probe: peer '%s' does not answer", peer);
     Py_END_ALLOW_THREADS;
     long res = rc == 0 ? 0 : -1;
     if (rc == -2) { /* a segment name: it opens or it does not */
         tent_segment_id_t seg;
         int code;
         if (tentpy_segment(&self->core, a[0], &seg, &code) < 0)
-            exc_to_last();
+            exc_to_last(self);
         else
             res = 0;
     }
@@ -1581,17 +1884,21 @@ static PyObject *mc_send_probe(MCObject *self, PyObject *const *args,
     return PyLong_FromLong(res);
 }
 
-static PyObject *mc_topology(MCObject *self TENTPY_UNUSED,
-                             PyObject *const *args, Py_ssize_t nargs,
-                             PyObject *kwnames)
+static PyObject *mc_topology(MCObject *self, PyObject *const *args,
+                             Py_ssize_t nargs, PyObject *kwnames)
 {
     static const char *const names[] = {"device_name"};
     PyObject *a[1];
+    const char *dev;
     if (PARSE("get_local_topology", names, 0, a) < 0)
         return NULL;
-    const char *dev = str_arg(a[0], "get_local_topology", "device_name");
-    if (!dev)
+    int r = str_in(self, a[0], "get_local_topology", "device_name", &dev);
+    if (r == ARG_PYERR)
         return NULL;
+    if (r == ARG_REFUSED)
+        return tentpy_errorf(PyExc_ValueError,
+                             "get_local_topology(): device_name contains a "
+                             "NUL character");
     /* Host memory only: no NIC-bound transport in this build. */
     cJSON *root = cJSON_CreateObject();
     cJSON *cpu = root ? cJSON_AddObjectToObject(root, "cpu:0") : NULL;
@@ -1616,11 +1923,15 @@ static PyObject *mc_topology(MCObject *self TENTPY_UNUSED,
  * the whole loop.  Returns the seconds taken, or -1.0 (last_error()). */
 static PyObject *mc_c_loop(MCObject *self, PyObject *args)
 {
-    PyObject *target;
-    unsigned long long src, dst, block, batch, iters;
-    if (!PyArg_ParseTuple(args, "OKKKKK:_c_reference_loop", &target, &src, &dst,
-                          &block, &batch, &iters))
+    PyObject *target, *o[5];
+    uint64_t v[5];
+    if (!PyArg_ParseTuple(args, "OOOOOO:_c_reference_loop", &target, &o[0],
+                          &o[1], &o[2], &o[3], &o[4]))
         return NULL;
+    for (int i = 0; i < 5; i++)
+        if (tentpy_len_from(o[i], "_c_reference_loop", &v[i]) < 0)
+            return NULL;
+    uint64_t src = v[0], dst = v[1], block = v[2], batch = v[3], iters = v[4];
     if (batch == 0 || batch > STACK_REQS)
         return PyErr_Format(PyExc_ValueError, "batch must be 1..%d",
                             STACK_REQS);
@@ -1654,7 +1965,7 @@ static PyObject *mc_c_loop(MCObject *self, PyObject *args)
         if (rc == 0 && st.status != STATUS_COMPLETED)
             rc = TENT_EIO;
         if (rc)
-            set_last("_c_reference_loop: %s", tent_last_error());
+            set_last(self, "_c_reference_loop: %s", tent_last_error());
         if (b)
             tent_free_batch(self->core.eng, b);
     }
@@ -1669,10 +1980,13 @@ static PyObject *mc_c_loop(MCObject *self, PyObject *args)
 
 /* These calls are not Mooncake's, so they raise instead of returning -1:
  * RuntimeError with tent_last_error()'s message (also in last_error()). */
-static PyObject *mc_metrics_fail(int code, const char *fn)
+static PyObject *mc_metrics_fail(MCObject *self, int code, const char *fn)
 {
-    set_last("%s: %s (%s)", fn, tent_last_error(), tent_strerror(code));
-    PyErr_SetString(PyExc_RuntimeError, t_last_error);
+    char msg[ERR_LEN];
+    snprintf(msg, sizeof(msg), "%s: %s (%s)", fn, tent_last_error(),
+             tent_strerror(code));
+    set_last(self, "%s", msg);
+    PyErr_SetString(PyExc_RuntimeError, msg);
     return NULL;
 }
 
@@ -1682,7 +1996,7 @@ static PyObject *mc_metrics_prometheus(MCObject *self,
     int code;
     PyObject *t = tentpy_metrics_text(&self->core, false, &code);
     if (!t && code)
-        return mc_metrics_fail(code, "metrics_prometheus");
+        return mc_metrics_fail(self, code, "metrics_prometheus");
     return t;
 }
 
@@ -1691,7 +2005,7 @@ static PyObject *mc_metrics_json(MCObject *self, PyObject *unused TENTPY_UNUSED)
     int code;
     PyObject *t = tentpy_metrics_text(&self->core, true, &code);
     if (!t)
-        return code ? mc_metrics_fail(code, "metrics_json") : NULL;
+        return code ? mc_metrics_fail(self, code, "metrics_json") : NULL;
     PyObject *d = tentpy_json_loads(t);
     Py_DECREF(t);
     return d;
@@ -1712,7 +2026,7 @@ static PyObject *mc_metrics_http_address(MCObject *self,
     if (rc == TENT_ENOTSUP)
         Py_RETURN_NONE;
     if (rc)
-        return mc_metrics_fail(rc, "metrics_http_address");
+        return mc_metrics_fail(self, rc, "metrics_http_address");
     return Py_BuildValue("(si)", addr, (int)port);
 }
 
@@ -1728,6 +2042,9 @@ static PyMethodDef mc_methods[] = {
      "metadata_type) -> 0/-1"},
     {"get_rpc_port", (PyCFunction)mc_rpc_port, METH_NOARGS,
      "Port of the RPC server; the session id is f'{host}:{port}'."},
+    {"get_engine_ptr", (PyCFunction)mc_engine_ptr, METH_NOARGS,
+     "Address of the engine underneath (the C API's tent_engine_t), 0 "
+     "before initialize()."},
     {"get_session_id", (PyCFunction)mc_session_id, METH_NOARGS,
      "f'{host}:{get_rpc_port()}'"},
     {"register_memory", FASTKW(mc_register),
@@ -1770,7 +2087,7 @@ static PyMethodDef mc_methods[] = {
      "metrics_http_address() -> (host, port) of the metrics endpoint, or "
      "None when it is not running."},
     {"last_error", (PyCFunction)mc_last_error, METH_NOARGS,
-     "Message of this thread's last failed call."},
+     "Message of this thread's last failed call on this engine."},
     {"close", (PyCFunction)mc_close, METH_NOARGS, NULL},
     {"__enter__", (PyCFunction)mc_enter_ctx, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)mc_exit_ctx, METH_VARARGS, NULL},

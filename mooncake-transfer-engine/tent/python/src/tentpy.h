@@ -34,6 +34,8 @@ extern PyObject *tentpy_exc_notimpl;  /* NotImplementedError */
 /* Raises the TentException subclass matching code with `what` and the
  * thread's tent_last_error() message; returns NULL. */
 PyObject *tentpy_raise(int code, const char *what);
+/* The same with the message given (captured where the call failed). */
+PyObject *tentpy_raise_msg(int code, const char *what, const char *msg);
 
 /* The struct-sequence types (module.c). */
 extern PyTypeObject *tentpy_TransferStatus;
@@ -43,7 +45,16 @@ extern PyTypeObject *tentpy_SegmentInfo;
 extern PyObject *tentpy_Notification;
 extern PyObject *tentpy_TransferNotify;
 
-/* ---- memory arguments (buffer.c) --------------------------------------- */
+/* ---- arguments (buffer.c) ---------------------------------------------- */
+
+/* A Python exception is pending (beyond the TENT_E* codes). */
+#define TENTPY_PYERR (-1000)
+
+/* PyErr_Format's conversions are not printf's (no %#llx, no %.3f): this
+ * formats with vsnprintf, so the compiler checks the format, and raises
+ * `type` with the text.  Returns NULL. */
+PyObject *tentpy_errorf(PyObject *type, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Keeps the object behind an address alive: a held buffer view or a
  * reference to a data_ptr()/nbytes object.  NULL for a plain integer. */
@@ -62,28 +73,79 @@ int tentpy_mem_from(PyObject *obj, bool writable, const char *what,
 /* Reads a length (>= 0, fits in size_t); -1 with an exception otherwise. */
 int tentpy_len_from(PyObject *obj, const char *what, uint64_t *out);
 
+/* Reads an int in [lo, hi] (a C int field): TypeError for a non-int,
+ * ValueError naming `what` for a value outside the range (never
+ * truncated). */
+int tentpy_int_from(PyObject *obj, const char *what, long long lo, long long hi,
+                    int *out);
+
 /* Checks that [addr, addr+len) lies inside the object (when it is one). */
 int tentpy_mem_check_len(const struct tentpy_mem *m, uint64_t len,
                          const char *what);
+
+/* Checks that [addr, addr+len) is memory this process has mapped with
+ * read access (/proc/self/maps): an integer address registered for host
+ * memory must be real memory, not a range a later local copy would fault
+ * on.  ValueError naming the range otherwise. */
+int tentpy_check_mapped(uint64_t addr, uint64_t len, const char *what);
+
+/* Whether a location string names host memory ("", "*", "cpu",
+ * "cpu:<node>"); device memory is not mapped in this process. */
+bool tentpy_host_location(const char *loc);
+
+/* UTF-8 of a str with no NUL inside (a NUL would cut the name short in
+ * C and name something else): TypeError for a non-str, ValueError naming
+ * `what` for a NUL.  The pointer lives as long as the object. */
+const char *tentpy_str(PyObject *obj, const char *what);
+
+/* A snapshot of a sequence argument (a new tuple; str and bytes are not
+ * sequences of items here): what the call reads, whatever Python code run
+ * by the items' conversions does to the caller's list. */
+PyObject *tentpy_seq(PyObject *obj, const char *what);
+
+/* After the items were converted: a list the caller passed must not have
+ * changed meanwhile (RuntimeError "... was modified during the call"). */
+int tentpy_seq_unchanged(PyObject *orig, PyObject *snap, const char *what);
 
 /* ---- the engine shared by both Python classes (core.c) ----------------- */
 
 /*
  * State common to tent.TransferEngine and tent.mooncake.TransferEngine.
- * Python-object fields (segments, keep, async_keep) are guarded by the
+ * Python-object fields (segments, async_keep, holds) are guarded by the
  * GIL.  `active` counts calls inside the C engine; close() sets `closed`
  * and waits for `active` to drop to 0 before destroying the engine, so no
  * call ever sees a destroyed engine.  park_lock guards the parked batches
  * (batches abandoned by an interrupted or timed-out wait, freed once their
  * tasks end); it is never held across a call into Python.
+ *
+ * Registrations (regs, holds): the table mirrors the C engine's list of
+ * registrations made through this object, one entry per (addr, len) with
+ * its reference count, as C keeps them; holds are the Python objects whose
+ * memory was registered by reference, each kept alive while any entry
+ * overlaps its memory.  reg_lock makes a C (un)registration and its table
+ * update one step for every thread; it is only ever taken with the GIL
+ * released (then the GIL is taken again inside it), and no Python code
+ * runs while it is held.
  */
+struct tentpy_reg {
+    uint64_t addr, len;
+    long count;
+};
+struct tentpy_hold {
+    uint64_t lo, hi; /* the object's memory */
+    PyObject *obj;
+};
 struct tentpy_core {
     tent_engine_t eng;
     atomic_int active;
     atomic_bool closed;
     PyObject *segments;   /* str name -> int handle */
-    PyObject *keep;       /* int addr -> list of holders (registrations) */
-    PyObject *async_keep; /* int batch id -> list of holders */
+    PyObject *async_keep; /* int batch id -> (deadline, holders) */
+    pthread_mutex_t reg_lock;
+    struct tentpy_reg *regs;
+    size_t nregs, regs_cap;
+    struct tentpy_hold *holds;
+    size_t nholds, holds_cap;
     pthread_mutex_t park_lock;
     tent_batch_id_t *parked;
     size_t nparked, park_cap;
@@ -97,8 +159,14 @@ void tentpy_core_clear(struct tentpy_core *c);
 int tentpy_core_traverse(struct tentpy_core *c, visitproc visit, void *arg);
 
 /* Marks a call as entered; raises (InvalidEntryError / RuntimeError) and
- * returns -1 when the engine is closed or was never created. */
+ * returns -1 when the engine is closed or was never created.  No Python
+ * code of the caller's objects may run while entered (a data_ptr() that
+ * calls close() would wait for its own call): arguments are converted
+ * first, after tentpy_check(). */
 int tentpy_enter(struct tentpy_core *c);
+/* The same test without entering: -1 with RuntimeError when the engine is
+ * closed or was never created. */
+int tentpy_check(struct tentpy_core *c);
 static inline void tentpy_leave(struct tentpy_core *c)
 {
     atomic_fetch_sub_explicit(&c->active, 1, memory_order_release);
@@ -109,16 +177,32 @@ static inline void tentpy_leave(struct tentpy_core *c)
 tent_engine_t tentpy_create_engine(const char *config_path, int *err, char *msg,
                                    size_t msg_len);
 
-/* Opens (and caches) a segment by name; -1 with an exception. */
+/* Opens a segment by name with the GIL released, waiting on a helper
+ * thread so that Ctrl-C (a signal handler that raises) interrupts the wait:
+ * then TENTPY_PYERR is returned with the handler's exception, and the
+ * helper closes the segment it opens later.  Otherwise the TENT_E* code
+ * (0: *out is the handle); tent_last_error()'s text is in msg. */
+int tentpy_open_segment(struct tentpy_core *c, const char *name,
+                        tent_segment_id_t *out, char *msg, size_t msg_len);
+
+/* Opens (and caches) a segment by name; -1 with an exception (*code is
+ * the TENT_E* code, 0 for a Python error such as a bad type). */
 int tentpy_segment(struct tentpy_core *c, PyObject *name,
                    tent_segment_id_t *out, int *code);
 
-/* Records a registration's holder under addr (no-op for NULL). */
-int tentpy_keep_add(struct tentpy_core *c, uint64_t addr, PyObject *holder);
-/* Drops one holder recorded under addr. */
-void tentpy_keep_drop(struct tentpy_core *c, uint64_t addr);
-/* Drops every holder recorded under addr. */
-void tentpy_keep_drop_all(struct tentpy_core *c, uint64_t addr);
+/* Registers [m->addr, +len) with tent_register_memory_ex and records it;
+ * m->holder (when set) is kept alive from then on while any registration
+ * overlaps [m->addr, +m->size).  Returns the TENT_E* code (the message is
+ * tent_last_error()) or TENTPY_PYERR (no memory). */
+int tentpy_reg_add(struct tentpy_core *c, const struct tentpy_mem *m,
+                   uint64_t len, const tent_memory_options_t *o);
+/* Drops one registration of [addr, +len); len 0 takes the one C takes
+ * (the first registered at addr).  Returns the TENT_E* code. */
+int tentpy_reg_remove(struct tentpy_core *c, uint64_t addr, uint64_t len);
+/* tent_free_memory(addr) of an allocation of alloc_len bytes: C drops the
+ * registrations overlapping it, and so does the table. */
+int tentpy_reg_free(struct tentpy_core *c, uint64_t addr, uint64_t alloc_len);
+
 /* Notification records as a list of cls(name, msg) (tuples if NULL). */
 PyObject *tentpy_notifs_to_list(tent_notifi_info *info, PyObject *cls);
 

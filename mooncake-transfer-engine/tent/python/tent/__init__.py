@@ -1,12 +1,14 @@
 """tent: TENT in C from Python.
 
 ``import tent`` gives TENT's own API (TransferEngine, Request, enums,
-exceptions); ``from tent.mooncake import TransferEngine`` gives Mooncake's
-classic engine API used by SGLang and vLLM.  Both are a C extension
-(tent._tent) over the public C API.
+exceptions); ``from mooncake.engine import TransferEngine`` (or
+``tent.mooncake``) gives Mooncake's classic engine API used by SGLang and
+vLLM.  Both are a C extension (tent._tent) over the public C API.
 """
-import collections as _collections
 import enum as _enum
+import glob as _glob
+import json as _json
+import re as _re
 
 from . import _tent
 from ._tent import (  # noqa: F401
@@ -24,7 +26,6 @@ from ._tent import (  # noqa: F401
     NotImplementedError,
     RdmaError,
     RpcServiceError,
-    SegmentInfo,
     SegmentInfoBuffer,
     TentException,
     TransferStatus,
@@ -33,15 +34,46 @@ from ._tent import (  # noqa: F401
 )
 
 
-Notification = _collections.namedtuple("Notification", "name msg")
-Notification.__doc__ = "A notification: name and message (str)."
+class Notification:
+    """A notification: name and message (str), settable; Notification()
+    is empty.  Unpacks and compares like a (name, msg) pair."""
+
+    __slots__ = ("name", "msg")
+
+    def __init__(self, name="", msg=""):
+        self.name = name
+        self.msg = msg
+
+    def __iter__(self):
+        return iter((self.name, self.msg))
+
+    def __eq__(self, other):
+        try:
+            return tuple(self) == tuple(other)
+        except TypeError:
+            return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self):
+        return "%s(name=%r, msg=%r)" % (type(self).__name__, self.name,
+                                        self.msg)
 
 
+def _export(cls):
+    """pybind11's export_values(): the members also at module level, as
+    TENT's module has them (tent.READ, tent.COMPLETED, tent.TCP, ...)."""
+    globals().update(cls.__members__)
+    return cls
+
+
+@_export
 class OpCode(_enum.IntEnum):
     READ = 0
     WRITE = 1
 
 
+@_export
 class TransferStatusEnum(_enum.IntEnum):
     INITIAL = 0
     PENDING = 1
@@ -52,41 +84,74 @@ class TransferStatusEnum(_enum.IntEnum):
     FAILED = 6
 
 
+@_export
 class Permission(_enum.IntEnum):
     LocalReadWrite = 0
     GlobalReadOnly = 1
     GlobalReadWrite = 2
 
 
-class TransportType(_enum.IntEnum):
-    UNSPEC = 0
-    RDMA = 1
-    MNNVL = 2
-    SHM = 3
-    NVLINK = 4
-    GDS = 5
-    IOURING = 6
-    TCP = 7
-    AscendDirect = 8
-    SUNRISE_LINK = 9
-    MEMFABRIC = 10
-    # Known upstream, not built here: the engine rejects them.
-    TPU = 11
-    UB = 12
-    MPCOMM = 13
+# TENT's numbers, read from the C header's TRANSPORT_* constants; MEMFABRIC
+# is this engine's own and follows the header.
+TransportType = _export(_enum.IntEnum("TransportType", [
+    ("UNSPEC", _tent.TRANSPORT_UNSPEC),
+    ("RDMA", _tent.TRANSPORT_RDMA),
+    ("MNNVL", _tent.TRANSPORT_MNNVL),
+    ("SHM", _tent.TRANSPORT_SHM),
+    ("NVLINK", _tent.TRANSPORT_NVLINK),
+    ("GDS", _tent.TRANSPORT_GDS),
+    ("IOURING", _tent.TRANSPORT_IOURING),
+    ("TCP", _tent.TRANSPORT_TCP),
+    ("AscendDirect", _tent.TRANSPORT_ASCEND_DIRECT),
+    ("SUNRISE_LINK", _tent.TRANSPORT_SUNRISE_LINK),
+    ("TPU", _tent.TRANSPORT_TPU),
+    ("UB", _tent.TRANSPORT_UB),
+    ("MPCOMM", _tent.TRANSPORT_MPCOMM),
+    ("MEMFABRIC", _tent.TRANSPORT_MEMFABRIC),
+], module=__name__))
+
+
+@_export
+class IntentType(_enum.IntEnum):
+    INTENT_UNSPEC = 0
+    FOREGROUND_GET = 1
+    BACKGROUND_PREFETCH = 2
+    MIGRATION = 3
+    CHECKPOINT = 4
+    WEIGHT_LOADING = 5
+    STAGING_INTERNAL = 6
+
+
+@_export
+class SegmentInfoType(_enum.IntEnum):
+    Memory = 0
+    File = 1
+
+
+def _segment_info(info):
+    return _tent.SegmentInfo((SegmentInfoType(info.type), info.buffers))
+
+
+SegmentInfo = _tent.SegmentInfo
 
 
 class Request:
-    """One transfer: ``source`` is a local registered address (or an
-    object with the buffer protocol / data_ptr()), ``target_offset`` an
-    address inside the target segment's buffers."""
+    """One transfer, with TENT's fields and defaults: ``source`` is a local
+    registered address (or an object with the buffer protocol or
+    data_ptr()), ``target_offset`` an address inside the target segment's
+    buffers.  ``policy_name``, ``deadline_ns`` and ``intent_type`` are
+    checked and accepted; this engine has no named policies and, as TENT
+    today, no deadline scheduling, so they do not change how the request
+    runs."""
 
     __slots__ = ("opcode", "source", "target_id", "target_offset", "length",
-                 "priority", "transport_hint")
+                 "priority", "transport_hint", "policy_name", "deadline_ns",
+                 "intent_type")
 
     def __init__(self, opcode=OpCode.WRITE, source=0, target_id=0,
                  target_offset=0, length=0, priority=PRIO_HIGH,
-                 transport_hint=TransportType.UNSPEC):
+                 transport_hint=TransportType.UNSPEC, policy_name=None,
+                 deadline_ns=0, intent_type=IntentType.INTENT_UNSPEC):
         self.opcode = opcode
         self.source = source
         self.target_id = target_id
@@ -94,6 +159,9 @@ class Request:
         self.length = length
         self.priority = priority
         self.transport_hint = transport_hint
+        self.policy_name = policy_name
+        self.deadline_ns = deadline_ns
+        self.intent_type = intent_type
 
     def __repr__(self):
         return ("Request(opcode=%r, source=%#x, target_id=%r, "
@@ -103,62 +171,115 @@ class Request:
 
 
 class MemoryOptions:
-    """Options of allocate_local_memory / register_local_memory."""
+    """Options of the _ex allocation and registration calls (TENT's
+    fields and defaults)."""
 
-    __slots__ = ("location", "perm", "type")
+    __slots__ = ("location", "perm", "type", "shm_path", "shm_offset",
+                 "internal")
 
     def __init__(self, location=kWildcardLocation,
-                 perm=Permission.GlobalReadWrite, type=TransportType.UNSPEC):
+                 perm=Permission.GlobalReadWrite, type=TransportType.UNSPEC,
+                 shm_path="", shm_offset=0, internal=False):
         self.location = location
         self.perm = perm
         self.type = type
+        self.shm_path = shm_path
+        self.shm_offset = shm_offset
+        self.internal = internal
 
 
 class MemoryGuard:
-    """Memory from allocate_local_memory, freed when the block exits."""
+    """Memory from allocate_local_memory, freed when the guard is released
+    or collected; ``with engine.allocate_memory_guard(n) as addr:`` gives
+    the address, as in TENT."""
 
-    def __init__(self, engine, size, location=kWildcardLocation):
-        self.engine = engine
-        self.size = size
-        self.addr = engine.allocate_local_memory(size, location)
+    def __init__(self, engine, size, location=kWildcardLocation, ex=False):
+        self._engine = engine
+        self._size = size
+        alloc = (engine.allocate_local_memory_ex if ex
+                 else engine.allocate_local_memory)
+        self._addr = alloc(size, location)
+
+    def address(self):
+        return self._addr
+
+    def size(self):
+        return self._size
 
     def get(self):
-        return self.addr
+        return self._addr
 
     def release(self):
-        if self.addr:
-            addr, self.addr = self.addr, 0
-            self.engine.free_local_memory(addr)
+        if self._addr:
+            addr, self._addr = self._addr, 0
+            self._engine.free_local_memory(addr)
 
     def __enter__(self):
-        return self
+        return self._addr
 
     def __exit__(self, *exc):
         self.release()
         return False
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:  # the engine is closed: its memory went with it
+            pass
 
 
 class BatchGuard:
-    """A transfer batch, freed when the block exits."""
+    """A transfer batch, freed when the guard is released or collected;
+    ``with engine.allocate_batch_guard(n) as bid:`` gives the batch id, as
+    in TENT."""
 
     def __init__(self, engine, batch_size):
-        self.engine = engine
-        self.batch_id = engine.allocate_transfer_batch(batch_size)
+        self._engine = engine
+        self._id = engine.allocate_transfer_batch(batch_size)
+
+    def id(self):
+        return self._id
 
     def get(self):
-        return self.batch_id
+        return self._id
 
     def release(self):
-        if self.batch_id:
-            bid, self.batch_id = self.batch_id, 0
-            self.engine.free_transfer_batch(bid)
+        if self._id:
+            bid, self._id = self._id, 0
+            self._engine.free_transfer_batch(bid)
 
     def __enter__(self):
-        return self
+        return self._id
 
     def __exit__(self, *exc):
         self.release()
         return False
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:  # the engine is closed: its batches went with it
+            pass
+
+
+def _numa_nodes():
+    nodes = []
+    for path in _glob.glob("/sys/devices/system/node/node[0-9]*"):
+        m = _re.search(r"node(\d+)$", path)
+        if m:
+            nodes.append(int(m.group(1)))
+    return sorted(nodes) or [0]
+
+
+def _local_topology():
+    """TENT's native topology JSON ({"nics", "mems"}, device lists by rank
+    0/1/2): no NIC-bound transport here, one host memory entry per NUMA
+    node."""
+    mems = [{"name": "cpu:%d" % n, "pci_bus_id": "", "type": 0,
+             "numa_node": n,
+             "device_list": {"rank0": [], "rank1": [], "rank2": []}}
+            for n in _numa_nodes()]
+    return _json.dumps({"nics": [], "mems": mems}, indent=4)
 
 
 class TransferEngine(_tent.TransferEngine):
@@ -170,8 +291,20 @@ class TransferEngine(_tent.TransferEngine):
     def allocate_memory_guard(self, size, location=kWildcardLocation):
         return MemoryGuard(self, size, location)
 
+    def allocate_memory_guard_ex(self, size, options):
+        return MemoryGuard(self, size, options, ex=True)
+
     def allocate_batch_guard(self, batch_size):
         return BatchGuard(self, batch_size)
+
+    def get_segment_info(self, handle):
+        return _segment_info(super().get_segment_info(handle))
+
+    def get_local_topology(self):
+        """Local topology as TENT's native JSON (nics/mems with
+        rank0/1/2)."""
+        self.available()  # raises on a closed engine
+        return _local_topology()
 
 
 from . import mooncake as _mooncake  # noqa: E402

@@ -21,6 +21,18 @@ PROTOS = ["tcp", "shm", "memfabric"]
 _outcomes = {"passed": 0, "failed": 0, "skipped": 0}
 
 
+def pytest_configure(config):
+    """Under scripts/python_wheel_test.sh the package must be the wheel's,
+    installed in the venv's site directory, not a build tree's."""
+    site = os.environ.get("TENT_PY_EXPECT_SITE")
+    if site:
+        import tent
+        where = os.path.realpath(tent._tent.__file__)
+        if not where.startswith(os.path.realpath(site) + os.sep):
+            raise pytest.UsageError("tent imported from %s, not from %s"
+                                    % (where, site))
+
+
 def pytest_runtest_logreport(report):
     if report.when == "call" or report.outcome != "passed":
         _outcomes[report.outcome] = _outcomes.get(report.outcome, 0) + 1

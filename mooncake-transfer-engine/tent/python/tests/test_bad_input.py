@@ -42,8 +42,10 @@ def test_mooncake_initialize_errors():
         eng.initialize("127.0.0.1")
     with pytest.raises(TypeError):
         eng.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "", bogus=1)
-    assert eng.initialize("127.0.0.1", "P2PHANDSHAKE", "rdma", "") == -1
-    assert "rdma" in eng.last_error()
+    assert eng.initialize("127.0.0.1", "P2PHANDSHAKE", "warp-drive", "") == -1
+    assert "warp-drive" in eng.last_error()
+    assert eng.initialize("127.0.0.1", "P2PHANDSHAKE", "xgmi", "") == -1
+    assert "hip" in eng.last_error()
     assert eng.initialize("", "P2PHANDSHAKE", "tcp", "") == -1
     assert eng.initialize("127.0.0.1:99999", "P2PHANDSHAKE", "tcp", "") == -1
     assert eng.initialize("127.0.0.1:1:gpu_0", "P2PHANDSHAKE", "tcp", "") == -1
@@ -197,13 +199,18 @@ def test_closed_engines(peer_factory):
         t2.available()
 
 
-def test_tent_exceptions(peer_factory):
+def test_tent_exceptions(peer_factory, tmp_path):
     peer = peer_factory(api="tent", proto="tcp", size=1 << 20)
     eng = tent_engine("tcp")
     assert issubclass(tent.InvalidArgumentError, tent.TentException)
     assert issubclass(tent.NotImplementedError, NotImplementedError)
-    with pytest.raises(tent.TentException):
-        tent.TransferEngine("/nonexistent/tent.json")
+    # A config file that is not there is a warning and the defaults, as in
+    # TENT; one that does not parse is an error naming it.
+    tent.TransferEngine("/nonexistent/tent.json").close()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"log_level": }')
+    with pytest.raises(tent.TentException, match="bad.json"):
+        tent.TransferEngine(str(bad))
     with pytest.raises(tent.MetadataError):
         eng.open_segment("127.0.0.1:1")
     with pytest.raises(TypeError):

@@ -2,76 +2,22 @@
 initialize_ext's metadata_type), each server started by the test on a
 loopback port of its own: a segment named only in the service is found
 through it, and bytes move."""
-import os
-import shutil
-import socket
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
+import metaservers
 import tentenv
-from conftest import HERE, sha
+from conftest import sha
+from metaservers import free_port, init_until_ready
 from tent.mooncake import TransferEngine
 
-HTTP_SERVER = os.path.join(HERE, "..", "..", "tests", "meta",
-                           "http_meta_server.py")
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(params=["etcd", "redis", "http"])
+@pytest.fixture(params=metaservers.KINDS)
 def service(request, tmp_path):
-    kind = request.param
-    port = free_port()
-    if kind == "etcd":
-        if not shutil.which("etcd"):
-            pytest.skip("etcd is not installed (etcd-server)")
-        client = "http://127.0.0.1:%d" % port
-        peer = "http://127.0.0.1:%d" % free_port()
-        cmd = ["etcd", "--name", "py-test", "--data-dir", str(tmp_path / "d"),
-               "--listen-client-urls", client, "--advertise-client-urls",
-               client, "--listen-peer-urls", peer,
-               "--initial-advertise-peer-urls", peer, "--initial-cluster",
-               "py-test=" + peer]
-        url = "etcd://127.0.0.1:%d" % port
-    elif kind == "redis":
-        if not shutil.which("redis-server"):
-            pytest.skip("redis-server is not installed")
-        cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-               "--save", "", "--appendonly", "no", "--dir", str(tmp_path)]
-        url = "redis://127.0.0.1:%d" % port
-    else:
-        cmd = [sys.executable, HTTP_SERVER, str(port)]
-        url = "http://127.0.0.1:%d/metadata" % port
-    log = open(tmp_path / "server.log", "wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=log)
-    try:
-        yield kind, url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
-def init_until_ready(eng, host, url, deadline_s=20):
-    """The server needs a moment to start: retry initialize until then."""
-    t0 = time.monotonic()
-    while True:
-        if eng.initialize(host, url, "tcp", "") == 0:
-            return
-        assert time.monotonic() - t0 < deadline_s, eng.last_error()
-        time.sleep(0.1)
+    with metaservers.running(request.param, tmp_path) as url:
+        yield request.param, url
 
 
 def test_segment_found_through_the_service(service):

@@ -72,8 +72,7 @@ def test_tent_local_memory(peer_factory, proto):
                         rounds=2)
     eng.unregister_local_memory(addr, peer.size)
     eng.free_local_memory(addr)
-    with eng.allocate_memory_guard(4096) as g:
-        freed = g.get()
+    with eng.allocate_memory_guard(4096) as freed:  # TENT's: the address
         assert freed
     with pytest.raises(tent.TentException):  # the guard freed it on exit
         eng.free_local_memory(freed)
@@ -92,14 +91,14 @@ def test_tent_segment_info_and_notifications(peer_factory):
     eng.send_notifi(h, tent.Notification("hello", "world"))
     local = np.arange(4096, dtype=np.uint32).view(np.uint8)
     eng.register_local_memory(local)
-    with eng.allocate_batch_guard(1) as bg:
+    with eng.allocate_batch_guard(1) as bid:  # TENT's: the batch id
         eng.submit_transfer_notif(
-            bg.get(), [tent.Request(tent.OpCode.WRITE, local.ctypes.data, h,
-                                    peer.addr, local.nbytes)], "done", "b1")
-        while (eng.get_transfer_status(bg.get(), 0).state ==
+            bid, [tent.Request(tent.OpCode.WRITE, local.ctypes.data, h,
+                               peer.addr, local.nbytes)], "done", "b1")
+        while (eng.get_transfer_status(bid, 0).state ==
                tent.TransferStatusEnum.PENDING):
             pass
-        assert eng.get_transfer_status(bg.get(), 0).state == \
+        assert eng.get_transfer_status(bid, 0).state == \
             tent.TransferStatusEnum.COMPLETED
     deadline = 50
     got = []

@@ -9,12 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-/* Guards every g_* field below.  A leaf lock: nothing is called out and
- * no other lock is taken while it is held. */
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static char *g_file_path;  /* set by tent_load_config_from_file */
-static cJSON *g_overrides; /* array of [path, value] pairs, in order */
+/* What tent_load_config_from_file and tent_set_config staged for the
+ * engines this thread creates next, as TENT stages them: per thread. */
+static _Thread_local char *g_file_path;  /* tent_load_config_from_file */
+static _Thread_local cJSON *g_overrides; /* [path, value] pairs, in order */
 
 #define MAX_CONFIG_FILE (16u << 20)
 
@@ -187,33 +187,65 @@ void tent_config_free(struct tent_config *cfg)
     free(cfg);
 }
 
-int tent_config_snapshot(struct tent_config **out)
+/* The base configuration: the staged file, else MC_TENT_CONF (a file, or
+ * inline JSON as TENT accepts it), else empty.  A file that is not there is
+ * a warning and the defaults, as in TENT; one that does not parse is an
+ * error naming it and the position. */
+static int load_base(struct tent_config **out)
 {
-    pthread_mutex_lock(&g_lock);
-    const char *path = g_file_path;
+    const char *path = g_file_path, *what = "file";
     if (!path) {
         const char *env = getenv("MC_TENT_CONF");
         if (env && *env)
-            path = env;
+            path = env, what = "MC_TENT_CONF";
     }
-    struct tent_config *cfg = NULL;
-    int rc = TENT_OK;
-    if (path) {
-        char *text = NULL;
-        rc = read_file(path, &text);
-        if (rc == TENT_OK) {
-            cfg = calloc(1, sizeof(*cfg));
+    if (path && access(path, F_OK) != 0) {
+        const char *p = path;
+        while (*p == ' ' || *p == '\t' || *p == '\n')
+            p++;
+        if (*p == '{' && strcmp(what, "MC_TENT_CONF") == 0) {
+            struct tent_config *cfg = calloc(1, sizeof(*cfg));
             if (!cfg)
-                rc = tent_set_error(TENT_ENOMEM, "config: out of memory");
-            else
-                rc = tent_config_parse_text(text, path, &cfg->root);
-            free(text);
+                return tent_set_error(TENT_ENOMEM, "config: out of memory");
+            int rc = tent_config_parse_text(path, "MC_TENT_CONF (inline JSON)",
+                                            &cfg->root);
+            if (rc) {
+                free(cfg);
+                return rc;
+            }
+            *out = cfg;
+            return TENT_OK;
         }
-        if (rc == TENT_OK)
-            LOG_DEBUG("loaded configuration from %s", path);
-    } else {
-        rc = tent_config_new_empty(&cfg);
+        LOG_WARN("config %s '%s' cannot be opened (%s); using the defaults",
+                 what, path, strerror(errno));
+        path = NULL;
     }
+    if (!path)
+        return tent_config_new_empty(out);
+    char *text = NULL;
+    int rc = read_file(path, &text);
+    struct tent_config *cfg = NULL;
+    if (rc == TENT_OK) {
+        cfg = calloc(1, sizeof(*cfg));
+        if (!cfg)
+            rc = tent_set_error(TENT_ENOMEM, "config: out of memory");
+        else
+            rc = tent_config_parse_text(text, path, &cfg->root);
+        free(text);
+    }
+    if (rc) {
+        free(cfg);
+        return rc;
+    }
+    LOG_DEBUG("loaded configuration from %s", path);
+    *out = cfg;
+    return TENT_OK;
+}
+
+int tent_config_snapshot(struct tent_config **out)
+{
+    struct tent_config *cfg = NULL;
+    int rc = load_base(&cfg);
     if (rc == TENT_OK && g_overrides) {
         const cJSON *pair;
         cJSON_ArrayForEach(pair, g_overrides)
@@ -225,12 +257,8 @@ int tent_config_snapshot(struct tent_config **out)
                 break;
         }
     }
-    pthread_mutex_unlock(&g_lock);
     if (rc != TENT_OK) {
-        if (cfg && !cfg->root)
-            free(cfg);
-        else
-            tent_config_free(cfg);
+        tent_config_free(cfg);
         return rc;
     }
     *out = cfg;
@@ -239,20 +267,41 @@ int tent_config_snapshot(struct tent_config **out)
 
 void tent_config_reset_global(void)
 {
-    pthread_mutex_lock(&g_lock);
     free(g_file_path);
     g_file_path = NULL;
     cJSON_Delete(g_overrides);
     g_overrides = NULL;
-    pthread_mutex_unlock(&g_lock);
+}
+
+/* A thread that staged something frees it when it ends (a thread that sets
+ * keys, creates an engine and exits must not leak them). */
+static pthread_key_t g_stage_key;
+static pthread_once_t g_stage_once = PTHREAD_ONCE_INIT;
+
+static void stage_release(void *marker)
+{
+    (void)marker;
+    tent_config_reset_global();
+}
+
+static void stage_key_init(void)
+{
+    (void)pthread_key_create(&g_stage_key, stage_release);
+}
+
+static void stage_note_thread(void)
+{
+    pthread_once(&g_stage_once, stage_key_init);
+    if (!pthread_getspecific(g_stage_key))
+        (void)pthread_setspecific(g_stage_key, (void *)1);
 }
 
 void tent_load_config_from_file(const char *path)
 {
-    pthread_mutex_lock(&g_lock);
     free(g_file_path);
     g_file_path = path ? strdup(path) : NULL;
-    pthread_mutex_unlock(&g_lock);
+    if (g_file_path)
+        stage_note_thread();
 }
 
 void tent_set_config(const char *key, const char *value)
@@ -278,11 +327,14 @@ void tent_set_config(const char *key, const char *value)
     }
     cJSON_AddItemToArray(pair, cJSON_CreateString(key));
     cJSON_AddItemToArray(pair, v);
-    pthread_mutex_lock(&g_lock);
     if (!g_overrides)
         g_overrides = cJSON_CreateArray();
+    if (!g_overrides) {
+        cJSON_Delete(pair);
+        return;
+    }
     cJSON_AddItemToArray(g_overrides, pair);
-    pthread_mutex_unlock(&g_lock);
+    stage_note_thread();
 }
 
 const cJSON *tent_config_node(const struct tent_config *cfg, const char *path)
@@ -312,6 +364,24 @@ const cJSON *tent_config_node(const struct tent_config *cfg, const char *path)
     return node;
 }
 
+/* What a value is, for the wrong-type warning. */
+static const char *kind_of(const cJSON *n)
+{
+    return cJSON_IsBool(n)     ? "boolean"
+           : cJSON_IsNumber(n) ? "number"
+           : cJSON_IsString(n) ? "string"
+           : cJSON_IsArray(n)  ? "array"
+                               : "object";
+}
+
+/* A value of the wrong type is the default, as in TENT, with a warning. */
+static void wrong_type(const char *path, const cJSON *n, const char *want,
+                       const char *def)
+{
+    LOG_WARN("config key '%s' is a %s, not a %s: using the default %s", path,
+             kind_of(n), want, def);
+}
+
 int tent_config_get_bool(const struct tent_config *cfg, const char *path,
                          bool def, bool *out)
 {
@@ -320,10 +390,11 @@ int tent_config_get_bool(const struct tent_config *cfg, const char *path,
         *out = def;
         return TENT_OK;
     }
-    if (!cJSON_IsBool(n))
-        return tent_set_error(TENT_ECONFIG,
-                              "config key '%s' must be a boolean (true/false)",
-                              path);
+    if (!cJSON_IsBool(n)) {
+        wrong_type(path, n, "boolean (true/false)", def ? "true" : "false");
+        *out = def;
+        return TENT_OK;
+    }
     *out = cJSON_IsTrue(n);
     return TENT_OK;
 }
@@ -336,9 +407,15 @@ int tent_config_get_int(const struct tent_config *cfg, const char *path,
         *out = def;
         return TENT_OK;
     }
+    if (!cJSON_IsNumber(n)) {
+        char d[32];
+        snprintf(d, sizeof(d), "%lld", (long long)def);
+        wrong_type(path, n, "integer", d);
+        *out = def;
+        return TENT_OK;
+    }
     /* Range first: converting an out-of-range double is undefined. */
-    if (!cJSON_IsNumber(n) ||
-        !(n->valuedouble >= -9.2e18 && n->valuedouble <= 9.2e18) ||
+    if (!(n->valuedouble >= -9.2e18 && n->valuedouble <= 9.2e18) ||
         n->valuedouble != (double)(int64_t)n->valuedouble)
         return tent_set_error(TENT_ECONFIG,
                               "config key '%s' must be an integer", path);
@@ -361,6 +438,30 @@ int tent_config_get_int_range(const struct tent_config *cfg, const char *path,
     return TENT_OK;
 }
 
+int tent_config_get_double_range(const struct tent_config *cfg,
+                                 const char *path, double def, double lo,
+                                 double hi, double *out)
+{
+    const cJSON *n = tent_config_node(cfg, path);
+    if (!n || cJSON_IsNull(n)) {
+        *out = def;
+        return TENT_OK;
+    }
+    if (!cJSON_IsNumber(n)) {
+        char d[32];
+        snprintf(d, sizeof(d), "%g", def);
+        wrong_type(path, n, "number", d);
+        *out = def;
+        return TENT_OK;
+    }
+    if (!(n->valuedouble >= lo && n->valuedouble <= hi))
+        return tent_set_error(TENT_ECONFIG,
+                              "config key '%s' = %g is outside %g..%g", path,
+                              n->valuedouble, lo, hi);
+    *out = n->valuedouble;
+    return TENT_OK;
+}
+
 int tent_config_get_string(const struct tent_config *cfg, const char *path,
                            const char *def, const char **out)
 {
@@ -369,9 +470,11 @@ int tent_config_get_string(const struct tent_config *cfg, const char *path,
         *out = def;
         return TENT_OK;
     }
-    if (!cJSON_IsString(n))
-        return tent_set_error(TENT_ECONFIG, "config key '%s' must be a string",
-                              path);
+    if (!cJSON_IsString(n)) {
+        wrong_type(path, n, "string", def ? def : "(none)");
+        *out = def;
+        return TENT_OK;
+    }
     *out = n->valuestring;
     return TENT_OK;
 }

@@ -1,9 +1,10 @@
 /* Configuration: a JSON tree (cJSON) addressed by '/'-separated paths such as
  * "transports/memfabric/enable".
  *
- * Process-wide inputs, as in TENT: a file (tent_load_config_from_file, else
- * MC_TENT_CONF) and overrides (tent_set_config).  Each engine takes a snapshot
- * at creation, so later changes affect only engines created later. */
+ * Inputs, staged per thread as in TENT: a file (tent_load_config_from_file,
+ * else MC_TENT_CONF: a file, or inline JSON) and overrides
+ * (tent_set_config).  Each engine takes a snapshot of its creating thread's
+ * inputs at creation, so later changes affect only engines created later. */
 #ifndef TENT_COMMON_CONFIG_H
 #define TENT_COMMON_CONFIG_H
 
@@ -17,7 +18,8 @@ struct tent_config {
 };
 
 /* Builds the snapshot: file (explicit, else $MC_TENT_CONF), then overrides.
- * Fails with TENT_ECONFIG naming the file and line:column of a parse error. */
+ * A file that cannot be opened is a warning and the defaults; a parse error
+ * fails with TENT_ECONFIG naming the file and line:column. */
 int tent_config_snapshot(struct tent_config **out);
 /* An empty configuration (tests, tools). */
 int tent_config_new_empty(struct tent_config **out);
@@ -30,8 +32,10 @@ int tent_config_parse_text(const char *text, const char *source,
 int tent_config_set(struct tent_config *cfg, const char *path,
                     const char *text);
 
-/* Getters: a missing key yields def; a key of the wrong type is
- * TENT_ECONFIG naming the key and the expected type. */
+/* Getters: a missing key yields def, and so does a value of the wrong type
+ * (with a warning naming the key), as in TENT; a value out of range, or a
+ * number that is not an integer where one is wanted, is TENT_ECONFIG naming
+ * the key. */
 const struct cJSON *tent_config_node(const struct tent_config *cfg,
                                      const char *path);
 int tent_config_get_bool(const struct tent_config *cfg, const char *path,
@@ -43,10 +47,14 @@ int tent_config_get_int(const struct tent_config *cfg, const char *path,
 int tent_config_get_int_range(const struct tent_config *cfg, const char *path,
                               int64_t def, int64_t lo, int64_t hi,
                               int64_t *out);
+/* A number within lo..hi (inclusive), as tent_config_get_int_range. */
+int tent_config_get_double_range(const struct tent_config *cfg,
+                                 const char *path, double def, double lo,
+                                 double hi, double *out);
 int tent_config_get_string(const struct tent_config *cfg, const char *path,
                            const char *def, const char **out);
 
-/* Resets the process-wide file and overrides (tests). */
+/* Resets the calling thread's staged file and overrides (tests). */
 void tent_config_reset_global(void);
 
 #endif

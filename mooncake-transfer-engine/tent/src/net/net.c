@@ -1,5 +1,6 @@
 #include "net/net.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -53,6 +54,34 @@ int tent_net_split_hostport(const char *s, char *host, size_t cap,
     host[n] = '\0';
     *port = (uint16_t)p;
     return 0;
+}
+
+static bool host_literal(const char *h)
+{
+    struct in6_addr a6;
+    struct in_addr a4;
+    return inet_pton(AF_INET6, h, &a6) == 1 ||
+           inet_pton(AF_INET, h, &a4) == 1 || strcmp(h, "localhost") == 0;
+}
+
+bool tent_net_address_of(const char *name, char *host, size_t cap,
+                         bool *with_port)
+{
+    if (!name || !*name || strlen(name) >= cap)
+        return false;
+    if (host_literal(name)) {
+        memcpy(host, name, strlen(name) + 1);
+        if (with_port)
+            *with_port = false;
+        return true;
+    }
+    uint16_t port;
+    if (tent_net_split_hostport(name, host, cap, &port) != 0 ||
+        !host_literal(host))
+        return false;
+    if (with_port)
+        *with_port = true;
+    return true;
 }
 
 int tent_net_format_hostport(char *buf, size_t len, const char *host,

@@ -38,6 +38,12 @@ const char *tent_net_strerror(int rc);
  * does not fit cap (with its NUL). */
 int tent_net_split_hostport(const char *s, char *host, size_t cap,
                             uint16_t *port);
+/* Whether name names an address: an IP literal ("10.0.0.2", "::1"),
+ * "localhost", or one of those with a port ("10.0.0.2:15000",
+ * "[::1]:15000").  Its host part goes to host; *with_port (may be NULL)
+ * tells whether a port followed. */
+bool tent_net_address_of(const char *name, char *host, size_t cap,
+                         bool *with_port);
 /* Writes "<host>:<port>", an IPv6 literal in brackets ("[::1]:5000").
  * Returns snprintf's result: the length wanted, negative on error. */
 int tent_net_format_hostport(char *buf, size_t len, const char *host,

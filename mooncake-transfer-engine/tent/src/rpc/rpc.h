@@ -9,10 +9,13 @@
  *
  * Connections are bounded (tent_rpc_limits): a frame must arrive whole
  * within frame_timeout_ms of its first byte, a connection idle between
- * frames for idle_timeout_ms is closed, and at most max_conns are open.
- * When full, a newcomer takes the place of the oldest connection that never
- * completed a frame, else of the one idle longest; only when every
- * connection is busy with a frame is it refused (logged, rate-limited).
+ * frames for idle_timeout_ms is closed, and at most max_conns are open
+ * (fewer when the process's descriptor limit cannot hold them).  When
+ * full, a newcomer takes the place of the connection that has done the
+ * least useful work: never-used, idle, trickling and parked connections go
+ * before a peer's pooled connections that moved data; only when every
+ * connection is a working peer inside a frame is it refused (counted,
+ * logged rate-limited).  rpc_server.c's header comment gives the ranking.
  * So idle or slow clients cannot lock real peers out. */
 #ifndef TENT_RPC_RPC_H
 #define TENT_RPC_RPC_H
@@ -74,28 +77,42 @@ int tent_rpc_conn_send_resp(struct tent_rpc_conn *c, uint32_t seq,
                             int32_t status, const void *data, uint32_t len);
 /* "<ip>:<port>" of the connection's client. */
 const char *tent_rpc_conn_peer(const struct tent_rpc_conn *c);
+/* Makes the connection's pending and next receives and sends fail at once
+ * (the handler then returns -1 and the connection is dropped).  Safe from
+ * any thread while the handler runs; never blocks. */
+void tent_rpc_conn_abort(struct tent_rpc_conn *c);
 
 /* Bounds on the server's connections (config keys rpc_max_connections,
- * rpc_idle_timeout_ms, rpc_frame_timeout_ms). */
+ * rpc_idle_timeout_ms, rpc_frame_timeout_ms, rpc_frame_min_rate). */
 struct tent_rpc_limits {
     int max_conns;
     int idle_timeout_ms;
     int frame_timeout_ms;
+    /* bytes per second below which a frame in progress for over a second
+     * counts as slow (first to be replaced by a newcomer); 0 = no floor */
+    int min_frame_rate;
 };
 #define TENT_RPC_DEFAULT_MAX_CONNS 1024
 #define TENT_RPC_DEFAULT_IDLE_MS   300000
 #define TENT_RPC_DEFAULT_FRAME_MS  30000
+#define TENT_RPC_DEFAULT_MIN_RATE  65536
 
 /* What the server did about its bounds, since it started. */
 struct tent_rpc_stats {
-    uint64_t accepted;       /* connections taken in */
-    uint64_t evicted;        /* closed to make room for a newcomer */
-    uint64_t refused;        /* newcomers refused: every slot busy */
-    uint64_t idle_closed;    /* closed after idle_timeout_ms */
-    uint64_t frame_timeouts; /* closed: a frame not whole in time */
-    int open;                /* connections open now (evicted excluded) */
-    int in_frame; /* of which inside a frame after having completed one
-                   * (the ones a newcomer cannot evict) */
+    uint64_t accepted;        /* connections taken in */
+    uint64_t evicted;         /* closed to make room for a newcomer */
+    uint64_t evicted_working; /* of which had moved data (a peer's pool) */
+    uint64_t refused;         /* newcomers refused, for either reason: */
+    uint64_t refused_no_fd;   /* ... out of descriptors (EMFILE, ENFILE) */
+    uint64_t idle_closed;     /* closed after idle_timeout_ms */
+    uint64_t frame_timeouts;  /* closed: a frame not whole in time */
+    int open;                 /* connections open now (evicted excluded) */
+    int busy;      /* of which working peers inside a frame that keeps the
+                    * floor rate (the ones a newcomer cannot replace) */
+    int max_conns; /* the cap now: rpc_max_connections, or less when the
+                    * descriptor limit is lower (lowered further for a
+                    * while after accept() ran out of descriptors) */
+    int workers;   /* threads serving frames (idle ones included) */
 };
 
 /* Binds host:port (0 = ephemeral) and starts serving with the handlers

@@ -1,24 +1,70 @@
-/* The engine's RPC server: an accept thread (poll on the listening socket
- * and a wake-up eventfd) and one thread per connection, so that a slow or
- * stalled peer holds only its own thread.  Every frame is decoded by
- * wire.c before use; a frame that does not validate closes its connection.
+/* The engine's RPC server.
  *
- * Descriptor requests and notifications are answered through the owner's
- * handler table (rpc.h); every other frame type goes to the frame handler
- * a transport installed for it (tcp's reads and writes), which reads the
- * frame's body and answers through tent_rpc_conn_*.  The server knows
- * neither its owner nor the transports beyond those tables.
+ * Threads.  One loop thread owns the listening socket and every connection
+ * that waits between frames: it watches them with epoll (one-shot), reads a
+ * frame's first bytes without blocking, and hands the connection to a
+ * worker once a whole header is in.  A worker serves frames on its
+ * connection -- a handler may block on it, bounded by the frame's deadline
+ * -- and keeps it while frames follow within LINGER_MS; then the connection
+ * goes back to the loop.  So idle, never-used and header-trickling
+ * connections hold no thread, a peer that keeps sending keeps its worker,
+ * and the workers (started on demand, ended after WORKER_IDLE_MS without
+ * work) number about the connections inside frames.
  *
- * Bounds (rpc.h tent_rpc_limits): each connection thread checks its own
- * frame deadline and idle time at every receive (at least every IO_TICK_MS);
- * the accept thread enforces the connection cap and picks whom to evict
- * from what the connection threads publish (frames, at_boundary, last_ms). */
+ * Every frame is decoded by wire.c before use; a frame that does not
+ * validate closes its connection.  Descriptor requests and notifications are
+ * answered through the owner's handler table (rpc.h); every other frame type
+ * goes to the frame handler a transport installed for it (tcp's reads and
+ * writes), which reads the frame's body and answers through tent_rpc_conn_*.
+ * The server knows neither its owner nor the transports beyond those tables.
+ *
+ * Bounds (rpc.h tent_rpc_limits).  Whoever holds a connection checks its
+ * frame deadline and idle time: a worker at every receive (at least every
+ * IO_TICK_MS), the loop every TICK_MS for the connections it holds.
+ *
+ * Whom a newcomer replaces when the server is full.  A connection's work is
+ * the bytes its READ and WRITE frames moved (each such frame that succeeded
+ * counts at least FRAME_CREDIT), halved every WORK_HALF_LIFE_MS since the
+ * last one: a peer's pooled tcp connection that moved data scores above zero
+ * until the idle timeout closes it; a connection that only fetched
+ * descriptors or sent notifications, or never finished a data frame, scores
+ * zero.  A frame is slow once it has been in progress for SLOW_GRACE_MS at
+ * under rpc_frame_min_rate bytes a second overall (a header or body sent a
+ * byte at a time, half a header and then silence).  The newcomer takes the
+ * place of the first connection found in this order:
+ *   1. zero work, inside a slow frame: the oldest frame first;
+ *   2. zero work, between frames: the longest idle first (a connection just
+ *      opened comes last);
+ *   3. zero work, inside a frame that keeps the floor rate: the oldest
+ *      frame first;
+ *   4. some work, inside a slow frame or between frames: the least work
+ *      first.
+ * A connection with work inside a frame that keeps the floor rate -- a peer
+ * moving data -- is never replaced; when every connection is one, the
+ * newcomer is refused.  So idle, trickling and parked connections, in any
+ * mix, give way to newcomers, and peers' connections that moved data are
+ * the last to go: to hold a slot against them a client must move data
+ * itself, on every connection it holds.
+ *
+ * Descriptors.  At start the server raises the process's soft RLIMIT_NOFILE
+ * to the hard limit (once per process, logged) and caps its connections at
+ * three quarters of the soft limit, leaving a quarter to the engine's other
+ * descriptors (tcp pools, shm mappings, the metrics endpoint) and to the
+ * application.  When accept() still runs out (EMFILE, ENFILE: something
+ * else holds them), a reserve descriptor is given up to accept the waiting
+ * connection and close it at once -- a refusal, counted and logged
+ * (rate-limited) -- instead of leaving it in the queue to wake the loop
+ * again and again; the cap drops below the connections open, so that later
+ * newcomers replace connections instead of meeting the limit; accepting
+ * pauses (BACKOFF_MIN_MS, doubling to BACKOFF_MAX_MS while the shortage
+ * lasts); and the cap comes back FD_RECOVER_MS after the last shortage. */
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "rpc/rpc.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -28,46 +74,76 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
-#define IO_TICK_MS      500  /* receive timeout; stop and deadlines checked */
+#define IO_TICK_MS      500  /* a worker's socket timeouts: stop, deadlines */
 #define MID_FRAME_TICKS 20   /* a frame stalled this long (10 s) is dropped */
 #define LOG_EVERY_MS    5000 /* rate of the refusal and eviction warnings */
+
+#define TICK_MS           250  /* the loop checks the connections it holds */
+#define LINGER_MS         20   /* a worker waits this long for a next frame */
+#define WORKER_IDLE_MS    2000 /* an idle worker beyond WORKERS_KEPT ends */
+#define WORKERS_KEPT      2
+#define SLOW_GRACE_MS     1000
+#define WORK_HALF_LIFE_MS 60000
+#define FRAME_CREDIT      4096
+#define ACCEPT_BATCH      64   /* accepts per wake-up of the loop */
+#define LISTEN_BACKLOG    4096 /* the kernel clamps it to somaxconn */
+#define BACKOFF_MIN_MS    10
+#define BACKOFF_MAX_MS    1000
+#define FD_RECOVER_MS     30000
+#define MAX_EVENTS        256
+#define NOFILE_CEILING    (1u << 20) /* raise no further than this */
 
 #define IOBUF      65536 /* per-connection input and output buffers */
 #define DIRECT_MIN 16384 /* larger reads bypass the input buffer */
 
-/* Small requests are read many at a time into in[] and their small answers
- * gathered in out[], which is flushed before the thread would wait for
- * input (so a client waiting for answers always gets them) and before any
- * answer that carries data (so answers stay in order). */
+/* What a connection is doing, for the choice of whom to replace. */
+enum conn_state {
+    CS_IDLE,   /* between frames, none of the next one in */
+    CS_HEADER, /* part of a frame's header is in (held by the loop) */
+    CS_FRAME,  /* a frame being served (held by a worker) */
+};
+
+/* A connection is held by the loop (in the epoll set, armed) or by one
+ * worker (on the ready queue or being served); only its holder reads or
+ * writes the socket, the buffers and deadline_ms, and only its holder
+ * closes it.  Small requests are read many at a time into in[] and their
+ * small answers gathered in out[], which is flushed before the holder would
+ * wait for input (so a client waiting for answers always gets them) and
+ * before any answer that carries data (so answers stay in order). */
 struct tent_rpc_conn {
     struct tent_rpc_server *srv;
     int fd;
-    char peer[64]; /* "<ip>:<port>" of the client */
-    long long accepted_ms;
-    long long deadline_ms; /* of the frame being served (this thread only) */
-    /* Published for the accept thread's choice of whom to evict. */
-    atomic_uint frames;      /* frames served whole */
-    atomic_bool at_boundary; /* waiting for a frame, none of it read */
-    atomic_llong last_ms;    /* end of the last frame (or accept) */
-    bool evicted;            /* server lock */
+    char peer[64];         /* "<ip>:<port>" of the client */
+    long long deadline_ms; /* of the frame under way */
+    bool frame_failed;     /* the frame under way was answered an error */
+    /* Published by the holder (one writer) for the loop's choice. */
+    atomic_int state;            /* enum conn_state */
+    atomic_llong frame_start_ms; /* first byte of the frame under way */
+    atomic_ullong frame_bytes;   /* bytes in and out of it so far */
+    atomic_llong last_ms;        /* end of the last frame (or accept) */
+    atomic_ullong work;          /* useful work as of work_ms */
+    atomic_llong work_ms;
+    /* Set once, under the server lock, by whoever decides the connection
+     * must go (eviction, timeout, stop), with a shutdown() of the socket
+     * so that its holder notices and closes it. */
+    atomic_bool closing;
+    bool on_worker; /* server lock: held by a worker, else by the loop */
+    struct tent_rpc_conn *prev, *next; /* server lock: every connection */
+    struct tent_rpc_conn *qnext;       /* server lock: ready queue */
     uint8_t in[IOBUF];
     size_t in_pos, in_len;
     uint8_t out[IOBUF];
     size_t out_len;
-    pthread_t thread;
-    atomic_bool done;
-    struct tent_rpc_conn *next;
 };
 
-/* lock guards conns/nconns/nlive, the evicted flags and the accept thread's
- * counters; stop is set once, under lock.  It is a leaf lock: no handler is
- * called and no other lock is taken while it is held. */
 /* One installed frame handler.  lock is held for reading around every call
  * of fn and for writing to change it, so a removal returns only once no
  * call is running. */
@@ -77,43 +153,109 @@ struct frame_slot {
     void *ctx;
 };
 
+/* A worker thread.  Idle workers wait on their own condition variable in
+ * a stack, so that work goes to the one idle the shortest time and the
+ * others can end after WORKER_IDLE_MS: the pool shrinks back after a
+ * burst.  Server lock. */
+struct worker {
+    pthread_t thread;
+    struct tent_rpc_server *srv;
+    pthread_cond_t cv;            /* a job, or stop */
+    struct tent_rpc_conn *job;    /* the connection to serve next */
+    bool idle;                    /* on the idle stack */
+    bool done;                    /* ended, to be joined */
+    struct worker *next;          /* every worker */
+    struct worker *iprev, *inext; /* the idle stack, top first */
+};
+
+/* lock guards the connection list and every connection's on_worker, links
+ * and closing decision, the ready queue, the workers, the cap and the
+ * counters that are not atomic.  It is a leaf lock: no handler is called
+ * and no other lock is taken while it is held.  The loop-only fields are
+ * touched by the loop thread alone. */
 struct tent_rpc_server {
     struct tent_rpc_handlers h;
     struct frame_slot frames[256];
     struct tent_rpc_limits lim;
-    int lfd, wake_fd;
-    pthread_t accept_thread;
+    int lfd, wake_fd, ep;
+    pthread_t loop_thread;
     atomic_bool stop;
     pthread_mutex_t lock;
     struct tent_rpc_conn *conns;
-    int nconns; /* in the list (evicted ones until reaped) */
-    int nlive;  /* not evicted: what the cap counts */
-    uint64_t accepted, evicted, refused;
+    int nlive; /* connections not closing: what the cap counts */
+    int cap, sized_cap;
+    /* ready for a worker when none could be started (rare) */
+    struct tent_rpc_conn *q_head, *q_tail;
+    int queued;
+    struct worker *workers, *idle_top;
+    int nworkers;
+    uint64_t accepted, evicted, evicted_working, refused, refused_no_fd;
     atomic_ulong idle_closed, frame_timeouts;
-    struct tent_log_ratelimit refuse_rl, evict_rl;
+    /* loop thread only */
+    int reserve_fd;        /* /dev/null, given up when accept() runs out */
+    bool listening;        /* the listening socket is in the epoll set */
+    long long resume_ms;   /* accepting paused until then */
+    int backoff_ms;        /* the last pause, 0 after an accept succeeded */
+    long long fd_short_ms; /* accept() last ran out of descriptors */
+    struct tent_log_ratelimit refuse_rl, evict_rl, fd_rl;
 };
 
-/* The first byte of a frame is here: its whole must follow in time. */
-static void frame_begin(struct tent_rpc_conn *c)
+/* ---- frames and their accounting ---------------------------------------- */
+
+static void add_bytes(struct tent_rpc_conn *c, uint64_t n)
 {
-    c->deadline_ms = tent_now_ms() + c->srv->lim.frame_timeout_ms;
-    atomic_store(&c->at_boundary, false);
+    /* one writer (the holder): no read-modify-write needed */
+    atomic_store_explicit(
+        &c->frame_bytes,
+        atomic_load_explicit(&c->frame_bytes, memory_order_relaxed) + n,
+        memory_order_relaxed);
+}
+
+/* The first byte of a frame is here: its whole must follow in time. */
+static void frame_begin(struct tent_rpc_conn *c, long long now)
+{
+    c->deadline_ms = now + c->srv->lim.frame_timeout_ms;
+    atomic_store(&c->frame_bytes, 0);
+    atomic_store(&c->frame_start_ms, now);
+    atomic_store(&c->state, CS_HEADER);
+}
+
+/* work as of now: halved once per WORK_HALF_LIFE_MS since it was set. */
+static uint64_t work_now(const struct tent_rpc_conn *c, long long now)
+{
+    uint64_t w = atomic_load(&c->work);
+    long long halvings = (now - atomic_load(&c->work_ms)) / WORK_HALF_LIFE_MS;
+    return halvings >= 64 ? 0 : w >> (halvings > 0 ? halvings : 0);
 }
 
 /* Served.  Its answers may still sit in out[]: they get a frame's time to
- * leave (flushed before the next receive). */
-static void frame_end(struct tent_rpc_conn *c)
+ * leave (flushed before the next receive).  A data frame that succeeded
+ * adds to the connection's work.  Bytes already in in[] are the start of
+ * the next frame, whose time starts now. */
+static void frame_end(struct tent_rpc_conn *c, uint8_t type)
 {
     long long now = tent_now_ms();
-    c->deadline_ms = now + c->srv->lim.frame_timeout_ms;
+    if ((type == TENT_WIRE_READ || type == TENT_WIRE_WRITE) &&
+        !c->frame_failed) {
+        uint64_t b = atomic_load(&c->frame_bytes);
+        atomic_store(&c->work,
+                     work_now(c, now) + (b > FRAME_CREDIT ? b : FRAME_CREDIT));
+        atomic_store(&c->work_ms, now);
+    }
+    c->frame_failed = false;
     atomic_store(&c->last_ms, now);
-    atomic_fetch_add(&c->frames, 1);
-    atomic_store(&c->at_boundary, true);
+    if (c->in_len > c->in_pos) {
+        frame_begin(c, now);
+    } else {
+        c->deadline_ms = now + c->srv->lim.frame_timeout_ms;
+        atomic_store(&c->state, CS_IDLE);
+    }
 }
 
 /* A send may wait out MID_FRAME_TICKS timeouts in a row, unless the
- * server stops or the frame's deadline passes (a client that does not read
- * its answers holds the connection no longer than a slow request would). */
+ * server stops, the connection is closing or the frame's deadline passes (a
+ * client that does not read its answers holds the connection no longer
+ * than a slow request would). */
 static bool srv_send_wait(void *arg, int stalls)
 {
     struct tent_rpc_conn *c = arg;
@@ -123,14 +265,21 @@ static bool srv_send_wait(void *arg, int stalls)
                   c->peer);
         return false;
     }
-    return !atomic_load(&c->srv->stop) && stalls < MID_FRAME_TICKS;
+    return !atomic_load(&c->srv->stop) && !atomic_load(&c->closing) &&
+           stalls < MID_FRAME_TICKS;
 }
 
 static int srv_send(struct tent_rpc_conn *c, struct iovec *iov, int n)
 {
     if (atomic_load(&c->srv->stop))
         return -1;
-    return tent_net_sendv_all(c->fd, iov, n, 0, srv_send_wait, c) ? -1 : 0;
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += iov[i].iov_len;
+    if (tent_net_sendv_all(c->fd, iov, n, 0, srv_send_wait, c))
+        return -1;
+    add_bytes(c, total);
+    return 0;
 }
 
 static int flush_out(struct tent_rpc_conn *c)
@@ -142,22 +291,16 @@ static int flush_out(struct tent_rpc_conn *c)
     return srv_send(c, &iov, 1);
 }
 
-/* Receives exactly n bytes.  first: these are the first bytes of a frame,
- * so before any arrives the connection is idle (bounded by
- * idle_timeout_ms) and the first one starts the frame's deadline; every
- * other receive belongs to the frame being served and fails once its
- * deadline passes, however slowly bytes keep coming.  0, or -1 when the
- * connection must be dropped. */
-static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n, bool first)
+/* Receives exactly n bytes of the frame being served, which fails once the
+ * frame's deadline passes, however slowly bytes keep coming.  0, or -1
+ * when the connection must be dropped. */
+static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n)
 {
     char *p = buf;
     int ticks = 0;
     size_t got = 0;
     while (got < n) {
-        bool idle = first && got == 0;
         if (c->in_pos < c->in_len) {
-            if (idle)
-                frame_begin(c);
             size_t k = c->in_len - c->in_pos;
             if (k > n - got)
                 k = n - got;
@@ -167,17 +310,10 @@ static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n, bool first)
             ticks = 0;
             continue;
         }
-        if (flush_out(c) || atomic_load(&c->srv->stop))
+        if (flush_out(c) || atomic_load(&c->srv->stop) ||
+            atomic_load(&c->closing))
             return -1;
-        long long now = tent_now_ms();
-        if (idle &&
-            now - atomic_load(&c->last_ms) >= c->srv->lim.idle_timeout_ms) {
-            atomic_fetch_add(&c->srv->idle_closed, 1);
-            LOG_DEBUG("rpc: %s: closing a connection idle for %d ms", c->peer,
-                      c->srv->lim.idle_timeout_ms);
-            return -1;
-        }
-        if (!idle && now >= c->deadline_ms) {
+        if (tent_now_ms() >= c->deadline_ms) {
             atomic_fetch_add(&c->srv->frame_timeouts, 1);
             LOG_DEBUG("rpc: %s: dropping a frame not whole within %d ms",
                       c->peer, c->srv->lim.frame_timeout_ms);
@@ -187,6 +323,7 @@ static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n, bool first)
         ssize_t r = direct ? recv(c->fd, p + got, n - got, 0)
                            : recv(c->fd, c->in, sizeof(c->in), 0);
         if (r > 0) {
+            add_bytes(c, (uint64_t)r);
             if (direct) {
                 got += (size_t)r;
             } else {
@@ -202,23 +339,90 @@ static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n, bool first)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return -1;
-        if (idle)
-            continue;
         if (++ticks >= MID_FRAME_TICKS)
             return -1;
     }
     return 0;
 }
 
+/* Reads what the socket has now into in[] without waiting; the first byte
+ * of a frame starts its deadline.  Returns the bytes read (0: none now),
+ * or -1 when the peer closed the connection or it failed. */
+static long read_some(struct tent_rpc_conn *c)
+{
+    size_t have = c->in_len - c->in_pos;
+    if (c->in_pos) {
+        memmove(c->in, c->in + c->in_pos, have);
+        c->in_pos = 0;
+        c->in_len = have;
+    }
+    long total = 0;
+    while (c->in_len < sizeof(c->in)) {
+        ssize_t r = recv(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len,
+                         MSG_DONTWAIT);
+        if (r > 0) {
+            if (c->in_len == 0)
+                frame_begin(c, tent_now_ms());
+            c->in_len += (size_t)r;
+            add_bytes(c, (uint64_t)r);
+            total += r;
+            continue;
+        }
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return total;
+        return total ? total : -1; /* closed: serve what came first */
+    }
+    return total;
+}
+
+static bool header_in(const struct tent_rpc_conn *c)
+{
+    return c->in_len - c->in_pos >= TENT_WIRE_HDR_LEN;
+}
+
+/* After a frame: waits up to LINGER_MS (within the idle timeout) for the
+ * next frame's header.  1 when it is in, 0 when the connection should go
+ * back to the loop, -1 when it must be closed. */
+static int await_header(struct tent_rpc_conn *c)
+{
+    struct tent_rpc_server *s = c->srv;
+    long long until = tent_now_ms() + LINGER_MS;
+    long long idle_end = atomic_load(&c->last_ms) + s->lim.idle_timeout_ms;
+    if (idle_end < until)
+        until = idle_end;
+    for (;;) {
+        if (header_in(c))
+            return 1;
+        if (flush_out(c) || atomic_load(&s->stop) || atomic_load(&c->closing))
+            return -1;
+        long r = read_some(c);
+        if (r < 0)
+            return -1;
+        if (r > 0)
+            continue;
+        long long left = until - tent_now_ms();
+        if (left <= 0)
+            return 0;
+        struct pollfd p = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+        if (poll(&p, 1, (int)left) < 0 && errno != EINTR)
+            return -1;
+    }
+}
+
 static int send_resp(struct tent_rpc_conn *c, uint32_t seq, int32_t status,
                      const void *data, uint32_t len)
 {
     uint8_t h[TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN];
+    if (status)
+        c->frame_failed = true;
     tent_wire_encode_hdr(h, TENT_WIRE_RESP, seq, TENT_WIRE_RESP_LEN + len);
     tent_wire_encode_resp(h + TENT_WIRE_HDR_LEN, status);
     if (!len && c->out_len + sizeof(h) <= sizeof(c->out)) {
         memcpy(c->out + c->out_len, h, sizeof(h));
         c->out_len += sizeof(h);
+        add_bytes(c, sizeof(h));
         return 0;
     }
     if (flush_out(c))
@@ -232,7 +436,7 @@ static int drain(struct tent_rpc_conn *c, uint64_t n)
     char tmp[65536];
     while (n) {
         size_t k = n < sizeof(tmp) ? (size_t)n : sizeof(tmp);
-        if (srv_recv(c, tmp, k, false))
+        if (srv_recv(c, tmp, k))
             return -1;
         n -= k;
     }
@@ -243,7 +447,7 @@ static int drain(struct tent_rpc_conn *c, uint64_t n)
 
 int tent_rpc_conn_recv(struct tent_rpc_conn *c, void *buf, size_t n)
 {
-    return srv_recv(c, buf, n, false);
+    return srv_recv(c, buf, n);
 }
 
 int tent_rpc_conn_drain(struct tent_rpc_conn *c, uint64_t n)
@@ -261,6 +465,8 @@ const char *tent_rpc_conn_peer(const struct tent_rpc_conn *c)
 {
     return c->peer;
 }
+
+/* ---- serving one frame -------------------------------------------------- */
 
 /* A frame of a type a transport serves: its handler, else the body is
  * skipped and the client told TENT_ENOTSUP (no transport here serves it). */
@@ -286,7 +492,7 @@ static int serve_notify(struct tent_rpc_conn *c, const struct tent_wire_hdr *h)
     uint8_t *body = malloc(h->len ? h->len : 1);
     struct tent_wire_notify *n = malloc(sizeof(*n));
     int rc = -1;
-    if (!body || !n || srv_recv(c, body, h->len, false) ||
+    if (!body || !n || srv_recv(c, body, h->len) ||
         tent_wire_decode_notify(body, h->len, n))
         goto out;
     const struct tent_rpc_handlers *hd = &c->srv->h;
@@ -315,107 +521,357 @@ static int serve_desc(struct tent_rpc_conn *c, const struct tent_wire_hdr *h)
     return rc;
 }
 
-static void *conn_main(void *arg)
+/* Serves the frame whose header is whole in in[].  0 keeps the connection,
+ * -1 drops it. */
+static int serve_frame(struct tent_rpc_conn *c)
 {
-    struct tent_rpc_conn *c = arg;
-    for (;;) {
-        uint8_t raw[TENT_WIRE_HDR_LEN];
-        struct tent_wire_hdr h;
-        if (srv_recv(c, raw, sizeof(raw), true))
-            break;
-        if (tent_wire_decode_hdr(raw, sizeof(raw), &h)) {
-            LOG_WARN("rpc: dropping connection: %s", tent_last_error());
-            break;
-        }
-        int rc;
-        switch (h.type) {
-        case TENT_WIRE_DESC_REQ:
-            rc = serve_desc(c, &h);
-            break;
-        case TENT_WIRE_NOTIFY:
-            rc = serve_notify(c, &h);
-            break;
-        case TENT_WIRE_READ:
-        case TENT_WIRE_WRITE:
-            rc = serve_installed(c, &h);
-            break;
-        default:
-            LOG_WARN("rpc: dropping connection: frame type %u is not a "
-                     "request",
-                     h.type);
-            rc = -1;
-        }
-        if (rc) {
-            LOG_DEBUG("rpc: connection closed after frame type %u", h.type);
-            break;
-        }
-        frame_end(c);
+    struct tent_wire_hdr h;
+    if (tent_wire_decode_hdr(c->in + c->in_pos, TENT_WIRE_HDR_LEN, &h)) {
+        LOG_WARN("rpc: dropping connection from %s: %s", c->peer,
+                 tent_last_error());
+        return -1;
     }
-    (void)flush_out(c); /* answers to the requests before the end */
+    c->in_pos += TENT_WIRE_HDR_LEN;
+    atomic_store(&c->state, CS_FRAME);
+    int rc;
+    switch (h.type) {
+    case TENT_WIRE_DESC_REQ:
+        rc = serve_desc(c, &h);
+        break;
+    case TENT_WIRE_NOTIFY:
+        rc = serve_notify(c, &h);
+        break;
+    case TENT_WIRE_READ:
+    case TENT_WIRE_WRITE:
+        rc = serve_installed(c, &h);
+        break;
+    default:
+        LOG_WARN("rpc: dropping connection from %s: frame type %u is not a "
+                 "request",
+                 c->peer, h.type);
+        rc = -1;
+    }
+    if (rc) {
+        LOG_DEBUG("rpc: connection from %s closed after frame type %u", c->peer,
+                  h.type);
+        return -1;
+    }
+    frame_end(c, h.type);
+    return 0;
+}
+
+/* ---- holding connections ------------------------------------------------ */
+
+static void unlink_locked(struct tent_rpc_server *s, struct tent_rpc_conn *c)
+{
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    if (!atomic_load(&c->closing))
+        s->nlive--;
+}
+
+/* The holder closes c: answers already gathered go first when flush. */
+static void conn_close(struct tent_rpc_conn *c, bool flush)
+{
+    struct tent_rpc_server *s = c->srv;
+    if (flush)
+        (void)flush_out(c); /* answers to the requests before the end */
+    pthread_mutex_lock(&s->lock);
+    unlink_locked(s, c);
+    pthread_mutex_unlock(&s->lock);
+    close(c->fd);
+    free(c);
+}
+
+/* Decides that c must go: its holder sees the shut-down socket (or the
+ * flag) and closes it.  False when it was already going.  Caller holds
+ * lock. */
+static bool kill_locked(struct tent_rpc_server *s, struct tent_rpc_conn *c)
+{
+    if (atomic_load(&c->closing))
+        return false;
+    atomic_store(&c->closing, true);
+    s->nlive--;
     shutdown(c->fd, SHUT_RDWR);
-    atomic_store(&c->done, true);
+    return true;
+}
+
+void tent_rpc_conn_abort(struct tent_rpc_conn *c)
+{
+    struct tent_rpc_server *s = c->srv;
+    pthread_mutex_lock(&s->lock);
+    kill_locked(s, c);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Arms c in the epoll set: the loop holds it from now on (the caller must
+ * not touch it after a success). */
+static int arm(struct tent_rpc_server *s, struct tent_rpc_conn *c, int op)
+{
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT,
+                             .data.ptr = c};
+    return epoll_ctl(s->ep, op, c->fd, &ev);
+}
+
+/* A worker gives c back to the loop, or closes it when it is going. */
+static void give_back(struct tent_rpc_server *s, struct tent_rpc_conn *c)
+{
+    pthread_mutex_lock(&s->lock);
+    bool going = atomic_load(&c->closing) || atomic_load(&s->stop);
+    if (!going)
+        c->on_worker = false;
+    pthread_mutex_unlock(&s->lock);
+    if (going || arm(s, c, EPOLL_CTL_MOD) != 0)
+        conn_close(c, false);
+}
+
+/* A worker serves frames on c (a whole header is in) while they come. */
+static void serve_conn(struct tent_rpc_server *s, struct tent_rpc_conn *c)
+{
+    for (;;) {
+        if (atomic_load(&c->closing) || atomic_load(&s->stop) ||
+            serve_frame(c)) {
+            conn_close(c, true);
+            return;
+        }
+        int r = await_header(c);
+        if (r < 0) {
+            conn_close(c, true);
+            return;
+        }
+        if (r == 0) {
+            give_back(s, c);
+            return;
+        }
+    }
+}
+
+static void idle_push(struct tent_rpc_server *s, struct worker *w)
+{
+    w->idle = true;
+    w->iprev = NULL;
+    w->inext = s->idle_top;
+    if (s->idle_top)
+        s->idle_top->iprev = w;
+    s->idle_top = w;
+}
+
+static void idle_remove(struct tent_rpc_server *s, struct worker *w)
+{
+    if (w->iprev)
+        w->iprev->inext = w->inext;
+    else
+        s->idle_top = w->inext;
+    if (w->inext)
+        w->inext->iprev = w->iprev;
+    w->idle = false;
+}
+
+static struct tent_rpc_conn *dequeue_locked(struct tent_rpc_server *s)
+{
+    struct tent_rpc_conn *c = s->q_head;
+    if (c) {
+        s->q_head = c->qnext;
+        if (!s->q_head)
+            s->q_tail = NULL;
+        s->queued--;
+    }
+    return c;
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct tent_rpc_server *s = w->srv;
+    pthread_setname_np(pthread_self(), "tent-rpc-w");
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        struct tent_rpc_conn *c = w->job ? w->job : dequeue_locked(s);
+        w->job = NULL;
+        if (c) {
+            pthread_mutex_unlock(&s->lock);
+            serve_conn(s, c);
+            pthread_mutex_lock(&s->lock);
+            continue;
+        }
+        if (atomic_load(&s->stop))
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += WORKER_IDLE_MS / 1000;
+        idle_push(s, w);
+        int rc = 0;
+        while (!w->job && !atomic_load(&s->stop) && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&w->cv, &s->lock, &ts);
+        if (w->idle)
+            idle_remove(s, w); /* a job was given: already off the stack */
+        if (!w->job && !atomic_load(&s->stop) && rc == ETIMEDOUT &&
+            s->nworkers > WORKERS_KEPT)
+            break;
+    }
+    s->nworkers--;
+    w->done = true;
+    pthread_mutex_unlock(&s->lock);
     return NULL;
 }
 
-/* Joins connections whose thread has finished.  Caller holds lock. */
-static void reap_locked(struct tent_rpc_server *s, bool all)
+/* Starts a worker whose first job is c.  Caller holds lock. */
+static int spawn_locked(struct tent_rpc_server *s, struct tent_rpc_conn *c)
 {
-    struct tent_rpc_conn **pp = &s->conns;
-    while (*pp) {
-        struct tent_rpc_conn *c = *pp;
-        if (!all && !atomic_load(&c->done)) {
-            pp = &c->next;
+    struct worker *w = calloc(1, sizeof(*w));
+    if (!w)
+        return -1;
+    w->srv = s;
+    w->job = c;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+        pthread_cond_destroy(&w->cv);
+        free(w);
+        return -1;
+    }
+    w->next = s->workers;
+    s->workers = w;
+    s->nworkers++;
+    return 0;
+}
+
+/* Gives c to the worker idle the shortest time, else to a new one.  -1
+ * when no worker could be started (c then waits on the queue).  Caller
+ * holds lock. */
+static int dispatch_locked(struct tent_rpc_server *s, struct tent_rpc_conn *c)
+{
+    struct worker *w = s->idle_top;
+    if (w) {
+        idle_remove(s, w);
+        w->job = c;
+        pthread_cond_signal(&w->cv);
+        return 0;
+    }
+    if (spawn_locked(s, c) == 0)
+        return 0;
+    c->qnext = NULL;
+    if (s->q_tail)
+        s->q_tail->qnext = c;
+    else
+        s->q_head = c;
+    s->q_tail = c;
+    s->queued++;
+    return -1;
+}
+
+/* The loop hands c, a whole header in, to a worker. */
+static void hand_off(struct tent_rpc_server *s, struct tent_rpc_conn *c)
+{
+    pthread_mutex_lock(&s->lock);
+    c->on_worker = true;
+    if (dispatch_locked(s, c) != 0)
+        LOG_WARN("rpc: cannot start a worker thread (%d running); the "
+                 "request from %s waits for a busy one",
+                 s->nworkers, c->peer);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Joins workers that have ended. */
+static void reap_workers(struct tent_rpc_server *s)
+{
+    struct worker *done = NULL;
+    pthread_mutex_lock(&s->lock);
+    for (struct worker **pp = &s->workers; *pp;) {
+        struct worker *w = *pp;
+        if (!w->done) {
+            pp = &w->next;
             continue;
         }
-        if (all)
-            shutdown(c->fd, SHUT_RDWR);
-        pthread_join(c->thread, NULL);
-        close(c->fd);
-        *pp = c->next;
-        s->nconns--;
-        if (!c->evicted)
-            s->nlive--;
-        free(c);
+        *pp = w->next;
+        w->next = done;
+        done = w;
+    }
+    pthread_mutex_unlock(&s->lock);
+    while (done) {
+        struct worker *w = done;
+        done = w->next;
+        pthread_join(w->thread, NULL);
+        pthread_cond_destroy(&w->cv);
+        free(w);
     }
 }
 
-/* A live connection's class for eviction: 0 never used and waiting, 1
- * inside its first frame, 2 idle between frames, 3 inside a frame after
- * having completed one (a real peer at work: never evicted). */
-static int conn_class(struct tent_rpc_conn *c)
+/* ---- whom a newcomer replaces ------------------------------------------- */
+
+/* c's place in the order of the header comment: 0..3 (lower goes first),
+ * *key orders within it (lower goes first), -1 when c may not be replaced
+ * (a working peer inside a frame that keeps the floor rate). */
+static int rank(const struct tent_rpc_server *s, const struct tent_rpc_conn *c,
+                long long now, uint64_t *key)
 {
-    bool fresh = atomic_load(&c->frames) == 0;
-    bool waiting = atomic_load(&c->at_boundary);
-    return fresh ? (waiting ? 0 : 1) : (waiting ? 2 : 3);
+    uint64_t w = work_now(c, now);
+    bool in_frame = atomic_load(&c->state) != CS_IDLE;
+    long long start = atomic_load(&c->frame_start_ms);
+    bool slow = false;
+    if (in_frame) {
+        long long age = now - start;
+        slow = s->lim.min_frame_rate > 0 && age >= SLOW_GRACE_MS &&
+               atomic_load(&c->frame_bytes) * 1000 <
+                   (uint64_t)s->lim.min_frame_rate * (uint64_t)age;
+    }
+    if (w == 0) {
+        long long t = slow || in_frame ? start : atomic_load(&c->last_ms);
+        *key = t > 0 ? (uint64_t)t : 0;
+        return slow ? 0 : in_frame ? 2 : 1;
+    }
+    *key = w;
+    return slow || !in_frame ? 3 : -1;
 }
 
-/* Whom a newcomer replaces when the server is full: the oldest connection
- * that never completed a frame (waiting ones before ones inside their first
- * frame), else the one idle longest between frames.  NULL when every
- * connection is inside a frame after having completed one: a real peer at
- * work.  Caller holds lock. */
-static struct tent_rpc_conn *pick_victim_locked(struct tent_rpc_server *s)
+/* Caller holds lock. */
+static struct tent_rpc_conn *pick_victim_locked(struct tent_rpc_server *s,
+                                                long long now)
 {
-    long long now = tent_now_ms();
     struct tent_rpc_conn *best = NULL;
-    int best_cls = 3;
-    long long best_age = -1;
+    int best_tier = 4;
+    uint64_t best_key = 0;
     for (struct tent_rpc_conn *c = s->conns; c; c = c->next) {
-        if (c->evicted || atomic_load(&c->done))
+        if (atomic_load(&c->closing))
             continue;
-        int cls = conn_class(c);
-        if (cls == 3)
+        uint64_t key;
+        int tier = rank(s, c, now, &key);
+        if (tier < 0)
             continue;
-        long long age =
-            now - (cls == 2 ? atomic_load(&c->last_ms) : c->accepted_ms);
-        if (cls < best_cls || (cls == best_cls && age > best_age)) {
+        if (tier < best_tier || (tier == best_tier && key < best_key)) {
             best = c;
-            best_cls = cls;
-            best_age = age;
+            best_tier = tier;
+            best_key = key;
         }
     }
     return best;
 }
+
+/* Closes v to make room.  Caller holds lock. */
+static void evict_locked(struct tent_rpc_server *s, struct tent_rpc_conn *v,
+                         const char *for_peer, long long now)
+{
+    bool working = work_now(v, now) > 0;
+    kill_locked(s, v);
+    s->evicted++;
+    s->evicted_working += working;
+    unsigned long held;
+    if (tent_log_ratelimit_ok(&s->evict_rl, LOG_EVERY_MS, &held))
+        LOG_WARN("rpc: %d connections open (rpc_max_connections): closing "
+                 "%s connection from %s to admit %s (%lu more evictions not "
+                 "logged)",
+                 s->cap, working ? "the least used" : "an unproductive",
+                 v->peer, for_peer, held);
+}
+
+/* ---- admission ---------------------------------------------------------- */
 
 static void peer_name(int fd, char *buf, size_t cap)
 {
@@ -431,8 +887,8 @@ static void peer_name(int fd, char *buf, size_t cap)
     tent_net_format_hostport(buf, cap, host, (unsigned)atoi(serv));
 }
 
-/* Takes in one accepted socket: evicts to make room when full, or refuses
- * it when nobody can be evicted. */
+/* Takes in one accepted socket: replaces a connection to make room when
+ * full, or refuses it when none may be replaced. */
 static void admit(struct tent_rpc_server *s, int fd)
 {
     struct tent_rpc_conn *c = calloc(1, sizeof(*c));
@@ -441,94 +897,305 @@ static void admit(struct tent_rpc_server *s, int fd)
         close(fd);
         return;
     }
+    long long now = tent_now_ms();
     c->srv = s;
     c->fd = fd;
     peer_name(fd, c->peer, sizeof(c->peer));
-    c->accepted_ms = tent_now_ms();
-    atomic_init(&c->last_ms, c->accepted_ms);
-    atomic_init(&c->at_boundary, true);
-    atomic_init(&c->frames, 0);
-    atomic_init(&c->done, false);
+    atomic_init(&c->state, CS_IDLE);
+    atomic_init(&c->last_ms, now);
+    atomic_init(&c->work_ms, now);
 
-    unsigned long held;
     pthread_mutex_lock(&s->lock);
-    if (s->nlive >= s->lim.max_conns) {
-        struct tent_rpc_conn *v = pick_victim_locked(s);
+    if (s->nlive >= s->cap) {
+        struct tent_rpc_conn *v = pick_victim_locked(s, now);
         if (!v) {
             s->refused++;
             int open = s->nlive;
             pthread_mutex_unlock(&s->lock);
+            unsigned long held;
             if (tent_log_ratelimit_ok(&s->refuse_rl, LOG_EVERY_MS, &held))
                 LOG_WARN("rpc: refusing a connection from %s: all %d "
-                         "connections (rpc_max_connections) are serving "
-                         "requests (%lu more refusals not logged)",
+                         "connections (rpc_max_connections) are peers "
+                         "moving data (%lu more refusals not logged)",
                          c->peer, open, held);
             close(fd);
             free(c);
             return;
         }
-        /* The victim's thread sees its socket shut down, ends, and is
-         * reaped later; from now on it does not count. */
-        v->evicted = true;
-        s->nlive--;
-        s->evicted++;
-        shutdown(v->fd, SHUT_RDWR);
-        bool fresh = atomic_load(&v->frames) == 0;
-        if (tent_log_ratelimit_ok(&s->evict_rl, LOG_EVERY_MS, &held))
-            LOG_WARN("rpc: %d connections open (rpc_max_connections): closing "
-                     "%s connection from %s to admit %s (%lu more evictions "
-                     "not logged)",
-                     s->lim.max_conns,
-                     fresh ? "a never-used" : "the longest idle", v->peer,
-                     c->peer, held);
-    }
-    if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
-        pthread_mutex_unlock(&s->lock);
-        LOG_WARN("rpc: refusing a connection from %s: cannot start a thread",
-                 c->peer);
-        close(fd);
-        free(c);
-        return;
+        evict_locked(s, v, c->peer, now);
     }
     c->next = s->conns;
+    if (s->conns)
+        s->conns->prev = c;
     s->conns = c;
-    s->nconns++;
     s->nlive++;
     s->accepted++;
     pthread_mutex_unlock(&s->lock);
+    if (arm(s, c, EPOLL_CTL_ADD) != 0) {
+        LOG_WARN("rpc: dropping the connection from %s: epoll_ctl failed: %s",
+                 c->peer, strerror(errno));
+        conn_close(c, false);
+    }
 }
 
-static void *accept_main(void *arg)
+static void listen_pause(struct tent_rpc_server *s, long long now)
+{
+    s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : BACKOFF_MIN_MS;
+    if (s->backoff_ms > BACKOFF_MAX_MS)
+        s->backoff_ms = BACKOFF_MAX_MS;
+    s->resume_ms = now + s->backoff_ms;
+    if (s->listening && epoll_ctl(s->ep, EPOLL_CTL_DEL, s->lfd, NULL) == 0)
+        s->listening = false;
+}
+
+static void listen_resume(struct tent_rpc_server *s)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->lfd};
+    if (!s->listening && epoll_ctl(s->ep, EPOLL_CTL_ADD, s->lfd, &ev) == 0)
+        s->listening = true;
+}
+
+/* accept() ran out of descriptors (err: EMFILE or ENFILE). */
+static void out_of_fds(struct tent_rpc_server *s, int err)
+{
+    long long now = tent_now_ms();
+    char peer[64] = "a client";
+    bool drained = false;
+    if (s->reserve_fd >= 0) {
+        close(s->reserve_fd);
+        int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0) {
+            peer_name(fd, peer, sizeof(peer));
+            close(fd);
+            drained = true;
+        }
+        s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    }
+    pthread_mutex_lock(&s->lock);
+    s->refused++;
+    s->refused_no_fd++;
+    int open = s->nlive, was = s->cap;
+    /* below what is open, with room for the sockets of newcomers */
+    int headroom = open / 16 > 8 ? open / 16 : 8;
+    int cap = open - headroom > 1 ? open - headroom : 1;
+    if (cap < s->cap)
+        s->cap = cap;
+    while (s->nlive > s->cap) {
+        struct tent_rpc_conn *v = pick_victim_locked(s, now);
+        if (!v)
+            break;
+        evict_locked(s, v, "newcomers", now);
+    }
+    cap = s->cap;
+    s->fd_short_ms = now;
+    pthread_mutex_unlock(&s->lock);
+    unsigned long held;
+    if (tent_log_ratelimit_ok(&s->fd_rl, LOG_EVERY_MS, &held))
+        LOG_WARN("rpc: refusing %s: out of descriptors (%s) with %d "
+                 "connections open; the connection cap is now %d (was %d, "
+                 "rpc_max_connections %d) (%lu more refusals not logged)",
+                 drained ? peer : "a connection", strerror(err), open, cap, was,
+                 s->lim.max_conns, held);
+    listen_pause(s, now);
+}
+
+static void accept_some(struct tent_rpc_server *s)
+{
+    for (int k = 0; k < ACCEPT_BATCH && !atomic_load(&s->stop); k++) {
+        int fd = tent_net_accept(s->lfd, IO_TICK_MS);
+        if (fd >= 0) {
+            s->backoff_ms = 0;
+            admit(s, fd);
+            continue;
+        }
+        switch (-fd) {
+        case EAGAIN:
+            return;
+        case EINTR:
+        case ECONNABORTED:
+        case EPROTO:
+        case EPERM:
+            continue; /* that client went away; others may wait */
+        case EMFILE:
+        case ENFILE:
+            out_of_fds(s, -fd);
+            return;
+        default: /* ENOBUFS, ENOMEM: wait for the system to recover */
+            LOG_WARN("rpc: accept failed: %s; pausing new connections",
+                     strerror(-fd));
+            listen_pause(s, tent_now_ms());
+            return;
+        }
+    }
+}
+
+/* ---- the loop ----------------------------------------------------------- */
+
+/* A connection the loop holds is readable (or closing, or closed). */
+static void conn_event(struct tent_rpc_server *s, struct tent_rpc_conn *c)
+{
+    /* the lock also orders the holder's last writes before ours */
+    pthread_mutex_lock(&s->lock);
+    bool going = atomic_load(&c->closing);
+    pthread_mutex_unlock(&s->lock);
+    if (going) {
+        conn_close(c, false);
+        return;
+    }
+    long r = read_some(c);
+    if (header_in(c))
+        hand_off(s, c);
+    else if (r < 0 || arm(s, c, EPOLL_CTL_MOD) != 0)
+        conn_close(c, false);
+}
+
+/* Every TICK_MS: deadlines of the connections the loop holds, the cap's
+ * recovery after a descriptor shortage, ended workers. */
+static void housekeeping(struct tent_rpc_server *s, long long now)
+{
+    pthread_mutex_lock(&s->lock);
+    for (struct tent_rpc_conn *c = s->conns; c; c = c->next) {
+        if (c->on_worker || atomic_load(&c->closing))
+            continue;
+        int st = atomic_load(&c->state);
+        if (st != CS_IDLE && now >= c->deadline_ms) {
+            kill_locked(s, c);
+            atomic_fetch_add(&s->frame_timeouts, 1);
+            LOG_DEBUG("rpc: %s: dropping a frame not whole within %d ms",
+                      c->peer, s->lim.frame_timeout_ms);
+        } else if (st == CS_IDLE &&
+                   now - atomic_load(&c->last_ms) >= s->lim.idle_timeout_ms) {
+            kill_locked(s, c);
+            atomic_fetch_add(&s->idle_closed, 1);
+            LOG_DEBUG("rpc: %s: closing a connection idle for %d ms", c->peer,
+                      s->lim.idle_timeout_ms);
+        }
+    }
+    if (s->cap < s->sized_cap && now - s->fd_short_ms >= FD_RECOVER_MS) {
+        LOG_INFO("rpc: no descriptor shortage for %d s: the connection cap "
+                 "is %d again",
+                 FD_RECOVER_MS / 1000, s->sized_cap);
+        s->cap = s->sized_cap;
+    }
+    if (s->queued && s->nworkers == 0) {
+        struct tent_rpc_conn *c = dequeue_locked(s);
+        if (dispatch_locked(s, c) != 0)
+            LOG_WARN("rpc: cannot start a worker thread; %d request(s) wait",
+                     s->queued);
+    }
+    pthread_mutex_unlock(&s->lock);
+    reap_workers(s);
+    if (s->reserve_fd < 0)
+        s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static void *loop_main(void *arg)
 {
     struct tent_rpc_server *s = arg;
-    struct pollfd p[2] = {{.fd = s->lfd, .events = POLLIN},
-                          {.fd = s->wake_fd, .events = POLLIN}};
+    pthread_setname_np(pthread_self(), "tent-rpc");
+    struct epoll_event ev[MAX_EVENTS];
+    long long next_tick = tent_now_ms() + TICK_MS;
     while (!atomic_load(&s->stop)) {
-        int r = poll(p, 2, 1000);
-        pthread_mutex_lock(&s->lock);
-        reap_locked(s, false);
-        pthread_mutex_unlock(&s->lock);
-        if (r <= 0 || !(p[0].revents & POLLIN))
-            continue;
-        int fd = tent_net_accept(s->lfd, IO_TICK_MS);
-        if (fd >= 0)
-            admit(s, fd);
+        long long now = tent_now_ms();
+        long long until = next_tick;
+        if (!s->listening && s->resume_ms < until)
+            until = s->resume_ms;
+        int n = epoll_wait(s->ep, ev, MAX_EVENTS,
+                           until > now ? (int)(until - now) : 0);
+        for (int i = 0; i < n && !atomic_load(&s->stop); i++) {
+            void *p = ev[i].data.ptr;
+            if (p == &s->wake_fd)
+                continue; /* stop is set */
+            if (p == &s->lfd)
+                accept_some(s);
+            else
+                conn_event(s, p);
+        }
+        now = tent_now_ms();
+        if (!s->listening && now >= s->resume_ms)
+            listen_resume(s);
+        if (now >= next_tick) {
+            housekeeping(s, now);
+            next_tick = now + TICK_MS;
+        }
     }
     return NULL;
+}
+
+/* ---- start, stop, stats ------------------------------------------------- */
+
+/* The soft descriptor limit up to the hard one (sized_cap: once per
+ * process). */
+static void raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t want = rl.rlim_max;
+    if (want == RLIM_INFINITY || want > NOFILE_CEILING)
+        want = NOFILE_CEILING;
+    if (rl.rlim_cur >= want)
+        return;
+    unsigned long long was = (unsigned long long)rl.rlim_cur;
+    rl.rlim_cur = want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+        LOG_INFO("rpc: raised the soft descriptor limit (RLIMIT_NOFILE) "
+                 "from %llu to %llu (the hard limit)",
+                 was, (unsigned long long)want);
+    else
+        LOG_WARN("rpc: cannot raise the soft descriptor limit "
+                 "(RLIMIT_NOFILE) from %llu to %llu: %s",
+                 was, (unsigned long long)want, strerror(errno));
+}
+
+/* The process that last raised the limit: a child forked after an engine
+ * started is another process (it may have lowered its own limit). */
+static pthread_mutex_t nofile_lock = PTHREAD_MUTEX_INITIALIZER;
+static pid_t nofile_pid;
+
+/* The connection cap the descriptor limit allows: three quarters of the
+ * soft limit (at least 64 descriptors kept for the rest). */
+static int sized_cap(int want)
+{
+    pthread_mutex_lock(&nofile_lock);
+    if (nofile_pid != getpid()) {
+        raise_nofile();
+        nofile_pid = getpid();
+    }
+    pthread_mutex_unlock(&nofile_lock);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return want;
+    unsigned long long soft = (unsigned long long)rl.rlim_cur;
+    unsigned long long keep = soft / 4 > 64 ? soft / 4 : 64;
+    unsigned long long fit = soft > keep ? soft - keep : 1;
+    if (fit >= (unsigned long long)want)
+        return want;
+    LOG_WARN("rpc: rpc_max_connections %d does not fit the descriptor limit: "
+             "at most %llu connections (RLIMIT_NOFILE %llu, hard %llu; a "
+             "quarter is kept for the engine's other descriptors)",
+             want, fit, soft, (unsigned long long)rl.rlim_max);
+    return (int)fit;
 }
 
 void tent_rpc_server_stats(struct tent_rpc_server *s,
                            struct tent_rpc_stats *out)
 {
+    long long now = tent_now_ms();
     pthread_mutex_lock(&s->lock);
     out->accepted = s->accepted;
     out->evicted = s->evicted;
+    out->evicted_working = s->evicted_working;
     out->refused = s->refused;
+    out->refused_no_fd = s->refused_no_fd;
     out->open = s->nlive;
-    out->in_frame = 0;
-    for (struct tent_rpc_conn *c = s->conns; c; c = c->next)
-        out->in_frame +=
-            !c->evicted && !atomic_load(&c->done) && conn_class(c) == 3;
+    out->max_conns = s->cap;
+    out->workers = s->nworkers;
+    out->busy = 0;
+    for (struct tent_rpc_conn *c = s->conns; c; c = c->next) {
+        uint64_t key;
+        out->busy += !atomic_load(&c->closing) && rank(s, c, now, &key) < 0;
+    }
     pthread_mutex_unlock(&s->lock);
     out->idle_closed = atomic_load(&s->idle_closed);
     out->frame_timeouts = atomic_load(&s->frame_timeouts);
@@ -543,18 +1210,20 @@ int tent_rpc_server_start(const struct tent_rpc_handlers *h,
         .max_conns = TENT_RPC_DEFAULT_MAX_CONNS,
         .idle_timeout_ms = TENT_RPC_DEFAULT_IDLE_MS,
         .frame_timeout_ms = TENT_RPC_DEFAULT_FRAME_MS,
+        .min_frame_rate = TENT_RPC_DEFAULT_MIN_RATE,
     };
     if (!lim)
         lim = &defaults;
     if (lim->max_conns < 1 || lim->idle_timeout_ms < 1 ||
-        lim->frame_timeout_ms < 1)
+        lim->frame_timeout_ms < 1 || lim->min_frame_rate < 0)
         return tent_set_error(TENT_EINVAL,
                               "rpc server: limits must be positive (max "
-                              "connections %d, idle %d ms, frame %d ms)",
+                              "connections %d, idle %d ms, frame %d ms, "
+                              "floor rate %d B/s)",
                               lim->max_conns, lim->idle_timeout_ms,
-                              lim->frame_timeout_ms);
-    /* non-blocking: a connection reset between poll and accept must not
-     * stall the accept thread */
+                              lim->frame_timeout_ms, lim->min_frame_rate);
+    /* non-blocking: a connection reset between epoll and accept must not
+     * stall the loop */
     int rc, lfd;
     uint16_t real;
     int nrc = tent_net_listen(host, port, true, &lfd, &real);
@@ -565,6 +1234,9 @@ int tent_rpc_server_start(const struct tent_rpc_handlers *h,
     if (nrc)
         return tent_set_error(TENT_EPEER, "rpc server: cannot bind %s:%u: %s",
                               host, (unsigned)port, tent_net_strerror(nrc));
+    /* a longer queue than tent_net_listen's: a burst of connections waits
+     * there instead of in the kernel's handshake retries (1 s, 3 s, ...) */
+    (void)listen(lfd, LISTEN_BACKLOG);
 
     struct tent_rpc_server *s = calloc(1, sizeof(*s));
     if (!s) {
@@ -574,20 +1246,36 @@ int tent_rpc_server_start(const struct tent_rpc_handlers *h,
     s->h = *h;
     s->lim = *lim;
     s->lfd = lfd;
+    s->sized_cap = s->cap = sized_cap(lim->max_conns);
     s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (s->wake_fd < 0) {
         rc = tent_set_error(TENT_ENOMEM, "rpc server: eventfd failed: %s",
                             strerror(errno));
         goto fail_event;
     }
+    s->ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event wev = {.events = EPOLLIN, .data.ptr = &s->wake_fd};
+    if (s->ep < 0 || epoll_ctl(s->ep, EPOLL_CTL_ADD, s->wake_fd, &wev) != 0) {
+        rc = tent_set_error(TENT_ENOMEM, "rpc server: epoll failed: %s",
+                            strerror(errno));
+        goto fail_epoll;
+    }
+    listen_resume(s);
+    if (!s->listening) {
+        rc = tent_set_error(TENT_ENOMEM, "rpc server: epoll failed: %s",
+                            strerror(errno));
+        goto fail_epoll;
+    }
+    s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     pthread_mutex_init(&s->lock, NULL);
     for (size_t i = 0; i < sizeof(s->frames) / sizeof(s->frames[0]); i++)
         pthread_rwlock_init(&s->frames[i].lock, NULL);
-    if (pthread_create(&s->accept_thread, NULL, accept_main, s) != 0) {
+    if (pthread_create(&s->loop_thread, NULL, loop_main, s) != 0) {
         rc = tent_set_error(TENT_ENOMEM, "rpc server: cannot start a thread");
         goto fail_thread;
     }
-    LOG_INFO("rpc server listening on %s:%u", host, (unsigned)real);
+    LOG_INFO("rpc server listening on %s:%u (at most %d connections)", host,
+             (unsigned)real, s->cap);
     *out = s;
     *bound_port = real;
     return TENT_OK;
@@ -596,6 +1284,11 @@ fail_thread:
     for (size_t i = 0; i < sizeof(s->frames) / sizeof(s->frames[0]); i++)
         pthread_rwlock_destroy(&s->frames[i].lock);
     pthread_mutex_destroy(&s->lock);
+    if (s->reserve_fd >= 0)
+        close(s->reserve_fd);
+fail_epoll:
+    if (s->ep >= 0)
+        close(s->ep);
     close(s->wake_fd);
 fail_event:
     free(s);
@@ -610,16 +1303,35 @@ void tent_rpc_server_stop(struct tent_rpc_server *s)
         return;
     pthread_mutex_lock(&s->lock);
     atomic_store(&s->stop, true);
+    for (struct worker *w = s->workers; w; w = w->next)
+        pthread_cond_signal(&w->cv);
     pthread_mutex_unlock(&s->lock);
     uint64_t one = 1;
     if (write(s->wake_fd, &one, sizeof(one)) < 0)
         LOG_DEBUG("rpc server: wake-up write failed: %s", strerror(errno));
-    pthread_join(s->accept_thread, NULL);
+    pthread_join(s->loop_thread, NULL);
+    /* Workers see their sockets shut down (or stop) and close them. */
     pthread_mutex_lock(&s->lock);
-    reap_locked(s, true);
+    for (struct tent_rpc_conn *c = s->conns; c; c = c->next)
+        shutdown(c->fd, SHUT_RDWR);
+    struct worker *w = s->workers;
+    s->workers = NULL;
     pthread_mutex_unlock(&s->lock);
+    while (w) {
+        struct worker *next = w->next;
+        pthread_join(w->thread, NULL);
+        pthread_cond_destroy(&w->cv);
+        free(w);
+        w = next;
+    }
+    /* What is left has no holder any more: armed or queued. */
+    while (s->conns)
+        conn_close(s->conns, false);
     close(s->lfd);
+    close(s->ep);
     close(s->wake_fd);
+    if (s->reserve_fd >= 0)
+        close(s->reserve_fd);
     for (size_t i = 0; i < sizeof(s->frames) / sizeof(s->frames[0]); i++)
         pthread_rwlock_destroy(&s->frames[i].lock);
     pthread_mutex_destroy(&s->lock);

@@ -25,6 +25,32 @@ void tent_task_set_cause(struct tent_task *t, int code, int native,
     t->native_error = native;
 }
 
+/* A cause that says the target no longer has the range as its descriptor
+ * published it (unregistered, re-registered, restarted): worth fetching the
+ * descriptor once more before giving up. */
+static bool stale_descriptor_cause(int code)
+{
+    return code == TENT_ERANGE || code == TENT_ENOTREG || code == TENT_EPERM ||
+           code == TENT_EPEER;
+}
+
+/* Requeues t for a descriptor refetch, once: the dispatcher fetches it with
+ * no lock held and resolves the request again (batch_submit.c). */
+static bool try_refetch(struct tent_engine *e, struct tent_task *t, int code,
+                        int from)
+{
+    if (t->refetched || !e->seg_ops || t->req.target_id == LOCAL_SEGMENT_ID ||
+        !stale_descriptor_cause(code))
+        return false;
+    LOG_DEBUG("task failed on %s with %s; fetching the target's descriptor "
+              "again",
+              tent_xport_name(e, from), tent_strerror(code));
+    t->refetched = t->needs_refetch = true;
+    t->state = STATUS_WAITING;
+    t->xport = -1;
+    return true;
+}
+
 bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code,
                        int native, const char *msg)
 {
@@ -38,6 +64,8 @@ bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code,
         tent_task_fail(t, code, native, t->error_msg);
         return false;
     }
+    if (!tent_error_is_transient(code) && try_refetch(e, t, code, from))
+        return true;
     if (!tent_error_is_transient(code)) {
         /* Another transport would meet the same refusal: fail at once. */
         LOG_DEBUG("task failed on %s with %s; no failover for this cause",
@@ -46,6 +74,10 @@ bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code,
         tent_task_fail(t, code, native, t->error_msg);
         return false;
     }
+    if ((t->attempts >= e->max_failover_attempts ||
+         t->cand_pos + 1 >= t->ncand) &&
+        try_refetch(e, t, code, from))
+        return true;
     if (t->attempts >= e->max_failover_attempts) {
         if (e->max_failover_attempts > 0)
             LOG_WARN("Task failover limit reached (%d), last transport=%s",
@@ -389,7 +421,8 @@ int tent_task_transport(tent_engine_t engine, tent_batch_id_t batch_id,
                             "not exist",
                             task_id, (unsigned long long)batch_id);
     } else {
-        int xi = b->tasks[task_id].xport;
+        const struct tent_task *t = &b->tasks[task_id];
+        int xi = t->xport >= 0 ? t->xport : t->last_xport;
         const char *n = xi >= 0 ? e->xports[xi]->ops->name : "";
         if (strlen(n) >= name_len)
             rc = tent_set_error(TENT_EOVERFLOW,

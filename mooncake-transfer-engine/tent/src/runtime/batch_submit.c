@@ -90,7 +90,7 @@ static bool flush_group(struct tent_engine *e, struct tent_batch *b, int xi,
         const struct tent_xfer_result *r = &g->res[j];
         if (r->code == TENT_OK) {
             t->state = STATUS_PENDING;
-            t->xport = (int8_t)xi;
+            t->xport = t->last_xport = (int8_t)xi;
             started++;
             writes += t->req.opcode == OPCODE_WRITE;
             continue;
@@ -114,7 +114,7 @@ static bool flush_group(struct tent_engine *e, struct tent_batch *b, int xi,
                 continue;
             if (lead->state == STATUS_PENDING && lead->xport == xi) {
                 t->state = STATUS_PENDING;
-                t->xport = (int8_t)xi;
+                t->xport = t->last_xport = (int8_t)xi;
                 started++;
                 writes += t->req.opcode == OPCODE_WRITE;
                 continue;
@@ -159,6 +159,9 @@ static bool mergeable(const struct tent_engine *e, const struct tent_batch *b,
            x->length + t->req.length <= e->merge_max_bytes;
 }
 
+static bool refetch_waiting(struct tent_engine *e, struct tent_batch *b,
+                            size_t first, size_t n);
+
 void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                          size_t first, size_t n)
 {
@@ -189,7 +192,7 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
             g->k = 0;
             for (size_t i = first; i < first + n; i++) {
                 struct tent_task *t = &b->tasks[i];
-                if (t->state != STATUS_WAITING || t->busy ||
+                if (t->state != STATUS_WAITING || t->busy || t->needs_refetch ||
                     t->cands[t->cand_pos] != xi)
                     continue;
                 if (!seg_lookup(e, &c, t->req.target_id)) {
@@ -221,6 +224,8 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
             }
             again |= flush_group(e, b, xi, g);
         }
+        if (!again)
+            again = refetch_waiting(e, b, first, n);
     }
     free(g);
 }
@@ -309,7 +314,8 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
     t->native_error = 0;
     t->error_msg = NULL; /* a fresh slot: task slots are never reused */
     t->busy = false;
-    t->xport = -1;
+    t->needs_refetch = t->refetched = false;
+    t->xport = t->last_xport = -1;
     t->attempts = 0;
     struct tent_segment *seg = seg_lookup(e, c, r->target_id);
     if (!seg)
@@ -395,6 +401,100 @@ static int select_for(struct tent_engine *e, struct seg_cache *c, size_t i,
             i, t->src_buf->location, dst->location, seg->v.name);
     t->state = STATUS_WAITING;
     return TENT_OK;
+}
+
+/* The tasks among [first, first+n) that met a range their target no longer
+ * has as published (needs_refetch, tent_task_advance): each target's
+ * descriptor is fetched again (with the batch lock released, the tasks
+ * claimed), then every such task is resolved against it and selected
+ * again, or fails with the cause.  Returns whether any task is WAITING to
+ * be dispatched again. */
+static bool refetch_waiting(struct tent_engine *e, struct tent_batch *b,
+                            size_t first, size_t n)
+{
+    struct tent_segment *segs[8];
+    uint64_t gens[8];
+    size_t nsegs = 0;
+    bool any = false;
+    for (size_t i = first; i < first + n; i++) {
+        struct tent_task *t = &b->tasks[i];
+        if (!t->needs_refetch || t->busy || t->state != STATUS_WAITING)
+            continue;
+        struct tent_segment *seg = tent_engine_segment(e, t->req.target_id);
+        size_t k = 0;
+        while (k < nsegs && segs[k] != seg)
+            k++;
+        if (seg && k == nsegs && nsegs < sizeof(segs) / sizeof(segs[0])) {
+            pthread_rwlock_rdlock(&seg->lock);
+            gens[nsegs] = seg->desc_gen;
+            pthread_rwlock_unlock(&seg->lock);
+            segs[nsegs++] = seg;
+        }
+        tent_slot_claim(b, t);
+        any = true;
+    }
+    if (!any)
+        return false;
+    pthread_mutex_unlock(&b->lock);
+    bool changed[8] = {false};
+    for (size_t k = 0; k < nsegs; k++) {
+        if (e->seg_ops->fetch(e, segs[k]->v.name, segs[k]) != TENT_OK)
+            LOG_DEBUG("refetch of segment '%s' failed: %s", segs[k]->v.name,
+                      tent_last_error());
+        pthread_rwlock_rdlock(&segs[k]->lock);
+        changed[k] = segs[k]->desc_gen != gens[k];
+        pthread_rwlock_unlock(&segs[k]->lock);
+    }
+    pthread_mutex_lock(&b->lock);
+    bool again = false;
+    struct seg_cache c = {0};
+    for (size_t i = first; i < first + n; i++) {
+        struct tent_task *t = &b->tasks[i];
+        if (!t->needs_refetch || !t->busy)
+            continue;
+        tent_slot_release(b, t);
+        t->needs_refetch = false;
+        struct tent_segment *seg = seg_lookup(e, &c, t->req.target_id);
+        size_t k = 0;
+        while (k < nsegs && segs[k] != seg)
+            k++;
+        if (k < nsegs && !changed[k]) {
+            /* The descriptor says what it said: nothing to retry against;
+             * the task fails with the cause it met. */
+            tmh_failed(e, t);
+            tent_task_fail(t, t->last_error, t->native_error, t->error_msg);
+            continue;
+        }
+        bool write = t->req.opcode == OPCODE_WRITE;
+        if (t->dst_buf) {
+            atomic_fetch_sub(&t->dst_buf->inflight, 1);
+            t->dst_buf = NULL;
+        }
+        t->dst_buf =
+            seg ? find_pinned(seg, t->req.target_offset, t->req.length, write)
+                : NULL;
+        int rc = TENT_OK;
+        if (!seg)
+            rc = tent_set_error(TENT_ENOSEGMENT,
+                                "task %zu: its target segment was closed", i);
+        else if (!t->dst_buf)
+            rc = tent_set_error(TENT_ERANGE,
+                                "target [%#llx, +%llu) is not registered in "
+                                "segment '%s' any more (its descriptor was "
+                                "fetched again); before that: %s",
+                                (unsigned long long)t->req.target_offset,
+                                (unsigned long long)t->req.length, seg->v.name,
+                                t->error_msg ? t->error_msg : "");
+        else
+            rc = select_for(e, &c, i, t, NULL);
+        if (rc) {
+            tmh_failed(e, t);
+            tent_task_fail(t, rc, 0, tent_last_error());
+            continue;
+        }
+        again = true; /* WAITING with fresh candidates */
+    }
+    return again;
 }
 
 /* Validates, resolves and selects every request into tasks[0..count); on

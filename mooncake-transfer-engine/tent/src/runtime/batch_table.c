@@ -67,6 +67,7 @@ tent_batch_id_t tent_allocate_batch(tent_engine_t engine, size_t batch_size)
         tent_set_error(TENT_ENULL, "tent_allocate_batch: engine is NULL");
         return TENT_INVALID_BATCH_ID;
     }
+    tent_batches_reap(e);
     if (batch_size == 0 || batch_size > (1u << 24)) {
         tent_set_error(TENT_EINVAL,
                        "tent_allocate_batch: batch size %zu is outside 1..%u",
@@ -148,18 +149,27 @@ void tent_batch_destroy(struct tent_batch *b)
     free(b);
 }
 
-/* With b locked: EBUSY while a task is in flight, else frees the
- * transports' sub-batches (once no thread is inside a transport call). */
-static int release_idle(struct tent_engine *e, struct tent_batch *b)
+/* Tasks of b not yet terminal.  b locked. */
+static size_t busy_tasks(const struct tent_batch *b)
 {
     size_t busy = 0;
     for (size_t i = 0; i < b->ntasks; i++)
         busy += b->tasks[i].state == STATUS_PENDING ||
                 b->tasks[i].state == STATUS_WAITING;
+    return busy;
+}
+
+/* With b locked: polls it, and when every task is terminal frees the
+ * transports' sub-batches (once no thread is inside a transport call):
+ * TENT_OK, else TENT_EBUSY (tasks in flight or a transport that still
+ * holds its sub-batch). */
+static int try_release(struct tent_engine *e, struct tent_batch *b)
+{
+    (void)tent_batch_poll_all(e, b);
+    size_t busy = busy_tasks(b);
     if (busy)
         return tent_set_error(TENT_EBUSY,
-                              "tent_free_batch: batch %#llx has %zu task(s) "
-                              "still in flight",
+                              "batch %#llx has %zu task(s) still in flight",
                               (unsigned long long)b->id, busy);
     /* Every task is terminal, so no claim is held for long: a claimed slot
      * stays PENDING until its outcome is recorded. */
@@ -167,6 +177,10 @@ static int release_idle(struct tent_engine *e, struct tent_batch *b)
     return free_subs(e, b);
 }
 
+/* TENT's freeBatch: the id is gone at once; the batch itself is freed now
+ * when every task has ended, else deferred and reaped by a later call
+ * (tent_batches_reap) once they have, so a caller that frees a batch still
+ * in flight neither leaks it nor frees memory a transport still uses. */
 int tent_free_batch(tent_engine_t engine, tent_batch_id_t batch_id)
 {
     struct tent_engine *e = tent_engine_cast(engine);
@@ -175,40 +189,93 @@ int tent_free_batch(tent_engine_t engine, tent_batch_id_t batch_id)
     struct tent_batch *b = tent_batch_lock(e, batch_id, "tent_free_batch");
     if (!b)
         return TENT_ENOBATCH;
-    (void)tent_batch_poll_all(e, b);
+    int rc = try_release(e, b);
     /* Polling let the lock go: a concurrent free may have won. */
-    int rc = b->dead ? tent_set_error(TENT_ENOBATCH,
-                                      "tent_free_batch: batch id %#llx was "
-                                      "freed",
-                                      (unsigned long long)batch_id)
-                     : release_idle(e, b);
-    if (rc == TENT_OK && b->dead)
-        rc = tent_set_error(TENT_ENOBATCH,
-                            "tent_free_batch: batch id %#llx was freed",
-                            (unsigned long long)batch_id);
+    if (b->dead) {
+        tent_batch_unlock(b);
+        return tent_set_error(TENT_ENOBATCH,
+                              "tent_free_batch: batch id %#llx was freed",
+                              (unsigned long long)batch_id);
+    }
+    b->dead = true; /* every use of the id fails from now on */
+    pthread_mutex_lock(&e->batch_lock);
+    size_t slot = SLOT_OF(batch_id);
+    if (slot < e->nbatches && e->batches[slot] == b)
+        e->batches[slot] = NULL;
+    if (rc != TENT_OK) {
+        /* the table's reference goes to the deferred list */
+        b->next_deferred = e->deferred;
+        e->deferred = b;
+        atomic_fetch_add(&e->ndeferred, 1);
+    }
+    pthread_mutex_unlock(&e->batch_lock);
     if (rc == TENT_OK) {
-        /* Unlink; threads already holding a reference see dead and fail,
-         * and the last reference frees the memory. */
-        b->dead = true;
-        pthread_mutex_lock(&e->batch_lock);
-        size_t slot = SLOT_OF(batch_id);
-        if (slot < e->nbatches && e->batches[slot] == b)
-            e->batches[slot] = NULL;
-        pthread_mutex_unlock(&e->batch_lock);
         atomic_fetch_sub(&b->refs, 1); /* the table's; ours is still held */
         tmh_gauge(e, TM_BATCHES, -1);
+    } else {
+        LOG_DEBUG("tent_free_batch: %s; freed once they end",
+                  tent_last_error());
     }
     tent_batch_unlock(b);
-    return rc;
+    tent_batches_reap(e);
+    return TENT_OK;
+}
+
+void tent_batches_reap(struct tent_engine *e)
+{
+    if (atomic_load_explicit(&e->ndeferred, memory_order_relaxed) == 0)
+        return;
+    pthread_mutex_lock(&e->batch_lock);
+    struct tent_batch *list = e->deferred;
+    e->deferred = NULL;
+    pthread_mutex_unlock(&e->batch_lock);
+    struct tent_batch *keep = NULL;
+    while (list) {
+        struct tent_batch *b = list;
+        list = b->next_deferred;
+        pthread_mutex_lock(&b->lock);
+        int rc = try_release(e, b);
+        pthread_mutex_unlock(&b->lock);
+        if (rc == TENT_OK) {
+            atomic_fetch_sub(&e->ndeferred, 1);
+            tmh_gauge(e, TM_BATCHES, -1);
+            batch_put(b);
+            continue;
+        }
+        b->next_deferred = keep;
+        keep = b;
+    }
+    if (!keep)
+        return;
+    pthread_mutex_lock(&e->batch_lock);
+    struct tent_batch *last = keep;
+    while (last->next_deferred)
+        last = last->next_deferred;
+    last->next_deferred = e->deferred;
+    e->deferred = keep;
+    pthread_mutex_unlock(&e->batch_lock);
 }
 
 void tent_batches_teardown(struct tent_engine *e)
 {
+    tent_batches_reap(e);
     pthread_mutex_lock(&e->batch_lock);
     struct tent_batch **list = e->batches;
     size_t n = e->nbatches;
     e->batches = NULL;
     e->nbatches = 0;
+    /* the deferred ones go through the same last round */
+    size_t ndef = 0;
+    for (struct tent_batch *b = e->deferred; b; b = b->next_deferred)
+        ndef++;
+    struct tent_batch **all = realloc(list, (n + ndef + 1) * sizeof(*all));
+    if (all) {
+        list = all;
+        for (struct tent_batch *b = e->deferred; b; b = b->next_deferred)
+            list[n++] = b;
+        e->deferred = NULL;
+        atomic_store(&e->ndeferred, 0);
+    }
     pthread_mutex_unlock(&e->batch_lock);
     for (size_t s = 0; s < n; s++) {
         struct tent_batch *b = list[s];

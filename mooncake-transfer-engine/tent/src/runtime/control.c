@@ -15,6 +15,8 @@
 #include "runtime/engine.h"
 #include "runtime/seg_desc.h"
 
+#include <cjson/cJSON.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,9 +118,30 @@ static void host_identity(char *out, size_t cap)
     snprintf(out, cap, "%s/%s", boot, host);
 }
 
+/* rpc_server_port_range: [min, max], ports the server may take when
+ * rpc_server_port is 0 (Mooncake's 15000..17000 for a P2P handshake); both
+ * 0 when not configured. */
+static int port_range(struct tent_engine *e, int *min, int *max)
+{
+    const cJSON *n = tent_config_node(e->cfg, "rpc_server_port_range");
+    *min = *max = 0;
+    if (!n || cJSON_IsNull(n))
+        return TENT_OK;
+    const cJSON *a = cJSON_GetArrayItem(n, 0), *b = cJSON_GetArrayItem(n, 1);
+    if (!cJSON_IsArray(n) || cJSON_GetArraySize(n) != 2 || !cJSON_IsNumber(a) ||
+        !cJSON_IsNumber(b) || a->valuedouble < 1 || b->valuedouble > 65535 ||
+        a->valuedouble > b->valuedouble)
+        return tent_set_error(TENT_ECONFIG,
+                              "config key 'rpc_server_port_range' must be "
+                              "[min, max] with 1 <= min <= max <= 65535");
+    *min = (int)a->valuedouble;
+    *max = (int)b->valuedouble;
+    return TENT_OK;
+}
+
 int tent_ctrl_start(struct tent_engine *e)
 {
-    int64_t to, maxc, idle, frame;
+    int64_t to, maxc, idle, frame, rate;
     int rc = tent_config_get_int_range(e->cfg, "rpc_timeout_ms", 3000, 1,
                                        600000, &to);
     if (!rc)
@@ -133,6 +156,10 @@ int tent_ctrl_start(struct tent_engine *e)
         rc = tent_config_get_int_range(e->cfg, "rpc_frame_timeout_ms",
                                        TENT_RPC_DEFAULT_FRAME_MS, 1, 3600000,
                                        &frame);
+    if (!rc)
+        rc = tent_config_get_int_range(e->cfg, "rpc_frame_min_rate",
+                                       TENT_RPC_DEFAULT_MIN_RATE, 0, 1 << 30,
+                                       &rate);
     const char *mtype = NULL, *lname = NULL;
     if (!rc)
         rc = tent_config_get_string(e->cfg, "metadata_type", "p2p", &mtype);
@@ -152,14 +179,40 @@ int tent_ctrl_start(struct tent_engine *e)
     uint16_t port;
     struct tent_rpc_limits lim = {.max_conns = (int)maxc,
                                   .idle_timeout_ms = (int)idle,
-                                  .frame_timeout_ms = (int)frame};
-    rc = tent_rpc_server_start(&h, &lim, e->hostname, e->rpc_port, &e->rpc,
-                               &port);
+                                  .frame_timeout_ms = (int)frame,
+                                  .min_frame_rate = (int)rate};
+    int pmin = 0, pmax = 0;
+    rc = port_range(e, &pmin, &pmax);
+    if (rc)
+        return rc;
+    if (e->rpc_port == 0 && pmin) {
+        /* Mooncake's P2P handshake: a random port of the range, tried
+         * again elsewhere when it is taken (500 times, as Mooncake). */
+        unsigned seed = (unsigned)getpid() ^ (unsigned)(uintptr_t)e;
+        for (int attempt = 0; attempt < 500; attempt++) {
+            uint16_t p =
+                (uint16_t)(pmin + rand_r(&seed) % (unsigned)(pmax - pmin + 1));
+            rc =
+                tent_rpc_server_start(&h, &lim, e->hostname, p, &e->rpc, &port);
+            if (rc != TENT_EPEER)
+                break;
+        }
+    } else {
+        rc = tent_rpc_server_start(&h, &lim, e->hostname, e->rpc_port, &e->rpc,
+                                   &port);
+    }
     if (rc)
         return rc;
     e->rpc_port = port;
     char addr[320], pid[24];
     tent_net_format_hostport(addr, sizeof(addr), e->hostname, port);
+    /* A name that is only an address ("10.0.0.2", "::1") names the host:
+     * peers open the segment by "<host>:<port>", as in TENT's p2p mode. */
+    char lhost[256];
+    bool lport = true;
+    if (lname && tent_net_address_of(lname, lhost, sizeof(lhost), &lport) &&
+        !lport)
+        lname = NULL;
     if (!lname || !*lname)
         snprintf(e->segment_name, sizeof(e->segment_name), "%s", addr);
     snprintf(pid, sizeof(pid), "%ld", (long)getpid());

@@ -3,11 +3,13 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "metrics/metrics.h"
+#include "net/net.h"
 #include "runtime/control.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int load_settings(struct tent_engine *e)
 {
@@ -42,16 +44,30 @@ static int load_settings(struct tent_engine *e)
         return rc;
     e->merge_max_bytes = (uint64_t)v;
 
+    rc = tent_config_get_int_range(e->cfg, "revoke_timeout_ms", 3000, 1, 600000,
+                                   &v);
+    if (rc)
+        return rc;
+    e->revoke_timeout_ms = (int)v;
+
     rc = tent_config_get_bool(e->cfg, "enable_auto_failover_on_poll", true,
                               &e->auto_failover_on_poll);
     if (rc)
         return rc;
 
-    const char *host = NULL;
-    rc = tent_config_get_string(e->cfg, "rpc_server_hostname", "127.0.0.1",
-                                &host);
+    const char *host = NULL, *name = NULL;
+    rc = tent_config_get_string(e->cfg, "rpc_server_hostname", NULL, &host);
+    if (!rc)
+        rc = tent_config_get_string(e->cfg, "local_segment_name", NULL, &name);
     if (rc)
         return rc;
+    char named[256];
+    if (!host && tent_net_address_of(name, named, sizeof(named), NULL)) {
+        /* The application named its address: serve and publish there. */
+        host = named;
+    }
+    if (!host)
+        host = "127.0.0.1"; /* nothing named: loopback, nothing exposed */
     if (!*host || strlen(host) >= sizeof(e->hostname))
         return tent_set_error(TENT_ECONFIG,
                               "config key 'rpc_server_hostname' is empty or "
@@ -63,10 +79,6 @@ static int load_settings(struct tent_engine *e)
         return rc;
     e->rpc_port = (uint16_t)v;
 
-    const char *name = NULL;
-    rc = tent_config_get_string(e->cfg, "local_segment_name", NULL, &name);
-    if (rc)
-        return rc;
     if (name && *name)
         snprintf(e->segment_name, sizeof(e->segment_name), "%s", name);
     else
@@ -136,6 +148,12 @@ tent_engine_t tent_create_engine(void)
     pthread_mutex_init(&e->reg_lock, NULL);
     pthread_mutex_init(&e->batch_lock, NULL);
     pthread_mutex_init(&e->notif_lock, NULL);
+    pthread_mutex_init(&e->pin_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->pin_cond, &ca);
+    pthread_condattr_destroy(&ca);
 
     int rc = tent_config_snapshot(&e->cfg);
     if (rc)
@@ -202,6 +220,8 @@ fail_config:
     pthread_mutex_destroy(&e->reg_lock);
     pthread_mutex_destroy(&e->batch_lock);
     pthread_mutex_destroy(&e->notif_lock);
+    pthread_mutex_destroy(&e->pin_lock);
+    pthread_cond_destroy(&e->pin_cond);
     free(e);
     (void)rc; /* the thread's last error already says what failed */
     return NULL;
@@ -274,6 +294,8 @@ void tent_destroy_engine(tent_engine_t engine)
     pthread_mutex_destroy(&e->reg_lock);
     pthread_mutex_destroy(&e->batch_lock);
     pthread_mutex_destroy(&e->notif_lock);
+    pthread_mutex_destroy(&e->pin_lock);
+    pthread_cond_destroy(&e->pin_cond);
     free(e);
 }
 

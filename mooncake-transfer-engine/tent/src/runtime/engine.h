@@ -69,6 +69,7 @@ struct tent_segment {
     struct tent_attr attrs[TENT_MAX_ATTRS];
     int nattrs;
     void *priv;                       /* control plane's per-segment state */
+    uint64_t desc_gen; /* remote: bumped by an import that changed anything */
     struct tent_segment *next_closed; /* engine's list of closed segments */
     /* TYPE_FILE: the open file (file_segment.c); its record is local (v.local)
      * and its one buffer, [0, file size), never changes. */
@@ -101,7 +102,12 @@ struct tent_task {
      * hands the slot to a transport meanwhile (batch.h). */
     bool busy;
     int8_t xport;     /* engine transport index now executing it, -1 none */
+    int8_t last_xport; /* the last one that took it, -1 none */
     uint8_t attempts; /* failovers taken */
+    /* The target's descriptor is to be fetched again before the task goes
+     * on (it met a range the target no longer has as published); once per
+     * task (refetched). */
+    bool needs_refetch, refetched;
     uint8_t ncand, cand_pos;
     uint8_t cands[TENT_MAX_TRANSPORTS];
     /* metrics: submit and attempt start (ns) of a timed task; 0 = untimed */
@@ -129,6 +135,7 @@ struct tent_batch {
     size_t capacity, ntasks;
     struct tent_task *tasks;
     struct tent_sub_batch *subs[TENT_MAX_TRANSPORTS];
+    struct tent_batch *next_deferred; /* engine's list of freed-in-flight */
     /* tent_submit_notif: sent once every task has completed. */
     char *notif_name, *notif_msg;
     uint64_t notif_target;
@@ -143,6 +150,9 @@ struct tent_alloc {
     int fd;            /* host: memfd backing it; -1 for device memory */
     int device;        /* accelerator index for "npu:N", -1 for host memory */
     char location[64]; /* as allocated; a registration inside inherits it */
+    /* Some pages were moved off the memfd (tent_memory_reclaim_pages): new
+     * registrations inside are not published as the memfd any more. */
+    bool split;
 };
 
 struct tent_engine {
@@ -197,6 +207,12 @@ struct tent_engine {
     pthread_mutex_t reg_lock;
     struct tent_alloc *allocs; /* guarded by reg_lock */
     size_t nallocs, alloc_cap;
+    /* Guards every local buffer's pins list (peers' uses through a
+     * transport's target half); pin_cond is signalled when one goes.  A
+     * leaf, taken under the local segment's lock by env->pin_local. */
+    pthread_mutex_t pin_lock;
+    pthread_cond_t pin_cond;
+    int revoke_timeout_ms; /* revoke_timeout_ms: waiting for those uses */
 
     /* Received notifications (notify.c).  notif_lock guards notifs,
      * notif_peers, nnotifs, notif_cap, notif_bytes and the senders table; a
@@ -220,6 +236,11 @@ struct tent_engine {
     pthread_mutex_t batch_lock;
     struct tent_batch **batches;
     size_t nbatches;
+    /* Batches tent_free_batch unlinked while tasks were still in flight
+     * (TENT defers the free): reaped by later calls once every task is
+     * terminal.  Guarded by batch_lock; each holds the table's reference. */
+    struct tent_batch *deferred;
+    atomic_size_t ndeferred; /* its length, read without the lock */
 };
 
 static inline struct tent_segment *tent_seg_of(const struct tent_seg_view *v)
@@ -288,6 +309,9 @@ void tent_xport_env_init(struct tent_engine *e);
 
 /* memory.c */
 void tent_memory_release_all(struct tent_engine *e);
+/* env->reclaim_pages (transport.h); caller holds e->reg_lock. */
+int tent_memory_reclaim_pages(struct tent_engine *e,
+                              const struct tent_buffer *buf);
 bool tent_location_is_device(const char *location);
 
 /* selector.c */
@@ -323,6 +347,9 @@ int tent_notif_validate(const char *name, const char *msg, const char *what);
 
 /* batch_table.c */
 void tent_batches_teardown(struct tent_engine *e);
+/* Frees the deferred batches whose tasks have all ended (cheap when there
+ * are none).  Takes batch locks: call it holding no runtime lock. */
+void tent_batches_reap(struct tent_engine *e);
 
 static inline struct tent_engine *tent_engine_cast(tent_engine_t h)
 {

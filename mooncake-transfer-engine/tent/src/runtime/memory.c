@@ -196,7 +196,7 @@ static int register_locked(struct tent_engine *e, void *addr, size_t size,
     buf->refs = 1;
     buf->alloc_fd = -1;
     const struct tent_alloc *a = alloc_holding(e, (uintptr_t)addr, size);
-    if (a && a->base == (uintptr_t)addr && a->fd >= 0)
+    if (a && a->base == (uintptr_t)addr && a->fd >= 0 && !a->split)
         buf->alloc_fd = a->fd;
     if (a && !o->location[0])
         memcpy(buf->location, a->location, sizeof(buf->location));
@@ -228,11 +228,54 @@ fail_attach:
     return rc;
 }
 
-/* Removes buf (already out of the segment) from the transports; on failure
- * puts it back into the segment.  Caller holds e->reg_lock. */
+/* Waits until no peer uses buf through a transport's target half (it is
+ * out of the segment, so no new use starts): each use is asked to end (its
+ * abort), then waited for, up to revoke_timeout_ms.  Caller holds
+ * e->reg_lock. */
+static int wait_unpinned(struct tent_engine *e, struct tent_buffer *buf)
+{
+    pthread_mutex_lock(&e->pin_lock);
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += e->revoke_timeout_ms / 1000;
+    dl.tv_nsec += (long)(e->revoke_timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    int rc = TENT_OK;
+    while (buf->pins) {
+        for (struct tent_pin *p = buf->pins; p; p = p->next)
+            if (!p->aborted) {
+                p->aborted = true;
+                p->abort(p->arg);
+            }
+        if (pthread_cond_timedwait(&e->pin_cond, &e->pin_lock, &dl) ==
+                ETIMEDOUT &&
+            buf->pins) {
+            rc = tent_set_error(TENT_EBUSY,
+                                "peer %s still uses [%#llx, +%llu) after %d "
+                                "ms (revoke_timeout_ms)",
+                                buf->pins->peer, (unsigned long long)buf->base,
+                                (unsigned long long)buf->length,
+                                e->revoke_timeout_ms);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&e->pin_lock);
+    return rc;
+}
+
+/* Takes buf (already out of the segment) away from peers and transports:
+ * peers' uses end (wait_unpinned), then every transport revokes it (shm
+ * makes sure no peer copy runs into it any more).  On failure it goes back
+ * into the segment, registered as before, and the error says who still
+ * uses it.  Caller holds e->reg_lock. */
 static int drop_buffer_locked(struct tent_engine *e, struct tent_buffer *buf)
 {
-    int rc = detach_transports(e, buf);
+    int rc = wait_unpinned(e, buf);
+    if (rc == TENT_OK)
+        rc = detach_transports(e, buf);
     if (rc != TENT_OK) {
         char why[512];
         snprintf(why, sizeof(why), "%s", tent_last_error());
@@ -384,6 +427,7 @@ int tent_unregister_memory(tent_engine_t engine, void *addr, size_t size)
         return tent_set_error(TENT_ENULL, "unregister memory: engine is NULL");
     if (!addr)
         return tent_set_error(TENT_ENULL, "unregister memory: address is NULL");
+    tent_batches_reap(e); /* batches freed in flight may have ended */
     pthread_mutex_lock(&e->reg_lock);
     int rc = unregister_locked(e, addr, size);
     pthread_mutex_unlock(&e->reg_lock);
@@ -403,6 +447,7 @@ int tent_unregister_memory_batch(tent_engine_t engine, void **addrs,
     if (count == 0)
         return tent_set_error(TENT_EINVAL,
                               "unregister memory batch: count is 0");
+    tent_batches_reap(e); /* batches freed in flight may have ended */
     /* Check every entry first so that a bad one changes nothing. */
     pthread_mutex_lock(&e->reg_lock);
     pthread_rwlock_rdlock(&e->local->lock);
@@ -650,6 +695,64 @@ int tent_allocate_memory(tent_engine_t engine, void **addr, size_t size,
     return tent_allocate_memory_ex(engine, addr, size, &o);
 }
 
+int tent_memory_reclaim_pages(struct tent_engine *e,
+                              const struct tent_buffer *buf)
+{
+    const char *what = "moving it to fresh pages";
+    struct tent_alloc *a = alloc_holding(e, buf->base, buf->length);
+    if (!a || a->fd < 0)
+        return tent_set_error(TENT_ENOTSUP,
+                              "%s: it is not memory tent_allocate_memory gave "
+                              "out",
+                              what);
+    size_t page =
+        e->use_hugepage ? e->hugepage_size : (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t pb = buf->base & ~(uintptr_t)(page - 1);
+    uintptr_t pe =
+        (buf->base + buf->length + page - 1) & ~(uintptr_t)(page - 1);
+    if (pe > a->base + a->map_len)
+        pe = a->base + a->map_len;
+    int rc = TENT_OK;
+    /* Every other registration keeps the memfd: none may share these
+     * pages (buf itself is out of the segment already). */
+    pthread_rwlock_rdlock(&e->local->lock);
+    for (size_t i = 0; i < e->local->nbufs && rc == TENT_OK; i++) {
+        const struct tent_buffer *o = e->local->bufs[i];
+        if (o->base < pe && pb < o->base + o->length)
+            rc = tent_set_error(TENT_ENOTSUP,
+                                "%s: it shares pages with the registration "
+                                "[%#llx, +%llu)",
+                                what, (unsigned long long)o->base,
+                                (unsigned long long)o->length);
+    }
+    pthread_rwlock_unlock(&e->local->lock);
+    if (rc)
+        return rc;
+    size_t len = pe - pb;
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+    if (e->use_hugepage)
+        flags |= MAP_HUGETLB |
+                 ((int)__builtin_ctzl(e->hugepage_size) << MAP_HUGE_SHIFT);
+    void *fresh = mmap(NULL, len, PROT_READ | PROT_WRITE, flags, -1, 0);
+    if (fresh == MAP_FAILED)
+        return tent_set_error(TENT_ENOMEM, "%s: mmap of %zu bytes failed: %s",
+                              what, len, strerror(errno));
+    memcpy(fresh, (void *)pb, len);
+    /* One step: the range is the fresh pages from here on, never absent. */
+    if (mremap(fresh, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)pb) ==
+        MAP_FAILED) {
+        int err = errno;
+        munmap(fresh, len);
+        return tent_set_error(TENT_ENOMEM, "%s: mremap onto %#llx failed: %s",
+                              what, (unsigned long long)pb, strerror(err));
+    }
+    a->split = true;
+    LOG_WARN("moved [%#llx, +%zu) of the allocation at %#llx to fresh pages: "
+             "a peer that still maps the old ones writes nobody's memory",
+             (unsigned long long)pb, len, (unsigned long long)a->base);
+    return TENT_OK;
+}
+
 /* Whether registration b touches allocation a's memory at all. */
 static bool within(const struct tent_buffer *b, const struct tent_alloc *a)
 {
@@ -661,6 +764,7 @@ int tent_free_memory(tent_engine_t engine, void *addr)
     struct tent_engine *e = tent_engine_cast(engine);
     if (!e)
         return tent_set_error(TENT_ENULL, "tent_free_memory: engine is NULL");
+    tent_batches_reap(e); /* batches freed in flight may have ended */
     if (!addr)
         return tent_set_error(TENT_ENULL, "tent_free_memory: address is NULL");
     pthread_mutex_lock(&e->reg_lock);

@@ -187,9 +187,12 @@ int tent_desc_import(struct tent_segment *seg, const struct tent_wire_desc *d)
             goto nomem_locked;
         }
     }
+    bool changed = n != seg->nbufs || strcmp(seg->host_id, d->host_id) != 0;
     for (size_t k = 0; k < seg->nbufs; k++)
-        if (!kept[k])
+        if (!kept[k]) {
             (void)retire(ps, seg->bufs[k]); /* room reserved above */
+            changed = true;
+        }
     free(seg->bufs);
     seg->bufs = nb;
     seg->nbufs = seg->cap = n;
@@ -209,6 +212,8 @@ int tent_desc_import(struct tent_segment *seg, const struct tent_wire_desc *d)
     }
     if (!same && d->nattrs == 0)
         seg->nattrs = 0;
+    if (changed || !same)
+        seg->desc_gen++;
     seg->priv = ps;
     pthread_rwlock_unlock(&seg->lock);
     free(kept);

@@ -36,7 +36,7 @@ static bool env_seg_on_host(void *ctx, const struct tent_seg_view *v)
 /* A peer's access through transport type: the buffer wholly holding the
  * range that grants it, served by type; pinned until env_unpin_local. */
 static int env_pin_local(void *ctx, int type, uint64_t addr, uint64_t len,
-                         bool write, const struct tent_buffer **out)
+                         bool write, struct tent_pin *pin)
 {
     struct tent_engine *e = ctx;
     struct tent_segment *seg = e->local;
@@ -51,23 +51,46 @@ static int env_pin_local(void *ctx, int type, uint64_t addr, uint64_t len,
         rc = TENT_EPERM;
     else if (b->is_device || !(b->xport_mask & (1u << type)))
         rc = TENT_ENOTSUP;
-    else
-        atomic_fetch_add(&b->inflight, 1);
+    if (rc == TENT_OK) {
+        /* Listed while the segment still holds the buffer: an unregister
+         * takes it out first, then finds every use here. */
+        pthread_mutex_lock(&e->pin_lock);
+        pin->buf = b;
+        pin->aborted = false;
+        pin->prev = NULL;
+        pin->next = b->pins;
+        if (b->pins)
+            b->pins->prev = pin;
+        b->pins = pin;
+        pthread_mutex_unlock(&e->pin_lock);
+    }
     pthread_rwlock_unlock(&seg->lock);
     if (rc)
-        LOG_DEBUG("%s of [%#llx, +%llu) by a peer through %s refused: %s",
+        LOG_DEBUG("%s of [%#llx, +%llu) by %s through %s refused: %s",
                   write ? "write" : "read", (unsigned long long)addr,
-                  (unsigned long long)len, tent_transport_type_name(type),
-                  tent_strerror(rc));
-    else
-        *out = b;
+                  (unsigned long long)len, pin->peer,
+                  tent_transport_type_name(type), tent_strerror(rc));
     return rc;
 }
 
-static void env_unpin_local(void *ctx, const struct tent_buffer *buf)
+static void env_unpin_local(void *ctx, struct tent_pin *pin)
 {
-    (void)ctx;
-    atomic_fetch_sub(&((struct tent_buffer *)buf)->inflight, 1);
+    struct tent_engine *e = ctx;
+    struct tent_buffer *b = (struct tent_buffer *)pin->buf;
+    pthread_mutex_lock(&e->pin_lock);
+    if (pin->prev)
+        pin->prev->next = pin->next;
+    else
+        b->pins = pin->next;
+    if (pin->next)
+        pin->next->prev = pin->prev;
+    pthread_cond_broadcast(&e->pin_cond);
+    pthread_mutex_unlock(&e->pin_lock);
+}
+
+static int env_reclaim_pages(void *ctx, const struct tent_buffer *buf)
+{
+    return tent_memory_reclaim_pages(ctx, buf);
 }
 
 static int env_serve_frames(void *ctx, uint8_t type, tent_rpc_frame_fn fn,
@@ -98,6 +121,8 @@ void tent_xport_env_init(struct tent_engine *e)
         .seg_on_host = env_seg_on_host,
         .pin_local = env_pin_local,
         .unpin_local = env_unpin_local,
+        .revoke_timeout_ms = e->revoke_timeout_ms,
+        .reclaim_pages = env_reclaim_pages,
         .serve_frames = env_serve_frames,
     };
 }

@@ -59,6 +59,7 @@ struct tent_metrics;
  * mapping handle, say).  They travel in the segment descriptor with the
  * buffer, so a peer's transport of the same kind reads them back. */
 struct tent_attrs; /* opaque; NULL is the empty set */
+struct tent_pin;
 
 /* Value of key, or NULL. */
 const char *tent_attrs_get(const struct tent_attrs *a, const char *key);
@@ -103,10 +104,11 @@ struct tent_buffer {
     int alloc_fd;   /* local only: memfd whose offset 0 is base, or -1 */
     struct tent_attrs *attrs;
     /* runtime's */
-    uint32_t xport_mask; /* bit (1 << TRANSPORT_*) per transport serving it */
-    atomic_int inflight; /* tasks that may touch it (remote ones too: a
-                            descriptor refresh must not free it while > 0) */
-    int refs;            /* local only: registrations of exactly this range */
+    uint32_t xport_mask;   /* bit (1 << TRANSPORT_*) per transport serving it */
+    atomic_int inflight;   /* tasks that may touch it (remote ones too: a
+                              descriptor refresh must not free it while > 0) */
+    int refs;              /* local only: registrations of exactly this range */
+    struct tent_pin *pins; /* local only: peers' uses (env->pin_local) */
 };
 
 /* Capability bits: which (local memory, remote memory) kinds a transport can
@@ -196,6 +198,19 @@ struct tent_xerr *tent_xerr_new(int code, int native, const char *fmt, ...)
 void tent_xstatus_failed(struct tent_xfer_status *out,
                          const struct tent_xerr *e, int code, int native);
 
+/* A transport's use of a local buffer on behalf of a peer (its target half
+ * serving a read or write), for env->pin_local.  The caller owns it (its
+ * stack will do) and fills peer, abort and arg; the rest is the runtime's. */
+struct tent_pin {
+    const char *peer;         /* who uses the buffer, for messages */
+    void (*abort)(void *arg); /* makes the use end soon; never NULL */
+    void *arg;
+    /* runtime's */
+    const struct tent_buffer *buf;
+    bool aborted;
+    struct tent_pin *next, *prev;
+};
+
 /* ---- the environment handed to a transport ----------------------------- */
 
 /* Valid from install until the transport is uninstalled or abandoned
@@ -227,12 +242,28 @@ struct tent_xport_env {
     /* The local registrations, as a peer's request through transport type
      * sees them: finds the buffer wholly holding [addr, +len) that grants
      * the access (a write if write) to remote peers and that type serves,
-     * and pins it until unpin_local.  Otherwise the TENT_E* code the peer
-     * is to be answered (TENT_ERANGE: not registered; TENT_EPERM: the
-     * permission refuses it; TENT_ENOTSUP: not served by type). */
+     * and pins it (pin->buf) until unpin_local.  Otherwise the TENT_E* code
+     * the peer is to be answered (TENT_ERANGE: not registered; TENT_EPERM:
+     * the permission refuses it; TENT_ENOTSUP: not served by type).  While
+     * pinned, an unregister of the buffer calls pin->abort(pin->arg) (from
+     * the unregistering thread, at most once: make the use end soon, e.g.
+     * shut its connection down) and waits, bounded by revoke_timeout_ms,
+     * for the unpin; pin->peer names the user in its error otherwise. */
     int (*pin_local)(void *ctx, int type, uint64_t addr, uint64_t len,
-                     bool write, const struct tent_buffer **out);
-    void (*unpin_local)(void *ctx, const struct tent_buffer *buf);
+                     bool write, struct tent_pin *pin);
+    void (*unpin_local)(void *ctx, struct tent_pin *pin);
+    /* How long an unregister waits for peers to stop using a range. */
+    int revoke_timeout_ms;
+
+    /* For a remove_buffer that cannot make a peer stop (stalled inside a
+     * copy it started before the revocation): moves the owner's own mapping
+     * of buf, when it is memory tent_allocate_memory gave out, to fresh
+     * pages with the same content, so the pages that peer still maps are
+     * nobody's memory any more.  TENT_ENOTSUP (message set) for memory the
+     * engine did not allocate, or whose pages it shares with another
+     * registration.  Under the registration lock (remove_buffer's
+     * context). */
+    int (*reclaim_pages)(void *ctx, const struct tent_buffer *buf);
 
     /* Installs (fn NULL: removes) the handler of RPC frame type on the
      * engine's server (rpc.h tent_rpc_server_handle). */

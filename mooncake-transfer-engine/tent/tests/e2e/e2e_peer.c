@@ -2,14 +2,19 @@
 
 #include "../common/test_child.h"
 #include "common/config.h"
+#include "rpc/rpc.h"
 #include "runtime/control.h"
 #include "runtime/engine.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,10 +43,86 @@ uint64_t e2e_fnv(const void *p, size_t n)
 }
 
 static bool g_memfabric;
+static unsigned long g_nofile_soft, g_nofile_hard;
+static const char *const *g_child_kv;
 
 void e2e_set_memfabric(bool on)
 {
     g_memfabric = on;
+}
+
+void e2e_set_child_nofile(unsigned long soft, unsigned long hard)
+{
+    g_nofile_soft = soft;
+    g_nofile_hard = hard;
+}
+
+void e2e_set_child_config(const char *const *kv)
+{
+    g_child_kv = kv;
+}
+
+/* In the child, before its engine exists: the limits the test asked for. */
+static void child_limits(void)
+{
+    if (!g_nofile_soft && !g_nofile_hard)
+        return;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        _exit(6);
+    if (g_nofile_hard)
+        rl.rlim_max = g_nofile_hard;
+    if (g_nofile_soft)
+        rl.rlim_cur = g_nofile_soft;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        _exit(6);
+}
+
+static int count_open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    int n = -3; /* ".", ".." and the directory's own descriptor */
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* The descriptors e2e_peer_hold_fds made the child keep. */
+struct held_fds {
+    int *fd;
+    int n;
+};
+
+static int hold_fds(struct held_fds *h, int free_left)
+{
+    if (free_left < 0) {
+        for (int i = 0; i < h->n; i++)
+            close(h->fd[i]);
+        free(h->fd);
+        *h = (struct held_fds){0};
+        return 0;
+    }
+    struct rlimit rl;
+    int open_now = count_open_fds();
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || open_now < 0)
+        return h->n;
+    long want = (long)rl.rlim_cur - free_left - open_now;
+    if (want <= 0)
+        return h->n;
+    int *fd = realloc(h->fd, (size_t)(h->n + want) * sizeof(int));
+    if (!fd)
+        return h->n;
+    h->fd = fd;
+    for (long i = 0; i < want; i++) {
+        int f = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (f < 0)
+            break;
+        h->fd[h->n++] = f;
+    }
+    return h->n;
 }
 
 int e2e_tcp_timeout_ms(void)
@@ -77,21 +158,64 @@ struct cmd {
 
 /* The data was written by an RPC server thread, and the parent told us so
  * over a pipe: a causality TSan cannot see.  The server drops its pin on
- * the buffer (an atomic RMW) after the copy, so an acquire load of that
- * counter orders the copy before our reads, for TSan and the C11 model. */
+ * the buffer under the engine's pin lock after the copy, so taking that
+ * lock orders the copy before our reads, for TSan and the C11 model. */
 static void sync_with_server(struct tent_engine *e, const void *addr)
 {
-    pthread_rwlock_rdlock(&e->local->lock);
-    struct tent_buffer *b =
-        tent_segment_find_locked(e->local, (uintptr_t)addr, 1);
-    if (b)
-        (void)atomic_load_explicit(&b->inflight, memory_order_acquire);
-    pthread_rwlock_unlock(&e->local->lock);
+    (void)addr;
+    pthread_mutex_lock(&e->pin_lock);
+    pthread_mutex_unlock(&e->pin_lock);
+}
+
+struct stack_arg {
+    int ms;
+    bool ok;
+};
+
+static void *stack_main(void *p)
+{
+    struct stack_arg *a = p;
+    enum { N = 4u << 20 };
+    volatile uint8_t *area = __builtin_alloca(N);
+    for (size_t i = 0; i < N; i++)
+        area[i] = e2e_pattern(i);
+    for (long end = e2e_now_ms() + a->ms; e2e_now_ms() < end;)
+        usleep(1000);
+    a->ok = true;
+    for (size_t i = 0; i < N && a->ok; i++)
+        a->ok = area[i] == e2e_pattern(i);
+    return NULL;
+}
+
+/* Four threads of 8 MiB stacks each keep 4 MiB of them patterned for ms. */
+static bool stack_check(int ms)
+{
+    pthread_t th[4];
+    struct stack_arg a[4];
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, 8u << 20);
+    int n = 0;
+    for (; n < 4; n++) {
+        a[n] = (struct stack_arg){.ms = ms};
+        if (pthread_create(&th[n], &at, stack_main, &a[n]))
+            break;
+    }
+    pthread_attr_destroy(&at);
+    bool ok = n == 4;
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        ok &= a[i].ok;
+    }
+    return ok;
 }
 
 static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
 {
+    child_limits();
     e2e_config(shm, tcp);
+    for (const char *const *kv = g_child_kv; kv && kv[0]; kv += 2)
+        tent_set_config(kv[0], kv[1]);
     tent_engine_t eh = tent_create_engine();
     if (!eh)
         _exit(2);
@@ -124,6 +248,8 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
     info.small_len = SMALL;
     tc_write_all(afd, &info, sizeof(info));
     uint64_t last_notif_seq = 0;
+    tent_segment_id_t remote_seg = 0;
+    struct held_fds held = {0};
     for (;;) {
         struct cmd c;
         if (tc_read_all(cfd, &c, sizeof(c)))
@@ -164,6 +290,71 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
         } else if (c.op == 'F') {
             int32_t rc = tent_free_memory(eh, rw);
             tc_write_all(afd, &rc, sizeof(rc));
+        } else if (c.op == 'X') {
+            /* Unregisters the rw (or plain) buffer; the memory stays. */
+            int32_t rc = c.plain ? tent_unregister_memory(eh, plain, SMALL)
+                                 : tent_unregister_memory(eh, rw, rw_len);
+            tc_write_all(afd, &rc, sizeof(rc));
+        } else if (c.op == 'K') {
+            /* Unregisters and frees (free()) a buffer 'R' registered. */
+            void *m = (void *)(uintptr_t)c.off;
+            int32_t rc = tent_unregister_memory(eh, m, c.len);
+            if (rc == 0)
+                free(m);
+            tc_write_all(afd, &rc, sizeof(rc));
+        } else if (c.op == 'T') {
+            /* Threads with big stacks (where glibc puts freed large
+             * blocks) fill them with a pattern for arg ms and check it:
+             * the answer is 1 when every byte stayed as written. */
+            int32_t ok = stack_check(c.arg) ? 1 : 0;
+            tc_write_all(afd, &ok, sizeof(ok));
+        } else if (c.op == 'O') {
+            /* Opens the segment whose name follows the command. */
+            char seg_name[256];
+            int32_t rc = -1;
+            if (!tc_read_all(cfd, seg_name, sizeof(seg_name))) {
+                seg_name[sizeof(seg_name) - 1] = 0;
+                rc = tent_open_segment(eh, &remote_seg, seg_name);
+            }
+            tc_write_all(afd, &rc, sizeof(rc));
+        } else if (c.op == 'W') {
+            /* One request of len bytes between our rw buffer (or plain)
+             * and address off of the segment opened with 'O' (opcode
+             * arg), polled to its end: the answer is its status and the
+             * cause's code. */
+            tent_request_t r = {.opcode = c.arg,
+                                .source = c.plain ? (void *)plain : rw,
+                                .target_id = remote_seg,
+                                .target_offset = c.off,
+                                .length = c.len};
+            int32_t ans[2] = {-1, 0};
+            tent_batch_id_t b = tent_allocate_batch(eh, 1);
+            if (b && tent_submit(eh, b, &r, 1) == 0) {
+                tent_status_t st;
+                if (e2e_wait(eh, b, 60000, &st) == 0) {
+                    int code = 0, native = 0;
+                    tent_task_error(eh, b, 0, &code, &native, NULL, 0);
+                    ans[0] = st.status;
+                    ans[1] = code;
+                }
+            }
+            if (b)
+                tent_free_batch(eh, b);
+            tc_write_all(afd, ans, sizeof(ans));
+        } else if (c.op == 'P') {
+            /* Registers the rw buffer again with permission arg (after an
+             * 'X'), or unregisters and re-registers it so. */
+            (void)tent_unregister_memory(eh, rw, rw_len);
+            int32_t rc = tent_register_memory_with_perm(eh, rw, rw_len, c.arg);
+            tc_write_all(afd, &rc, sizeof(rc));
+        } else if (c.op == 'V') {
+            struct tent_rpc_stats st = {0};
+            if (e->rpc)
+                tent_rpc_server_stats(e->rpc, &st);
+            tc_write_all(afd, &st, sizeof(st));
+        } else if (c.op == 'D') {
+            int32_t n = hold_fds(&held, c.arg);
+            tc_write_all(afd, &n, sizeof(n));
         } else if (c.op == 'S') {
             tent_ctrl_stop_server(e);
             char ok = 1;
@@ -218,6 +409,7 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
             break;
         }
     }
+    hold_fds(&held, -1);
     tent_destroy_engine(eh);
     _exit(0);
 }
@@ -305,6 +497,61 @@ int e2e_peer_free_rw(struct e2e_peer *p)
     return ask_rc(p, (struct cmd){.op = 'F'});
 }
 
+int e2e_peer_unregister_rw(struct e2e_peer *p)
+{
+    return ask_rc(p, (struct cmd){.op = 'X'});
+}
+
+int e2e_peer_release_malloc(struct e2e_peer *p, uint64_t addr, uint64_t len)
+{
+    return ask_rc(p, (struct cmd){.op = 'K', .off = addr, .len = len});
+}
+
+int e2e_peer_stack_check(struct e2e_peer *p, int ms)
+{
+    return ask_rc(p, (struct cmd){.op = 'T', .arg = ms});
+}
+
+int e2e_peer_unregister_plain(struct e2e_peer *p)
+{
+    return ask_rc(p, (struct cmd){.op = 'X', .plain = 1});
+}
+
+int e2e_peer_open(struct e2e_peer *p, const char *name)
+{
+    char n[256] = {0};
+    snprintf(n, sizeof(n), "%s", name);
+    struct cmd c = {.op = 'O'};
+    int32_t rc = -1;
+    if (tc_write_all(p->cmd_fd, &c, sizeof(c)) ||
+        tc_write_all(p->cmd_fd, n, sizeof(n)) ||
+        tc_read_all(p->ans_fd, &rc, sizeof(rc)))
+        return -1;
+    return rc;
+}
+
+int e2e_peer_transfer_start(struct e2e_peer *p, int opcode, bool plain,
+                            uint64_t remote, uint64_t len)
+{
+    struct cmd c = {
+        .op = 'W', .plain = plain, .arg = opcode, .off = remote, .len = len};
+    return tc_write_all(p->cmd_fd, &c, sizeof(c)) ? -1 : 0;
+}
+
+int e2e_peer_transfer_end(struct e2e_peer *p, int *code)
+{
+    int32_t ans[2] = {-1, 0};
+    if (tc_read_all(p->ans_fd, ans, sizeof(ans)))
+        return -1;
+    *code = ans[1];
+    return ans[0];
+}
+
+int e2e_peer_reregister_rw(struct e2e_peer *p, int perm)
+{
+    return ask_rc(p, (struct cmd){.op = 'P', .arg = perm});
+}
+
 void e2e_peer_stop_rpc(struct e2e_peer *p)
 {
     char ok;
@@ -325,6 +572,16 @@ int e2e_peer_check_notifs(struct e2e_peer *p, int expect, int timeout_ms,
         return -1;
     *ok = r[1] != 0;
     return r[0];
+}
+
+int e2e_peer_rpc_stats(struct e2e_peer *p, struct tent_rpc_stats *out)
+{
+    return ask(p, &(struct cmd){.op = 'V'}, out, sizeof(*out));
+}
+
+int e2e_peer_hold_fds(struct e2e_peer *p, int free_left)
+{
+    return ask_rc(p, (struct cmd){.op = 'D', .arg = free_left});
 }
 
 void e2e_peer_kill(struct e2e_peer *p)

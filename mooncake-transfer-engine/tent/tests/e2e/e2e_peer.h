@@ -29,6 +29,12 @@ int e2e_tcp_timeout_ms(void);
  * MF_PROTOCOL and MF_SMEM_LIBRARY come from the environment).  Children
  * started afterwards inherit the choice. */
 void e2e_set_memfabric(bool on);
+/* Children started from now on set RLIMIT_NOFILE to soft/hard before they
+ * create their engine (0 leaves the inherited value), and set the config
+ * keys kv (NULL-terminated key, value pairs; NULL = none) after the common
+ * ones.  kv must stay valid until the child has started. */
+void e2e_set_child_nofile(unsigned long soft, unsigned long hard);
+void e2e_set_child_config(const char *const *kv);
 /* Starts a child target engine with a rw buffer of rw_len bytes from
  * tent_allocate_memory (filled with e2e_pattern), plus small read-only,
  * local-only and plain-registered (malloc) buffers. */
@@ -41,6 +47,27 @@ uint64_t e2e_peer_hash(struct e2e_peer *p, bool plain, uint64_t off,
 uint64_t e2e_peer_register(struct e2e_peer *p, uint64_t len);
 /* The child frees its rw buffer (tent_free_memory); returns its result. */
 int e2e_peer_free_rw(struct e2e_peer *p);
+/* The child unregisters its rw buffer, keeping the memory; its result. */
+int e2e_peer_unregister_rw(struct e2e_peer *p);
+/* The child unregisters and free()s a buffer e2e_peer_register made. */
+int e2e_peer_release_malloc(struct e2e_peer *p, uint64_t addr, uint64_t len);
+/* The child runs threads with 8 MiB stacks that keep 4 MiB of them
+ * patterned for ms; 1 when no byte changed meanwhile. */
+int e2e_peer_stack_check(struct e2e_peer *p, int ms);
+/* The child unregisters its plain (malloc) buffer. */
+int e2e_peer_unregister_plain(struct e2e_peer *p);
+/* The child opens segment name (ours, say): its result. */
+int e2e_peer_open(struct e2e_peer *p, const char *name);
+/* The child starts one request of len bytes between its rw (or plain)
+ * buffer and address remote of the segment it opened, and polls it to its
+ * end; e2e_peer_transfer_end reads the outcome: the final STATUS_* (-1 when
+ * the child is gone) and the cause's code in *code. */
+int e2e_peer_transfer_start(struct e2e_peer *p, int opcode, bool plain,
+                            uint64_t remote, uint64_t len);
+int e2e_peer_transfer_end(struct e2e_peer *p, int *code);
+/* The child registers its rw buffer (again) with permission perm
+ * (PERM_*), unregistering it first if it is registered; its result. */
+int e2e_peer_reregister_rw(struct e2e_peer *p, int perm);
 /* The target allocates len bytes with tent_allocate_memory and registers
  * them (an "already registered" answer counts as registered); returns the
  * address or 0. */
@@ -60,6 +87,15 @@ int e2e_peer_drop_memfabric(struct e2e_peer *p);
  * number received and in-order/valid flag via ok. */
 int e2e_peer_check_notifs(struct e2e_peer *p, int expect, int timeout_ms,
                           bool *ok);
+/* The counters of the child's RPC server (rpc.h); 0, or -1 when the peer
+ * is gone. */
+struct tent_rpc_stats;
+int e2e_peer_rpc_stats(struct e2e_peer *p, struct tent_rpc_stats *out);
+/* The child opens descriptors (of /dev/null) and keeps them until only
+ * free_left are free below its RLIMIT_NOFILE, as an application that uses
+ * many files would; free_left < 0 closes them again.  Returns how many it
+ * holds, or -1 when the peer is gone. */
+int e2e_peer_hold_fds(struct e2e_peer *p, int free_left);
 void e2e_peer_kill(struct e2e_peer *p);
 void e2e_peer_quit(struct e2e_peer *p);
 

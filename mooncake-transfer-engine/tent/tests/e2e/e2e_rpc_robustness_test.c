@@ -565,36 +565,44 @@ static void test_idle_connection_closed_after_timeout(void **state)
     target_stop(&t);
 }
 
-/* When every slot holds a peer inside a frame, a newcomer is refused (and
- * counted); once those frames time out, peers get in again. */
+/* When every slot holds a working peer inside a frame (it moved data, and
+ * its frame keeps the floor rate), a newcomer is refused (and counted);
+ * once those frames time out, peers get in again. */
 static void test_busy_server_refuses_newcomer(void **state)
 {
     (void)state;
     struct target t;
-    target_start(&t,
-                 (const char *const[]){"rpc_max_connections", "4",
-                                       "rpc_frame_timeout_ms", "5000", NULL});
+    target_start(&t, (const char *const[]){"rpc_max_connections", "4",
+                                           "rpc_frame_timeout_ms", "5000",
+                                           "rpc_frame_min_rate", "1", NULL});
     int fds[4];
-    uint8_t h[TENT_WIRE_HDR_LEN];
-    tent_wire_encode_hdr(h, TENT_WIRE_DESC_REQ, 1, 0);
+    uint8_t h[TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN + 10];
     for (int i = 0; i < 4; i++) {
         fds[i] = connect_to(&t);
-        desc_once(fds[i]);
-        send_bytes(fds[i], h, 8); /* half a header: inside a frame */
+        /* a read that moves data: a working peer */
+        assert_int_equal(raw_rw(fds[i], TENT_WIRE_READ, (uintptr_t)t.buf, 64),
+                         0);
+        /* then a write of 4 KiB of which 10 bytes come: inside a frame,
+         * above 1 byte a second for longer than its deadline */
+        tent_wire_encode_hdr(h, TENT_WIRE_WRITE, 1, TENT_WIRE_RW_LEN + 4096);
+        tent_wire_encode_rw(h + TENT_WIRE_HDR_LEN, (uintptr_t)t.buf, 4096);
+        memcpy(h + TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN, t.buf, 10);
+        send_bytes(fds[i], h, sizeof(h));
     }
     long end = e2e_now_ms() + 3000;
-    while (target_stats(&t).in_frame < 4 && e2e_now_ms() < end)
+    while (target_stats(&t).busy < 4 && e2e_now_ms() < end)
         poll(NULL, 0, 10);
-    assert_int_equal(target_stats(&t).in_frame, 4);
-    /* refused long before the half frames' 5 s deadline, even when the
-     * machine is loaded */
+    assert_int_equal(target_stats(&t).busy, 4);
+    /* refused long before the frames' 5 s deadline, even when the machine
+     * is loaded */
     int late = connect_to(&t);
     assert_true(ms_until_closed(late, 3000) >= 0);
     close(late);
     struct tent_rpc_stats st = target_stats(&t);
     assert_int_equal(st.refused, 1);
+    assert_int_equal(st.refused_no_fd, 0);
     assert_int_equal(st.evicted, 0);
-    /* the half frames die at their deadline; then peers are served */
+    /* the frames die at their deadline; then peers are served */
     for (int i = 0; i < 4; i++) {
         long c = ms_until_closed(fds[i], 8000);
         assert_true(c >= 0);

@@ -6,6 +6,7 @@
  * Test names follow the rules they prove: test_contract_* are the sentences
  * of the seed's "Completion contract", test_note1_* / test_note2_* its
  * Important Notes 1 and 2. */
+#include "common/clock.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -16,6 +17,8 @@
 #include "tent/transfer_engine.h"
 #include "transport/memfabric/memfabric_api.h"
 #include "transport/memfabric/memfabric_transport.h"
+#include "tu_assert.h"
+#include "tu_capture.h"
 #include "tu_thread.h"
 
 #include <dlfcn.h>
@@ -129,14 +132,10 @@ static int teardown(void **state)
 
 /* ---- helpers ------------------------------------------------------------ */
 
-#define LEN 4096
+/* The helpers that check report a failure at their caller's line: each is
+ * a macro of its name passing TU_HERE to name_at (tu_assert.h). */
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
+#define LEN 4096
 
 static struct tent_engine *E(tent_engine_t e)
 {
@@ -156,11 +155,12 @@ static int mf_index(tent_engine_t e)
     return mf_in(e) ? mf_in(e)->base.index : -1;
 }
 
-static tent_engine_t new_engine(void)
+#define new_engine() new_engine_at(TU_HERE)
+static tent_engine_t new_engine_at(struct tu_at at)
 {
     tent_engine_t e = tent_create_engine();
-    assert_non_null(e);
-    assert_non_null(mf_in(e));
+    at_non_null(at, e);
+    at_non_null(at, mf_in(e));
     return e;
 }
 
@@ -183,18 +183,20 @@ static size_t pending_count(tent_engine_t e, tent_batch_id_t id)
     return n;
 }
 
-static char *reg_buf(tent_engine_t e, size_t len, int fill)
+#define reg_buf(e, len, fill) reg_buf_at(TU_HERE, e, len, fill)
+static char *reg_buf_at(struct tu_at at, tent_engine_t e, size_t len, int fill)
 {
     char *p = malloc(len);
-    assert_non_null(p);
+    at_non_null(at, p);
     memset(p, fill, len);
-    assert_int_equal(tent_register_memory(e, p, len), 0);
+    at_int_equal(at, tent_register_memory(e, p, len), 0);
     return p;
 }
 
-static void unreg_buf(tent_engine_t e, char *p)
+#define unreg_buf(e, p) unreg_buf_at(TU_HERE, e, p)
+static void unreg_buf_at(struct tu_at at, tent_engine_t e, char *p)
 {
-    assert_int_equal(tent_unregister_memory(e, p, 0), 0);
+    at_int_equal(at, tent_unregister_memory(e, p, 0), 0);
     free(p);
 }
 
@@ -216,51 +218,94 @@ static tent_request_t req(int op, void *local, uint64_t target, void *remote,
     return r;
 }
 
+/* n local writes of chunk bytes, r[i] from src + i*chunk to dst + i*chunk. */
+static void local_writes(tent_request_t *r, size_t n, char *src, char *dst,
+                         size_t chunk)
+{
+    for (size_t i = 0; i < n; i++)
+        r[i] = req(OPCODE_WRITE, src + i * chunk, LOCAL_SEGMENT_ID,
+                   dst + i * chunk, chunk);
+}
+
 /* Polls a task until it leaves PENDING (bounded); returns its status. */
-static tent_status_t poll_task(tent_engine_t e, tent_batch_id_t b, size_t i)
+#define poll_task(e, b, i) poll_task_at(TU_HERE, e, b, i)
+static tent_status_t poll_task_at(struct tu_at at, tent_engine_t e,
+                                  tent_batch_id_t b, size_t i)
 {
     tent_status_t st = {0};
     for (int k = 0; k < 100000; k++) {
         int rc = tent_task_status(e, b, i, &st);
-        assert_int_equal(rc, 0);
+        at_int_equal(at, rc, 0);
         if (st.status != STATUS_PENDING)
             return st;
     }
-    fail_msg("task %zu never left PENDING", i);
+    at_fail_msg(at, "task %zu never left PENDING", i);
     return st;
 }
 
-static tent_status_t poll_overall(tent_engine_t e, tent_batch_id_t b)
+#define poll_overall(e, b) poll_overall_at(TU_HERE, e, b)
+static tent_status_t poll_overall_at(struct tu_at at, tent_engine_t e,
+                                     tent_batch_id_t b)
 {
     tent_status_t st = {0};
     for (int k = 0; k < 100000; k++) {
-        assert_int_equal(tent_overall_status(e, b, &st), 0);
+        at_int_equal(at, tent_overall_status(e, b, &st), 0);
         if (st.status != STATUS_PENDING)
             return st;
     }
-    fail_msg("batch never left PENDING");
+    at_fail_msg(at, "batch never left PENDING");
     return st;
 }
 
-/* One write of LEN bytes src -> dst (both local), in a new batch. */
-static tent_batch_id_t submit_write(tent_engine_t e, char *src, char *dst)
+/* A new batch of cap slots; submits the n requests of r to it. */
+#define submit_new(e, cap, r, n) submit_new_at(TU_HERE, e, cap, r, n)
+static tent_batch_id_t submit_new_at(struct tu_at at, tent_engine_t e,
+                                     size_t cap, tent_request_t *r, size_t n)
 {
-    tent_batch_id_t b = tent_allocate_batch(e, 16);
-    assert_int_not_equal(b, 0);
-    tent_request_t r = req(OPCODE_WRITE, src, LOCAL_SEGMENT_ID, dst, LEN);
-    assert_int_equal(tent_submit(e, b, &r, 1), 0);
+    tent_batch_id_t b = tent_allocate_batch(e, cap);
+    at_int_not_equal(at, b, 0);
+    at_int_equal(at, tent_submit(e, b, r, n), 0);
     return b;
 }
 
-/* Direct submit of n local writes through the transport's op, for rules
- * the runtime shields (per-request results after quiesce, etc.). */
-static int direct_submit(tent_engine_t e, struct tent_sub_batch *sb,
-                         uint32_t first_slot, char *src, char *dst, size_t n,
-                         int *results)
+/* One write of LEN bytes src -> dst (both local), in a new batch. */
+#define submit_write(e, src, dst) submit_write_at(TU_HERE, e, src, dst)
+static tent_batch_id_t submit_write_at(struct tu_at at, tent_engine_t e,
+                                       char *src, char *dst)
+{
+    tent_request_t r = req(OPCODE_WRITE, src, LOCAL_SEGMENT_ID, dst, LEN);
+    return submit_new_at(at, e, 16, &r, 1);
+}
+
+/* ---- the transport's own ops, for rules the runtime shields ------------- */
+
+#define sub_alloc(mf, n) sub_alloc_at(TU_HERE, mf, n)
+static struct tent_sub_batch *
+sub_alloc_at(struct tu_at at, struct memfabric_transport *mf, size_t n)
+{
+    struct tent_sub_batch *sb = NULL;
+    at_int_equal(at, mf->base.ops->alloc_sub_batch(&mf->base, n, &sb), 0);
+    return sb;
+}
+
+#define sub_free(mf, sb) sub_free_at(TU_HERE, mf, sb)
+static void sub_free_at(struct tu_at at, struct memfabric_transport *mf,
+                        struct tent_sub_batch *sb)
+{
+    at_int_equal(at, mf->base.ops->free_sub_batch(&mf->base, sb), 0);
+}
+
+/* Direct submit of n local writes through the transport's op (per-request
+ * results after quiesce, etc.). */
+#define direct_submit(e, sb, first_slot, src, dst, n, results)                 \
+    direct_submit_at(TU_HERE, e, sb, first_slot, src, dst, n, results)
+static int direct_submit_at(struct tu_at at, tent_engine_t e,
+                            struct tent_sub_batch *sb, uint32_t first_slot,
+                            char *src, char *dst, size_t n, int *results)
 {
     struct memfabric_transport *mf = mf_in(e);
     struct tent_xfer x[8];
-    assert_true(n <= 8);
+    at_true(at, n <= 8);
     for (size_t i = 0; i < n; i++) {
         x[i] = (struct tent_xfer){
             .slot = first_slot + (uint32_t)i,
@@ -278,25 +323,45 @@ static int direct_submit(tent_engine_t e, struct tent_sub_batch *sb,
     return rc;
 }
 
-/* Captures this process's stderr while fn runs. */
-static char captured[16384];
-static void capture_stderr(void (*fn)(void *), void *arg)
+/* ---- the fixture of most tests ------------------------------------------ */
+
+/* An engine with memfabric, two registered LEN-byte buffers (src filled
+ * with src_fill, dst with dst_fill) and the batch under test (0 until the
+ * test submits one). */
+struct pair {
+    tent_engine_t e;
+    char *src, *dst;
+    tent_batch_id_t b;
+};
+
+#define pair_open(src_fill, dst_fill) pair_open_at(TU_HERE, src_fill, dst_fill)
+static struct pair pair_open_at(struct tu_at at, int src_fill, int dst_fill)
 {
-    char path[] = "/tmp/tent_mf_stderr_XXXXXX";
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    fflush(stderr);
-    int saved = dup(2);
-    dup2(fd, 2);
-    fn(arg);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    lseek(fd, 0, SEEK_SET);
-    ssize_t n = read(fd, captured, sizeof(captured) - 1);
-    captured[n > 0 ? n : 0] = '\0';
-    close(fd);
-    unlink(path);
+    struct pair f = {.e = new_engine_at(at)};
+    f.src = reg_buf_at(at, f.e, LEN, src_fill);
+    f.dst = reg_buf_at(at, f.e, LEN, dst_fill);
+    return f;
+}
+
+/* The write of src to dst (submit_write) as the batch under test. */
+#define pair_write(f) pair_write_at(TU_HERE, f)
+static void pair_write_at(struct tu_at at, struct pair *f)
+{
+    f->b = submit_write_at(at, f->e, f->src, f->dst);
+}
+
+/* Frees what the test has left, checking each step: the batch, src, dst
+ * (a test that unregisters one itself sets it to NULL), the engine. */
+#define pair_close(f) pair_close_at(TU_HERE, f)
+static void pair_close_at(struct tu_at at, struct pair *f)
+{
+    if (f->b)
+        at_int_equal(at, tent_free_batch(f->e, f->b), 0);
+    if (f->src)
+        unreg_buf_at(at, f->e, f->src);
+    if (f->dst)
+        unreg_buf_at(at, f->e, f->dst);
+    tent_destroy_engine(f->e);
 }
 
 /* ---- a control plane for peers in this process -------------------------- */
@@ -364,20 +429,23 @@ static int peer_notify(struct tent_engine *e, struct tent_segment *seg,
 static const struct tent_segment_ops peer_ops = {
     .fetch = peer_fetch, .release = peer_release, .notify = peer_notify};
 
-static tent_engine_t new_peer(const char *name)
+#define new_peer(name) new_peer_at(TU_HERE, name)
+static tent_engine_t new_peer_at(struct tu_at at, const char *name)
 {
     tent_set_config("local_segment_name", name);
-    tent_engine_t p = new_engine();
+    tent_engine_t p = new_engine_at(at);
     tent_set_config("local_segment_name", "initiator");
     peers[npeers++] = p;
     return p;
 }
 
-static tent_segment_id_t open_peer(tent_engine_t e, const char *name)
+#define open_peer(e, name) open_peer_at(TU_HERE, e, name)
+static tent_segment_id_t open_peer_at(struct tu_at at, tent_engine_t e,
+                                      const char *name)
 {
     E(e)->seg_ops = &peer_ops;
     tent_segment_id_t h;
-    assert_int_equal(tent_open_segment(e, &h, name), 0);
+    at_int_equal(at, tent_open_segment(e, &h, name), 0);
     return h;
 }
 
@@ -388,6 +456,39 @@ static void destroy_peers(void)
     npeers = 0;
 }
 
+/* An initiator with one registered buffer (mine) and the peer "peer_b"
+ * with one (theirs), both zeroed, len bytes each; h is the peer opened by
+ * the initiator, b the batch under test (0 until the test submits one). */
+struct peer_pair {
+    tent_engine_t peer, e;
+    char *theirs, *mine;
+    tent_segment_id_t h;
+    tent_batch_id_t b;
+};
+
+#define peer_pair_open(len) peer_pair_open_at(TU_HERE, len)
+static struct peer_pair peer_pair_open_at(struct tu_at at, size_t len)
+{
+    struct peer_pair f = {.peer = new_peer_at(at, "peer_b")};
+    f.theirs = reg_buf_at(at, f.peer, len, 0);
+    f.e = new_engine_at(at);
+    f.mine = reg_buf_at(at, f.e, len, 0);
+    f.h = open_peer_at(at, f.e, "peer_b");
+    return f;
+}
+
+/* Frees the batch (if any), then the initiator, then the peer. */
+#define peer_pair_close(f) peer_pair_close_at(TU_HERE, f)
+static void peer_pair_close_at(struct tu_at at, struct peer_pair *f)
+{
+    if (f->b)
+        at_int_equal(at, tent_free_batch(f->e, f->b), 0);
+    unreg_buf_at(at, f->e, f->mine);
+    tent_destroy_engine(f->e);
+    unreg_buf_at(at, f->peer, f->theirs);
+    destroy_peers();
+}
+
 /* ======================= Completion contract ============================ */
 
 /* "The adapter requires the four-argument query API with an execution-result
@@ -395,43 +496,35 @@ static void destroy_peers(void)
 static void test_contract_four_argument_query_with_result_output(void **s)
 {
     (void)s;
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 0x11), *dst = reg_buf(e, LEN, 0);
-    tent_batch_id_t b = submit_write(e, src, dst);
-    tent_status_t st = poll_task(e, b, 0);
+    struct pair f = pair_open(0x11, 0);
+    pair_write(&f);
+    tent_status_t st = poll_task(f.e, f.b, 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_true(mk.mock_call_count("smem_trans_batch_status_query") >= 1);
     assert_int_equal(mk.mock_bad_queries(), 0);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, src);
-    unreg_buf(e, dst);
-    tent_destroy_engine(e);
+    pair_close(&f);
 }
 
 /* "SM_NEED_RETRY means pending." */
 static void test_contract_need_retry_means_pending(void **s)
 {
     (void)s;
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 0x22), *dst = reg_buf(e, LEN, 0);
+    struct pair f = pair_open(0x22, 0);
     mk.mock_set_pending_polls(3);
-    tent_batch_id_t b = submit_write(e, src, dst);
+    pair_write(&f);
     tent_status_t st;
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(tent_task_status(e, b, 0, &st), 0);
+        assert_int_equal(tent_task_status(f.e, f.b, 0, &st), 0);
         assert_int_equal(st.status, STATUS_PENDING);
         assert_int_equal(st.transferred_bytes, 0);
-        assert_int_equal(dst[0], 0); /* nothing executed yet */
+        assert_int_equal(f.dst[0], 0); /* nothing executed yet */
     }
-    assert_int_equal(pending_count(e, b), 1);
-    assert_int_equal(tent_task_status(e, b, 0, &st), 0);
+    assert_int_equal(pending_count(f.e, f.b), 1);
+    assert_int_equal(tent_task_status(f.e, f.b, 0, &st), 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(mk.mock_call_count("smem_trans_batch_status_query"), 4);
-    assert_memory_equal(src, dst, LEN);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, src);
-    unreg_buf(e, dst);
-    tent_destroy_engine(e);
+    assert_memory_equal(f.src, f.dst, LEN);
+    pair_close(&f);
 }
 
 /* "SM_OK means the execution result is available and all memory accesses
@@ -439,24 +532,22 @@ static void test_contract_need_retry_means_pending(void **s)
 static void test_contract_sm_ok_result_available_and_access_stopped(void **s)
 {
     (void)s;
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 0x33), *dst = reg_buf(e, LEN, 0);
+    struct pair f = pair_open(0x33, 0);
     mk.mock_set_pending_polls(1);
-    tent_batch_id_t b = submit_write(e, src, dst);
+    pair_write(&f);
     tent_status_t st;
-    assert_int_equal(tent_task_status(e, b, 0, &st), 0);
+    assert_int_equal(tent_task_status(f.e, f.b, 0, &st), 0);
     assert_int_equal(st.status, STATUS_PENDING);
     /* Pending: the vendor may still access the buffer, so it stays. */
-    assert_int_equal(tent_unregister_memory(e, dst, 0), TENT_EBUSY);
-    assert_int_equal(tent_task_status(e, b, 0, &st), 0);
+    assert_int_equal(tent_unregister_memory(f.e, f.dst, 0), TENT_EBUSY);
+    assert_int_equal(tent_task_status(f.e, f.b, 0, &st), 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(st.transferred_bytes, LEN);
-    assert_memory_equal(src, dst, LEN);
+    assert_memory_equal(f.src, f.dst, LEN);
     assert_int_equal(mk.mock_live_batches(), 0);
-    unreg_buf(e, dst); /* access stopped: the engine lets it go */
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, src);
-    tent_destroy_engine(e);
+    unreg_buf(f.e, f.dst); /* access stopped: the engine lets it go */
+    f.dst = NULL;
+    pair_close(&f);
 }
 
 /* "... even if result reports failure." */
@@ -464,55 +555,46 @@ static void
 test_contract_sm_ok_with_failure_result_means_access_stopped(void **s)
 {
     (void)s;
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 0x44), *dst = reg_buf(e, LEN, 0);
+    struct pair f = pair_open(0x44, 0);
     mk.mock_set_pending_polls(1);
     mk.mock_set_result(SM_ERROR);
-    tent_batch_id_t b = submit_write(e, src, dst);
+    pair_write(&f);
     tent_status_t st;
-    assert_int_equal(tent_task_status(e, b, 0, &st), 0);
+    assert_int_equal(tent_task_status(f.e, f.b, 0, &st), 0);
     assert_int_equal(st.status, STATUS_PENDING);
-    assert_int_equal(tent_unregister_memory(e, src, 0), TENT_EBUSY);
-    assert_int_equal(tent_task_status(e, b, 0, &st), 0);
+    assert_int_equal(tent_unregister_memory(f.e, f.src, 0), TENT_EBUSY);
+    assert_int_equal(tent_task_status(f.e, f.b, 0, &st), 0);
     assert_int_equal(st.status, STATUS_FAILED);
-    assert_int_equal(pending_count(e, b), 0);
+    assert_int_equal(pending_count(f.e, f.b), 0);
     assert_int_equal(mk.mock_live_batches(), 0);
-    unreg_buf(e, src); /* no longer in flight although it failed */
-    unreg_buf(e, dst);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    tent_destroy_engine(e);
+    unreg_buf(f.e, f.src); /* no longer in flight although it failed */
+    unreg_buf(f.e, f.dst);
+    f.src = f.dst = NULL;
+    pair_close(&f);
 }
 
 /* "Only a successful execution counts transferred bytes." */
 static void test_contract_only_successful_execution_counts_bytes(void **s)
 {
     (void)s;
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 0x55), *dst = reg_buf(e, LEN, 0);
+    struct pair f = pair_open(0x55, 0);
     mk.mock_push_result(0);        /* the writes' vendor batch */
     mk.mock_push_result(SM_ERROR); /* the reads' vendor batch */
-    tent_batch_id_t b = tent_allocate_batch(e, 4);
-    tent_request_t r[4] = {
-        req(OPCODE_WRITE, src, LOCAL_SEGMENT_ID, dst, 1024),
-        req(OPCODE_READ, src + 1024, LOCAL_SEGMENT_ID, dst + 1024, 1024),
-        req(OPCODE_WRITE, src + 2048, LOCAL_SEGMENT_ID, dst + 2048, 1024),
-        req(OPCODE_READ, src + 3072, LOCAL_SEGMENT_ID, dst + 3072, 1024),
-    };
-    assert_int_equal(tent_submit(e, b, r, 4), 0);
-    tent_status_t all = poll_overall(e, b);
+    tent_request_t r[4];
+    local_writes(r, 4, f.src, f.dst, 1024);
+    r[1].opcode = r[3].opcode = OPCODE_READ; /* write, read, write, read */
+    f.b = submit_new(f.e, 4, r, 4);
+    tent_status_t all = poll_overall(f.e, f.b);
     assert_int_equal(all.status, STATUS_FAILED);
     assert_int_equal(all.transferred_bytes, 2048);
     tent_status_t st;
-    assert_int_equal(tent_task_status(e, b, 0, &st), 0);
+    assert_int_equal(tent_task_status(f.e, f.b, 0, &st), 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(st.transferred_bytes, 1024);
-    assert_int_equal(tent_task_status(e, b, 1, &st), 0);
+    assert_int_equal(tent_task_status(f.e, f.b, 1, &st), 0);
     assert_int_equal(st.status, STATUS_FAILED);
     assert_int_equal(st.transferred_bytes, 0);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, src);
-    unreg_buf(e, dst);
-    tent_destroy_engine(e);
+    pair_close(&f);
 }
 
 /* "A failed batch can have partially modified memory; zero confirmed bytes
@@ -520,23 +602,19 @@ static void test_contract_only_successful_execution_counts_bytes(void **s)
 static void test_contract_failed_batch_zero_bytes_no_rollback(void **s)
 {
     (void)s;
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 0x66), *dst = reg_buf(e, LEN, 0);
+    struct pair f = pair_open(0x66, 0);
     mk.mock_set_result(SM_PARTIAL_FAILED);
     mk.mock_set_partial_on_failure(1);
-    tent_batch_id_t b = submit_write(e, src, dst);
-    tent_status_t st = poll_task(e, b, 0);
+    pair_write(&f);
+    tent_status_t st = poll_task(f.e, f.b, 0);
     assert_int_equal(st.status, STATUS_FAILED);
     assert_int_equal(st.transferred_bytes, 0);
     /* The vendor wrote half; the adapter neither counts nor undoes it. */
-    assert_memory_equal(dst, src, LEN / 2);
+    assert_memory_equal(f.dst, f.src, LEN / 2);
     for (size_t i = LEN / 2; i < LEN; i++)
-        assert_int_equal(dst[i], 0);
+        assert_int_equal(f.dst[i], 0);
     assert_int_equal(mk.mock_copied_bytes(), LEN / 2);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, src);
-    unreg_buf(e, dst);
-    tent_destroy_engine(e);
+    pair_close(&f);
 }
 
 /* "Queries consume the backend result once. The adapter caches each terminal
@@ -545,23 +623,19 @@ static void
 test_contract_query_consumes_once_result_cached_for_all_tasks(void **s)
 {
     (void)s;
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 0), *dst = reg_buf(e, LEN, 0);
-    pattern(src, LEN, 7);
+    struct pair f = pair_open(0, 0);
+    pattern(f.src, LEN, 7);
     mk.mock_set_pending_polls(2);
-    tent_batch_id_t b = tent_allocate_batch(e, 8);
     tent_request_t r[8];
-    for (int i = 0; i < 8; i++)
-        r[i] = req(OPCODE_WRITE, src + i * 512, LOCAL_SEGMENT_ID, dst + i * 512,
-                   512);
-    assert_int_equal(tent_submit(e, b, r, 8), 0);
+    local_writes(r, 8, f.src, f.dst, 512);
+    f.b = submit_new(f.e, 8, r, 8);
     assert_int_equal(mk.mock_call_count("smem_trans_batch_copy"), 1);
-    tent_status_t st = poll_task(e, b, 0);
+    tent_status_t st = poll_task(f.e, f.b, 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
     int queries = mk.mock_call_count("smem_trans_batch_status_query");
     assert_int_equal(queries, 3);
     for (size_t i = 1; i < 8; i++) {
-        assert_int_equal(tent_task_status(e, b, i, &st), 0);
+        assert_int_equal(tent_task_status(f.e, f.b, i, &st), 0);
         assert_int_equal(st.status, STATUS_COMPLETED);
         assert_int_equal(st.transferred_bytes, 512);
     }
@@ -569,29 +643,22 @@ test_contract_query_consumes_once_result_cached_for_all_tasks(void **s)
     assert_int_equal(mk.mock_call_count("smem_trans_batch_status_query"),
                      queries);
     assert_int_equal(mk.mock_stale_queries(), 0);
-    assert_memory_equal(src, dst, LEN);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, src);
-    unreg_buf(e, dst);
-    tent_destroy_engine(e);
+    assert_memory_equal(f.src, f.dst, LEN);
+    pair_close(&f);
 }
 
 /* A failure result, too, is cached for every task of its vendor batch. */
 static void test_contract_failure_result_cached_for_all_tasks(void **s)
 {
     (void)s;
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 1), *dst = reg_buf(e, LEN, 0);
+    struct pair f = pair_open(1, 0);
     mk.mock_set_result(SM_TIMEOUT);
-    tent_batch_id_t b = tent_allocate_batch(e, 4);
     tent_request_t r[4];
-    for (int i = 0; i < 4; i++)
-        r[i] = req(OPCODE_WRITE, src + i * 1024, LOCAL_SEGMENT_ID,
-                   dst + i * 1024, 1024);
-    assert_int_equal(tent_submit(e, b, r, 4), 0);
+    local_writes(r, 4, f.src, f.dst, 1024);
+    f.b = submit_new(f.e, 4, r, 4);
     /* The transport's own view: every task FAILED with the vendor code. */
-    struct memfabric_transport *mf = mf_in(e);
-    struct tent_sub_batch *sb = &sub_of(e, b)->base;
+    struct memfabric_transport *mf = mf_in(f.e);
+    struct tent_sub_batch *sb = &sub_of(f.e, f.b)->base;
     for (uint32_t i = 0; i < 4; i++) {
         struct tent_xfer_status xs = {0};
         assert_int_equal(mf->base.ops->status(&mf->base, sb, i, &xs), 0);
@@ -601,13 +668,10 @@ static void test_contract_failure_result_cached_for_all_tasks(void **s)
         assert_int_equal(xs.native, SM_TIMEOUT);
     }
     assert_int_equal(mk.mock_call_count("smem_trans_batch_status_query"), 1);
-    tent_status_t all = poll_overall(e, b);
+    tent_status_t all = poll_overall(f.e, f.b);
     assert_int_equal(all.status, STATUS_FAILED);
     assert_int_equal(all.transferred_bytes, 0);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, src);
-    unreg_buf(e, dst);
-    tent_destroy_engine(e);
+    pair_close(&f);
 }
 
 /* "... without decrementing the pending count": pending_batch_count counts
@@ -615,55 +679,45 @@ static void test_contract_failure_result_cached_for_all_tasks(void **s)
 static void test_contract_pending_batch_count_tracks_vendor_batches(void **s)
 {
     (void)s;
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 2), *dst = reg_buf(e, LEN, 3);
+    struct pair f = pair_open(2, 3);
     mk.mock_set_never_complete(1);
-    tent_batch_id_t b = tent_allocate_batch(e, 4);
-    tent_request_t r[2] = {
-        req(OPCODE_WRITE, src, LOCAL_SEGMENT_ID, dst, 1024),
-        req(OPCODE_READ, src + 1024, LOCAL_SEGMENT_ID, dst + 1024, 1024),
-    };
-    assert_int_equal(tent_submit(e, b, r, 2), 0);
-    assert_int_equal(pending_count(e, b), 2);
-    assert_int_equal(sub_of(e, b)->nvb, 2);
+    tent_request_t r[2];
+    local_writes(r, 2, f.src, f.dst, 1024);
+    r[1].opcode = OPCODE_READ; /* one write, one read: two vendor batches */
+    f.b = submit_new(f.e, 4, r, 2);
+    assert_int_equal(pending_count(f.e, f.b), 2);
+    assert_int_equal(sub_of(f.e, f.b)->nvb, 2);
     mk.mock_complete_all();
-    assert_int_equal(poll_task(e, b, 0).status, STATUS_COMPLETED);
-    assert_int_equal(pending_count(e, b), 1);
-    assert_int_equal(poll_task(e, b, 1).status, STATUS_COMPLETED);
-    assert_int_equal(pending_count(e, b), 0);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, src);
-    unreg_buf(e, dst);
-    tent_destroy_engine(e);
+    assert_int_equal(poll_task(f.e, f.b, 0).status, STATUS_COMPLETED);
+    assert_int_equal(pending_count(f.e, f.b), 1);
+    assert_int_equal(poll_task(f.e, f.b, 1).status, STATUS_COMPLETED);
+    assert_int_equal(pending_count(f.e, f.b), 0);
+    pair_close(&f);
 }
 
 /* "A query error is returned to the caller ..." */
 static void test_contract_query_error_returned_to_caller(void **s)
 {
     (void)s;
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 4), *dst = reg_buf(e, LEN, 0);
+    struct pair f = pair_open(4, 0);
     mk.mock_set_query_error(SM_INNER_BUSY, 2);
-    tent_batch_id_t b = submit_write(e, src, dst);
+    pair_write(&f);
     tent_status_t st;
     for (int i = 0; i < 2; i++) {
-        assert_int_equal(tent_task_status(e, b, 0, &st), TENT_EVENDOR);
+        assert_int_equal(tent_task_status(f.e, f.b, 0, &st), TENT_EVENDOR);
         assert_int_equal(st.status, STATUS_PENDING);
         assert_non_null(strstr(tent_last_error(), "-2013"));
     }
     /* metrics: one vendor batch, still pending, two query errors */
-    struct tent_metrics *m = E(e)->metrics;
+    struct tent_metrics *m = E(f.e)->metrics;
     assert_int_equal(tent_metrics_total(m, TM_MF_BATCHES_SUBMITTED), 1);
     assert_int_equal(tent_metrics_total(m, TM_MF_BATCHES_PENDING), 1);
     assert_int_equal(tent_metrics_total(m, TM_MF_QUERY_ERRORS), 2);
-    assert_int_equal(tent_task_status(e, b, 0, &st), 0);
+    assert_int_equal(tent_task_status(f.e, f.b, 0, &st), 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(tent_metrics_total(m, TM_MF_BATCHES_PENDING), 0);
     assert_int_equal(tent_metrics_total(m, TM_MF_QUERY_ERRORS), 2);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, src);
-    unreg_buf(e, dst);
-    tent_destroy_engine(e);
+    pair_close(&f);
 }
 
 /* "... and leaves tasks pending without decrementing the pending count." */
@@ -671,32 +725,28 @@ static void
 test_contract_query_error_leaves_tasks_pending_count_untouched(void **s)
 {
     (void)s;
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 5), *dst = reg_buf(e, LEN, 0);
+    struct pair f = pair_open(5, 0);
     mk.mock_set_query_error(SM_ERROR, 4);
-    tent_batch_id_t b = submit_write(e, src, dst);
-    struct memfabric_transport *mf = mf_in(e);
-    struct tent_sub_batch *sb = &sub_of(e, b)->base;
+    pair_write(&f);
+    struct memfabric_transport *mf = mf_in(f.e);
+    struct tent_sub_batch *sb = &sub_of(f.e, f.b)->base;
     for (int i = 0; i < 2; i++) {
         struct tent_xfer_status xs = {.state = -1};
         assert_int_equal(mf->base.ops->status(&mf->base, sb, 0, &xs),
                          TENT_EVENDOR);
         assert_int_equal(xs.state, -1); /* nothing reported */
-        assert_int_equal(pending_count(e, b), 1);
+        assert_int_equal(pending_count(f.e, f.b), 1);
         tent_status_t st;
-        assert_int_equal(tent_overall_status(e, b, &st), TENT_EVENDOR);
+        assert_int_equal(tent_overall_status(f.e, f.b, &st), TENT_EVENDOR);
         assert_int_equal(st.status, STATUS_PENDING);
-        assert_int_equal(pending_count(e, b), 1);
+        assert_int_equal(pending_count(f.e, f.b), 1);
     }
-    assert_int_equal(dst[0], 0);
-    tent_status_t st = poll_task(e, b, 0);
+    assert_int_equal(f.dst[0], 0);
+    tent_status_t st = poll_task(f.e, f.b, 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
-    assert_int_equal(pending_count(e, b), 0);
-    assert_memory_equal(src, dst, LEN);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, src);
-    unreg_buf(e, dst);
-    tent_destroy_engine(e);
+    assert_int_equal(pending_count(f.e, f.b), 0);
+    assert_memory_equal(f.src, f.dst, LEN);
+    pair_close(&f);
 }
 
 /* The runtime (src/runtime/batch.c) must not fail over a task whose query
@@ -705,56 +755,47 @@ static void test_contract_query_error_no_failover_no_completion(void **s)
 {
     (void)s;
     tent_set_config("transports/fake_b/enable", "true");
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 6), *dst = reg_buf(e, LEN, 0);
+    struct pair f = pair_open(6, 0);
     mk.mock_set_query_error(SM_NOT_CONNECTED, -1);
-    tent_batch_id_t b = submit_write(e, src, dst);
+    pair_write(&f);
     tent_status_t st;
     for (int i = 0; i < 5; i++) {
-        assert_int_equal(tent_task_status(e, b, 0, &st), TENT_EVENDOR);
+        assert_int_equal(tent_task_status(f.e, f.b, 0, &st), TENT_EVENDOR);
         assert_int_equal(st.status, STATUS_PENDING);
-        assert_int_equal(tent_overall_status(e, b, &st), TENT_EVENDOR);
+        assert_int_equal(tent_overall_status(f.e, f.b, &st), TENT_EVENDOR);
         assert_int_equal(st.status, STATUS_PENDING);
         assert_int_equal(st.transferred_bytes, 0);
     }
     assert_int_equal(atomic_load(&fake_stats[1].submitted), 0);
-    assert_int_equal(tent_free_batch(e, b), TENT_EBUSY);
-    assert_int_equal(tent_unregister_memory(e, src, 0), TENT_EBUSY);
-    assert_int_equal(dst[0], 0);
+    assert_int_equal(tent_unregister_memory(f.e, f.src, 0), TENT_EBUSY);
+    assert_int_equal(f.dst[0], 0);
     mk.mock_set_query_error(0, 0);
-    st = poll_task(e, b, 0);
+    st = poll_task(f.e, f.b, 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(atomic_load(&fake_stats[1].submitted), 0);
-    assert_memory_equal(src, dst, LEN);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, src);
-    unreg_buf(e, dst);
-    tent_destroy_engine(e);
+    assert_memory_equal(f.src, f.dst, LEN);
+    pair_close(&f);
 }
 
 /* "quiesce() stops new submissions": later submits fail per request. */
 static void test_contract_quiesce_stops_new_submissions(void **s)
 {
     (void)s;
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 7), *dst = reg_buf(e, LEN, 0);
-    struct memfabric_transport *mf = mf_in(e);
+    struct pair f = pair_open(7, 0);
+    struct memfabric_transport *mf = mf_in(f.e);
     assert_int_equal(mf->base.ops->quiesce(&mf->base), 0);
-    struct tent_sub_batch *sb;
-    assert_int_equal(mf->base.ops->alloc_sub_batch(&mf->base, 8, &sb), 0);
+    struct tent_sub_batch *sb = sub_alloc(mf, 8);
     int res[3] = {1, 1, 1};
-    assert_int_equal(direct_submit(e, sb, 0, src, dst, 3, res), TENT_ESHUTDOWN);
+    assert_int_equal(direct_submit(f.e, sb, 0, f.src, f.dst, 3, res),
+                     TENT_ESHUTDOWN);
     for (int i = 0; i < 3; i++)
         assert_int_equal(res[i], TENT_ESHUTDOWN);
-    assert_int_equal(mf->base.ops->free_sub_batch(&mf->base, sb), 0);
+    sub_free(mf, sb);
     /* Through the engine: refused at submit, no other transport: FAILED. */
-    tent_batch_id_t b = submit_write(e, src, dst);
-    assert_int_equal(poll_task(e, b, 0).status, STATUS_FAILED);
+    pair_write(&f);
+    assert_int_equal(poll_task(f.e, f.b, 0).status, STATUS_FAILED);
     assert_int_equal(mk.mock_call_count("smem_trans_batch_copy"), 0);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, src);
-    unreg_buf(e, dst);
-    tent_destroy_engine(e);
+    pair_close(&f);
 }
 
 /* "... and polls outstanding tasks until their results are available ...
@@ -763,25 +804,21 @@ static void test_contract_quiesce_stops_new_submissions(void **s)
 static void test_contract_quiesce_polls_until_results_via_status_path(void **s)
 {
     (void)s;
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 8), *dst = reg_buf(e, LEN, 0);
+    struct pair f = pair_open(8, 0);
     mk.mock_set_pending_polls(5);
-    tent_batch_id_t b = submit_write(e, src, dst);
-    struct memfabric_transport *mf = mf_in(e);
+    pair_write(&f);
+    struct memfabric_transport *mf = mf_in(f.e);
     assert_int_equal(mf->base.ops->quiesce(&mf->base), 0);
     assert_int_equal(mk.mock_call_count("smem_trans_batch_status_query"), 6);
-    assert_int_equal(pending_count(e, b), 0);
-    assert_memory_equal(src, dst, LEN);
+    assert_int_equal(pending_count(f.e, f.b), 0);
+    assert_memory_equal(f.src, f.dst, LEN);
     /* The task reads its result from the cache quiesce filled. */
     tent_status_t st;
-    assert_int_equal(tent_task_status(e, b, 0, &st), 0);
+    assert_int_equal(tent_task_status(f.e, f.b, 0, &st), 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(st.transferred_bytes, LEN);
     assert_int_equal(mk.mock_call_count("smem_trans_batch_status_query"), 6);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, src);
-    unreg_buf(e, dst);
-    tent_destroy_engine(e);
+    pair_close(&f);
 }
 
 struct quiesce_arg {
@@ -800,12 +837,14 @@ static void *quiesce_thread(void *p)
     return NULL;
 }
 
-static void wait_until(int (*cond)(void *), void *arg, const char *what)
+#define wait_until(cond, arg, what) wait_until_at(TU_HERE, cond, arg, what)
+static void wait_until_at(struct tu_at at, int (*cond)(void *), void *arg,
+                          const char *what)
 {
-    uint64_t deadline = now_ms() + 10000;
+    long long deadline = tent_now_ms() + 10000;
     while (!cond(arg)) {
-        if (now_ms() > deadline)
-            fail_msg("timed out waiting for %s", what);
+        if (tent_now_ms() > deadline)
+            at_fail_msg(at, "timed out waiting for %s", what);
         sched_yield();
     }
 }
@@ -829,11 +868,10 @@ static void test_contract_quiesce_releases_lock_between_iterations(void **s)
 {
     (void)s;
     setenv("MF_TRANSFER_TIMEOUT", "20000", 1);
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 9), *dst = reg_buf(e, LEN, 0);
+    struct pair f = pair_open(9, 0);
     mk.mock_set_never_complete(1);
-    tent_batch_id_t b = submit_write(e, src, dst);
-    struct quiesce_arg qa = {.mf = mf_in(e)};
+    pair_write(&f);
+    struct quiesce_arg qa = {.mf = mf_in(f.e)};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, quiesce_thread, &qa), 0);
     wait_until(queries_at_least_3, NULL, "quiesce to poll");
@@ -850,22 +888,19 @@ static void test_contract_quiesce_releases_lock_between_iterations(void **s)
     assert_int_equal(q_after, q);
     /* A poll and a submission get through while quiesce still waits. */
     tent_status_t st;
-    assert_int_equal(tent_task_status(e, b, 0, &st), 0);
+    assert_int_equal(tent_task_status(f.e, f.b, 0, &st), 0);
     assert_int_equal(st.status, STATUS_PENDING);
-    struct tent_sub_batch *sb;
-    assert_int_equal(qa.mf->base.ops->alloc_sub_batch(&qa.mf->base, 4, &sb), 0);
+    struct tent_sub_batch *sb = sub_alloc(qa.mf, 4);
     int res[1];
-    assert_int_equal(direct_submit(e, sb, 0, src, dst, 1, res), TENT_ESHUTDOWN);
+    assert_int_equal(direct_submit(f.e, sb, 0, f.src, f.dst, 1, res),
+                     TENT_ESHUTDOWN);
     assert_int_equal(atomic_load(&qa.done), 0);
     mk.mock_complete_all();
     pthread_join(th, NULL);
     assert_int_equal(qa.rc, 0);
-    assert_int_equal(qa.mf->base.ops->free_sub_batch(&qa.mf->base, sb), 0);
-    assert_int_equal(poll_task(e, b, 0).status, STATUS_COMPLETED);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, src);
-    unreg_buf(e, dst);
-    tent_destroy_engine(e);
+    sub_free(qa.mf, sb);
+    assert_int_equal(poll_task(f.e, f.b, 0).status, STATUS_COMPLETED);
+    pair_close(&f);
 }
 
 struct submit_arg {
@@ -891,13 +926,12 @@ static void *submit_thread(void *p)
 static void test_contract_quiesce_polling_serialized_with_submission(void **s)
 {
     (void)s;
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 10), *dst = reg_buf(e, LEN, 0);
+    struct pair f = pair_open(10, 0);
     mk.mock_set_pending_polls(2);
-    tent_batch_id_t b = submit_write(e, src, dst);
-    struct memfabric_transport *mf = mf_in(e);
-    struct submit_arg sa = {.e = e, .src = src, .dst = dst};
-    assert_int_equal(mf->base.ops->alloc_sub_batch(&mf->base, 4, &sa.sb), 0);
+    pair_write(&f);
+    struct memfabric_transport *mf = mf_in(f.e);
+    struct submit_arg sa = {.e = f.e, .src = f.src, .dst = f.dst};
+    sa.sb = sub_alloc(mf, 4);
     mk.mock_block_queries(1);
     struct quiesce_arg qa = {.mf = mf};
     pthread_t qt, st;
@@ -914,43 +948,38 @@ static void test_contract_quiesce_polling_serialized_with_submission(void **s)
     pthread_join(qt, NULL);
     assert_int_equal(qa.rc, 0);
     assert_int_equal(mk.mock_call_count("smem_trans_batch_copy"), 1);
-    assert_int_equal(mf->base.ops->free_sub_batch(&mf->base, sa.sb), 0);
-    assert_int_equal(poll_task(e, b, 0).status, STATUS_COMPLETED);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, src);
-    unreg_buf(e, dst);
-    tent_destroy_engine(e);
+    sub_free(mf, sa.sb);
+    assert_int_equal(poll_task(f.e, f.b, 0).status, STATUS_COMPLETED);
+    pair_close(&f);
 }
 
-/* A never-completing write and a quiesce that times out after ms. */
-static tent_engine_t timed_out_engine(const char *ms, char **src, char **dst,
-                                      tent_batch_id_t *b, uint64_t *elapsed)
+/* The pair with a never-completing write and a quiesce that times out
+ * after ms; returns how long the quiesce took. */
+#define timed_out_pair(f, ms) timed_out_pair_at(TU_HERE, f, ms)
+static long long timed_out_pair_at(struct tu_at at, struct pair *f,
+                                   const char *ms)
 {
     setenv("MF_TRANSFER_TIMEOUT", ms, 1);
-    tent_engine_t e = new_engine();
-    *src = reg_buf(e, LEN, 12);
-    *dst = reg_buf(e, LEN, 0);
+    *f = pair_open_at(at, 12, 0);
     mk.mock_set_never_complete(1);
-    *b = submit_write(e, *src, *dst);
-    struct memfabric_transport *mf = mf_in(e);
-    uint64_t t0 = now_ms();
-    assert_int_equal(mf->base.ops->quiesce(&mf->base), TENT_ETIMEDOUT);
-    *elapsed = now_ms() - t0;
-    assert_non_null(strstr(tent_last_error(), "MF_TRANSFER_TIMEOUT"));
-    assert_int_equal(tent_metrics_total(E(e)->metrics, TM_MF_QUIESCE_TIMEOUTS),
-                     1);
-    return e;
+    pair_write_at(at, f);
+    struct memfabric_transport *mf = mf_in(f->e);
+    long long t0 = tent_now_ms();
+    at_int_equal(at, mf->base.ops->quiesce(&mf->base), TENT_ETIMEDOUT);
+    long long elapsed = tent_now_ms() - t0;
+    at_non_null(at, strstr(tent_last_error(), "MF_TRANSFER_TIMEOUT"));
+    at_int_equal(
+        at, tent_metrics_total(E(f->e)->metrics, TM_MF_QUIESCE_TIMEOUTS), 1);
+    return elapsed;
 }
 
-static void finish_and_destroy(tent_engine_t e, tent_batch_id_t b, char *src,
-                               char *dst)
+/* Lets the vendor finish the batch, waits for it and closes the pair. */
+#define finish_and_close(f) finish_and_close_at(TU_HERE, f)
+static void finish_and_close_at(struct tu_at at, struct pair *f)
 {
     mk.mock_complete_all();
-    poll_overall(e, b);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, src);
-    unreg_buf(e, dst);
-    tent_destroy_engine(e);
+    poll_overall_at(at, f->e, f->b);
+    pair_close_at(at, f);
 }
 
 /* "Submission remains disabled after quiesce returns, including after a
@@ -958,21 +987,19 @@ static void finish_and_destroy(tent_engine_t e, tent_batch_id_t b, char *src,
 static void test_contract_submission_disabled_after_quiesce_timeout(void **s)
 {
     (void)s;
-    char *src, *dst;
-    tent_batch_id_t b;
-    uint64_t ms;
-    tent_engine_t e = timed_out_engine("100", &src, &dst, &b, &ms);
-    struct memfabric_transport *mf = mf_in(e);
-    struct tent_sub_batch *sb;
-    assert_int_equal(mf->base.ops->alloc_sub_batch(&mf->base, 4, &sb), 0);
+    struct pair f;
+    timed_out_pair(&f, "100");
+    struct memfabric_transport *mf = mf_in(f.e);
+    struct tent_sub_batch *sb = sub_alloc(mf, 4);
     int res[2];
-    assert_int_equal(direct_submit(e, sb, 0, src + 2048, dst + 2048, 2, res),
-                     TENT_ESHUTDOWN);
+    assert_int_equal(
+        direct_submit(f.e, sb, 0, f.src + 2048, f.dst + 2048, 2, res),
+        TENT_ESHUTDOWN);
     assert_int_equal(res[0], TENT_ESHUTDOWN);
     assert_int_equal(res[1], TENT_ESHUTDOWN);
-    assert_int_equal(mf->base.ops->free_sub_batch(&mf->base, sb), 0);
+    sub_free(mf, sb);
     assert_int_equal(mk.mock_call_count("smem_trans_batch_copy"), 1);
-    finish_and_destroy(e, b, src, dst);
+    finish_and_close(&f);
 }
 
 /* "A timeout returns an error without completing pending tasks or clearing
@@ -981,20 +1008,18 @@ static void
 test_contract_quiesce_timeout_completes_nothing_keeps_count(void **s)
 {
     (void)s;
-    char *src, *dst;
-    tent_batch_id_t b;
-    uint64_t ms;
-    tent_engine_t e = timed_out_engine("150", &src, &dst, &b, &ms);
+    struct pair f;
+    long long ms = timed_out_pair(&f, "150");
     assert_true(ms >= 150);
     assert_true(ms < 150 + 2000);
-    assert_int_equal(pending_count(e, b), 1);
-    assert_int_equal(sub_of(e, b)->batch_status_cache[0].state,
+    assert_int_equal(pending_count(f.e, f.b), 1);
+    assert_int_equal(sub_of(f.e, f.b)->batch_status_cache[0].state,
                      MEMFABRIC_VB_PENDING);
     tent_status_t st;
-    assert_int_equal(tent_task_status(e, b, 0, &st), 0);
+    assert_int_equal(tent_task_status(f.e, f.b, 0, &st), 0);
     assert_int_equal(st.status, STATUS_PENDING);
-    assert_int_equal(tent_unregister_memory(e, dst, 0), TENT_EBUSY);
-    finish_and_destroy(e, b, src, dst);
+    assert_int_equal(tent_unregister_memory(f.e, f.dst, 0), TENT_EBUSY);
+    finish_and_close(&f);
 }
 
 /* "A later query ... can still observe completion." */
@@ -1002,18 +1027,16 @@ static void
 test_contract_later_query_observes_completion_after_timeout(void **s)
 {
     (void)s;
-    char *src, *dst;
-    tent_batch_id_t b;
-    uint64_t ms;
-    tent_engine_t e = timed_out_engine("50", &src, &dst, &b, &ms);
+    struct pair f;
+    timed_out_pair(&f, "50");
     mk.mock_complete_all();
     tent_status_t st;
-    assert_int_equal(tent_task_status(e, b, 0, &st), 0);
+    assert_int_equal(tent_task_status(f.e, f.b, 0, &st), 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(st.transferred_bytes, LEN);
-    assert_memory_equal(src, dst, LEN);
-    assert_int_equal(pending_count(e, b), 0);
-    finish_and_destroy(e, b, src, dst);
+    assert_memory_equal(f.src, f.dst, LEN);
+    assert_int_equal(pending_count(f.e, f.b), 0);
+    finish_and_close(&f);
 }
 
 /* "A later ... quiesce call can still observe completion." */
@@ -1021,21 +1044,19 @@ static void
 test_contract_later_quiesce_observes_completion_after_timeout(void **s)
 {
     (void)s;
-    char *src, *dst;
-    tent_batch_id_t b;
-    uint64_t ms;
-    tent_engine_t e = timed_out_engine("50", &src, &dst, &b, &ms);
-    struct memfabric_transport *mf = mf_in(e);
+    struct pair f;
+    timed_out_pair(&f, "50");
+    struct memfabric_transport *mf = mf_in(f.e);
     assert_int_equal(mf->base.ops->quiesce(&mf->base), TENT_ETIMEDOUT);
     mk.mock_complete_all();
     assert_int_equal(mf->base.ops->quiesce(&mf->base), 0);
-    assert_int_equal(pending_count(e, b), 0);
+    assert_int_equal(pending_count(f.e, f.b), 0);
     int q = mk.mock_call_count("smem_trans_batch_status_query");
     tent_status_t st;
-    assert_int_equal(tent_task_status(e, b, 0, &st), 0);
+    assert_int_equal(tent_task_status(f.e, f.b, 0, &st), 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(mk.mock_call_count("smem_trans_batch_status_query"), q);
-    finish_and_destroy(e, b, src, dst);
+    finish_and_close(&f);
 }
 
 /* "The timeout does not cancel backend operations": the vendor batch lives
@@ -1043,19 +1064,17 @@ test_contract_later_quiesce_observes_completion_after_timeout(void **s)
 static void test_contract_timeout_does_not_cancel_backend_operations(void **s)
 {
     (void)s;
-    char *src, *dst;
-    tent_batch_id_t b;
-    uint64_t ms;
-    tent_engine_t e = timed_out_engine("50", &src, &dst, &b, &ms);
+    struct pair f;
+    timed_out_pair(&f, "50");
     assert_int_equal(mk.mock_live_batches(), 1);
     assert_int_equal(mk.mock_call_count("smem_trans_deregister_mem"), 0);
     assert_int_equal(mk.mock_call_count("smem_trans_destroy"), 0);
-    assert_true(mk.mock_is_registered(dst));
-    assert_int_equal(dst[0], 0);
+    assert_true(mk.mock_is_registered(f.dst));
+    assert_int_equal(f.dst[0], 0);
     mk.mock_complete_all();
-    assert_int_equal(poll_task(e, b, 0).status, STATUS_COMPLETED);
-    assert_memory_equal(src, dst, LEN);
-    finish_and_destroy(e, b, src, dst);
+    assert_int_equal(poll_task(f.e, f.b, 0).status, STATUS_COMPLETED);
+    assert_memory_equal(f.src, f.dst, LEN);
+    finish_and_close(&f);
 }
 
 /* "The engine currently logs quiesce errors and continues teardown, so a
@@ -1068,26 +1087,29 @@ test_contract_engine_teardown_timeout_keeps_buffers_and_library(void **s)
 {
     (void)s;
     setenv("MF_TRANSFER_TIMEOUT", "300", 1);
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 13), *dst = reg_buf(e, LEN, 0);
+    struct pair f = pair_open(13, 0);
     mk.mock_set_never_complete(1);
-    tent_batch_id_t b = submit_write(e, src, dst);
+    pair_write(&f);
     /* What the engine deliberately abandons, kept to reclaim it below. */
-    struct memfabric_transport *mf = mf_in(e);
-    struct tent_batch *batch = batch_of(e, b);
+    struct memfabric_transport *mf = mf_in(f.e);
+    struct tent_batch *batch = batch_of(f.e, f.b);
     struct tent_sub_batch *sb = batch->subs[mf->base.index];
-    struct tent_segment *local = E(e)->local;
-    struct tent_metrics *metrics = E(e)->metrics; /* kept for the transport */
+    struct tent_segment *local = E(f.e)->local;
+    struct tent_metrics *metrics = E(f.e)->metrics; /* kept for the transport */
 
-    uint64_t t0 = now_ms();
-    capture_stderr(tent_destroy_engine, e);
-    uint64_t ms = now_ms() - t0;
+    long long t0 = tent_now_ms();
+    struct tu_capture cap;
+    tu_capture_begin(&cap);
+    tent_destroy_engine(f.e);
+    char *captured = tu_capture_end(&cap);
+    long long ms = tent_now_ms() - t0;
     assert_true(ms >= 300);
     assert_true(ms < 300 + 2000);
     assert_non_null(
         strstr(captured, "quiesce of transport 'memfabric' failed"));
-    assert_true(mk.mock_is_registered(src));
-    assert_true(mk.mock_is_registered(dst));
+    free(captured);
+    assert_true(mk.mock_is_registered(f.src));
+    assert_true(mk.mock_is_registered(f.dst));
     assert_int_equal(mk.mock_call_count("smem_trans_deregister_mem"), 0);
     assert_int_equal(mk.mock_call_count("smem_trans_destroy"), 0);
     assert_int_equal(mk.mock_call_count("smem_trans_uninit"), 0);
@@ -1104,8 +1126,8 @@ test_contract_engine_teardown_timeout_keeps_buffers_and_library(void **s)
      * there.  Then reclaim what was kept, as an operator's tool would. */
     mk.mock_complete_all();
     assert_int_equal(mf->base.ops->quiesce(&mf->base), 0);
-    assert_memory_equal(src, dst, LEN);
-    assert_int_equal(mf->base.ops->free_sub_batch(&mf->base, sb), 0);
+    assert_memory_equal(f.src, f.dst, LEN);
+    sub_free(mf, sb);
     free(batch->tasks);
     pthread_mutex_destroy(&batch->lock);
     free(batch);
@@ -1118,8 +1140,8 @@ test_contract_engine_teardown_timeout_keeps_buffers_and_library(void **s)
     mf->base.ops->uninstall(&mf->base);
     free(mf);
     tent_metrics_destroy(metrics);
-    free(src);
-    free(dst);
+    free(f.src);
+    free(f.dst);
 }
 
 /* Freeing a sub-batch with pending vendor batches is refused (EBUSY), never
@@ -1128,29 +1150,29 @@ static void
 test_contract_free_sub_batch_with_pending_vendor_batches_busy(void **s)
 {
     (void)s;
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 14), *dst = reg_buf(e, LEN, 0);
+    struct pair f = pair_open(14, 0);
     mk.mock_set_never_complete(1);
-    tent_batch_id_t b = submit_write(e, src, dst);
-    struct memfabric_transport *mf = mf_in(e);
-    struct tent_sub_batch *sb = &sub_of(e, b)->base;
+    pair_write(&f);
+    struct memfabric_transport *mf = mf_in(f.e);
+    struct tent_sub_batch *sb = &sub_of(f.e, f.b)->base;
     assert_int_equal(mf->base.ops->free_sub_batch(&mf->base, sb), TENT_EBUSY);
     assert_non_null(strstr(tent_last_error(), "1 vendor batch"));
-    assert_ptr_equal(&sub_of(e, b)->base, sb);
-    assert_int_equal(tent_free_batch(e, b), TENT_EBUSY);
+    assert_ptr_equal(&sub_of(f.e, f.b)->base, sb);
     assert_int_equal(mk.mock_live_batches(), 1);
-    finish_and_destroy(e, b, src, dst);
+    finish_and_close(&f);
 }
 
 /* ========================= Important Notes ============================== */
 
 /* Installs an instance by hand under the registry's one rule: a failed
  * install is freed, never uninstalled (*out is then NULL). */
-static int direct_install(tent_engine_t host, struct memfabric_transport **out)
+#define direct_install(host, out) direct_install_at(TU_HERE, host, out)
+static int direct_install_at(struct tu_at at, tent_engine_t host,
+                             struct memfabric_transport **out)
 {
     struct memfabric_transport *mf =
         calloc(1, tent_memfabric_transport_ops.instance_size);
-    assert_non_null(mf);
+    at_non_null(at, mf);
     mf->base.ops = &tent_memfabric_transport_ops;
     mf->base.env = &E(host)->xenv;
     int rc = mf->base.ops->install(&mf->base);
@@ -1159,6 +1181,21 @@ static int direct_install(tent_engine_t host, struct memfabric_transport **out)
         mf = NULL;
     }
     *out = mf;
+    return rc;
+}
+
+/* direct_install with stderr captured meanwhile: *captured is what was
+ * logged (malloc'd, the caller frees it). */
+#define direct_install_logged(host, out, captured)                             \
+    direct_install_logged_at(TU_HERE, host, out, captured)
+static int direct_install_logged_at(struct tu_at at, tent_engine_t host,
+                                    struct memfabric_transport **out,
+                                    char **captured)
+{
+    struct tu_capture cap;
+    tu_capture_begin_at(at, &cap);
+    int rc = direct_install_at(at, host, out);
+    *captured = tu_capture_end_at(at, &cap);
     return rc;
 }
 
@@ -1171,26 +1208,16 @@ static void direct_uninstall(struct memfabric_transport *mf)
     free(mf);
 }
 
-static tent_engine_t host_engine(void)
+/* An engine without memfabric (fake_a instead) to install instances in. */
+#define host_engine() host_engine_at(TU_HERE)
+static tent_engine_t host_engine_at(struct tu_at at)
 {
     tent_set_config("transports/memfabric/enable", "false");
     tent_set_config("transports/fake_a/enable", "true");
     tent_engine_t e = tent_create_engine();
-    assert_non_null(e);
+    at_non_null(at, e);
     tent_set_config("transports/memfabric/enable", "true");
     return e;
-}
-
-static struct {
-    tent_engine_t host;
-    int rc;
-    struct memfabric_transport *mf;
-} di;
-
-static void do_direct_install(void *arg)
-{
-    (void)arg;
-    di.rc = direct_install(di.host, &di.mf);
 }
 
 /* Note 1: "libmf_smem.so must be in LD_LIBRARY_PATH": found there. */
@@ -1215,18 +1242,20 @@ static void test_note1_missing_library_is_device_not_found(void **s)
 {
     (void)s;
     setenv("MF_SMEM_LIBRARY", "/nonexistent/dir/libmf_smem.so", 1);
-    di.host = host_engine();
-    capture_stderr(do_direct_install, NULL);
-    assert_int_equal(di.rc, TENT_ENODEV);
+    tent_engine_t host = host_engine();
+    struct memfabric_transport *mf;
+    char *captured;
+    assert_int_equal(direct_install_logged(host, &mf, &captured), TENT_ENODEV);
     const char *line = "MemFabricUnderApi::LoadLibrary failed, libmf_smem.so "
                        "unavailable";
     assert_non_null(strstr(captured, line));
     assert_non_null(strstr(captured, "/nonexistent/dir/libmf_smem.so"));
+    free(captured);
     assert_non_null(strstr(tent_last_error(), line));
     assert_non_null(strstr(tent_last_error(), "No such file"));
     assert_int_equal(memfabric_api_refcount(), 0);
-    direct_uninstall(di.mf);
-    tent_destroy_engine(di.host);
+    direct_uninstall(mf);
+    tent_destroy_engine(host);
     /* Through the engine: memfabric is simply not installed. */
     tent_engine_t e = tent_create_engine();
     assert_non_null(e);
@@ -1240,18 +1269,20 @@ static void test_note1_missing_symbol_is_device_not_found_naming_it(void **s)
 {
     (void)s;
     setenv("MF_SMEM_LIBRARY", MOCK_NOSYM_LIBRARY, 1);
-    di.host = host_engine();
-    capture_stderr(do_direct_install, NULL);
-    assert_int_equal(di.rc, TENT_ENODEV);
+    tent_engine_t host = host_engine();
+    struct memfabric_transport *mf;
+    char *captured;
+    assert_int_equal(direct_install_logged(host, &mf, &captured), TENT_ENODEV);
     assert_non_null(strstr(captured, "MemFabricUnderApi::LoadLibrary failed, "
                                      "libmf_smem.so unavailable"));
     assert_non_null(strstr(captured, "smem_trans_batch_status_query"));
+    free(captured);
     assert_non_null(strstr(tent_last_error(), "smem_trans_batch_status_query"));
     assert_int_equal(memfabric_api_refcount(), 0);
     assert_null(memfabric_api.smem_trans_init);
     assert_int_equal(mk.mock_call_count("smem_trans_init"), 0);
-    direct_uninstall(di.mf);
-    tent_destroy_engine(di.host);
+    direct_uninstall(mf);
+    tent_destroy_engine(host);
 }
 
 /* Note 2: "MF_PROTOCOL must be set: If unset, install() returns
@@ -1607,12 +1638,11 @@ static void test_buffers_registered_with_vendor_and_errors_surface(void **s)
 static void test_read_passes_local_src_remote_dest(void **s)
 {
     (void)s;
-    tent_engine_t e = new_engine();
-    char *local = reg_buf(e, LEN, 0), *remote = reg_buf(e, LEN, 0);
+    struct pair f = pair_open(0, 0);
+    char *local = f.src, *remote = f.dst;
     pattern(remote, LEN, 3);
-    tent_batch_id_t b = tent_allocate_batch(e, 1);
     tent_request_t r = req(OPCODE_READ, local, LOCAL_SEGMENT_ID, remote, LEN);
-    assert_int_equal(tent_submit(e, b, &r, 1), 0);
+    f.b = submit_new(f.e, 1, &r, 1);
     struct mock_batch_info *last = malloc(sizeof(*last));
     assert_true(mk.mock_last_batch(last));
     assert_int_equal(last->opcode, SMEM_TRANS_OP_READ);
@@ -1620,58 +1650,46 @@ static void test_read_passes_local_src_remote_dest(void **s)
     assert_ptr_equal(last->src[0], local);
     assert_ptr_equal(last->dst[0], remote);
     assert_int_equal(last->sizes[0], LEN);
-    assert_string_equal(last->dest_url, mf_in(e)->unique_id);
+    assert_string_equal(last->dest_url, mf_in(f.e)->unique_id);
     free(last);
-    assert_int_equal(poll_task(e, b, 0).status, STATUS_COMPLETED);
+    assert_int_equal(poll_task(f.e, f.b, 0).status, STATUS_COMPLETED);
     assert_memory_equal(local, remote, LEN);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, local);
-    unreg_buf(e, remote);
-    tent_destroy_engine(e);
+    pair_close(&f);
 }
 
 static void test_mixed_reads_and_writes_one_peer_two_vendor_batches(void **s)
 {
     (void)s;
-    tent_engine_t peer = new_peer("peer_b");
-    char *pbuf = reg_buf(peer, 8 * 1024, 0);
-    pattern(pbuf, 8 * 1024, 11);
-    tent_engine_t e = new_engine();
-    char *mine = reg_buf(e, 8 * 1024, 0);
-    pattern(mine, 8 * 1024, 22);
+    struct peer_pair f = peer_pair_open(8 * 1024);
+    pattern(f.theirs, 8 * 1024, 11);
+    pattern(f.mine, 8 * 1024, 22);
     char *orig_mine = malloc(8 * 1024), *orig_peer = malloc(8 * 1024);
-    memcpy(orig_mine, mine, 8 * 1024);
-    memcpy(orig_peer, pbuf, 8 * 1024);
-    tent_segment_id_t h = open_peer(e, "peer_b");
-    tent_batch_id_t b = tent_allocate_batch(e, 8);
+    memcpy(orig_mine, f.mine, 8 * 1024);
+    memcpy(orig_peer, f.theirs, 8 * 1024);
     tent_request_t r[8];
     for (int i = 0; i < 8; i++)
-        r[i] = req(i % 2 ? OPCODE_READ : OPCODE_WRITE, mine + i * 1024, h,
-                   pbuf + i * 1024, 1024);
-    assert_int_equal(tent_submit(e, b, r, 8), 0);
+        r[i] = req(i % 2 ? OPCODE_READ : OPCODE_WRITE, f.mine + i * 1024, f.h,
+                   f.theirs + i * 1024, 1024);
+    f.b = submit_new(f.e, 8, r, 8);
     assert_int_equal(mk.mock_call_count("smem_trans_batch_copy"), 2);
     struct mock_batch_info *last = malloc(sizeof(*last));
     assert_true(mk.mock_last_batch(last));
     assert_int_equal(last->batch_size, 4);
-    assert_string_equal(last->dest_url, mf_in(peer)->unique_id);
+    assert_string_equal(last->dest_url, mf_in(f.peer)->unique_id);
     free(last);
-    tent_status_t all = poll_overall(e, b);
+    tent_status_t all = poll_overall(f.e, f.b);
     assert_int_equal(all.status, STATUS_COMPLETED);
     assert_int_equal(all.transferred_bytes, 8 * 1024);
     for (int i = 0; i < 8; i++) {
         size_t off = (size_t)i * 1024;
         if (i % 2 == 0) /* write: peer got mine */
-            assert_memory_equal(pbuf + off, orig_mine + off, 1024);
+            assert_memory_equal(f.theirs + off, orig_mine + off, 1024);
         else /* read: mine got the peer's */
-            assert_memory_equal(mine + off, orig_peer + off, 1024);
+            assert_memory_equal(f.mine + off, orig_peer + off, 1024);
     }
     free(orig_mine);
     free(orig_peer);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, mine);
-    tent_destroy_engine(e);
-    unreg_buf(peer, pbuf);
-    destroy_peers();
+    peer_pair_close(&f);
 }
 
 static void test_two_peers_two_vendor_batches(void **s)
@@ -1683,14 +1701,13 @@ static void test_two_peers_two_vendor_batches(void **s)
     char *mine = reg_buf(e, 2 * LEN, 0);
     pattern(mine, 2 * LEN, 5);
     tent_segment_id_t hb = open_peer(e, "peer_b"), hc = open_peer(e, "peer_c");
-    tent_batch_id_t b = tent_allocate_batch(e, 4);
     tent_request_t r[4] = {
         req(OPCODE_WRITE, mine, hb, bb, LEN / 2),
         req(OPCODE_WRITE, mine + LEN, hc, cb, LEN / 2),
         req(OPCODE_WRITE, mine + LEN / 2, hb, bb + LEN / 2, LEN / 2),
         req(OPCODE_WRITE, mine + LEN + LEN / 2, hc, cb + LEN / 2, LEN / 2),
     };
-    assert_int_equal(tent_submit(e, b, r, 4), 0);
+    tent_batch_id_t b = submit_new(e, 4, r, 4);
     assert_int_equal(mk.mock_call_count("smem_trans_batch_copy"), 2);
     assert_int_equal(sub_of(e, b)->nvb, 2);
     tent_status_t all = poll_overall(e, b);
@@ -1716,8 +1733,7 @@ static void test_submit_without_peer_unique_id_names_segment(void **s)
     struct tent_segment *seg;
     assert_int_equal(tent_segment_new(9, "segment_without_mf", false, &seg), 0);
     assert_false(mf->base.ops->can_reach(&mf->base, &seg->v));
-    struct tent_sub_batch *sb;
-    assert_int_equal(mf->base.ops->alloc_sub_batch(&mf->base, 2, &sb), 0);
+    struct tent_sub_batch *sb = sub_alloc(mf, 2);
     struct tent_xfer x[2] = {
         {.slot = 0,
          .opcode = OPCODE_WRITE,
@@ -1742,13 +1758,13 @@ static void test_submit_without_peer_unique_id_names_segment(void **s)
     struct tent_xfer_status xs;
     assert_int_equal(mf->base.ops->status(&mf->base, sb, 1, &xs), 0);
     assert_int_equal(xs.state, TENT_XFER_COMPLETED);
-    assert_int_equal(mf->base.ops->free_sub_batch(&mf->base, sb), 0);
+    sub_free(mf, sb);
     /* The error message named the segment. */
-    assert_int_equal(mf->base.ops->alloc_sub_batch(&mf->base, 1, &sb), 0);
+    sb = sub_alloc(mf, 1);
     assert_int_equal(mf->base.ops->submit(&mf->base, sb, x, 1, res),
                      TENT_EPEER);
     assert_non_null(strstr(tent_last_error(), "segment_without_mf"));
-    assert_int_equal(mf->base.ops->free_sub_batch(&mf->base, sb), 0);
+    sub_free(mf, sb);
     tent_segment_free(seg);
     unreg_buf(e, src);
     tent_destroy_engine(e);
@@ -1762,12 +1778,9 @@ static void test_thousand_request_submit(void **s)
     char *src = reg_buf(e, N * SZ, 0), *dst = reg_buf(e, N * SZ, 0);
     pattern(src, N * SZ, 9);
     mk.mock_set_pending_polls(1);
-    tent_batch_id_t b = tent_allocate_batch(e, N);
     tent_request_t *r = calloc(N, sizeof(*r));
-    for (int i = 0; i < N; i++)
-        r[i] =
-            req(OPCODE_WRITE, src + i * SZ, LOCAL_SEGMENT_ID, dst + i * SZ, SZ);
-    assert_int_equal(tent_submit(e, b, r, N), 0);
+    local_writes(r, N, src, dst, SZ);
+    tent_batch_id_t b = submit_new(e, N, r, N);
     free(r);
     int copies = mk.mock_call_count("smem_trans_batch_copy");
     assert_true(copies >= 1 && copies <= N / 64 + 1);
@@ -1825,8 +1838,8 @@ static void *conc_poller(void *p)
 {
     struct conc *c = p;
     int done = 0;
-    uint64_t deadline = now_ms() + 60000;
-    while (done < THREADS * PER_THREAD && now_ms() < deadline) {
+    long long deadline = tent_now_ms() + 60000;
+    while (done < THREADS * PER_THREAD && tent_now_ms() < deadline) {
         for (int t = 0; t < THREADS; t++) {
             size_t n = atomic_load(&c->submitted[t]);
             for (size_t i = 0; i < n; i++) {
@@ -1921,22 +1934,18 @@ static void test_failover_to_secondary_on_vendor_failure_result(void **s)
 {
     (void)s;
     tent_set_config("transports/fake_b/enable", "true");
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 0), *dst = reg_buf(e, LEN, 0);
-    pattern(src, LEN, 4);
+    struct pair f = pair_open(0, 0);
+    pattern(f.src, LEN, 4);
     mk.mock_set_result(SM_PARTIAL_FAILED);
-    tent_batch_id_t b = submit_write(e, src, dst);
-    tent_status_t st = poll_task(e, b, 0);
+    pair_write(&f);
+    tent_status_t st = poll_task(f.e, f.b, 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(st.transferred_bytes, LEN);
-    assert_memory_equal(src, dst, LEN);
+    assert_memory_equal(f.src, f.dst, LEN);
     assert_int_equal(mk.mock_call_count("smem_trans_batch_copy"), 1);
     assert_int_equal(atomic_load(&fake_stats[1].submitted), 1);
     assert_int_equal(atomic_load(&fake_stats[1].completed), 1);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, src);
-    unreg_buf(e, dst);
-    tent_destroy_engine(e);
+    pair_close(&f);
 }
 
 /* A group whose smem_trans_batch_copy fails gets that error per request;
@@ -1945,37 +1954,43 @@ static void test_batch_copy_failure_fails_group_over(void **s)
 {
     (void)s;
     tent_set_config("transports/fake_b/enable", "true");
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 0), *dst = reg_buf(e, LEN, 0);
-    pattern(src, LEN, 6);
-    pattern(dst, LEN, 8);
+    struct pair f = pair_open(0, 0);
+    pattern(f.src, LEN, 6);
+    pattern(f.dst, LEN, 8);
     /* write src[0, half) -> dst[0, half); read dst[half, LEN) -> src[half..) */
     char *want_dst = malloc(LEN), *want_src = malloc(LEN);
-    memcpy(want_dst, dst, LEN);
-    memcpy(want_dst, src, LEN / 2);
-    memcpy(want_src, src, LEN);
-    memcpy(want_src + LEN / 2, dst + LEN / 2, LEN / 2);
+    memcpy(want_dst, f.dst, LEN);
+    memcpy(want_dst, f.src, LEN / 2);
+    memcpy(want_src, f.src, LEN);
+    memcpy(want_src + LEN / 2, f.dst + LEN / 2, LEN / 2);
     mk.mock_set_batch_copy_error(SM_NOT_CONNECTED, 1); /* the write group */
-    tent_batch_id_t b = tent_allocate_batch(e, 2);
-    tent_request_t r[2] = {
-        req(OPCODE_WRITE, src, LOCAL_SEGMENT_ID, dst, LEN / 2),
-        req(OPCODE_READ, src + LEN / 2, LOCAL_SEGMENT_ID, dst + LEN / 2,
-            LEN / 2),
-    };
-    assert_int_equal(tent_submit(e, b, r, 2), 0);
+    tent_request_t r[2];
+    local_writes(r, 2, f.src, f.dst, LEN / 2);
+    r[1].opcode = OPCODE_READ;
+    f.b = submit_new(f.e, 2, r, 2);
     assert_int_equal(mk.mock_call_count("smem_trans_batch_copy"), 2);
     assert_int_equal(atomic_load(&fake_stats[1].submitted), 1); /* the write */
-    tent_status_t all = poll_overall(e, b);
+    tent_status_t all = poll_overall(f.e, f.b);
     assert_int_equal(all.status, STATUS_COMPLETED);
     assert_int_equal(all.transferred_bytes, LEN);
-    assert_memory_equal(dst, want_dst, LEN);
-    assert_memory_equal(src, want_src, LEN);
+    assert_memory_equal(f.dst, want_dst, LEN);
+    assert_memory_equal(f.src, want_src, LEN);
     free(want_dst);
     free(want_src);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, src);
-    unreg_buf(e, dst);
-    tent_destroy_engine(e);
+    pair_close(&f);
+}
+
+/* With the peer reported down, a write of mine to it is refused at submit
+ * and never reaches the vendor; fake_b completes it and the bytes land. */
+#define write_fails_over(f) write_fails_over_at(TU_HERE, f)
+static void write_fails_over_at(struct tu_at at, struct peer_pair *f)
+{
+    tent_request_t r = req(OPCODE_WRITE, f->mine, f->h, f->theirs, LEN);
+    f->b = submit_new_at(at, f->e, 1, &r, 1);
+    at_int_equal(at, mk.mock_call_count("smem_trans_batch_copy"), 0);
+    at_int_equal(at, poll_task_at(at, f->e, f->b, 0).status, STATUS_COMPLETED);
+    at_int_equal(at, atomic_load(&fake_stats[1].completed), 1);
+    at_memory_equal(at, f->theirs, f->mine, LEN);
 }
 
 /* The peer-down callback marks the peer: new transfers to it are refused at
@@ -1984,26 +1999,12 @@ static void test_peer_down_marks_peer_and_fails_over(void **s)
 {
     (void)s;
     tent_set_config("transports/fake_b/enable", "true");
-    tent_engine_t pb = new_peer("peer_b");
-    char *bb = reg_buf(pb, LEN, 0);
-    tent_engine_t e = new_engine();
-    char *mine = reg_buf(e, LEN, 0);
-    pattern(mine, LEN, 12);
-    tent_segment_id_t h = open_peer(e, "peer_b");
-    assert_true(mk.mock_fire_peer_down(mf_in(pb)->unique_id) >= 1);
-    assert_int_equal(atomic_load(&mf_in(e)->peer_down_events), 1);
-    tent_batch_id_t b = tent_allocate_batch(e, 1);
-    tent_request_t r = req(OPCODE_WRITE, mine, h, bb, LEN);
-    assert_int_equal(tent_submit(e, b, &r, 1), 0);
-    assert_int_equal(mk.mock_call_count("smem_trans_batch_copy"), 0);
-    assert_int_equal(poll_task(e, b, 0).status, STATUS_COMPLETED);
-    assert_int_equal(atomic_load(&fake_stats[1].completed), 1);
-    assert_memory_equal(bb, mine, LEN);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, mine);
-    tent_destroy_engine(e);
-    unreg_buf(pb, bb);
-    destroy_peers();
+    struct peer_pair f = peer_pair_open(LEN);
+    pattern(f.mine, LEN, 12);
+    assert_true(mk.mock_fire_peer_down(mf_in(f.peer)->unique_id) >= 1);
+    assert_int_equal(atomic_load(&mf_in(f.e)->peer_down_events), 1);
+    write_fails_over(&f);
+    peer_pair_close(&f);
 }
 
 /* ======================== safety holes (issue 11) ======================= */
@@ -2095,20 +2096,18 @@ static void test_teardown_fails_no_task_over(void **s)
 {
     (void)s;
     tent_set_config("transports/fake_b/enable", "true");
-    tent_engine_t e = new_engine();
-    char *src = reg_buf(e, LEN, 0), *dst = reg_buf(e, LEN, 0);
-    pattern(src, LEN, 22);
+    struct pair f = pair_open(0, 0);
+    pattern(f.src, LEN, 22);
     mk.mock_set_result(SM_PARTIAL_FAILED);
-    tent_batch_id_t b = submit_write(e, src, dst);
-    (void)b;
+    pair_write(&f);
     assert_int_equal(mk.mock_call_count("smem_trans_batch_copy"), 1);
-    tent_destroy_engine(e);
+    tent_destroy_engine(f.e);
     assert_int_equal(atomic_load(&fake_stats[1].submitted), 0);
     assert_int_equal(atomic_load(&fake_stats[1].completed), 0);
     char zero[LEN] = {0};
-    assert_memory_equal(dst, zero, LEN);
-    free(src);
-    free(dst);
+    assert_memory_equal(f.dst, zero, LEN);
+    free(f.src);
+    free(f.dst);
 }
 
 /* Every peer reported down stays down: the list has no fixed size, so the
@@ -2117,32 +2116,18 @@ static void test_hundred_down_peers_first_stays_down(void **s)
 {
     (void)s;
     tent_set_config("transports/fake_b/enable", "true");
-    tent_engine_t pb = new_peer("peer_b");
-    char *bb = reg_buf(pb, LEN, 0);
-    tent_engine_t e = new_engine();
-    char *mine = reg_buf(e, LEN, 0);
-    pattern(mine, LEN, 23);
-    tent_segment_id_t h = open_peer(e, "peer_b");
-    assert_true(mk.mock_fire_peer_down(mf_in(pb)->unique_id) >= 1);
+    struct peer_pair f = peer_pair_open(LEN);
+    pattern(f.mine, LEN, 23);
+    assert_true(mk.mock_fire_peer_down(mf_in(f.peer)->unique_id) >= 1);
     for (int i = 0; i < 100; i++) {
         char id[64];
         snprintf(id, sizeof(id), "10.1.%d.%d:%d", i / 250, i % 250, 1000 + i);
         assert_true(mk.mock_fire_peer_down(id) >= 1);
     }
-    assert_int_equal(atomic_load(&mf_in(e)->peer_down_events), 101);
-    assert_int_equal(mf_in(e)->ndown, 101);
-    tent_batch_id_t b = tent_allocate_batch(e, 1);
-    tent_request_t r = req(OPCODE_WRITE, mine, h, bb, LEN);
-    assert_int_equal(tent_submit(e, b, &r, 1), 0);
-    assert_int_equal(mk.mock_call_count("smem_trans_batch_copy"), 0);
-    assert_int_equal(poll_task(e, b, 0).status, STATUS_COMPLETED);
-    assert_int_equal(atomic_load(&fake_stats[1].completed), 1);
-    assert_memory_equal(bb, mine, LEN);
-    assert_int_equal(tent_free_batch(e, b), 0);
-    unreg_buf(e, mine);
-    tent_destroy_engine(e);
-    unreg_buf(pb, bb);
-    destroy_peers();
+    assert_int_equal(atomic_load(&mf_in(f.e)->peer_down_events), 101);
+    assert_int_equal(mf_in(f.e)->ndown, 101);
+    write_fails_over(&f);
+    peer_pair_close(&f);
 }
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)

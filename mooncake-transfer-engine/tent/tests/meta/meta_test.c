@@ -19,6 +19,7 @@
 #include <cmocka.h>
 // clang-format on
 
+#include "../common/meta_server.h"
 #include "../common/test_child.h"
 #include "common/config.h"
 #include "e2e_peer.h"
@@ -51,32 +52,6 @@ static char g_prefix[64];
 
 /* ---- helpers ----------------------------------------------------------------
  */
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t l = sizeof(a);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) ||
-        getsockname(fd, (struct sockaddr *)&a, &l)) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static void endpoint(char *out, size_t cap, int port)
-{
-    if (strcmp(g_kind, "redis") == 0)
-        snprintf(out, cap, "127.0.0.1:%d", port);
-    else if (strcmp(g_kind, "http") == 0)
-        snprintf(out, cap, "http://127.0.0.1:%d/metadata", port);
-    else
-        snprintf(out, cap, "http://127.0.0.1:%d", port);
-}
 
 static const struct tent_meta_kv_ops *kv_ops(void)
 {
@@ -137,56 +112,13 @@ static long wait_key(const char *name, bool want, long timeout_ms)
     return -1;
 }
 
-static bool in_path(const char *bin)
-{
-    const char *path = getenv("PATH");
-    char buf[1024];
-    while (path && *path) {
-        size_t n = strcspn(path, ":");
-        snprintf(buf, sizeof(buf), "%.*s/%s", (int)n, path, bin);
-        if (access(buf, X_OK) == 0)
-            return true;
-        path += n + (path[n] == ':');
-    }
-    return false;
-}
-
 static void start_server(void)
 {
-    char client[64], peer[64], port[16], dir[300], log[300];
-    snprintf(client, sizeof(client), "http://127.0.0.1:%d", g_port);
-    snprintf(peer, sizeof(peer), "http://127.0.0.1:%d", g_port2);
-    snprintf(port, sizeof(port), "%d", g_port);
+    char dir[300], log[300];
     snprintf(dir, sizeof(dir), "%s/data", g_tmp);
     snprintf(log, sizeof(log), "%s/server.log", g_tmp);
-    mkdir(dir, 0700);
-    char cluster[128];
-    snprintf(cluster, sizeof(cluster), "meta-test=%s", peer);
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        if (strcmp(g_kind, "etcd") == 0)
-            execlp("etcd", "etcd", "--name", "meta-test", "--data-dir", dir,
-                   "--listen-client-urls", client, "--advertise-client-urls",
-                   client, "--listen-peer-urls", peer,
-                   "--initial-advertise-peer-urls", peer, "--initial-cluster",
-                   cluster, (char *)NULL);
-        else if (strcmp(g_kind, "redis") == 0)
-            execlp("redis-server", "redis-server", "--port", port, "--bind",
-                   "127.0.0.1", "--save", "", "--appendonly", "no", "--dir",
-                   dir, "--requirepass", "tentpw", "--protected-mode", "no",
-                   "--daemonize", "no", (char *)NULL);
-        else
-            execlp("python3", "python3", g_script, port, (char *)NULL);
-        _exit(127);
-    }
+    pid_t pid = ms_spawn(g_kind, g_port, g_port2, dir, log, g_script, "tentpw");
+    assert_true(pid > 0);
     g_srv = pid;
     /* Ready when a write through the backend works. */
     const struct tent_meta_kv_ops *ops = kv_ops();
@@ -219,18 +151,7 @@ static void start_server(void)
 
 static void stop_server(void)
 {
-    if (g_srv <= 0)
-        return;
-    kill(g_srv, SIGTERM);
-    long t0 = e2e_now_ms();
-    while (waitpid(g_srv, NULL, WNOHANG) == 0) {
-        if (e2e_now_ms() - t0 > 10000) {
-            kill(g_srv, SIGKILL);
-            waitpid(g_srv, NULL, 0);
-            break;
-        }
-        usleep(10000);
-    }
+    ms_stop(g_srv);
     g_srv = -1;
 }
 
@@ -497,8 +418,8 @@ static void test_down_at_start(void **state)
 {
     (void)state;
     char dead[128];
-    int port = free_port();
-    endpoint(dead, sizeof(dead), port);
+    int port = ms_free_port();
+    ms_endpoint(g_kind, port, dead, sizeof(dead));
     configure(dead, NULL);
     tent_engine_t e = tent_create_engine();
     assert_null(e);
@@ -537,7 +458,7 @@ static void test_transfer(void **state)
     assert_true(kv_has(name));
     /* The first endpoint is dead: the next one is used. */
     char dead[128], servers[400];
-    endpoint(dead, sizeof(dead), free_port());
+    ms_endpoint(g_kind, ms_free_port(), dead, sizeof(dead));
     snprintf(servers, sizeof(servers), "%s,%s", dead, g_servers);
     struct init in = {0};
     init_open(&in, servers, &t);
@@ -668,9 +589,9 @@ static void test_restart(void **state)
 static int group_setup(void **state)
 {
     (void)state;
-    g_port = free_port();
-    g_port2 = free_port();
-    endpoint(g_servers, sizeof(g_servers), g_port);
+    g_port = ms_free_port();
+    g_port2 = ms_free_port();
+    ms_endpoint(g_kind, g_port, g_servers, sizeof(g_servers));
     snprintf(g_prefix, sizeof(g_prefix), "tent-test/%d/", (int)getpid());
     start_server();
     return 0;
@@ -706,17 +627,12 @@ int main(int argc, char **argv)
                 g_kind);
         return 1;
     }
-    const char *bin = strcmp(g_kind, "etcd") == 0    ? "etcd"
-                      : strcmp(g_kind, "redis") == 0 ? "redis-server"
-                                                     : "python3";
-    if (!in_path(bin)) {
+    const char *bin = ms_server_bin(g_kind);
+    if (!ms_in_path(bin)) {
         fprintf(stderr,
                 "FAIL: '%s' not found in PATH; the %s metadata test needs "
                 "the real server (apt-get install %s)\n",
-                bin, g_kind,
-                strcmp(g_kind, "etcd") == 0    ? "etcd-server"
-                : strcmp(g_kind, "redis") == 0 ? "redis-server"
-                                               : "python3");
+                bin, g_kind, ms_server_package(g_kind));
         return 1;
     }
     if (strcmp(g_kind, "http") == 0 && (!g_script || access(g_script, R_OK))) {

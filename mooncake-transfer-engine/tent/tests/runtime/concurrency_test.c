@@ -202,9 +202,9 @@ static void test_racing_on_one_batch(void **state)
      * and polls while the pokers try to free the same id; a batch the main
      * thread hands over empty and waits until a poker has freed it (its
      * submit must then be refused and reach no transport); and a submitted
-     * batch left to the pokers, whose free is refused until their own polls
-     * have completed every task.  Each outcome is checked for what it must
-     * mean, bytes included. */
+     * batch left to the pokers, whose free of it (deferred while its tasks
+     * run, as TENT does) never cuts a task short.  Each outcome is checked for
+     * what it must mean, bytes included. */
     int completed = 0, freed_empty = 0, freed_done = 0;
     for (int round = 0; round < 300; round++) {
         int kind = round % 3;
@@ -245,7 +245,16 @@ static void test_racing_on_one_batch(void **state)
             rc = tu_wait_all(g_engine, b, &st, 2000);
         }
         if (rc == TENT_ENOBATCH) {
-            /* Freed by a poker: legal only after all four completed. */
+            /* Freed by a poker, maybe still in flight (TENT defers the
+             * free): the tasks still run to their end, driven by later
+             * calls that reap deferred batches. */
+            long end = tu_now_ms() + 2000;
+            while (atomic_load(&fake_stats[0].completed) < done0 + 4 &&
+                   tu_now_ms() < end) {
+                tent_batch_id_t nb = tent_allocate_batch(g_engine, 1);
+                assert_int_not_equal(nb, TENT_INVALID_BATCH_ID);
+                assert_int_equal(tent_free_batch(g_engine, nb), TENT_OK);
+            }
             assert_int_equal(atomic_load(&fake_stats[0].completed), done0 + 4);
             freed_done++;
         } else {
@@ -270,7 +279,7 @@ static void test_racing_on_one_batch(void **state)
     assert_int_equal(atomic_load(&fake_stats[0].submitted),
                      4 * (completed + freed_done));
     print_message("300 rounds: %d completed, %d freed empty by a poker, %d "
-                  "freed after completion by a poker\n",
+                  "freed by a poker and completed\n",
                   completed, freed_empty, freed_done);
     /* Nothing left pinned: both buffers unregister. */
     tu_bufs_fini(g_engine, &p);
@@ -341,8 +350,6 @@ static void test_stuck_batch_does_not_block_others(void **state)
     assert_int_equal(pthread_create(&c, NULL, other_batch_work, NULL), 0);
     bool second = wait_flag(&g_second_done, 2000);
     bool done = wait_flag(&g_other_done, 2000);
-    /* Nor can the batch be freed under a: its task is still in flight. */
-    int free_rc = tent_free_batch(g_engine, b1);
     atomic_store(&g_block, false); /* release before asserting: no hang */
     pthread_join(a, NULL);
     pthread_join(b, NULL);
@@ -354,7 +361,6 @@ static void test_stuck_batch_does_not_block_others(void **state)
     assert_int_equal(atomic_load(&fault_stats.blocked), 1);
     assert_true(done);
     assert_true(atomic_load(&g_other_ok));
-    assert_int_equal(free_rc, TENT_EBUSY);
     tent_status_t st;
     assert_int_equal(tu_wait_task(g_engine, b1, 0, &st, 2000), TENT_OK);
     assert_int_equal(st.status, STATUS_COMPLETED);

@@ -208,29 +208,49 @@ static void test_malformed_file(void **state)
     setenv("MC_TENT_CONF", write_conf("{\"x\": tru}"), 1);
     expect_create_fails(conf_path, "line 1, column");
 
+    /* A file that is not there: a warning and the defaults, as in TENT. */
     tent_load_config_from_file("/nonexistent/tent.json");
-    expect_create_fails("/nonexistent/tent.json", "cannot open");
+    tent_set_config("log_level", "warning");
+    tent_log_set_level(TENT_LOG_WARNING); /* logged before log_level applies */
+    struct tu_capture cap;
+    tu_capture_begin(&cap);
+    tent_engine_t e = tent_create_engine();
+    char *log = tu_capture_end(&cap);
+    assert_non_null(e);
+    assert_contains(log, "'/nonexistent/tent.json' cannot be opened");
+    assert_contains(log, "using the defaults");
+    free(log);
+    assert_int_equal(internal(e)->max_failover_attempts, 3);
+    tent_destroy_engine(e);
+    /* MC_TENT_CONF may also be inline JSON, as in TENT. */
+    tent_config_reset_global();
+    setenv("MC_TENT_CONF", "{\"max_failover_attempts\": 5}", 1);
+    e = tent_create_engine();
+    assert_non_null(e);
+    assert_int_equal(internal(e)->max_failover_attempts, 5);
+    tent_destroy_engine(e);
+    setenv("MC_TENT_CONF", "{\"max_failover_attempts\": }", 1);
+    expect_create_fails("MC_TENT_CONF (inline JSON)", "line 1, column");
+    unsetenv("MC_TENT_CONF");
 }
 
-static void test_wrong_types_name_the_key(void **state)
+/* A value that is wrong (out of range, not an integer, a policy rule that
+ * cannot be applied) fails the engine, naming the key: stricter than TENT,
+ * which would ignore it. */
+static void test_wrong_values_name_the_key(void **state)
 {
     (void)state;
     static const struct {
         const char *json, *key;
     } rows[] = {
-        {"{\"max_failover_attempts\": \"three\"}", "'max_failover_attempts'"},
         {"{\"max_failover_attempts\": 1.5}", "'max_failover_attempts'"},
         {"{\"max_failover_attempts\": 300}", "'max_failover_attempts'"},
         {"{\"max_failover_attempts\": 1e300}", "'max_failover_attempts'"},
         {"{\"rpc_server_port\": -1e300}", "'rpc_server_port'"},
         {"{\"policy\": [{\"segment_type\": \"memory\", \"max_size\": 1e300}]}",
          "'policy[0]/max_size'"},
-        {"{\"enable_auto_failover_on_poll\": 1}",
-         "'enable_auto_failover_on_poll'"},
-        {"{\"log_level\": 3}", "'log_level'"},
         {"{\"rpc_server_port\": 70000}", "'rpc_server_port'"},
-        {"{\"rpc_server_hostname\": false}", "'rpc_server_hostname'"},
-        {"{\"local_segment_name\": []}", "'local_segment_name'"},
+        {"{\"log_level\": \"loud\"}", "'log_level'"},
         {"{\"policy\": {}}", "'policy'"},
         {"{\"policy\": [3]}", "'policy[0]'"},
         {"{\"policy\": [{\"transports\": [\"fake_a\"]}]}",
@@ -259,10 +279,89 @@ static void test_wrong_types_name_the_key(void **state)
             fail_msg("%s: \"%s\" lacks %s", rows[i].json, tent_last_error(),
                      rows[i].key);
     }
-    /* The same through tent_set_config: "abc" is a string, not a number. */
+}
+
+/* A value of the wrong type is the default plus a warning naming the key,
+ * as TENT takes it (it never fails the engine): in the file, and through
+ * tent_set_config, where "10" is a number and "abc" a string. */
+static void test_wrong_types_are_defaults(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *json, *key;
+    } rows[] = {
+        {"{\"max_failover_attempts\": \"three\"}", "'max_failover_attempts'"},
+        {"{\"enable_auto_failover_on_poll\": 1}",
+         "'enable_auto_failover_on_poll'"},
+        {"{\"log_level\": 3}", "'log_level'"},
+        {"{\"rpc_server_hostname\": false}", "'rpc_server_hostname'"},
+        {"{\"local_segment_name\": []}", "'local_segment_name'"},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        tent_config_reset_global();
+        tent_load_config_from_file(write_conf(rows[i].json));
+        tent_log_set_level(TENT_LOG_WARNING);
+        struct tu_capture cap;
+        tu_capture_begin(&cap);
+        tent_engine_t e = tent_create_engine();
+        char *log = tu_capture_end(&cap);
+        if (!e)
+            fail_msg("%s: engine not created: %s", rows[i].json,
+                     tent_last_error());
+        if (!strstr(log, rows[i].key) || !strstr(log, "using the default"))
+            fail_msg("%s: the log lacks %s: %s", rows[i].json, rows[i].key,
+                     log);
+        free(log);
+        struct tent_engine *ie = internal(e);
+        assert_int_equal(ie->max_failover_attempts, 3);
+        assert_true(ie->auto_failover_on_poll);
+        assert_string_equal(ie->hostname, "127.0.0.1");
+        tent_destroy_engine(e);
+    }
     tent_config_reset_global();
     tent_set_config("max_failover_attempts", "abc");
-    expect_create_fails("'max_failover_attempts'", "integer");
+    tent_set_config("local_segment_name", "10");
+    tent_log_set_level(TENT_LOG_WARNING);
+    struct tu_capture cap;
+    tu_capture_begin(&cap);
+    tent_engine_t e = tent_create_engine();
+    char *log = tu_capture_end(&cap);
+    assert_non_null(e);
+    assert_contains(log, "'max_failover_attempts' is a string, not a integer");
+    assert_contains(log, "'local_segment_name' is a number, not a string");
+    free(log);
+    assert_int_equal(internal(e)->max_failover_attempts, 3);
+    char name[64];
+    assert_int_equal(tent_segment_name(e, name, sizeof(name)), 0);
+    assert_non_null(strstr(name, "127.0.0.1:")); /* the default name */
+    tent_destroy_engine(e);
+}
+
+/* tent_set_config and tent_load_config_from_file stage for the calling
+ * thread, as in TENT: another thread's engines do not see them. */
+static void *create_elsewhere(void *arg)
+{
+    (void)arg;
+    tent_engine_t e = tent_create_engine();
+    int v = e ? internal(e)->max_failover_attempts : -1;
+    if (e)
+        tent_destroy_engine(e);
+    return (void *)(intptr_t)v;
+}
+
+static void test_config_staged_per_thread(void **state)
+{
+    (void)state;
+    tent_set_config("max_failover_attempts", "7");
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    assert_int_equal(internal(e)->max_failover_attempts, 7);
+    tent_destroy_engine(e);
+    pthread_t th;
+    void *ret;
+    assert_int_equal(pthread_create(&th, NULL, create_elsewhere, NULL), 0);
+    assert_int_equal(pthread_join(th, &ret), 0);
+    assert_int_equal((int)(intptr_t)ret, 3);
 }
 
 /* A transport enable flag of the wrong type names the key and leaves that
@@ -399,15 +498,19 @@ static void test_config_getters(void **state)
     assert_int_equal(
         tent_config_get_bool(cfg, "transports/tcp/enable", true, &bv), TENT_OK);
     assert_true(bv);
-    /* Wrong type: an error naming the key. */
-    assert_int_equal(tent_config_get_int(cfg, "a/b/s", 0, &iv), TENT_ECONFIG);
-    assert_contains(tent_last_error(), "'a/b/s'");
-    assert_int_equal(tent_config_get_bool(cfg, "a/b/n", false, &bv),
-                     TENT_ECONFIG);
-    assert_contains(tent_last_error(), "'a/b/n'");
-    assert_int_equal(tent_config_get_string(cfg, "a/b", NULL, &sv),
-                     TENT_ECONFIG);
-    assert_contains(tent_last_error(), "'a/b'");
+    /* Wrong type: the default (and a warning naming the key). */
+    iv = 5;
+    assert_int_equal(tent_config_get_int(cfg, "a/b/s", 42, &iv), TENT_OK);
+    assert_int_equal(iv, 42);
+    bv = true;
+    assert_int_equal(tent_config_get_bool(cfg, "a/b/n", false, &bv), TENT_OK);
+    assert_false(bv);
+    assert_int_equal(tent_config_get_string(cfg, "a/b", "dflt", &sv), TENT_OK);
+    assert_string_equal(sv, "dflt");
+    /* A number that is not an integer is an error naming the key. */
+    assert_int_equal(tent_config_set(cfg, "a/b/f", "1.5"), TENT_OK);
+    assert_int_equal(tent_config_get_int(cfg, "a/b/f", 0, &iv), TENT_ECONFIG);
+    assert_contains(tent_last_error(), "'a/b/f'");
     /* Replacing a scalar by an object on the way down. */
     assert_int_equal(tent_config_set(cfg, "a/b/n/deeper", "false"), TENT_OK);
     assert_int_equal(tent_config_get_bool(cfg, "a/b/n/deeper", true, &bv),
@@ -534,7 +637,9 @@ int main(void)
         T(test_precedence_and_typed_overrides),
         T(test_defaults),
         T(test_malformed_file),
-        T(test_wrong_types_name_the_key),
+        T(test_wrong_values_name_the_key),
+        T(test_wrong_types_are_defaults),
+        T(test_config_staged_per_thread),
         T(test_wrong_typed_enable_flag),
         T(test_set_config_bad_key),
         T(test_unknown_keys_ignored),

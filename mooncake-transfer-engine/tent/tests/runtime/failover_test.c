@@ -8,58 +8,62 @@
 
 #define LEN 16384
 
-/* Engine with the listed transports plus extra config pairs. */
-static tent_engine_t engine(const char *const *enable, const char *k1,
-                            const char *v1, const char *k2, const char *v2)
-{
-    tu_config(enable);
-    if (k1)
-        tent_set_config(k1, v1);
-    if (k2)
-        tent_set_config(k2, v2);
-    tent_engine_t e = tent_create_engine();
-    if (!e)
-        fail_msg("engine: %s", tent_last_error());
-    return e;
-}
-
-#define XP(...) ((const char *const[]){__VA_ARGS__, NULL})
 #define FAULT_FIRST                                                            \
     "[{\"segment_type\":\"memory\",\"transports\":[\"fault\",\"fake_b\"]}]"
 
-/* Submits n writes of chunk bytes (task i at offset i*chunk). */
-static tent_batch_id_t submit_n(tent_engine_t e, struct tu_bufs *p, size_t n,
-                                size_t chunk)
+/* Submits n writes of chunk bytes (task i at offset i*chunk) of the pair as
+ * the batch under test. */
+#define submit_n(f, n, chunk) submit_n_at(TU_HERE, f, n, chunk)
+static void submit_n_at(struct tu_at at, struct tu_fx *f, size_t n,
+                        size_t chunk)
 {
-    tent_batch_id_t b = tent_allocate_batch(e, n);
-    assert_int_not_equal(b, TENT_INVALID_BATCH_ID);
+    f->b = tent_allocate_batch(f->e, n);
+    at_int_not_equal(at, f->b, TENT_INVALID_BATCH_ID);
     tent_request_t r[64];
-    assert_true(n <= 64);
+    at_true(at, n <= 64);
     for (size_t i = 0; i < n; i++)
-        r[i] = tu_write(p, i * chunk, chunk);
-    assert_int_equal(tent_submit(e, b, r, n), TENT_OK);
-    return b;
+        r[i] = tu_write(&f->p, i * chunk, chunk);
+    at_int_equal(at, tent_submit(f->e, f->b, r, n), TENT_OK);
+}
+
+/* submit_n, then waits (2 s at most) until task 0 leaves PENDING; *st is
+ * its status. */
+#define submit_wait(f, n, chunk, st) submit_wait_at(TU_HERE, f, n, chunk, st)
+static void submit_wait_at(struct tu_at at, struct tu_fx *f, size_t n,
+                           size_t chunk, tent_status_t *st)
+{
+    submit_n_at(at, f, n, chunk);
+    at_int_equal(at, tu_wait_task(f->e, f->b, 0, st, 2000), TENT_OK);
+}
+
+/* submit_wait with stderr captured meanwhile; returns what was logged
+ * (malloc'd, the caller frees it). */
+#define submit_wait_logged(f, n, chunk, st)                                    \
+    submit_wait_logged_at(TU_HERE, f, n, chunk, st)
+static char *submit_wait_logged_at(struct tu_at at, struct tu_fx *f, size_t n,
+                                   size_t chunk, tent_status_t *st)
+{
+    struct tu_capture cap;
+    tu_capture_begin_at(at, &cap);
+    submit_n_at(at, f, n, chunk);
+    int rc = tu_wait_task(f->e, f->b, 0, st, 2000);
+    char *log = tu_capture_end_at(at, &cap);
+    at_int_equal(at, rc, TENT_OK);
+    return log;
 }
 
 static void test_primary_fails_secondary_completes(void **state)
 {
     (void)state;
-    tent_engine_t e =
-        engine(XP("fake_a", "fake_b"), "log_level", "warning", NULL, NULL);
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f = tu_fx_open(TU_LIST("fake_a", "fake_b"),
+                                TU_LIST("log_level", "warning"), LEN);
     fake_behavior[0].fail_completion = true;
     fake_behavior[0].polls_before_done = 2;
-    struct tu_capture cap;
-    tu_capture_begin(&cap);
-    tent_batch_id_t b = submit_n(e, &p, 1, LEN);
     tent_status_t st;
-    int rc = tu_wait_task(e, b, 0, &st, 2000);
-    char *log = tu_capture_end(&cap);
-    assert_int_equal(rc, TENT_OK);
+    char *log = submit_wait_logged(&f, 1, LEN, &st);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(st.transferred_bytes, LEN);
-    assert_memory_equal(p.src, p.dst, LEN);
+    assert_memory_equal(f.p.src, f.p.dst, LEN);
     assert_int_equal(fake_stats[0].failed, 1);
     assert_int_equal(fake_stats[1].submitted, 1);
     assert_int_equal(fake_stats[1].completed, 1);
@@ -67,124 +71,91 @@ static void test_primary_fails_secondary_completes(void **state)
     free(log);
     /* The transport actually used is the one the task failed over to. */
     char name[16];
-    assert_int_equal(tent_task_transport(e, b, 0, name, sizeof(name)), TENT_OK);
+    assert_int_equal(tent_task_transport(f.e, f.b, 0, name, sizeof(name)),
+                     TENT_OK);
     assert_string_equal(name, "fake_b");
-    assert_int_equal(tent_task_transport(e, b, 0, name, 3), TENT_EOVERFLOW);
-    assert_int_equal(tent_task_transport(e, b, 1, name, sizeof(name)),
+    assert_int_equal(tent_task_transport(f.e, f.b, 0, name, 3), TENT_EOVERFLOW);
+    assert_int_equal(tent_task_transport(f.e, f.b, 1, name, sizeof(name)),
                      TENT_ENOTASK);
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 static void test_budget_zero_disables_failover(void **state)
 {
     (void)state;
-    tent_engine_t e = engine(XP("fake_a", "fake_b"), "max_failover_attempts",
-                             "0", NULL, NULL);
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f = tu_fx_open(TU_LIST("fake_a", "fake_b"),
+                                TU_LIST("max_failover_attempts", "0"), LEN);
     fake_behavior[0].fail_completion = true;
-    tent_batch_id_t b = submit_n(e, &p, 1, LEN);
     tent_status_t st;
-    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    submit_wait(&f, 1, LEN, &st);
     assert_int_equal(st.status, STATUS_FAILED);
     assert_int_equal(st.transferred_bytes, 0);
     assert_int_equal(fake_stats[1].submitted, 0);
-    assert_int_equal(tent_overall_status(e, b, &st), TENT_OK);
+    assert_int_equal(tent_overall_status(f.e, f.b, &st), TENT_OK);
     assert_int_equal(st.status, STATUS_FAILED);
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 static void test_budget_one(void **state)
 {
     (void)state;
-    tent_engine_t e =
-        engine(XP("fake_a", "fake_b", "fake_c"), "max_failover_attempts", "1",
-               "log_level", "warning");
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f = tu_fx_open(
+        TU_LIST("fake_a", "fake_b", "fake_c"),
+        TU_LIST("max_failover_attempts", "1", "log_level", "warning"), LEN);
     /* One failover is allowed: a -> b completes. */
     fake_behavior[0].fail_completion = true;
-    struct tu_capture cap;
-    tu_capture_begin(&cap);
-    tent_batch_id_t b = submit_n(e, &p, 1, LEN);
     tent_status_t st;
-    int rc = tu_wait_task(e, b, 0, &st, 2000);
-    char *log = tu_capture_end(&cap);
-    assert_int_equal(rc, TENT_OK);
+    char *log = submit_wait_logged(&f, 1, LEN, &st);
     assert_contains(log, "Transport failover: fake_a -> fake_b (attempt 1/1)");
     free(log);
     assert_int_equal(st.status, STATUS_COMPLETED);
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    assert_int_equal(tent_free_batch(f.e, f.b), TENT_OK);
     /* a and b fail: the budget of one is spent, c is never tried. */
     fake_behavior[1].fail_completion = true;
-    tu_capture_begin(&cap);
-    b = submit_n(e, &p, 1, LEN);
-    rc = tu_wait_task(e, b, 0, &st, 2000);
-    log = tu_capture_end(&cap);
-    assert_int_equal(rc, TENT_OK);
+    log = submit_wait_logged(&f, 1, LEN, &st);
     assert_int_equal(st.status, STATUS_FAILED);
     assert_int_equal(fake_stats[2].submitted, 0);
     assert_int_equal(fake_stats[0].submitted, 2);
     assert_int_equal(fake_stats[1].submitted, 2);
     assert_contains(log, "failover limit reached (1)");
     free(log);
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 /* Budget larger than the candidates: each is tried once, then FAILED. */
 static void test_candidates_exhausted(void **state)
 {
     (void)state;
-    tent_engine_t e =
-        engine(XP("fake_a", "fake_b"), "log_level", "warning", NULL, NULL);
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f = tu_fx_open(TU_LIST("fake_a", "fake_b"),
+                                TU_LIST("log_level", "warning"), LEN);
     fake_behavior[0].fail_completion = true;
     fake_behavior[1].fail_completion = true;
-    struct tu_capture cap;
-    tu_capture_begin(&cap);
-    tent_batch_id_t b = submit_n(e, &p, 1, LEN);
     tent_status_t st;
-    int rc = tu_wait_task(e, b, 0, &st, 2000);
-    char *log = tu_capture_end(&cap);
-    assert_int_equal(rc, TENT_OK);
+    char *log = submit_wait_logged(&f, 1, LEN, &st);
     assert_int_equal(st.status, STATUS_FAILED);
     assert_int_equal(fake_stats[0].submitted, 1);
     assert_int_equal(fake_stats[1].submitted, 1);
     assert_contains(log, "No more transports available after fake_b failed");
     free(log);
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 /* Budget 2 with three failing transports: all three tried once each. */
 static void test_budget_two_all_fail(void **state)
 {
     (void)state;
-    tent_engine_t e = engine(XP("fake_a", "fake_b", "fake_c"),
-                             "max_failover_attempts", "2", NULL, NULL);
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f = tu_fx_open(TU_LIST("fake_a", "fake_b", "fake_c"),
+                                TU_LIST("max_failover_attempts", "2"), LEN);
     for (int i = 0; i < 3; i++)
         fake_behavior[i].fail_completion = true;
-    tent_batch_id_t b = submit_n(e, &p, 1, LEN);
     tent_status_t st;
-    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    submit_wait(&f, 1, LEN, &st);
     assert_int_equal(st.status, STATUS_FAILED);
     for (int i = 0; i < 3; i++) {
         assert_int_equal(fake_stats[i].submitted, 1);
         assert_int_equal(fake_stats[i].failed, 1);
     }
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 /* The budget belongs to each task: eight tasks each fail over once under a
@@ -192,22 +163,18 @@ static void test_budget_two_all_fail(void **state)
 static void test_budget_is_per_task(void **state)
 {
     (void)state;
-    tent_engine_t e = engine(XP("fake_a", "fake_b"), "max_failover_attempts",
-                             "1", NULL, NULL);
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f = tu_fx_open(TU_LIST("fake_a", "fake_b"),
+                                TU_LIST("max_failover_attempts", "1"), LEN);
     fake_behavior[0].fail_completion = true;
-    tent_batch_id_t b = submit_n(e, &p, 8, LEN / 8);
+    submit_n(&f, 8, LEN / 8);
     tent_status_t st;
-    assert_int_equal(tu_wait_all(e, b, &st, 2000), TENT_OK);
+    assert_int_equal(tu_wait_all(f.e, f.b, &st, 2000), TENT_OK);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(st.transferred_bytes, LEN);
     assert_int_equal(fake_stats[0].failed, 8);
     assert_int_equal(fake_stats[1].completed, 8);
-    assert_memory_equal(p.src, p.dst, LEN);
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    assert_memory_equal(f.p.src, f.p.dst, LEN);
+    tu_fx_close(&f);
 }
 
 /* enable_auto_failover_on_poll = false: FAILED is reported, nothing is
@@ -215,56 +182,47 @@ static void test_budget_is_per_task(void **state)
 static void test_poll_observational(void **state)
 {
     (void)state;
-    tent_engine_t e =
-        engine(XP("fake_a", "fake_b"), "enable_auto_failover_on_poll", "false",
-               NULL, NULL);
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f =
+        tu_fx_open(TU_LIST("fake_a", "fake_b"),
+                   TU_LIST("enable_auto_failover_on_poll", "false"), LEN);
     fake_behavior[0].fail_completion = true;
     fake_behavior[0].polls_before_done = 1;
-    tent_batch_id_t b = submit_n(e, &p, 2, LEN / 2);
     tent_status_t st;
-    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    submit_wait(&f, 2, LEN / 2, &st);
     assert_int_equal(st.status, STATUS_FAILED);
     tent_status_t list[2];
     size_t n = 2;
     for (int k = 0; k < 5; k++) {
-        assert_int_equal(tent_task_status_list(e, b, list, &n), TENT_OK);
+        assert_int_equal(tent_task_status_list(f.e, f.b, list, &n), TENT_OK);
         assert_int_equal(n, 2);
     }
     assert_int_equal(list[0].status, STATUS_FAILED);
     assert_int_equal(list[1].status, STATUS_FAILED);
-    assert_int_equal(tent_overall_status(e, b, &st), TENT_OK);
+    assert_int_equal(tent_overall_status(f.e, f.b, &st), TENT_OK);
     assert_int_equal(st.status, STATUS_FAILED);
     assert_int_equal(fake_stats[0].submitted, 2);
     assert_int_equal(fake_stats[1].submitted, 0);
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 /* Failover also happens when the batch is polled as a whole. */
 static void test_failover_on_overall_and_list(void **state)
 {
     (void)state;
-    tent_engine_t e = engine(XP("fake_a", "fake_b"), NULL, NULL, NULL, NULL);
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f = tu_fx_open(TU_LIST("fake_a", "fake_b"), NULL, LEN);
     fake_behavior[0].fail_completion = true;
-    tent_batch_id_t b = submit_n(e, &p, 4, LEN / 4);
+    submit_n(&f, 4, LEN / 4);
     tent_status_t list[4];
     size_t n = 4;
-    assert_int_equal(tent_task_status_list(e, b, list, &n), TENT_OK);
+    assert_int_equal(tent_task_status_list(f.e, f.b, list, &n), TENT_OK);
     assert_int_equal(n, 4);
     tent_status_t st;
-    assert_int_equal(tu_wait_all(e, b, &st, 2000), TENT_OK);
+    assert_int_equal(tu_wait_all(f.e, f.b, &st, 2000), TENT_OK);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(st.transferred_bytes, LEN);
     assert_int_equal(fake_stats[1].completed, 4);
-    assert_memory_equal(p.src, p.dst, LEN);
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    assert_memory_equal(f.p.src, f.p.dst, LEN);
+    tu_fx_close(&f);
 }
 
 /* Submit stage: the decorator refuses tasks 1 and 4 of six; only those move
@@ -272,15 +230,14 @@ static void test_failover_on_overall_and_list(void **state)
 static void test_submit_refusal_moves_only_refused(void **state)
 {
     (void)state;
-    tent_engine_t e = engine(XP("fault", "fake_b"), "policy", FAULT_FIRST,
-                             "log_level", "warning");
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f =
+        tu_fx_open(TU_LIST("fault", "fake_b"),
+                   TU_LIST("policy", FAULT_FIRST, "log_level", "warning"), LEN);
     fault_cfg.fail_submit_slots = (1u << 1) | (1u << 4);
     fault_cfg.delay_polls = 2;
     struct tu_capture cap;
     tu_capture_begin(&cap);
-    tent_batch_id_t b = submit_n(e, &p, 6, LEN / 8);
+    submit_n(&f, 6, LEN / 8);
     char *log = tu_capture_end(&cap);
     assert_int_equal(fault_stats.refused, 2);
     assert_int_equal(fault_stats.forwarded, 4);
@@ -289,16 +246,14 @@ static void test_submit_refusal_moves_only_refused(void **state)
     assert_contains(log, "Transport failover: fault -> fake_b (attempt 1/3)");
     free(log);
     tent_status_t st;
-    assert_int_equal(tu_wait_all(e, b, &st, 2000), TENT_OK);
+    assert_int_equal(tu_wait_all(f.e, f.b, &st, 2000), TENT_OK);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(st.transferred_bytes, 6 * (LEN / 8));
     assert_int_equal(fake_stats[1].submitted, 2);
     assert_int_equal(fake_stats[2].submitted, 4);
     assert_int_equal(fault_stats.submit_calls, 1);
-    assert_memory_equal(p.src, p.dst, 6 * (LEN / 8));
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    assert_memory_equal(f.p.src, f.p.dst, 6 * (LEN / 8));
+    tu_fx_close(&f);
 }
 
 /* The second submit call to the decorator is refused whole: only the
@@ -306,180 +261,155 @@ static void test_submit_refusal_moves_only_refused(void **state)
 static void test_nth_submit_refused(void **state)
 {
     (void)state;
-    tent_engine_t e =
-        engine(XP("fault", "fake_b"), "policy", FAULT_FIRST, NULL, NULL);
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f = tu_fx_open(TU_LIST("fault", "fake_b"),
+                                TU_LIST("policy", FAULT_FIRST), LEN);
     fault_cfg.fail_nth_submit = 2;
-    tent_batch_id_t b = tent_allocate_batch(e, 8);
+    f.b = tent_allocate_batch(f.e, 8);
     tent_request_t r[8];
     for (size_t i = 0; i < 8; i++)
-        r[i] = tu_write(&p, i * 1024, 1024);
-    assert_int_equal(tent_submit(e, b, r, 3), TENT_OK);
-    assert_int_equal(tent_submit(e, b, r + 3, 3), TENT_OK);
-    assert_int_equal(tent_submit(e, b, r + 6, 2), TENT_OK);
+        r[i] = tu_write(&f.p, i * 1024, 1024);
+    assert_int_equal(tent_submit(f.e, f.b, r, 3), TENT_OK);
+    assert_int_equal(tent_submit(f.e, f.b, r + 3, 3), TENT_OK);
+    assert_int_equal(tent_submit(f.e, f.b, r + 6, 2), TENT_OK);
     assert_int_equal(fault_stats.submit_calls, 3);
     assert_int_equal(fault_stats.forwarded, 5);
     assert_int_equal(fake_stats[1].submitted, 3);
     tent_status_t st;
-    assert_int_equal(tu_wait_all(e, b, &st, 2000), TENT_OK);
+    assert_int_equal(tu_wait_all(f.e, f.b, &st, 2000), TENT_OK);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(st.transferred_bytes, 8 * 1024);
-    assert_memory_equal(p.src, p.dst, 8 * 1024);
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    assert_memory_equal(f.p.src, f.p.dst, 8 * 1024);
+    tu_fx_close(&f);
 }
 
 /* Budget 0: a refused request fails at once; the others still complete. */
 static void test_submit_refusal_budget_zero(void **state)
 {
     (void)state;
-    tent_engine_t e = engine(XP("fault", "fake_b"), "policy", FAULT_FIRST,
-                             "max_failover_attempts", "0");
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f = tu_fx_open(
+        TU_LIST("fault", "fake_b"),
+        TU_LIST("policy", FAULT_FIRST, "max_failover_attempts", "0"), LEN);
     fault_cfg.fail_submit_slots = 1u << 0;
-    tent_batch_id_t b = submit_n(e, &p, 2, LEN / 2);
+    submit_n(&f, 2, LEN / 2);
     tent_status_t st;
-    assert_int_equal(tent_task_status(e, b, 0, &st), TENT_OK);
+    assert_int_equal(tent_task_status(f.e, f.b, 0, &st), TENT_OK);
     assert_int_equal(st.status, STATUS_FAILED);
-    assert_int_equal(tu_wait_task(e, b, 1, &st, 2000), TENT_OK);
+    assert_int_equal(tu_wait_task(f.e, f.b, 1, &st, 2000), TENT_OK);
     assert_int_equal(st.status, STATUS_COMPLETED);
-    assert_int_equal(tent_overall_status(e, b, &st), TENT_OK);
+    assert_int_equal(tent_overall_status(f.e, f.b, &st), TENT_OK);
     assert_int_equal(st.status, STATUS_FAILED);
     assert_int_equal(st.transferred_bytes, LEN / 2);
     assert_int_equal(fake_stats[1].submitted, 0);
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 /* Every candidate refuses at submit: FAILED, not stuck PENDING. */
 static void test_submit_refused_everywhere(void **state)
 {
     (void)state;
-    tent_engine_t e =
-        engine(XP("fault", "fake_b"), "policy", FAULT_FIRST, NULL, NULL);
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f = tu_fx_open(TU_LIST("fault", "fake_b"),
+                                TU_LIST("policy", FAULT_FIRST), LEN);
     fault_cfg.fail_submit_slots = ~0ull;
     fake_behavior[1].fail_all_submits = true;
-    tent_batch_id_t b = submit_n(e, &p, 3, 1024);
+    submit_n(&f, 3, 1024);
     tent_status_t st;
-    assert_int_equal(tent_overall_status(e, b, &st), TENT_OK);
+    assert_int_equal(tent_overall_status(f.e, f.b, &st), TENT_OK);
     assert_int_equal(st.status, STATUS_FAILED);
     assert_int_equal(fake_stats[1].refused, 3);
     assert_int_equal(fake_stats[2].submitted, 0);
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 /* The decorator turns completions into failures, for all or chosen tasks. */
 static void test_completed_turned_failed(void **state)
 {
     (void)state;
-    tent_engine_t e =
-        engine(XP("fault", "fake_b"), "policy", FAULT_FIRST, NULL, NULL);
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f = tu_fx_open(TU_LIST("fault", "fake_b"),
+                                TU_LIST("policy", FAULT_FIRST), LEN);
     fault_cfg.fail_complete_slots = (1u << 2) | (1u << 3);
-    tent_batch_id_t b = submit_n(e, &p, 4, LEN / 4);
+    submit_n(&f, 4, LEN / 4);
     tent_status_t st;
-    assert_int_equal(tu_wait_all(e, b, &st, 2000), TENT_OK);
+    assert_int_equal(tu_wait_all(f.e, f.b, &st, 2000), TENT_OK);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(fault_stats.converted, 2);
     assert_int_equal(fake_stats[1].submitted, 2);
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    assert_int_equal(tent_free_batch(f.e, f.b), TENT_OK);
 
     fault_cfg.fail_complete_slots = 0;
     fault_cfg.completed_to_failed = true;
     fake_behavior[1].fail_completion = true;
-    b = submit_n(e, &p, 1, LEN);
-    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    submit_wait(&f, 1, LEN, &st);
     assert_int_equal(st.status, STATUS_FAILED);
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 /* A delayed completion is PENDING until the delay is over. */
 static void test_delayed_completion(void **state)
 {
     (void)state;
-    tent_engine_t e = engine(XP("fault"), NULL, NULL, NULL, NULL);
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f = tu_fx_open(TU_LIST("fault"), NULL, LEN);
     fault_cfg.delay_ns = 30 * 1000000L;
     long t0 = tu_now_ms();
-    tent_batch_id_t b = submit_n(e, &p, 1, LEN);
+    submit_n(&f, 1, LEN);
     tent_status_t st;
-    assert_int_equal(tent_task_status(e, b, 0, &st), TENT_OK);
+    assert_int_equal(tent_task_status(f.e, f.b, 0, &st), TENT_OK);
     assert_int_equal(st.status, STATUS_PENDING);
-    assert_int_equal(tu_wait_task(e, b, 0, &st, 5000), TENT_OK);
+    assert_int_equal(tu_wait_task(f.e, f.b, 0, &st, 5000), TENT_OK);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_true(tu_now_ms() - t0 >= 30);
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
+}
+
+/* A write of the whole pair pinned to the decorator (transport_hint) as the
+ * batch under test. */
+#define submit_to_fault(f) submit_to_fault_at(TU_HERE, f)
+static void submit_to_fault_at(struct tu_at at, struct tu_fx *f)
+{
+    tent_request_t r = tu_write(&f->p, 0, LEN);
+    r.transport_hint = FAULT_TYPE;
+    f->b = tent_allocate_batch(f->e, 1);
+    at_int_equal(at, tent_submit(f->e, f->b, &r, 1), TENT_OK);
 }
 
 /* A task that never completes keeps its batch and memory busy. */
 static void test_never_complete_keeps_busy(void **state)
 {
     (void)state;
-    tent_engine_t e = engine(XP("fault", "fake_b"), NULL, NULL, NULL, NULL);
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f = tu_fx_open(TU_LIST("fault", "fake_b"), NULL, LEN);
     fault_cfg.never_complete = true;
-    tent_request_t r = tu_write(&p, 0, LEN);
-    r.transport_hint = FAULT_TYPE;
-    tent_batch_id_t b = tent_allocate_batch(e, 1);
-    assert_int_equal(tent_submit(e, b, &r, 1), TENT_OK);
+    submit_to_fault(&f);
     tent_status_t st;
     for (int i = 0; i < 50; i++) {
-        assert_int_equal(tent_task_status(e, b, 0, &st), TENT_OK);
+        assert_int_equal(tent_task_status(f.e, f.b, 0, &st), TENT_OK);
         assert_int_equal(st.status, STATUS_PENDING);
     }
-    assert_int_equal(tent_free_batch(e, b), TENT_EBUSY);
-    assert_int_equal(tent_unregister_memory(e, p.src, p.len), TENT_EBUSY);
-    assert_int_equal(tent_unregister_memory(e, p.dst, p.len), TENT_EBUSY);
-    assert_int_equal(tent_cancel_task(e, b, 0), TENT_ERUNNING);
+    assert_int_equal(tent_unregister_memory(f.e, f.p.src, f.p.len), TENT_EBUSY);
+    assert_int_equal(tent_unregister_memory(f.e, f.p.dst, f.p.len), TENT_EBUSY);
+    assert_int_equal(tent_cancel_task(f.e, f.b, 0), TENT_ERUNNING);
     assert_int_equal(fake_stats[1].submitted, 0);
     fault_cfg.never_complete = false;
-    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    assert_int_equal(tu_wait_task(f.e, f.b, 0, &st, 2000), TENT_OK);
     assert_int_equal(st.status, STATUS_COMPLETED);
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 /* A status query that fails says so and leaves the task in flight. */
 static void test_status_query_error(void **state)
 {
     (void)state;
-    tent_engine_t e = engine(XP("fault", "fake_b"), NULL, NULL, NULL, NULL);
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
-    tent_request_t r = tu_write(&p, 0, LEN);
-    r.transport_hint = FAULT_TYPE;
-    tent_batch_id_t b = tent_allocate_batch(e, 1);
-    assert_int_equal(tent_submit(e, b, &r, 1), TENT_OK);
+    struct tu_fx f = tu_fx_open(TU_LIST("fault", "fake_b"), NULL, LEN);
+    submit_to_fault(&f);
     fault_cfg.status_error = TENT_EIO;
     tent_status_t st;
-    assert_int_equal(tent_task_status(e, b, 0, &st), TENT_EIO);
+    assert_int_equal(tent_task_status(f.e, f.b, 0, &st), TENT_EIO);
     assert_int_equal(st.status, STATUS_PENDING);
-    assert_int_equal(tent_overall_status(e, b, &st), TENT_EIO);
+    assert_int_equal(tent_overall_status(f.e, f.b, &st), TENT_EIO);
     assert_int_equal(st.status, STATUS_PENDING);
-    assert_int_equal(tent_free_batch(e, b), TENT_EBUSY);
     assert_int_equal(fake_stats[1].submitted, 0);
     fault_cfg.status_error = 0;
-    assert_int_equal(tu_wait_task(e, b, 0, &st, 2000), TENT_OK);
+    assert_int_equal(tu_wait_task(f.e, f.b, 0, &st, 2000), TENT_OK);
     assert_int_equal(st.status, STATUS_COMPLETED);
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 int main(void)

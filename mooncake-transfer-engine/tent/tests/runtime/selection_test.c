@@ -13,49 +13,57 @@
 #define LEN 8192
 
 /* Submits one request and waits for it; returns its final status. */
-static int run_one(tent_engine_t e, tent_request_t *r, tent_status_t *st)
+#define run_one(e, r, st) run_one_at(TU_HERE, e, r, st)
+static int run_one_at(struct tu_at at, tent_engine_t e, tent_request_t *r,
+                      tent_status_t *st)
 {
     tent_batch_id_t b = tent_allocate_batch(e, 1);
-    assert_int_not_equal(b, TENT_INVALID_BATCH_ID);
+    at_int_not_equal(at, b, TENT_INVALID_BATCH_ID);
     int rc = tent_submit(e, b, r, 1);
     if (rc == TENT_OK) {
-        assert_int_equal(tu_wait_task(e, b, 0, st, 2000), TENT_OK);
-        assert_int_not_equal(st->status, STATUS_PENDING);
+        at_int_equal(at, tu_wait_task(e, b, 0, st, 2000), TENT_OK);
+        at_int_not_equal(at, st->status, STATUS_PENDING);
     }
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    at_int_equal(at, tent_free_batch(e, b), TENT_OK);
     return rc;
 }
+
+/* run_one of r, which must be accepted and end in status want. */
+#define run_one_ends(e, r, want) run_one_ends_at(TU_HERE, e, r, want)
+static void run_one_ends_at(struct tu_at at, tent_engine_t e, tent_request_t *r,
+                            int want)
+{
+    tent_status_t st;
+    at_int_equal(at, run_one_at(at, e, r, &st), TENT_OK);
+    at_int_equal(at, st.status, want);
+}
+
+/* The fixture with the three fakes and this policy. */
+#define open_with_policy(policy)                                               \
+    tu_fx_open(TU_LIST("fake_a", "fake_b", "fake_c"),                          \
+               TU_LIST("policy", policy), LEN)
 
 static void test_no_policy_uses_registration_order(void **state)
 {
     (void)state;
-    tent_engine_t e = TU_ENGINE("fake_a", "fake_b", "fake_c");
-    assert_non_null(e);
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
-    tent_request_t r = tu_write(&p, 0, LEN);
-    tent_status_t st;
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
-    assert_int_equal(st.status, STATUS_COMPLETED);
+    struct tu_fx f =
+        tu_fx_open(TU_LIST("fake_a", "fake_b", "fake_c"), NULL, LEN);
+    tent_request_t r = tu_write(&f.p, 0, LEN);
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
     assert_int_equal(fake_stats[0].submitted, 1);
     assert_int_equal(fake_stats[1].submitted, 0);
     assert_int_equal(fake_stats[2].submitted, 0);
-    assert_memory_equal(p.src, p.dst, LEN);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    assert_memory_equal(f.p.src, f.p.dst, LEN);
+    tu_fx_close(&f);
 
     /* Without fake_a the next one in registration order serves. */
     fake_transports_reset();
-    e = TU_ENGINE("fake_c", "fake_b");
-    assert_non_null(e);
-    tu_bufs_init(e, &p, LEN);
-    r = tu_write(&p, 0, LEN);
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
-    assert_int_equal(st.status, STATUS_COMPLETED);
+    f = tu_fx_open(TU_LIST("fake_c", "fake_b"), NULL, LEN);
+    r = tu_write(&f.p, 0, LEN);
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
     assert_int_equal(fake_stats[1].submitted, 1);
     assert_int_equal(fake_stats[2].submitted, 0);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 /* A buffer registered with one transport only is served by that one. */
@@ -64,124 +72,94 @@ static void test_buffer_registered_with_one_transport(void **state)
     (void)state;
     tent_engine_t e = TU_ENGINE("fake_a", "fake_b");
     assert_non_null(e);
-    char *src = aligned_alloc(4096, LEN), *dst = aligned_alloc(4096, LEN);
-    memset(src, 0x11, LEN);
-    memset(dst, 0, LEN);
+    struct tu_bufs p = {.src = aligned_alloc(4096, LEN),
+                        .dst = aligned_alloc(4096, LEN),
+                        .len = LEN};
+    memset(p.src, 0x11, LEN);
+    memset(p.dst, 0, LEN);
     tent_memory_options_t o;
     memset(&o, 0, sizeof(o));
     o.permission = PERM_GLOBAL_READ_WRITE;
     o.transport_type = FAKE_B_TYPE;
-    assert_int_equal(tent_register_memory_ex(e, src, LEN, &o), TENT_OK);
+    assert_int_equal(tent_register_memory_ex(e, p.src, LEN, &o), TENT_OK);
     assert_int_equal(fake_stats[0].buffers, 0);
     assert_int_equal(fake_stats[1].buffers, 1);
-    assert_int_equal(tent_register_memory(e, dst, LEN), TENT_OK);
-    tent_request_t r = {.opcode = OPCODE_WRITE,
-                        .source = src,
-                        .target_id = LOCAL_SEGMENT_ID,
-                        .target_offset = (uintptr_t)dst,
-                        .length = LEN};
-    tent_status_t st;
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
-    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(tent_register_memory(e, p.dst, LEN), TENT_OK);
+    tent_request_t r = tu_write(&p, 0, LEN);
+    run_one_ends(e, &r, STATUS_COMPLETED);
     assert_int_equal(fake_stats[0].submitted, 0);
     assert_int_equal(fake_stats[1].submitted, 1);
     /* And it has no failover target: fake_b failing is final. */
     fake_behavior[1].fail_completion = true;
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
-    assert_int_equal(st.status, STATUS_FAILED);
+    run_one_ends(e, &r, STATUS_FAILED);
     assert_int_equal(fake_stats[0].submitted, 0);
-    assert_int_equal(tent_unregister_memory(e, src, LEN), TENT_OK);
-    assert_int_equal(tent_unregister_memory(e, dst, LEN), TENT_OK);
+    tu_bufs_fini(e, &p);
     assert_int_equal(fake_stats[1].buffers, 0);
     tent_destroy_engine(e);
-    free(src);
-    free(dst);
-}
-
-static tent_engine_t engine_with_policy(const char *policy)
-{
-    TU_CONFIG("fake_a", "fake_b", "fake_c");
-    tent_set_config("policy", policy);
-    tent_engine_t e = tent_create_engine();
-    if (!e)
-        fail_msg("engine: %s", tent_last_error());
-    return e;
 }
 
 static void test_policy_by_size(void **state)
 {
     (void)state;
-    tent_engine_t e = engine_with_policy(
-        "[{\"name\":\"small\",\"segment_type\":\"memory\",\"max_size\":1024,"
-        "\"transports\":[\"fake_b\",\"fake_a\"]},"
+    struct tu_fx f = open_with_policy(
+        "[{\"name\":\"small\",\"segment_type\":\"memory\",\"max_size\":"
+        "1024,\"transports\":[\"fake_b\",\"fake_a\"]},"
         "{\"name\":\"big\",\"segment_type\":\"memory\",\"min_size\":4096,"
         "\"transports\":[\"fake_c\",\"fake_a\"]}]");
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
     tent_status_t st;
-    tent_request_t r = tu_write(&p, 0, 1024); /* max_size is inclusive */
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
-    assert_int_equal(st.status, STATUS_COMPLETED);
+    tent_request_t r = tu_write(&f.p, 0, 1024); /* max_size is inclusive */
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
     assert_int_equal(fake_stats[1].submitted, 1);
-    r = tu_write(&p, 0, 4096); /* min_size is inclusive */
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
+    r = tu_write(&f.p, 0, 4096); /* min_size is inclusive */
+    assert_int_equal(run_one(f.e, &r, &st), TENT_OK);
     assert_int_equal(fake_stats[2].submitted, 1);
-    r = tu_write(&p, 0, 2048); /* no rule: registration order */
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
+    r = tu_write(&f.p, 0, 2048); /* no rule: registration order */
+    assert_int_equal(run_one(f.e, &r, &st), TENT_OK);
     assert_int_equal(fake_stats[0].submitted, 1);
     assert_int_equal(fake_stats[1].submitted, 1);
     assert_int_equal(fake_stats[2].submitted, 1);
-    assert_memory_equal(p.src, p.dst, 4096);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    assert_memory_equal(f.p.src, f.p.dst, 4096);
+    tu_fx_close(&f);
 }
 
 static void test_policy_by_priority(void **state)
 {
     (void)state;
-    tent_engine_t e =
-        engine_with_policy("[{\"segment_type\":\"memory\",\"priority\":\"low\","
-                           "\"transports\":[\"fake_c\"]},"
-                           "{\"segment_type\":\"memory\",\"priority\":1,"
-                           "\"transports\":[\"fake_b\"]}]");
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f =
+        open_with_policy("[{\"segment_type\":\"memory\",\"priority\":\"low\","
+                         "\"transports\":[\"fake_c\"]},"
+                         "{\"segment_type\":\"memory\",\"priority\":1,"
+                         "\"transports\":[\"fake_b\"]}]");
     tent_status_t st;
-    tent_request_t r = tu_write(&p, 0, 512);
+    tent_request_t r = tu_write(&f.p, 0, 512);
     r.priority = 2;
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
+    assert_int_equal(run_one(f.e, &r, &st), TENT_OK);
     assert_int_equal(fake_stats[2].submitted, 1);
     r.priority = 1;
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
+    assert_int_equal(run_one(f.e, &r, &st), TENT_OK);
     assert_int_equal(fake_stats[1].submitted, 1);
     r.priority = 0;
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
+    assert_int_equal(run_one(f.e, &r, &st), TENT_OK);
     assert_int_equal(fake_stats[0].submitted, 1);
     assert_int_equal(fake_stats[1].submitted, 1);
     assert_int_equal(fake_stats[2].submitted, 1);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 /* The first matching rule wins; a "file" rule never matches memory. */
 static void test_policy_first_match_and_segment_type(void **state)
 {
     (void)state;
-    tent_engine_t e = engine_with_policy(
+    struct tu_fx f = open_with_policy(
         "[{\"segment_type\":\"file\",\"transports\":[\"fake_a\"]},"
         "{\"segment_type\":\"memory\",\"transports\":[\"fake_c\"]},"
         "{\"segment_type\":\"memory\",\"transports\":[\"fake_b\"]}]");
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
-    tent_status_t st;
-    tent_request_t r = tu_write(&p, 0, LEN);
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
-    assert_int_equal(st.status, STATUS_COMPLETED);
+    tent_request_t r = tu_write(&f.p, 0, LEN);
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
     assert_int_equal(fake_stats[0].submitted, 0);
     assert_int_equal(fake_stats[1].submitted, 0);
     assert_int_equal(fake_stats[2].submitted, 1);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 /* The rule's list is the failover order, and only its transports are
@@ -189,51 +167,39 @@ static void test_policy_first_match_and_segment_type(void **state)
 static void test_policy_order_is_failover_order(void **state)
 {
     (void)state;
-    tent_engine_t e = engine_with_policy(
-        "[{\"segment_type\":\"memory\",\"transports\":[\"fake_c\","
-        "\"fake_a\"]}]");
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f =
+        open_with_policy("[{\"segment_type\":\"memory\",\"transports\":["
+                         "\"fake_c\",\"fake_a\"]}]");
     fake_behavior[2].fail_completion = true;
-    tent_status_t st;
-    tent_request_t r = tu_write(&p, 0, LEN);
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
-    assert_int_equal(st.status, STATUS_COMPLETED);
+    tent_request_t r = tu_write(&f.p, 0, LEN);
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
     assert_int_equal(fake_stats[2].failed, 1);
     assert_int_equal(fake_stats[0].completed, 1);
     assert_int_equal(fake_stats[1].submitted, 0);
     /* Both listed ones fail: fake_b, not in the rule, is never tried. */
     fake_behavior[0].fail_completion = true;
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
-    assert_int_equal(st.status, STATUS_FAILED);
+    run_one_ends(f.e, &r, STATUS_FAILED);
     assert_int_equal(fake_stats[1].submitted, 0);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 static void test_hint_pins_first_attempt(void **state)
 {
     (void)state;
-    tent_engine_t e = engine_with_policy(
-        "[{\"segment_type\":\"memory\",\"transports\":[\"fake_a\","
-        "\"fake_b\"]}]");
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
-    tent_status_t st;
-    tent_request_t r = tu_write(&p, 0, LEN);
+    struct tu_fx f =
+        open_with_policy("[{\"segment_type\":\"memory\",\"transports\":["
+                         "\"fake_a\",\"fake_b\"]}]");
+    tent_request_t r = tu_write(&f.p, 0, LEN);
     r.transport_hint = FAKE_C_TYPE;
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
-    assert_int_equal(st.status, STATUS_COMPLETED);
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
     assert_int_equal(fake_stats[2].submitted, 1);
     assert_int_equal(fake_stats[0].submitted, 0);
     /* The hinted one fails: failover continues with the policy order. */
     fake_behavior[2].fail_completion = true;
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
-    assert_int_equal(st.status, STATUS_COMPLETED);
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
     assert_int_equal(fake_stats[2].submitted, 2);
     assert_int_equal(fake_stats[0].completed, 1);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 /* A hint naming a transport that is also in the rule: it goes first and is
@@ -241,126 +207,100 @@ static void test_hint_pins_first_attempt(void **state)
 static void test_hint_excluded_after_failure(void **state)
 {
     (void)state;
-    tent_engine_t e = engine_with_policy(
-        "[{\"segment_type\":\"memory\",\"transports\":[\"fake_a\","
-        "\"fake_b\"]}]");
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f =
+        open_with_policy("[{\"segment_type\":\"memory\",\"transports\":["
+                         "\"fake_a\",\"fake_b\"]}]");
     fake_behavior[0].fail_completion = true;
     fake_behavior[1].fail_completion = true;
-    tent_status_t st;
-    tent_request_t r = tu_write(&p, 0, LEN);
+    tent_request_t r = tu_write(&f.p, 0, LEN);
     r.transport_hint = FAKE_B_TYPE;
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
-    assert_int_equal(st.status, STATUS_FAILED);
+    run_one_ends(f.e, &r, STATUS_FAILED);
     assert_int_equal(fake_stats[1].submitted, 1); /* first, once */
     assert_int_equal(fake_stats[0].submitted, 1); /* then the rule's next */
     assert_int_equal(fake_stats[2].submitted, 0);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 /* A hint for a transport that is not installed falls back to selection. */
 static void test_hint_not_installed_falls_back(void **state)
 {
     (void)state;
-    tent_engine_t e = TU_ENGINE("fake_a", "fake_b");
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
-    tent_status_t st;
-    tent_request_t r = tu_write(&p, 0, LEN);
+    struct tu_fx f = tu_fx_open(TU_LIST("fake_a", "fake_b"), NULL, LEN);
+    tent_request_t r = tu_write(&f.p, 0, LEN);
     r.transport_hint = FAKE_C_TYPE;
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
-    assert_int_equal(st.status, STATUS_COMPLETED);
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
     r.transport_hint = TRANSPORT_RDMA;
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
-    assert_int_equal(st.status, STATUS_COMPLETED);
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
     assert_int_equal(fake_stats[0].submitted, 2);
     assert_int_equal(fake_stats[2].submitted, 0);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 static void test_only_installed_transports(void **state)
 {
     (void)state;
     fake_behavior[2].fail_install = true;
-    tent_engine_t e = engine_with_policy(
-        "[{\"segment_type\":\"memory\",\"transports\":[\"fake_c\","
-        "\"fake_b\"]}]");
+    struct tu_fx f =
+        open_with_policy("[{\"segment_type\":\"memory\",\"transports\":["
+                         "\"fake_c\",\"fake_b\"]}]");
     assert_int_equal(fake_stats[2].installs, 1);
-    assert_int_equal(tent_available(e), 1);
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    assert_int_equal(tent_available(f.e), 1);
     assert_int_equal(fake_stats[2].buffers, 0);
     tent_status_t st;
-    tent_request_t r = tu_write(&p, 0, LEN);
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
-    assert_int_equal(st.status, STATUS_COMPLETED);
+    tent_request_t r = tu_write(&f.p, 0, LEN);
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
     assert_int_equal(fake_stats[2].submitted, 0);
     assert_int_equal(fake_stats[1].submitted, 1);
     /* A hint at the uninstalled one does not resurrect it. */
     r.transport_hint = FAKE_C_TYPE;
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
+    assert_int_equal(run_one(f.e, &r, &st), TENT_OK);
     assert_int_equal(fake_stats[2].submitted, 0);
     assert_int_equal(fake_stats[1].submitted, 2);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 static void test_disabled_transport_is_no_candidate(void **state)
 {
     (void)state;
-    TU_CONFIG("fake_b");
-    tent_set_config("policy", "[{\"segment_type\":\"memory\",\"transports\":"
-                              "[\"fake_a\",\"fake_b\"]}]");
-    tent_engine_t e = tent_create_engine();
-    assert_non_null(e);
+    struct tu_fx f = tu_fx_open(
+        TU_LIST("fake_b"),
+        TU_LIST("policy", "[{\"segment_type\":\"memory\","
+                          "\"transports\":[\"fake_a\",\"fake_b\"]}]"),
+        LEN);
     assert_int_equal(fake_stats[0].installs, 0);
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
-    tent_status_t st;
-    tent_request_t r = tu_write(&p, 0, LEN);
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
-    assert_int_equal(st.status, STATUS_COMPLETED);
+    tent_request_t r = tu_write(&f.p, 0, LEN);
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
     assert_int_equal(fake_stats[1].submitted, 1);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 static void test_only_capable_transports(void **state)
 {
     (void)state;
-    tent_engine_t e = TU_ENGINE("fake_a", "fake_b");
-    struct tu_bufs p;
-    tu_bufs_init(e, &p, LEN);
+    struct tu_fx f = tu_fx_open(TU_LIST("fake_a", "fake_b"), NULL, LEN);
     /* fake_a moves device memory only: host-to-host goes to fake_b. */
     fake_behavior[0].caps = TENT_CAP_DEVICE_TO_DEVICE;
-    tent_status_t st;
-    tent_request_t r = tu_write(&p, 0, LEN);
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
-    assert_int_equal(st.status, STATUS_COMPLETED);
+    tent_request_t r = tu_write(&f.p, 0, LEN);
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
     assert_int_equal(fake_stats[0].submitted, 0);
     assert_int_equal(fake_stats[1].submitted, 1);
     /* fake_b cannot reach the target either: nobody can serve it. */
     fake_behavior[1].unreachable = true;
-    tent_batch_id_t b = tent_allocate_batch(e, 1);
-    assert_int_equal(tent_submit(e, b, &r, 1), TENT_ENOTRANSPORT);
+    tent_batch_id_t b = tent_allocate_batch(f.e, 1);
+    assert_int_equal(tent_submit(f.e, b, &r, 1), TENT_ENOTRANSPORT);
     assert_contains(tent_last_error(), "no installed transport");
     size_t n = 1;
     tent_status_t sl[1];
-    assert_int_equal(tent_task_status_list(e, b, sl, &n), TENT_OK);
+    assert_int_equal(tent_task_status_list(f.e, b, sl, &n), TENT_OK);
     assert_int_equal(n, 0);
-    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    assert_int_equal(tent_free_batch(f.e, b), TENT_OK);
     /* fake_b reachable again but fake_a has no caps at all. */
     fake_behavior[1].unreachable = false;
     fake_behavior[0].caps = 0;
     fake_behavior[1].fail_completion = true;
-    assert_int_equal(run_one(e, &r, &st), TENT_OK);
-    assert_int_equal(st.status, STATUS_FAILED); /* no failover to fake_a */
+    run_one_ends(f.e, &r, STATUS_FAILED); /* no failover to fake_a */
     assert_int_equal(fake_stats[0].submitted, 0);
-    tu_bufs_fini(e, &p);
-    tent_destroy_engine(e);
+    tu_fx_close(&f);
 }
 
 int main(void)

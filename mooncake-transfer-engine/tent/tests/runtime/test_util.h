@@ -1,24 +1,20 @@
 /* The runtime suites' test fixture (tu_setup / tu_teardown, TU_TEST) and
  * their helpers: engines with a chosen set of transports, registered buffer
- * pairs, polling with a deadline, and stderr capture (to check log lines).
- * Header-only; includes <cmocka.h>. */
+ * pairs (alone or with their engine: struct tu_fx), polling with a deadline,
+ * and stderr capture (tu_capture.h, to check log lines).  The helpers that
+ * check report a failure at their caller's line (tu_assert.h).  Header-only;
+ * includes <cmocka.h>. */
 #ifndef TENT_TEST_UTIL_H
 #define TENT_TEST_UTIL_H
 
+#include "common/clock.h"
 #include "common/config.h"
 #include "fake_transport.h"
 #include "fault_transport.h"
 #include "tent/transfer_engine.h"
 #include "transport/transport.h"
-
-/* cmocka needs these first. */
-/* clang-format off */
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <cmocka.h>
-/* clang-format on */
+#include "tu_assert.h"
+#include "tu_capture.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -79,8 +75,11 @@ static inline int tu_teardown(void **state)
 /* A test run between tu_setup and tu_teardown. */
 #define TU_TEST(f) cmocka_unit_test_setup_teardown(f, tu_setup, tu_teardown)
 
-#define TU_CONFIG(...) tu_config((const char *const[]){__VA_ARGS__, NULL})
-#define TU_ENGINE(...) tu_engine((const char *const[]){__VA_ARGS__, NULL})
+/* A NULL-terminated list of strings, e.g. the transports to enable. */
+#define TU_LIST(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+#define TU_CONFIG(...) tu_config(TU_LIST(__VA_ARGS__))
+#define TU_ENGINE(...) tu_engine(TU_LIST(__VA_ARGS__))
 
 static inline tent_engine_t tu_engine(const char *const *enable)
 {
@@ -94,26 +93,66 @@ struct tu_bufs {
     size_t len;
 };
 
-static inline void tu_bufs_init(tent_engine_t e, struct tu_bufs *b, size_t len)
+#define tu_bufs_init(e, b, len) tu_bufs_init_at(TU_HERE, e, b, len)
+static inline void tu_bufs_init_at(struct tu_at at, tent_engine_t e,
+                                   struct tu_bufs *b, size_t len)
 {
     b->len = len;
     b->src = aligned_alloc(4096, len);
     b->dst = aligned_alloc(4096, len);
-    assert_non_null(b->src);
-    assert_non_null(b->dst);
+    at_non_null(at, b->src);
+    at_non_null(at, b->dst);
     for (size_t i = 0; i < len; i++)
         b->src[i] = (char)(i * 7 + 3);
     memset(b->dst, 0, len);
-    assert_int_equal(tent_register_memory(e, b->src, len), 0);
-    assert_int_equal(tent_register_memory(e, b->dst, len), 0);
+    at_int_equal(at, tent_register_memory(e, b->src, len), 0);
+    at_int_equal(at, tent_register_memory(e, b->dst, len), 0);
 }
 
-static inline void tu_bufs_fini(tent_engine_t e, struct tu_bufs *b)
+#define tu_bufs_fini(e, b) tu_bufs_fini_at(TU_HERE, e, b)
+static inline void tu_bufs_fini_at(struct tu_at at, tent_engine_t e,
+                                   struct tu_bufs *b)
 {
-    assert_int_equal(tent_unregister_memory(e, b->src, b->len), 0);
-    assert_int_equal(tent_unregister_memory(e, b->dst, b->len), 0);
+    at_int_equal(at, tent_unregister_memory(e, b->src, b->len), 0);
+    at_int_equal(at, tent_unregister_memory(e, b->dst, b->len), 0);
     free(b->src);
     free(b->dst);
+}
+
+/* What most runtime tests start from: an engine with exactly the transports
+ * of enable and then the configuration pairs of kv (key, value, ...; NULL or
+ * NULL-terminated), a registered pair of len-byte buffers, and the batch
+ * under test (TENT_INVALID_BATCH_ID until the test sets it). */
+struct tu_fx {
+    tent_engine_t e;
+    struct tu_bufs p;
+    tent_batch_id_t b;
+};
+
+#define tu_fx_open(enable, kv, len) tu_fx_open_at(TU_HERE, enable, kv, len)
+static inline struct tu_fx tu_fx_open_at(struct tu_at at,
+                                         const char *const *enable,
+                                         const char *const *kv, size_t len)
+{
+    tu_config(enable);
+    for (const char *const *p = kv; p && *p; p += 2)
+        tent_set_config(p[0], p[1]);
+    struct tu_fx f = {.e = tent_create_engine(), .b = TENT_INVALID_BATCH_ID};
+    if (!f.e)
+        at_fail_msg(at, "engine: %s", tent_last_error());
+    tu_bufs_init_at(at, f.e, &f.p, len);
+    return f;
+}
+
+/* Frees the batch under test (if set; it must be done), the buffer pair and
+ * the engine, checking each step as the tests did. */
+#define tu_fx_close(f) tu_fx_close_at(TU_HERE, f)
+static inline void tu_fx_close_at(struct tu_at at, struct tu_fx *f)
+{
+    if (f->b != TENT_INVALID_BATCH_ID)
+        at_int_equal(at, tent_free_batch(f->e, f->b), TENT_OK);
+    tu_bufs_fini_at(at, f->e, &f->p);
+    tent_destroy_engine(f->e);
 }
 
 /* A local write of len bytes at offset off of the pair. */
@@ -131,9 +170,7 @@ static inline tent_request_t tu_write(struct tu_bufs *b, size_t off, size_t len)
 
 static inline long tu_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+    return (long)tent_now_ms();
 }
 
 /* Polls task i until it leaves PENDING or the deadline passes; returns the
@@ -163,47 +200,5 @@ static inline int tu_wait_all(tent_engine_t e, tent_batch_id_t b,
     } while (tu_now_ms() < end);
     return rc;
 }
-
-/* stderr capture: everything written to fd 2 between begin and end. */
-struct tu_capture {
-    int saved_fd;
-    char path[64];
-};
-
-static inline void tu_capture_begin(struct tu_capture *c)
-{
-    fflush(stderr);
-    snprintf(c->path, sizeof(c->path), "/tmp/tent_test_stderr_XXXXXX");
-    int fd = mkstemp(c->path);
-    assert_true(fd >= 0);
-    c->saved_fd = dup(2);
-    assert_true(c->saved_fd >= 0);
-    assert_true(dup2(fd, 2) >= 0);
-    close(fd);
-}
-
-/* Returns the captured text (malloc'd; caller frees). */
-static inline char *tu_capture_end(struct tu_capture *c)
-{
-    fflush(stderr);
-    dup2(c->saved_fd, 2);
-    close(c->saved_fd);
-    FILE *f = fopen(c->path, "rb");
-    assert_non_null(f);
-    char *text = calloc(1, 1 << 16);
-    assert_non_null(text);
-    size_t n = fread(text, 1, (1 << 16) - 1, f);
-    text[n] = '\0';
-    fclose(f);
-    unlink(c->path);
-    return text;
-}
-
-#define assert_contains(hay, needle)                                           \
-    do {                                                                       \
-        const char *h_ = (hay), *n_ = (needle);                                \
-        if (!strstr(h_, n_))                                                   \
-            fail_msg("expected \"%s\" in \"%s\"", n_, h_);                     \
-    } while (0)
 
 #endif

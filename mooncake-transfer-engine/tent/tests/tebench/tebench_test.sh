@@ -2,7 +2,8 @@
 # tebench end-to-end checks, one scenario per CTest test:
 #   tebench_test.sh <path to tebench> <scenario> [transport]
 # Scenarios: flags, loopback <xport>, metrics <xport>, mix <xport>, json <xport>,
-# mainjob <expected default xport>, corrupt <xport>, corrupt_read <xport>,
+# mainjob <expected default xport>, loglevel <xport>, corrupt <xport>,
+# corrupt_read <xport>,
 # range <xport>, target <xport>, auto <xport used>, unreachable.
 set -u
 
@@ -199,6 +200,25 @@ mainjob)
     run 0 --loopback --baseline --check_consistency --block_size=4096,1M \
         "${COMMON[@]}"
     check_table 2 "$XPORT" baseline
+    # tebench's log level is warning by default: no INFO line among the rows
+    if grep -q ' INFO ' "$OUT" "$ERR"; then fail "INFO lines in the output"; fi
+    ;;
+loglevel)
+    # --log_level (default warning) decides the engine's log level, over
+    # the config file's; a bad value is refused naming the flag
+    printf '{"log_level": "info"}\n' >"$WORK/info.json"
+    run 0 --loopback --xport_type="$XPORT" --config="$WORK/info.json" \
+        --block_size=4096 "${COMMON[@]}"
+    check_table 1 "$XPORT"
+    if grep -q ' INFO ' "$OUT" "$ERR"; then fail "INFO lines by default"; fi
+    run 0 --loopback --xport_type="$XPORT" --log_level=info \
+        --block_size=4096 "${COMMON[@]}"
+    check_table 1 "$XPORT"
+    grep -q ' INFO .*engine created' "$ERR" ||
+        fail "--log_level=info shows no INFO line"
+    if grep -q ' INFO ' "$OUT"; then fail "INFO lines on stdout"; fi
+    run 2 --log_level=loud
+    grep -q -- '--log_level=loud' "$ERR" || fail "bad --log_level not named"
     ;;
 corrupt)
     TEBENCH_TEST_CORRUPT=1 run any --loopback --xport_type="$XPORT" \

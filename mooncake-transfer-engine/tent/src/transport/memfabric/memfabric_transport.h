@@ -41,7 +41,7 @@ struct memfabric_vendor_batch {
     int state;      /* enum memfabric_vb_state */
     int32_t result; /* valid when DONE: 0 success, else the vendor's code */
     struct tent_xerr *err; /* DONE with a failure: its cause, for its tasks */
-    char peer[128];        /* destUrl, for messages */
+    char peer[256];        /* destUrl, for messages */
 };
 
 /* An entry of task_list, indexed by the runtime's slot. */

@@ -22,24 +22,24 @@
 extern "C" {
 #endif
 
-#define SM_OK 0
-#define SM_NEED_RETRY 1
-#define SM_ERROR (-1)
-#define SM_INVALID_PARAM (-2000)
-#define SM_MALLOC_FAILED (-2001)
+#define SM_OK                0
+#define SM_NEED_RETRY        1
+#define SM_ERROR             (-1)
+#define SM_INVALID_PARAM     (-2000)
+#define SM_MALLOC_FAILED     (-2001)
 #define SM_NEW_OBJECT_FAILED (-2002)
-#define SM_NOT_STARTED (-2003)
-#define SM_TIMEOUT (-2004)
-#define SM_REPEAT_CALL (-2005)
-#define SM_DUPLICATED (-2006)
+#define SM_NOT_STARTED       (-2003)
+#define SM_TIMEOUT           (-2004)
+#define SM_REPEAT_CALL       (-2005)
+#define SM_DUPLICATED        (-2006)
 #define SM_OBJECT_NOT_EXISTS (-2007)
-#define SM_NOT_INITIALIZED (-2008)
-#define SM_RESOURCE_IN_USE (-2009)
-#define SM_FILE_NOT_EXISTS (-2010)
-#define SM_NOT_SUPPORTED (-2011)
-#define SM_PARTIAL_FAILED (-2012)
-#define SM_INNER_BUSY (-2013)
-#define SM_NOT_CONNECTED (-2014)
+#define SM_NOT_INITIALIZED   (-2008)
+#define SM_RESOURCE_IN_USE   (-2009)
+#define SM_FILE_NOT_EXISTS   (-2010)
+#define SM_NOT_SUPPORTED     (-2011)
+#define SM_PARTIAL_FAILED    (-2012)
+#define SM_INNER_BUSY        (-2013)
+#define SM_NOT_CONNECTED     (-2014)
 
 #define SMEM_TLS_PATH_SIZE 256
 
@@ -144,18 +144,21 @@ typedef void (*smem_trans_peer_down_callback_t)(const char *peerUniqueId,
     X(smem_trans_t, smem_trans_create,                                         \
       (const smem_trans_config_t *config, uint32_t flags))                     \
     X(void, smem_trans_destroy, (smem_trans_t handle, uint32_t flags))         \
-    X(int32_t, smem_trans_get_rpc_port, (smem_trans_t handle, uint16_t *port)) \
+    X(int32_t, smem_trans_get_rpc_port,                                        \
+      (smem_trans_t handle, uint16_t * port))                                  \
     X(int32_t, smem_trans_register_mem,                                        \
       (smem_trans_t handle, void *address, size_t capacity, uint32_t flags))   \
     X(int32_t, smem_trans_batch_register_mem,                                  \
       (smem_trans_t handle, void *addresses[], size_t capacities[],            \
        uint32_t count, uint32_t flags))                                        \
-    X(int32_t, smem_trans_deregister_mem, (smem_trans_t handle, void *address)) \
+    X(int32_t, smem_trans_deregister_mem,                                      \
+      (smem_trans_t handle, void *address))                                    \
     X(int32_t, smem_trans_batch_copy,                                          \
       (smem_trans_t handle, smem_trans_batch_params_t * params,                \
        uint64_t * batchId))                                                    \
     X(int32_t, smem_trans_batch_status_query,                                  \
-      (smem_trans_t handle, uint64_t batchId, int32_t *result, uint32_t flags)) \
+      (smem_trans_t handle, uint64_t batchId, int32_t * result,                \
+       uint32_t flags))                                                        \
     X(int32_t, smem_trans_set_peer_down_callback,                              \
       (smem_trans_t handle, smem_trans_peer_down_callback_t callback,          \
        void *userData))                                                        \

@@ -14,5 +14,8 @@ struct tent_transport;
 /* Mappings of peer memory the shm transport t holds now (cached or kept
  * for copies awaiting their check): for tests and benchmarks. */
 size_t tent_shm_mapping_count(struct tent_transport *t);
+/* Peers' copies into t's engine's memory running now (odd slots of its
+ * control page): for tests. */
+int tent_shm_copies_in_progress(struct tent_transport *t);
 
 #endif

@@ -48,6 +48,7 @@
 #include "common/compiler.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "transport/shm/shm_ctl.h"
 #include "transport/shm/shm_handle.h"
 #include "transport/transport.h"
 
@@ -86,6 +87,10 @@ struct shm_proc {
     char host_id[128];
     int pidfd;            /* -1 when the kernel has no pidfd_open */
     struct shm_check chk; /* cma copies */
+    /* Its control page (shm_ctl.h), mapped on first use; attached again
+     * when the peer publishes another one (a new process, same pid). */
+    struct shm_ctl_view ctl;
+    char ctl_handle[64];
     struct shm_proc *next;
 };
 
@@ -125,6 +130,11 @@ struct shm_sub {
 struct shm_transport {
     struct tent_transport base;
     char host_id[128];
+    int revoke_timeout_ms; /* the engine's revoke_timeout_ms */
+    /* Ours: peers check every copy into our memory against it.  Entries
+     * change under the engine's registration lock only (add_buffer,
+     * remove_buffer), so they need no lock of ours. */
+    struct shm_ctl_owner own;
     pthread_mutex_t lock;
     struct shm_proc *procs;
     struct shm_map *maps;
@@ -134,6 +144,16 @@ struct shm_transport {
 size_t tent_shm_mapping_count(struct tent_transport *t)
 {
     return atomic_load(&((struct shm_transport *)t)->nmaps);
+}
+
+int tent_shm_copies_in_progress(struct tent_transport *base)
+{
+    struct shm_transport *t = (struct shm_transport *)base;
+    int n = 0;
+    for (int i = 0; i < SHM_CTL_PEERS; i++)
+        n += atomic_load(&t->own.ctl->slots[i].pid) != 0 &&
+             (atomic_load(&t->own.ctl->slots[i].seq) & 1);
+    return n;
 }
 
 static void map_unref(struct shm_transport *t, struct shm_map *m)
@@ -166,14 +186,32 @@ static struct shm_transport *shm_of(struct tent_transport *t)
     return (struct shm_transport *)t;
 }
 
+/* The attributes shm publishes: the control page (segment), and per
+ * buffer its mapping handle and its control entry. */
+#define SHM_CTL_ATTR "shm_ctl"
+#define SHM_ATTR     "shm"
+#define SHM_REG_ATTR "shm_reg"
+
 static int shm_install(struct tent_transport *base)
 {
     struct shm_transport *t = shm_of(base);
-    const char *id = base->env->host_id;
+    const struct tent_xport_env *env = base->env;
+    const char *id = env->host_id;
     if (!id || !*id || strlen(id) >= sizeof(t->host_id))
         return tent_set_error(TENT_ENODEV,
                               "shm: this engine publishes no host identity");
     snprintf(t->host_id, sizeof(t->host_id), "%s", id);
+    t->revoke_timeout_ms = env->revoke_timeout_ms;
+    int rc = shm_ctl_create(&t->own);
+    if (rc)
+        return rc;
+    char h[64];
+    shm_ctl_handle(&t->own, h, sizeof(h));
+    rc = env->publish_attr(env->ctx, SHM_CTL_ATTR, h);
+    if (rc) {
+        shm_ctl_destroy(&t->own);
+        return rc;
+    }
     pthread_mutex_init(&t->lock, NULL);
     return TENT_OK;
 }
@@ -190,11 +228,15 @@ static void shm_uninstall(struct tent_transport *base)
         n = p->next;
         if (p->pidfd >= 0)
             close(p->pidfd);
+        shm_ctl_detach(&p->ctl);
         free(p);
     }
     t->maps = NULL;
     t->procs = NULL;
     pthread_mutex_destroy(&t->lock);
+    if (base->env)
+        base->env->publish_attr(base->env->ctx, SHM_CTL_ATTR, NULL);
+    shm_ctl_destroy(&t->own);
 }
 
 static uint32_t shm_caps(TENT_UNUSED struct tent_transport *t)
@@ -220,12 +262,9 @@ static bool shm_can_reach(struct tent_transport *t,
     return t->env->seg_on_host(t->env->ctx, target);
 }
 
-/* The attribute that carries a buffer's handle in the descriptor. */
-#define SHM_ATTR "shm"
-
-static int shm_add_buffer(TENT_UNUSED struct tent_transport *t,
-                          struct tent_buffer *buf)
+static int shm_add_buffer(struct tent_transport *base, struct tent_buffer *buf)
 {
+    struct shm_transport *t = shm_of(base);
     if (buf->is_device)
         return tent_set_error(TENT_ENOTSUP,
                               "shm: location '%s' is not host memory",
@@ -250,13 +289,71 @@ static int shm_add_buffer(TENT_UNUSED struct tent_transport *t,
         snprintf(handle, sizeof(handle), "memfd:%d:%llu", buf->alloc_fd,
                  (unsigned long long)st.st_ino);
     }
-    return tent_attrs_set(&buf->attrs, SHM_ATTR, handle);
+    uint32_t idx;
+    uint64_t gen;
+    int rc =
+        shm_ctl_enter(&t->own, buf->base, buf->length, buf->perm, &idx, &gen);
+    if (rc)
+        return rc;
+    char reg[48];
+    snprintf(reg, sizeof(reg), "%u:%llu", idx, (unsigned long long)gen);
+    rc = tent_attrs_set(&buf->attrs, SHM_ATTR, handle);
+    if (!rc)
+        rc = tent_attrs_set(&buf->attrs, SHM_REG_ATTR, reg);
+    if (rc) {
+        shm_ctl_free(&t->own, idx);
+        tent_attrs_set(&buf->attrs, SHM_ATTR, NULL);
+    }
+    return rc;
 }
 
-static int shm_remove_buffer(TENT_UNUSED struct tent_transport *t,
+/* Revokes the buffer from every peer (shm_ctl.h): no peer copy into it runs
+ * once this returns 0.  A peer stalled mid-copy for revoke_timeout_ms: the
+ * engine moves its own mapping of engine-allocated memory away from the
+ * pages that peer maps (env->reclaim_pages) and the revocation stands;
+ * other memory stays registered and the error names the peer. */
+static int shm_remove_buffer(struct tent_transport *base,
                              struct tent_buffer *buf)
 {
-    return tent_attrs_set(&buf->attrs, SHM_ATTR, NULL);
+    struct shm_transport *t = shm_of(base);
+    const struct tent_xport_env *env = base->env;
+    uint32_t idx;
+    uint64_t gen;
+    if (shm_ctl_parse_reg(tent_attrs_get(buf->attrs, SHM_REG_ATTR), &idx,
+                          &gen) != TENT_OK)
+        return tent_set_error(TENT_EINVAL,
+                              "shm: buffer [%#llx, +%llu) carries no control "
+                              "entry",
+                              (unsigned long long)buf->base,
+                              (unsigned long long)buf->length);
+    long who = 0;
+    int rc = shm_ctl_revoke(&t->own, idx, t->revoke_timeout_ms, &who);
+    if (rc == TENT_EBUSY) {
+        int rrc = env ? env->reclaim_pages(env->ctx, buf) : TENT_ENOTSUP;
+        if (rrc == TENT_OK) {
+            LOG_WARN("shm: peer process %ld stalled copying into [%#llx, "
+                     "+%llu) for %d ms; the range now lives in fresh pages "
+                     "and that copy is reported FAILED to it",
+                     who, (unsigned long long)buf->base,
+                     (unsigned long long)buf->length, t->revoke_timeout_ms);
+            rc = TENT_OK;
+        } else {
+            char why[256];
+            snprintf(why, sizeof(why), "%s", tent_last_error());
+            shm_ctl_restore(&t->own, idx, gen);
+            return tent_set_error(TENT_EBUSY,
+                                  "shm: peer process %ld still copies into "
+                                  "it after %d ms (revoke_timeout_ms), and "
+                                  "it cannot be taken back (%s)",
+                                  who, t->revoke_timeout_ms, why);
+        }
+    }
+    if (rc)
+        return rc;
+    shm_ctl_free(&t->own, idx);
+    tent_attrs_set(&buf->attrs, SHM_REG_ATTR, NULL);
+    tent_attrs_set(&buf->attrs, SHM_ATTR, NULL);
+    return TENT_OK;
 }
 
 static int shm_alloc_sub(struct tent_transport *t, size_t capacity,
@@ -472,41 +569,91 @@ static int cma_copy(long pid, const struct tent_xfer *x, int *state,
     return TENT_OK;
 }
 
-/* What one submit call last looked up: consecutive requests to the same
- * buffer reuse it without the lock.  map holds a reference for the call. */
-struct shm_lookup {
+/* A run: consecutive requests of one submit call to the same target buffer.
+ * It is looked up once and its copies run under one mark of our slot in the
+ * owner's control page (shm_ctl.h): begun before the first copy, ended after
+ * the last.  map holds a reference for the call. */
+struct shm_run {
     const struct tent_seg_view *target;
     const struct tent_buffer *tb;
     bool write;
+    bool marked; /* our slot is marked: shm_ctl_end is due */
     long pid;
     struct shm_proc *proc;
     struct shm_map *map; /* NULL for cma */
+    size_t first;        /* the run's first request */
 };
 
-static void lookup_drop(struct shm_transport *t, struct shm_lookup *c)
+/* The control page of proc, (re)attached to what the peer publishes now.
+ * Caller holds t->lock. */
+static int proc_ctl_locked(struct shm_transport *t, struct shm_proc *p,
+                           const struct tent_seg_view *target)
 {
-    if (c->map)
-        map_unref(t, c->map);
-    memset(c, 0, sizeof(*c));
+    char h[64];
+    if (!t->base.env->seg_attr(t->base.env->ctx, target, SHM_CTL_ATTR, h,
+                               sizeof(h)) ||
+        !*h)
+        return tent_set_error(TENT_ENOTSUP,
+                              "shm: segment '%s' publishes no control page",
+                              target->name);
+    if (p->ctl.ctl && strcmp(h, p->ctl_handle) == 0)
+        return TENT_OK;
+    shm_ctl_detach(&p->ctl);
+    int rc = shm_ctl_attach(&p->ctl, p->pid, h, p->pid == (long)getpid());
+    if (!rc)
+        snprintf(p->ctl_handle, sizeof(p->ctl_handle), "%s", h);
+    return rc;
 }
 
-static int lookup(struct shm_transport *t, const struct tent_xfer *x,
-                  struct shm_lookup *c)
+/* Ends run r: our mark in the owner's page goes, and when the owner gave up
+ * waiting for these copies (it revoked the buffer while we stalled) they
+ * are FAILED rather than vouched for later. */
+static void run_end(struct shm_transport *t, struct shm_run *r,
+                    struct shm_sub *sb, const struct tent_xfer *reqs, size_t to)
+{
+    if (r->marked && !shm_ctl_end(&r->proc->ctl))
+        for (size_t j = r->first; j < to; j++) {
+            const struct tent_xfer *x = &reqs[j];
+            if (x->target_buf != r->tb || x->target->local ||
+                x->slot >= sb->base.capacity)
+                continue;
+            struct shm_task *k = &sb->tasks[x->slot];
+            if (k->state == TENT_XFER_FAILED)
+                continue;
+            task_release(t, k);
+            task_fail(k, TENT_EPEER, 0,
+                      "shm: pid %ld revoked [%#llx, +%llu) while this copy "
+                      "stalled in it",
+                      r->pid, (unsigned long long)r->tb->base,
+                      (unsigned long long)r->tb->length);
+        }
+    if (r->map)
+        map_unref(t, r->map);
+    memset(r, 0, sizeof(*r));
+}
+
+/* Starts the run of request i: lookup, then the mark.  A refusal touches
+ * nothing. */
+static int run_begin(struct shm_transport *t, const struct tent_xfer *x,
+                     size_t i, struct shm_run *r)
 {
     const struct tent_buffer *tb = x->target_buf;
     bool write = x->opcode == OPCODE_WRITE;
-    if (c->tb == tb && c->target == x->target && (c->write || !write) &&
-        c->proc)
-        return TENT_OK;
-    lookup_drop(t, c);
     long pid = peer_pid(&t->base, x->target);
     if (pid < 0)
         return tent_set_error(TENT_EPEER, "shm: segment '%s' publishes no pid",
                               x->target->name);
+    uint32_t idx;
+    uint64_t gen;
+    int rc =
+        shm_ctl_parse_reg(tent_attrs_get(tb->attrs, SHM_REG_ATTR), &idx, &gen);
+    if (rc)
+        return rc;
     const char *handle = tent_attrs_get(tb->attrs, SHM_ATTR);
     pthread_mutex_lock(&t->lock);
     struct shm_proc *p = proc_get_locked(t, pid);
-    int rc = p ? TENT_OK : tent_set_error(TENT_ENOMEM, "shm: out of memory");
+    rc = p ? proc_ctl_locked(t, p, x->target)
+           : tent_set_error(TENT_ENOMEM, "shm: out of memory");
     struct shm_map *m = NULL;
     if (!rc && handle && strncmp(handle, "memfd:", 6) == 0) {
         rc = map_get_locked(t, pid, tb, handle, write, &m);
@@ -518,19 +665,31 @@ static int lookup(struct shm_transport *t, const struct tent_xfer *x,
                             tb->base);
     }
     pthread_mutex_unlock(&t->lock);
-    if (rc)
+    if (!rc) {
+        /* Marked before the check, so the owner either sees this run or
+         * we see its revocation. */
+        rc = shm_ctl_begin(&p->ctl, idx, gen, write);
+        if (rc)
+            shm_ctl_end(&p->ctl);
+    }
+    if (rc) {
+        if (m)
+            map_unref(t, m);
         return rc;
-    c->target = x->target;
-    c->tb = tb;
-    c->write = write;
-    c->pid = pid;
-    c->proc = p;
-    c->map = m;
+    }
+    *r = (struct shm_run){.target = x->target,
+                          .tb = tb,
+                          .write = write,
+                          .marked = true,
+                          .pid = pid,
+                          .proc = p,
+                          .map = m,
+                          .first = i};
     return TENT_OK;
 }
 
 static int submit_one(struct shm_transport *t, const struct tent_xfer *x,
-                      struct shm_task *k, struct shm_lookup *c, int *native)
+                      struct shm_task *k, struct shm_run *c, int *native)
 {
     const struct tent_buffer *tb = x->target_buf;
     task_release(t, k);
@@ -550,9 +709,6 @@ static int submit_one(struct shm_transport *t, const struct tent_xfer *x,
         k->bytes = x->length;
         return TENT_OK;
     }
-    int rc = lookup(t, x, c);
-    if (rc)
-        return rc;
     struct shm_map *m = c->map;
     struct shm_check *chk = m ? &m->chk : &c->proc->chk;
     /* A check already found the peer gone: refuse, touching nothing. */
@@ -575,7 +731,7 @@ static int submit_one(struct shm_transport *t, const struct tent_xfer *x,
             memcpy(x->local, r, x->length);
     } else {
         int state = TENT_XFER_COMPLETED;
-        rc = cma_copy(c->pid, x, &state, native);
+        int rc = cma_copy(c->pid, x, &state, native);
         if (rc)
             return rc;
         if (state != TENT_XFER_COMPLETED) {
@@ -606,15 +762,24 @@ static int shm_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
 {
     struct shm_transport *t = shm_of(base);
     struct shm_sub *sb = (struct shm_sub *)sbb;
-    struct shm_lookup c = {0};
+    struct shm_run c = {0};
     int first = TENT_OK;
     for (size_t i = 0; i < n; i++) {
+        const struct tent_xfer *x = &reqs[i];
         int native = 0;
-        int rc =
-            reqs[i].slot < sb->base.capacity
-                ? submit_one(t, &reqs[i], &sb->tasks[reqs[i].slot], &c, &native)
-                : tent_set_error(TENT_EINVAL, "shm: slot %u beyond capacity",
-                                 reqs[i].slot);
+        int rc = TENT_OK;
+        if (x->slot >= sb->base.capacity)
+            rc = tent_set_error(TENT_EINVAL, "shm: slot %u beyond capacity",
+                                x->slot);
+        bool remote = x->target_buf && !x->target->local;
+        if (!rc && remote &&
+            !(c.tb == x->target_buf && c.target == x->target &&
+              (c.write || x->opcode != OPCODE_WRITE) && c.proc)) {
+            run_end(t, &c, sb, reqs, i);
+            rc = run_begin(t, x, i, &c);
+        }
+        if (!rc)
+            rc = submit_one(t, x, &sb->tasks[x->slot], &c, &native);
         res[i].code = rc;
         if (rc) {
             tent_xres_fail(&res[i], rc, native);
@@ -622,7 +787,7 @@ static int shm_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
                 first = rc;
         }
     }
-    lookup_drop(t, &c);
+    run_end(t, &c, sb, reqs, n);
     return first;
 }
 

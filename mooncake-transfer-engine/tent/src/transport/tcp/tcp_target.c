@@ -3,11 +3,24 @@
  *
  * A request is checked against the local registrations through the env's
  * pin_local (bounds, the permission it was registered with, served by tcp),
- * which keeps the buffer pinned for the duration of the copy, so an
- * unregister in parallel cannot free the memory under the server thread. */
+ * which keeps the buffer pinned for the duration of the copy.  An
+ * unregister meanwhile aborts the connection (the copy fails, the peer's
+ * task with it) and waits for the unpin, so the memory is never written or
+ * read after the unregister returns. */
 #include "common/error.h"
 #include "common/log.h"
 #include "transport/tcp/tcp.h"
+
+static void abort_conn(void *arg)
+{
+    tent_rpc_conn_abort(arg);
+}
+
+static struct tent_pin pin_for(struct tent_rpc_conn *c)
+{
+    return (struct tent_pin){
+        .peer = tent_rpc_conn_peer(c), .abort = abort_conn, .arg = c};
+}
 
 static int serve_read(void *ctx, struct tent_rpc_conn *c,
                       const struct tent_wire_hdr *h)
@@ -19,14 +32,14 @@ static int serve_read(void *ctx, struct tent_rpc_conn *c,
         tent_rpc_conn_recv(c, body, sizeof(body)) ||
         tent_wire_decode_rw(body, sizeof(body), &rw))
         return -1;
-    const struct tent_buffer *pin;
+    struct tent_pin pin = pin_for(c);
     int st = env->pin_local(env->ctx, TRANSPORT_TCP, rw.addr, rw.length, false,
                             &pin);
     if (st)
         return tent_rpc_conn_send_resp(c, h->seq, st, NULL, 0);
     int rc = tent_rpc_conn_send_resp(
         c, h->seq, 0, (const void *)(uintptr_t)rw.addr, (uint32_t)rw.length);
-    env->unpin_local(env->ctx, pin);
+    env->unpin_local(env->ctx, &pin);
     return rc;
 }
 
@@ -41,7 +54,7 @@ static int serve_write(void *ctx, struct tent_rpc_conn *c,
         tent_wire_decode_rw(body, sizeof(body), &rw) ||
         rw.length != h->len - TENT_WIRE_RW_LEN)
         return -1;
-    const struct tent_buffer *pin;
+    struct tent_pin pin = pin_for(c);
     int st =
         env->pin_local(env->ctx, TRANSPORT_TCP, rw.addr, rw.length, true, &pin);
     if (st) {
@@ -50,7 +63,7 @@ static int serve_write(void *ctx, struct tent_rpc_conn *c,
         return tent_rpc_conn_send_resp(c, h->seq, st, NULL, 0);
     }
     int rc = tent_rpc_conn_recv(c, (void *)(uintptr_t)rw.addr, rw.length);
-    env->unpin_local(env->ctx, pin);
+    env->unpin_local(env->ctx, &pin);
     if (rc)
         return -1;
     return tent_rpc_conn_send_resp(c, h->seq, 0, NULL, 0);

@@ -1,0 +1,238 @@
+/*
+ * Mooncake's classic transfer-engine C API (libtransfer_engine), over TENT in
+ * C.
+ *
+ * The names, types, struct layouts, constants and argument order are those
+ * of Mooncake's transfer_engine_c.h, so programs and bindings written for it
+ * (NIXL's Mooncake backend, Mooncake's Go and Rust bindings) compile and link
+ * against this library unchanged.  Results follow Mooncake's conventions:
+ *   - submitTransfer, submitTransferWithNotify, getTransferStatus and
+ *     freeBatchID return a Mooncake Status code: 0 on success, a positive
+ *     code otherwise (1 invalid argument, 2 too many requests, 3 address not
+ *     registered, 4 batch busy, ...);
+ *   - the other int functions return 0 (or, for openSegment, a segment id
+ *     >= 0) on success and one of Mooncake's negative ERR_* codes on failure
+ *     (-1 invalid argument, -3 address not registered, -7 overlapped, -200
+ *     metadata, ...);
+ *   - createTransferEngine and installTransport return NULL on failure, and
+ *     allocateBatchID returns INVALID_BATCH.
+ * Every failure is logged with its reason.  README's "Classic C API" section
+ * lists where this library differs from Mooncake and why.
+ *
+ * Strings passed in are copied: the caller may free them once the call
+ * returns.
+ */
+#ifndef TRANSFER_ENGINE_C
+#define TRANSFER_ENGINE_C
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif /* __cplusplus */
+
+#define segment_handle_t int32_t
+#define segment_id_t     int32_t
+#define batch_id_t       uint64_t
+/** openSegment() of the engine's own name returns this. */
+#define LOCAL_SEGMENT (0)
+/** allocateBatchID() returns this on failure. */
+#define INVALID_BATCH UINT64_MAX
+
+#define OPCODE_READ  (0)
+#define OPCODE_WRITE (1)
+
+/** One transfer.  target_offset is an address inside a buffer the target
+ *  registered; source lies inside a buffer registered here. */
+struct transfer_request {
+    int opcode; /**< OPCODE_READ or OPCODE_WRITE */
+    void *source;
+    segment_id_t target_id; /**< from openSegment() */
+    uint64_t target_offset;
+    uint64_t length;
+};
+
+typedef struct transfer_request transfer_request_t;
+
+/** A notification: the sender's name and its message. */
+struct notify_msg {
+    char *name;
+    char *msg;
+};
+
+typedef struct notify_msg notify_msg_t;
+
+#define STATUS_WAITING   (0)
+#define STATUS_PENDING   (1)
+#define STATUS_INVALID   (2)
+#define STATUS_CANCELED  (3)
+#define STATUS_COMPLETED (4)
+#define STATUS_TIMEOUT   (5)
+#define STATUS_FAILED    (6)
+
+struct transfer_status {
+    int status; /**< STATUS_*: a task still moving is STATUS_WAITING */
+    uint64_t transferred_bytes;
+};
+
+/** Kept for source compatibility; no function of this API takes it. */
+struct segment_desc {
+    int type;
+    union {
+        struct {
+            void *addr;
+            uint64_t size;
+            const char *location;
+        } rdma;
+        struct {
+            const char *file_path;
+            const char *subsystem_name;
+            const char *proto;
+            const char *ip;
+            uint64_t port;
+        } nvmeof;
+    } desc_;
+};
+
+typedef struct transfer_status transfer_status_t;
+
+struct buffer_entry {
+    void *addr;
+    size_t length;
+};
+typedef struct buffer_entry buffer_entry_t;
+
+typedef struct segment_desc segment_desc_t;
+typedef void *transfer_engine_t;
+typedef void *transport_t;
+
+/** Starts an engine.  metadata_conn_string is "P2PHANDSHAKE" (peers open
+ *  "<host>:<port>" names) or a metadata service: "etcd://host:port[,...]",
+ *  "redis://host:port", "http://host:port/path", or "host:port" (etcd).
+ *  auto_discover != 0 (or MC_FORCE_TCP in the environment) installs tcp.
+ *  Returns NULL on failure. */
+transfer_engine_t createTransferEngine(const char *metadata_conn_string,
+                                       const char *local_server_name,
+                                       const char *ip_or_host_name,
+                                       uint64_t rpc_port, int auto_discover);
+
+/** No devices to discover here: returns 0. */
+int discoverTopology(transfer_engine_t engine);
+
+/** Writes "<ip>:<rpc port>" (what peers pass to openSegment in P2PHANDSHAKE
+ *  mode) into buf_out. */
+int getLocalIpAndPort(transfer_engine_t engine, char *buf_out, size_t buf_len);
+
+/** Installs a transport: "tcp", "shm", "ascend"/"memfabric".  A protocol
+ *  whose devices are absent here ("rdma", "efa", "nvlink", ...) installs tcp
+ *  and logs one warning.  args (a NIC priority matrix) is not used. */
+transport_t installTransport(transfer_engine_t engine, const char *proto,
+                             void **args);
+
+/** Returns 0: transports stay installed until the engine is destroyed. */
+int uninstallTransport(transfer_engine_t engine, const char *proto);
+
+/** Returns the segment id (>= 0) of segment_name, or a negative ERR_*.  The
+ *  same name gives the same id while it is open. */
+segment_id_t openSegment(transfer_engine_t engine, const char *segment_name);
+
+/** openSegment() with a fresh descriptor: an id already open for this name
+ *  is closed and a new one returned. */
+segment_id_t openSegmentNoCache(transfer_engine_t engine,
+                                const char *segment_name);
+
+/** Closes a segment id; it is invalid afterwards. */
+int closeSegment(transfer_engine_t engine, segment_id_t segment_id);
+
+/** There is no EFA here: returns 0. */
+int warmupEfaSegment(transfer_engine_t engine, const char *segment_name);
+
+/** Removing the engine's own metadata entry while it runs is not supported
+ *  (the entry goes with destroyTransferEngine): ERR_NOT_IMPLEMENTED. */
+int removeLocalSegment(transfer_engine_t engine, const char *segment_name);
+
+/** Stops the engine and frees it; NULL is ignored. */
+void destroyTransferEngine(transfer_engine_t engine);
+
+/** Registers [addr, addr + length).  location: "*" (any), "cpu:<node>",
+ *  "npu:<id>".  remote_accessible = 0 keeps it from peers.  A range that
+ *  overlaps a registered one is refused (ERR_ADDRESS_OVERLAPPED). */
+int registerLocalMemory(transfer_engine_t engine, void *addr, size_t length,
+                        const char *location, int remote_accessible);
+
+/** Unregisters the range registered at addr. */
+int unregisterLocalMemory(transfer_engine_t engine, void *addr);
+
+/** Registers every buffer of the list, or none. */
+int registerLocalMemoryBatch(transfer_engine_t engine,
+                             buffer_entry_t *buffer_list, size_t buffer_len,
+                             const char *location);
+
+/** Unregisters each address it can; returns the first error. */
+int unregisterLocalMemoryBatch(transfer_engine_t engine, void **addr_list,
+                               size_t addr_len);
+
+/** A batch holding up to batch_size requests, or INVALID_BATCH. */
+batch_id_t allocateBatchID(transfer_engine_t engine, size_t batch_size);
+
+/** Starts the requests; task ids continue from the batch's earlier
+ *  submissions.  Nothing is started when a request is invalid. */
+int submitTransfer(transfer_engine_t engine, batch_id_t batch_id,
+                   struct transfer_request *entries, size_t count);
+
+/** submitTransfer(), and notify_msg goes to the target of entries[0] once
+ *  every task of the batch has completed (seen by getTransferStatus). */
+int submitTransferWithNotify(transfer_engine_t engine, batch_id_t batch_id,
+                             struct transfer_request *entries, size_t count,
+                             notify_msg_t notify_msg);
+
+/** Takes the notifications received so far: an array of *size entries
+ *  (NULL when there are none), each name and msg malloc'ed.  The caller
+ *  frees it with freeNotifsMsgBuf(). */
+notify_msg_t *getNotifsFromEngine(transfer_engine_t engine, int *size);
+
+/** Frees what getNotifsFromEngine() returned (NULL is fine). */
+int freeNotifsMsgBuf(notify_msg_t *msg, int size);
+
+/** Sends a notification to an open segment (target_id from openSegment). */
+int genNotifyInEngine(transfer_engine_t engine, uint64_t target_id,
+                      notify_msg_t notify_msg);
+
+/** The state of one task; *status is written only on success. */
+int getTransferStatus(transfer_engine_t engine, batch_id_t batch_id,
+                      size_t task_id, struct transfer_status *status);
+
+/** Frees a batch (Status 4, batch busy, while a task is still moving). */
+int freeBatchID(transfer_engine_t engine, batch_id_t batch_id);
+
+/** Returns 0: segment descriptors are refreshed on a miss. */
+int syncSegmentCache(transfer_engine_t engine);
+
+struct nic_load_stat {
+    char device_name[64];
+    uint64_t inflight_bytes;
+    double ewma_bandwidth_bps;
+};
+
+typedef struct nic_load_stat nic_load_stat_t;
+
+/** The network devices the transports use and the bytes in flight on each.
+ *  *count: in, the capacity of stats; out, the number of devices (entries
+ *  beyond the capacity are not written). */
+int getNicLoadStats(transfer_engine_t engine, nic_load_stat_t *stats,
+                    size_t *count);
+
+/** On SIGINT/SIGTERM (and at exit) the engine is destroyed, so that its
+ *  metadata entry goes away, before the process ends. */
+void enableGracefulShutdown(transfer_engine_t engine);
+
+/** A description of the links (JSON when json != 0) into buf_out. */
+int showLinks(transfer_engine_t engine, char *buf_out, size_t buf_len,
+              int json);
+
+#ifdef __cplusplus
+}
+#endif /* __cplusplus */
+
+#endif /* TRANSFER_ENGINE_C */

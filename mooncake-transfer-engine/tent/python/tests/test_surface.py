@@ -1,0 +1,289 @@
+"""The Python surface people call (issue 20, items 2 and 6): Mooncake's
+protocol fallback and MC_FORCE_TCP, the names mooncake.engine has
+(get_engine, get_engine_ptr, TransferEngine.TransferOpcode, Read/Write,
+TransferNotify(), send_probe(peer_server_name=...)), a per-engine
+last_error(), and TENT's module: guards that give the address or batch id,
+the _ex methods, get_local_topology, SegmentInfoType, Request's fields,
+TransportType's numbers."""
+import json
+import logging
+import threading
+
+import numpy as np
+import pytest
+
+import tent
+import tentenv
+import xfer
+from conftest import mooncake_engine, need_proto, sha, tent_engine
+from tent import _tent
+from tent.mooncake import TransferEngine, TransferNotify, TransferOpcode
+
+DEVICE_PROTOCOLS = ["rdma", "efa", "nvlink", "mnnvl", "barex", "cxl",
+                    "nvlink_intra", "hip", "cxi"]
+
+
+def installed(eng):
+    """The transports the engine runs (its metrics label each one)."""
+    fam = {f["name"]: f for f in eng.metrics_json()["families"]}
+    return {s["labels"]["transport"]
+            for s in fam["tent_write_bytes_total"]["series"]}
+
+
+def warnings_of(caplog):
+    return [r for r in caplog.records
+            if r.name == "tent.mooncake" and r.levelno >= logging.WARNING]
+
+
+# ---- protocol fallback (Mooncake on a host without the device) ----------
+
+
+@pytest.mark.parametrize("proto", DEVICE_PROTOCOLS)
+def test_device_protocol_falls_back_to_tcp(peer_factory, caplog, proto,
+                                           monkeypatch):
+    monkeypatch.delenv("MC_FORCE_TCP", raising=False)
+    peer = peer_factory(proto="tcp", size=1 << 20,
+                        extra_args=["--mc-protocol", proto])
+    caplog.set_level(logging.INFO, logger="tent.mooncake")
+    eng = TransferEngine()
+    assert eng.initialize("127.0.0.1", "P2PHANDSHAKE", proto, "") == 0, \
+        eng.last_error()
+    warns = warnings_of(caplog)
+    assert len(warns) == 1, [w.getMessage() for w in warns]
+    text = warns[0].getMessage()
+    assert "'%s'" % proto in text and "tcp" in text, text
+    assert installed(eng) == {"tcp"}
+    local = tentenv.pattern(31, 1 << 20)
+    assert eng.register_memory(local, local.nbytes) == 0
+    assert eng.transfer_sync_write(peer.session, local, peer.addr,
+                                   local.nbytes) == 0, eng.last_error()
+    assert peer.sha() == sha(local)
+    eng.close()
+
+
+def test_mc_force_tcp(peer_factory, caplog, monkeypatch):
+    """MC_FORCE_TCP set (to anything: Mooncake only asks whether it is
+    set) runs tcp whatever the protocol: shm is not installed, ascend needs
+    no libmf_smem.so."""
+    peer = peer_factory(proto="tcp", size=1 << 20)
+    monkeypatch.setenv("MC_FORCE_TCP", "0")
+    caplog.set_level(logging.INFO, logger="tent.mooncake")
+    eng = TransferEngine()
+    assert eng.initialize("127.0.0.1", "P2PHANDSHAKE", "shm", "") == 0
+    assert not warnings_of(caplog)
+    assert installed(eng) == {"tcp"}
+    local = tentenv.pattern(32, 4096)
+    assert eng.register_memory(local, local.nbytes) == 0
+    assert eng.transfer_sync_write(peer.session, local, peer.addr, 4096,
+                                   "shm") == 0, eng.last_error()
+    assert peer.sha(0, 4096) == sha(local)
+    eng.close()
+    monkeypatch.setenv("MF_SMEM_LIBRARY", "/nonexistent/libmf_smem.so")
+    e2 = TransferEngine()
+    assert e2.initialize("127.0.0.1:%d:npu_0" % 0, "P2PHANDSHAKE", "ascend",
+                         "") == 0, e2.last_error()
+    assert installed(e2) == {"tcp"}
+    e2.close()
+    monkeypatch.delenv("MC_FORCE_TCP")
+    e3 = TransferEngine()
+    assert e3.initialize("127.0.0.1", "P2PHANDSHAKE", "ascend", "") == -1
+    assert e3.last_error()
+
+
+def test_ascend_still_means_memfabric(peer_factory, monkeypatch):
+    need_proto("memfabric")
+    monkeypatch.delenv("MC_FORCE_TCP", raising=False)
+    peer = peer_factory(proto="memfabric", size=1 << 20)
+    eng = TransferEngine()
+    assert eng.initialize("127.0.0.1", "P2PHANDSHAKE", "ascend", "") == 0
+    local = tentenv.pattern(33, 1 << 20)
+    assert eng.register_memory(local, local.nbytes) == 0
+    assert eng.transfer_sync_write(peer.session, local, peer.addr,
+                                   local.nbytes, "ascend") == 0, \
+        eng.last_error()
+    assert peer.sha() == sha(local)
+    eng.close()
+
+
+# ---- mooncake.engine's names --------------------------------------------
+
+
+def test_mooncake_names(peer_factory):
+    from tent import mooncake as m
+    assert TransferEngine.TransferOpcode is TransferOpcode
+    assert m.Read == TransferOpcode.Read == 0
+    assert m.Write == TransferOpcode.Write == 1
+    n = TransferNotify()
+    assert (n.name, n.msg) == ("", "")
+    n.name, n.msg = "kv", "done"
+    assert n == TransferNotify("kv", "done") == ("kv", "done")
+    name, msg = n
+    assert (name, msg) == ("kv", "done")
+    assert not m.SUPPORT_CUDA and not m.SUPPORT_EFA
+    eng = TransferEngine()
+    assert eng.get_engine_ptr() == 0
+    peer = peer_factory(proto="tcp", size=1 << 20)
+    assert eng.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+    ptr = eng.get_engine_ptr()
+    assert isinstance(ptr, int) and ptr != 0
+    inner = eng.get_engine()
+    assert isinstance(inner, m.InnerTransferEngine) and inner.ptr == ptr
+    assert eng.send_probe(peer_server_name=peer.session) == 0
+    assert eng.send_probe(peer.session) == 0
+    assert eng.send_probe(peer_server_name="127.0.0.1:1") == -1
+    # a notification sent with a TransferNotify built field by field
+    local = np.zeros(64, np.uint8)
+    assert eng.register_memory(local, 64) == 0
+    note = TransferNotify()
+    note.name, note.msg = "ready", "r-1"
+    assert eng.transfer_sync(peer.session, local, peer.addr, 64,
+                             TransferEngine.TransferOpcode.Write, note) == 0
+    got = []
+    for _ in range(100):
+        got = peer.notifs()
+        if got:
+            break
+    assert got == [["ready", "r-1"]]
+    eng.close()
+    assert eng.get_engine_ptr() == 0
+
+
+def test_last_error_is_per_engine():
+    e1 = mooncake_engine("tcp")
+    e2 = mooncake_engine("tcp")
+    assert e1.register_memory(0, 4096) == -1
+    first = e1.last_error()
+    assert first
+    assert e2.last_error() == "", "e2 reports e1's failure"
+    assert e2.unregister_memory(12345) == -1
+    assert "0x3039" in e2.last_error() or "12345" in e2.last_error()
+    assert e1.last_error() == first, "e1's message replaced by e2's failure"
+    # and per thread within one engine
+    seen = []
+
+    def other():
+        seen.append(e1.last_error())
+        e1.transfer_sync_write("127.0.0.1:1", 1, 1, 1)
+        seen.append(e1.last_error())
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert seen[0] == "" and seen[1] and seen[1] != first
+    assert e1.last_error() == first
+    e1.close()
+    e2.close()
+
+
+# ---- TENT's module ------------------------------------------------------
+
+
+def test_transport_type_numbers():
+    want = dict(UNSPEC=0, RDMA=1, MNNVL=2, SHM=3, NVLINK=4, GDS=5, IOURING=6,
+                TCP=7, AscendDirect=8, SUNRISE_LINK=9, TPU=10, UB=11,
+                MPCOMM=12)
+    for name, value in want.items():
+        assert tent.TransportType[name] == value, name
+        assert getattr(tent, name) == value, name
+    assert tent.TransportType.MEMFABRIC == _tent.TRANSPORT_MEMFABRIC
+    assert tent.TransportType.TCP == _tent.TRANSPORT_TCP
+
+
+def test_module_level_enum_values():
+    assert tent.READ == tent.OpCode.READ and tent.WRITE == 1
+    assert tent.COMPLETED == tent.TransferStatusEnum.COMPLETED == 4
+    assert tent.GlobalReadWrite == tent.Permission.GlobalReadWrite == 2
+    assert tent.INTENT_UNSPEC == 0 and tent.WEIGHT_LOADING == 5
+    assert tent.Memory == tent.SegmentInfoType.Memory == 0
+    assert tent.File == tent.SegmentInfoType.File == 1
+
+
+def test_request_fields():
+    r = tent.Request()
+    assert r.priority == tent.PRIO_HIGH
+    assert r.transport_hint == tent.TransportType.UNSPEC
+    assert r.policy_name is None and r.deadline_ns == 0
+    assert r.intent_type == tent.IntentType.INTENT_UNSPEC
+    r = tent.Request(tent.OpCode.READ, 1, 2, 3, 4, tent.PRIO_LOW,
+                     tent.TransportType.TCP, "p", 99,
+                     tent.IntentType.MIGRATION)
+    assert (r.opcode, r.source, r.target_id, r.target_offset, r.length,
+            r.priority, r.transport_hint, r.policy_name, r.deadline_ns,
+            r.intent_type) == (0, 1, 2, 3, 4, 2, 7, "p", 99, 3)
+    n = tent.Notification()
+    n.name, n.msg = "a", "b"
+    assert n == tent.Notification("a", "b")
+
+
+def test_guards_and_ex_methods(peer_factory):
+    peer = peer_factory(api="tent", proto="tcp", size=1 << 20)
+    peer.fill(41)
+    eng = tent_engine("tcp")
+    h = eng.open_segment(peer.session)
+    info = eng.get_segment_info(h)
+    assert info.type is tent.SegmentInfoType.Memory
+    with eng.allocate_memory_guard(1 << 16) as addr:
+        assert isinstance(addr, int) and addr
+        eng.register_local_memory(addr, 1 << 16)
+        with eng.allocate_batch_guard(2) as bid:
+            assert isinstance(bid, int) and bid
+            eng.submit_transfer(bid, [tent.Request(
+                tent.READ, addr, h, peer.addr, 4096, tent.PRIO_MEDIUM,
+                tent.TCP, None, 1, tent.IntentType.FOREGROUND_GET)])
+            while (eng.get_transfer_status(bid, 0).state ==
+                   tent.TransferStatusEnum.PENDING):
+                pass
+            assert eng.get_transfer_status(bid, 0).state == tent.COMPLETED
+        with pytest.raises(tent.InvalidEntryError):
+            eng.free_transfer_batch(bid)  # the guard freed it
+        got = np.frombuffer((__import__("ctypes").c_uint8 * 4096)
+                            .from_address(addr), np.uint8).copy()
+        assert (got == tentenv.pattern(41, 1 << 20)[:4096]).all()
+        eng.unregister_local_memory(addr, 1 << 16)
+    with pytest.raises(tent.TentException):
+        eng.free_local_memory(addr)  # the guard freed it
+    # an exception in the body goes through the guard unchanged
+    boom = ValueError("from the body")
+    for make in (lambda: eng.allocate_memory_guard(4096),
+                 lambda: eng.allocate_batch_guard(1)):
+        with pytest.raises(ValueError) as raised:
+            with make():
+                raise boom
+        assert raised.value is boom
+    g = eng.allocate_memory_guard(8192)
+    assert g.size() == 8192 and g.address()
+    a = g.address()
+    del g  # collected: freed, as TENT's guard destructor does
+    with pytest.raises(tent.TentException):
+        eng.free_local_memory(a)
+    bg = eng.allocate_batch_guard(1)
+    b = bg.id()
+    bg.release()
+    with pytest.raises(tent.InvalidEntryError):
+        eng.free_transfer_batch(b)
+    # the _ex variants take MemoryOptions
+    opts = tent.MemoryOptions()
+    assert (opts.location, opts.perm, opts.type, opts.shm_path,
+            opts.shm_offset, opts.internal) == (
+        "*", tent.GlobalReadWrite, tent.UNSPEC, "", 0, False)
+    p = eng.allocate_local_memory_ex(4096, opts)
+    ro = tent.MemoryOptions(perm=tent.GlobalReadOnly)
+    eng.register_local_memory_ex(p, 4096, ro)
+    eng.unregister_local_memory(p)
+    eng.register_local_memory_batch_ex([p, p + 2048], [2048, 2048], opts)
+    eng.unregister_local_memory_batch([p, p + 2048], [2048, 2048])
+    eng.free_local_memory(p)
+    with eng.allocate_memory_guard_ex(4096, opts) as q:
+        assert q
+    eng.close()
+
+
+def test_local_topology():
+    eng = tent_engine("tcp")
+    topo = json.loads(eng.get_local_topology())
+    assert topo["nics"] == []
+    assert topo["mems"] and topo["mems"][0]["name"].startswith("cpu:")
+    assert set(topo["mems"][0]["device_list"]) == {"rank0", "rank1", "rank2"}
+    eng.close()
+    with pytest.raises(RuntimeError):
+        eng.get_local_topology()

@@ -1,0 +1,307 @@
+/* The shm control page (shm_ctl.h). */
+#include "transport/shm/shm_ctl.h"
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "tent/transfer_engine.h"
+#include "transport/shm/shm_handle.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static bool alive(long pid)
+{
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+/* ---- owner -----------------------------------------------------------------
+ */
+
+int shm_ctl_create(struct shm_ctl_owner *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->fd = -1;
+    int fd = memfd_create("tent-shm-ctl", MFD_CLOEXEC);
+    if (fd < 0)
+        return tent_set_error(TENT_ENOMEM,
+                              "shm: memfd_create of the control page failed: "
+                              "%s",
+                              strerror(errno));
+    struct stat st;
+    struct flock lk = {.l_type = F_RDLCK, .l_whence = SEEK_SET};
+    int rc = TENT_OK;
+    if (ftruncate(fd, (off_t)sizeof(struct shm_ctl)) != 0 ||
+        fstat(fd, &st) != 0 || fcntl(fd, F_SETLK, &lk) != 0)
+        rc = tent_set_error(TENT_ENOMEM,
+                            "shm: cannot set up the control page: %s",
+                            strerror(errno));
+    void *p = rc ? MAP_FAILED
+                 : mmap(NULL, sizeof(struct shm_ctl), PROT_READ | PROT_WRITE,
+                        MAP_SHARED, fd, 0);
+    if (!rc && p == MAP_FAILED)
+        rc = tent_set_error(TENT_ENOMEM,
+                            "shm: mmap of the control page failed: %s",
+                            strerror(errno));
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    struct shm_ctl *c = p;
+    c->version = SHM_CTL_VERSION;
+    c->nregs = SHM_CTL_REGS;
+    c->nslots = SHM_CTL_PEERS;
+    atomic_thread_fence(memory_order_seq_cst);
+    c->magic = SHM_CTL_MAGIC;
+    o->ctl = c;
+    o->fd = fd;
+    o->ino = (unsigned long long)st.st_ino;
+    o->next_gen = 1;
+    return TENT_OK;
+}
+
+void shm_ctl_destroy(struct shm_ctl_owner *o)
+{
+    if (o->ctl)
+        munmap(o->ctl, sizeof(struct shm_ctl));
+    if (o->fd >= 0)
+        close(o->fd);
+    o->ctl = NULL;
+    o->fd = -1;
+}
+
+void shm_ctl_handle(const struct shm_ctl_owner *o, char *buf, size_t len)
+{
+    snprintf(buf, len, "memfd:%d:%llu", o->fd, o->ino);
+}
+
+int shm_ctl_enter(struct shm_ctl_owner *o, uint64_t base, uint64_t length,
+                  int perm, uint32_t *idx, uint64_t *gen)
+{
+    uint32_t i = 0;
+    while (i < SHM_CTL_REGS && (o->used[i / 8] >> (i % 8) & 1))
+        i++;
+    if (i == SHM_CTL_REGS)
+        return tent_set_error(TENT_ENOMEM,
+                              "shm: all %d control entries are in use (at "
+                              "most that many buffers are served by shm)",
+                              SHM_CTL_REGS);
+    o->used[i / 8] |= (uint8_t)(1u << (i % 8));
+    struct shm_ctl_reg *r = &o->ctl->regs[i];
+    atomic_store(&r->base, base);
+    atomic_store(&r->length, length);
+    atomic_store(&r->perm, (uint32_t)perm);
+    uint64_t g = o->next_gen;
+    o->next_gen += 2;
+    atomic_store(&r->gen, g); /* odd: registered, published last */
+    *idx = i;
+    *gen = g;
+    return TENT_OK;
+}
+
+int shm_ctl_revoke(struct shm_ctl_owner *o, uint32_t idx, int timeout_ms,
+                   long *who_pid)
+{
+    struct shm_ctl *c = o->ctl;
+    struct shm_ctl_reg *r = &c->regs[idx];
+    uint64_t g = atomic_load(&r->gen);
+    if (g & 1)
+        atomic_store(&r->gen, g + 1);
+    long long deadline = tent_now_ms() + timeout_ms;
+    for (uint32_t s = 0; s < SHM_CTL_PEERS; s++) {
+        struct shm_ctl_slot *sl = &c->slots[s];
+        for (int spins = 0;; spins++) {
+            int64_t pid = atomic_load(&sl->pid);
+            uint64_t q = atomic_load(&sl->seq);
+            if (pid == 0 || !(q & 1) || atomic_load(&sl->reg) != idx)
+                break;
+            if (!alive(pid)) {
+                /* died inside a copy: its slot is free again */
+                if (atomic_compare_exchange_strong(&sl->seq, &q, q + 1))
+                    atomic_compare_exchange_strong(&sl->pid, &pid, 0);
+                break;
+            }
+            if (tent_now_ms() > deadline) {
+                atomic_store(&sl->broken, q);
+                *who_pid = (long)pid;
+                return tent_set_error(TENT_EBUSY,
+                                      "shm: peer process %lld is still "
+                                      "copying into the range after %d ms",
+                                      (long long)pid, timeout_ms);
+            }
+            /* a copy takes microseconds: spin a little, then sleep */
+            if (spins < 1000)
+                sched_yield();
+            else
+                nanosleep(&(struct timespec){0, 200000}, NULL);
+        }
+    }
+    return TENT_OK;
+}
+
+void shm_ctl_restore(struct shm_ctl_owner *o, uint32_t idx, uint64_t gen)
+{
+    atomic_store(&o->ctl->regs[idx].gen, gen);
+}
+
+void shm_ctl_free(struct shm_ctl_owner *o, uint32_t idx)
+{
+    struct shm_ctl_reg *r = &o->ctl->regs[idx];
+    uint64_t g = atomic_load(&r->gen);
+    if (g & 1)
+        atomic_store(&r->gen, g + 1);
+    o->used[idx / 8] &= (uint8_t) ~(1u << (idx % 8));
+}
+
+/* ---- initiator
+ * ---------------------------------------------------------------- */
+
+int shm_ctl_attach(struct shm_ctl_view *v, long pid, const char *handle,
+                   bool self)
+{
+    memset(v, 0, sizeof(*v));
+    v->fd = -1;
+    int fdnum;
+    unsigned long long ino;
+    int rc = tent_shm_parse_handle(handle, &fdnum, &ino);
+    if (rc)
+        return rc;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%ld/fd/%d", pid, fdnum);
+    /* An engine of this process: its own fd.  Opening and closing a second
+     * fd of the file would drop this process's lock on it. */
+    int fd = self ? fdnum : open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return tent_set_error(TENT_ENOTSUP, "shm: open %s failed: %s", path,
+                              strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (unsigned long long)st.st_ino != ino ||
+        (size_t)st.st_size < sizeof(struct shm_ctl))
+        rc = tent_set_error(TENT_EPEER,
+                            "shm: %s is not the control page pid %ld "
+                            "published",
+                            path, pid);
+    void *p = rc ? MAP_FAILED
+                 : mmap(NULL, sizeof(struct shm_ctl), PROT_READ | PROT_WRITE,
+                        MAP_SHARED, fd, 0);
+    if (!rc && p == MAP_FAILED)
+        rc = tent_set_error(TENT_EPEER, "shm: mmap of %s failed: %s", path,
+                            strerror(errno));
+    if (!self)
+        close(fd);
+    if (rc)
+        return rc;
+    struct shm_ctl *c = p;
+    if (c->magic != SHM_CTL_MAGIC || c->version != SHM_CTL_VERSION ||
+        c->nregs != SHM_CTL_REGS || c->nslots != SHM_CTL_PEERS) {
+        munmap(p, sizeof(*c));
+        return tent_set_error(TENT_EPROTO,
+                              "shm: the control page of pid %ld has an "
+                              "unknown layout",
+                              pid);
+    }
+    int64_t me = (int64_t)getpid();
+    struct shm_ctl_slot *got = NULL;
+    for (uint32_t s = 0; s < SHM_CTL_PEERS && !got; s++) {
+        int64_t zero = 0;
+        if (atomic_compare_exchange_strong(&c->slots[s].pid, &zero, me))
+            got = &c->slots[s];
+    }
+    for (uint32_t s = 0; s < SHM_CTL_PEERS && !got; s++) {
+        /* a slot left by a process that exited */
+        int64_t q = atomic_load(&c->slots[s].pid);
+        if (q && !alive(q) &&
+            atomic_compare_exchange_strong(&c->slots[s].pid, &q, me))
+            got = &c->slots[s];
+    }
+    if (!got) {
+        munmap(p, sizeof(*c));
+        return tent_set_error(TENT_ENOTSUP,
+                              "shm: all %d peer slots of pid %ld's control "
+                              "page are held by live processes",
+                              SHM_CTL_PEERS, pid);
+    }
+    uint64_t q = atomic_load(&got->seq);
+    if (q & 1) /* the previous holder died inside a copy */
+        atomic_store(&got->seq, q + 1);
+    v->ctl = c;
+    v->ino = ino;
+    v->slot = got;
+    v->pid = pid;
+    return TENT_OK;
+}
+
+void shm_ctl_detach(struct shm_ctl_view *v)
+{
+    if (!v->ctl)
+        return;
+    atomic_store(&v->slot->pid, 0);
+    munmap(v->ctl, sizeof(*v->ctl));
+    v->ctl = NULL;
+    v->slot = NULL;
+}
+
+int shm_ctl_begin(struct shm_ctl_view *v, uint32_t idx, uint64_t gen,
+                  bool write)
+{
+    struct shm_ctl_slot *sl = v->slot;
+    atomic_store(&sl->reg, idx < SHM_CTL_REGS ? idx : 0);
+    atomic_fetch_add(&sl->seq, 1); /* odd: copying */
+    if (idx >= SHM_CTL_REGS)
+        return tent_set_error(TENT_EPROTO,
+                              "shm: control entry %u of pid %ld is out of "
+                              "range",
+                              idx, v->pid);
+    const struct shm_ctl_reg *r = &v->ctl->regs[idx];
+    if (atomic_load(&r->gen) != gen)
+        return tent_set_error(TENT_ERANGE,
+                              "shm: the buffer of pid %ld (control entry %u, "
+                              "generation %llu) is no longer registered",
+                              v->pid, idx, (unsigned long long)gen);
+    uint32_t perm = atomic_load(&r->perm);
+    if (perm == PERM_LOCAL_READ_WRITE ||
+        (write && perm != PERM_GLOBAL_READ_WRITE))
+        return tent_set_error(TENT_EPERM,
+                              "shm: pid %ld's buffer (control entry %u) does "
+                              "not grant the %s",
+                              v->pid, idx, write ? "write" : "read");
+    return TENT_OK;
+}
+
+bool shm_ctl_end(struct shm_ctl_view *v)
+{
+    struct shm_ctl_slot *sl = v->slot;
+    uint64_t q = atomic_load(&sl->seq);
+    bool ok = atomic_load(&sl->broken) != q;
+    atomic_store(&sl->seq, q + 1); /* even: done */
+    return ok;
+}
+
+int shm_ctl_parse_reg(const char *s, uint32_t *idx, uint64_t *gen)
+{
+    char *end;
+    if (!s || *s < '0' || *s > '9')
+        goto bad;
+    errno = 0;
+    unsigned long i = strtoul(s, &end, 10);
+    if (errno || *end != ':' || i >= SHM_CTL_REGS || end[1] < '0' ||
+        end[1] > '9')
+        goto bad;
+    unsigned long long g = strtoull(end + 1, &end, 10);
+    if (errno || *end || !(g & 1))
+        goto bad;
+    *idx = (uint32_t)i;
+    *gen = g;
+    return TENT_OK;
+bad:
+    return tent_set_error(TENT_EPROTO, "shm: 'shm_reg' value '%s' is malformed",
+                          s ? s : "(null)");
+}

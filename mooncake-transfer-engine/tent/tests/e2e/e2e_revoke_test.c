@@ -1,0 +1,456 @@
+/* End-to-end: unregister revokes (issue 19 item 1).  Once the owner's
+ * tent_unregister_memory or tent_free_memory returns 0, no peer's copy over
+ * any transport touches the range; a copy in flight then either finished
+ * before the call returned or is reported FAILED to its initiator; a peer
+ * that cannot be made to stop makes the call fail naming it (memory the
+ * engine allocated is taken back from it instead).  Peers learn the change:
+ * a request that meets a range its target no longer has refetches the
+ * descriptor once, then succeeds or fails with the cause (item 3).
+ *
+ * Two processes on 127.0.0.1, once per transport (argv[1] "shm" or "tcp").
+ * In some cases this process is the target and the child the initiator
+ * (e2e_peer_open / e2e_peer_transfer_*), so that the test can stop the
+ * initiator in the middle of its copy. */
+// clang-format off
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+// clang-format on
+
+#include "e2e_peer.h"
+#include "runtime/engine.h"
+#include "tent/transfer_engine.h"
+#include "transport/shm/shm_handle.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static bool g_shm; /* the transport under test: shm, else tcp */
+
+#define LEN (4u << 20)
+
+struct fixture {
+    struct e2e_peer peer;
+    tent_engine_t e;
+    tent_segment_id_t seg;
+    uint8_t *src;
+};
+
+static void config(void)
+{
+    e2e_config(g_shm, !g_shm);
+    tent_set_config("revoke_timeout_ms", "300");
+}
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof(*f));
+    *state = f;
+    if (!f || e2e_peer_start(&f->peer, LEN, g_shm, !g_shm) != 0)
+        return -1;
+    config();
+    f->e = tent_create_engine();
+    void *p;
+    if (!f->e || tent_allocate_memory(f->e, &p, LEN, "cpu") ||
+        tent_register_memory(f->e, p, LEN))
+        return -1;
+    f->src = p;
+    return tent_open_segment(f->e, &f->seg, f->peer.name) ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    if (!f)
+        return 0;
+    if (f->peer.pid > 0) {
+        kill(f->peer.pid, SIGCONT);
+        e2e_peer_quit(&f->peer);
+    }
+    if (f->e)
+        tent_destroy_engine(f->e);
+    free(f);
+    return 0;
+}
+
+/* n requests of len bytes from src to the peer's addr..., polled to their
+ * end; returns how many COMPLETED. */
+static int write_batch(struct fixture *f, uint64_t addr, size_t n, size_t len,
+                       int opcode, int *code)
+{
+    tent_request_t r[8];
+    for (size_t i = 0; i < n; i++)
+        r[i] = (tent_request_t){.opcode = opcode,
+                                .source = f->src + i * len,
+                                .target_id = f->seg,
+                                .target_offset = addr + i * len,
+                                .length = len};
+    tent_batch_id_t b = tent_allocate_batch(f->e, n);
+    assert_int_not_equal(b, 0);
+    int rc = tent_submit(f->e, b, r, n);
+    if (rc) {
+        /* the descriptor, fetched again by an earlier request, no longer
+         * has the range: refused before anything started */
+        assert_int_equal(tent_free_batch(f->e, b), 0);
+        if (code)
+            *code = rc;
+        return 0;
+    }
+    tent_status_t st;
+    assert_int_equal(e2e_wait(f->e, b, 30000, &st), 0);
+    int done = 0;
+    for (size_t i = 0; i < n; i++) {
+        tent_status_t ts;
+        assert_int_equal(tent_task_status(f->e, b, i, &ts), 0);
+        done += ts.status == STATUS_COMPLETED;
+        if (ts.status == STATUS_FAILED && code) {
+            int native;
+            assert_int_equal(
+                tent_task_error(f->e, b, i, code, &native, NULL, 0), 0);
+        }
+    }
+    assert_int_equal(tent_free_batch(f->e, b), 0);
+    return done;
+}
+
+/* After the owner unregistered a buffer, hundreds of writes from a peer
+ * that opened its segment before all fail and leave it untouched. */
+static void hammer_after_unregister(struct fixture *f, bool plain)
+{
+    uint64_t addr = plain ? f->peer.reg_base : f->peer.rw_base;
+    size_t len = 4096;
+    memset(f->src, 0x5a, 8 * len);
+    assert_int_equal(write_batch(f, addr, 4, len, OPCODE_WRITE, NULL), 4);
+    assert_int_equal(plain ? e2e_peer_unregister_plain(&f->peer)
+                           : e2e_peer_unregister_rw(&f->peer),
+                     0);
+    uint64_t h0 = e2e_peer_hash(&f->peer, plain, 0, 4 * len);
+    int completed = 0, code = 0;
+    for (int round = 0; round < 300; round++) {
+        memset(f->src, round, 8 * len);
+        completed += write_batch(f, addr, 4, len, OPCODE_WRITE, &code);
+    }
+    print_message("    %s buffer: 300 batches after the unregister, %d task(s) "
+                  "completed, last cause %s\n",
+                  plain ? "malloc" : "memfd", completed, tent_strerror(code));
+    assert_int_equal(completed, 0);
+    assert_int_equal(code, TENT_ERANGE);
+    assert_int_equal(e2e_peer_hash(&f->peer, plain, 0, 4 * len), h0);
+}
+
+static void test_unregister_revokes_allocated(void **state)
+{
+    hammer_after_unregister(*state, false);
+}
+
+static void test_unregister_revokes_malloc(void **state)
+{
+    hammer_after_unregister(*state, true);
+}
+
+/* Registered again read-only: writes fail with EPERM (after one refetch),
+ * reads go on, the memory is untouched. */
+static void test_reregister_read_only(void **state)
+{
+    struct fixture *f = *state;
+    assert_int_equal(
+        write_batch(f, f->peer.rw_base, 2, 4096, OPCODE_WRITE, NULL), 2);
+    assert_int_equal(e2e_peer_reregister_rw(&f->peer, PERM_GLOBAL_READ_ONLY),
+                     0);
+    uint64_t h0 = e2e_peer_hash(&f->peer, false, 0, 8192);
+    int code = 0;
+    memset(f->src, 0x77, 8192);
+    assert_int_equal(
+        write_batch(f, f->peer.rw_base, 2, 4096, OPCODE_WRITE, &code), 0);
+    assert_int_equal(code, TENT_EPERM);
+    assert_int_equal(e2e_peer_hash(&f->peer, false, 0, 8192), h0);
+    memset(f->src, 0, 8192);
+    assert_int_equal(
+        write_batch(f, f->peer.rw_base, 2, 4096, OPCODE_READ, NULL), 2);
+    assert_int_equal(e2e_fnv(f->src, 8192), h0);
+}
+
+/* Unregistered and registered again: the old descriptor's entry is stale,
+ * the request refetches it once and completes. */
+static void test_reregister_refetches_and_completes(void **state)
+{
+    struct fixture *f = *state;
+    assert_int_equal(
+        write_batch(f, f->peer.rw_base, 1, 4096, OPCODE_WRITE, NULL), 1);
+    assert_int_equal(e2e_peer_unregister_rw(&f->peer), 0);
+    assert_int_equal(e2e_peer_reregister_rw(&f->peer, PERM_GLOBAL_READ_WRITE),
+                     0);
+    memset(f->src, 0x3c, 4096);
+    assert_int_equal(
+        write_batch(f, f->peer.rw_base, 1, 4096, OPCODE_WRITE, NULL), 1);
+    assert_int_equal(e2e_peer_hash(&f->peer, false, 0, 4096),
+                     e2e_fnv(f->src, 4096));
+}
+
+/* The case of the issue: a malloc'ed 8 MiB buffer is unregistered and
+ * freed, glibc gives its pages back and new threads' stacks land there;
+ * the initiator's writes to the old address never reach them. */
+static void test_freed_malloc_buffer_never_written(void **state)
+{
+    struct fixture *f = *state;
+    const uint64_t big = 8u << 20;
+    uint64_t a = e2e_peer_register(&f->peer, big);
+    assert_int_not_equal(a, 0);
+    assert_int_equal(write_batch(f, a, 4, 4096, OPCODE_WRITE, NULL), 4);
+    assert_int_equal(e2e_peer_release_malloc(&f->peer, a, big), 0);
+    /* the peer's threads run while we write to where the buffer was */
+    struct e2e_peer *p = &f->peer;
+    struct {
+        char op;
+        uint8_t plain;
+        int32_t arg;
+        uint64_t off, len;
+    } cmd = {.op = 'T', .arg = 1500};
+    assert_int_equal(write(p->cmd_fd, &cmd, sizeof(cmd)), (ssize_t)sizeof(cmd));
+    int completed = 0, rounds = 0;
+    for (long end = e2e_now_ms() + 1200; e2e_now_ms() < end; rounds++)
+        for (uint64_t off = 0; off < big; off += 2u << 20)
+            completed += write_batch(f, a + off, 4, 4096, OPCODE_WRITE, NULL);
+    int32_t ok = 0;
+    assert_int_equal(read(p->ans_fd, &ok, sizeof(ok)), (ssize_t)sizeof(ok));
+    int st = 0;
+    assert_int_equal(waitpid(p->pid, &st, WNOHANG), 0); /* still alive */
+    print_message("    %d rounds of writes to the freed buffer: %d "
+                  "completed, the peer's thread stacks %s\n",
+                  rounds, completed, ok ? "intact" : "CORRUPTED");
+    assert_int_equal(completed, 0);
+    assert_int_equal(ok, 1);
+}
+
+/* ---- this process as the target, the child as the initiator ----------- */
+
+struct owner {
+    tent_engine_t e;
+    void *buf;
+    size_t len;
+    char name[256];
+};
+
+/* This process's engine with a buffer of len bytes, from
+ * tent_allocate_memory (allocated) or malloc, registered. */
+static void owner_start(struct owner *o, size_t len, bool allocated)
+{
+    config();
+    o->e = tent_create_engine();
+    assert_non_null(o->e);
+    o->len = len;
+    if (allocated)
+        assert_int_equal(tent_allocate_memory(o->e, &o->buf, len, "cpu"), 0);
+    else
+        assert_non_null(o->buf = aligned_alloc(4096, len));
+    memset(o->buf, 0xee, len);
+    assert_int_equal(tent_register_memory(o->e, o->buf, len), 0);
+    assert_int_equal(tent_segment_name(o->e, o->name, sizeof(o->name)), 0);
+}
+
+/* Whether a peer's copy into o's memory is running now. */
+static bool copy_running(struct owner *o)
+{
+    struct tent_engine *e = tent_engine_cast(o->e);
+    if (g_shm) {
+        for (int i = 0; i < e->nxports; i++)
+            if (e->xports[i]->ops->type == TRANSPORT_SHM)
+                return tent_shm_copies_in_progress(e->xports[i]) > 0;
+        return false;
+    }
+    pthread_mutex_lock(&e->pin_lock);
+    bool busy = false;
+    for (size_t i = 0; i < e->local->nbufs; i++)
+        busy |= e->local->bufs[i]->pins != NULL;
+    pthread_mutex_unlock(&e->pin_lock);
+    return busy;
+}
+
+/* Stops the child once its copy into o runs; false if it ended first. */
+static bool stop_mid_copy(struct owner *o, pid_t child)
+{
+    for (long end = e2e_now_ms() + 20000; e2e_now_ms() < end;)
+        if (copy_running(o)) {
+            kill(child, SIGSTOP);
+            /* stopped for real, and still inside the copy */
+            for (int i = 0; i < 5000; i++) {
+                char path[64], st[512] = "";
+                snprintf(path, sizeof(path), "/proc/%d/stat", (int)child);
+                FILE *fp = fopen(path, "r");
+                if (fp) {
+                    size_t n = fread(st, 1, sizeof(st) - 1, fp);
+                    st[n] = 0;
+                    fclose(fp);
+                }
+                const char *p = strrchr(st, ')');
+                if (p && p[2] == 'T')
+                    return copy_running(o);
+                usleep(1000);
+            }
+            return false;
+        }
+    return false;
+}
+
+/* The child writes big bytes into our memory; we stop it in the middle and
+ * unregister.  Over shm, engine-allocated memory is taken back: the
+ * unregister returns 0 after revoke_timeout_ms, our memory never changes
+ * afterwards, and the child's copy is FAILED once it resumes; malloc memory
+ * cannot be taken back: the unregister fails naming the child, the range
+ * stays registered, and once the child is gone a second unregister
+ * succeeds.  Over tcp the copy runs in our own server thread: the
+ * unregister aborts its connection and returns at once. */
+static void stalled_initiator(bool allocated)
+{
+    const size_t big = 256u << 20;
+    struct owner o;
+    owner_start(&o, big, allocated);
+    struct e2e_peer p;
+    assert_int_equal(e2e_peer_start(&p, big, g_shm, !g_shm), 0);
+    assert_int_equal(e2e_peer_open(&p, o.name), 0);
+    bool stalled = false;
+    for (int attempt = 0; attempt < 10 && !stalled; attempt++) {
+        assert_int_equal(e2e_peer_transfer_start(&p, OPCODE_WRITE, false,
+                                                 (uintptr_t)o.buf, big),
+                         0);
+        stalled = stop_mid_copy(&o, p.pid);
+        if (!stalled) { /* it finished before we caught it: again */
+            kill(p.pid, SIGCONT);
+            int code;
+            assert_int_equal(e2e_peer_transfer_end(&p, &code),
+                             STATUS_COMPLETED);
+        }
+    }
+    assert_true(stalled);
+    long t0 = e2e_now_ms();
+    int rc = tent_unregister_memory(o.e, o.buf, big);
+    long took = e2e_now_ms() - t0;
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s", tent_last_error());
+    uint64_t h0 = e2e_fnv(o.buf, big);
+    print_message("    %s memory, initiator stopped mid-copy: unregister "
+                  "returned %s after %ld ms%s%s\n",
+                  allocated ? "allocated" : "malloc", tent_strerror(rc), took,
+                  rc ? ": " : "", rc ? msg : "");
+    kill(p.pid, SIGCONT);
+    int code = 0;
+    int status = e2e_peer_transfer_end(&p, &code);
+    print_message("    the initiator's task ended %s (%s)\n",
+                  status == STATUS_FAILED ? "FAILED" : "COMPLETED",
+                  tent_strerror(code));
+    if (!g_shm) {
+        /* tcp: the copy runs in our server thread, whose connection the
+         * unregister shuts down: it returns at once, whatever the memory */
+        assert_int_equal(rc, TENT_OK);
+        assert_true(took < 250);
+        assert_int_equal(status, STATUS_FAILED);
+        assert_int_equal(e2e_fnv(o.buf, big), h0);
+    } else if (allocated) {
+        assert_int_equal(rc, TENT_OK);
+        assert_true(took >= 250);
+        assert_int_equal(status, STATUS_FAILED);
+        /* whatever the child wrote after our unregister went elsewhere */
+        assert_int_equal(e2e_fnv(o.buf, big), h0);
+    } else {
+        char pid[32];
+        snprintf(pid, sizeof(pid), "%ld", (long)p.pid);
+        assert_int_equal(rc, TENT_EBUSY);
+        assert_non_null(strstr(msg, pid));
+        assert_non_null(strstr(msg, "stays registered"));
+        /* the stalled copy was reported FAILED; the initiator fetched the
+         * descriptor again, found the range still registered and ran it
+         * once more, which may complete */
+        assert_true(status == STATUS_FAILED || status == STATUS_COMPLETED);
+        e2e_peer_quit(&p);
+        assert_int_equal(tent_unregister_memory(o.e, o.buf, big), TENT_OK);
+    }
+    if (p.pid > 0)
+        e2e_peer_quit(&p);
+    if (allocated)
+        assert_int_equal(tent_free_memory(o.e, o.buf), 0);
+    else
+        free(o.buf);
+    tent_destroy_engine(o.e);
+}
+
+static void test_stalled_initiator_allocated(void **state)
+{
+    (void)state;
+    stalled_initiator(true);
+}
+
+static void test_stalled_initiator_malloc(void **state)
+{
+    (void)state;
+    stalled_initiator(false);
+}
+
+/* The initiator dies in the middle of its copy: the unregister does not
+ * wait for it. */
+static void test_initiator_killed_mid_copy(void **state)
+{
+    (void)state;
+    const size_t big = 256u << 20;
+    struct owner o;
+    owner_start(&o, big, false);
+    struct e2e_peer p;
+    assert_int_equal(e2e_peer_start(&p, big, g_shm, !g_shm), 0);
+    assert_int_equal(e2e_peer_open(&p, o.name), 0);
+    bool stalled = false;
+    for (int attempt = 0; attempt < 10 && !stalled; attempt++) {
+        assert_int_equal(e2e_peer_transfer_start(&p, OPCODE_WRITE, false,
+                                                 (uintptr_t)o.buf, big),
+                         0);
+        stalled = stop_mid_copy(&o, p.pid);
+        if (!stalled) {
+            kill(p.pid, SIGCONT);
+            int code;
+            assert_int_equal(e2e_peer_transfer_end(&p, &code),
+                             STATUS_COMPLETED);
+        }
+    }
+    assert_true(stalled);
+    e2e_peer_kill(&p);
+    long t0 = e2e_now_ms();
+    assert_int_equal(tent_unregister_memory(o.e, o.buf, big), TENT_OK);
+    long took = e2e_now_ms() - t0;
+    print_message("    initiator killed mid-copy: unregister took %ld ms\n",
+                  took);
+    assert_true(took < 250);
+    free(o.buf);
+    tent_destroy_engine(o.e);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "shm";
+    signal(SIGPIPE, SIG_IGN);
+    if (strcmp(mode, "shm") && strcmp(mode, "tcp")) {
+        fprintf(stderr, "usage: %s shm|tcp\n", argv[0]);
+        return 2;
+    }
+    g_shm = strcmp(mode, "shm") == 0;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_unregister_revokes_allocated,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unregister_revokes_malloc, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_reregister_read_only, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_reregister_refetches_and_completes,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_freed_malloc_buffer_never_written,
+                                        setup, teardown),
+        cmocka_unit_test(test_stalled_initiator_allocated),
+        cmocka_unit_test(test_stalled_initiator_malloc),
+        cmocka_unit_test(test_initiator_killed_mid_copy),
+    };
+    return cmocka_run_group_tests_name(
+        g_shm ? "e2e_revoke_shm" : "e2e_revoke_tcp", tests, NULL, NULL);
+}
