@@ -50,10 +50,10 @@ def file_transport_built(eng, tmp_path):
     buf = np.zeros(4096, np.uint8)
     eng.register_local_memory(buf)
     try:
-        with eng.allocate_batch_guard(1) as bg:
-            eng.submit_transfer(bg.get(), [tent.Request(
+        with eng.allocate_batch_guard(1) as bid:
+            eng.submit_transfer(bid, [tent.Request(
                 tent.OpCode.READ, buf.ctypes.data, h, 0, 4096)])
-            wait(eng, bg.get(), 1)
+            wait(eng, bid, 1)
         return True
     except tent.TentException:
         return False
@@ -92,9 +92,9 @@ def test_tent_file_segment(xport, tmp_path):
     # blocks in reverse order into the file, read back in place
     reqs = [tent.Request(tent.OpCode.WRITE, src.ctypes.data + i * 4096, h,
                          (15 - i) * 4096 + 8192, 4096) for i in range(16)]
-    with eng.allocate_batch_guard(16) as bg:
-        eng.submit_transfer(bg.get(), reqs)
-        wait(eng, bg.get(), 16)
+    with eng.allocate_batch_guard(16) as bid:
+        eng.submit_transfer(bid, reqs)
+        wait(eng, bid, 16)
     with open(path, "rb") as f:
         f.seek(8192)
         disk = np.frombuffer(f.read(16 * 4096), np.uint8)
@@ -103,14 +103,14 @@ def test_tent_file_segment(xport, tmp_path):
     assert (disk == want).all()
     reqs = [tent.Request(tent.OpCode.READ, dst.ctypes.data + i * 4096, h,
                          (15 - i) * 4096 + 8192, 4096) for i in range(16)]
-    with eng.allocate_batch_guard(16) as bg:
-        eng.submit_transfer(bg.get(), reqs)
-        wait(eng, bg.get(), 16)
+    with eng.allocate_batch_guard(16) as bid:
+        eng.submit_transfer(bid, reqs)
+        wait(eng, bid, 16)
     assert (dst == src).all()
     # past the end of the file: refused, naming it
     with pytest.raises(tent.TentException) as ei:
-        with eng.allocate_batch_guard(1) as bg:
-            eng.submit_transfer(bg.get(), [tent.Request(
+        with eng.allocate_batch_guard(1) as bid:
+            eng.submit_transfer(bid, [tent.Request(
                 tent.OpCode.READ, dst.ctypes.data, h, size - 16, 4096)])
     assert path in str(ei.value)
     eng.unregister_local_memory(src)
