@@ -100,11 +100,9 @@ struct classic_region {
     size_t length;
 };
 
-/* Lengths of a batch's tasks, for the bytes in flight of getNicLoadStats. */
+/* A batch this engine allocated and has not freed. */
 struct classic_batch {
     uint64_t id;
-    size_t ntasks, cap;
-    uint64_t *lengths;
     struct classic_batch *next;
 };
 
