@@ -273,9 +273,10 @@ static int redis_env(struct classic_settings *set, classic_warn_fn warn,
 }
 
 int classic_settings_parse(const struct classic_args *a,
-                           struct classic_settings *set, classic_warn_fn warn,
+                           struct classic_settings *out, classic_warn_fn warn,
                            void *warn_ctx, char *err, size_t err_len)
 {
+    struct classic_settings tmp, *set = &tmp; /* *out only on success */
     memset(set, 0, sizeof(*set));
     set->npu = -1;
     set->redis_db = -1;
@@ -348,6 +349,7 @@ int classic_settings_parse(const struct classic_args *a,
     if (set->force_tcp)
         for (int k = 0; k < CLASSIC_NKINDS; k++)
             set->xport[k] = k == CLASSIC_TCP ? CLASSIC_ON : CLASSIC_OFF;
+    *out = tmp;
     return 0;
 }
 

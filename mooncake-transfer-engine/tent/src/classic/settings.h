@@ -79,15 +79,15 @@ struct classic_args {
 /* A warning for the caller's log (a variable ignored, a default used). */
 typedef void (*classic_warn_fn)(void *ctx, const char *msg);
 
-/* Fills *set from the arguments and Mooncake's environment variables
+/* Fills *out from the arguments and Mooncake's environment variables
  * (MC_TCP_BIND_ADDRESS, MC_LEGACY_RPC_PORT_BINDING, MC_MIN_RPC_PORT,
  * MC_MAX_RPC_PORT, MC_FORCE_TCP, MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX),
  * with Mooncake's choice of address and port.  Every transport is
  * CLASSIC_KEEP except with MC_FORCE_TCP (tcp on, the others off); the
  * caller turns on what its protocol asks.  0, or -1 with the reason in
- * err (naming the argument by its label). */
+ * err (naming the argument by its label) and *out untouched. */
 int classic_settings_parse(const struct classic_args *args,
-                           struct classic_settings *set, classic_warn_fn warn,
+                           struct classic_settings *out, classic_warn_fn warn,
                            void *warn_ctx, char *err, size_t err_len);
 
 /* Creates the tent engine of *set: its keys are staged with
