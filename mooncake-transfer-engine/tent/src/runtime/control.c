@@ -208,11 +208,11 @@ int tent_ctrl_start(struct tent_engine *e)
     tent_net_format_hostport(addr, sizeof(addr), e->hostname, port);
     /* In p2p mode a name that is only an address ("10.0.0.2", "::1")
      * names the host: peers open the segment by "<host>:<port>", as in
-     * TENT's p2p mode.  With a metadata service the name is the key, as
-     * given. */
+     * TENT's p2p mode.  A metadata service publishes any name as given (as
+     * Mooncake publishes its local server name). */
     char lhost[256];
     bool lport = true;
-    if (lname && strcmp(mtype, "p2p") == 0 &&
+    if (strcmp(mtype, "p2p") == 0 && lname &&
         tent_net_address_of(lname, lhost, sizeof(lhost), &lport) && !lport)
         lname = NULL;
     if (!lname || !*lname)
