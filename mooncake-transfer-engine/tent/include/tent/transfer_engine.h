@@ -258,6 +258,23 @@ TENT_API int tent_task_status_list(tent_engine_t engine,
                                    tent_batch_id_t batch_id,
                                    tent_status_t *statuses, size_t *count);
 
+/** Load of one local NIC a transport sends through: bytes of slices in
+ *  flight on its rails, and its EWMA bandwidth in bytes per second (the
+ *  estimate rail scheduling uses; its link speed, or the transport's
+ *  default, before any transfer). */
+struct tent_nic_load_stat {
+    char device_name[64];
+    uint64_t inflight_bytes;
+    double ewma_bandwidth_bps;
+};
+typedef struct tent_nic_load_stat tent_nic_load_stat_t;
+
+/** Fills up to *count entries of stats; *count becomes the number of NICs
+ *  (which may be larger: call again with room for all). */
+TENT_API int tent_get_nic_load_stats(tent_engine_t engine,
+                                     tent_nic_load_stat_t *stats,
+                                     size_t *count);
+
 /* ---- beyond TENT ------------------------------------------------------ */
 
 /** Name of the transport that executed (or is executing) the task: "tcp",

@@ -2,7 +2,10 @@
  * and vLLM call.  Integer results: 0 success, -1 failure (batch ids: 0 =
  * failure); the reason is in last_error().  Wrong argument types raise
  * TypeError/ValueError, as a pybind11 binding would. */
-#include "tentpy.h"
+// clang-format off
+#include "tentpy.h" /* Python.h before any system header */
+#include "classic/settings.h"
+// clang-format on
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -30,8 +33,9 @@ struct err_slot {
 typedef struct {
     PyObject_HEAD struct tentpy_core core;
     PyObject *managed; /* int addr -> int length (allocate_managed_buffer) */
-    char host[256];    /* host part of local_hostname */
+    char host[256];    /* the RPC server's address */
     int rpc_port;
+    bool p2p;         /* P2PHANDSHAKE: a host:port name is an address */
     double timeout_s; /* MC_TRANSFER_TIMEOUT */
     pthread_mutex_t err_lock;
     unsigned long err_stamp;
@@ -285,149 +289,6 @@ static PyObject *mc_last_error(MCObject *self, PyObject *unused TENTPY_UNUSED)
 
 /* ---- initialize --------------------------------------------------------- */
 
-/* "host", "host:port", "host:port:npu_<id>", "[v6]:port". */
-static int parse_local(const char *s, char *host, size_t hlen, int *port,
-                       int *npu)
-{
-    *port = 0;
-    *npu = -1;
-    const char *rest;
-    if (s[0] == '[') {
-        const char *e = strchr(s, ']');
-        if (!e || (size_t)(e - s - 1) >= hlen)
-            return -1;
-        memcpy(host, s + 1, e - s - 1);
-        host[e - s - 1] = '\0';
-        rest = e + 1;
-    } else {
-        const char *c = strchr(s, ':');
-        size_t n = c ? (size_t)(c - s) : strlen(s);
-        if (n >= hlen)
-            return -1;
-        memcpy(host, s, n);
-        host[n] = '\0';
-        rest = s + n;
-    }
-    if (!host[0])
-        return -1;
-    if (*rest == '\0')
-        return 0;
-    if (*rest != ':')
-        return -1;
-    char *end;
-    long p = strtol(rest + 1, &end, 10);
-    if (end == rest + 1 || p < 0 || p > 65535)
-        return -1;
-    *port = (int)p;
-    if (*end == '\0')
-        return 0;
-    if (strncmp(end, ":npu_", 5) != 0)
-        return -1;
-    char *e2;
-    long id = strtol(end + 5, &e2, 10);
-    if (e2 == end + 5 || *e2 || id < 0 || id > 65535)
-        return -1;
-    *npu = (int)id;
-    return 0;
-}
-
-static cJSON *obj_child(cJSON *parent, const char *key)
-{
-    cJSON *c = cJSON_GetObjectItemCaseSensitive(parent, key);
-    if (c && cJSON_IsObject(c))
-        return c;
-    cJSON_DeleteItemFromObjectCaseSensitive(parent, key);
-    return cJSON_AddObjectToObject(parent, key);
-}
-
-static void set_item(cJSON *obj, const char *key, cJSON *v)
-{
-    if (cJSON_GetObjectItemCaseSensitive(obj, key))
-        cJSON_ReplaceItemInObjectCaseSensitive(obj, key, v);
-    else
-        cJSON_AddItemToObject(obj, key, v);
-}
-
-/* The engine's config: MC_TENT_CONF (when set) as the base, then what
- * initialize() says.  Returns a malloc'ed JSON text or NULL (t_last_error
- * says why). */
-static char *build_config(MCObject *self, const char *host, int port, int npu,
-                          const char *meta_type, const char *meta_servers,
-                          const char *segment_name, const char *proto)
-{
-    cJSON *root = NULL;
-    const char *base = getenv("MC_TENT_CONF");
-    if (base && *base) {
-        FILE *f = fopen(base, "rb");
-        if (!f) {
-            set_last(self, "MC_TENT_CONF '%s': %s", base, strerror(errno));
-            return NULL;
-        }
-        char *text = NULL;
-        size_t len = 0, cap = 0;
-        for (;;) {
-            if (len + 4096 + 1 > cap) {
-                cap = cap ? cap * 2 : 8192;
-                char *t = realloc(text, cap);
-                if (!t) {
-                    free(text);
-                    fclose(f);
-                    set_last(self, "out of memory");
-                    return NULL;
-                }
-                text = t;
-            }
-            size_t r = fread(text + len, 1, 4096, f);
-            len += r;
-            if (r < 4096)
-                break;
-        }
-        fclose(f);
-        text[len] = '\0';
-        root = cJSON_Parse(text);
-        free(text);
-        if (!root || !cJSON_IsObject(root)) {
-            cJSON_Delete(root);
-            set_last(self, "MC_TENT_CONF '%s' is not a JSON object", base);
-            return NULL;
-        }
-    } else {
-        root = cJSON_CreateObject();
-    }
-    if (!root) {
-        set_last(self, "out of memory");
-        return NULL;
-    }
-    set_item(root, "rpc_server_hostname", cJSON_CreateString(host));
-    set_item(root, "rpc_server_port", cJSON_CreateNumber(port));
-    set_item(root, "metadata_type", cJSON_CreateString(meta_type));
-    if (meta_servers && *meta_servers)
-        set_item(root, "metadata_servers", cJSON_CreateString(meta_servers));
-    if (segment_name)
-        set_item(root, "local_segment_name", cJSON_CreateString(segment_name));
-    cJSON *xp = obj_child(root, "transports");
-    static const char *const names[] = {"tcp", "shm", "memfabric"};
-    for (size_t i = 0; xp && i < 3; i++) {
-        cJSON *t = obj_child(xp, names[i]);
-        if (!t)
-            continue;
-        bool mine = strcmp(names[i], proto) == 0;
-        /* The chosen protocol's transport is on; the others stay as the
-         * base config says, off when it says nothing. */
-        if (mine)
-            set_item(t, "enable", cJSON_CreateTrue());
-        else if (!cJSON_GetObjectItemCaseSensitive(t, "enable"))
-            set_item(t, "enable", cJSON_CreateFalse());
-        if (mine && npu >= 0 && strcmp(proto, "memfabric") == 0)
-            set_item(t, "device_id", cJSON_CreateNumber(npu));
-    }
-    char *out = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    if (!out)
-        set_last(self, "out of memory");
-    return out;
-}
-
 /* Protocols Mooncake's initialize() knows that need a device this engine
  * has no transport for: as Mooncake on a host without such a device, the
  * engine runs tcp instead. */
@@ -501,6 +362,33 @@ static void log_to_python(const char *level, const char *text)
     PyErr_Restore(t, v, tb);
 }
 
+static void warn_python(void *ctx, const char *msg)
+{
+    (void)ctx;
+    log_to_python("warning", msg);
+}
+
+/* metadata_server (and initialize_ext's metadata_type) as Mooncake's
+ * connection string: P2PHANDSHAKE, a URL, or "<type>://<servers>". */
+static int conn_string(MCObject *self, const char *meta, const char *type,
+                       char *out, size_t cap)
+{
+    int n;
+    if (!type || !*type || strstr(meta, "://") ||
+        strcmp(meta, "P2PHANDSHAKE") == 0)
+        n = snprintf(out, cap, "%s", meta);
+    else if (strcmp(type, "p2p") == 0 || strcmp(type, "P2PHANDSHAKE") == 0)
+        n = snprintf(out, cap, "P2PHANDSHAKE");
+    else
+        n = snprintf(out, cap, "%s://%s", type, meta);
+    if (n < 0 || (size_t)n >= cap) {
+        set_last(self, "initialize: metadata_server is too long (%zu bytes)",
+                 strlen(meta));
+        return -1;
+    }
+    return 0;
+}
+
 static int do_initialize(MCObject *self, const char *local, const char *meta,
                          const char *proto_in, const char *device,
                          const char *meta_type_in)
@@ -509,13 +397,8 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
         set_last(self, "initialize: the engine is already initialized");
         return -1;
     }
-    char host[256];
-    int port, npu;
-    if (parse_local(local, host, sizeof(host), &port, &npu) < 0) {
-        set_last(self,
-                 "initialize: local_hostname '%s' is not host, host:port or "
-                 "host:port:npu_<id>",
-                 local);
+    if (!local[0]) {
+        set_last(self, "initialize: local_hostname is empty");
         return -1;
     }
     char note[512] = "";
@@ -524,88 +407,35 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
         choose_protocol(self, proto_in, note, sizeof(note), &note_is_warning);
     if (!proto)
         return -1;
-    if (strlen(meta) >= 1024) {
-        set_last(self, "initialize: metadata_server is too long (%zu bytes)",
-                 strlen(meta));
+    char conn[1100];
+    if (conn_string(self, meta, meta_type_in, conn, sizeof(conn)) < 0)
         return -1;
-    }
-    /* metadata_server: P2PHANDSHAKE or scheme://servers (no scheme: etcd) */
-    char mtype[16], servers[1024];
-    const char *sep = strstr(meta, "://");
-    if (meta_type_in && *meta_type_in) {
-        snprintf(mtype, sizeof(mtype), "%s", meta_type_in);
-        snprintf(servers, sizeof(servers), "%s", meta);
-    } else if (strcmp(meta, "P2PHANDSHAKE") == 0) {
-        snprintf(mtype, sizeof(mtype), "p2p");
-        servers[0] = '\0';
-    } else if (sep) {
-        size_t n = (size_t)(sep - meta);
-        if (n >= sizeof(mtype)) {
-            set_last(self,
-                     "initialize: metadata_server '%s' has an unknown scheme",
-                     meta);
-            return -1;
-        }
-        memcpy(mtype, meta, n);
-        mtype[n] = '\0';
-        /* etcd's gateway speaks http; http and redis keep their URL. */
-        snprintf(servers, sizeof(servers), "%s",
-                 strcmp(mtype, "etcd") == 0 ? sep + 3 : meta);
-    } else {
-        snprintf(mtype, sizeof(mtype), "etcd");
-        snprintf(servers, sizeof(servers), "%s", meta);
-    }
-    if (strcmp(mtype, "P2PHANDSHAKE") == 0)
-        snprintf(mtype, sizeof(mtype), "p2p");
-    if (strcmp(mtype, "p2p") && strcmp(mtype, "etcd") &&
-        strcmp(mtype, "redis") && strcmp(mtype, "http")) {
-        set_last(self,
-                 "initialize: metadata type '%s' is not p2p, etcd, redis or "
-                 "http",
-                 mtype);
-        return -1;
-    }
-    if (strcmp(mtype, "p2p") && !servers[0]) {
-        set_last(self, "initialize: metadata type '%s' needs a server", mtype);
-        return -1;
-    }
-    /* Mooncake names a segment by local_hostname when a metadata service
-     * is used; host:rpc_port names it as well (opened as in p2p mode). */
-    char segname[300];
-    bool named = strcmp(mtype, "p2p") != 0;
-    if (named)
-        snprintf(segname, sizeof(segname), "%s%s%d", host, port ? ":" : "",
-                 port);
-    if (named && !port)
-        snprintf(segname, sizeof(segname), "%s", host);
-    char *json = build_config(self, host, port, npu, mtype, servers,
-                              named ? segname : NULL, proto);
-    if (!json)
-        return -1;
-    const char *tmpdir = getenv("TMPDIR");
-    char path[512];
-    snprintf(path, sizeof(path), "%s/tent-py-XXXXXX.json",
-             tmpdir && *tmpdir ? tmpdir : "/tmp");
-    int fd = mkstemps(path, 5);
-    if (fd < 0) {
-        set_last(self, "initialize: cannot create a config file '%s': %s", path,
-                 strerror(errno));
-        free(json);
-        return -1;
-    }
-    size_t len = strlen(json);
-    ssize_t w = write(fd, json, len);
-    close(fd);
-    free(json);
-    if (w != (ssize_t)len) {
-        unlink(path);
-        set_last(self, "initialize: cannot write the config file '%s'", path);
-        return -1;
-    }
-    int err;
+    const struct classic_args args = {
+        .conn = conn,
+        .local = local,
+        .conn_label = "metadata_server",
+        .local_label = "local_hostname",
+    };
+    struct classic_settings set;
     char msg[1024];
-    tent_engine_t e = tentpy_create_engine(path, &err, msg, sizeof(msg));
-    unlink(path);
+    if (classic_settings_parse(&args, &set, warn_python, NULL, msg,
+                               sizeof(msg)) != 0) {
+        set_last(self, "initialize: %s", msg);
+        return -1;
+    }
+    /* The protocol's transport, and only that one: tcp (on by default) is
+     * turned off for another protocol; shm and memfabric stay as
+     * MC_TENT_CONF says (off by default). */
+    int kind = strcmp(proto, "shm") == 0         ? CLASSIC_SHM
+               : strcmp(proto, "memfabric") == 0 ? CLASSIC_MEMFABRIC
+                                                 : CLASSIC_TCP;
+    set.xport[kind] = CLASSIC_ON;
+    if (kind != CLASSIC_TCP)
+        set.xport[CLASSIC_TCP] = CLASSIC_OFF;
+    tent_engine_t e;
+    Py_BEGIN_ALLOW_THREADS;
+    e = classic_settings_start(&set, msg, sizeof(msg));
+    Py_END_ALLOW_THREADS;
     if (!e) {
         set_last(self, "initialize: %s", msg);
         return -1;
@@ -629,8 +459,9 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
         Py_END_ALLOW_THREADS;
         return -1;
     }
-    snprintf(self->host, sizeof(self->host), "%s", host);
+    snprintf(self->host, sizeof(self->host), "%s", addr);
     self->rpc_port = rport;
+    self->p2p = strcmp(set.meta_type, "p2p") == 0;
     const char *to = getenv("MC_TRANSFER_TIMEOUT");
     if (to && *to) {
         double v = strtod(to, NULL);
@@ -705,7 +536,10 @@ static PyObject *mc_session_id(MCObject *self, PyObject *unused TENTPY_UNUSED)
     if (tentpy_enter(&self->core) < 0)
         return NULL;
     tentpy_leave(&self->core);
-    return PyUnicode_FromFormat("%s:%d", self->host, self->rpc_port);
+    char id[300];
+    classic_format_hostport(id, sizeof(id), self->host,
+                            (unsigned)self->rpc_port);
+    return PyUnicode_FromString(id);
 }
 
 /* ---- memory ------------------------------------------------------------- */
@@ -1813,15 +1647,14 @@ static PyObject *mc_get_notifies(MCObject *self, PyObject *unused TENTPY_UNUSED)
  * alive. */
 static int tcp_reachable(const char *name, int timeout_ms)
 {
-    char host[256];
-    int port, npu;
-    if (parse_local(name, host, sizeof(host), &port, &npu) < 0 || !port)
+    struct classic_name n;
+    if (classic_parse_name(name, &n) < 0 || !n.port || !n.host[0])
         return -2; /* not an address */
     char ps[16];
-    snprintf(ps, sizeof(ps), "%d", port);
+    snprintf(ps, sizeof(ps), "%u", n.port);
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(host, ps, &hints, &ai) != 0)
+    if (getaddrinfo(n.host, ps, &hints, &ai) != 0)
         return -1;
     int ok = -1;
     for (struct addrinfo *p = ai; p && ok; p = p->ai_next) {
@@ -1867,7 +1700,9 @@ static PyObject *mc_send_probe(MCObject *self, PyObject *const *args,
         return NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS;
-    rc = tcp_reachable(peer, 1000);
+    /* With a metadata service every name is a segment name, which the
+     * service resolves (its port need not be the RPC port). */
+    rc = self->p2p ? tcp_reachable(peer, 1000) : -2;
     if (rc == -1)
         set_last(self, "send_probe: peer '%s' does not answer", peer);
     Py_END_ALLOW_THREADS;

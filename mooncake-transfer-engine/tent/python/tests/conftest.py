@@ -64,6 +64,17 @@ def quiet_engine_config():
         os.environ["MC_TENT_CONF"] = old
 
 
+@pytest.fixture(scope="session", autouse=True)
+def default_rpc_port_range():
+    """The tests expect Mooncake's default RPC port range (15000..17000);
+    those that set MC_MIN_RPC_PORT/MC_MAX_RPC_PORT do so themselves."""
+    saved = {v: os.environ.pop(v) for v in
+             ("MC_MIN_RPC_PORT", "MC_MAX_RPC_PORT", "MC_MIN_PRC_PORT",
+              "MC_MAX_PRC_PORT") if v in os.environ}
+    yield
+    os.environ.update(saved)
+
+
 def need_proto(proto):
     if proto == "memfabric" and not os.path.exists(tentenv.mf_host_lib()):
         pytest.skip("mf_host's libmf_smem.so is not built (TENT_MF_HOST_LIB)")

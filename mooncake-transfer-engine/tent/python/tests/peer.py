@@ -50,7 +50,7 @@ def main():
         if rc != 0:
             print(json.dumps({"error": eng.last_error()}), flush=True)
             return 1
-        session = f"127.0.0.1:{eng.get_rpc_port()}"
+        session = eng.get_session_id()  # "[::1]:<port>" for IPv6
         if args.buf == "managed":
             addr = eng.allocate_managed_buffer(size)
             assert addr, eng.last_error()

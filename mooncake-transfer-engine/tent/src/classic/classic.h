@@ -3,7 +3,9 @@
  * engine owns one tent engine and translates arguments, results and
  * conventions.
  *
- *   engine.c     createTransferEngine, installTransport, configuration
+ *   engine.c     createTransferEngine, installTransport
+ *   settings.c   Mooncake's arguments -> tent configuration (shared with
+ *                the Python extension: public API only)
  *   memory.c     registration (Mooncake's overlap rules, kept here)
  *   transfer.c   segments, batches, status, notifications, NIC load
  *   shutdown.c   enableGracefulShutdown
@@ -12,6 +14,7 @@
 #ifndef TENT_CLASSIC_CLASSIC_H
 #define TENT_CLASSIC_CLASSIC_H
 
+#include "classic/settings.h"
 #include "tent/transfer_engine.h"
 #include "transfer_engine_c.h"
 
@@ -69,30 +72,10 @@ void classic_log(const char *level, const char *file, int line, const char *fmt,
 
 /* ---- the engine --------------------------------------------------------- */
 
-enum classic_kind {
-    CLASSIC_TCP,
-    CLASSIC_SHM,
-    CLASSIC_MEMFABRIC,
-    CLASSIC_NKINDS,
-};
-
 /* What installTransport returns: one per kind, inside the engine. */
 struct classic_transport {
     struct classic_engine *owner;
     enum classic_kind kind;
-};
-
-/* How the tent engine is configured (createTransferEngine's arguments
- * turned into tent_set_config keys). */
-struct classic_settings {
-    char meta_type[8];       /* p2p, etcd, redis, http */
-    char meta_servers[1024]; /* "" with p2p */
-    char host[256];          /* rpc_server_hostname */
-    unsigned port;           /* rpc_server_port, 0 = ephemeral */
-    char segment_name[256];  /* local_segment_name; "" = <host>:<port> */
-    int npu;                 /* transports/memfabric/device_id, -1 = unset */
-    bool force_tcp;          /* MC_FORCE_TCP: tcp only */
-    bool want[CLASSIC_NKINDS];
 };
 
 struct classic_region {
@@ -100,11 +83,9 @@ struct classic_region {
     size_t length;
 };
 
-/* Lengths of a batch's tasks, for the bytes in flight of getNicLoadStats. */
+/* A batch this engine allocated and has not freed. */
 struct classic_batch {
     uint64_t id;
-    size_t ntasks, cap;
-    uint64_t *lengths;
     struct classic_batch *next;
 };
 

@@ -1,20 +1,15 @@
 /* createTransferEngine, installTransport and the other engine-level calls:
  * Mooncake's arguments become tent_set_config keys of one tent engine. */
 #include "classic/classic.h"
-#include "net/net.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-
-/* Mooncake's handshake port when MC_LEGACY_RPC_PORT_BINDING names none. */
-#define LEGACY_DEFAULT_PORT 12001
 
 /* ---- handles and call brackets ------------------------------------------ */
 
@@ -86,362 +81,33 @@ tent_engine_t classic_tent_engine(transfer_engine_t engine)
 
 /* ---- arguments ---------------------------------------------------------- */
 
-/* Mooncake's local_server_name: "host", "host:port", "[v6]", "[v6]:port", a
- * bare IPv6 address, each optionally followed by ":npu_<id>" (Ascend). */
-static int parse_local(const char *s, char *host, size_t cap, unsigned *port,
-                       bool *has_port, int *npu)
+static void warn_classic(void *ctx, const char *msg)
 {
-    char buf[512];
-    *port = 0;
-    *has_port = false;
-    *npu = -1;
-    if (snprintf(buf, sizeof(buf), "%s", s) >= (int)sizeof(buf))
-        return -1;
-    char *tag = strstr(buf, ":npu_");
-    if (tag) {
-        char *end;
-        long id = strtol(tag + 5, &end, 10);
-        if (end == tag + 5 || *end || id < 0 || id > 65535)
-            return -1;
-        *npu = (int)id;
-        *tag = '\0';
-    }
-    struct in6_addr a6;
-    if (!buf[0]) {
-        host[0] = '\0';
-        return 0;
-    }
-    if (inet_pton(AF_INET6, buf, &a6) == 1) { /* bare IPv6, no port */
-        if (strlen(buf) >= cap)
-            return -1;
-        strcpy(host, buf);
-        return 0;
-    }
-    if (buf[0] == '[' && buf[strlen(buf) - 1] == ']') {
-        size_t n = strlen(buf) - 2;
-        if (n == 0 || n >= cap)
-            return -1;
-        memcpy(host, buf + 1, n);
-        host[n] = '\0';
-        return 0;
-    }
-    if (!strchr(buf, ':')) {
-        if (strlen(buf) >= cap)
-            return -1;
-        strcpy(host, buf);
-        return 0;
-    }
-    uint16_t p;
-    if (tent_net_split_hostport(buf, host, cap, &p) != 0)
-        return -1;
-    *port = p;
-    *has_port = true;
-    return 0;
-}
-
-/* metadata_conn_string -> metadata_type and metadata_servers. */
-static int parse_conn(const char *conn, struct classic_settings *set)
-{
-    if (strcmp(conn, "P2PHANDSHAKE") == 0) {
-        strcpy(set->meta_type, "p2p");
-        set->meta_servers[0] = '\0';
-        return 0;
-    }
-    const char *sep = strstr(conn, "://");
-    const char *servers = conn;
-    if (!sep) {
-        strcpy(set->meta_type, "etcd"); /* Mooncake's default scheme */
-    } else {
-        size_t n = (size_t)(sep - conn);
-        if (n == 4 && strncmp(conn, "etcd", 4) == 0) {
-            strcpy(set->meta_type, "etcd");
-            servers = sep + 3;
-        } else if (n == 5 && strncmp(conn, "redis", 5) == 0) {
-            strcpy(set->meta_type, "redis");
-            servers = sep + 3;
-        } else if ((n == 4 && strncmp(conn, "http", 4) == 0) ||
-                   (n == 5 && strncmp(conn, "https", 5) == 0)) {
-            strcpy(set->meta_type, "http"); /* the whole URL, as Mooncake */
-        } else {
-            return -1;
-        }
-    }
-    if (!*servers || strlen(servers) >= sizeof(set->meta_servers))
-        return -1;
-    /* Mooncake separates etcd endpoints with ';' too. */
-    size_t i = 0;
-    for (; servers[i]; i++)
-        set->meta_servers[i] = servers[i] == ';' ? ',' : servers[i];
-    set->meta_servers[i] = '\0';
-    return 0;
-}
-
-static bool is_numeric_host(const char *h)
-{
-    unsigned char a[sizeof(struct in6_addr)];
-    return inet_pton(AF_INET, h, a) == 1 || inet_pton(AF_INET6, h, a) == 1;
-}
-
-/* Mooncake's choice for a metadata-service engine that names no address:
- * the first IPv4 address of an interface that is up, loopback excluded. */
-static bool first_lan_ipv4(char *out, size_t cap)
-{
-    struct ifaddrs *ifs;
-    if (getifaddrs(&ifs) != 0)
-        return false;
-    bool found = false;
-    for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
-        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET ||
-            (i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP) ||
-            !(i->ifa_flags & IFF_RUNNING))
-            continue;
-        const struct sockaddr_in *sa = (const void *)i->ifa_addr;
-        found = inet_ntop(AF_INET, &sa->sin_addr, out, (socklen_t)cap) != NULL;
-    }
-    freeifaddrs(ifs);
-    return found;
-}
-
-static bool env_set(const char *name)
-{
-    return getenv(name) != NULL; /* Mooncake tests presence, not the value */
+    (void)ctx;
+    CLASSIC_WARN("createTransferEngine: %s", msg);
 }
 
 static int settings_from_args(const char *conn, const char *local,
                               const char *ip_arg, int auto_discover,
                               struct classic_settings *set)
 {
-    memset(set, 0, sizeof(*set));
-    set->npu = -1;
-    if (!conn || !local) {
-        CLASSIC_ERROR("createTransferEngine: %s is NULL",
-                      !conn ? "metadata_conn_string" : "local_server_name");
+    const struct classic_args args = {
+        .conn = conn,
+        .local = local,
+        .ip = ip_arg,
+        .conn_label = "metadata_conn_string",
+        .local_label = "local_server_name",
+        .ip_label = "ip_or_host_name",
+    };
+    char err[768];
+    if (classic_settings_parse(&args, set, warn_classic, NULL, err,
+                               sizeof(err)) != 0) {
+        CLASSIC_ERROR("createTransferEngine: %s", err);
         return -1;
     }
-    /* Mooncake does not use ip_or_host_name; its Rust binding passes
-     * local_server_name there, port included: only the host counts. */
-    char ip[256] = "";
-    unsigned ip_port;
-    bool ip_has_port;
-    int ip_npu;
-    if (ip_arg && parse_local(ip_arg, ip, sizeof(ip), &ip_port, &ip_has_port,
-                              &ip_npu) != 0) {
-        CLASSIC_ERROR("createTransferEngine: ip_or_host_name '%s' is not a "
-                      "host or host:port",
-                      ip_arg);
-        return -1;
-    }
-    if (parse_conn(conn, set) != 0) {
-        CLASSIC_ERROR("createTransferEngine: metadata_conn_string '%s' is "
-                      "not P2PHANDSHAKE, etcd://, redis://, http(s):// or "
-                      "host:port",
-                      conn);
-        return -1;
-    }
-    char host[256];
-    unsigned port;
-    bool has_port;
-    if (parse_local(local, host, sizeof(host), &port, &has_port, &set->npu) !=
-        0) {
-        CLASSIC_ERROR("createTransferEngine: local_server_name '%s' is not "
-                      "host, host:port or host:port:npu_<id>",
-                      local);
-        return -1;
-    }
-    const char *bind = getenv("MC_TCP_BIND_ADDRESS");
-    bool p2p = strcmp(set->meta_type, "p2p") == 0;
-    bool legacy = env_set("MC_LEGACY_RPC_PORT_BINDING");
-    const char *chosen = NULL;
-    char lan[INET_ADDRSTRLEN];
-    if (p2p) {
-        /* The name's host is the address peers dial; the port is chosen
-         * at start, so two engines given one host:port both start. */
-        chosen = host[0] ? host : (ip[0] ? ip : "127.0.0.1");
-    } else if (bind && *bind) {
-        chosen = bind;
-    } else if (legacy && host[0]) {
-        chosen = host;
-        set->port = has_port ? port : LEGACY_DEFAULT_PORT;
-    } else if (ip[0]) {
-        chosen = ip;
-    } else if (host[0] &&
-               (is_numeric_host(host) || strcmp(host, "localhost") == 0)) {
-        chosen = host;
-    } else {
-        chosen = first_lan_ipv4(lan, sizeof(lan)) ? lan : "127.0.0.1";
-    }
-    if (snprintf(set->host, sizeof(set->host), "%s", chosen) >=
-        (int)sizeof(set->host)) {
-        CLASSIC_ERROR("createTransferEngine: host '%s' is too long", chosen);
-        return -1;
-    }
-    if (!p2p) {
-        /* The segment is known by the name the application gives
-         * (without Ascend's ":npu_<id>"). */
-        char name[512];
-        snprintf(name, sizeof(name), "%s", local);
-        char *tag = strstr(name, ":npu_");
-        if (tag)
-            *tag = '\0';
-        if (strlen(name) >= sizeof(set->segment_name)) {
-            CLASSIC_ERROR("createTransferEngine: local_server_name '%s' is "
-                          "longer than %zu characters",
-                          local, sizeof(set->segment_name) - 1);
-            return -1;
-        }
-        strcpy(set->segment_name, name);
-    }
-    set->force_tcp = env_set("MC_FORCE_TCP");
-    if (auto_discover || set->force_tcp)
-        set->want[CLASSIC_TCP] = true;
+    if (auto_discover)
+        set->xport[CLASSIC_TCP] = CLASSIC_ON;
     return 0;
-}
-
-/* ---- starting a tent engine --------------------------------------------- */
-
-/* s as a JSON string literal (tent_set_config then keeps it a string even
- * when it looks like a number). */
-static int json_string(const char *s, char *out, size_t cap)
-{
-    size_t o = 0;
-    if (cap < 3)
-        return -1;
-    out[o++] = '"';
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        char esc[8];
-        size_t n;
-        if (*p == '"' || *p == '\\')
-            n = (size_t)snprintf(esc, sizeof(esc), "\\%c", *p);
-        else if (*p < 0x20)
-            n = (size_t)snprintf(esc, sizeof(esc), "\\u%04x", *p);
-        else
-            esc[0] = (char)*p, n = 1;
-        if (o + n + 2 > cap)
-            return -1;
-        memcpy(out + o, esc, n);
-        o += n;
-    }
-    out[o++] = '"';
-    out[o] = '\0';
-    return 0;
-}
-
-struct start_job {
-    const struct classic_settings *set;
-    tent_engine_t te;
-    char why[768];
-};
-
-static const char *const g_kind_names[CLASSIC_NKINDS] = {"tcp", "shm",
-                                                         "memfabric"};
-
-/* Stages key = value as a JSON string ("null", the default, when value is
- * empty).  Returns -1 when the value cannot be encoded. */
-static int stage_string(const char *key, const char *value)
-{
-    char v[6 * 1024 + 3]; /* every byte of the longest value escaped */
-    if (!value || !*value) {
-        tent_set_config(key, "null");
-        return 0;
-    }
-    if (json_string(value, v, sizeof(v)) != 0)
-        return -1;
-    tent_set_config(key, v);
-    return 0;
-}
-
-static void stage_number(const char *key, long value)
-{
-    char v[32];
-    snprintf(v, sizeof(v), "%ld", value);
-    tent_set_config(key, v);
-}
-
-/* Runs in a thread of its own: TENT stages tent_set_config per thread, so
- * the keys set here reach this engine only (with process-wide staging the
- * last engine's keys stay staged; every key is set each time, "null" for a
- * default, so one classic engine never inherits another's). */
-static void *start_thread(void *arg)
-{
-    struct start_job *job = arg;
-    const struct classic_settings *set = job->set;
-    int bad = stage_string("metadata_type", set->meta_type);
-    bad |= stage_string("metadata_servers", set->meta_servers);
-    bad |= stage_string("rpc_server_hostname", set->host);
-    stage_number("rpc_server_port", (long)set->port);
-    bad |= stage_string("local_segment_name", set->segment_name);
-    for (int k = 0; k < CLASSIC_NKINDS; k++) {
-        char key[64];
-        snprintf(key, sizeof(key), "transports/%s/enable", g_kind_names[k]);
-        /* Unasked transports stay as MC_TENT_CONF says (tcp defaults to
-         * on); MC_FORCE_TCP turns the others off. */
-        const char *val = set->want[k]                         ? "true"
-                          : set->force_tcp && k != CLASSIC_TCP ? "false"
-                                                               : "null";
-        tent_set_config(key, val);
-    }
-    if (set->npu >= 0)
-        stage_number("transports/memfabric/device_id", set->npu);
-    else
-        tent_set_config("transports/memfabric/device_id", "null");
-    if (strcmp(set->meta_type, "redis") == 0) {
-        const char *pw = getenv("MC_REDIS_PASSWORD");
-        if (pw && *pw)
-            bad |= stage_string("metadata_password", pw);
-        const char *db = getenv("MC_REDIS_DB_INDEX");
-        if (db && *db) {
-            char *end;
-            long n = strtol(db, &end, 10);
-            if (*end || n < 0 || n > 255) {
-                CLASSIC_WARN("MC_REDIS_DB_INDEX '%s' is not 0..255; using 0",
-                             db);
-                n = 0;
-            }
-            stage_number("metadata_db", n);
-        }
-        if (getenv("MC_REDIS_USERNAME"))
-            CLASSIC_WARN("MC_REDIS_USERNAME is not supported (redis AUTH "
-                         "with a password only); ignored");
-    }
-    if (bad) {
-        snprintf(job->why, sizeof(job->why),
-                 "a configuration value is too long to pass on");
-        return NULL;
-    }
-    /* The engine's threads inherit this mask: SIGINT and SIGTERM go to the
-     * application's threads, never to one of the engine's that may hold an
-     * engine lock (enableGracefulShutdown's handler never returns). */
-    sigset_t block;
-    sigemptyset(&block);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &block, NULL);
-    job->te = tent_create_engine();
-    if (!job->te)
-        snprintf(job->why, sizeof(job->why), "%s", tent_last_error());
-    return NULL;
-}
-
-/* With process-wide staging, two creations must not interleave their keys. */
-static pthread_mutex_t g_start_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static tent_engine_t start_tent(const struct classic_settings *set, char *why,
-                                size_t why_len)
-{
-    struct start_job job = {.set = set};
-    pthread_t thr;
-    pthread_mutex_lock(&g_start_lock);
-    int rc = pthread_create(&thr, NULL, start_thread, &job);
-    if (rc == 0)
-        pthread_join(thr, NULL);
-    pthread_mutex_unlock(&g_start_lock);
-    if (rc != 0) {
-        snprintf(why, why_len, "pthread_create: %s", strerror(rc));
-        return NULL;
-    }
-    if (!job.te)
-        snprintf(why, why_len, "%s", job.why);
-    return job.te;
 }
 
 /* Which transports the tent engine runs: every installed transport has a
@@ -459,7 +125,8 @@ static void detect_transports(struct classic_engine *ce)
         if (rc == TENT_OK && text) {
             char series[96];
             snprintf(series, sizeof(series),
-                     "tent_tasks_in_flight{transport=\"%s\"}", g_kind_names[k]);
+                     "tent_tasks_in_flight{transport=\"%s\"}",
+                     classic_kind_names[k]);
             ce->have[k] = strstr(text, series) != NULL;
             continue;
         }
@@ -533,7 +200,7 @@ CLASSIC_API transfer_engine_t createTransferEngine(
         return NULL;
     }
     char why[768];
-    ce->te = start_tent(&set, why, sizeof(why));
+    ce->te = classic_settings_start(&set, why, sizeof(why));
     if (!ce->te) {
         CLASSIC_ERROR("createTransferEngine('%s', '%s'): %s",
                       metadata_conn_string, local_server_name, why);
@@ -553,7 +220,7 @@ CLASSIC_API transfer_engine_t createTransferEngine(
     ce->set.port = bound_port(ce); /* a replacement keeps the address */
     detect_transports(ce);
     find_nic(ce, set.host);
-    if (set.want[CLASSIC_TCP] && !ce->have[CLASSIC_TCP]) {
+    if (set.xport[CLASSIC_TCP] == CLASSIC_ON && !ce->have[CLASSIC_TCP]) {
         CLASSIC_ERROR("createTransferEngine: the tcp transport could not be "
                       "installed (see the engine's warning above)");
         destroyTransferEngine(ce);
@@ -616,11 +283,11 @@ static int add_transport(struct classic_engine *ce, int kind, const char *proto)
         return -1;
     }
     struct classic_settings next = ce->set;
-    next.want[kind] = true;
+    next.xport[kind] = CLASSIC_ON;
     stash_notifs(ce);
     tent_destroy_engine(ce->te);
     char why[768];
-    ce->te = start_tent(&next, why, sizeof(why));
+    ce->te = classic_settings_start(&next, why, sizeof(why));
     if (ce->te) {
         ce->set = next;
         detect_transports(ce);
@@ -629,7 +296,7 @@ static int add_transport(struct classic_engine *ce, int kind, const char *proto)
     CLASSIC_ERROR("installTransport('%s'): the engine could not be restarted "
                   "with it: %s",
                   proto, why);
-    ce->te = start_tent(&ce->set, why, sizeof(why));
+    ce->te = classic_settings_start(&ce->set, why, sizeof(why));
     if (ce->te)
         detect_transports(ce);
     else
@@ -740,16 +407,16 @@ CLASSIC_API transport_t installTransport(transfer_engine_t engine,
             CLASSIC_WARN("installTransport: the %s transport for protocol "
                          "'%s' could not be installed here (see the engine's "
                          "warning above); installing tcp instead",
-                         g_kind_names[target], proto);
+                         classic_kind_names[target], proto);
         target = CLASSIC_TCP;
     }
     if (!ce->te || !ce->have[target]) {
         CLASSIC_WARN("installTransport('%s'): the %s transport is not "
                      "available",
-                     proto, g_kind_names[target]);
+                     proto, classic_kind_names[target]);
         goto done;
     }
-    ce->set.want[target] = true;
+    ce->set.xport[target] = CLASSIC_ON;
     out = &ce->xport[target];
 done:
     pthread_mutex_unlock(&ce->lock);
@@ -824,7 +491,7 @@ static int local_address(struct classic_engine *ce, char *out, size_t cap,
                      te ? tent_last_error() : "the engine is stopped");
         return classic_err_of(rc);
     }
-    int n = tent_net_format_hostport(out, cap, host, port);
+    int n = classic_format_hostport(out, cap, host, port);
     if (n < 0 || (size_t)n >= cap) {
         CLASSIC_WARN("%s: a buffer of %zu bytes cannot hold '%s:%u'", fn, cap,
                      host, (unsigned)port);
@@ -877,7 +544,7 @@ CLASSIC_API int showLinks(transfer_engine_t engine, char *buf_out,
             continue;
         size_t l = strlen(names);
         snprintf(names + l, sizeof(names) - l, json ? "%s\"%s\"" : "%s%s",
-                 l ? (json ? "," : ", ") : "", g_kind_names[k]);
+                 l ? (json ? "," : ", ") : "", classic_kind_names[k]);
     }
     pthread_mutex_unlock(&ce->lock);
     /* Mooncake's shape (RDMA NICs and the NIC priority matrix: none here),

@@ -151,14 +151,6 @@ static struct classic_batch **bucket(struct classic_engine *ce, uint64_t id)
     return &ce->buckets[(h >> 32) % CLASSIC_BATCH_BUCKETS];
 }
 
-/* Caller holds batch_lock. */
-static struct classic_batch *batch_find(struct classic_engine *ce, uint64_t id)
-{
-    for (struct classic_batch *b = *bucket(ce, id); b; b = b->next)
-        if (b->id == id)
-            return b;
-    return NULL;
-}
 
 void classic_batches_free(struct classic_engine *ce)
 {
@@ -166,7 +158,6 @@ void classic_batches_free(struct classic_engine *ce)
         while (ce->buckets[i]) {
             struct classic_batch *b = ce->buckets[i];
             ce->buckets[i] = b->next;
-            free(b->lengths);
             free(b);
         }
 }
@@ -229,30 +220,6 @@ CLASSIC_API batch_id_t allocateBatchID(transfer_engine_t engine,
     return id;
 }
 
-/* Notes the lengths of tasks just submitted (for getNicLoadStats). */
-static void note_lengths(struct classic_engine *ce, uint64_t id,
-                         const struct transfer_request *entries, size_t count)
-{
-    pthread_mutex_lock(&ce->batch_lock);
-    struct classic_batch *b = batch_find(ce, id);
-    if (b && b->ntasks + count > b->cap) {
-        size_t cap = b->cap ? b->cap : 16;
-        while (cap < b->ntasks + count)
-            cap *= 2;
-        uint64_t *l = realloc(b->lengths, cap * sizeof(*l));
-        if (l) {
-            b->lengths = l;
-            b->cap = cap;
-        }
-    }
-    if (b && b->ntasks + count <= b->cap)
-        for (size_t i = 0; i < count; i++)
-            b->lengths[b->ntasks++] = entries[i].length;
-    else if (b)
-        b->ntasks += count; /* out of memory: these lengths stay unknown */
-    pthread_mutex_unlock(&ce->batch_lock);
-}
-
 #define STACK_REQUESTS 32
 
 static int submit(transfer_engine_t engine, batch_id_t batch_id,
@@ -311,8 +278,6 @@ static int submit(transfer_engine_t engine, batch_id_t batch_id,
         free(reqs);
     if (rc != TENT_OK)
         CLASSIC_WARN("%s: %s", fn, tent_last_error());
-    else
-        note_lengths(ce, batch_id, entries, count);
     classic_leave(ce, counted);
     return classic_status_of(rc);
 }
@@ -409,7 +374,6 @@ CLASSIC_API int freeBatchID(transfer_engine_t engine, batch_id_t batch_id)
             if ((*p)->id == batch_id) {
                 struct classic_batch *b = *p;
                 *p = b->next;
-                free(b->lengths);
                 free(b);
                 break;
             }
@@ -562,32 +526,8 @@ CLASSIC_API int genNotifyInEngine(transfer_engine_t engine, uint64_t target_id,
 
 /* ---- NIC load ----------------------------------------------------------- */
 
-/* Bytes of the batch's tasks that are still moving over a NIC (tcp; shm
- * moves through memory, and memfabric's devices are the vendor's). */
-static uint64_t batch_inflight(tent_engine_t te, uint64_t id,
-                               const uint64_t *lengths, size_t n)
-{
-    size_t got = n;
-    tent_status_t *st = malloc(got * sizeof(*st));
-    int rc = st ? tent_task_status_list(te, id, st, &got) : TENT_ENOMEM;
-    if (rc == TENT_EOVERFLOW) { /* submitted to since the lengths were read */
-        tent_status_t *more = realloc(st, got * sizeof(*st));
-        rc = more ? tent_task_status_list(te, id, more, &got) : TENT_ENOMEM;
-        st = more ? more : st;
-    }
-    uint64_t bytes = 0;
-    for (size_t i = 0; rc == TENT_OK && i < got && i < n; i++) {
-        if (st[i].status != STATUS_PENDING && st[i].status != STATUS_WAITING)
-            continue;
-        char name[32];
-        if (tent_task_transport(te, id, i, name, sizeof(name)) == TENT_OK &&
-            strcmp(name, "tcp") == 0)
-            bytes += lengths[i];
-    }
-    free(st);
-    return bytes;
-}
-
+/* The engine's figures per NIC (tent_get_nic_load_stats): the bytes in
+ * flight on each NIC's rails and its EWMA bandwidth. */
 CLASSIC_API int getNicLoadStats(transfer_engine_t engine,
                                 nic_load_stat_t *stats, size_t *count)
 {
@@ -601,48 +541,19 @@ CLASSIC_API int getNicLoadStats(transfer_engine_t engine,
     bool counted;
     if (!classic_enter(ce, &counted))
         return CLASSIC_ERR_CONTEXT;
-    uint64_t inflight = 0;
-    tent_engine_t te =
-        atomic_load_explicit(&ce->sealed, memory_order_acquire) ? ce->te : NULL;
-    /* A copy of each batch's lengths, so that no lock is held while the
-     * engine polls. */
-    for (size_t k = 0; te && k < CLASSIC_BATCH_BUCKETS; k++) {
-        for (size_t pos = 0;; pos++) {
-            uint64_t id = 0, *lengths = NULL;
-            size_t n = 0;
-            pthread_mutex_lock(&ce->batch_lock);
-            struct classic_batch *b = ce->buckets[k];
-            for (size_t j = 0; b && j < pos; j++)
-                b = b->next;
-            if (b && b->ntasks <= b->cap && b->ntasks &&
-                (lengths = malloc(b->ntasks * sizeof(*lengths))) != NULL) {
-                id = b->id;
-                n = b->ntasks;
-                memcpy(lengths, b->lengths, n * sizeof(*lengths));
-            }
-            bool more = b != NULL;
-            pthread_mutex_unlock(&ce->batch_lock);
-            if (lengths)
-                inflight += batch_inflight(te, id, lengths, n);
-            free(lengths);
-            if (!more)
-                break;
-        }
-    }
-    size_t n = 0;
+    _Static_assert(sizeof(nic_load_stat_t) == sizeof(tent_nic_load_stat_t),
+                   "Mooncake's and TENT's NIC load records are one layout");
+    /* until the engine is sealed, installTransport may replace te */
     pthread_mutex_lock(&ce->lock);
-    if (ce->have[CLASSIC_TCP]) {
-        if (n < *count) {
-            memset(&stats[n], 0, sizeof(stats[n]));
-            snprintf(stats[n].device_name, sizeof(stats[n].device_name), "%s",
-                     ce->nic);
-            stats[n].inflight_bytes = inflight;
-            stats[n].ewma_bandwidth_bps = 0.0; /* no estimate yet */
-        }
-        n++;
-    }
+    int rc = ce->te ? tent_get_nic_load_stats(ce->te,
+                                              (tent_nic_load_stat_t *)stats,
+                                              count)
+                    : TENT_OK;
+    if (!ce->te)
+        *count = 0;
     pthread_mutex_unlock(&ce->lock);
+    if (rc)
+        CLASSIC_WARN("getNicLoadStats: %s", tent_last_error());
     classic_leave(ce, counted);
-    *count = n;
-    return 0;
+    return rc ? CLASSIC_ERR_INVALID_ARGUMENT : 0;
 }

@@ -12,9 +12,45 @@
 #include <unistd.h>
 
 /* What tent_load_config_from_file and tent_set_config staged for the
- * engines this thread creates next, as TENT stages them: per thread. */
-static _Thread_local char *g_file_path;  /* tent_load_config_from_file */
-static _Thread_local cJSON *g_overrides; /* [path, value] pairs, in order */
+ * engines this thread creates next, as TENT stages them: per thread.  Held
+ * as thread-specific data, so that a thread that staged and ends (the
+ * Mooncake surfaces start each engine in a thread of their own) frees it. */
+struct staged {
+    char *file_path;  /* tent_load_config_from_file */
+    cJSON *overrides; /* [path, value] pairs, in order */
+};
+
+static pthread_key_t g_staged_key;
+static pthread_once_t g_staged_once = PTHREAD_ONCE_INIT;
+
+static void staged_free(void *p)
+{
+    struct staged *s = p;
+    free(s->file_path);
+    cJSON_Delete(s->overrides);
+    free(s);
+}
+
+static void staged_key_init(void)
+{
+    (void)pthread_key_create(&g_staged_key, staged_free);
+}
+
+/* The calling thread's staged inputs; created when `create` (NULL when
+ * out of memory, or when nothing is staged and !create). */
+static struct staged *staged(bool create)
+{
+    pthread_once(&g_staged_once, staged_key_init);
+    struct staged *s = pthread_getspecific(g_staged_key);
+    if (!s && create) {
+        s = calloc(1, sizeof(*s));
+        if (s && pthread_setspecific(g_staged_key, s) != 0) {
+            free(s);
+            s = NULL;
+        }
+    }
+    return s;
+}
 
 #define MAX_CONFIG_FILE (16u << 20)
 
@@ -193,7 +229,8 @@ void tent_config_free(struct tent_config *cfg)
  * error naming it and the position. */
 static int load_base(struct tent_config **out)
 {
-    const char *path = g_file_path, *what = "file";
+    const struct staged *st = staged(false);
+    const char *path = st ? st->file_path : NULL, *what = "file";
     if (!path) {
         const char *env = getenv("MC_TENT_CONF");
         if (env && *env)
@@ -246,9 +283,10 @@ int tent_config_snapshot(struct tent_config **out)
 {
     struct tent_config *cfg = NULL;
     int rc = load_base(&cfg);
-    if (rc == TENT_OK && g_overrides) {
+    const struct staged *st = staged(false);
+    if (rc == TENT_OK && st && st->overrides) {
         const cJSON *pair;
-        cJSON_ArrayForEach(pair, g_overrides)
+        cJSON_ArrayForEach(pair, st->overrides)
         {
             const cJSON *k = cJSON_GetArrayItem(pair, 0);
             cJSON *v = cJSON_Duplicate(cJSON_GetArrayItem(pair, 1), 1);
@@ -267,41 +305,26 @@ int tent_config_snapshot(struct tent_config **out)
 
 void tent_config_reset_global(void)
 {
-    free(g_file_path);
-    g_file_path = NULL;
-    cJSON_Delete(g_overrides);
-    g_overrides = NULL;
-}
-
-/* A thread that staged something frees it when it ends (a thread that sets
- * keys, creates an engine and exits must not leak them). */
-static pthread_key_t g_stage_key;
-static pthread_once_t g_stage_once = PTHREAD_ONCE_INIT;
-
-static void stage_release(void *marker)
-{
-    (void)marker;
-    tent_config_reset_global();
-}
-
-static void stage_key_init(void)
-{
-    (void)pthread_key_create(&g_stage_key, stage_release);
-}
-
-static void stage_note_thread(void)
-{
-    pthread_once(&g_stage_once, stage_key_init);
-    if (!pthread_getspecific(g_stage_key))
-        (void)pthread_setspecific(g_stage_key, (void *)1);
+    struct staged *st = staged(false);
+    if (!st)
+        return;
+    free(st->file_path);
+    st->file_path = NULL;
+    cJSON_Delete(st->overrides);
+    st->overrides = NULL;
 }
 
 void tent_load_config_from_file(const char *path)
 {
-    free(g_file_path);
-    g_file_path = path ? strdup(path) : NULL;
-    if (g_file_path)
-        stage_note_thread();
+    struct staged *st = staged(path != NULL);
+    if (!st) {
+        if (path)
+            tent_set_error(TENT_ENOMEM, "tent_load_config_from_file: out of "
+                                        "memory");
+        return;
+    }
+    free(st->file_path);
+    st->file_path = path ? strdup(path) : NULL;
 }
 
 void tent_set_config(const char *key, const char *value)
@@ -327,14 +350,14 @@ void tent_set_config(const char *key, const char *value)
     }
     cJSON_AddItemToArray(pair, cJSON_CreateString(key));
     cJSON_AddItemToArray(pair, v);
-    if (!g_overrides)
-        g_overrides = cJSON_CreateArray();
-    if (!g_overrides) {
+    struct staged *st = staged(true);
+    if (st && !st->overrides)
+        st->overrides = cJSON_CreateArray();
+    if (!st || !st->overrides) {
         cJSON_Delete(pair);
         return;
     }
-    cJSON_AddItemToArray(g_overrides, pair);
-    stage_note_thread();
+    cJSON_AddItemToArray(st->overrides, pair);
 }
 
 const cJSON *tent_config_node(const struct tent_config *cfg, const char *path)

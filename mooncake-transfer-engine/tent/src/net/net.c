@@ -149,6 +149,34 @@ static int connect_one(int fd, const struct addrinfo *a, int connect_ms)
 int tent_net_connect(const char *host, uint16_t port, int connect_ms, int io_ms,
                      int *out)
 {
+    return tent_net_connect_from(host, port, NULL, connect_ms, io_ms, out);
+}
+
+/* Binds fd to the numeric address src (port 0) of family fam. */
+static int bind_source(int fd, int fam, const char *src)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    socklen_t len;
+    if (fam == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        if (inet_pton(AF_INET, src, &a->sin_addr) != 1)
+            return EAFNOSUPPORT;
+        len = sizeof(*a);
+    } else {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        if (inet_pton(AF_INET6, src, &a->sin6_addr) != 1)
+            return EAFNOSUPPORT;
+        len = sizeof(*a);
+    }
+    return bind(fd, (struct sockaddr *)&ss, len) == 0 ? 0 : errno;
+}
+
+int tent_net_connect_from(const char *host, uint16_t port, const char *src,
+                          int connect_ms, int io_ms, int *out)
+{
     struct addrinfo *res = NULL;
     int rc = resolve(host, port, false, &res);
     if (rc)
@@ -162,7 +190,13 @@ int tent_net_connect(const char *host, uint16_t port, int connect_ms, int io_ms,
             err = errno;
             continue;
         }
-        err = connect_one(fd, a, connect_ms);
+        err = src && *src ? bind_source(fd, a->ai_family, src) : 0;
+        if (err == EAFNOSUPPORT) { /* the source is of the other family */
+            close(fd);
+            continue;
+        }
+        if (!err)
+            err = connect_one(fd, a, connect_ms);
         int fl = err ? 0 : fcntl(fd, F_GETFL); /* blocking, with timeouts */
         if (!err && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0))
             err = errno;

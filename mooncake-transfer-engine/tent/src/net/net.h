@@ -60,6 +60,10 @@ void tent_net_set_nodelay(int fd);
  * send/receive timeouts of io_ms.  A timed-out attempt is -ETIMEDOUT. */
 int tent_net_connect(const char *host, uint16_t port, int connect_ms, int io_ms,
                      int *fd);
+/* tent_net_connect from the local address src (numeric; NULL or "" = the
+ * kernel's choice): the connection leaves through src's interface. */
+int tent_net_connect_from(const char *host, uint16_t port, const char *src,
+                          int connect_ms, int io_ms, int *out);
 
 /* Binds and listens on host:port (0 = an ephemeral port), close-on-exec,
  * SO_REUSEADDR; nonblock makes accept never wait.  *bound is the real

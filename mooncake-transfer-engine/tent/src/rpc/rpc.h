@@ -122,6 +122,12 @@ int tent_rpc_server_start(const struct tent_rpc_handlers *h,
                           const struct tent_rpc_limits *lim, const char *host,
                           uint16_t port, struct tent_rpc_server **out,
                           uint16_t *bound_port);
+/* Also accepts on host:port (0 = ephemeral; *bound_port the real one), the
+ * same frames served there: the other NICs a transport publishes.  At most
+ * TENT_RPC_MAX_LISTEN addresses in all; they close when the server stops. */
+#define TENT_RPC_MAX_LISTEN 17
+int tent_rpc_server_listen(struct tent_rpc_server *s, const char *host,
+                           uint16_t port, uint16_t *bound_port);
 void tent_rpc_server_stats(struct tent_rpc_server *s,
                            struct tent_rpc_stats *out);
 /* Stops accepting, closes every connection and joins every thread; after it
@@ -137,6 +143,9 @@ int tent_rpc_parse_addr(const char *name, char *host, size_t cap,
 /* Connects with a timeout; the socket has TCP_NODELAY and send/receive
  * timeouts of timeout_ms. */
 int tent_rpc_connect(const char *host, uint16_t port, int timeout_ms, int *fd);
+/* The same from local address src (NULL or "": the kernel's choice). */
+int tent_rpc_connect_from(const char *host, uint16_t port, const char *src,
+                          int timeout_ms, int *fd);
 /* Full send/receive; TENT_ETIMEDOUT on a socket timeout, TENT_EPEER on a
  * closed or failed connection. */
 int tent_rpc_send_all(int fd, const void *buf, size_t n);
@@ -148,5 +157,10 @@ int tent_rpc_fetch_desc(const char *host, uint16_t port, int timeout_ms,
                         struct tent_wire_desc *out);
 int tent_rpc_notify(const char *host, uint16_t port, int timeout_ms,
                     const char *name, const char *msg, const char *from);
+/* Asks the server at host:port (from src, "" = any) to close the
+ * connection token names and answer once nothing it carried can touch
+ * memory any more (FENCE). */
+int tent_rpc_fence(const char *host, uint16_t port, const char *src,
+                   int timeout_ms, uint64_t token);
 
 #endif

@@ -26,14 +26,21 @@ void tent_rpc_set_timeouts(int fd, int timeout_ms)
 
 int tent_rpc_connect(const char *host, uint16_t port, int timeout_ms, int *out)
 {
-    int rc = tent_net_connect(host, port, timeout_ms, timeout_ms, out);
+    return tent_rpc_connect_from(host, port, NULL, timeout_ms, out);
+}
+
+int tent_rpc_connect_from(const char *host, uint16_t port, const char *src,
+                          int timeout_ms, int *out)
+{
+    int rc = tent_net_connect_from(host, port, src, timeout_ms, timeout_ms, out);
     if (tent_net_is_resolve_error(rc))
         return tent_set_error(TENT_EPEER, "cannot resolve '%s': %s", host,
                               tent_net_strerror(rc));
     if (rc)
         return tent_set_error(rc == -ETIMEDOUT ? TENT_ETIMEDOUT : TENT_EPEER,
-                              "connect to %s:%u failed: %s", host,
-                              (unsigned)port, tent_net_strerror(rc));
+                              "connect to %s:%u%s%s failed: %s", host,
+                              (unsigned)port, src && *src ? " from " : "",
+                              src && *src ? src : "", tent_net_strerror(rc));
     return TENT_OK;
 }
 
@@ -112,6 +119,23 @@ int tent_rpc_fetch_desc(const char *host, uint16_t port, int timeout_ms,
     return rc;
 }
 
+/* One request whose answer is a bare status; *status gets it. */
+static int call_status(int fd, uint8_t type, const void *body, uint32_t len,
+                       const char *what, int32_t *status)
+{
+    struct tent_wire_hdr h;
+    uint8_t resp[TENT_WIRE_RESP_LEN];
+    int rc = call(fd, type, body, len, &h);
+    if (!rc && (h.type != TENT_WIRE_RESP || h.len != TENT_WIRE_RESP_LEN))
+        rc = tent_set_error(TENT_EPROTO, "%s answered by frame type %u len %u",
+                            what, h.type, h.len);
+    if (!rc)
+        rc = tent_rpc_recv_all(fd, resp, sizeof(resp));
+    if (!rc)
+        rc = tent_wire_decode_resp(resp, sizeof(resp), status);
+    return rc;
+}
+
 int tent_rpc_notify(const char *host, uint16_t port, int timeout_ms,
                     const char *name, const char *msg, const char *from)
 {
@@ -123,20 +147,32 @@ int tent_rpc_notify(const char *host, uint16_t port, int timeout_ms,
     int rc = tent_rpc_connect(host, port, timeout_ms, &fd);
     if (rc)
         return rc;
-    struct tent_wire_hdr h;
-    uint8_t resp[TENT_WIRE_RESP_LEN];
     int32_t status = 0;
-    rc = call(fd, TENT_WIRE_NOTIFY, body, (uint32_t)len, &h);
-    if (!rc && (h.type != TENT_WIRE_RESP || h.len != TENT_WIRE_RESP_LEN))
-        rc = tent_set_error(TENT_EPROTO,
-                            "notification answered by frame type %u len %u",
-                            h.type, h.len);
-    if (!rc)
-        rc = tent_rpc_recv_all(fd, resp, sizeof(resp));
-    if (!rc)
-        rc = tent_wire_decode_resp(resp, sizeof(resp), &status);
+    rc = call_status(fd, TENT_WIRE_NOTIFY, body, (uint32_t)len, "notification",
+                     &status);
     if (!rc && status)
         rc = tent_set_error(status, "peer %s:%u refused the notification: %s",
+                            host, (unsigned)port, tent_strerror(status));
+    close(fd);
+    return rc;
+}
+
+int tent_rpc_fence(const char *host, uint16_t port, const char *src,
+                   int timeout_ms, uint64_t token)
+{
+    int fd;
+    int rc = tent_rpc_connect_from(host, port, src, timeout_ms, &fd);
+    if (rc)
+        return rc;
+    uint8_t body[TENT_WIRE_TOKEN_LEN];
+    tent_wire_encode_token(body, token);
+    int32_t status = 0;
+    rc = call_status(fd, TENT_WIRE_FENCE, body, sizeof(body), "fence",
+                     &status);
+    if (!rc && status)
+        rc = tent_set_error(status,
+                            "peer %s:%u could not close the old connection: "
+                            "%s",
                             host, (unsigned)port, tent_strerror(status));
     close(fd);
     return rc;

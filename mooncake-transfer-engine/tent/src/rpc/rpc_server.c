@@ -136,6 +136,7 @@ struct tent_rpc_conn {
      * so that its holder notices and closes it. */
     atomic_bool closing;
     bool on_worker; /* server lock: held by a worker, else by the loop */
+    uint64_t token; /* server lock: what its HELLO named it, 0 if none */
     struct tent_rpc_conn *prev, *next; /* server lock: every connection */
     struct tent_rpc_conn *qnext;       /* server lock: ready queue */
     uint8_t in[IOBUF];
@@ -177,7 +178,16 @@ struct tent_rpc_server {
     struct tent_rpc_handlers h;
     struct frame_slot frames[256];
     struct tent_rpc_limits lim;
-    int lfd, wake_fd, ep;
+    /* listening sockets: the server's address, then the ones
+     * tent_rpc_server_listen added (lock; the loop adds them to ep) */
+    int lfds[TENT_RPC_MAX_LISTEN];
+    int nlfd;
+    /* tokens FENCE closed (lock): a HELLO that arrives with one later (it
+     * was still in the network) closes its connection before anything on
+     * it is served */
+    uint64_t fenced[64];
+    unsigned nfenced;
+    int wake_fd, ep;
     pthread_t loop_thread;
     atomic_bool stop;
     pthread_mutex_t lock;
@@ -521,6 +531,71 @@ static int serve_desc(struct tent_rpc_conn *c, const struct tent_wire_hdr *h)
     return rc;
 }
 
+static bool kill_locked(struct tent_rpc_server *s, struct tent_rpc_conn *c);
+
+/* HELLO: the connection is known by the token from now on. */
+static int serve_hello(struct tent_rpc_conn *c, const struct tent_wire_hdr *h)
+{
+    uint8_t b[TENT_WIRE_TOKEN_LEN];
+    uint64_t tok;
+    if (h->len != TENT_WIRE_TOKEN_LEN || srv_recv(c, b, sizeof(b)) ||
+        tent_wire_decode_token(b, sizeof(b), &tok))
+        return -1;
+    struct tent_rpc_server *s = c->srv;
+    bool fenced = false;
+    pthread_mutex_lock(&s->lock);
+    for (unsigned i = 0; i < 64 && i < s->nfenced; i++)
+        fenced |= s->fenced[i] == tok;
+    if (!fenced)
+        c->token = tok;
+    pthread_mutex_unlock(&s->lock);
+    if (fenced) {
+        LOG_DEBUG("rpc: %s: a connection fenced before it said hello", c->peer);
+        return -1;
+    }
+    return send_resp(c, h->seq, 0, NULL, 0);
+}
+
+/* FENCE: closes the connections the token names and answers once they are
+ * gone (their holders closed them after the frame they were in, so nothing
+ * they carried can land any more), TENT_ETIMEDOUT if that takes longer than
+ * half the frame timeout (at most 5 s). */
+static int serve_fence(struct tent_rpc_conn *c, const struct tent_wire_hdr *h)
+{
+    uint8_t b[TENT_WIRE_TOKEN_LEN];
+    uint64_t tok;
+    if (h->len != TENT_WIRE_TOKEN_LEN || srv_recv(c, b, sizeof(b)) ||
+        tent_wire_decode_token(b, sizeof(b), &tok))
+        return -1;
+    struct tent_rpc_server *s = c->srv;
+    int bound = s->lim.frame_timeout_ms / 2 < 5000 ? s->lim.frame_timeout_ms / 2
+                                                   : 5000;
+    long long until = tent_now_ms() + bound;
+    int st = TENT_OK;
+    pthread_mutex_lock(&s->lock);
+    s->fenced[s->nfenced++ % 64] = tok;
+    pthread_mutex_unlock(&s->lock);
+    for (;;) {
+        bool present = false;
+        pthread_mutex_lock(&s->lock);
+        for (struct tent_rpc_conn *x = s->conns; x; x = x->next)
+            if (x != c && x->token == tok) {
+                present = true;
+                kill_locked(s, x);
+            }
+        pthread_mutex_unlock(&s->lock);
+        if (!present)
+            break;
+        if (tent_now_ms() >= until || atomic_load(&s->stop)) {
+            st = TENT_ETIMEDOUT;
+            break;
+        }
+        poll(NULL, 0, 1);
+    }
+    LOG_DEBUG("rpc: %s fenced a connection: %s", c->peer, tent_strerror(st));
+    return send_resp(c, h->seq, st, NULL, 0);
+}
+
 /* Serves the frame whose header is whole in in[].  0 keeps the connection,
  * -1 drops it. */
 static int serve_frame(struct tent_rpc_conn *c)
@@ -544,6 +619,12 @@ static int serve_frame(struct tent_rpc_conn *c)
     case TENT_WIRE_READ:
     case TENT_WIRE_WRITE:
         rc = serve_installed(c, &h);
+        break;
+    case TENT_WIRE_HELLO:
+        rc = serve_hello(c, &h);
+        break;
+    case TENT_WIRE_FENCE:
+        rc = serve_fence(c, &h);
         break;
     default:
         LOG_WARN("rpc: dropping connection from %s: frame type %u is not a "
@@ -944,26 +1025,51 @@ static void listen_pause(struct tent_rpc_server *s, long long now)
     if (s->backoff_ms > BACKOFF_MAX_MS)
         s->backoff_ms = BACKOFF_MAX_MS;
     s->resume_ms = now + s->backoff_ms;
-    if (s->listening && epoll_ctl(s->ep, EPOLL_CTL_DEL, s->lfd, NULL) == 0)
+    pthread_mutex_lock(&s->lock);
+    if (s->listening) {
+        for (int i = 0; i < s->nlfd; i++)
+            (void)epoll_ctl(s->ep, EPOLL_CTL_DEL, s->lfds[i], NULL);
         s->listening = false;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+static int listen_arm(struct tent_rpc_server *s, int i)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->lfds[i]};
+    return epoll_ctl(s->ep, EPOLL_CTL_ADD, s->lfds[i], &ev);
 }
 
 static void listen_resume(struct tent_rpc_server *s)
 {
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->lfd};
-    if (!s->listening && epoll_ctl(s->ep, EPOLL_CTL_ADD, s->lfd, &ev) == 0)
-        s->listening = true;
+    pthread_mutex_lock(&s->lock);
+    if (!s->listening) {
+        bool ok = true;
+        for (int i = 0; i < s->nlfd; i++)
+            ok &= listen_arm(s, i) == 0 || errno == EEXIST;
+        s->listening = ok;
+    }
+    pthread_mutex_unlock(&s->lock);
 }
 
-/* accept() ran out of descriptors (err: EMFILE or ENFILE). */
-static void out_of_fds(struct tent_rpc_server *s, int err)
+/* Which listening socket an epoll event names, or -1. */
+static int listener_of(struct tent_rpc_server *s, const void *p)
+{
+    const int *q = p;
+    if (q >= s->lfds && q < s->lfds + TENT_RPC_MAX_LISTEN)
+        return *q;
+    return -1;
+}
+
+/* accept() on lfd ran out of descriptors (err: EMFILE or ENFILE). */
+static void out_of_fds(struct tent_rpc_server *s, int lfd, int err)
 {
     long long now = tent_now_ms();
     char peer[64] = "a client";
     bool drained = false;
     if (s->reserve_fd >= 0) {
         close(s->reserve_fd);
-        int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
         if (fd >= 0) {
             peer_name(fd, peer, sizeof(peer));
             close(fd);
@@ -999,10 +1105,10 @@ static void out_of_fds(struct tent_rpc_server *s, int err)
     listen_pause(s, now);
 }
 
-static void accept_some(struct tent_rpc_server *s)
+static void accept_some(struct tent_rpc_server *s, int lfd)
 {
     for (int k = 0; k < ACCEPT_BATCH && !atomic_load(&s->stop); k++) {
-        int fd = tent_net_accept(s->lfd, IO_TICK_MS);
+        int fd = tent_net_accept(lfd, IO_TICK_MS);
         if (fd >= 0) {
             s->backoff_ms = 0;
             admit(s, fd);
@@ -1018,7 +1124,7 @@ static void accept_some(struct tent_rpc_server *s)
             continue; /* that client went away; others may wait */
         case EMFILE:
         case ENFILE:
-            out_of_fds(s, -fd);
+            out_of_fds(s, lfd, -fd);
             return;
         default: /* ENOBUFS, ENOMEM: wait for the system to recover */
             LOG_WARN("rpc: accept failed: %s; pausing new connections",
@@ -1106,8 +1212,9 @@ static void *loop_main(void *arg)
             void *p = ev[i].data.ptr;
             if (p == &s->wake_fd)
                 continue; /* stop is set */
-            if (p == &s->lfd)
-                accept_some(s);
+            int lfd = listener_of(s, p);
+            if (lfd >= 0)
+                accept_some(s, lfd);
             else
                 conn_event(s, p);
         }
@@ -1245,7 +1352,9 @@ int tent_rpc_server_start(const struct tent_rpc_handlers *h,
     }
     s->h = *h;
     s->lim = *lim;
-    s->lfd = lfd;
+    s->lfds[0] = lfd;
+    s->nlfd = 1;
+    pthread_mutex_init(&s->lock, NULL);
     s->sized_cap = s->cap = sized_cap(lim->max_conns);
     s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (s->wake_fd < 0) {
@@ -1267,7 +1376,6 @@ int tent_rpc_server_start(const struct tent_rpc_handlers *h,
         goto fail_epoll;
     }
     s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    pthread_mutex_init(&s->lock, NULL);
     for (size_t i = 0; i < sizeof(s->frames) / sizeof(s->frames[0]); i++)
         pthread_rwlock_init(&s->frames[i].lock, NULL);
     if (pthread_create(&s->loop_thread, NULL, loop_main, s) != 0) {
@@ -1283,7 +1391,6 @@ int tent_rpc_server_start(const struct tent_rpc_handlers *h,
 fail_thread:
     for (size_t i = 0; i < sizeof(s->frames) / sizeof(s->frames[0]); i++)
         pthread_rwlock_destroy(&s->frames[i].lock);
-    pthread_mutex_destroy(&s->lock);
     if (s->reserve_fd >= 0)
         close(s->reserve_fd);
 fail_epoll:
@@ -1291,6 +1398,7 @@ fail_epoll:
         close(s->ep);
     close(s->wake_fd);
 fail_event:
+    pthread_mutex_destroy(&s->lock);
     free(s);
 fail_alloc:
     close(lfd);
@@ -1327,7 +1435,8 @@ void tent_rpc_server_stop(struct tent_rpc_server *s)
     /* What is left has no holder any more: armed or queued. */
     while (s->conns)
         conn_close(s->conns, false);
-    close(s->lfd);
+    for (int i = 0; i < s->nlfd; i++)
+        close(s->lfds[i]);
     close(s->ep);
     close(s->wake_fd);
     if (s->reserve_fd >= 0)
@@ -1336,6 +1445,46 @@ void tent_rpc_server_stop(struct tent_rpc_server *s)
         pthread_rwlock_destroy(&s->frames[i].lock);
     pthread_mutex_destroy(&s->lock);
     free(s);
+}
+
+int tent_rpc_server_listen(struct tent_rpc_server *s, const char *host,
+                           uint16_t port, uint16_t *bound_port)
+{
+    if (!s || !host || !bound_port)
+        return tent_set_error(TENT_ENULL,
+                              "rpc server: server, host or port is NULL");
+    int lfd;
+    uint16_t real;
+    int nrc = tent_net_listen(host, port, true, &lfd, &real);
+    if (nrc)
+        return tent_set_error(tent_net_is_resolve_error(nrc) ? TENT_ECONFIG
+                                                             : TENT_EPEER,
+                              "rpc server: cannot listen on %s:%u: %s", host,
+                              (unsigned)port, tent_net_strerror(nrc));
+    (void)listen(lfd, LISTEN_BACKLOG);
+    int rc = TENT_OK;
+    pthread_mutex_lock(&s->lock);
+    if (s->nlfd == TENT_RPC_MAX_LISTEN) {
+        rc = tent_set_error(TENT_EOVERFLOW,
+                            "rpc server: already listening on %d addresses",
+                            TENT_RPC_MAX_LISTEN);
+    } else {
+        s->lfds[s->nlfd] = lfd;
+        /* while accepting is paused, the loop arms it when it resumes */
+        if (s->listening && listen_arm(s, s->nlfd) != 0)
+            rc = tent_set_error(TENT_ENOMEM, "rpc server: epoll failed: %s",
+                                strerror(errno));
+        else
+            s->nlfd++;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (rc) {
+        close(lfd);
+        return rc;
+    }
+    LOG_INFO("rpc server also listening on %s:%u", host, (unsigned)real);
+    *bound_port = real;
+    return TENT_OK;
 }
 
 int tent_rpc_server_handle(struct tent_rpc_server *s, uint8_t type,

@@ -98,6 +98,10 @@ int tent_wire_decode_hdr(const uint8_t *in, size_t n, struct tent_wire_hdr *out)
     case TENT_WIRE_RESP:
         max = TENT_WIRE_RESP_LEN + TENT_WIRE_MAX_DATA;
         break;
+    case TENT_WIRE_HELLO:
+    case TENT_WIRE_FENCE:
+        max = TENT_WIRE_TOKEN_LEN;
+        break;
     default:
         return tent_set_error(TENT_EPROTO, "frame type %u is unknown", type);
     }
@@ -134,6 +138,22 @@ int tent_wire_decode_rw(const uint8_t *in, size_t n, struct tent_wire_rw *out)
                               addr, length);
     out->addr = addr;
     out->length = length;
+    return TENT_OK;
+}
+
+void tent_wire_encode_token(uint8_t out[TENT_WIRE_TOKEN_LEN], uint64_t token)
+{
+    put64(out, token);
+}
+
+int tent_wire_decode_token(const uint8_t *in, size_t n, uint64_t *token)
+{
+    if (!in || n != TENT_WIRE_TOKEN_LEN)
+        return tent_set_error(TENT_EPROTO, "connection token of %zu bytes", n);
+    uint64_t t = get64(in);
+    if (t == 0)
+        return tent_set_error(TENT_EPROTO, "connection token is 0");
+    *token = t;
     return TENT_OK;
 }
 

@@ -19,6 +19,10 @@
  *   WRITE      u64 addr, u64 length, then exactly `length` data bytes
  *   RESP       i32 status (0 or a negative TENT_E* code), u32 0, then for a
  *              successful READ exactly the requested bytes
+ *   HELLO      u64 token: names the connection it arrives on (a tcp data
+ *              connection, so that a FENCE can name it later)
+ *   FENCE      u64 token: answered once the connection HELLO named so is
+ *              closed and nothing it carried can still touch memory
  *
  * The decode functions are pure (no I/O, no global state) so that they can
  * be fuzzed; each validates every field before the caller uses any. */
@@ -47,7 +51,10 @@ enum tent_wire_type {
     TENT_WIRE_READ = 4,
     TENT_WIRE_WRITE = 5,
     TENT_WIRE_RESP = 6,
+    TENT_WIRE_HELLO = 7,
+    TENT_WIRE_FENCE = 8,
 };
+#define TENT_WIRE_TOKEN_LEN 8
 
 struct tent_wire_hdr {
     uint8_t type;
@@ -108,6 +115,11 @@ void tent_wire_encode_rw(uint8_t out[TENT_WIRE_RW_LEN], uint64_t addr,
                          uint64_t length);
 /* Validates a READ/WRITE prefix: length in 1..TENT_WIRE_MAX_DATA, no wrap. */
 int tent_wire_decode_rw(const uint8_t *in, size_t n, struct tent_wire_rw *out);
+
+/* HELLO and FENCE bodies. */
+void tent_wire_encode_token(uint8_t out[TENT_WIRE_TOKEN_LEN], uint64_t token);
+/* A token is any non-zero u64.  0 or TENT_EPROTO. */
+int tent_wire_decode_token(const uint8_t *in, size_t n, uint64_t *token);
 
 void tent_wire_encode_resp(uint8_t out[TENT_WIRE_RESP_LEN], int32_t status);
 /* Status must be 0 or a negative code >= -1000. */

@@ -206,12 +206,14 @@ int tent_ctrl_start(struct tent_engine *e)
     e->rpc_port = port;
     char addr[320], pid[24];
     tent_net_format_hostport(addr, sizeof(addr), e->hostname, port);
-    /* A name that is only an address ("10.0.0.2", "::1") names the host:
-     * peers open the segment by "<host>:<port>", as in TENT's p2p mode. */
+    /* In p2p mode a name that is only an address ("10.0.0.2", "::1")
+     * names the host: peers open the segment by "<host>:<port>", as in
+     * TENT's p2p mode.  A metadata service publishes any name as given (as
+     * Mooncake publishes its local server name). */
     char lhost[256];
     bool lport = true;
-    if (lname && tent_net_address_of(lname, lhost, sizeof(lhost), &lport) &&
-        !lport)
+    if (strcmp(mtype, "p2p") == 0 && lname &&
+        tent_net_address_of(lname, lhost, sizeof(lhost), &lport) && !lport)
         lname = NULL;
     if (!lname || !*lname)
         snprintf(e->segment_name, sizeof(e->segment_name), "%s", addr);

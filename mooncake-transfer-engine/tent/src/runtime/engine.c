@@ -5,6 +5,7 @@
 #include "metrics/metrics.h"
 #include "net/net.h"
 #include "runtime/control.h"
+#include "sched/rails.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,6 +174,11 @@ tent_engine_t tent_create_engine(void)
         LOG_WARN("metrics are disabled: metrics/http_port %d is ignored",
                  mcfg.http_port);
     }
+    e->sched = tent_sched_new();
+    if (!e->sched) {
+        rc = tent_set_error(TENT_ENOMEM, "tent_create_engine: out of memory");
+        goto fail_settings;
+    }
     rc = tent_segment_new(LOCAL_SEGMENT_ID, e->segment_name, true, &e->local);
     if (rc)
         goto fail_settings;
@@ -212,6 +218,7 @@ fail_rpc:
 fail_segs:
     tent_segment_free(e->local);
 fail_settings:
+    tent_sched_free(e->sched);
     tent_metrics_destroy(e->metrics);
     tent_config_free(e->cfg);
 fail_config:
@@ -289,6 +296,7 @@ void tent_destroy_engine(tent_engine_t engine)
         abandoned |= e->xport_abandoned[i];
     if (!abandoned)
         tent_metrics_destroy(e->metrics);
+    tent_sched_free(e->sched);
     tent_config_free(e->cfg);
     pthread_mutex_destroy(&e->seg_lock);
     pthread_mutex_destroy(&e->reg_lock);

@@ -200,6 +200,7 @@ struct tent_engine {
     const struct tent_meta_ops *meta_ops; /* backend of metadata_type */
     struct tent_meta *meta;               /* its state, NULL once stopped */
     struct tent_metrics *metrics; /* NULL when metrics/enabled is false */
+    struct tent_sched *sched;     /* rails of the transports (sched/rails.h) */
 
     /* Serialises register/unregister/allocate/free of local memory (and
      * the transports' add/remove_buffer calls they make).  Outermost: taken

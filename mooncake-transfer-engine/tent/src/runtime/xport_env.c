@@ -104,6 +104,15 @@ static int env_serve_frames(void *ctx, uint8_t type, tent_rpc_frame_fn fn,
     return tent_rpc_server_handle(e->rpc, type, fn, fn_ctx);
 }
 
+static int env_listen(void *ctx, const char *host, uint16_t port,
+                      uint16_t *bound)
+{
+    struct tent_engine *e = ctx;
+    if (!e->rpc)
+        return tent_set_error(TENT_ENOTSUP, "this engine runs no RPC server");
+    return tent_rpc_server_listen(e->rpc, host, port, bound);
+}
+
 void tent_xport_env_init(struct tent_engine *e)
 {
     pthread_rwlock_rdlock(&e->local->lock);
@@ -124,5 +133,8 @@ void tent_xport_env_init(struct tent_engine *e)
         .revoke_timeout_ms = e->revoke_timeout_ms,
         .reclaim_pages = env_reclaim_pages,
         .serve_frames = env_serve_frames,
+        .rpc_port = e->rpc ? e->rpc_port : 0,
+        .listen = env_listen,
+        .sched = e->sched,
     };
 }

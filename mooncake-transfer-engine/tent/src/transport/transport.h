@@ -135,6 +135,11 @@ struct tent_buffer {
 #define TENT_FILE_ATTR_FD       "file_fd"       /* the runtime's descriptor */
 #define TENT_FILE_ATTR_WRITABLE "file_writable" /* "1": opened read-write */
 
+/* Request priorities (tent_request_t.priority; TENT's PRIO_* values). */
+#define TENT_PRIO_HIGH   0
+#define TENT_PRIO_MEDIUM 1
+#define TENT_PRIO_LOW    2
+
 /* One resolved request.  slot is the task's index in the runtime batch and
  * the index at which the transport keeps that task's state in its
  * sub-batch (slot < the capacity the sub-batch was allocated with).  The
@@ -143,7 +148,7 @@ struct tent_xfer {
     uint32_t slot;
     int opcode;   /* OPCODE_READ: remote -> local; OPCODE_WRITE: local -> remote
                    */
-    int priority; /* PRIO_HIGH (0) .. PRIO_LOW (2) */
+    int priority; /* TENT_PRIO_HIGH (0) .. TENT_PRIO_LOW (2) */
     void *local;
     uint64_t remote; /* address in the target segment's address space */
     uint64_t length;
@@ -269,6 +274,18 @@ struct tent_xport_env {
      * engine's server (rpc.h tent_rpc_server_handle). */
     int (*serve_frames)(void *ctx, uint8_t type, tent_rpc_frame_fn fn,
                         void *fn_ctx);
+    /* The port of the engine's RPC server (the one rpc_addr names; 0 when
+     * the engine runs none). */
+    uint16_t rpc_port;
+    /* Makes the engine's RPC server also accept on host (numeric) at port
+     * (0: any), serving the same frames: a NIC a transport publishes.
+     * *bound gets the port.  It stays until the server stops. */
+    int (*listen)(void *ctx, const char *host, uint16_t port, uint16_t *bound);
+
+    /* The engine's rail scheduler (sched/rails.h): a transport with several
+     * paths to a peer makes its rail sets here, and the engine reports
+     * their NICs (tent_get_nic_load_stats) and rails (metrics). */
+    struct tent_sched *sched;
 };
 
 /* ---- the transport ------------------------------------------------------- */

@@ -196,11 +196,31 @@ static void test_create_p2p_names(void **state)
     name_of(b, nb, sizeof(nb));
     assert_string_not_equal(na, nb);
     assert_memory_equal(na, "127.0.0.1:", 10);
+    /* Mooncake's findAvailableTcpPort: a free port of 15000..17000
+     * (MC_MIN_RPC_PORT..MC_MAX_RPC_PORT) */
+    int pa = atoi(na + 10), pb = atoi(nb + 10);
+    assert_true(pa >= 15000 && pa <= 17000);
+    assert_true(pb >= 15000 && pb <= 17000);
     /* the name peers open is the address getLocalIpAndPort gives */
     char seg[64];
     assert_int_equal(
         tent_segment_name(classic_tent_engine(a), seg, sizeof(seg)), 0);
     assert_string_equal(seg, na);
+    /* and each reaches the other by it */
+    enum { LEN = 64 * 1024 };
+    char *ba = malloc(LEN), *bb = calloc(1, LEN);
+    assert_non_null(ba);
+    assert_non_null(bb);
+    for (int i = 0; i < LEN; i++)
+        ba[i] = (char)(i * 7 + 3);
+    assert_int_equal(registerLocalMemory(a, ba, LEN, "*", 1), 0);
+    assert_int_equal(registerLocalMemory(b, bb, LEN, "*", 1), 0);
+    write_one(a, b, ba, bb, LEN);
+    assert_memory_equal(ba, bb, LEN);
+    for (int i = 0; i < LEN; i++)
+        bb[i] = (char)(i * 13 + 1);
+    write_one(b, a, bb, ba, LEN);
+    assert_memory_equal(ba, bb, LEN);
     /* Ascend's host:port:npu_<id>, and ip_or_host_name when the name has
      * no host. */
     transfer_engine_t c =
@@ -215,6 +235,8 @@ static void test_create_p2p_names(void **state)
     destroyTransferEngine(b);
     destroyTransferEngine(c);
     destroyTransferEngine(d);
+    free(ba);
+    free(bb);
 }
 
 static void test_local_ip_and_port(void **state)
@@ -998,7 +1020,8 @@ static void test_nic_load_stats(void **state)
     assert_int_equal(n, 1);
     assert_string_equal(s[0].device_name, "lo"); /* 127.0.0.1 */
     assert_int_equal(s[0].inflight_bytes, 0);
-    assert_true(s[0].ewma_bandwidth_bps == 0.0);
+    /* before any transfer: the scheduler's starting estimate */
+    assert_true(s[0].ewma_bandwidth_bps > 0.0);
     destroyTransferEngine(e);
 }
 
@@ -1055,6 +1078,8 @@ int main(void)
     unsetenv("MC_FORCE_TCP");
     unsetenv("MC_TCP_BIND_ADDRESS");
     unsetenv("MC_LEGACY_RPC_PORT_BINDING");
+    unsetenv("MC_MIN_RPC_PORT"); /* Mooncake's 15000..17000 */
+    unsetenv("MC_MAX_RPC_PORT");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_create_bad_arguments),
         cmocka_unit_test(test_create_p2p_names),

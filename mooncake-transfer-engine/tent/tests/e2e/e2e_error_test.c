@@ -365,6 +365,18 @@ static void trickle_conn(struct trickler *t, int fd)
                 return;
             continue;
         }
+        if (hdr.type == TENT_WIRE_HELLO) {
+            /* a tcp data connection names itself: answered at once */
+            uint8_t tok[TENT_WIRE_TOKEN_LEN];
+            uint8_t rh[TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN];
+            tent_wire_encode_hdr(rh, TENT_WIRE_RESP, hdr.seq,
+                                 TENT_WIRE_RESP_LEN);
+            tent_wire_encode_resp(rh + TENT_WIRE_HDR_LEN, 0);
+            if (hdr.len != sizeof(tok) || recv_exact(fd, tok, sizeof(tok)) ||
+                send(fd, rh, sizeof(rh), MSG_NOSIGNAL) != (ssize_t)sizeof(rh))
+                return;
+            continue;
+        }
         if (hdr.type != TENT_WIRE_READ || hdr.len != TENT_WIRE_RW_LEN)
             return;
         uint8_t body[TENT_WIRE_RW_LEN];

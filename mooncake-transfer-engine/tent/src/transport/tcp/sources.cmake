@@ -1,2 +1,2 @@
-list(APPEND TENT_SOURCES src/transport/tcp/tcp_transport.c src/transport/tcp/tcp_target.c)
+list(APPEND TENT_SOURCES src/transport/tcp/tcp_transport.c src/transport/tcp/tcp_target.c src/transport/tcp/tcp_conn.c)
 set(TENT_XPORT_BUILT TRUE)

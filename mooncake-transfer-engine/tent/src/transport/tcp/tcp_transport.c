@@ -2,47 +2,65 @@
  * registered memory, served by the peer's RPC server (READ/WRITE frames,
  * handled by the peer's tcp_target.c).
  *
- * Requests are cut into slices of at most slice_size bytes and queued on
- * the target peer.  Each peer has a small pool of connections, each driven
- * by its own worker thread, so a slow peer holds only its own workers and a
- * large request is spread over the pool while small ones interleave with
- * it.  A worker takes a window of slices of one opcode (so that only one
+ * Rails.  The transport serves a set of local NICs: loopback only when the
+ * engine is bound to a loopback address, else every interface with an
+ * address (transports/tcp/nics to choose), each with a listening address of
+ * the engine's RPC server, published as the "tcp_nics" attribute.  Towards
+ * a peer it builds one rail per (local NIC, peer NIC) pair the kernel
+ * routes over that local NIC (sched/rails.h), or a single rail to the
+ * peer's rpc_addr when no pair works.
+ *
+ * Requests are cut into slices of at most slice_size bytes; the rail set
+ * picks each slice's rail (least predicted completion time, probes, paused
+ * rails avoided) and it is queued on that rail.  Each rail has a small pool
+ * of connections bound to its local address, each driven by its own worker
+ * thread, so a slow path holds only its own workers.  A worker takes a
+ * window of slices of one opcode and one priority queue (so that only one
  * direction carries bulk data and neither side can block the other), sends
  * every request, then reads the answers in order.  A window carries at most
- * slice_size bytes of data (or WINDOW_SLICES slices), so that a batch of
- * many blocks is spread over the connections like one large request is.
+ * slice_size bytes of data (or WINDOW_SLICES slices).
  *
- * One state machine moves a window on a connection (conn_step): sockets are
- * non-blocking, a worker waits in poll() between steps, and every wait has
- * a deadline: timeout_ms for sending the whole window, then timeout_ms for
- * each answer, however slowly its bytes trickle in.  A connection-level
- * failure fails the window and every slice still queued on the peer, so a
- * whole batch turns FAILED within about one timeout.
+ * Priorities: each rail has a queue per class (TENT_PRIO_HIGH, MEDIUM, LOW),
+ * served in that order; a slice that waited priority_promotion_timeout_us
+ * counts one class higher per timeout, so LOW is never starved.  LOW
+ * windows on the wire are held to about the rail's bandwidth-delay product
+ * (at least one slice), so that they do not build queues in the kernel,
+ * where no priority reaches, in front of a HIGH request.
  *
- * Small submits (at most INLINE_BYTES to a peer, one opcode) skip the
+ * Faults: when a window fails on a rail (connection lost, no answer in
+ * time, or no byte moved for rail_stall_ms while another rail exists), the
+ * rail is paused (probed back with back-off by the rail set) and its slices
+ * go to another rail: reads and unsent writes at once; a write whose bytes
+ * may have reached the peer only after the peer has cut that connection
+ * off (a FENCE frame through another rail answered once the old
+ * connection's handler is gone), so its late bytes can never land after
+ * the retry.  With no rail left, or no fence, the slice fails with the
+ * rail's error.
+ *
+ * Small submits (at most INLINE_BYTES to one rail, one opcode) skip the
  * hand-off to a worker: the submitting thread borrows an idle worker's
  * connection (the worker stays asleep), sends the window without blocking
  * and returns; status calls on the peer's tasks (and quiesce) move the
- * borrowed window on with the same non-blocking steps until its answers are
- * in, then give the connection back.  So tent_submit never waits on the
- * network, and a small transfer costs one round trip without a thread
- * hand-off.  One connection per peer is lent at a time; the rest of the
- * pool keeps serving the queue.
+ * borrowed window on with the same non-blocking steps until its answers
+ * are in, then give the connection back.  So tent_submit never waits on
+ * the network.
  *
- * Causes: a failure is recorded per task (the first one) with our code, the
- * errno or the peer's answer, and a message naming the peer; the window's
- * connection failure is logged once, where it is seen. */
+ * Causes: a failure is recorded per task (the first one) with our code,
+ * the errno or the peer's answer, and a message naming the peer. */
 #include "common/clock.h"
 #include "common/compiler.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "metrics/metrics.h"
+#include "net/nics.h"
+#include "sched/rails.h"
 #include "transport/tcp/tcp.h"
+#include "transport/tcp/tcp_conn.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
+#include <net/if.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -50,30 +68,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
-#define MAX_CONNS     16
-#define WINDOW_SLICES 64
-/* A submit whose slices to one peer carry at most this many bytes is sent
+#define MAX_CONNS 16
+#define MAX_NICS  16
+#define NPRIO     3
+/* A submit whose slices to one rail carry at most this many bytes is sent
  * from the submitting thread over a borrowed idle connection. */
 #define INLINE_BYTES (64u << 10)
-/* Answers larger than this skip the connection's input buffer. */
-#define DIRECT_MIN 16384
 
 struct tcp_sub;
 struct tcp_transport;
-
-struct slice {
-    struct tcp_sub *sb;
-    uint32_t slot;
-    int opcode;
-    char *local;
-    uint64_t remote;
-    uint32_t len;
-    struct slice *next;
-};
-
 struct tcp_peer;
 
 struct tcp_task {
@@ -89,55 +94,48 @@ struct tcp_sub {
     struct tcp_task *tasks;
 };
 
-/* A connection and the window in progress on it.  It belongs to one
- * worker, which alone touches it, except while it is lent (the worker is
- * asleep then and the holder of the peer's lend_lock moves it). */
-struct tcp_conn {
-    int fd; /* non-blocking; -1 when not connected */
-    struct tent_net_inbuf nb;
-    uint8_t inb[65536];
-    /* the window: n slices, 0 when none */
-    int n;
-    struct slice *w[WINDOW_SLICES];
-    int32_t status[WINDOW_SLICES];
-    uint8_t hdrs[WINDOW_SLICES][TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN];
-    struct iovec iov[2 * WINDOW_SLICES];
-    int iov_at, iov_n; /* send progress */
-    int ri;            /* answers received whole */
-    uint8_t rh[TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN];
-    size_t rh_got;      /* bytes of answer ri's header received */
-    uint32_t rdata;     /* bytes of answer ri's data received */
-    uint32_t rdata_len; /* data answer ri carries (known once rh is whole) */
-    long long deadline; /* ms: of the send, then of each answer */
+struct squeue {
+    struct slice *head, *tail;
 };
 
-/* lock guards queue/tail/stop/the idle stack/woken/lent/down; each worker
- * sleeps on its own wake[i] (with lock).  lend_lock guards the lent
- * connection's window; whoever holds it does non-blocking steps only.
- * Order: lend_lock, then lock.  No runtime lock is ever taken under either,
- * and t->lock is never taken with lock held (peers are found under t->lock,
- * which is dropped first).
- *
- * Idle workers form a stack: new work wakes the one that went idle last,
- * and only as many as it makes windows.  A lent worker is off the stack. */
-struct tcp_peer {
-    struct tcp_transport *t;
-    char addr[320];
-    char host[256];
+/* One path to a peer.  lock guards the queues, stop, the idle stack,
+ * woken, lent and low_wire; each worker sleeps on its own wake[i] (with
+ * lock).  lend_lock guards the lent connection's window; whoever holds it
+ * does non-blocking steps only.  Order: lend_lock, then lock.  No runtime
+ * lock, no other rail's lock and no t->lock is taken under either. */
+struct tcp_rail {
+    struct tcp_peer *peer;
+    int idx;
+    char addr[320]; /* "<host>:<port>" (from <src>), for messages */
+    char host[TENT_NIC_ADDR_MAX];
     uint16_t port;
+    char src[TENT_NIC_ADDR_MAX];
     pthread_mutex_t lock;
     pthread_cond_t wake[MAX_CONNS];
     bool woken[MAX_CONNS];
     int idle[MAX_CONNS]; /* worker indices, the last idle on top */
     int nidle;
-    struct slice *queue, *tail;
+    struct squeue q[NPRIO];
+    uint64_t q_bytes;  /* bytes queued, all classes */
+    uint64_t low_wire; /* bytes of LOW windows on the wire */
+    _Atomic long long progress_ms; /* a byte last moved on the rail */
     bool stop;
     int nworkers;
     struct tcp_conn *conns[MAX_CONNS]; /* conns[i] is worker i's */
     pthread_t workers[MAX_CONNS];
-    bool down; /* the last connection or window failed (tent_peers) */
+    bool down; /* the last connection or window failed */
     pthread_mutex_t lend_lock;
     atomic_int lent; /* worker whose connection is lent, or -1 */
+};
+
+struct tcp_peer {
+    struct tcp_transport *t;
+    char addr[320];  /* its rpc_addr */
+    char nics[1024]; /* its tcp_nics when the rails were built */
+    struct tent_railset *rs;
+    int nrails;
+    struct tcp_rail *rails[TENT_MAX_RAILS];
+    atomic_uint down_mask; /* rails whose last window failed */
     struct tcp_peer *next;
 };
 
@@ -147,6 +145,11 @@ struct tcp_transport {
     int timeout_ms;
     int nconns;
     uint32_t slice_size;
+    int stall_ms;
+    uint64_t promo_ns;
+    struct tent_sched_params sp;
+    struct tent_nic nics[MAX_NICS]; /* the NICs served (and dialled from) */
+    size_t nnics;
     pthread_mutex_t lock;
     struct tcp_peer *peers;
     bool accepting;
@@ -162,6 +165,10 @@ static struct tcp_transport *tcp_of(struct tent_transport *t)
     return (struct tcp_transport *)t;
 }
 
+static void enqueue_one(struct tcp_rail *r, struct slice *s);
+static void reroute(struct tcp_transport *t, struct tcp_peer *p,
+                    struct slice *s, int code, int native, const char *why);
+
 /* tent_peers{transport="tcp",state}: moves one peer between states (or in
  * and out of the gauge when from or to is -1). */
 static void peer_gauge(struct tcp_transport *t, int from, int to)
@@ -174,16 +181,22 @@ static void peer_gauge(struct tcp_transport *t, int from, int to)
         tm_gauge_add(s, TM_PEERS, x, (unsigned)to, 1);
 }
 
-/* Records whether the peer answered; counts state changes only. */
-static void peer_mark(struct tcp_peer *p, bool down)
+/* Records whether the rail's last window worked; a peer is down when every
+ * rail is.  Counts state changes only. */
+static void rail_mark(struct tcp_rail *r, bool down)
 {
-    pthread_mutex_lock(&p->lock);
-    bool changed = p->down != down;
-    p->down = down;
-    pthread_mutex_unlock(&p->lock);
-    if (changed)
-        peer_gauge(p->t, down ? TM_PEER_UP : TM_PEER_DOWN,
-                   down ? TM_PEER_DOWN : TM_PEER_UP);
+    struct tcp_peer *p = r->peer;
+    unsigned bit = 1u << r->idx, all = (1u << p->nrails) - 1;
+    unsigned before = down ? atomic_fetch_or(&p->down_mask, bit)
+                           : atomic_fetch_and(&p->down_mask, ~bit);
+    unsigned after = down ? before | bit : before & ~bit;
+    bool was = before == all, is = after == all;
+    if (was != is)
+        peer_gauge(p->t, is ? TM_PEER_UP : TM_PEER_DOWN,
+                   is ? TM_PEER_DOWN : TM_PEER_UP);
+    pthread_mutex_lock(&r->lock);
+    r->down = down;
+    pthread_mutex_unlock(&r->lock);
 }
 
 /* ---- slices ---------------------------------------------------------------
@@ -222,316 +235,426 @@ static void fail_list(struct tcp_transport *t, struct slice *s, int code,
     }
 }
 
-/* ---- connections ------------------------------------------------------------
+/* ---- queues ----------------------------------------------------------------
  */
 
-static struct tcp_conn *conn_new(void)
+/* Every queued slice of r, all classes, as one list.  Caller holds lock. */
+static struct slice *take_all_locked(struct tcp_rail *r)
 {
-    struct tcp_conn *c = calloc(1, sizeof(*c));
-    if (c) {
-        c->fd = -1;
-        c->nb = (struct tent_net_inbuf){.b = c->inb, .cap = sizeof(c->inb)};
+    struct slice *head = NULL, *tail = NULL;
+    for (int k = 0; k < NPRIO; k++) {
+        if (!r->q[k].head)
+            continue;
+        if (tail)
+            tail->next = r->q[k].head;
+        else
+            head = r->q[k].head;
+        tail = r->q[k].tail;
+        r->q[k].head = r->q[k].tail = NULL;
     }
-    return c;
+    r->q_bytes = 0;
+    return head;
 }
 
-static void conn_close(struct tcp_conn *c)
+static bool queued_locked(const struct tcp_rail *r)
 {
-    if (c->fd >= 0)
-        close(c->fd);
-    c->fd = -1;
-    c->nb.pos = c->nb.len = 0; /* nothing carries over connections */
+    return r->q[0].head || r->q[1].head || r->q[2].head;
 }
 
-/* Whether the server has closed an idle connection (its idle timeout, or
- * an eviction to admit another client): between windows nothing is due
- * from it, so anything readable means it is gone. */
-static bool closed_while_idle(int fd)
+/* The class a slice counts as now: one higher per promotion timeout it
+ * waited. */
+static int effective_prio(const struct tcp_transport *t, const struct slice *s,
+                          uint64_t now)
 {
-    struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
-    return poll(&p, 1, 0) > 0;
+    if (!t->promo_ns || now <= s->enq_ns)
+        return s->prio;
+    uint64_t up = (now - s->enq_ns) / t->promo_ns;
+    return up >= (uint64_t)s->prio ? 0 : s->prio - (int)up;
 }
 
-static int conn_open(struct tcp_peer *p, struct tcp_conn *c, int *native)
+/* LOW bytes the rail may have on the wire: its bandwidth-delay product, at
+ * least one slice. */
+static uint64_t low_budget(struct tcp_rail *r)
 {
-    int fd;
-    int rc = tent_rpc_connect(p->host, p->port, p->t->timeout_ms, &fd);
-    if (rc) {
-        *native = errno;
-        return rc;
-    }
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) {
-        *native = errno;
-        close(fd);
-        return tent_set_error(TENT_EPEER, "tcp: fcntl(O_NONBLOCK) failed: %s",
-                              strerror(*native));
-    }
-    c->fd = fd;
-    c->nb.pos = c->nb.len = 0;
-    return TENT_OK;
+    struct tcp_transport *t = r->peer->t;
+    return tent_rail_bdp(r->peer->rs, r->idx, t->slice_size);
 }
 
-/* Puts slices w[0..n) on c as its window: the frames to send and the
- * deadline of the send. */
-static void window_setup(struct tcp_conn *c, struct slice **w, int n,
-                         int timeout_ms)
+/* The queue a worker serves next (-1: nothing it may take now).  Caller
+ * holds lock. */
+static int next_queue_locked(struct tcp_rail *r, uint64_t low_cap)
 {
-    int k = 0;
-    for (int i = 0; i < n; i++) {
-        struct slice *s = w[i];
-        bool wr = s->opcode == OPCODE_WRITE;
-        c->w[i] = s;
-        tent_wire_encode_hdr(c->hdrs[i], wr ? TENT_WIRE_WRITE : TENT_WIRE_READ,
-                             (uint32_t)i, TENT_WIRE_RW_LEN + (wr ? s->len : 0));
-        tent_wire_encode_rw(c->hdrs[i] + TENT_WIRE_HDR_LEN, s->remote, s->len);
-        c->iov[k].iov_base = c->hdrs[i];
-        c->iov[k++].iov_len = sizeof(c->hdrs[i]);
-        if (wr) {
-            c->iov[k].iov_base = s->local;
-            c->iov[k++].iov_len = s->len;
+    struct tcp_transport *t = r->peer->t;
+    uint64_t now = tent_now_ns();
+    int best = -1, best_prio = NPRIO;
+    for (int k = 0; k < NPRIO; k++) {
+        struct slice *h = r->q[k].head;
+        if (!h)
+            continue;
+        if (k == TENT_PRIO_LOW && r->low_wire >= low_cap)
+            continue; /* waits for a LOW window to finish */
+        int e = effective_prio(t, h, now);
+        if (e < best_prio) {
+            best_prio = e;
+            best = k;
         }
     }
-    c->n = n;
-    c->iov_at = 0;
-    c->iov_n = k;
-    c->ri = 0;
-    c->rh_got = 0;
-    c->rdata = 0;
-    c->rdata_len = 0;
-    c->deadline = tent_now_ms() + timeout_ms;
+    return best;
 }
 
-/* Parses the header of answer ri once it is whole; the data it carries
- * must be what the slice asked for. */
-static int answer_header(struct tcp_conn *c)
+/* Takes a window off queue k: slices of the head's opcode, at most
+ * slice_size bytes (or WINDOW_SLICES slices).  Caller holds lock. */
+static int take_window_locked(struct tcp_rail *r, int k, struct slice **w,
+                              uint64_t *bytes_out)
 {
-    struct slice *s = c->w[c->ri];
-    struct tent_wire_hdr hdr;
-    int rc = tent_wire_decode_hdr(c->rh, TENT_WIRE_HDR_LEN, &hdr);
-    if (!rc && (hdr.type != TENT_WIRE_RESP || hdr.seq != (uint32_t)c->ri ||
-                hdr.len < TENT_WIRE_RESP_LEN))
-        rc =
-            tent_set_error(TENT_EPROTO, "tcp: unexpected answer type %u seq %u",
-                           hdr.type, hdr.seq);
-    if (!rc)
-        rc = tent_wire_decode_resp(c->rh + TENT_WIRE_HDR_LEN,
-                                   TENT_WIRE_RESP_LEN, &c->status[c->ri]);
-    if (rc)
-        return rc;
-    uint32_t data = hdr.len - TENT_WIRE_RESP_LEN;
-    bool rd_ok = s->opcode == OPCODE_READ && c->status[c->ri] == 0;
-    if (data != (rd_ok ? s->len : 0))
-        return tent_set_error(TENT_EPROTO,
-                              "tcp: answer carries %u bytes, expected %u", data,
-                              rd_ok ? s->len : 0);
-    c->rdata_len = data;
-    return TENT_OK;
-}
-
-/* A socket call's failure in TENT's terms. */
-static int io_fail(int neg, const char *what, const char *addr, int *native)
-{
-    *native = -neg;
-    if (neg == -ECONNRESET)
-        return tent_set_error(TENT_EPEER, "tcp: peer %s closed the connection",
-                              addr);
-    return tent_set_error(TENT_EPEER, "tcp: %s %s failed: %s", what, addr,
-                          strerror(-neg));
-}
-
-/* Moves the window on c forward: sends what the socket takes, receives the
- * answers there are.  block: waits in poll() until the window is done;
- * else returns at the first EAGAIN.  1 when every answer is in, 0 when not
- * yet (non-blocking only), or a negative TENT_E* code (message set,
- * *native the errno, if any) after which the connection must be closed. */
-static int conn_step(struct tcp_conn *c, const char *addr, bool block,
-                     int timeout_ms, int *native)
-{
-    *native = 0;
-    for (;;) {
-        short want = 0;
-        if (c->iov_at < c->iov_n) {
-            int r = tent_net_sendv_some(c->fd, c->iov, c->iov_n, &c->iov_at);
-            if (r == -EAGAIN)
-                want = POLLOUT;
-            else if (r)
-                return io_fail(r, "send to", addr, native);
-            else /* sent: each answer now gets timeout_ms */
-                c->deadline = tent_now_ms() + timeout_ms;
-        }
-        while (!want && c->ri < c->n) {
-            struct slice *s = c->w[c->ri];
-            long r;
-            if (c->rh_got < sizeof(c->rh)) {
-                r = tent_net_inbuf_read_some(c->fd, &c->nb, c->rh + c->rh_got,
-                                             sizeof(c->rh) - c->rh_got,
-                                             SIZE_MAX);
-                if (r > 0) {
-                    c->rh_got += (size_t)r;
-                    if (c->rh_got == sizeof(c->rh) && (r = answer_header(c)))
-                        return (int)r;
-                    if (c->rh_got < sizeof(c->rh) || c->rdata_len)
-                        continue;
-                }
-            } else {
-                r = tent_net_inbuf_read_some(c->fd, &c->nb, s->local + c->rdata,
-                                             c->rdata_len - c->rdata,
-                                             DIRECT_MIN);
-                if (r > 0) {
-                    c->rdata += (uint32_t)r;
-                    if (c->rdata < c->rdata_len)
-                        continue;
-                }
-            }
-            if (r == -EAGAIN) {
-                want = POLLIN;
-                break;
-            }
-            if (r < 0)
-                return io_fail((int)r, "receive from", addr, native);
-            /* answer ri is whole; the next one gets timeout_ms */
-            c->ri++;
-            c->rh_got = 0;
-            c->rdata = 0;
-            c->rdata_len = 0;
-            c->deadline = tent_now_ms() + timeout_ms;
-        }
-        if (!want)
-            return 1;
-        long long now = tent_now_ms();
-        if (now >= c->deadline) {
-            *native = ETIMEDOUT;
-            return tent_set_error(TENT_ETIMEDOUT,
-                                  "tcp: peer %s: no %s within %d ms", addr,
-                                  want == POLLOUT ? "progress sending the "
-                                                    "window"
-                                                  : "answer",
-                                  timeout_ms);
-        }
-        if (!block)
-            return 0;
-        struct pollfd pf = {.fd = c->fd, .events = want};
-        long long left = c->deadline - now;
-        if (poll(&pf, 1, left > INT_MAX ? INT_MAX : (int)left) < 0 &&
-            errno != EINTR) {
-            *native = errno;
-            return tent_set_error(TENT_EPEER, "tcp: poll failed: %s",
-                                  strerror(errno));
-        }
+    struct tcp_transport *t = r->peer->t;
+    struct squeue *q = &r->q[k];
+    int n = 0;
+    uint64_t bytes = 0;
+    int op = q->head->opcode;
+    while (q->head && n < WINDOW_SLICES && q->head->opcode == op &&
+           (n == 0 || bytes + q->head->len <= t->slice_size)) {
+        struct slice *s = q->head;
+        q->head = s->next;
+        s->next = NULL;
+        bytes += s->len;
+        w[n++] = s;
     }
+    if (!q->head)
+        q->tail = NULL;
+    r->q_bytes -= bytes;
+    *bytes_out = bytes;
+    return n;
 }
 
-/* The window on c ended: every slice gets the peer's answer, or the
- * connection's failure (rc, native: the message is tent_last_error()). */
-static void window_finish(struct tcp_peer *p, struct tcp_conn *c, int rc,
-                          int native)
+/* ---- windows -------------------------------------------------------------
+ */
+
+/* The window on c ended.  Answers [0, c->ri) are in: each slice gets its
+ * answer.  With rc == 0 that is all of them.  Otherwise (rc, native: the
+ * message is tent_last_error()) the path failed: reads and unsent writes go
+ * to another rail when they can, else fail with the rail's error; writes
+ * that may have reached the peer go to *fence (the caller fences the
+ * connection, then moves them), or fail when fence is NULL. */
+static void window_finish(struct tcp_rail *r, struct tcp_conn *c, int rc,
+                          int native, bool low, uint64_t wbytes,
+                          struct slice **fence)
 {
+    struct tcp_peer *p = r->peer;
     struct tcp_transport *t = p->t;
-    char why[512];
+    char why[512] = "";
     if (rc)
         snprintf(why, sizeof(why), "%s", tent_last_error());
+    int answered = rc ? c->ri : c->n;
     for (int i = 0; i < c->n; i++) {
         struct slice *s = c->w[i];
-        if (rc)
-            slice_done(t, s, rc, native, "%s", why);
-        else if (c->status[i])
+        if (i >= answered) {
+            tent_rail_fail(p->rs, r->idx, s->len);
+            bool safe = s->opcode == OPCODE_READ || tcp_conn_unsent(c, i);
+            if (safe) {
+                reroute(t, p, s, rc, native, why);
+            } else if (fence && p->nrails > 1) {
+                /* may have landed (in part): no second copy before the
+                 * peer has cut the old connection off */
+                s->next = *fence;
+                *fence = s;
+            } else {
+                slice_done(t, s, rc, native, "%s", why);
+            }
+            continue;
+        }
+        tent_rail_complete(p->rs, r->idx, s->len, &s->tk);
+        if (c->status[i])
             slice_done(t, s, c->status[i], 0,
                        "tcp: peer %s refused the %s of [%#llx, +%u): %s",
-                       p->addr, s->opcode == OPCODE_WRITE ? "write" : "read",
+                       r->addr, s->opcode == OPCODE_WRITE ? "write" : "read",
                        (unsigned long long)s->remote, s->len,
                        tent_strerror(c->status[i]));
         else
             slice_done(t, s, 0, 0, "%s", "");
     }
     c->n = 0;
-    peer_mark(p, rc != 0);
+    if (low) {
+        /* LOW work held back by the budget may go now */
+        pthread_mutex_lock(&r->lock);
+        r->low_wire -= wbytes;
+        if (r->q[TENT_PRIO_LOW].head && r->nidle > 0) {
+            int w = r->idle[--r->nidle];
+            r->woken[w] = true;
+            pthread_cond_signal(&r->wake[w]);
+        }
+        pthread_mutex_unlock(&r->lock);
+    }
+    rail_mark(r, rc != 0);
+}
+
+/* Moves the slices of a rail that failed elsewhere (or fails them). */
+static void reroute_list(struct tcp_rail *r, struct slice *s, int code,
+                         int native, const char *why)
+{
+    while (s) {
+        struct slice *n = s->next;
+        tent_rail_release(r->peer->rs, r->idx, s->len);
+        reroute(r->peer->t, r->peer, s, code, native, why);
+        s = n;
+    }
+}
+
+/* A slice whose rail failed: to another rail, or failed. */
+static void reroute(struct tcp_transport *t, struct tcp_peer *p,
+                    struct slice *s, int code, int native, const char *why)
+{
+    s->avoid |= 1u << s->rail;
+    int nr =
+        p->nrails > 1 ? tent_rail_pick(p->rs, s->len, s->avoid, &s->tk) : -1;
+    if (nr < 0) {
+        slice_done(t, s, code, native, "%s", why);
+        return;
+    }
+    LOG_DEBUG("tcp: slice of %u bytes moves from rail %s to %s", s->len,
+              p->rails[s->rail]->addr, p->rails[nr]->addr);
+    s->rail = nr;
+    enqueue_one(p->rails[nr], s);
+}
+
+/* Writes of a failed window that may have reached the peer: once the peer
+ * has closed the old connection (token) -- asked through another rail --
+ * nothing it carried can land any more, and they go to another rail;
+ * without that answer they fail with the rail's error. */
+static void fence_and_move(struct tcp_rail *r, uint64_t token,
+                           struct slice *list, int code, int native,
+                           const char *why)
+{
+    struct tcp_peer *p = r->peer;
+    struct tcp_transport *t = p->t;
+    int rc = TENT_EPEER;
+    char fwhy[512] = "no other rail to fence the connection through";
+    for (int i = 0; i < p->nrails && rc; i++) {
+        struct tcp_rail *o = p->rails[i];
+        if (o == r || !tent_rail_usable(p->rs, i))
+            continue;
+        rc = tent_rpc_fence(o->host, o->port, o->src, t->timeout_ms, token);
+        if (rc)
+            snprintf(fwhy, sizeof(fwhy), "%s", tent_last_error());
+        else
+            LOG_INFO("tcp: rail %s: the peer closed the old connection "
+                     "(fenced through %s); its writes go elsewhere",
+                     r->addr, o->addr);
+    }
+    while (list) {
+        struct slice *n = list->next;
+        if (rc == TENT_OK)
+            reroute(t, p, list, code, native, why);
+        else
+            slice_done(t, list, code, native, "%s (and no fence: %s)", why,
+                       fwhy);
+        list = n;
+    }
+}
+
+/* ---- stealing -------------------------------------------------------------
+ * Picks predict; stealing corrects.  A worker with nothing queued on its
+ * rail takes a window's worth of slices from the tail of a sibling rail
+ * whose workers are all busy and which has more than a window queued, so
+ * that a batch's rails finish together even when the bandwidth estimates
+ * are off, and work queued on a rail that slowed down moves to the others.
+ * Only unsent slices move; a rail too slow for normal picks (or paused)
+ * steals nothing. */
+
+/* Wakes an idle worker of another rail of the peer, to steal from r. */
+static void poke_siblings(struct tcp_rail *r)
+{
+    struct tcp_peer *p = r->peer;
+    for (int i = 0; i < p->nrails; i++) {
+        struct tcp_rail *o = p->rails[i];
+        if (o == r || !tent_rail_may_take(p->rs, i))
+            continue;
+        pthread_mutex_lock(&o->lock);
+        bool woke = false;
+        if (o->nidle > 0 && !queued_locked(o)) {
+            int w = o->idle[--o->nidle];
+            o->woken[w] = true;
+            pthread_cond_signal(&o->wake[w]);
+            woke = true;
+        }
+        pthread_mutex_unlock(&o->lock);
+        if (woke)
+            return;
+    }
+}
+
+/* Takes the tail of victim's most urgent queue, at most slice_size bytes
+ * (one slice at least), unless a slice there must avoid rail avoid_idx.
+ * Caller holds victim->lock.  Returns the list, NULL when none. */
+static struct slice *cut_tail_locked(struct tcp_rail *victim, int avoid_idx,
+                                     uint32_t budget, int *cls,
+                                     uint64_t *bytes_out)
+{
+    int k = 0;
+    while (k < NPRIO && !victim->q[k].head)
+        k++;
+    if (k == NPRIO)
+        return NULL;
+    struct squeue *q = &victim->q[k];
+    uint64_t total = 0;
+    for (struct slice *s = q->head; s; s = s->next)
+        total += s->len;
+    /* the suffix: the shortest run from the tail over budget, minus one */
+    struct slice *prev = NULL, *cut = q->head;
+    uint64_t before = 0;
+    while (cut->next && total - before > budget) {
+        before += cut->len;
+        prev = cut;
+        cut = cut->next;
+    }
+    for (struct slice *s = cut; s; s = s->next)
+        if (s->avoid & (1u << avoid_idx))
+            return NULL;
+    if (prev)
+        prev->next = NULL;
+    else
+        q->head = NULL;
+    q->tail = prev;
+    *bytes_out = total - before;
+    victim->q_bytes -= total - before;
+    *cls = k;
+    return cut;
+}
+
+static bool steal(struct tcp_rail *r)
+{
+    struct tcp_peer *p = r->peer;
+    struct tcp_transport *t = p->t;
+    if (!tent_rail_may_take(p->rs, r->idx))
+        return false;
+    struct tcp_rail *victim = NULL;
+    uint64_t most = t->slice_size;
+    for (int i = 0; i < p->nrails; i++) {
+        struct tcp_rail *o = p->rails[i];
+        if (o == r)
+            continue;
+        pthread_mutex_lock(&o->lock);
+        if (o->nidle == 0 && o->q_bytes > most) {
+            most = o->q_bytes;
+            victim = o;
+        }
+        pthread_mutex_unlock(&o->lock);
+    }
+    if (!victim)
+        return false;
+    int k = 0;
+    uint64_t bytes = 0;
+    pthread_mutex_lock(&victim->lock);
+    struct slice *list =
+        victim->nidle == 0 && victim->q_bytes > t->slice_size
+            ? cut_tail_locked(victim, r->idx, t->slice_size, &k, &bytes)
+            : NULL;
+    pthread_mutex_unlock(&victim->lock);
+    if (!list)
+        return false;
+    struct slice *tail = list;
+    for (struct slice *s = list; s; s = s->next) {
+        tent_rail_move(p->rs, victim->idx, r->idx, s->len, &s->tk);
+        s->rail = r->idx;
+        tail = s;
+    }
+    /* queued ahead of what r's picks gave it later: it waited already */
+    pthread_mutex_lock(&r->lock);
+    tail->next = r->q[k].head;
+    r->q[k].head = list;
+    if (!r->q[k].tail)
+        r->q[k].tail = tail;
+    r->q_bytes += bytes;
+    pthread_mutex_unlock(&r->lock);
+    return true;
 }
 
 /* ---- workers ------------------------------------------------------------ */
 
 /* Owned by its worker thread, which frees it on exit. */
 struct worker_arg {
-    struct tcp_peer *p;
+    struct tcp_rail *r;
     int idx;
 };
 
 static void *worker_main(void *arg)
 {
     struct worker_arg *wa = arg;
-    struct tcp_peer *p = wa->p;
+    struct tcp_rail *r = wa->r;
     int me = wa->idx;
     free(wa);
-    struct tcp_transport *t = p->t;
-    struct tcp_conn *c = p->conns[me];
+    struct tcp_transport *t = r->peer->t;
+    struct tcp_conn *c = r->conns[me];
     struct slice *w[WINDOW_SLICES];
     for (;;) {
-        pthread_mutex_lock(&p->lock);
-        while (!p->queue && !p->stop) {
-            p->idle[p->nidle++] = me;
-            p->woken[me] = false;
-            while (!p->woken[me] && !p->stop)
-                pthread_cond_wait(&p->wake[me], &p->lock);
-            if (!p->woken[me]) /* stopping: still on the stack */
-                for (int i = 0; i < p->nidle; i++)
-                    if (p->idle[i] == me) {
-                        p->idle[i] = p->idle[--p->nidle];
+        uint64_t low_cap = low_budget(r);
+        pthread_mutex_lock(&r->lock);
+        int k;
+        bool tried = false;
+        while ((k = next_queue_locked(r, low_cap)) < 0 && !r->stop) {
+            if (!tried && r->peer->nrails > 1 && !queued_locked(r)) {
+                tried = true;
+                pthread_mutex_unlock(&r->lock);
+                (void)steal(r);
+                pthread_mutex_lock(&r->lock);
+                continue; /* what it stole, or what came meanwhile */
+            }
+            tried = false;
+            r->idle[r->nidle++] = me;
+            r->woken[me] = false;
+            while (!r->woken[me] && !r->stop)
+                pthread_cond_wait(&r->wake[me], &r->lock);
+            if (!r->woken[me]) /* stopping: still on the stack */
+                for (int i = 0; i < r->nidle; i++)
+                    if (r->idle[i] == me) {
+                        r->idle[i] = r->idle[--r->nidle];
                         break;
                     }
         }
-        if (!p->queue && p->stop) {
-            pthread_mutex_unlock(&p->lock);
+        if (k < 0) { /* stopping with nothing it may take */
+            pthread_mutex_unlock(&r->lock);
             break;
         }
-        int n = 0;
-        uint64_t bytes = 0;
-        int op = p->queue->opcode;
-        while (p->queue && n < WINDOW_SLICES && p->queue->opcode == op &&
-               (n == 0 || bytes + p->queue->len <= t->slice_size)) {
-            struct slice *s = p->queue;
-            p->queue = s->next;
-            s->next = NULL;
-            bytes += s->len;
-            w[n++] = s;
-        }
-        if (!p->queue)
-            p->tail = NULL;
-        pthread_mutex_unlock(&p->lock);
+        uint64_t wbytes;
+        int n = take_window_locked(r, k, w, &wbytes);
+        bool low = k == TENT_PRIO_LOW;
+        if (low)
+            r->low_wire += wbytes;
+        pthread_mutex_unlock(&r->lock);
 
         int rc = TENT_OK, native = 0;
-        if (c->fd >= 0 && closed_while_idle(c->fd)) {
+        if (c->fd >= 0 && tcp_conn_closed_while_idle(c)) {
             LOG_DEBUG("tcp: peer %s closed an idle connection; reconnecting",
-                      p->addr);
-            conn_close(c);
+                      r->addr);
+            tcp_conn_close(c);
         }
         if (c->fd < 0)
-            rc = conn_open(p, c, &native);
-        if (!rc) {
-            window_setup(c, w, n, t->timeout_ms);
-            rc = conn_step(c, p->addr, true, t->timeout_ms, &native);
-        }
+            rc = tcp_conn_open(c, r->host, r->port, r->src, t->timeout_ms,
+                               &native);
+        tcp_conn_window(c, w, n, t->timeout_ms);
+        c->stall_ms = r->peer->nrails > 1 ? t->stall_ms : 0;
+        if (!rc)
+            rc = tcp_conn_step(c, r->addr, true, t->timeout_ms, &native);
         if (rc < 0) {
-            LOG_WARN("tcp: peer %s: %s; failing %d slice(s) and the peer's "
-                     "queue",
-                     p->addr, tent_last_error(), n);
+            LOG_WARN("tcp: rail %s: %s; %d slice(s) and the rail's queue "
+                     "go elsewhere or fail",
+                     r->addr, tent_last_error(), n);
             char why[512];
             snprintf(why, sizeof(why), "%s", tent_last_error());
-            pthread_mutex_lock(&p->lock);
-            struct slice *rest = p->queue;
-            p->queue = p->tail = NULL;
-            pthread_mutex_unlock(&p->lock);
-            conn_close(c);
-            if (c->n == 0) { /* failed before the window was set up */
-                c->n = n;
-                memcpy(c->w, w, (size_t)n * sizeof(w[0]));
-            }
-            window_finish(p, c, rc, native);
-            fail_list(t, rest, rc, native, why);
+            tcp_conn_close(c);
+            struct slice *fence = NULL;
+            window_finish(r, c, rc, native, low, wbytes, &fence);
+            pthread_mutex_lock(&r->lock);
+            struct slice *rest = take_all_locked(r);
+            pthread_mutex_unlock(&r->lock);
+            reroute_list(r, rest, rc, native, why);
+            if (fence)
+                fence_and_move(r, c->token, fence, rc, native, why);
             continue;
         }
-        window_finish(p, c, TENT_OK, 0);
+        window_finish(r, c, TENT_OK, 0, low, wbytes, NULL);
     }
-    conn_close(c);
+    tcp_conn_close(c);
     return NULL;
 }
 
@@ -540,178 +663,430 @@ static void *worker_main(void *arg)
 
 /* Gives the lent worker back: onto the idle stack, or straight to the
  * queue when work waits.  Caller holds lend_lock. */
-static void lend_return(struct tcp_peer *p)
+static void lend_return(struct tcp_rail *r)
 {
-    int w = atomic_load(&p->lent);
-    pthread_mutex_lock(&p->lock);
-    atomic_store(&p->lent, -1);
-    p->woken[w] = false;
-    p->idle[p->nidle++] = w;
-    if (p->queue) {
-        p->nidle--;
-        p->woken[w] = true;
-        pthread_cond_signal(&p->wake[w]);
+    int w = atomic_load(&r->lent);
+    pthread_mutex_lock(&r->lock);
+    atomic_store(&r->lent, -1);
+    r->woken[w] = false;
+    r->idle[r->nidle++] = w;
+    if (queued_locked(r)) {
+        r->nidle--;
+        r->woken[w] = true;
+        pthread_cond_signal(&r->wake[w]);
     }
-    pthread_mutex_unlock(&p->lock);
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* The lent window ended (rc as window_finish). */
+static void lend_finish(struct tcp_rail *r, struct tcp_conn *c, int rc,
+                        int native)
+{
+    struct slice *rest = NULL;
+    char why[512] = "";
+    if (rc < 0) {
+        LOG_WARN("tcp: rail %s: %s; %d slice(s) go elsewhere or fail",
+                 r->addr, tent_last_error(), c->n);
+        snprintf(why, sizeof(why), "%s", tent_last_error());
+        tcp_conn_close(c);
+    }
+    /* lent windows to a peer with several rails are reads (pend_flush):
+     * nothing here needs a fence */
+    window_finish(r, c, rc < 0 ? rc : TENT_OK, native, false, 0, NULL);
+    lend_return(r);
+    if (rc < 0) {
+        pthread_mutex_lock(&r->lock);
+        rest = take_all_locked(r);
+        pthread_mutex_unlock(&r->lock);
+        reroute_list(r, rest, rc, native, why);
+    }
 }
 
 /* Moves the lent window on, if any and if no other thread is doing so. */
-static void lend_progress(struct tcp_peer *p)
+static void lend_progress(struct tcp_rail *r)
 {
-    if (atomic_load(&p->lent) < 0 || pthread_mutex_trylock(&p->lend_lock))
+    if (atomic_load(&r->lent) < 0 || pthread_mutex_trylock(&r->lend_lock))
         return;
-    int w = atomic_load(&p->lent);
-    struct tcp_conn *c = w >= 0 ? p->conns[w] : NULL;
+    int w = atomic_load(&r->lent);
+    struct tcp_conn *c = w >= 0 ? r->conns[w] : NULL;
     if (c && c->n > 0) {
         int native;
-        int rc = conn_step(c, p->addr, false, p->t->timeout_ms, &native);
-        if (rc != 0) {
-            if (rc < 0) {
-                LOG_WARN("tcp: peer %s: %s; failing %d slice(s)", p->addr,
-                         tent_last_error(), c->n);
-                conn_close(c);
-            }
-            window_finish(p, c, rc < 0 ? rc : TENT_OK, native);
-            lend_return(p);
-        }
+        int rc = tcp_conn_step(c, r->addr, false, r->peer->t->timeout_ms,
+                               &native);
+        if (rc != 0)
+            lend_finish(r, c, rc, native);
     }
-    pthread_mutex_unlock(&p->lend_lock);
+    pthread_mutex_unlock(&r->lend_lock);
 }
 
-/* Sends the slices list (one opcode, at most WINDOW_SLICES) from this
- * thread over an idle worker's connection without blocking; false (nothing
- * done) when none can be had now. */
-static bool run_lent(struct tcp_peer *p, struct slice *head)
+static void peer_progress(struct tcp_peer *p)
 {
-    if (pthread_mutex_trylock(&p->lend_lock))
+    for (int i = 0; i < p->nrails; i++)
+        lend_progress(p->rails[i]);
+}
+
+/* Sends the slices list (one opcode, one class, at most WINDOW_SLICES) from
+ * this thread over an idle worker's connection without blocking; false
+ * (nothing done) when none can be had now. */
+static bool run_lent(struct tcp_rail *r, struct slice *head)
+{
+    if (pthread_mutex_trylock(&r->lend_lock))
         return false;
     int w = -1;
-    pthread_mutex_lock(&p->lock);
-    if (atomic_load(&p->lent) < 0 && p->nidle > 0 && !p->stop) {
-        int cand = p->idle[p->nidle - 1];
-        if (p->conns[cand]->fd >= 0) {
+    pthread_mutex_lock(&r->lock);
+    if (atomic_load(&r->lent) < 0 && r->nidle > 0 && !r->stop &&
+        !queued_locked(r)) {
+        int cand = r->idle[r->nidle - 1];
+        if (r->conns[cand]->fd >= 0) {
             w = cand;
-            p->nidle--;
-            atomic_store(&p->lent, w);
+            r->nidle--;
+            atomic_store(&r->lent, w);
         }
     }
-    pthread_mutex_unlock(&p->lock);
+    pthread_mutex_unlock(&r->lock);
     if (w < 0) {
-        pthread_mutex_unlock(&p->lend_lock);
+        pthread_mutex_unlock(&r->lend_lock);
         return false;
     }
-    struct tcp_conn *c = p->conns[w];
-    if (closed_while_idle(c->fd)) {
+    struct tcp_conn *c = r->conns[w];
+    if (tcp_conn_closed_while_idle(c)) {
         /* Its worker reconnects when it next runs: let it. */
-        LOG_DEBUG("tcp: peer %s closed an idle connection", p->addr);
-        conn_close(c);
-        lend_return(p);
-        pthread_mutex_unlock(&p->lend_lock);
+        LOG_DEBUG("tcp: peer %s closed an idle connection", r->addr);
+        tcp_conn_close(c);
+        lend_return(r);
+        pthread_mutex_unlock(&r->lend_lock);
         return false;
     }
     struct slice *win[WINDOW_SLICES];
     int n = 0;
     for (struct slice *s = head; s; s = s->next)
         win[n++] = s;
-    window_setup(c, win, n, p->t->timeout_ms);
+    tcp_conn_window(c, win, n, r->peer->t->timeout_ms);
+    c->stall_ms = r->peer->nrails > 1 ? r->peer->t->stall_ms : 0;
     int native;
-    int rc = conn_step(c, p->addr, false, p->t->timeout_ms, &native);
-    if (rc != 0) {
-        if (rc < 0) {
-            LOG_WARN("tcp: peer %s: %s; failing %d slice(s)", p->addr,
-                     tent_last_error(), n);
-            conn_close(c);
-        }
-        window_finish(p, c, rc < 0 ? rc : TENT_OK, native);
-        lend_return(p);
-    }
-    pthread_mutex_unlock(&p->lend_lock);
+    int rc = tcp_conn_step(c, r->addr, false, r->peer->t->timeout_ms, &native);
+    if (rc != 0)
+        lend_finish(r, c, rc, native);
+    pthread_mutex_unlock(&r->lend_lock);
     return true;
 }
 
-static void peer_stop(struct tcp_peer *p)
+/* ---- rails and peers ----------------------------------------------------- */
+
+/* Queues a list of slices (one class) on r and wakes as many idle workers
+ * as it makes windows, the most recently idle first. */
+static void enqueue(struct tcp_rail *r, struct slice *head, struct slice *tail,
+                    uint32_t nslices, uint64_t bytes)
 {
-    /* waits out a thread still moving the lent window */
-    pthread_mutex_lock(&p->lend_lock);
-    pthread_mutex_unlock(&p->lend_lock);
-    pthread_mutex_lock(&p->lock);
-    p->stop = true;
-    for (int i = 0; i < p->nworkers; i++)
-        if (p->conns[i]->fd >= 0)
-            shutdown(p->conns[i]->fd, SHUT_RDWR);
-    for (int i = 0; i < p->nworkers; i++)
-        pthread_cond_signal(&p->wake[i]);
-    pthread_mutex_unlock(&p->lock);
-    for (int i = 0; i < p->nworkers; i++)
-        pthread_join(p->workers[i], NULL);
-    for (int i = 0; i < p->nworkers; i++) {
-        /* a lent window left behind (abandoned teardown only) */
-        if (p->conns[i]->n > 0)
-            window_finish(p, p->conns[i], TENT_ESHUTDOWN, 0);
-        free(p->conns[i]);
+    struct tcp_transport *t = r->peer->t;
+    uint64_t by_bytes = (bytes + t->slice_size - 1) / t->slice_size;
+    uint64_t by_count = (nslices + WINDOW_SLICES - 1) / WINDOW_SLICES;
+    uint64_t windows = by_bytes > by_count ? by_bytes : by_count;
+    uint64_t now = tent_now_ns();
+    for (struct slice *s = head; s; s = s->next)
+        s->enq_ns = now;
+    struct squeue *q = &r->q[head->prio];
+    pthread_mutex_lock(&r->lock);
+    if (q->tail)
+        q->tail->next = head;
+    else
+        q->head = head;
+    q->tail = tail;
+    r->q_bytes += bytes;
+    for (; windows > 0 && r->nidle > 0; windows--) {
+        int w = r->idle[--r->nidle];
+        r->woken[w] = true;
+        pthread_cond_signal(&r->wake[w]);
     }
-    pthread_mutex_destroy(&p->lend_lock);
-    pthread_mutex_destroy(&p->lock);
-    for (int i = 0; i < MAX_CONNS; i++)
-        pthread_cond_destroy(&p->wake[i]);
+    bool backlog = windows > 1;
+    pthread_mutex_unlock(&r->lock);
+    if (backlog && r->peer->nrails > 1)
+        poke_siblings(r);
 }
 
-/* Finds or creates the peer for addr.  Caller holds t->lock. */
-static int peer_get_locked(struct tcp_transport *t, const char *addr,
-                           struct tcp_peer **out)
+static void enqueue_one(struct tcp_rail *r, struct slice *s)
 {
-    for (struct tcp_peer *p = t->peers; p; p = p->next)
-        if (strcmp(p->addr, addr) == 0) {
-            *out = p;
-            return TENT_OK;
-        }
-    struct tcp_peer *p = calloc(1, sizeof(*p));
-    if (!p)
-        return tent_set_error(TENT_ENOMEM, "tcp: out of memory");
-    int rc = tent_rpc_parse_addr(addr, p->host, sizeof(p->host), &p->port);
-    if (rc) {
-        free(p);
-        return tent_set_error(TENT_EPEER, "tcp: %s", tent_last_error());
-    }
-    snprintf(p->addr, sizeof(p->addr), "%s", addr);
-    p->t = t;
-    atomic_init(&p->lent, -1);
-    pthread_mutex_init(&p->lend_lock, NULL);
-    pthread_mutex_init(&p->lock, NULL);
+    s->next = NULL;
+    enqueue(r, s, s, 1, s->len);
+}
+
+static void rail_stop(struct tcp_rail *r)
+{
+    /* waits out a thread still moving the lent window */
+    pthread_mutex_lock(&r->lend_lock);
+    pthread_mutex_unlock(&r->lend_lock);
+    pthread_mutex_lock(&r->lock);
+    r->stop = true;
+    for (int i = 0; i < r->nworkers; i++)
+        if (r->conns[i]->fd >= 0)
+            shutdown(r->conns[i]->fd, SHUT_RDWR);
+    for (int i = 0; i < r->nworkers; i++)
+        pthread_cond_signal(&r->wake[i]);
+    pthread_mutex_unlock(&r->lock);
+    for (int i = 0; i < r->nworkers; i++)
+        pthread_join(r->workers[i], NULL);
+}
+
+static void rail_free(struct tcp_rail *r)
+{
+    for (int i = 0; i < r->nworkers; i++)
+        free(r->conns[i]);
+    pthread_mutex_destroy(&r->lend_lock);
+    pthread_mutex_destroy(&r->lock);
     for (int i = 0; i < MAX_CONNS; i++)
-        pthread_cond_init(&p->wake[i], NULL);
+        pthread_cond_destroy(&r->wake[i]);
+    free(r);
+}
+
+static int rail_new(struct tcp_peer *p, int idx, const struct tent_rail *d,
+                    struct tcp_rail **out)
+{
+    struct tcp_transport *t = p->t;
+    struct tcp_rail *r = calloc(1, sizeof(*r));
+    if (!r)
+        return tent_set_error(TENT_ENOMEM, "tcp: out of memory");
+    r->peer = p;
+    r->idx = idx;
+    snprintf(r->host, sizeof(r->host), "%s", d->peer_host);
+    r->port = d->peer_port;
+    snprintf(r->src, sizeof(r->src), "%s", d->local_addr);
+    char hp[TENT_NIC_ADDR_MAX + 16];
+    tent_net_format_hostport(hp, sizeof(hp), r->host, r->port);
+    if (r->src[0])
+        snprintf(r->addr, sizeof(r->addr), "%s (from %s)", hp, r->src);
+    else
+        snprintf(r->addr, sizeof(r->addr), "%s", hp);
+    atomic_init(&r->lent, -1);
+    pthread_mutex_init(&r->lend_lock, NULL);
+    pthread_mutex_init(&r->lock, NULL);
+    for (int i = 0; i < MAX_CONNS; i++)
+        pthread_cond_init(&r->wake[i], NULL);
     for (int i = 0; i < t->nconns; i++) {
         struct worker_arg *wa = malloc(sizeof(*wa));
-        struct tcp_conn *c = conn_new();
+        struct tcp_conn *c = tcp_conn_new();
         if (!wa || !c) {
             free(wa);
             free(c);
             break;
         }
-        p->conns[i] = c;
-        wa->p = p;
+        c->path_progress_ms = &r->progress_ms;
+        r->conns[i] = c;
+        wa->r = r;
         wa->idx = i;
-        if (pthread_create(&p->workers[i], NULL, worker_main, wa)) {
+        if (pthread_create(&r->workers[i], NULL, worker_main, wa)) {
             free(wa);
             free(c);
-            p->conns[i] = NULL;
+            r->conns[i] = NULL;
             break;
         }
-        p->nworkers++;
+        r->nworkers++;
     }
-    if (p->nworkers == 0) {
-        pthread_mutex_destroy(&p->lend_lock);
-        pthread_mutex_destroy(&p->lock);
-        for (int i = 0; i < MAX_CONNS; i++)
-            pthread_cond_destroy(&p->wake[i]);
-        free(p);
+    if (r->nworkers == 0) {
+        rail_free(r);
         return tent_set_error(TENT_ENOMEM, "tcp: cannot start worker threads");
+    }
+    *out = r;
+    return TENT_OK;
+}
+
+/* The rails towards a peer that publishes nics ("<name>=<host>:<port>,..."):
+ * one per (local NIC, peer NIC) pair the kernel routes over the local NIC;
+ * a single rail to the peer's rpc_addr when none. */
+static size_t plan_rails(struct tcp_transport *t, const char *rpc_addr,
+                         const char *nics, struct tent_rail *out)
+{
+    size_t n = 0;
+    char buf[1024];
+    snprintf(buf, sizeof(buf), "%s", nics);
+    char *save = NULL;
+    for (char *e = strtok_r(buf, ",", &save); e && n < TENT_MAX_RAILS;
+         e = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(e, '=');
+        char host[TENT_NIC_ADDR_MAX];
+        uint16_t port;
+        if (!eq || eq == e ||
+            tent_net_split_hostport(eq + 1, host, sizeof(host), &port) != 0)
+            continue;
+        *eq = '\0';
+        for (size_t i = 0; i < t->nnics && n < TENT_MAX_RAILS; i++) {
+            const struct tent_nic *l = &t->nics[i];
+            if (!tent_nic_routes_to(l, host))
+                continue;
+            struct tent_rail *r = &out[n++];
+            memset(r, 0, sizeof(*r));
+            snprintf(r->local_nic, sizeof(r->local_nic), "%s", l->name);
+            snprintf(r->local_addr, sizeof(r->local_addr), "%s", l->addr);
+            snprintf(r->peer_nic, sizeof(r->peer_nic), "%s", e);
+            snprintf(r->peer_host, sizeof(r->peer_host), "%s", host);
+            r->peer_port = port;
+            r->link_bw = l->speed_mbps ? l->speed_mbps * 1e6 / 8 : 0;
+        }
+    }
+    if (n == 0) {
+        struct tent_rail *r = &out[0];
+        memset(r, 0, sizeof(*r));
+        if (tent_net_split_hostport(rpc_addr, r->peer_host,
+                                    sizeof(r->peer_host), &r->peer_port) == 0)
+            n = 1;
+    }
+    return n;
+}
+
+static void peer_free(struct tcp_peer *p)
+{
+    for (int i = 0; i < p->nrails; i++)
+        rail_free(p->rails[i]);
+    tent_railset_free(p->rs);
+    free(p);
+}
+
+/* Finds or creates the peer for the segment's rpc_addr and tcp_nics.
+ * Caller holds t->lock. */
+static int peer_get_locked(struct tcp_transport *t,
+                           const struct tent_seg_view *seg, const char *addr,
+                           struct tcp_peer **out)
+{
+    const struct tent_xport_env *env = t->base.env;
+    char nics[1024];
+    if (!env->seg_attr(env->ctx, seg, "tcp_nics", nics, sizeof(nics)))
+        nics[0] = '\0';
+    for (struct tcp_peer *p = t->peers; p; p = p->next)
+        if (strcmp(p->addr, addr) == 0 && strcmp(p->nics, nics) == 0) {
+            *out = p;
+            return TENT_OK;
+        }
+    struct tent_rail plan[TENT_MAX_RAILS];
+    size_t n = plan_rails(t, addr, nics, plan);
+    if (n == 0)
+        return tent_set_error(TENT_EPEER,
+                              "tcp: segment '%s' has no address to reach "
+                              "(rpc_addr '%s')",
+                              seg->name, addr);
+    struct tcp_peer *p = calloc(1, sizeof(*p));
+    if (!p)
+        return tent_set_error(TENT_ENOMEM, "tcp: out of memory");
+    p->t = t;
+    snprintf(p->addr, sizeof(p->addr), "%s", addr);
+    snprintf(p->nics, sizeof(p->nics), "%s", nics);
+    atomic_init(&p->down_mask, 0);
+    int rc = tent_railset_new(env->sched, &t->sp, "tcp", seg->name, plan, n,
+                              &p->rs);
+    for (size_t i = 0; !rc && i < n; i++) {
+        rc = rail_new(p, (int)i, &plan[i], &p->rails[i]);
+        if (!rc)
+            p->nrails++;
+    }
+    if (rc) {
+        for (int i = 0; i < p->nrails; i++)
+            rail_stop(p->rails[i]);
+        peer_free(p);
+        return rc;
+    }
+    if (n > 1) {
+        char list[1024] = "";
+        for (int i = 0; i < p->nrails; i++)
+            snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s",
+                     i ? ", " : "", p->rails[i]->addr);
+        LOG_INFO("tcp: %d rails to segment '%s': %s", p->nrails, seg->name,
+                 list);
     }
     p->next = t->peers;
     t->peers = p;
     peer_gauge(t, -1, TM_PEER_UP);
     *out = p;
     return TENT_OK;
+}
+
+/* ---- NICs served -----------------------------------------------------------
+ */
+
+/* Whether a NIC is one transports/tcp/nics names (by name or address). */
+static bool nic_wanted(const cJSON *want, const struct tent_nic *n)
+{
+    if (cJSON_IsString(want)) {
+        char buf[512];
+        snprintf(buf, sizeof(buf), "%s", want->valuestring);
+        char *save = NULL;
+        for (char *e = strtok_r(buf, ", ", &save); e;
+             e = strtok_r(NULL, ", ", &save))
+            if (strcmp(e, n->name) == 0 || strcmp(e, n->addr) == 0)
+                return true;
+        return false;
+    }
+    const cJSON *it;
+    cJSON_ArrayForEach(it, want) if (cJSON_IsString(it) &&
+                                     (strcmp(it->valuestring, n->name) == 0 ||
+                                      strcmp(it->valuestring, n->addr) == 0))
+        return true;
+    return false;
+}
+
+/* Chooses the NICs served and publishes them, each with a listening
+ * address of the engine's RPC server: loopback only for an engine bound to
+ * loopback, else the interfaces transports/tcp/nics names (all of them
+ * with an address by default) and the one the engine is bound to. */
+static int nics_setup(struct tcp_transport *t)
+{
+    const struct tent_xport_env *env = t->base.env;
+    struct tent_nic all[MAX_NICS * 2];
+    size_t nall = tent_nics_list(all, MAX_NICS * 2);
+    const cJSON *want = tent_config_node(env->cfg, "transports/tcp/nics");
+    if (want && !cJSON_IsString(want) && !cJSON_IsArray(want)) {
+        LOG_WARN("config key 'transports/tcp/nics' is neither a string nor "
+                 "an array: using every interface");
+        want = NULL;
+    }
+    const struct tent_nic *own = tent_nic_by_addr(all, nall, env->hostname);
+    t->nnics = 0;
+    if (tent_addr_is_loopback(env->hostname) || !own) {
+        /* bound to loopback (or to an address no interface holds): that
+         * address alone, as one NIC */
+        struct tent_nic *n = &t->nics[t->nnics++];
+        if (own) {
+            *n = *own;
+        } else {
+            memset(n, 0, sizeof(*n));
+            snprintf(n->name, sizeof(n->name), "%s",
+                     tent_addr_is_loopback(env->hostname) ? "lo" : "default");
+            snprintf(n->addr, sizeof(n->addr), "%s", env->hostname);
+            n->family = strchr(env->hostname, ':') ? AF_INET6 : AF_INET;
+            n->ifindex = if_nametoindex("lo");
+            n->loopback = tent_addr_is_loopback(env->hostname);
+        }
+    } else {
+        t->nics[t->nnics++] = *own;
+        for (size_t i = 0; i < nall && t->nnics < MAX_NICS; i++) {
+            if (all[i].loopback || &all[i] == own ||
+                (want && !nic_wanted(want, &all[i])))
+                continue;
+            t->nics[t->nnics++] = all[i];
+        }
+    }
+    char pub[1024] = "";
+    for (size_t i = 0; i < t->nnics; i++) {
+        struct tent_nic *n = &t->nics[i];
+        uint16_t port = env->rpc_port;
+        if (i > 0) {
+            int rc = env->listen(env->ctx, n->addr, 0, &port);
+            if (rc) {
+                LOG_WARN("tcp: NIC %s (%s) is not served: %s", n->name,
+                         n->addr, tent_last_error());
+                memmove(n, n + 1, (t->nnics - i - 1) * sizeof(*n));
+                t->nnics--;
+                i--;
+                continue;
+            }
+        }
+        char hp[128];
+        tent_net_format_hostport(hp, sizeof(hp), n->addr, port);
+        size_t used = strlen(pub);
+        snprintf(pub + used, sizeof(pub) - used, "%s%s=%s", used ? "," : "",
+                 n->name, hp);
+        tent_sched_note_nic(env->sched, n->name,
+                            n->speed_mbps ? n->speed_mbps * 1e6 / 8
+                                          : t->sp.default_bw);
+    }
+    return env->publish_attr(env->ctx, "tcp_nics", pub);
 }
 
 /* ---- ops ------------------------------------------------------------------
@@ -722,7 +1097,7 @@ static int tcp_install(struct tent_transport *base)
     struct tcp_transport *t = tcp_of(base);
     const struct tent_xport_env *env = base->env;
     t->metrics = env->metrics;
-    int64_t to, nc, ss;
+    int64_t to, nc, ss, st, promo;
     int rc = tent_config_get_int_range(env->cfg, "transports/tcp/timeout_ms",
                                        3000, 1, 600000, &to);
     if (!rc)
@@ -731,22 +1106,38 @@ static int tcp_install(struct tent_transport *base)
     if (!rc)
         rc = tent_config_get_int_range(env->cfg, "transports/tcp/slice_size",
                                        1 << 20, 4096, TENT_WIRE_MAX_DATA, &ss);
+    if (!rc)
+        rc = tent_config_get_int_range(env->cfg, "transports/tcp/rail_stall_ms",
+                                       500, 0, 600000, &st);
+    if (!rc)
+        rc = tent_config_get_int_range(
+            env->cfg, "transports/tcp/priority_promotion_timeout_us", 10000, 0,
+            60000000, &promo);
+    if (!rc)
+        rc = tent_sched_params_load(env->cfg, "transports/tcp", &t->sp);
     if (rc)
         return rc;
     t->timeout_ms = (int)to;
     t->nconns = (int)nc;
     t->slice_size = (uint32_t)ss;
+    t->stall_ms = (int)st;
+    t->promo_ns = (uint64_t)promo * 1000u;
     /* The target half: peers' reads and writes of our memory. */
     rc = tcp_target_start(env);
     if (rc)
         return rc;
+    rc = nics_setup(t);
+    if (rc) {
+        tcp_target_stop(env);
+        return rc;
+    }
     t->serving = true;
     pthread_mutex_init(&t->lock, NULL);
     t->accepting = true;
     return TENT_OK;
 }
 
-/* Moves every peer's lent window on (quiesce: nobody may poll any more). */
+/* Moves every peer's lent windows on (quiesce: nobody may poll any more). */
 static void progress_all_lent(struct tcp_transport *t)
 {
     pthread_mutex_lock(&t->lock);
@@ -754,7 +1145,7 @@ static void progress_all_lent(struct tcp_transport *t)
     pthread_mutex_unlock(&t->lock);
     /* the list only grows at its head: what follows p stays valid */
     for (; p; p = p->next)
-        lend_progress(p);
+        peer_progress(p);
 }
 
 /* Waits (bounded) until no slice is queued or in flight. */
@@ -794,11 +1185,31 @@ static void tcp_uninstall(struct tent_transport *base)
     pthread_mutex_unlock(&t->lock);
     while (p) {
         struct tcp_peer *n = p->next;
-        peer_stop(p);
-        peer_gauge(t, p->down ? TM_PEER_DOWN : TM_PEER_UP, -1);
-        fail_list(t, p->queue, TENT_ESHUTDOWN, 0,
-                  "tcp: the transport was uninstalled");
-        free(p);
+        /* every worker of every rail stops before any slice is failed: a
+         * failed rail's slices move to the peer's other rails */
+        for (int i = 0; i < p->nrails; i++)
+            rail_stop(p->rails[i]);
+        for (int i = 0; i < p->nrails; i++) {
+            struct tcp_rail *r = p->rails[i];
+            for (int k = 0; k < r->nworkers; k++)
+                if (r->conns[k]->n > 0) /* a lent window left behind */
+                    window_finish(r, r->conns[k], TENT_ESHUTDOWN, 0, false,
+                                  0, NULL);
+        }
+        for (int i = 0; i < p->nrails; i++) {
+            struct tcp_rail *r = p->rails[i];
+            pthread_mutex_lock(&r->lock);
+            struct slice *rest = take_all_locked(r);
+            pthread_mutex_unlock(&r->lock);
+            fail_list(t, rest, TENT_ESHUTDOWN, 0,
+                      "tcp: the transport was uninstalled");
+        }
+        unsigned all = (1u << p->nrails) - 1;
+        peer_gauge(t,
+                   atomic_load(&p->down_mask) == all ? TM_PEER_DOWN
+                                                     : TM_PEER_UP,
+                   -1);
+        peer_free(p);
         p = n;
     }
     pthread_mutex_destroy(&t->lock);
@@ -850,15 +1261,73 @@ static int tcp_free_sub(TENT_UNUSED struct tent_transport *t,
     return TENT_OK;
 }
 
-/* Cuts one request into slices (all allocated before any is queued). */
+/* Slices of a submit queued per rail at the end, one wake-up per rail and
+ * class, so that a worker finds the whole group and sends it as one
+ * window. */
+struct pending {
+    struct tcp_rail *r;
+    int prio;
+    struct slice *head, *tail;
+    uint64_t bytes;
+    uint32_t nslices;
+    int opcode; /* -1 once mixed */
+};
+#define MAX_PENDING 16
+
+static void pend_flush(struct pending *q)
+{
+    /* a write lent to a peer with several rails could need a fence, which
+     * blocks: those go to the workers */
+    bool lendable = q->opcode == OPCODE_READ ||
+                    (q->opcode == OPCODE_WRITE && q->r->peer->nrails == 1);
+    if (lendable && q->bytes <= INLINE_BYTES &&
+        q->nslices <= WINDOW_SLICES && run_lent(q->r, q->head))
+        return;
+    enqueue(q->r, q->head, q->tail, q->nslices, q->bytes);
+}
+
+static void pend_add(struct pending *pend, int *npend, struct tcp_rail *r,
+                     struct slice *s)
+{
+    int j = 0;
+    while (j < *npend && (pend[j].r != r || pend[j].prio != s->prio))
+        j++;
+    if (j == *npend && *npend == MAX_PENDING) {
+        enqueue_one(r, s);
+        return;
+    }
+    s->next = NULL;
+    if (j == *npend) {
+        pend[j] = (struct pending){.r = r,
+                                   .prio = s->prio,
+                                   .head = s,
+                                   .tail = s,
+                                   .opcode = s->opcode};
+        (*npend)++;
+    } else {
+        pend[j].tail->next = s;
+        pend[j].tail = s;
+        if (pend[j].opcode != s->opcode)
+            pend[j].opcode = -1;
+    }
+    pend[j].bytes += s->len;
+    pend[j].nslices++;
+}
+
+/* Cuts one request into slices (all allocated before any is given a
+ * rail). */
 static int make_slices(struct tcp_transport *t, struct tcp_sub *sb,
                        const struct tent_xfer *x, struct slice **head,
-                       struct slice **tail, uint32_t *count)
+                       uint32_t *count)
 {
-    *head = *tail = NULL;
+    *head = NULL;
     *count = 0;
+    struct slice **link = head;
+    int prio = x->priority >= TENT_PRIO_HIGH && x->priority <= TENT_PRIO_LOW
+                   ? x->priority
+                   : TENT_PRIO_HIGH;
     for (uint64_t off = 0; off < x->length; off += t->slice_size) {
-        struct slice *s = malloc(sizeof(*s));
+        struct slice *s = calloc(1, sizeof(*s));
         if (!s) {
             while (*head) {
                 struct slice *n = (*head)->next;
@@ -871,40 +1340,15 @@ static int make_slices(struct tcp_transport *t, struct tcp_sub *sb,
         s->sb = sb;
         s->slot = x->slot;
         s->opcode = x->opcode;
+        s->prio = prio;
         s->local = (char *)x->local + off;
         s->remote = x->remote + off;
         s->len = (uint32_t)(left < t->slice_size ? left : t->slice_size);
-        s->next = NULL;
-        if (*tail)
-            (*tail)->next = s;
-        else
-            *head = s;
-        *tail = s;
+        *link = s;
+        link = &s->next;
         (*count)++;
     }
     return TENT_OK;
-}
-
-/* Queues a list of nslices slices carrying bytes and wakes as many idle
- * workers as it makes windows, the most recently idle first. */
-static void enqueue(struct tcp_peer *p, struct slice *head, struct slice *tail,
-                    uint32_t nslices, uint64_t bytes)
-{
-    uint64_t by_bytes = (bytes + p->t->slice_size - 1) / p->t->slice_size;
-    uint64_t by_count = (nslices + WINDOW_SLICES - 1) / WINDOW_SLICES;
-    uint64_t windows = by_bytes > by_count ? by_bytes : by_count;
-    pthread_mutex_lock(&p->lock);
-    if (p->tail)
-        p->tail->next = head;
-    else
-        p->queue = head;
-    p->tail = tail;
-    for (; windows > 0 && p->nidle > 0; windows--) {
-        int w = p->idle[--p->nidle];
-        p->woken[w] = true;
-        pthread_cond_signal(&p->wake[w]);
-    }
-    pthread_mutex_unlock(&p->lock);
 }
 
 static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
@@ -915,15 +1359,7 @@ static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
     const struct tent_xport_env *env = base->env;
     struct tcp_sub *sb = (struct tcp_sub *)sbb;
     int first = TENT_OK;
-    /* Slices are queued per peer at the end, one wake-up per peer, so that
-     * a worker finds the whole group and sends it as one window. */
-    struct pending {
-        struct tcp_peer *p;
-        struct slice *head, *tail;
-        uint64_t bytes;
-        uint32_t nslices;
-        int opcode; /* -1 once mixed */
-    } pend[8];
+    struct pending pend[MAX_PENDING];
     int npend = 0;
     for (size_t i = 0; i < n; i++) {
         const struct tent_xfer *x = &reqs[i];
@@ -932,7 +1368,7 @@ static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
                                   sizeof(addr_buf)) &&
                     *addr_buf;
         struct tcp_peer *p = NULL;
-        struct slice *head, *tail;
+        struct slice *head = NULL;
         uint32_t cnt = 0;
         int rc = TENT_OK;
         if (x->slot >= sb->base.capacity)
@@ -944,14 +1380,14 @@ static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
                                 x->target->name);
         if (!rc) {
             pthread_mutex_lock(&t->lock);
-            rc = t->accepting ? peer_get_locked(t, addr_buf, &p)
+            rc = t->accepting ? peer_get_locked(t, x->target, addr_buf, &p)
                               : tent_set_error(TENT_ESHUTDOWN,
                                                "tcp: transport is shutting "
                                                "down");
             pthread_mutex_unlock(&t->lock);
         }
         if (!rc)
-            rc = make_slices(t, sb, x, &head, &tail, &cnt);
+            rc = make_slices(t, sb, x, &head, &cnt);
         if (rc) {
             tent_xres_fail(&res[i], rc, 0);
             if (!first)
@@ -965,36 +1401,19 @@ static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
         k->peer = p;
         atomic_store(&k->remaining, cnt);
         atomic_fetch_add(&t->inflight, cnt);
-        int j = 0;
-        while (j < npend && pend[j].p != p)
-            j++;
-        if (j == npend && npend == 8) {
-            enqueue(p, head, tail, cnt, x->length);
-            continue;
+        while (head) {
+            struct slice *s = head;
+            head = s->next;
+            /* with avoid 0 a rail set always answers (a paused rail when
+             * every rail is paused) */
+            s->rail = tent_rail_pick(p->rs, s->len, 0, &s->tk);
+            if (s->rail < 0)
+                s->rail = 0;
+            pend_add(pend, &npend, p->rails[s->rail], s);
         }
-        if (j == npend) {
-            pend[npend].p = p;
-            pend[npend].head = head;
-            pend[npend].bytes = 0;
-            pend[npend].nslices = 0;
-            pend[npend].opcode = x->opcode;
-            pend[npend++].tail = tail;
-        } else {
-            pend[j].tail->next = head;
-            pend[j].tail = tail;
-            if (pend[j].opcode != x->opcode)
-                pend[j].opcode = -1;
-        }
-        pend[j].bytes += x->length;
-        pend[j].nslices += cnt;
     }
-    for (int j = 0; j < npend; j++) {
-        struct pending *q = &pend[j];
-        if (q->opcode >= 0 && q->bytes <= INLINE_BYTES &&
-            q->nslices <= WINDOW_SLICES && run_lent(q->p, q->head))
-            continue;
-        enqueue(q->p, q->head, q->tail, q->nslices, q->bytes);
-    }
+    for (int j = 0; j < npend; j++)
+        pend_flush(&pend[j]);
     return first;
 }
 
@@ -1009,7 +1428,7 @@ static int tcp_status(TENT_UNUSED struct tent_transport *t,
     struct tcp_task *k = &sb->tasks[slot];
     memset(out, 0, sizeof(*out));
     if (atomic_load(&k->remaining) > 0 && k->peer) {
-        lend_progress(k->peer);
+        peer_progress(k->peer);
         if (atomic_load(&k->remaining) > 0) {
             out->state = TENT_XFER_PENDING;
             return TENT_OK;

@@ -1,0 +1,105 @@
+/* Mooncake's engine arguments -- a local server name, a metadata connection
+ * string and Mooncake's environment variables -- turned into the
+ * configuration of one tent engine, and that engine started.  One
+ * translation for both Mooncake surfaces: the classic C API
+ * (createTransferEngine) and Python's mooncake.engine (initialize).
+ *
+ * Depends only on the public API (tent/transfer_engine.h) and libc: the
+ * Python extension, which links libtent's public symbols only, compiles
+ * this file too. */
+#ifndef TENT_CLASSIC_SETTINGS_H
+#define TENT_CLASSIC_SETTINGS_H
+
+#include "tent/transfer_engine.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* The transports a Mooncake protocol can map to. */
+enum classic_kind {
+    CLASSIC_TCP,
+    CLASSIC_SHM,
+    CLASSIC_MEMFABRIC,
+    CLASSIC_NKINDS,
+};
+
+/* Their tent names ("tcp", "shm", "memfabric"). */
+extern const char *const classic_kind_names[CLASSIC_NKINDS];
+
+/* What transports/<kind>/enable is staged as. */
+enum classic_enable {
+    CLASSIC_KEEP, /* not staged: MC_TENT_CONF, else the engine's default */
+    CLASSIC_ON,
+    CLASSIC_OFF,
+};
+
+/* Mooncake's RPC port range (MC_MIN_RPC_PORT, MC_MAX_RPC_PORT). */
+#define CLASSIC_RPC_PORT_MIN 15000
+#define CLASSIC_RPC_PORT_MAX 17000
+
+/* Mooncake's local server name: "host", "host:port", "[v6]", "[v6]:port"
+ * or a bare IPv6 address, each optionally followed by Ascend's
+ * ":npu_<id>". */
+struct classic_name {
+    char host[256]; /* "" when the name has none */
+    unsigned port;  /* 0 when has_port is false */
+    bool has_port;
+    int npu; /* -1 = no ":npu_<id>" */
+};
+
+/* 0, or -1 when s is not such a name (or too long). */
+int classic_parse_name(const char *s, struct classic_name *out);
+
+/* One tent engine's configuration, as tent_set_config keys. */
+struct classic_settings {
+    char meta_type[8];        /* metadata_type: p2p, etcd, redis, http */
+    char meta_servers[1024];  /* metadata_servers; "" with p2p */
+    char host[256];           /* rpc_server_hostname */
+    unsigned port;            /* rpc_server_port; 0 = from the range */
+    unsigned port_min;        /* rpc_server_port_range with port 0; */
+    unsigned port_max;        /*   0, 0 = an ephemeral port */
+    char segment_name[256];   /* local_segment_name; "" = <host>:<port> */
+    int npu;                  /* transports/memfabric/device_id, -1 = keep */
+    bool force_tcp;           /* MC_FORCE_TCP is set */
+    char redis_password[256]; /* metadata_password (MC_REDIS_PASSWORD) */
+    int redis_db;             /* metadata_db (MC_REDIS_DB_INDEX), -1 = keep */
+    enum classic_enable xport[CLASSIC_NKINDS];
+};
+
+/* The arguments, and what the caller calls them in its messages. */
+struct classic_args {
+    const char *conn;       /* "P2PHANDSHAKE", "etcd://...", "host:port" */
+    const char *local;      /* the local server name */
+    const char *ip;         /* ip_or_host_name; NULL or "" = none */
+    const char *conn_label; /* "metadata_conn_string", "metadata_server" */
+    const char *local_label;
+    const char *ip_label;
+};
+
+/* A warning for the caller's log (a variable ignored, a default used). */
+typedef void (*classic_warn_fn)(void *ctx, const char *msg);
+
+/* Fills *out from the arguments and Mooncake's environment variables
+ * (MC_TCP_BIND_ADDRESS, MC_LEGACY_RPC_PORT_BINDING, MC_MIN_RPC_PORT,
+ * MC_MAX_RPC_PORT, MC_FORCE_TCP, MC_REDIS_PASSWORD, MC_REDIS_DB_INDEX),
+ * with Mooncake's choice of address and port.  Every transport is
+ * CLASSIC_KEEP except with MC_FORCE_TCP (tcp on, the others off); the
+ * caller turns on what its protocol asks.  0, or -1 with the reason in
+ * err (naming the argument by its label) and *out untouched. */
+int classic_settings_parse(const struct classic_args *args,
+                           struct classic_settings *out, classic_warn_fn warn,
+                           void *warn_ctx, char *err, size_t err_len);
+
+/* Creates the tent engine of *set: its keys are staged with
+ * tent_set_config in a thread of its own (staging is per thread, so they
+ * reach this engine only, on top of MC_TENT_CONF, which the library
+ * reads).  Blocks until the engine runs or failed; NULL with the reason in
+ * why.  The engine's threads have SIGINT and SIGTERM blocked. */
+tent_engine_t classic_settings_start(const struct classic_settings *set,
+                                     char *why, size_t why_len);
+
+/* "host:port", "[v6]:port" for an IPv6 host; snprintf's result. */
+int classic_format_hostport(char *buf, size_t len, const char *host,
+                            unsigned port);
+
+#endif

@@ -1,0 +1,499 @@
+#include "sched/rails.h"
+
+#include "common/clock.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_NICS 64
+/* The shortest slice time is forgotten after this long (a path's delay
+ * changes). */
+#define MIN_LAT_WINDOW_NS (10ull * 1000000000ull)
+
+enum { RAIL_UP, RAIL_PAUSED, RAIL_PROBING };
+
+struct rail_state {
+    struct tent_rail r;
+    uint64_t inflight;
+    double ewma;        /* bytes/s */
+    double lo, hi;      /* clamp of ewma */
+    uint64_t delivered; /* bytes completed, ever */
+    uint64_t min_lat_ns, min_lat_at_ns;
+    int state;
+    uint64_t paused_until_ns;
+    int backoff_ms;
+    uint64_t bytes_total, failures, probes;
+};
+
+struct tent_railset {
+    struct tent_sched *s;
+    struct tent_railset *next, *prev;
+    char owner[16];
+    char peer[256];
+    struct tent_sched_params p;
+    pthread_mutex_t lock;
+    size_t n;
+    uint64_t picks;
+    unsigned rr;
+    uint64_t rng;
+    struct rail_state rails[TENT_MAX_RAILS];
+};
+
+struct nic_entry {
+    char name[TENT_NIC_NAME_MAX];
+    double bw; /* the initial estimate, for a NIC without rails */
+};
+
+struct tent_sched {
+    pthread_mutex_t lock; /* guards sets and nics; before any set's lock */
+    struct tent_railset *sets;
+    struct nic_entry nics[MAX_NICS];
+    size_t nnics;
+};
+
+int tent_sched_params_load(const struct tent_config *cfg, const char *prefix,
+                           struct tent_sched_params *out)
+{
+    char k[160];
+    int64_t v;
+    int rc;
+#define KEY(name) (snprintf(k, sizeof(k), "%s/%s", prefix, name), k)
+    rc = tent_config_get_bool(cfg, KEY("enable_smart_scheduling"), true,
+                              &out->smart);
+    if (!rc)
+        rc = tent_config_get_double_range(cfg, KEY("bandwidth_learning_rate"),
+                                          0.01, 0.0, 1.0, &out->learning_rate);
+    if (!rc && !(rc = tent_config_get_int_range(cfg, KEY("rail_probe_every"),
+                                                100, 0, 1000000, &v)))
+        out->probe_every = (int)v;
+    if (!rc)
+        rc = tent_config_get_double_range(cfg, KEY("rail_min_share"), 0.25,
+                                          0.0, 1.0, &out->min_share);
+    if (!rc && !(rc = tent_config_get_int_range(cfg, KEY("rail_backoff_ms"),
+                                                100, 1, 600000, &v)))
+        out->backoff_min_ms = (int)v;
+    if (!rc && !(rc = tent_config_get_int_range(cfg, KEY("rail_backoff_max_ms"),
+                                                1000, 1, 3600000, &v)))
+        out->backoff_max_ms = (int)v;
+    double gbps = 10.0;
+    if (!rc)
+        rc = tent_config_get_double_range(cfg, KEY("default_bandwidth_gbps"),
+                                          10.0, 0.001, 100000.0, &gbps);
+    out->default_bw = gbps * 1e9 / 8;
+    if (!rc)
+        rc = tent_config_get_double_range(
+            cfg, KEY("ewma_min_bandwidth_multiplier"), 0.001, 0.0, 1.0,
+            &out->ewma_min_mult);
+    if (!rc)
+        rc = tent_config_get_double_range(
+            cfg, KEY("ewma_max_bandwidth_multiplier"), 10.0, 1.0, 1e6,
+            &out->ewma_max_mult);
+#undef KEY
+    if (!rc && out->backoff_max_ms < out->backoff_min_ms)
+        rc = tent_set_error(TENT_ECONFIG,
+                            "config key '%s/rail_backoff_max_ms' (%d) is "
+                            "below rail_backoff_ms (%d)",
+                            prefix, out->backoff_max_ms, out->backoff_min_ms);
+    return rc;
+}
+
+struct tent_sched *tent_sched_new(void)
+{
+    struct tent_sched *s = calloc(1, sizeof(*s));
+    if (s)
+        pthread_mutex_init(&s->lock, NULL);
+    return s;
+}
+
+void tent_sched_free(struct tent_sched *s)
+{
+    if (!s)
+        return;
+    if (s->sets) {
+        /* an abandoned transport's threads may still use them */
+        LOG_WARN("sched: rail sets still open: the scheduler is kept");
+        return;
+    }
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+/* Caller holds s->lock. */
+static void nic_note(struct tent_sched *s, const char *name, double bw)
+{
+    for (size_t i = 0; i < s->nnics; i++)
+        if (strcmp(s->nics[i].name, name) == 0)
+            return;
+    if (s->nnics == MAX_NICS)
+        return;
+    snprintf(s->nics[s->nnics].name, sizeof(s->nics[0].name), "%s", name);
+    s->nics[s->nnics++].bw = bw;
+}
+
+static const char *nic_label(const struct tent_rail *r)
+{
+    return r->local_nic[0] ? r->local_nic : "default";
+}
+
+int tent_railset_new(struct tent_sched *s, const struct tent_sched_params *p,
+                     const char *owner, const char *peer,
+                     const struct tent_rail *rails, size_t n,
+                     struct tent_railset **out)
+{
+    if (!s || !p || !rails || n == 0 || n > TENT_MAX_RAILS)
+        return tent_set_error(TENT_EINVAL,
+                              "sched: a rail set needs 1..%d rails (got %zu)",
+                              TENT_MAX_RAILS, n);
+    struct tent_railset *rs = calloc(1, sizeof(*rs));
+    if (!rs)
+        return tent_set_error(TENT_ENOMEM, "sched: out of memory");
+    rs->s = s;
+    rs->p = *p;
+    snprintf(rs->owner, sizeof(rs->owner), "%s", owner ? owner : "");
+    snprintf(rs->peer, sizeof(rs->peer), "%s", peer ? peer : "");
+    rs->n = n;
+    rs->rng = (uint64_t)(uintptr_t)rs ^ tent_now_ns() ^ 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < n; i++) {
+        struct rail_state *x = &rs->rails[i];
+        x->r = rails[i];
+        double bw = rails[i].link_bw > 0 ? rails[i].link_bw : p->default_bw;
+        x->ewma = bw;
+        x->lo = bw * p->ewma_min_mult;
+        x->hi = bw * p->ewma_max_mult;
+        x->backoff_ms = p->backoff_min_ms;
+        x->state = RAIL_UP;
+    }
+    pthread_mutex_init(&rs->lock, NULL);
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < n; i++)
+        nic_note(s, nic_label(&rails[i]),
+                 rails[i].link_bw > 0 ? rails[i].link_bw : p->default_bw);
+    rs->next = s->sets;
+    if (s->sets)
+        s->sets->prev = rs;
+    s->sets = rs;
+    pthread_mutex_unlock(&s->lock);
+    *out = rs;
+    return TENT_OK;
+}
+
+void tent_railset_free(struct tent_railset *rs)
+{
+    if (!rs)
+        return;
+    struct tent_sched *s = rs->s;
+    pthread_mutex_lock(&s->lock);
+    if (rs->prev)
+        rs->prev->next = rs->next;
+    else
+        s->sets = rs->next;
+    if (rs->next)
+        rs->next->prev = rs->prev;
+    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_destroy(&rs->lock);
+    free(rs);
+}
+
+size_t tent_railset_count(const struct tent_railset *rs)
+{
+    return rs->n;
+}
+
+const struct tent_rail *tent_railset_rail(const struct tent_railset *rs,
+                                          size_t i)
+{
+    return i < rs->n ? &rs->rails[i].r : NULL;
+}
+
+static uint64_t next_rand(struct tent_railset *rs)
+{
+    uint64_t x = rs->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    rs->rng = x;
+    return x;
+}
+
+int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, uint32_t avoid,
+                   struct tent_rail_ticket *tk)
+{
+    uint64_t now = tent_now_ns();
+    pthread_mutex_lock(&rs->lock);
+    int pick = -1;
+    rs->picks++;
+    /* A paused rail whose back-off ran out gets this slice as its probe. */
+    for (size_t i = 0; i < rs->n && pick < 0; i++) {
+        struct rail_state *x = &rs->rails[i];
+        if (!(avoid & (1u << i)) && x->state == RAIL_PAUSED &&
+            now >= x->paused_until_ns) {
+            x->state = RAIL_PROBING;
+            x->probes++;
+            pick = (int)i;
+        }
+    }
+    bool probe = rs->p.probe_every > 0 && rs->n > 1 &&
+                 rs->picks % (uint64_t)rs->p.probe_every == 0;
+    if (pick < 0 && (probe || !rs->p.smart)) {
+        /* round robin over the rails that are up */
+        for (size_t k = 0; k < rs->n && pick < 0; k++) {
+            size_t i = (rs->rr + k) % rs->n;
+            if (!(avoid & (1u << i)) && rs->rails[i].state == RAIL_UP)
+                pick = (int)i;
+        }
+        if (pick >= 0) {
+            rs->rr = (unsigned)(pick + 1);
+            if (probe)
+                rs->rails[pick].probes++;
+        }
+    }
+    if (pick < 0) {
+        double best_bw = 0;
+        for (size_t i = 0; i < rs->n; i++)
+            if (!(avoid & (1u << i)) && rs->rails[i].state == RAIL_UP &&
+                rs->rails[i].ewma > best_bw)
+                best_bw = rs->rails[i].ewma;
+        double best = 0;
+        for (size_t i = 0; i < rs->n; i++) {
+            struct rail_state *x = &rs->rails[i];
+            if ((avoid & (1u << i)) || x->state != RAIL_UP ||
+                x->ewma < rs->p.min_share * best_bw)
+                continue;
+            /* a jitter far below any real difference breaks ties */
+            double t = ((double)(x->inflight + bytes) / x->ewma) *
+                       (1.0 + (double)(next_rand(rs) & 0xffff) * 1e-12);
+            if (pick < 0 || t < best) {
+                best = t;
+                pick = (int)i;
+            }
+        }
+    }
+    if (pick < 0 && avoid == 0) {
+        /* every rail paused: new work still goes somewhere, to the one
+         * whose pause ends first (it stays paused until a slice works) */
+        for (size_t i = 0; i < rs->n; i++)
+            if (pick < 0 || rs->rails[i].paused_until_ns <
+                                rs->rails[pick].paused_until_ns)
+                pick = (int)i;
+    }
+    if (pick >= 0) {
+        rs->rails[pick].inflight += bytes;
+        tk->start_ns = now;
+        tk->delivered = rs->rails[pick].delivered;
+    }
+    pthread_mutex_unlock(&rs->lock);
+    return pick;
+}
+
+void tent_rail_complete(struct tent_railset *rs, int i, uint64_t bytes,
+                        const struct tent_rail_ticket *tk)
+{
+    if (i < 0 || (size_t)i >= rs->n)
+        return;
+    uint64_t now = tent_now_ns();
+    pthread_mutex_lock(&rs->lock);
+    struct rail_state *x = &rs->rails[i];
+    x->inflight = x->inflight > bytes ? x->inflight - bytes : 0;
+    x->bytes_total += bytes;
+    if (x->state != RAIL_UP) {
+        if (x->state == RAIL_PROBING)
+            LOG_INFO("sched: %s rail %s -> %s/%s:%u is back", rs->owner,
+                     nic_label(&x->r), rs->peer, x->r.peer_host,
+                     (unsigned)x->r.peer_port);
+        x->state = RAIL_UP;
+        x->backoff_ms = rs->p.backoff_min_ms;
+    }
+    x->delivered += bytes;
+    uint64_t lat = now > tk->start_ns ? now - tk->start_ns : 1;
+    if (!x->min_lat_ns || lat < x->min_lat_ns ||
+        now - x->min_lat_at_ns > MIN_LAT_WINDOW_NS) {
+        x->min_lat_ns = lat;
+        x->min_lat_at_ns = now;
+    }
+    /* delivery rate over the slice's life: everything the rail completed
+     * since it was picked */
+    uint64_t moved = x->delivered - tk->delivered;
+    double sample = (double)moved * 1e9 / (double)lat;
+    double a = rs->p.learning_rate;
+    double e = a * x->ewma + (1.0 - a) * sample;
+    x->ewma = e < x->lo ? x->lo : e > x->hi ? x->hi : e;
+    pthread_mutex_unlock(&rs->lock);
+}
+
+void tent_rail_fail(struct tent_railset *rs, int i, uint64_t bytes)
+{
+    if (i < 0 || (size_t)i >= rs->n)
+        return;
+    uint64_t now = tent_now_ns();
+    pthread_mutex_lock(&rs->lock);
+    struct rail_state *x = &rs->rails[i];
+    x->inflight = x->inflight > bytes ? x->inflight - bytes : 0;
+    x->failures++;
+    if (x->state != RAIL_PAUSED) {
+        /* a failed probe doubles the back-off; a rail that was up starts
+         * at the shortest one */
+        if (x->state == RAIL_PROBING) {
+            x->backoff_ms *= 2;
+            if (x->backoff_ms > rs->p.backoff_max_ms)
+                x->backoff_ms = rs->p.backoff_max_ms;
+        } else {
+            LOG_WARN("sched: %s rail %s -> %s/%s:%u failed; paused, probed "
+                     "again in %d ms",
+                     rs->owner, nic_label(&x->r), rs->peer, x->r.peer_host,
+                     (unsigned)x->r.peer_port, x->backoff_ms);
+        }
+        x->state = RAIL_PAUSED;
+        x->paused_until_ns = now + (uint64_t)x->backoff_ms * 1000000ull;
+    }
+    pthread_mutex_unlock(&rs->lock);
+}
+
+void tent_rail_release(struct tent_railset *rs, int i, uint64_t bytes)
+{
+    if (i < 0 || (size_t)i >= rs->n)
+        return;
+    pthread_mutex_lock(&rs->lock);
+    struct rail_state *x = &rs->rails[i];
+    x->inflight = x->inflight > bytes ? x->inflight - bytes : 0;
+    pthread_mutex_unlock(&rs->lock);
+}
+
+bool tent_rail_usable(struct tent_railset *rs, int i)
+{
+    if (i < 0 || (size_t)i >= rs->n)
+        return false;
+    pthread_mutex_lock(&rs->lock);
+    bool up = rs->rails[i].state != RAIL_PAUSED;
+    pthread_mutex_unlock(&rs->lock);
+    return up;
+}
+
+bool tent_rail_may_take(struct tent_railset *rs, int i)
+{
+    if (i < 0 || (size_t)i >= rs->n)
+        return false;
+    pthread_mutex_lock(&rs->lock);
+    double best = 0;
+    for (size_t k = 0; k < rs->n; k++)
+        if (rs->rails[k].state == RAIL_UP && rs->rails[k].ewma > best)
+            best = rs->rails[k].ewma;
+    const struct rail_state *x = &rs->rails[i];
+    bool ok = x->state == RAIL_UP && x->ewma >= rs->p.min_share * best;
+    pthread_mutex_unlock(&rs->lock);
+    return ok;
+}
+
+void tent_rail_move(struct tent_railset *rs, int from, int to, uint64_t bytes,
+                    struct tent_rail_ticket *tk)
+{
+    if (from < 0 || (size_t)from >= rs->n || to < 0 || (size_t)to >= rs->n)
+        return;
+    pthread_mutex_lock(&rs->lock);
+    struct rail_state *a = &rs->rails[from], *b = &rs->rails[to];
+    a->inflight = a->inflight > bytes ? a->inflight - bytes : 0;
+    b->inflight += bytes;
+    tk->start_ns = tent_now_ns();
+    tk->delivered = b->delivered;
+    pthread_mutex_unlock(&rs->lock);
+}
+
+bool tent_railset_any_usable(struct tent_railset *rs)
+{
+    uint64_t now = tent_now_ns();
+    pthread_mutex_lock(&rs->lock);
+    bool any = false;
+    for (size_t i = 0; i < rs->n && !any; i++)
+        any = rs->rails[i].state != RAIL_PAUSED ||
+              now >= rs->rails[i].paused_until_ns;
+    pthread_mutex_unlock(&rs->lock);
+    return any;
+}
+
+uint64_t tent_rail_bdp(struct tent_railset *rs, int i, uint64_t floor)
+{
+    if (i < 0 || (size_t)i >= rs->n)
+        return floor;
+    pthread_mutex_lock(&rs->lock);
+    const struct rail_state *x = &rs->rails[i];
+    double bdp = x->ewma * (double)x->min_lat_ns / 1e9;
+    pthread_mutex_unlock(&rs->lock);
+    return bdp > (double)floor ? (uint64_t)bdp : floor;
+}
+
+size_t tent_sched_nic_loads(struct tent_sched *s, struct tent_nic_load *out,
+                            size_t max)
+{
+    if (!s)
+        return 0;
+    pthread_mutex_lock(&s->lock);
+    size_t n = s->nnics;
+    for (size_t k = 0; k < n && k < max; k++) {
+        snprintf(out[k].name, sizeof(out[k].name), "%s", s->nics[k].name);
+        out[k].inflight_bytes = 0;
+        out[k].ewma_bps = 0;
+        bool any = false;
+        for (struct tent_railset *rs = s->sets; rs; rs = rs->next) {
+            pthread_mutex_lock(&rs->lock);
+            for (size_t i = 0; i < rs->n; i++) {
+                const struct rail_state *x = &rs->rails[i];
+                if (strcmp(nic_label(&x->r), s->nics[k].name) != 0)
+                    continue;
+                out[k].inflight_bytes += x->inflight;
+                /* one NIC's rails to several peers share it: the NIC
+                 * delivers as much as its fastest rail does */
+                if (x->ewma > out[k].ewma_bps)
+                    out[k].ewma_bps = x->ewma;
+                any = true;
+            }
+            pthread_mutex_unlock(&rs->lock);
+        }
+        if (!any)
+            out[k].ewma_bps = s->nics[k].bw;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return n;
+}
+
+void tent_sched_note_nic(struct tent_sched *s, const char *name, double bw)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->lock);
+    nic_note(s, name, bw);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void tent_sched_foreach_rail(struct tent_sched *s,
+                             void (*fn)(void *arg,
+                                        const struct tent_rail_load *r),
+                             void *arg)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->lock);
+    for (struct tent_railset *rs = s->sets; rs; rs = rs->next) {
+        pthread_mutex_lock(&rs->lock);
+        for (size_t i = 0; i < rs->n; i++) {
+            const struct rail_state *x = &rs->rails[i];
+            struct tent_rail_load l;
+            snprintf(l.owner, sizeof(l.owner), "%s", rs->owner);
+            snprintf(l.local_nic, sizeof(l.local_nic), "%s", nic_label(&x->r));
+            snprintf(l.peer, sizeof(l.peer), "%s/%s", rs->peer,
+                     x->r.peer_nic[0] ? x->r.peer_nic : x->r.peer_host);
+            l.inflight_bytes = x->inflight;
+            l.ewma_bps = x->ewma;
+            l.bytes_total = x->bytes_total;
+            l.failures_total = x->failures;
+            l.probes_total = x->probes;
+            l.paused = x->state == RAIL_PAUSED;
+            fn(arg, &l);
+        }
+        pthread_mutex_unlock(&rs->lock);
+    }
+    pthread_mutex_unlock(&s->lock);
+}

@@ -1,0 +1,165 @@
+/* Rails: the paths between this engine and a peer, and which one each slice
+ * of a transfer takes.
+ *
+ * A transport that serves NICs (tcp today) builds one rail per usable
+ * (local NIC, peer NIC) pair of a peer — the peer publishes its NICs, the
+ * kernel's routes say which pairs work — and asks its rail set, slice by
+ * slice, where to send.  The answer is TENT's slice spraying: the rail with
+ * the least predicted completion time, (in-flight bytes + slice) / EWMA
+ * bandwidth, with one pick in probe_every going round robin so every rail
+ * keeps a fresh estimate.  A rail much slower than the best (below
+ * min_share of its bandwidth) gets probe slices only.  A rail whose slice
+ * failed is paused and probed back with exponential back-off; a probe that
+ * succeeds brings it back.
+ *
+ * The policy lives here, below the runtime and the transports, so every
+ * transport with more than one path inherits it; the engine owns one
+ * tent_sched (handed to transports in their environment), which also keeps
+ * the per-NIC figures of tent_get_nic_load_stats and the per-rail metrics.
+ *
+ * Bandwidth is measured as delivery rate: when a slice completes, the
+ * bytes the rail completed since the slice was picked (its own included)
+ * over the time since then -- so slices that finish in a bunch on parallel
+ * connections do not read as a burst of speed -- folded into the EWMA with
+ * TENT's rule ewma = a * ewma + (1 - a) * sample, a =
+ * bandwidth_learning_rate (0: the newest sample only; 1: never learn).
+ *
+ * Thread safety: every call may come from any thread; a rail set has one
+ * lock, taken for a few hundred nanoseconds per pick and completion (a set
+ * of one rail skips it when picking). */
+#ifndef TENT_SCHED_RAILS_H
+#define TENT_SCHED_RAILS_H
+
+#include "net/nics.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct tent_config;
+
+#define TENT_MAX_RAILS 16
+
+/* Scheduling parameters, per transport (transports/<name>/<key>). */
+struct tent_sched_params {
+    bool smart;                /* enable_smart_scheduling (false: round robin) */
+    double learning_rate;      /* bandwidth_learning_rate */
+    int probe_every;           /* rail_probe_every: picks per probe pick */
+    double min_share;          /* rail_min_share */
+    int backoff_min_ms;        /* rail_backoff_ms */
+    int backoff_max_ms;        /* rail_backoff_max_ms */
+    double default_bw;         /* bytes/s when the link speed is unknown */
+    double ewma_min_mult;      /* ewma_min_bandwidth_multiplier */
+    double ewma_max_mult;      /* ewma_max_bandwidth_multiplier */
+};
+
+/* Reads the parameters under prefix ("transports/tcp"); defaults for the
+ * keys that are absent.  TENT_ECONFIG (message naming the key) for a value
+ * out of range. */
+int tent_sched_params_load(const struct tent_config *cfg, const char *prefix,
+                           struct tent_sched_params *out);
+
+/* One path: from a local NIC (its address bound, "" = the kernel's
+ * choice) to a peer NIC's host:port. */
+struct tent_rail {
+    char local_nic[TENT_NIC_NAME_MAX]; /* "" = the kernel's choice */
+    char local_addr[TENT_NIC_ADDR_MAX];
+    char peer_nic[TENT_NIC_NAME_MAX];
+    char peer_host[TENT_NIC_ADDR_MAX];
+    uint16_t peer_port;
+    double link_bw; /* bytes/s of the slower NIC when known, else 0 */
+};
+
+struct tent_sched;
+struct tent_railset;
+
+/* The engine's scheduler (NULL on allocation failure). */
+struct tent_sched *tent_sched_new(void);
+/* Frees s once every rail set is freed; with sets still open (an abandoned
+ * transport's) it is kept, and says so. */
+void tent_sched_free(struct tent_sched *s);
+
+/* A rail set of n (1..TENT_MAX_RAILS) rails towards peer for transport
+ * owner ("tcp"); p is copied. */
+int tent_railset_new(struct tent_sched *s, const struct tent_sched_params *p,
+                     const char *owner, const char *peer,
+                     const struct tent_rail *rails, size_t n,
+                     struct tent_railset **out);
+void tent_railset_free(struct tent_railset *rs);
+size_t tent_railset_count(const struct tent_railset *rs);
+const struct tent_rail *tent_railset_rail(const struct tent_railset *rs,
+                                          size_t i);
+
+/* What a pick hands the slice, for its completion's sample. */
+struct tent_rail_ticket {
+    uint64_t start_ns;  /* when it was picked */
+    uint64_t delivered; /* the rail's completed bytes then */
+};
+
+/* Picks the rail for a slice of bytes, avoiding the rails of mask avoid
+ * (bit i = rail i; a retry avoids the rails it failed on), and counts the
+ * bytes in flight there.  The rail index, or -1 when every rail not avoided
+ * is paused (nothing counted); with avoid 0 always a rail (when all are
+ * paused, the one whose pause ends first). */
+int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, uint32_t avoid,
+                   struct tent_rail_ticket *tk);
+/* The slice of bytes picked on rail i (with ticket tk) completed. */
+void tent_rail_complete(struct tent_railset *rs, int i, uint64_t bytes,
+                        const struct tent_rail_ticket *tk);
+/* It failed on rail i for a reason of the path (connection lost, no answer
+ * in time): the rail is paused (a peer's refusal is not a rail failure:
+ * complete it). */
+void tent_rail_fail(struct tent_railset *rs, int i, uint64_t bytes);
+/* It leaves rail i without an outcome (moved to another rail unsent). */
+void tent_rail_release(struct tent_railset *rs, int i, uint64_t bytes);
+/* Whether rail i takes slices now (not paused). */
+bool tent_rail_usable(struct tent_railset *rs, int i);
+/* Whether rail i may take more work than the picks gave it (a slice queued
+ * on a busier rail): it is up and not too slow to get normal picks. */
+bool tent_rail_may_take(struct tent_railset *rs, int i);
+/* A slice of bytes moves from rail from, where it waited unsent, to rail
+ * to: counted there with a fresh ticket. */
+void tent_rail_move(struct tent_railset *rs, int from, int to, uint64_t bytes,
+                    struct tent_rail_ticket *tk);
+/* Bytes to keep in flight on rail i to fill it without queueing: its
+ * bandwidth times the shortest slice time seen lately, at least floor. */
+uint64_t tent_rail_bdp(struct tent_railset *rs, int i, uint64_t floor);
+/* Whether some rail of the set is usable. */
+bool tent_railset_any_usable(struct tent_railset *rs);
+
+/* Lists a NIC a transport serves (bw: bytes/s, 0 = unknown), so that the
+ * NIC stats show it before any rail uses it. */
+void tent_sched_note_nic(struct tent_sched *s, const char *name, double bw);
+
+/* Per NIC (local), what tent_get_nic_load_stats reports: the bytes in
+ * flight on its rails and the EWMA bandwidth of its fastest rail (its
+ * estimate before any rail was used). */
+struct tent_nic_load {
+    char name[64];
+    uint64_t inflight_bytes;
+    double ewma_bps; /* bytes per second */
+};
+/* Fills up to max entries; returns how many NICs there are. */
+size_t tent_sched_nic_loads(struct tent_sched *s, struct tent_nic_load *out,
+                            size_t max);
+
+/* Per rail, for the metrics. */
+struct tent_rail_load {
+    char owner[16];
+    char local_nic[TENT_NIC_NAME_MAX];
+    char peer[300]; /* "<peer segment>/<peer nic>" */
+    uint64_t inflight_bytes;
+    double ewma_bps;
+    uint64_t bytes_total;
+    uint64_t failures_total;
+    uint64_t probes_total;
+    bool paused;
+};
+/* Calls fn for every rail of every set, under the scheduler's lock (fn must
+ * not call back into the scheduler). */
+void tent_sched_foreach_rail(struct tent_sched *s,
+                             void (*fn)(void *arg,
+                                        const struct tent_rail_load *r),
+                             void *arg);
+
+#endif

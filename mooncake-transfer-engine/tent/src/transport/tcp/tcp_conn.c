@@ -1,0 +1,298 @@
+/* tcp transport: the state machine that moves one window of slices on one
+ * connection.  Sockets are non-blocking; every wait has a deadline:
+ * timeout_ms for sending the whole window, then timeout_ms for each answer,
+ * however slowly its bytes trickle in; with stall_ms set, also no more than
+ * stall_ms without a byte moving. */
+#include "transport/tcp/tcp_conn.h"
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "rpc/rpc.h"
+#include "tent/transfer_engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+struct tcp_conn *tcp_conn_new(void)
+{
+    struct tcp_conn *c = calloc(1, sizeof(*c));
+    if (c) {
+        c->fd = -1;
+        c->nb = (struct tent_net_inbuf){.b = c->inb, .cap = sizeof(c->inb)};
+    }
+    return c;
+}
+
+void tcp_conn_close(struct tcp_conn *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    c->nb.pos = c->nb.len = 0; /* nothing carries over connections */
+}
+
+/* Between windows nothing is due from the server, so anything readable
+ * means it closed the connection (its idle timeout, or an eviction). */
+bool tcp_conn_closed_while_idle(struct tcp_conn *c)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+    return poll(&p, 1, 0) > 0;
+}
+
+int tcp_conn_open(struct tcp_conn *c, const char *host, uint16_t port,
+                  const char *src, int timeout_ms, int *native)
+{
+    int fd;
+    int rc = tent_rpc_connect_from(host, port, src, timeout_ms, &fd);
+    if (rc) {
+        *native = errno;
+        return rc;
+    }
+    uint64_t token = 0;
+    while (token == 0)
+        if (getrandom(&token, sizeof(token), 0) != (ssize_t)sizeof(token))
+            token = (tent_now_ns() << 16) ^ (uint64_t)(uintptr_t)c;
+    c->token = token;
+    c->hello_due = true;
+    c->hello_wait = false;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+        *native = errno;
+        close(fd);
+        return tent_set_error(TENT_EPEER, "tcp: fcntl(O_NONBLOCK) failed: %s",
+                              strerror(*native));
+    }
+    c->fd = fd;
+    c->nb.pos = c->nb.len = 0;
+    return TENT_OK;
+}
+
+static void note_progress(struct tcp_conn *c)
+{
+    long long now = tent_now_ms();
+    c->progress_ms = now;
+    if (c->path_progress_ms)
+        atomic_store_explicit(c->path_progress_ms, now, memory_order_relaxed);
+}
+
+void tcp_conn_window(struct tcp_conn *c, struct slice **w, int n,
+                     int timeout_ms)
+{
+    int k = 0;
+    if (c->hello_due) {
+        tent_wire_encode_hdr(c->hello, TENT_WIRE_HELLO, TCP_HELLO_SEQ,
+                             TENT_WIRE_TOKEN_LEN);
+        tent_wire_encode_token(c->hello + TENT_WIRE_HDR_LEN, c->token);
+        c->iov[k].iov_base = c->hello;
+        c->iov[k++].iov_len = sizeof(c->hello);
+        c->hello_due = false;
+        c->hello_wait = true;
+    }
+    for (int i = 0; i < n; i++) {
+        struct slice *s = w[i];
+        bool wr = s->opcode == OPCODE_WRITE;
+        c->w[i] = s;
+        tent_wire_encode_hdr(c->hdrs[i], wr ? TENT_WIRE_WRITE : TENT_WIRE_READ,
+                             (uint32_t)i, TENT_WIRE_RW_LEN + (wr ? s->len : 0));
+        tent_wire_encode_rw(c->hdrs[i] + TENT_WIRE_HDR_LEN, s->remote, s->len);
+        c->first_iov[i] = k;
+        c->iov[k].iov_base = c->hdrs[i];
+        c->iov[k++].iov_len = sizeof(c->hdrs[i]);
+        if (wr) {
+            c->iov[k].iov_base = s->local;
+            c->iov[k++].iov_len = s->len;
+        }
+    }
+    c->n = n;
+    c->iov_at = 0;
+    c->iov_n = k;
+    c->ri = 0;
+    c->rh_got = 0;
+    c->rdata = 0;
+    c->rdata_len = 0;
+    c->deadline = tent_now_ms() + timeout_ms;
+    c->progress_ms = tent_now_ms();
+}
+
+bool tcp_conn_unsent(const struct tcp_conn *c, int i)
+{
+    int f = c->first_iov[i];
+    return c->iov_at < f ||
+           (c->iov_at == f && c->iov[f].iov_base == (void *)c->hdrs[i]);
+}
+
+/* The answer to the HELLO, whole in rh: a bare success. */
+static int hello_answer(struct tcp_conn *c)
+{
+    struct tent_wire_hdr hdr;
+    int32_t st = 0;
+    int rc = tent_wire_decode_hdr(c->rh, TENT_WIRE_HDR_LEN, &hdr);
+    if (!rc && (hdr.type != TENT_WIRE_RESP || hdr.seq != TCP_HELLO_SEQ ||
+                hdr.len != TENT_WIRE_RESP_LEN))
+        rc = tent_set_error(TENT_EPROTO,
+                            "tcp: unexpected answer type %u seq %u to the "
+                            "connection's hello",
+                            hdr.type, hdr.seq);
+    if (!rc)
+        rc = tent_wire_decode_resp(c->rh + TENT_WIRE_HDR_LEN,
+                                   TENT_WIRE_RESP_LEN, &st);
+    if (!rc && st)
+        rc = tent_set_error(TENT_EPROTO, "tcp: the peer refused the "
+                                         "connection's hello: %s",
+                            tent_strerror(st));
+    return rc;
+}
+
+/* Parses the header of answer ri once it is whole; the data it carries
+ * must be what the slice asked for. */
+static int answer_header(struct tcp_conn *c)
+{
+    struct slice *s = c->w[c->ri];
+    struct tent_wire_hdr hdr;
+    int rc = tent_wire_decode_hdr(c->rh, TENT_WIRE_HDR_LEN, &hdr);
+    if (!rc && (hdr.type != TENT_WIRE_RESP || hdr.seq != (uint32_t)c->ri ||
+                hdr.len < TENT_WIRE_RESP_LEN))
+        rc =
+            tent_set_error(TENT_EPROTO, "tcp: unexpected answer type %u seq %u",
+                           hdr.type, hdr.seq);
+    if (!rc)
+        rc = tent_wire_decode_resp(c->rh + TENT_WIRE_HDR_LEN,
+                                   TENT_WIRE_RESP_LEN, &c->status[c->ri]);
+    if (rc)
+        return rc;
+    uint32_t data = hdr.len - TENT_WIRE_RESP_LEN;
+    bool rd_ok = s->opcode == OPCODE_READ && c->status[c->ri] == 0;
+    if (data != (rd_ok ? s->len : 0))
+        return tent_set_error(TENT_EPROTO,
+                              "tcp: answer carries %u bytes, expected %u", data,
+                              rd_ok ? s->len : 0);
+    c->rdata_len = data;
+    return TENT_OK;
+}
+
+/* A socket call's failure in TENT's terms. */
+static int io_fail(int neg, const char *what, const char *addr, int *native)
+{
+    *native = -neg;
+    if (neg == -ECONNRESET)
+        return tent_set_error(TENT_EPEER, "tcp: peer %s closed the connection",
+                              addr);
+    return tent_set_error(TENT_EPEER, "tcp: %s %s failed: %s", what, addr,
+                          strerror(-neg));
+}
+
+int tcp_conn_step(struct tcp_conn *c, const char *addr, bool block,
+                  int timeout_ms, int *native)
+{
+    *native = 0;
+    for (;;) {
+        short want = 0;
+        if (c->iov_at < c->iov_n) {
+            int at = c->iov_at;
+            size_t left = c->iov[at].iov_len;
+            int r = tent_net_sendv_some(c->fd, c->iov, c->iov_n, &c->iov_at);
+            if (c->iov_at != at || c->iov[at].iov_len != left)
+                note_progress(c);
+            if (r == -EAGAIN)
+                want = POLLOUT;
+            else if (r)
+                return io_fail(r, "send to", addr, native);
+            else /* sent: each answer now gets timeout_ms */
+                c->deadline = tent_now_ms() + timeout_ms;
+        }
+        while (!want && c->ri < c->n) {
+            struct slice *s = c->w[c->ri];
+            long r;
+            if (c->rh_got < sizeof(c->rh)) {
+                r = tent_net_inbuf_read_some(c->fd, &c->nb, c->rh + c->rh_got,
+                                             sizeof(c->rh) - c->rh_got,
+                                             SIZE_MAX);
+                if (r > 0) {
+                    note_progress(c);
+                    c->rh_got += (size_t)r;
+                    if (c->rh_got == sizeof(c->rh) && c->hello_wait) {
+                        if ((r = hello_answer(c)))
+                            return (int)r;
+                        c->hello_wait = false;
+                        c->rh_got = 0;
+                        continue;
+                    }
+                    if (c->rh_got == sizeof(c->rh) && (r = answer_header(c)))
+                        return (int)r;
+                    if (c->rh_got < sizeof(c->rh) || c->rdata_len)
+                        continue;
+                }
+            } else {
+                r = tent_net_inbuf_read_some(c->fd, &c->nb, s->local + c->rdata,
+                                             c->rdata_len - c->rdata,
+                                             DIRECT_MIN);
+                if (r > 0) {
+                    note_progress(c);
+                    c->rdata += (uint32_t)r;
+                    if (c->rdata < c->rdata_len)
+                        continue;
+                }
+            }
+            if (r == -EAGAIN) {
+                want = POLLIN;
+                break;
+            }
+            if (r < 0)
+                return io_fail((int)r, "receive from", addr, native);
+            /* answer ri is whole; the next one gets timeout_ms */
+            c->ri++;
+            c->rh_got = 0;
+            c->rdata = 0;
+            c->rdata_len = 0;
+            c->deadline = tent_now_ms() + timeout_ms;
+        }
+        if (!want)
+            return 1;
+        long long now = tent_now_ms();
+        if (now >= c->deadline) {
+            *native = ETIMEDOUT;
+            return tent_set_error(TENT_ETIMEDOUT,
+                                  "tcp: peer %s: no %s within %d ms", addr,
+                                  want == POLLOUT ? "progress sending the "
+                                                    "window"
+                                                  : "answer",
+                                  timeout_ms);
+        }
+        long long until = c->deadline;
+        if (c->stall_ms > 0) {
+            long long last = c->progress_ms;
+            if (c->path_progress_ms) {
+                long long p = atomic_load_explicit(c->path_progress_ms,
+                                                   memory_order_relaxed);
+                if (p > last)
+                    last = p;
+            }
+            if (now - last >= c->stall_ms) {
+                *native = ETIMEDOUT;
+                return tent_set_error(TENT_ETIMEDOUT,
+                                      "tcp: peer %s: no byte moved on the "
+                                      "path for %d ms",
+                                      addr, c->stall_ms);
+            }
+            if (last + c->stall_ms < until)
+                until = last + c->stall_ms;
+        }
+        if (!block)
+            return 0;
+        struct pollfd pf = {.fd = c->fd, .events = want};
+        long long left = until - now;
+        if (poll(&pf, 1, left > INT_MAX ? INT_MAX : (int)left) < 0 &&
+            errno != EINTR) {
+            *native = errno;
+            return tent_set_error(TENT_EPEER, "tcp: poll failed: %s",
+                                  strerror(errno));
+        }
+    }
+}
