@@ -188,6 +188,8 @@ TENT_API void tent_set_config(const char *key, const char *value);
 /* ---- engine ----------------------------------------------------------- */
 TENT_API tent_engine_t tent_create_engine(void);
 TENT_API void tent_destroy_engine(tent_engine_t engine);
+/** 1 when the engine has a transport for memory segments installed (the
+ *  file transports io_uring and bufio alone do not count), else 0. */
 TENT_API int tent_available(tent_engine_t engine);
 TENT_API int tent_segment_name(tent_engine_t engine, char *buf, size_t buf_len);
 TENT_API int tent_rpc_server_addr_port(tent_engine_t engine, char *addr_buf,
