@@ -4,7 +4,8 @@
 # Scenarios: flags, loopback <xport>, metrics <xport>, mix <xport>, json <xport>,
 # mainjob <expected default xport>, loglevel <xport>, corrupt <xport>,
 # corrupt_read <xport>,
-# range <xport>, target <xport>, auto <xport used>, unreachable.
+# range <xport>, target <xport>, auto <xport used>, unreachable,
+# file <io_uring|bufio>.
 set -u
 
 TEBENCH=$1
@@ -293,6 +294,44 @@ unreachable)
     [ "$RC" -ne 0 ] || fail "unreachable target exited 0"
     [ $(((end - start) / 1000000)) -lt 6000 ] || fail "took more than 5 s"
     grep -q "127.0.0.1:1" "$ERR" || fail "error does not name the target"
+    ;;
+file)
+    # a file segment: tebench creates the file with data, every byte of a
+    # read/write mix checked; then a corrupted byte in the file is noticed;
+    # then --baseline runs fio on the same file (when fio is installed)
+    F=$WORK/kv.bin
+    run 0 --target_seg_name="file://$F" --xport_type="$XPORT" \
+        --total_buffer_size=8M --block_size=4096,65536 --batch_size=8 \
+        --op_type=mix --check_consistency --duration=0.5 --warmup=0.1
+    check_table 2 "$XPORT"
+    [ "$(stat -c %s "$F")" -eq $((8 << 20)) ] || fail "file not created"
+    run 0 --target_seg_name="file://$F" --xport_type="$XPORT" \
+        --total_buffer_size=8M --op_type=write_seed --check_consistency \
+        --block_size=65536 --batch_size=4 --duration=0.2 --warmup=0
+    printf 'X' | dd of="$F" bs=1 seek=123457 conv=notrunc status=none
+    run 3 --target_seg_name="file://$F" --xport_type="$XPORT" \
+        --total_buffer_size=8M --op_type=read_verify --block_size=65536 \
+        --batch_size=4 --duration=0.2 --warmup=0
+    grep -q "offset 123457" "$ERR" || fail "the corrupted offset is not named"
+    run 1 --target_seg_name="file://$WORK" --xport_type="$XPORT" --duration=0.2
+    grep -q "is a directory" "$ERR" || fail "a directory target is not refused by name"
+    if command -v fio >/dev/null; then
+        run 0 --target_seg_name="file://$F" --xport_type="$XPORT" \
+            --total_buffer_size=8M --block_size=65536 --batch_size=8 \
+            --op_type=read --json --baseline --duration=0.5 --warmup=0.1
+        python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+assert len(rows) == 1, rows
+r = rows[0]
+assert r["transport"] == sys.argv[2] and r["bw_gbps"] > 0, r
+assert r["fio_gbps"] > 0, r
+assert abs(r["ratio_fio"] - r["bw_gbps"] / r["fio_gbps"]) < 1e-3, r
+assert "memcpy_gbps" not in r, r
+' "$OUT" "$XPORT" || fail "file --baseline JSON rows malformed"
+    else
+        echo "fio not installed: the --baseline part is not checked" >&2
+    fi
     ;;
 *)
     fail "unknown scenario"
