@@ -432,6 +432,21 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
     set.xport[kind] = CLASSIC_ON;
     if (kind != CLASSIC_TCP)
         set.xport[CLASSIC_TCP] = CLASSIC_OFF;
+    /* device_name: the NICs tcp serves; the other transports have none */
+    if (kind == CLASSIC_TCP) {
+        if (classic_settings_devices(&set, device, warn_python, NULL, msg,
+                                     sizeof(msg)) != 0) {
+            set_last(self, "initialize: %s", msg);
+            return -1;
+        }
+    } else if (device[0]) {
+        char w[1400];
+        snprintf(w, sizeof(w),
+                 "device_name '%.1024s' is not used: protocol '%s' runs "
+                 "transport %s, which has no NICs to choose",
+                 device, proto_in, proto);
+        log_to_python("warning", w);
+    }
     tent_engine_t e;
     Py_BEGIN_ALLOW_THREADS;
     e = classic_settings_start(&set, msg, sizeof(msg));
@@ -468,7 +483,6 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
         if (v > 0)
             self->timeout_s = v;
     }
-    (void)device; /* NIC names: no NIC-bound transport in this build */
     self->core.eng = e;
     if (note[0])
         log_to_python(note_is_warning ? "warning" : "info", note);
