@@ -551,11 +551,20 @@ static int wait_released(struct tentpy_core *c, tent_batch_id_t bid,
         if (st.status == STATUS_FAILED || st.status == STATUS_CANCELED ||
             st.status == STATUS_TIMEOUT || st.status == STATUS_INVALID) {
             /* The first failed task names the cause. */
-            *err = rc ? rc : TENT_EIO;
             res = TENTPY_RUN_FAILED;
-            snprintf(msg, msg_len, "%s",
-                     rc ? tent_last_error()
-                        : "a task of the batch failed (see the engine log)");
+            if (!tentpy_batch_cause(c->eng, bid, err, msg, msg_len)) {
+                *err = rc ? rc : TENT_EIO;
+                if (rc)
+                    snprintf(msg, msg_len, "%s", tent_last_error());
+                else
+                    snprintf(msg, msg_len, "the batch ended %s",
+                             st.status == STATUS_FAILED
+                                 ? "failed (no cause recorded)"
+                             : st.status == STATUS_CANCELED ? "cancelled"
+                             : st.status == STATUS_TIMEOUT
+                                 ? "in a timeout"
+                                 : "with an invalid task");
+            }
             break;
         }
         if (rc == TENT_ENOBATCH || rc == TENT_ENULL) {
@@ -608,6 +617,39 @@ static int wait_released(struct tentpy_core *c, tent_batch_id_t bid,
     if (frc == TENT_EBUSY)
         park(c, bid);
     return res;
+}
+
+bool tentpy_batch_cause(tent_engine_t eng, tent_batch_id_t bid, int *code,
+                        char *msg, size_t msg_len)
+{
+    char first[768];
+    size_t first_task = 0, failed = 0;
+    int first_code = TENT_OK, first_native = 0;
+    for (size_t i = 0;; i++) {
+        int c = TENT_OK, native = 0;
+        char m[768];
+        if (tent_task_error(eng, bid, i, &c, &native, m, sizeof(m)) != TENT_OK)
+            break; /* past the last task (or the batch is gone) */
+        if (c == TENT_OK)
+            continue;
+        if (failed++ == 0) {
+            first_task = i;
+            first_code = c;
+            first_native = native;
+            memcpy(first, m, sizeof(m));
+        }
+    }
+    if (!failed)
+        return false;
+    char more[48] = "", nat[40] = "";
+    if (failed > 1)
+        snprintf(more, sizeof(more), " (and %zu more)", failed - 1);
+    if (first_native)
+        snprintf(nat, sizeof(nat), " (native error %d)", first_native);
+    snprintf(msg, msg_len, "task %zu%s: %s%s", first_task, more,
+             first[0] ? first : "failed", nat);
+    *code = first_code;
+    return true;
 }
 
 int tentpy_run(struct tentpy_core *c, tent_request_t *reqs, size_t n,

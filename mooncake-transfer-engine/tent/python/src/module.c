@@ -28,7 +28,7 @@ PyObject *tentpy_exc_base, *tentpy_exc_inval, *tentpy_exc_notreg,
 static PyObject *exc_rdma, *exc_cuda;
 
 PyTypeObject *tentpy_TransferStatus, *tentpy_SegmentInfoBuffer,
-    *tentpy_SegmentInfo;
+    *tentpy_SegmentInfo, *tentpy_TaskError;
 PyObject *tentpy_Notification, *tentpy_TransferNotify;
 
 static PyObject *exc_for(int code)
@@ -96,6 +96,15 @@ static PyStructSequence_Field seg_fields[] = {
     {NULL, NULL}};
 static PyStructSequence_Desc seg_desc = {
     "tent.SegmentInfo", "A segment's registered buffers.", seg_fields, 2};
+
+static PyStructSequence_Field task_error_fields[] = {
+    {"code", "TENT_E* cause (negative; 0 when the task has not failed)"},
+    {"native", "the code it carried from below (errno, vendor code), or 0"},
+    {"message", "what failed, where it was first seen"},
+    {NULL, NULL}};
+static PyStructSequence_Desc task_error_desc = {
+    "tent.TaskError", "Why a task failed (tent_task_error).", task_error_fields,
+    3};
 
 static int add_exc(PyObject *m, PyObject **slot, const char *name,
                    PyObject *base)
@@ -183,7 +192,8 @@ PyMODINIT_FUNC PyInit__tent(void)
     if (add_type(m, &tentpy_TransferStatus, &status_desc, "TransferStatus") ||
         add_type(m, &tentpy_SegmentInfoBuffer, &buf_desc,
                  "SegmentInfoBuffer") ||
-        add_type(m, &tentpy_SegmentInfo, &seg_desc, "SegmentInfo"))
+        add_type(m, &tentpy_SegmentInfo, &seg_desc, "SegmentInfo") ||
+        add_type(m, &tentpy_TaskError, &task_error_desc, "TaskError"))
         goto fail;
     if (PyType_Ready(&tentpy_EngineType) < 0 ||
         PyType_Ready(&tentpy_MooncakeType) < 0)

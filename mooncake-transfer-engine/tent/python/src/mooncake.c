@@ -1582,18 +1582,28 @@ static PyObject *mc_check_status(MCObject *self, PyObject *const *args,
         res = -1;
     } else {
         tent_status_t st = {.status = -1};
-        int rc;
+        int rc, code = TENT_OK;
+        char why[768] = "";
         Py_BEGIN_ALLOW_THREADS;
         rc = tent_overall_status(self->core.eng, bid, &st);
+        if (st.status == STATUS_FAILED &&
+            !tentpy_batch_cause(self->core.eng, bid, &code, why, sizeof(why)) &&
+            rc) {
+            snprintf(why, sizeof(why), "%s", tent_last_error());
+            code = rc;
+        }
         if (st.status == STATUS_COMPLETED || st.status == STATUS_FAILED)
             tentpy_release_batch(&self->core, bid);
         Py_END_ALLOW_THREADS;
         if (st.status == STATUS_COMPLETED) {
             res = 1;
         } else if (st.status == STATUS_FAILED) {
-            set_last(self, "transfer_check_status: batch %llu failed%s%s",
-                     (unsigned long long)bid, rc ? ": " : "",
-                     rc ? tent_last_error() : "");
+            if (why[0])
+                set_last(self, "transfer_check_status: batch %llu: %s (%s)",
+                         (unsigned long long)bid, why, tent_strerror(code));
+            else
+                set_last(self, "transfer_check_status: batch %llu failed",
+                         (unsigned long long)bid);
             res = -1;
         } else if (tentpy_now() > deadline) {
             tentpy_release_batch(&self->core, bid);
@@ -1811,10 +1821,17 @@ static PyObject *mc_c_loop(MCObject *self, PyObject *args)
         tent_status_t st = {.status = STATUS_PENDING};
         while (rc == 0 && st.status == STATUS_PENDING)
             rc = tent_overall_status(self->core.eng, b, &st);
-        if (rc == 0 && st.status != STATUS_COMPLETED)
+        char why[768];
+        if (rc == 0 && st.status != STATUS_COMPLETED) {
             rc = TENT_EIO;
+            if (!tentpy_batch_cause(self->core.eng, b, &rc, why, sizeof(why)))
+                snprintf(why, sizeof(why), "the batch did not complete");
+        } else if (rc) {
+            snprintf(why, sizeof(why), "%s", tent_last_error());
+        }
         if (rc)
-            set_last(self, "_c_reference_loop: %s", tent_last_error());
+            set_last(self, "_c_reference_loop: %s (%s)", why,
+                     tent_strerror(rc));
         if (b)
             tent_free_batch(self->core.eng, b);
     }
@@ -1829,7 +1846,7 @@ static PyObject *mc_c_loop(MCObject *self, PyObject *args)
 
 /* These calls are not Mooncake's, so they raise instead of returning -1:
  * RuntimeError with tent_last_error()'s message (also in last_error()). */
-static PyObject *mc_metrics_fail(MCObject *self, int code, const char *fn)
+static PyObject *mc_ext_fail(MCObject *self, int code, const char *fn)
 {
     char msg[ERR_LEN];
     snprintf(msg, sizeof(msg), "%s: %s (%s)", fn, tent_last_error(),
@@ -1845,7 +1862,7 @@ static PyObject *mc_metrics_prometheus(MCObject *self,
     int code;
     PyObject *t = tentpy_metrics_text(&self->core, false, &code);
     if (!t && code)
-        return mc_metrics_fail(self, code, "metrics_prometheus");
+        return mc_ext_fail(self, code, "metrics_prometheus");
     return t;
 }
 
@@ -1854,7 +1871,7 @@ static PyObject *mc_metrics_json(MCObject *self, PyObject *unused TENTPY_UNUSED)
     int code;
     PyObject *t = tentpy_metrics_text(&self->core, true, &code);
     if (!t)
-        return code ? mc_metrics_fail(self, code, "metrics_json") : NULL;
+        return code ? mc_ext_fail(self, code, "metrics_json") : NULL;
     PyObject *d = tentpy_json_loads(t);
     Py_DECREF(t);
     return d;
@@ -1875,7 +1892,7 @@ static PyObject *mc_metrics_http_address(MCObject *self,
     if (rc == TENT_ENOTSUP)
         Py_RETURN_NONE;
     if (rc)
-        return mc_metrics_fail(self, rc, "metrics_http_address");
+        return mc_ext_fail(self, rc, "metrics_http_address");
     return Py_BuildValue("(si)", addr, (int)port);
 }
 

@@ -27,6 +27,7 @@ from ._tent import (  # noqa: F401
     RdmaError,
     RpcServiceError,
     SegmentInfoBuffer,
+    TaskError,
     TentException,
     TransferStatus,
     kWildcardLocation,
