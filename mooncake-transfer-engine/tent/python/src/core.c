@@ -730,6 +730,60 @@ PyObject *tentpy_metrics_text(struct tentpy_core *c, bool json, int *code)
     return out;
 }
 
+PyObject *tentpy_nic_load_stats(struct tentpy_core *c, int *code)
+{
+    *code = 0;
+    if (tentpy_enter(c) < 0)
+        return NULL;
+    size_t cap = 16, n = 0;
+    tent_nic_load_stat_t *st = NULL;
+    int rc = TENT_OK;
+    for (int round = 0; round < 8; round++) {
+        tent_nic_load_stat_t *ns = PyMem_Realloc(st, cap * sizeof(*st));
+        if (!ns) {
+            PyMem_Free(st);
+            tentpy_leave(c);
+            return PyErr_NoMemory();
+        }
+        st = ns;
+        n = cap;
+        Py_BEGIN_ALLOW_THREADS;
+        rc = tent_get_nic_load_stats(c->eng, st, &n);
+        Py_END_ALLOW_THREADS;
+        if (rc || n <= cap)
+            break;
+        cap = n + 4; /* NICs were added meanwhile: room for all, again */
+    }
+    tentpy_leave(c);
+    if (rc || n > cap) {
+        PyMem_Free(st);
+        *code = rc ? rc : TENT_EOVERFLOW;
+        return NULL;
+    }
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *o = PyStructSequence_New(tentpy_NicLoadStats);
+        if (o) {
+            const char *name = st[i].device_name;
+            size_t len = strnlen(name, sizeof(st[i].device_name));
+            PyStructSequence_SetItem(
+                o, 0, PyUnicode_DecodeUTF8(name, (Py_ssize_t)len, "replace"));
+            PyStructSequence_SetItem(
+                o, 1, PyLong_FromUnsignedLongLong(st[i].inflight_bytes));
+            PyStructSequence_SetItem(
+                o, 2, PyFloat_FromDouble(st[i].ewma_bandwidth_bps));
+        }
+        if (!o || PyErr_Occurred()) {
+            Py_XDECREF(o);
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, o);
+    }
+    PyMem_Free(st);
+    return list;
+}
+
 PyObject *tentpy_json_loads(PyObject *text)
 {
     PyObject *mod = PyImport_ImportModule("json");

@@ -1183,6 +1183,16 @@ static PyObject *engine_task_error(EngineObject *self, PyObject *args)
     return o;
 }
 
+static PyObject *engine_nic_load_stats(EngineObject *self,
+                                       PyObject *unused TENTPY_UNUSED)
+{
+    int code;
+    PyObject *l = tentpy_nic_load_stats(&self->core, &code);
+    if (!l && code)
+        return tentpy_raise(code, "get_nic_load_stats");
+    return l;
+}
+
 /* ---- metrics ------------------------------------------------------------ */
 
 static PyObject *engine_metrics_prometheus(EngineObject *self,
@@ -1291,6 +1301,10 @@ static PyMethodDef engine_methods[] = {
     {"task_error", (PyCFunction)engine_task_error, METH_VARARGS,
      "task_error(batch_id, task_id) -> TaskError(code, native, message): "
      "why the task failed; code 0 while it has not (not in TENT's module)."},
+    {"get_nic_load_stats", (PyCFunction)engine_nic_load_stats, METH_NOARGS,
+     "get_nic_load_stats() -> list of NicLoadStats(device_name, "
+     "inflight_bytes, ewma_bandwidth_bps), one per local NIC the transports "
+     "send through (TENT's getNicLoadStats)."},
     {"metrics_prometheus", (PyCFunction)engine_metrics_prometheus, METH_NOARGS,
      "metrics_prometheus() -> str: the metrics in Prometheus text format "
      "(what /metrics serves). Raises NotImplementedError when metrics are "

@@ -1842,7 +1842,7 @@ static PyObject *mc_c_loop(MCObject *self, PyObject *args)
     return PyFloat_FromDouble(dt);
 }
 
-/* ---- metrics (not in Mooncake) ----------------------------------------- */
+/* ---- metrics and NIC load (not in Mooncake) ---------------------------- */
 
 /* These calls are not Mooncake's, so they raise instead of returning -1:
  * RuntimeError with tent_last_error()'s message (also in last_error()). */
@@ -1875,6 +1875,16 @@ static PyObject *mc_metrics_json(MCObject *self, PyObject *unused TENTPY_UNUSED)
     PyObject *d = tentpy_json_loads(t);
     Py_DECREF(t);
     return d;
+}
+
+static PyObject *mc_nic_load_stats(MCObject *self,
+                                   PyObject *unused TENTPY_UNUSED)
+{
+    int code;
+    PyObject *l = tentpy_nic_load_stats(&self->core, &code);
+    if (!l && code)
+        return mc_ext_fail(self, code, "get_nic_load_stats");
+    return l;
 }
 
 static PyObject *mc_metrics_http_address(MCObject *self,
@@ -1952,6 +1962,10 @@ static PyMethodDef mc_methods[] = {
     {"metrics_http_address", (PyCFunction)mc_metrics_http_address, METH_NOARGS,
      "metrics_http_address() -> (host, port) of the metrics endpoint, or "
      "None when it is not running."},
+    {"get_nic_load_stats", (PyCFunction)mc_nic_load_stats, METH_NOARGS,
+     "get_nic_load_stats() -> list of tent.NicLoadStats(device_name, "
+     "inflight_bytes, ewma_bandwidth_bps) (Mooncake's C++ getNicLoadStats; "
+     "not in its Python module)."},
     {"last_error", (PyCFunction)mc_last_error, METH_NOARGS,
      "Message of this thread's last failed call on this engine."},
     {"close", (PyCFunction)mc_close, METH_NOARGS, NULL},

@@ -41,6 +41,7 @@ PyObject *tentpy_raise_msg(int code, const char *what, const char *msg);
 extern PyTypeObject *tentpy_TransferStatus;
 extern PyTypeObject *tentpy_SegmentInfoBuffer;
 extern PyTypeObject *tentpy_SegmentInfo;
+extern PyTypeObject *tentpy_NicLoadStats;
 extern PyTypeObject *tentpy_TaskError;
 /* Classes called with (name, msg) for received notifications; NULL: tuples */
 extern PyObject *tentpy_Notification;
@@ -250,6 +251,11 @@ void tentpy_sweep(struct tentpy_core *c);
  * to the TENT_E* code (no exception set) when the engine refused, or NULL
  * with an exception and *code 0 (closed engine, no memory). */
 PyObject *tentpy_metrics_text(struct tentpy_core *c, bool json, int *code);
+/* tent_get_nic_load_stats as a list of NicLoadStats, fetched with the GIL
+ * released.  Enters the call itself.  NULL with *code set (no exception)
+ * when the engine refused, or NULL with an exception and *code 0. */
+PyObject *tentpy_nic_load_stats(struct tentpy_core *c, int *code);
+
 /* json.loads(text): a new reference or NULL with an exception. */
 PyObject *tentpy_json_loads(PyObject *text);
 

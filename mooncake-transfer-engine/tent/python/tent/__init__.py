@@ -23,6 +23,7 @@ from ._tent import (  # noqa: F401
     InvalidArgumentError,
     InvalidEntryError,
     MetadataError,
+    NicLoadStats,
     NotImplementedError,
     RdmaError,
     RpcServiceError,
