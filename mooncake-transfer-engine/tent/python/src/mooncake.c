@@ -1758,7 +1758,8 @@ static PyObject *mc_topology(MCObject *self, PyObject *const *args,
         return tentpy_errorf(PyExc_ValueError,
                              "get_local_topology(): device_name contains a "
                              "NUL character");
-    /* Host memory only: no NIC-bound transport in this build. */
+    /* Host memory only: Mooncake's HCAs are RDMA devices, none here (the
+     * tcp transport's NICs are in get_nic_load_stats()). */
     cJSON *root = cJSON_CreateObject();
     cJSON *cpu = root ? cJSON_AddObjectToObject(root, "cpu:0") : NULL;
     cJSON *pref = cpu ? cJSON_AddArrayToObject(cpu, "preferred_hca") : NULL;
