@@ -279,8 +279,8 @@ static void *bulk_main(void *arg)
                 .opcode = o->op,
                 .source = sh->local + (uint64_t)ba->idx * span + i * o->block,
                 .target_id = sh->seg,
-                .target_offset = o->addr + (uint64_t)ba->idx * span +
-                                 i * o->block,
+                .target_offset =
+                    o->addr + (uint64_t)ba->idx * span + i * o->block,
                 .length = o->block,
                 .priority = o->prio};
         double t = now_s();
@@ -430,8 +430,7 @@ static int run_initiator(const struct opts *o)
     double window = o->seconds - o->after_ms / 1e3;
     printf("result gbps=%.4f tasks=%u failed=%u p50_us=%.0f p99_us=%.0f "
            "lat_n=%zu lat_p50_us=%.0f lat_p99_us=%.0f\n",
-           window > 0 ? (double)atomic_load(&sh.bytes_after) / window / 1e9
-                      : 0,
+           window > 0 ? (double)atomic_load(&sh.bytes_after) / window / 1e9 : 0,
            atomic_load(&sh.tasks_after), atomic_load(&sh.failed),
            pct(&sh.bulk_lat, 0.5), pct(&sh.bulk_lat, 0.99), sh.lat.n,
            pct(&sh.lat, 0.5), pct(&sh.lat, 0.99));

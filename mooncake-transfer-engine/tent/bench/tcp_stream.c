@@ -173,10 +173,9 @@ int main(int argc, char **argv)
         return serve(argv[2], argv[3]);
     if (argc < 5 || strcmp(argv[1], "run") != 0 ||
         (strcmp(argv[3], "write") && strcmp(argv[3], "read"))) {
-        fprintf(stderr,
-                "usage: tent_tcp_stream serve <host> <port>\n"
-                "       tent_tcp_stream run <seconds> <write|read> "
-                "<src>=<dst>:<port> ...\n");
+        fprintf(stderr, "usage: tent_tcp_stream serve <host> <port>\n"
+                        "       tent_tcp_stream run <seconds> <write|read> "
+                        "<src>=<dst>:<port> ...\n");
         return 2;
     }
     int n = argc - 4;

@@ -38,6 +38,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 __builtin_trap();
             break;
         }
+        case TENT_WIRE_HELLO:
+        case TENT_WIRE_FENCE: {
+            uint64_t tok;
+            if (tent_wire_decode_token(b, avail, &tok) == 0 && tok == 0)
+                __builtin_trap();
+            break;
+        }
         case TENT_WIRE_DESC_RESP: {
             static struct tent_wire_desc d;
             if (tent_wire_decode_desc((const char *)b, avail, &d) == 0)

@@ -551,11 +551,20 @@ static int wait_released(struct tentpy_core *c, tent_batch_id_t bid,
         if (st.status == STATUS_FAILED || st.status == STATUS_CANCELED ||
             st.status == STATUS_TIMEOUT || st.status == STATUS_INVALID) {
             /* The first failed task names the cause. */
-            *err = rc ? rc : TENT_EIO;
             res = TENTPY_RUN_FAILED;
-            snprintf(msg, msg_len, "%s",
-                     rc ? tent_last_error()
-                        : "a task of the batch failed (see the engine log)");
+            if (!tentpy_batch_cause(c->eng, bid, err, msg, msg_len)) {
+                *err = rc ? rc : TENT_EIO;
+                if (rc)
+                    snprintf(msg, msg_len, "%s", tent_last_error());
+                else
+                    snprintf(msg, msg_len, "the batch ended %s",
+                             st.status == STATUS_FAILED
+                                 ? "failed (no cause recorded)"
+                             : st.status == STATUS_CANCELED ? "cancelled"
+                             : st.status == STATUS_TIMEOUT
+                                 ? "in a timeout"
+                                 : "with an invalid task");
+            }
             break;
         }
         if (rc == TENT_ENOBATCH || rc == TENT_ENULL) {
@@ -608,6 +617,39 @@ static int wait_released(struct tentpy_core *c, tent_batch_id_t bid,
     if (frc == TENT_EBUSY)
         park(c, bid);
     return res;
+}
+
+bool tentpy_batch_cause(tent_engine_t eng, tent_batch_id_t bid, int *code,
+                        char *msg, size_t msg_len)
+{
+    char first[768];
+    size_t first_task = 0, failed = 0;
+    int first_code = TENT_OK, first_native = 0;
+    for (size_t i = 0;; i++) {
+        int c = TENT_OK, native = 0;
+        char m[768];
+        if (tent_task_error(eng, bid, i, &c, &native, m, sizeof(m)) != TENT_OK)
+            break; /* past the last task (or the batch is gone) */
+        if (c == TENT_OK)
+            continue;
+        if (failed++ == 0) {
+            first_task = i;
+            first_code = c;
+            first_native = native;
+            memcpy(first, m, sizeof(m));
+        }
+    }
+    if (!failed)
+        return false;
+    char more[48] = "", nat[40] = "";
+    if (failed > 1)
+        snprintf(more, sizeof(more), " (and %zu more)", failed - 1);
+    if (first_native)
+        snprintf(nat, sizeof(nat), " (native error %d)", first_native);
+    snprintf(msg, msg_len, "task %zu%s: %s%s", first_task, more,
+             first[0] ? first : "failed", nat);
+    *code = first_code;
+    return true;
 }
 
 int tentpy_run(struct tentpy_core *c, tent_request_t *reqs, size_t n,
@@ -686,6 +728,60 @@ PyObject *tentpy_metrics_text(struct tentpy_core *c, bool json, int *code)
     free(buf);
     tentpy_leave(c);
     return out;
+}
+
+PyObject *tentpy_nic_load_stats(struct tentpy_core *c, int *code)
+{
+    *code = 0;
+    if (tentpy_enter(c) < 0)
+        return NULL;
+    size_t cap = 16, n = 0;
+    tent_nic_load_stat_t *st = NULL;
+    int rc = TENT_OK;
+    for (int round = 0; round < 8; round++) {
+        tent_nic_load_stat_t *ns = PyMem_Realloc(st, cap * sizeof(*st));
+        if (!ns) {
+            PyMem_Free(st);
+            tentpy_leave(c);
+            return PyErr_NoMemory();
+        }
+        st = ns;
+        n = cap;
+        Py_BEGIN_ALLOW_THREADS;
+        rc = tent_get_nic_load_stats(c->eng, st, &n);
+        Py_END_ALLOW_THREADS;
+        if (rc || n <= cap)
+            break;
+        cap = n + 4; /* NICs were added meanwhile: room for all, again */
+    }
+    tentpy_leave(c);
+    if (rc || n > cap) {
+        PyMem_Free(st);
+        *code = rc ? rc : TENT_EOVERFLOW;
+        return NULL;
+    }
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list && i < n; i++) {
+        PyObject *o = PyStructSequence_New(tentpy_NicLoadStats);
+        if (o) {
+            const char *name = st[i].device_name;
+            size_t len = strnlen(name, sizeof(st[i].device_name));
+            PyStructSequence_SetItem(
+                o, 0, PyUnicode_DecodeUTF8(name, (Py_ssize_t)len, "replace"));
+            PyStructSequence_SetItem(
+                o, 1, PyLong_FromUnsignedLongLong(st[i].inflight_bytes));
+            PyStructSequence_SetItem(
+                o, 2, PyFloat_FromDouble(st[i].ewma_bandwidth_bps));
+        }
+        if (!o || PyErr_Occurred()) {
+            Py_XDECREF(o);
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, o);
+    }
+    PyMem_Free(st);
+    return list;
 }
 
 PyObject *tentpy_json_loads(PyObject *text)

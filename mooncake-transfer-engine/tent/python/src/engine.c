@@ -1149,6 +1149,50 @@ static PyObject *engine_status_list(EngineObject *self, PyObject *arg)
     return list;
 }
 
+/* Why a task failed: TaskError(code, native, message), code 0 (and an
+ * empty message) while it has not.  Not in TENT's module, which has no
+ * task causes; TENT's C API has tent_task_error. */
+static PyObject *engine_task_error(EngineObject *self, PyObject *args)
+{
+    PyObject *b_o, *t_o;
+    uint64_t b, t;
+    if (!PyArg_ParseTuple(args, "OO:task_error", &b_o, &t_o) ||
+        u64_arg(b_o, "task_error", &b) < 0 ||
+        u64_arg(t_o, "task_error", &t) < 0)
+        return NULL;
+    ENTER(self);
+    int rc, code = TENT_OK, native = 0;
+    char msg[1024];
+    msg[0] = '\0';
+    CALL_RELEASED(rc, tent_task_error(self->core.eng, b, (size_t)t, &code,
+                                      &native, msg, sizeof(msg)));
+    LEAVE(self);
+    if (rc)
+        return tentpy_raise(rc, "task_error");
+    PyObject *o = PyStructSequence_New(tentpy_TaskError);
+    if (!o)
+        return NULL;
+    PyStructSequence_SetItem(o, 0, PyLong_FromLong(code));
+    PyStructSequence_SetItem(o, 1, PyLong_FromLong(native));
+    PyStructSequence_SetItem(
+        o, 2, PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace"));
+    if (PyErr_Occurred()) {
+        Py_DECREF(o);
+        return NULL;
+    }
+    return o;
+}
+
+static PyObject *engine_nic_load_stats(EngineObject *self,
+                                       PyObject *unused TENTPY_UNUSED)
+{
+    int code;
+    PyObject *l = tentpy_nic_load_stats(&self->core, &code);
+    if (!l && code)
+        return tentpy_raise(code, "get_nic_load_stats");
+    return l;
+}
+
 /* ---- metrics ------------------------------------------------------------ */
 
 static PyObject *engine_metrics_prometheus(EngineObject *self,
@@ -1254,6 +1298,13 @@ static PyMethodDef engine_methods[] = {
     {"get_transfer_status_list", (PyCFunction)engine_status_list, METH_O, NULL},
     {"get_transfer_status_overall", (PyCFunction)engine_status_overall, METH_O,
      NULL},
+    {"task_error", (PyCFunction)engine_task_error, METH_VARARGS,
+     "task_error(batch_id, task_id) -> TaskError(code, native, message): "
+     "why the task failed; code 0 while it has not (not in TENT's module)."},
+    {"get_nic_load_stats", (PyCFunction)engine_nic_load_stats, METH_NOARGS,
+     "get_nic_load_stats() -> list of NicLoadStats(device_name, "
+     "inflight_bytes, ewma_bandwidth_bps), one per local NIC the transports "
+     "send through (TENT's getNicLoadStats)."},
     {"metrics_prometheus", (PyCFunction)engine_metrics_prometheus, METH_NOARGS,
      "metrics_prometheus() -> str: the metrics in Prometheus text format "
      "(what /metrics serves). Raises NotImplementedError when metrics are "

@@ -28,7 +28,7 @@ PyObject *tentpy_exc_base, *tentpy_exc_inval, *tentpy_exc_notreg,
 static PyObject *exc_rdma, *exc_cuda;
 
 PyTypeObject *tentpy_TransferStatus, *tentpy_SegmentInfoBuffer,
-    *tentpy_SegmentInfo;
+    *tentpy_SegmentInfo, *tentpy_NicLoadStats, *tentpy_TaskError;
 PyObject *tentpy_Notification, *tentpy_TransferNotify;
 
 static PyObject *exc_for(int code)
@@ -96,6 +96,26 @@ static PyStructSequence_Field seg_fields[] = {
     {NULL, NULL}};
 static PyStructSequence_Desc seg_desc = {
     "tent.SegmentInfo", "A segment's registered buffers.", seg_fields, 2};
+
+static PyStructSequence_Field nic_fields[] = {
+    {"device_name", "the local NIC (interface name)"},
+    {"inflight_bytes", "bytes of slices in flight on its rails"},
+    {"ewma_bandwidth_bps",
+     "its EWMA bandwidth estimate, bytes per second (its link speed, or the "
+     "transport's default, before any transfer)"},
+    {NULL, NULL}};
+static PyStructSequence_Desc nic_desc = {
+    "tent.NicLoadStats", "Load of one local NIC (TENT's NicLoadStats).",
+    nic_fields, 3};
+
+static PyStructSequence_Field task_error_fields[] = {
+    {"code", "TENT_E* cause (negative; 0 when the task has not failed)"},
+    {"native", "the code it carried from below (errno, vendor code), or 0"},
+    {"message", "what failed, where it was first seen"},
+    {NULL, NULL}};
+static PyStructSequence_Desc task_error_desc = {
+    "tent.TaskError", "Why a task failed (tent_task_error).", task_error_fields,
+    3};
 
 static int add_exc(PyObject *m, PyObject **slot, const char *name,
                    PyObject *base)
@@ -183,7 +203,9 @@ PyMODINIT_FUNC PyInit__tent(void)
     if (add_type(m, &tentpy_TransferStatus, &status_desc, "TransferStatus") ||
         add_type(m, &tentpy_SegmentInfoBuffer, &buf_desc,
                  "SegmentInfoBuffer") ||
-        add_type(m, &tentpy_SegmentInfo, &seg_desc, "SegmentInfo"))
+        add_type(m, &tentpy_SegmentInfo, &seg_desc, "SegmentInfo") ||
+        add_type(m, &tentpy_NicLoadStats, &nic_desc, "NicLoadStats") ||
+        add_type(m, &tentpy_TaskError, &task_error_desc, "TaskError"))
         goto fail;
     if (PyType_Ready(&tentpy_EngineType) < 0 ||
         PyType_Ready(&tentpy_MooncakeType) < 0)

@@ -432,6 +432,21 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
     set.xport[kind] = CLASSIC_ON;
     if (kind != CLASSIC_TCP)
         set.xport[CLASSIC_TCP] = CLASSIC_OFF;
+    /* device_name: the NICs tcp serves; the other transports have none */
+    if (kind == CLASSIC_TCP) {
+        if (classic_settings_devices(&set, device, warn_python, NULL, msg,
+                                     sizeof(msg)) != 0) {
+            set_last(self, "initialize: %s", msg);
+            return -1;
+        }
+    } else if (device[0]) {
+        char w[1400];
+        snprintf(w, sizeof(w),
+                 "device_name '%.1024s' is not used: protocol '%s' runs "
+                 "transport %s, which has no NICs to choose",
+                 device, proto_in, proto);
+        log_to_python("warning", w);
+    }
     tent_engine_t e;
     Py_BEGIN_ALLOW_THREADS;
     e = classic_settings_start(&set, msg, sizeof(msg));
@@ -468,7 +483,6 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
         if (v > 0)
             self->timeout_s = v;
     }
-    (void)device; /* NIC names: no NIC-bound transport in this build */
     self->core.eng = e;
     if (note[0])
         log_to_python(note_is_warning ? "warning" : "info", note);
@@ -1568,18 +1582,28 @@ static PyObject *mc_check_status(MCObject *self, PyObject *const *args,
         res = -1;
     } else {
         tent_status_t st = {.status = -1};
-        int rc;
+        int rc, code = TENT_OK;
+        char why[768] = "";
         Py_BEGIN_ALLOW_THREADS;
         rc = tent_overall_status(self->core.eng, bid, &st);
+        if (st.status == STATUS_FAILED &&
+            !tentpy_batch_cause(self->core.eng, bid, &code, why, sizeof(why)) &&
+            rc) {
+            snprintf(why, sizeof(why), "%s", tent_last_error());
+            code = rc;
+        }
         if (st.status == STATUS_COMPLETED || st.status == STATUS_FAILED)
             tentpy_release_batch(&self->core, bid);
         Py_END_ALLOW_THREADS;
         if (st.status == STATUS_COMPLETED) {
             res = 1;
         } else if (st.status == STATUS_FAILED) {
-            set_last(self, "transfer_check_status: batch %llu failed%s%s",
-                     (unsigned long long)bid, rc ? ": " : "",
-                     rc ? tent_last_error() : "");
+            if (why[0])
+                set_last(self, "transfer_check_status: batch %llu: %s (%s)",
+                         (unsigned long long)bid, why, tent_strerror(code));
+            else
+                set_last(self, "transfer_check_status: batch %llu failed",
+                         (unsigned long long)bid);
             res = -1;
         } else if (tentpy_now() > deadline) {
             tentpy_release_batch(&self->core, bid);
@@ -1734,7 +1758,8 @@ static PyObject *mc_topology(MCObject *self, PyObject *const *args,
         return tentpy_errorf(PyExc_ValueError,
                              "get_local_topology(): device_name contains a "
                              "NUL character");
-    /* Host memory only: no NIC-bound transport in this build. */
+    /* Host memory only: Mooncake's HCAs are RDMA devices, none here (the
+     * tcp transport's NICs are in get_nic_load_stats()). */
     cJSON *root = cJSON_CreateObject();
     cJSON *cpu = root ? cJSON_AddObjectToObject(root, "cpu:0") : NULL;
     cJSON *pref = cpu ? cJSON_AddArrayToObject(cpu, "preferred_hca") : NULL;
@@ -1797,10 +1822,17 @@ static PyObject *mc_c_loop(MCObject *self, PyObject *args)
         tent_status_t st = {.status = STATUS_PENDING};
         while (rc == 0 && st.status == STATUS_PENDING)
             rc = tent_overall_status(self->core.eng, b, &st);
-        if (rc == 0 && st.status != STATUS_COMPLETED)
+        char why[768];
+        if (rc == 0 && st.status != STATUS_COMPLETED) {
             rc = TENT_EIO;
+            if (!tentpy_batch_cause(self->core.eng, b, &rc, why, sizeof(why)))
+                snprintf(why, sizeof(why), "the batch did not complete");
+        } else if (rc) {
+            snprintf(why, sizeof(why), "%s", tent_last_error());
+        }
         if (rc)
-            set_last(self, "_c_reference_loop: %s", tent_last_error());
+            set_last(self, "_c_reference_loop: %s (%s)", why,
+                     tent_strerror(rc));
         if (b)
             tent_free_batch(self->core.eng, b);
     }
@@ -1811,11 +1843,11 @@ static PyObject *mc_c_loop(MCObject *self, PyObject *args)
     return PyFloat_FromDouble(dt);
 }
 
-/* ---- metrics (not in Mooncake) ----------------------------------------- */
+/* ---- metrics and NIC load (not in Mooncake) ---------------------------- */
 
 /* These calls are not Mooncake's, so they raise instead of returning -1:
  * RuntimeError with tent_last_error()'s message (also in last_error()). */
-static PyObject *mc_metrics_fail(MCObject *self, int code, const char *fn)
+static PyObject *mc_ext_fail(MCObject *self, int code, const char *fn)
 {
     char msg[ERR_LEN];
     snprintf(msg, sizeof(msg), "%s: %s (%s)", fn, tent_last_error(),
@@ -1831,7 +1863,7 @@ static PyObject *mc_metrics_prometheus(MCObject *self,
     int code;
     PyObject *t = tentpy_metrics_text(&self->core, false, &code);
     if (!t && code)
-        return mc_metrics_fail(self, code, "metrics_prometheus");
+        return mc_ext_fail(self, code, "metrics_prometheus");
     return t;
 }
 
@@ -1840,10 +1872,20 @@ static PyObject *mc_metrics_json(MCObject *self, PyObject *unused TENTPY_UNUSED)
     int code;
     PyObject *t = tentpy_metrics_text(&self->core, true, &code);
     if (!t)
-        return code ? mc_metrics_fail(self, code, "metrics_json") : NULL;
+        return code ? mc_ext_fail(self, code, "metrics_json") : NULL;
     PyObject *d = tentpy_json_loads(t);
     Py_DECREF(t);
     return d;
+}
+
+static PyObject *mc_nic_load_stats(MCObject *self,
+                                   PyObject *unused TENTPY_UNUSED)
+{
+    int code;
+    PyObject *l = tentpy_nic_load_stats(&self->core, &code);
+    if (!l && code)
+        return mc_ext_fail(self, code, "get_nic_load_stats");
+    return l;
 }
 
 static PyObject *mc_metrics_http_address(MCObject *self,
@@ -1861,7 +1903,7 @@ static PyObject *mc_metrics_http_address(MCObject *self,
     if (rc == TENT_ENOTSUP)
         Py_RETURN_NONE;
     if (rc)
-        return mc_metrics_fail(self, rc, "metrics_http_address");
+        return mc_ext_fail(self, rc, "metrics_http_address");
     return Py_BuildValue("(si)", addr, (int)port);
 }
 
@@ -1921,6 +1963,10 @@ static PyMethodDef mc_methods[] = {
     {"metrics_http_address", (PyCFunction)mc_metrics_http_address, METH_NOARGS,
      "metrics_http_address() -> (host, port) of the metrics endpoint, or "
      "None when it is not running."},
+    {"get_nic_load_stats", (PyCFunction)mc_nic_load_stats, METH_NOARGS,
+     "get_nic_load_stats() -> list of tent.NicLoadStats(device_name, "
+     "inflight_bytes, ewma_bandwidth_bps) (Mooncake's C++ getNicLoadStats; "
+     "not in its Python module)."},
     {"last_error", (PyCFunction)mc_last_error, METH_NOARGS,
      "Message of this thread's last failed call on this engine."},
     {"close", (PyCFunction)mc_close, METH_NOARGS, NULL},

@@ -41,6 +41,8 @@ PyObject *tentpy_raise_msg(int code, const char *what, const char *msg);
 extern PyTypeObject *tentpy_TransferStatus;
 extern PyTypeObject *tentpy_SegmentInfoBuffer;
 extern PyTypeObject *tentpy_SegmentInfo;
+extern PyTypeObject *tentpy_NicLoadStats;
+extern PyTypeObject *tentpy_TaskError;
 /* Classes called with (name, msg) for received notifications; NULL: tuples */
 extern PyObject *tentpy_Notification;
 extern PyObject *tentpy_TransferNotify;
@@ -206,6 +208,14 @@ int tentpy_reg_free(struct tentpy_core *c, uint64_t addr, uint64_t alloc_len);
 /* Notification records as a list of cls(name, msg) (tuples if NULL). */
 PyObject *tentpy_notifs_to_list(tent_notifi_info *info, PyObject *cls);
 
+/* Why a batch failed, from tent_task_error: the first failed task's cause
+ * as "task <i>[ (and <k> more)]: <message>[ (native error <n>)]", and its
+ * TENT_E* code in *code.  false (msg untouched) when no task of the batch
+ * has failed or the batch is unknown.  Calls C only: the GIL may be held
+ * or released. */
+bool tentpy_batch_cause(tent_engine_t eng, tent_batch_id_t bid, int *code,
+                        char *msg, size_t msg_len);
+
 /* Result of tentpy_run. */
 enum {
     TENTPY_RUN_OK = 0,
@@ -241,6 +251,11 @@ void tentpy_sweep(struct tentpy_core *c);
  * to the TENT_E* code (no exception set) when the engine refused, or NULL
  * with an exception and *code 0 (closed engine, no memory). */
 PyObject *tentpy_metrics_text(struct tentpy_core *c, bool json, int *code);
+/* tent_get_nic_load_stats as a list of NicLoadStats, fetched with the GIL
+ * released.  Enters the call itself.  NULL with *code set (no exception)
+ * when the engine refused, or NULL with an exception and *code 0. */
+PyObject *tentpy_nic_load_stats(struct tentpy_core *c, int *code);
+
 /* json.loads(text): a new reference or NULL with an exception. */
 PyObject *tentpy_json_loads(PyObject *text);
 

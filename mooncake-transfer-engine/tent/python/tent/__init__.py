@@ -23,10 +23,12 @@ from ._tent import (  # noqa: F401
     InvalidArgumentError,
     InvalidEntryError,
     MetadataError,
+    NicLoadStats,
     NotImplementedError,
     RdmaError,
     RpcServiceError,
     SegmentInfoBuffer,
+    TaskError,
     TentException,
     TransferStatus,
     kWildcardLocation,
@@ -273,8 +275,8 @@ def _numa_nodes():
 
 def _local_topology():
     """TENT's native topology JSON ({"nics", "mems"}, device lists by rank
-    0/1/2): no NIC-bound transport here, one host memory entry per NUMA
-    node."""
+    0/1/2): no RDMA NICs here (the tcp transport's NICs are in
+    get_nic_load_stats()), one host memory entry per NUMA node."""
     mems = [{"name": "cpu:%d" % n, "pci_bus_id": "", "type": 0,
              "numa_node": n,
              "device_list": {"rank0": [], "rank1": [], "rank2": []}}

@@ -82,13 +82,15 @@ def need_proto(proto):
 
 
 class Peer:
-    """A peer process (peer.py) with one registered buffer."""
+    """A peer process (peer.py) with one registered buffer; prefix runs it
+    under a command (["ip", "netns", "exec", ns])."""
 
     def __init__(self, api="mooncake", proto="tcp", size=8 << 20, buf="numpy",
-                 env=None, extra_args=()):
+                 env=None, extra_args=(), prefix=()):
         need_proto(proto)
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "peer.py"), "--api", api,
+            [*prefix, sys.executable, os.path.join(HERE, "peer.py"),
+             "--api", api,
              "--proto", proto, "--size", str(size), "--buf", buf,
              *extra_args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,

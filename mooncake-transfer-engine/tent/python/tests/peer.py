@@ -32,6 +32,8 @@ def main():
     ap.add_argument("--size", type=int, default=8 << 20)
     ap.add_argument("--buf", default="numpy")
     ap.add_argument("--local-hostname", default="127.0.0.1")
+    ap.add_argument("--device-name", default="",
+                    help="device_name passed to initialize")
     ap.add_argument("--mc-protocol", default=None,
                     help="protocol passed to initialize (default --proto)")
     ap.add_argument("--layers", type=int, default=1,
@@ -46,7 +48,7 @@ def main():
         from tent.mooncake import TransferEngine
         eng = TransferEngine()
         rc = eng.initialize(args.local_hostname, "P2PHANDSHAKE",
-                            args.mc_protocol or args.proto, "")
+                            args.mc_protocol or args.proto, args.device_name)
         if rc != 0:
             print(json.dumps({"error": eng.last_error()}), flush=True)
             return 1

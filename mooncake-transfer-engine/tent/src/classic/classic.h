@@ -83,21 +83,12 @@ struct classic_region {
     size_t length;
 };
 
-/* A batch this engine allocated and has not freed. */
-struct classic_batch {
-    uint64_t id;
-    struct classic_batch *next;
-};
-
-#define CLASSIC_BATCH_BUCKETS 256
-#define CLASSIC_MAGIC         0x636c61737369630aull /* "classic\n" */
+#define CLASSIC_MAGIC 0x636c61737369630aull /* "classic\n" */
 
 /*
  * Locking: `lock` guards the settings, the transport set, the region and
- * segment lists, the stash and (until the engine is sealed) `te`.
- * `batch_lock` guards the batch buckets; it is a leaf, taken after `lock`
- * when both are held.  Neither is held across a blocking tent call on the
- * data path (submit, status).
+ * segment lists, the stash and (until the engine is sealed) `te`.  It is
+ * not held across a blocking tent call on the data path (submit, status).
  *
  * Sealing: the first registration, opened segment or allocated batch seals
  * the engine; from then on `te` never changes and the data path reads it
@@ -119,9 +110,6 @@ struct classic_engine {
     int32_t *segs; /* ids openSegment returned and not closed */
     size_t nsegs, segs_cap;
     tent_notifi_info stash; /* taken from a replaced tent engine */
-
-    pthread_mutex_t batch_lock;
-    struct classic_batch *buckets[CLASSIC_BATCH_BUCKETS];
 
     /* enableGracefulShutdown: calls count themselves in `active` while
      * `guarded`; shutdown sets `closing` and waits for them. */
@@ -161,8 +149,6 @@ int classic_stash_append(struct classic_engine *ce,
                          const tent_notifi_record_t *records, int n);
 
 /* ---- batches (transfer.c) ----------------------------------------------- */
-
-void classic_batches_free(struct classic_engine *ce);
 
 /* ---- graceful shutdown (shutdown.c) ------------------------------------- */
 

@@ -209,7 +209,6 @@ CLASSIC_API transfer_engine_t createTransferEngine(
     }
     ce->magic = CLASSIC_MAGIC;
     pthread_mutex_init(&ce->lock, NULL);
-    pthread_mutex_init(&ce->batch_lock, NULL);
     atomic_init(&ce->sealed, false);
     atomic_init(&ce->guarded, false);
     atomic_init(&ce->closing, false);
@@ -247,13 +246,11 @@ CLASSIC_API void destroyTransferEngine(transfer_engine_t engine)
         return;
     classic_shutdown_forget(ce);
     classic_engine_stop(ce);
-    classic_batches_free(ce);
     tent_free_notifs(&ce->stash);
     free(ce->regions);
     free(ce->segs);
     ce->magic = 0;
     pthread_mutex_destroy(&ce->lock);
-    pthread_mutex_destroy(&ce->batch_lock);
     free(ce);
 }
 

@@ -3,6 +3,7 @@
 #include "classic/settings.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -37,7 +38,7 @@ static void warnf(classic_warn_fn warn, void *ctx, const char *fmt, ...)
 {
     if (!warn)
         return;
-    char msg[512];
+    char msg[2048];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
@@ -353,6 +354,184 @@ int classic_settings_parse(const struct classic_args *a,
     return 0;
 }
 
+/* ---- device names -------------------------------------------------------- */
+
+/* Whether host (numeric, or "localhost") is a loopback address. */
+static bool loopback_host(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6);
+    return strcmp(host, "localhost") == 0;
+}
+
+/* The numeric address of an interface entry the tcp transport can serve
+ * (IPv4, or IPv6 that is neither link-local nor multicast); false for
+ * any other entry. */
+static bool servable_addr(const struct ifaddrs *i, char *out, size_t cap)
+{
+    if (!i->ifa_addr)
+        return false;
+    if (i->ifa_addr->sa_family == AF_INET) {
+        const struct sockaddr_in *sa = (const void *)i->ifa_addr;
+        return inet_ntop(AF_INET, &sa->sin_addr, out, (socklen_t)cap) != NULL;
+    }
+    if (i->ifa_addr->sa_family != AF_INET6)
+        return false;
+    const struct sockaddr_in6 *sa = (const void *)i->ifa_addr;
+    if (IN6_IS_ADDR_LINKLOCAL(&sa->sin6_addr) ||
+        IN6_IS_ADDR_MULTICAST(&sa->sin6_addr))
+        return false;
+    return inet_ntop(AF_INET6, &sa->sin6_addr, out, (socklen_t)cap) != NULL;
+}
+
+/* What this host has under a device name or numeric address. */
+enum dev_state {
+    DEV_NONE,     /* no interface of that name or address */
+    DEV_DOWN,     /* an interface, not up or without a usable address */
+    DEV_NIC,      /* an interface that is up, with an address */
+    DEV_LOOPBACK, /* the same, a loopback one */
+};
+
+static enum dev_state device_state(const struct ifaddrs *ifs, const char *dev)
+{
+    enum dev_state st = DEV_NONE;
+    for (const struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+        char a[INET6_ADDRSTRLEN];
+        bool has = servable_addr(i, a, sizeof(a));
+        if (strcmp(i->ifa_name, dev) != 0 && !(has && strcmp(a, dev) == 0))
+            continue;
+        if (!has || !(i->ifa_flags & IFF_UP)) {
+            st = DEV_DOWN;
+            continue;
+        }
+        return (i->ifa_flags & IFF_LOOPBACK) ? DEV_LOOPBACK : DEV_NIC;
+    }
+    return st;
+}
+
+/* Appends item to a list separated by sep; false when it does not fit. */
+static bool list_add(char *list, size_t cap, const char *sep, const char *item)
+{
+    size_t used = strlen(list);
+    int n = snprintf(list + used, cap - used, "%s%s", used ? sep : "", item);
+    if (n < 0 || (size_t)n >= cap - used) {
+        list[used] = '\0';
+        return false;
+    }
+    return true;
+}
+
+/* Whether item is one of the entries of a ','-separated list. */
+static bool list_has(const char *list, const char *item)
+{
+    size_t n = strlen(item);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, item, n) == 0)
+            return true;
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    return false;
+}
+
+/* s without leading and trailing blanks, in place. */
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        s[--n] = '\0';
+    return s;
+}
+
+/* A numeric address in the form the interfaces list gives it (IPv6
+ * compressed, lower case); other names unchanged. */
+static void canonical(const char *dev, char *out, size_t cap)
+{
+    unsigned char a[sizeof(struct in6_addr)];
+    int fam = strchr(dev, ':') ? AF_INET6 : AF_INET;
+    if (inet_pton(fam, dev, a) != 1 || !inet_ntop(fam, a, out, (socklen_t)cap))
+        snprintf(out, cap, "%s", dev);
+}
+
+int classic_settings_devices(struct classic_settings *set, const char *devices,
+                             classic_warn_fn warn, void *warn_ctx, char *err,
+                             size_t err_len)
+{
+    char buf[sizeof(set->nics)];
+    if (!devices)
+        devices = "";
+    if (!copy(buf, sizeof(buf), devices, strlen(devices)))
+        return fail(err, err_len, "device_name is longer than %zu bytes",
+                    sizeof(buf) - 1);
+    char *all = trim(buf);
+    if (!*all || strcmp(all, "auto-discovery") == 0 ||
+        strcmp(all, "auto_discovery") == 0) {
+        set->nics[0] = '\0';
+        return 0;
+    }
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) != 0) {
+        warnf(warn, warn_ctx,
+              "device_name '%s' is not used: the interfaces of this host "
+              "cannot be listed (%s); every interface serves",
+              devices, strerror(errno));
+        set->nics[0] = '\0';
+        return 0;
+    }
+    bool host_lo = loopback_host(set->host);
+    char kept[sizeof(set->nics)] = "", none[512] = "", down[512] = "",
+         unserved[512] = "";
+    char *save = NULL;
+    for (char *tok = strtok_r(all, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        char dev[sizeof(buf)];
+        canonical(trim(tok), dev, sizeof(dev));
+        if (!dev[0] || list_has(kept, dev))
+            continue;
+        enum dev_state st = device_state(ifs, dev);
+        if (st == DEV_NONE)
+            list_add(none, sizeof(none), ", ", dev);
+        else if (st == DEV_DOWN)
+            list_add(down, sizeof(down), ", ", dev);
+        else if ((st == DEV_LOOPBACK) != host_lo)
+            list_add(unserved, sizeof(unserved), ", ", dev);
+        else
+            list_add(kept, sizeof(kept), ",", dev);
+    }
+    freeifaddrs(ifs);
+    char why[1600] = "";
+    if (none[0])
+        snprintf(why, sizeof(why),
+                 "no such network interface on this host: %s (tcp runs "
+                 "here, over the host's interfaces)",
+                 none);
+    if (down[0])
+        snprintf(why + strlen(why), sizeof(why) - strlen(why),
+                 "%sdown or without an address: %s", why[0] ? "; " : "", down);
+    if (unserved[0])
+        snprintf(why + strlen(why), sizeof(why) - strlen(why),
+                 host_lo ? "%snot served by an engine bound to loopback "
+                           "address %s, which serves loopback only: %s"
+                         : "%snot served by an engine bound to %s (loopback "
+                           "serves only an engine bound to loopback): %s",
+                 why[0] ? "; " : "", set->host, unserved);
+    if (why[0])
+        warnf(warn, warn_ctx, "device_name '%s': %s; %s", devices, why,
+              kept[0] ? "using the others"
+                      : "using the default NICs, as with device_name \"\"");
+    memcpy(set->nics, kept, sizeof(kept));
+    return 0;
+}
+
 /* ---- starting the engine ------------------------------------------------ */
 
 /* s as a JSON string literal (tent_set_config then keeps it a string even
@@ -405,6 +584,29 @@ static void stage_number(const char *key, long value)
     tent_set_config(key, v);
 }
 
+/* key = the entries of a ','-separated list as a JSON array of strings.
+ * -1 when the array cannot be encoded. */
+static int stage_list(const char *key, const char *list)
+{
+    char v[6 * 1024 + 3], item[6 * 256 + 3], one[256];
+    size_t o = 0;
+    v[o++] = '[';
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (!copy(one, sizeof(one), p, len) ||
+            json_string(one, item, sizeof(item)) != 0 ||
+            o + strlen(item) + 3 > sizeof(v))
+            return -1;
+        o += (size_t)sprintf(v + o, "%s%s", o > 1 ? "," : "", item);
+        p = end ? end + 1 : p + len;
+    }
+    v[o++] = ']';
+    v[o] = '\0';
+    tent_set_config(key, v);
+    return 0;
+}
+
 struct start_job {
     const struct classic_settings *set;
     tent_engine_t te;
@@ -445,6 +647,8 @@ static void *start_thread(void *arg)
         bad |= stage_string("metadata_password", set->redis_password);
     if (set->redis_db >= 0)
         stage_number("metadata_db", set->redis_db);
+    if (set->nics[0])
+        bad |= stage_list("transports/tcp/nics", set->nics);
     if (bad) {
         snprintf(job->why, sizeof(job->why),
                  "a configuration value is too long to pass on");

@@ -64,6 +64,9 @@ struct classic_settings {
     char redis_password[256]; /* metadata_password (MC_REDIS_PASSWORD) */
     int redis_db;             /* metadata_db (MC_REDIS_DB_INDEX), -1 = keep */
     enum classic_enable xport[CLASSIC_NKINDS];
+    /* transports/tcp/nics: interface names or numeric addresses separated
+     * by ','; "" = not staged (MC_TENT_CONF, else every interface) */
+    char nics[1024];
 };
 
 /* The arguments, and what the caller calls them in its messages. */
@@ -89,6 +92,22 @@ typedef void (*classic_warn_fn)(void *ctx, const char *msg);
 int classic_settings_parse(const struct classic_args *args,
                            struct classic_settings *out, classic_warn_fn warn,
                            void *warn_ctx, char *err, size_t err_len);
+
+/* Mooncake's device_name -- devices separated by ',', "" or
+ * "auto-discovery" for all of them -- as the tcp transport's NICs
+ * (set->nics).  A name is kept when it is an interface of this host that
+ * is up with an address (or is such an address), and the transport can
+ * serve it: loopback only for an engine bound to loopback (set->host), no
+ * other interface then.  The others -- the RDMA devices (mlx5_0) SGLang
+ * and vLLM pass where tcp runs instead, names of nothing here, interfaces
+ * down -- are left out with one warning naming them; when none is kept,
+ * set->nics is "" and every interface serves, as Mooncake's engine runs
+ * tcp on the whole host when the RDMA devices it was given are missing.
+ * Call after classic_settings_parse.  0, or -1 with the reason in err
+ * (device_name too long) and *set untouched. */
+int classic_settings_devices(struct classic_settings *set, const char *devices,
+                             classic_warn_fn warn, void *warn_ctx, char *err,
+                             size_t err_len);
 
 /* Creates the tent engine of *set: its keys are staged with
  * tent_set_config in a thread of its own (staging is per thread, so they

@@ -145,23 +145,6 @@ CLASSIC_API int closeSegment(transfer_engine_t engine, segment_id_t segment_id)
 
 /* ---- batches ------------------------------------------------------------ */
 
-static struct classic_batch **bucket(struct classic_engine *ce, uint64_t id)
-{
-    uint64_t h = id * 0x9e3779b97f4a7c15ull;
-    return &ce->buckets[(h >> 32) % CLASSIC_BATCH_BUCKETS];
-}
-
-
-void classic_batches_free(struct classic_engine *ce)
-{
-    for (size_t i = 0; i < CLASSIC_BATCH_BUCKETS; i++)
-        while (ce->buckets[i]) {
-            struct classic_batch *b = ce->buckets[i];
-            ce->buckets[i] = b->next;
-            free(b);
-        }
-}
-
 /* The data path runs only on a sealed engine: one that has allocated a
  * batch.  Before that no batch id can be valid, and `te` may still be
  * replaced by installTransport. */
@@ -184,16 +167,9 @@ CLASSIC_API batch_id_t allocateBatchID(transfer_engine_t engine,
         CLASSIC_WARN("allocateBatchID: batch size is 0");
         return INVALID_BATCH;
     }
-    struct classic_batch *rec = calloc(1, sizeof(*rec));
-    if (!rec) {
-        CLASSIC_WARN("allocateBatchID: out of memory");
-        return INVALID_BATCH;
-    }
     bool counted;
-    if (!classic_enter(ce, &counted)) {
-        free(rec);
+    if (!classic_enter(ce, &counted))
         return INVALID_BATCH;
-    }
     bool locked;
     tent_engine_t te = classic_te_lock(ce, &locked);
     tent_batch_id_t id =
@@ -205,17 +181,10 @@ CLASSIC_API batch_id_t allocateBatchID(transfer_engine_t engine,
             (void)tent_free_batch(te, id);
         classic_te_unlock(ce, locked);
         classic_leave(ce, counted);
-        free(rec);
         return INVALID_BATCH;
     }
     classic_seal(ce);
     classic_te_unlock(ce, locked);
-    rec->id = id;
-    pthread_mutex_lock(&ce->batch_lock);
-    struct classic_batch **head = bucket(ce, id);
-    rec->next = *head;
-    *head = rec;
-    pthread_mutex_unlock(&ce->batch_lock);
     classic_leave(ce, counted);
     return id;
 }
@@ -367,20 +336,8 @@ CLASSIC_API int freeBatchID(transfer_engine_t engine, batch_id_t batch_id)
         return classic_status_of(TENT_EBUSY);
     }
     rc = tent_free_batch(te, batch_id);
-    if (rc == TENT_OK) {
-        pthread_mutex_lock(&ce->batch_lock);
-        for (struct classic_batch **p = bucket(ce, batch_id); *p;
-             p = &(*p)->next)
-            if ((*p)->id == batch_id) {
-                struct classic_batch *b = *p;
-                *p = b->next;
-                free(b);
-                break;
-            }
-        pthread_mutex_unlock(&ce->batch_lock);
-    } else {
+    if (rc != TENT_OK)
         CLASSIC_WARN("freeBatchID: %s", tent_last_error());
-    }
     classic_leave(ce, counted);
     return classic_status_of(rc);
 }
@@ -545,9 +502,8 @@ CLASSIC_API int getNicLoadStats(transfer_engine_t engine,
                    "Mooncake's and TENT's NIC load records are one layout");
     /* until the engine is sealed, installTransport may replace te */
     pthread_mutex_lock(&ce->lock);
-    int rc = ce->te ? tent_get_nic_load_stats(ce->te,
-                                              (tent_nic_load_stat_t *)stats,
-                                              count)
+    int rc = ce->te ? tent_get_nic_load_stats(
+                          ce->te, (tent_nic_load_stat_t *)stats, count)
                     : TENT_OK;
     if (!ce->te)
         *count = 0;

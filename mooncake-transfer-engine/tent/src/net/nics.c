@@ -21,7 +21,8 @@ static int prefix_of(const struct sockaddr *mask)
     const unsigned char *b;
     size_t n;
     if (mask->sa_family == AF_INET) {
-        b = (const unsigned char *)&((const struct sockaddr_in *)mask)->sin_addr;
+        b = (const unsigned char *)&((const struct sockaddr_in *)mask)
+                ->sin_addr;
         n = 4;
     } else {
         b = (const unsigned char *)&((const struct sockaddr_in6 *)mask)
@@ -100,8 +101,7 @@ const struct tent_nic *tent_nic_by_addr(const struct tent_nic *nics, size_t n,
     if (inet_pton(fam, addr, want) != 1)
         return NULL;
     for (size_t i = 0; i < n; i++)
-        if (nics[i].family == fam &&
-            inet_pton(fam, nics[i].addr, have) == 1 &&
+        if (nics[i].family == fam && inet_pton(fam, nics[i].addr, have) == 1 &&
             memcmp(want, have, fam == AF_INET ? 4 : 16) == 0)
             return &nics[i];
     return NULL;
@@ -126,7 +126,8 @@ static bool same_subnet(const struct tent_nic *local, const unsigned char *peer)
         return false;
     int bits = local->prefix_len;
     for (int i = 0; bits > 0; i++, bits -= 8) {
-        unsigned char m = bits >= 8 ? 0xff : (unsigned char)(0xff << (8 - bits));
+        unsigned char m =
+            bits >= 8 ? 0xff : (unsigned char)(0xff << (8 - bits));
         if ((mine[i] & m) != (peer[i] & m))
             return false;
     }

@@ -13,7 +13,8 @@
 /* One address of one interface. */
 struct tent_nic {
     char name[TENT_NIC_NAME_MAX]; /* "eth0", "lo" */
-    char addr[TENT_NIC_ADDR_MAX]; /* numeric, no brackets: "10.0.0.2", "fd00::2" */
+    char addr[TENT_NIC_ADDR_MAX]; /* numeric, no brackets: "10.0.0.2", "fd00::2"
+                                   */
     int family;                   /* AF_INET, AF_INET6 */
     unsigned ifindex;
     int prefix_len;

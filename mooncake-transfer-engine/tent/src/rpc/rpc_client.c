@@ -32,7 +32,8 @@ int tent_rpc_connect(const char *host, uint16_t port, int timeout_ms, int *out)
 int tent_rpc_connect_from(const char *host, uint16_t port, const char *src,
                           int timeout_ms, int *out)
 {
-    int rc = tent_net_connect_from(host, port, src, timeout_ms, timeout_ms, out);
+    int rc =
+        tent_net_connect_from(host, port, src, timeout_ms, timeout_ms, out);
     if (tent_net_is_resolve_error(rc))
         return tent_set_error(TENT_EPEER, "cannot resolve '%s': %s", host,
                               tent_net_strerror(rc));
@@ -167,8 +168,7 @@ int tent_rpc_fence(const char *host, uint16_t port, const char *src,
     uint8_t body[TENT_WIRE_TOKEN_LEN];
     tent_wire_encode_token(body, token);
     int32_t status = 0;
-    rc = call_status(fd, TENT_WIRE_FENCE, body, sizeof(body), "fence",
-                     &status);
+    rc = call_status(fd, TENT_WIRE_FENCE, body, sizeof(body), "fence", &status);
     if (!rc && status)
         rc = tent_set_error(status,
                             "peer %s:%u could not close the old connection: "

@@ -568,8 +568,8 @@ static int serve_fence(struct tent_rpc_conn *c, const struct tent_wire_hdr *h)
         tent_wire_decode_token(b, sizeof(b), &tok))
         return -1;
     struct tent_rpc_server *s = c->srv;
-    int bound = s->lim.frame_timeout_ms / 2 < 5000 ? s->lim.frame_timeout_ms / 2
-                                                   : 5000;
+    int bound =
+        s->lim.frame_timeout_ms / 2 < 5000 ? s->lim.frame_timeout_ms / 2 : 5000;
     long long until = tent_now_ms() + bound;
     int st = TENT_OK;
     pthread_mutex_lock(&s->lock);

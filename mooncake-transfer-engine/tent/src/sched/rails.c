@@ -72,8 +72,8 @@ int tent_sched_params_load(const struct tent_config *cfg, const char *prefix,
                                                 100, 0, 1000000, &v)))
         out->probe_every = (int)v;
     if (!rc)
-        rc = tent_config_get_double_range(cfg, KEY("rail_min_share"), 0.25,
-                                          0.0, 1.0, &out->min_share);
+        rc = tent_config_get_double_range(cfg, KEY("rail_min_share"), 0.25, 0.0,
+                                          1.0, &out->min_share);
     if (!rc && !(rc = tent_config_get_int_range(cfg, KEY("rail_backoff_ms"),
                                                 100, 1, 600000, &v)))
         out->backoff_min_ms = (int)v;
@@ -86,13 +86,13 @@ int tent_sched_params_load(const struct tent_config *cfg, const char *prefix,
                                           10.0, 0.001, 100000.0, &gbps);
     out->default_bw = gbps * 1e9 / 8;
     if (!rc)
-        rc = tent_config_get_double_range(
-            cfg, KEY("ewma_min_bandwidth_multiplier"), 0.001, 0.0, 1.0,
-            &out->ewma_min_mult);
+        rc = tent_config_get_double_range(cfg,
+                                          KEY("ewma_min_bandwidth_multiplier"),
+                                          0.001, 0.0, 1.0, &out->ewma_min_mult);
     if (!rc)
-        rc = tent_config_get_double_range(
-            cfg, KEY("ewma_max_bandwidth_multiplier"), 10.0, 1.0, 1e6,
-            &out->ewma_max_mult);
+        rc = tent_config_get_double_range(cfg,
+                                          KEY("ewma_max_bandwidth_multiplier"),
+                                          10.0, 1.0, 1e6, &out->ewma_max_mult);
 #undef KEY
     if (!rc && out->backoff_max_ms < out->backoff_min_ms)
         rc = tent_set_error(TENT_ECONFIG,
@@ -277,8 +277,8 @@ int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, uint32_t avoid,
         /* every rail paused: new work still goes somewhere, to the one
          * whose pause ends first (it stays paused until a slice works) */
         for (size_t i = 0; i < rs->n; i++)
-            if (pick < 0 || rs->rails[i].paused_until_ns <
-                                rs->rails[pick].paused_until_ns)
+            if (pick < 0 ||
+                rs->rails[i].paused_until_ns < rs->rails[pick].paused_until_ns)
                 pick = (int)i;
     }
     if (pick >= 0) {

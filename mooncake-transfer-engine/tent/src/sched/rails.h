@@ -42,15 +42,15 @@ struct tent_config;
 
 /* Scheduling parameters, per transport (transports/<name>/<key>). */
 struct tent_sched_params {
-    bool smart;                /* enable_smart_scheduling (false: round robin) */
-    double learning_rate;      /* bandwidth_learning_rate */
-    int probe_every;           /* rail_probe_every: picks per probe pick */
-    double min_share;          /* rail_min_share */
-    int backoff_min_ms;        /* rail_backoff_ms */
-    int backoff_max_ms;        /* rail_backoff_max_ms */
-    double default_bw;         /* bytes/s when the link speed is unknown */
-    double ewma_min_mult;      /* ewma_min_bandwidth_multiplier */
-    double ewma_max_mult;      /* ewma_max_bandwidth_multiplier */
+    bool smart;           /* enable_smart_scheduling (false: round robin) */
+    double learning_rate; /* bandwidth_learning_rate */
+    int probe_every;      /* rail_probe_every: picks per probe pick */
+    double min_share;     /* rail_min_share */
+    int backoff_min_ms;   /* rail_backoff_ms */
+    int backoff_max_ms;   /* rail_backoff_max_ms */
+    double default_bw;    /* bytes/s when the link speed is unknown */
+    double ewma_min_mult; /* ewma_min_bandwidth_multiplier */
+    double ewma_max_mult; /* ewma_max_bandwidth_multiplier */
 };
 
 /* Reads the parameters under prefix ("transports/tcp"); defaults for the

@@ -312,6 +312,74 @@ static void test_server_enforces_bounds_and_permissions(void **state)
     assert_true(target_intact_but_partial(partial, sizeof(partial)));
 }
 
+/* Sends a HELLO or FENCE for token on fd; returns the answer's status. */
+static int32_t raw_token(int fd, int type, uint64_t token)
+{
+    uint8_t h[TENT_WIRE_HDR_LEN + TENT_WIRE_TOKEN_LEN];
+    tent_wire_encode_hdr(h, (uint8_t)type, 9, TENT_WIRE_TOKEN_LEN);
+    tent_wire_encode_token(h + TENT_WIRE_HDR_LEN, token);
+    send_bytes(fd, h, sizeof(h));
+    uint8_t a[24];
+    struct tent_wire_hdr hdr;
+    int32_t st = 1;
+    assert_int_equal(tent_rpc_recv_all(fd, a, sizeof(a)), 0);
+    assert_int_equal(tent_wire_decode_hdr(a, 16, &hdr), 0);
+    assert_int_equal(hdr.type, TENT_WIRE_RESP);
+    assert_int_equal(hdr.seq, 9);
+    assert_int_equal(tent_wire_decode_resp(a + 16, 8, &st), 0);
+    return st;
+}
+
+/* FENCE: a connection named by HELLO is cut off in the middle of a write;
+ * once the FENCE is answered none of the write's later bytes land (what a
+ * tcp initiator relies on before it sends a timed-out write over another
+ * rail).  A HELLO that arrives with a token already fenced closes its
+ * connection before anything on it is served. */
+static void test_fence_cuts_off_a_connection(void **state)
+{
+    (void)state;
+    struct e2e_peer *p = &g_peer;
+    const uint64_t off = 512u << 10, len = 64u << 10, sent = 4096;
+    uint64_t before = e2e_peer_hash(p, false, off + sent, len - sent);
+    int a = raw_connect();
+    assert_int_equal(raw_token(a, TENT_WIRE_HELLO, 0x5eedf00dull), 0);
+    uint8_t h[32];
+    tent_wire_encode_hdr(h, TENT_WIRE_WRITE, 3, 16 + (uint32_t)len);
+    tent_wire_encode_rw(h + 16, p->rw_base + off, len);
+    send_bytes(a, h, sizeof(h));
+    uint8_t *data = malloc(len);
+    memset(data, 0xee, len);
+    send_bytes(a, data, sent); /* the write stops here: a stalled path */
+    int b = raw_connect();
+    long t0 = e2e_now_ms();
+    assert_int_equal(raw_token(b, TENT_WIRE_FENCE, 0x5eedf00dull), 0);
+    print_message("    fence answered after %ld ms\n", e2e_now_ms() - t0);
+    /* the rest of the write arrives late: it must not land */
+    (void)send(a, data + sent, len - sent, MSG_NOSIGNAL);
+    assert_true(closed_by_server(a));
+    close(a);
+    assert_int_equal(e2e_peer_hash(p, false, off + sent, len - sent), before);
+    /* a fenced token's HELLO arriving late: its connection is closed */
+    int c = raw_connect();
+    uint8_t hello[TENT_WIRE_HDR_LEN + TENT_WIRE_TOKEN_LEN];
+    tent_wire_encode_hdr(hello, TENT_WIRE_HELLO, 9, TENT_WIRE_TOKEN_LEN);
+    tent_wire_encode_token(hello + TENT_WIRE_HDR_LEN, 0x5eedf00dull);
+    send_bytes(c, hello, sizeof(hello));
+    send_bytes(c, h, sizeof(h));
+    (void)send(c, data, len, MSG_NOSIGNAL);
+    assert_true(closed_by_server(c));
+    close(c);
+    assert_int_equal(e2e_peer_hash(p, false, off + sent, len - sent), before);
+    /* an unknown token is fenced at once; token 0 is malformed */
+    assert_int_equal(raw_token(b, TENT_WIRE_FENCE, 0x1234), 0);
+    tent_wire_encode_hdr(hello, TENT_WIRE_FENCE, 9, TENT_WIRE_TOKEN_LEN);
+    tent_wire_encode_token(hello + TENT_WIRE_HDR_LEN, 0);
+    send_bytes(b, hello, sizeof(hello));
+    assert_true(closed_by_server(b));
+    close(b);
+    free(data);
+}
+
 /* A fake peer that answers every descriptor request with `reply`. */
 struct fake_peer {
     int lfd;
@@ -717,6 +785,7 @@ int main(void)
         cmocka_unit_test(test_idle_connection_closed_after_timeout),
         cmocka_unit_test(test_busy_server_refuses_newcomer),
         cmocka_unit_test(test_notification_queue_bounded),
+        cmocka_unit_test(test_fence_cuts_off_a_connection),
     };
     return cmocka_run_group_tests_name("e2e_rpc_robustness", tests, group_setup,
                                        group_teardown);

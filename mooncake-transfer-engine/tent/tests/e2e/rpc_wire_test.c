@@ -122,6 +122,30 @@ static int decode_mutated(const char *from, const char *to)
     return decode_str(buf);
 }
 
+/* HELLO and FENCE carry one non-zero token, nothing more. */
+static void test_tokens(void **state)
+{
+    (void)state;
+    uint8_t b[TENT_WIRE_HDR_LEN + TENT_WIRE_TOKEN_LEN + 1];
+    struct tent_wire_hdr h;
+    tent_wire_encode_hdr(b, TENT_WIRE_FENCE, 7, TENT_WIRE_TOKEN_LEN);
+    assert_int_equal(tent_wire_decode_hdr(b, TENT_WIRE_HDR_LEN, &h), 0);
+    assert_int_equal(h.type, TENT_WIRE_FENCE);
+    tent_wire_encode_hdr(b, TENT_WIRE_HELLO, 7, TENT_WIRE_TOKEN_LEN + 1);
+    assert_int_equal(tent_wire_decode_hdr(b, TENT_WIRE_HDR_LEN, &h),
+                     TENT_EPROTO);
+    uint64_t t = 0;
+    tent_wire_encode_token(b, 0x0102030405060708ull);
+    assert_int_equal(b[0], 0x08); /* little-endian */
+    assert_int_equal(tent_wire_decode_token(b, TENT_WIRE_TOKEN_LEN, &t), 0);
+    assert_true(t == 0x0102030405060708ull);
+    assert_int_equal(tent_wire_decode_token(b, TENT_WIRE_TOKEN_LEN - 1, &t),
+                     TENT_EPROTO);
+    tent_wire_encode_token(b, 0);
+    assert_int_equal(tent_wire_decode_token(b, TENT_WIRE_TOKEN_LEN, &t),
+                     TENT_EPROTO);
+}
+
 static void test_descriptor(void **state)
 {
     (void)state;
@@ -228,6 +252,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_header),
         cmocka_unit_test(test_rw_resp_notify),
+        cmocka_unit_test(test_tokens),
         cmocka_unit_test(test_descriptor),
         cmocka_unit_test(test_peer_addr),
         cmocka_unit_test(test_shm_fields),

@@ -144,8 +144,9 @@ static int hello_answer(struct tcp_conn *c)
         rc = tent_wire_decode_resp(c->rh + TENT_WIRE_HDR_LEN,
                                    TENT_WIRE_RESP_LEN, &st);
     if (!rc && st)
-        rc = tent_set_error(TENT_EPROTO, "tcp: the peer refused the "
-                                         "connection's hello: %s",
+        rc = tent_set_error(TENT_EPROTO,
+                            "tcp: the peer refused the "
+                            "connection's hello: %s",
                             tent_strerror(st));
     return rc;
 }

@@ -5,8 +5,8 @@
 #define TENT_TRANSPORT_TCP_TCP_CONN_H
 
 #include "net/net.h"
-#include "sched/rails.h"
 #include "rpc/wire.h"
+#include "sched/rails.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -27,14 +27,14 @@ struct slice {
     struct tcp_sub *sb;
     uint32_t slot;
     int opcode;
-    int prio;      /* TENT_PRIO_HIGH .. TENT_PRIO_LOW */
+    int prio; /* TENT_PRIO_HIGH .. TENT_PRIO_LOW */
     char *local;
     uint64_t remote;
     uint32_t len;
-    int rail;         /* index in the peer's rail set */
-    uint32_t avoid;   /* rails it failed on (bit per rail) */
+    int rail;                   /* index in the peer's rail set */
+    uint32_t avoid;             /* rails it failed on (bit per rail) */
     struct tent_rail_ticket tk; /* from its rail's pick */
-    uint64_t enq_ns;  /* when it was queued there (priority promotion) */
+    uint64_t enq_ns; /* when it was queued there (priority promotion) */
     struct slice *next;
 };
 

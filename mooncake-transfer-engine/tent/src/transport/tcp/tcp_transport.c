@@ -116,8 +116,8 @@ struct tcp_rail {
     int idle[MAX_CONNS]; /* worker indices, the last idle on top */
     int nidle;
     struct squeue q[NPRIO];
-    uint64_t q_bytes;  /* bytes queued, all classes */
-    uint64_t low_wire; /* bytes of LOW windows on the wire */
+    uint64_t q_bytes;              /* bytes queued, all classes */
+    uint64_t low_wire;             /* bytes of LOW windows on the wire */
     _Atomic long long progress_ms; /* a byte last moved on the rail */
     bool stop;
     int nworkers;
@@ -685,8 +685,8 @@ static void lend_finish(struct tcp_rail *r, struct tcp_conn *c, int rc,
     struct slice *rest = NULL;
     char why[512] = "";
     if (rc < 0) {
-        LOG_WARN("tcp: rail %s: %s; %d slice(s) go elsewhere or fail",
-                 r->addr, tent_last_error(), c->n);
+        LOG_WARN("tcp: rail %s: %s; %d slice(s) go elsewhere or fail", r->addr,
+                 tent_last_error(), c->n);
         snprintf(why, sizeof(why), "%s", tent_last_error());
         tcp_conn_close(c);
     }
@@ -711,8 +711,8 @@ static void lend_progress(struct tcp_rail *r)
     struct tcp_conn *c = w >= 0 ? r->conns[w] : NULL;
     if (c && c->n > 0) {
         int native;
-        int rc = tcp_conn_step(c, r->addr, false, r->peer->t->timeout_ms,
-                               &native);
+        int rc =
+            tcp_conn_step(c, r->addr, false, r->peer->t->timeout_ms, &native);
         if (rc != 0)
             lend_finish(r, c, rc, native);
     }
@@ -969,8 +969,8 @@ static int peer_get_locked(struct tcp_transport *t,
     snprintf(p->addr, sizeof(p->addr), "%s", addr);
     snprintf(p->nics, sizeof(p->nics), "%s", nics);
     atomic_init(&p->down_mask, 0);
-    int rc = tent_railset_new(env->sched, &t->sp, "tcp", seg->name, plan, n,
-                              &p->rs);
+    int rc =
+        tent_railset_new(env->sched, &t->sp, "tcp", seg->name, plan, n, &p->rs);
     for (size_t i = 0; !rc && i < n; i++) {
         rc = rail_new(p, (int)i, &plan[i], &p->rails[i]);
         if (!rc)
@@ -1014,10 +1014,10 @@ static bool nic_wanted(const cJSON *want, const struct tent_nic *n)
         return false;
     }
     const cJSON *it;
-    cJSON_ArrayForEach(it, want) if (cJSON_IsString(it) &&
-                                     (strcmp(it->valuestring, n->name) == 0 ||
-                                      strcmp(it->valuestring, n->addr) == 0))
-        return true;
+    cJSON_ArrayForEach(
+        it, want) if (cJSON_IsString(it) &&
+                      (strcmp(it->valuestring, n->name) == 0 ||
+                       strcmp(it->valuestring, n->addr) == 0)) return true;
     return false;
 }
 
@@ -1069,8 +1069,8 @@ static int nics_setup(struct tcp_transport *t)
         if (i > 0) {
             int rc = env->listen(env->ctx, n->addr, 0, &port);
             if (rc) {
-                LOG_WARN("tcp: NIC %s (%s) is not served: %s", n->name,
-                         n->addr, tent_last_error());
+                LOG_WARN("tcp: NIC %s (%s) is not served: %s", n->name, n->addr,
+                         tent_last_error());
                 memmove(n, n + 1, (t->nnics - i - 1) * sizeof(*n));
                 t->nnics--;
                 i--;
@@ -1193,8 +1193,8 @@ static void tcp_uninstall(struct tent_transport *base)
             struct tcp_rail *r = p->rails[i];
             for (int k = 0; k < r->nworkers; k++)
                 if (r->conns[k]->n > 0) /* a lent window left behind */
-                    window_finish(r, r->conns[k], TENT_ESHUTDOWN, 0, false,
-                                  0, NULL);
+                    window_finish(r, r->conns[k], TENT_ESHUTDOWN, 0, false, 0,
+                                  NULL);
         }
         for (int i = 0; i < p->nrails; i++) {
             struct tcp_rail *r = p->rails[i];
@@ -1205,10 +1205,9 @@ static void tcp_uninstall(struct tent_transport *base)
                       "tcp: the transport was uninstalled");
         }
         unsigned all = (1u << p->nrails) - 1;
-        peer_gauge(t,
-                   atomic_load(&p->down_mask) == all ? TM_PEER_DOWN
-                                                     : TM_PEER_UP,
-                   -1);
+        peer_gauge(
+            t, atomic_load(&p->down_mask) == all ? TM_PEER_DOWN : TM_PEER_UP,
+            -1);
         peer_free(p);
         p = n;
     }
@@ -1280,8 +1279,8 @@ static void pend_flush(struct pending *q)
      * blocks: those go to the workers */
     bool lendable = q->opcode == OPCODE_READ ||
                     (q->opcode == OPCODE_WRITE && q->r->peer->nrails == 1);
-    if (lendable && q->bytes <= INLINE_BYTES &&
-        q->nslices <= WINDOW_SLICES && run_lent(q->r, q->head))
+    if (lendable && q->bytes <= INLINE_BYTES && q->nslices <= WINDOW_SLICES &&
+        run_lent(q->r, q->head))
         return;
     enqueue(q->r, q->head, q->tail, q->nslices, q->bytes);
 }
@@ -1298,11 +1297,8 @@ static void pend_add(struct pending *pend, int *npend, struct tcp_rail *r,
     }
     s->next = NULL;
     if (j == *npend) {
-        pend[j] = (struct pending){.r = r,
-                                   .prio = s->prio,
-                                   .head = s,
-                                   .tail = s,
-                                   .opcode = s->opcode};
+        pend[j] = (struct pending){
+            .r = r, .prio = s->prio, .head = s, .tail = s, .opcode = s->opcode};
         (*npend)++;
     } else {
         pend[j].tail->next = s;
