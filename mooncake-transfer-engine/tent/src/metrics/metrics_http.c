@@ -25,10 +25,14 @@
  * a request -- from the newcomer's own address when that address is over
  * its share, else from the address holding the most -- by shutting its
  * socket down, after which libmicrohttpd closes it.  A connection younger
- * than GRACE_MS, or with request bytes not yet read, is never the one (a
- * burst of real scrapes replaces nobody); one whose answer has not been
- * taken for BUSY_MAX_MS may be.  What cannot be replaced yet is replaced as
- * it ages (a sweeper thread, awake only while a count is exceeded).
+ * than GRACE_MS (SILENT_GRACE_MS while its client has sent nothing at all),
+ * or with request bytes not yet read, is never the one (a burst of real
+ * scrapes replaces nobody); one whose answer has not been taken for
+ * BUSY_MAX_MS may be.  These choices are made in libmicrohttpd's own
+ * thread (its connection notification), where no request can be half-way
+ * between being read and being handed to us.  A sweeper thread, awake only
+ * while a count is exceeded, replaces later the trickling connections that
+ * were too young when newcomers came.
  * libmicrohttpd's own limit is BACKSTOP times the count, beyond which
  * newcomers wait in the listen queue: descriptors stay bounded whatever a
  * client opens, and a burst of real scrapes still fits.  Its per-address
@@ -40,10 +44,12 @@
 #include "metrics/metrics.h"
 
 #include <errno.h>
+#include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received */
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,11 +57,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define LISTEN_BACKLOG 1024
-#define GRACE_MS       250   /* a connection this young is not replaced */
-#define BUSY_MAX_MS    10000 /* an answer not taken in this long: may be */
-#define LOG_EVERY_MS   5000
-#define BACKSTOP       16 /* libmicrohttpd's limit: this many times ours */
+#define LISTEN_BACKLOG  1024
+#define GRACE_MS        250   /* a connection this young is not replaced */
+#define SILENT_GRACE_MS 2000  /* nor one this young that has sent nothing */
+#define TRICKLE_SPAN_MS 1000  /* the sweeper: still sending this long after */
+#define SWEEP_QUIET_MS  50    /* ... and quiet for this long */
+#define SWEEP_MS        250   /* the sweeper's period while over a count */
+#define BUSY_MAX_MS     10000 /* an answer not taken in this long: may be */
+#define LOG_EVERY_MS    5000
+#define BACKSTOP        16 /* libmicrohttpd's limit: this many times ours */
 
 /* An address connections come from, and how many it holds. */
 struct tm_addr {
@@ -71,8 +81,10 @@ struct tm_conn {
     struct tm_conn *prev, *next; /* oldest since_ms first */
     int fd;
     struct tm_addr *addr;
+    const struct MHD_Daemon *daemon; /* the (pool) daemon that runs it */
     long long since_ms; /* waiting for a request, or answering, since */
     bool busy;          /* a request is being answered */
+    bool served;        /* it has had a request answered */
     bool evicted;       /* its socket is shut down; MHD closes it */
 };
 
@@ -148,6 +160,7 @@ static void conn_touch(struct tm_http *h, struct tm_conn *c, bool busy)
 {
     pthread_mutex_lock(&h->lock);
     c->busy = busy;
+    c->served = c->served || !busy;
     c->since_ms = tent_now_ms();
     list_unlink(h, c);
     list_append(h, c);
@@ -160,19 +173,57 @@ static bool has_unread(int fd)
     return ioctl(fd, FIONREAD, &n) == 0 && n > 0;
 }
 
-/* The connection of addr (any when NULL) that has waited longest, among
- * those that may be replaced.  Caller holds lock. */
-static struct tm_conn *oldest_locked(struct tm_http *h,
-                                     const struct tm_addr *addr, long long now)
+/* The kernel's view of what the client sent: false when it does not say. */
+static bool tcp_rx(int fd, uint64_t *bytes, long long *quiet_ms)
 {
-    for (struct tm_conn *c = h->head; c; c = c->next) {
-        if (c->evicted || (addr && c->addr != addr))
-            continue;
-        long long age = now - c->since_ms;
-        if (c->busy ? age >= BUSY_MAX_MS
-                    : age >= GRACE_MS && !has_unread(c->fd))
-            return c;
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    memset(&ti, 0, sizeof(ti));
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_received) +
+                  sizeof(ti.tcpi_bytes_received))
+        return false;
+    *bytes = ti.tcpi_bytes_received;
+    *quiet_ms = ti.tcpi_last_data_recv; /* since the last data came */
+    return true;
+}
+
+/* Whether c may be replaced now.  From a libmicrohttpd thread (d: the
+ * daemon it runs), only a connection of that daemon: libmicrohttpd reads a
+ * request and calls the handler in one step, so a connection past its grace
+ * that is not answering and has nothing unread has sent no whole request.
+ * From the sweeper (d NULL), which runs beside libmicrohttpd and could meet
+ * a request between that read and the handler, only a client that is still
+ * sending TRICKLE_SPAN_MS after it connected without a request whole, or
+ * one that does not take its answer. */
+static bool replaceable(const struct tm_conn *c, const struct MHD_Daemon *d,
+                        long long now)
+{
+    long long age = now - c->since_ms;
+    if (c->busy)
+        return age >= BUSY_MAX_MS;
+    uint64_t rx = 0;
+    long long quiet = 0;
+    if (d) {
+        if (c->daemon != d || age < GRACE_MS || has_unread(c->fd))
+            return false;
+        return age >= SILENT_GRACE_MS || !tcp_rx(c->fd, &rx, &quiet) || rx > 0;
     }
+    if (c->served || age < TRICKLE_SPAN_MS)
+        return false;
+    return tcp_rx(c->fd, &rx, &quiet) && rx > 0 && quiet >= SWEEP_QUIET_MS &&
+           age - quiet >= TRICKLE_SPAN_MS && !has_unread(c->fd);
+}
+
+/* The connection of addr (any when NULL) that has waited longest, among
+ * those replaceable (by d's thread, or the sweeper).  Caller holds lock. */
+static struct tm_conn *oldest_locked(struct tm_http *h,
+                                     const struct tm_addr *addr,
+                                     const struct MHD_Daemon *d, long long now)
+{
+    for (struct tm_conn *c = h->head; c; c = c->next)
+        if (!c->evicted && (!addr || c->addr == addr) && replaceable(c, d, now))
+            return c;
     return NULL;
 }
 
@@ -193,14 +244,16 @@ static void evict_locked(struct tm_http *h, struct tm_conn *v, long long now,
 
 /* Replaces connections, those that waited longest first, until every
  * address keeps to its share and the endpoint to its count (from the
- * address that holds the most).  Returns whether some count is still
- * exceeded with nobody replaceable yet.  Caller holds lock. */
-static bool make_room_locked(struct tm_http *h, long long now)
+ * address that holds the most), from d's thread or the sweeper (d NULL).
+ * Returns whether some count is still exceeded with nobody replaceable
+ * yet.  Caller holds lock. */
+static bool make_room_locked(struct tm_http *h, const struct MHD_Daemon *d,
+                             long long now)
 {
     bool over = false;
     for (struct tm_addr *a = h->addrs; a; a = a->next)
         while (a->live > h->max_per_addr) {
-            struct tm_conn *v = oldest_locked(h, a, now);
+            struct tm_conn *v = oldest_locked(h, a, d, now);
             if (!v) {
                 over = true;
                 break;
@@ -213,9 +266,9 @@ static bool make_room_locked(struct tm_http *h, long long now)
         for (struct tm_addr *a = h->addrs; a; a = a->next)
             if (a->live > most->live)
                 most = a;
-        struct tm_conn *v = oldest_locked(h, most, now);
+        struct tm_conn *v = oldest_locked(h, most, d, now);
         if (!v)
-            v = oldest_locked(h, NULL, now);
+            v = oldest_locked(h, NULL, d, now);
         if (!v) {
             over = true;
             break;
@@ -225,9 +278,10 @@ static bool make_room_locked(struct tm_http *h, long long now)
     return over;
 }
 
-/* Replaces the connections make_room_locked could not yet (too young, or
- * with a request on its way), as they age: every GRACE_MS / 4 while some
- * count is exceeded, asleep otherwise. */
+/* Replaces the trickling connections newcomers could not replace yet (too
+ * young then), so that counts are kept when no newcomer comes (the
+ * backstop reached, or the attack over): every SWEEP_MS while some count
+ * is exceeded, asleep otherwise. */
 static void *sweeper_main(void *arg)
 {
     struct tm_http *h = arg;
@@ -240,14 +294,14 @@ static void *sweeper_main(void *arg)
         }
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += (GRACE_MS / 4) * 1000000L;
+        ts.tv_nsec += SWEEP_MS * 1000000L;
         if (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&h->over_cv, &h->lock, &ts);
         if (!h->stop)
-            h->over = make_room_locked(h, tent_now_ms());
+            h->over = make_room_locked(h, NULL, tent_now_ms());
     }
     pthread_mutex_unlock(&h->lock);
     return NULL;
@@ -260,6 +314,8 @@ static void conn_started(struct tm_http *h, struct MHD_Connection *mc,
         MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
     const union MHD_ConnectionInfo *ai =
         MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const union MHD_ConnectionInfo *di =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_DAEMON);
     struct tm_conn *c = fi ? calloc(1, sizeof(*c)) : NULL;
     uint8_t key[17];
     char name[64];
@@ -288,6 +344,7 @@ static void conn_started(struct tm_http *h, struct MHD_Connection *mc,
         return;
     }
     c->fd = fi->connect_fd;
+    c->daemon = di ? di->daemon : NULL;
     c->addr = a;
     c->since_ms = now;
     a->n++;
@@ -295,7 +352,7 @@ static void conn_started(struct tm_http *h, struct MHD_Connection *mc,
     h->nconns++;
     h->live++;
     list_append(h, c);
-    if (make_room_locked(h, now) && !h->over) {
+    if (make_room_locked(h, c->daemon, now) && !h->over) {
         h->over = true;
         pthread_cond_signal(&h->over_cv);
     }

@@ -4,8 +4,8 @@
  * server closes.  Meanwhile this process scrapes /metrics from the same
  * address (127.0.0.1, as a Prometheus on the same host would).
  *
- * What must hold: every scrape (one each 600 ms, over one reconnect period
- * of the attacker) is answered in well under a second, and the endpoint
+ * What must hold: every scrape (one each 600 ms, over 6 s of reopening) is
+ * answered in well under a second, and the endpoint
  * holds a bounded number of descriptors whatever the attacker opens.  The
  * test prints each scrape's time and the descriptors held. */
 #include "../common/test_child.h"
@@ -24,14 +24,18 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 
-#define NSLOW         4200
-#define TRICKLE_MS    1000 /* one header line per connection this often */
-#define RECONNECT_MS  5000 /* a closed connection is reopened after this */
-#define CONNECT_BURST 32   /* new connections per 10 ms at most */
-#define NSCRAPES      10
-#define SCRAPE_EVERY  600  /* ms: the scrapes span a reconnect period */
-#define SCRAPE_MS     500  /* "well under a second" */
-#define GIVE_UP_MS    3000 /* a scrape not answered by then has failed */
+#define NSLOW      4200
+#define TRICKLE_MS 1000 /* one header line per connection this often */
+/* a closed connection is reopened 2 to 6 s later (spread over the slots,
+ * as a slowloris client reopens what dropped while it cycles through the
+ * rest) */
+#define RECONNECT_MS     2000
+#define RECONNECT_SPREAD 4000
+#define CONNECT_BURST    32 /* new connections per 10 ms at most */
+#define NSCRAPES         10
+#define SCRAPE_EVERY     600  /* ms: the scrapes span a reconnect period */
+#define SCRAPE_MS        500  /* "well under a second" */
+#define GIVE_UP_MS       3000 /* a scrape not answered by then has failed */
 
 static long now_ms(void)
 {
@@ -50,11 +54,11 @@ struct atk_status {
     int32_t open, ever, closed;
 };
 
-static void slow_close(struct slow *s, long now, int *closed)
+static void slow_close(struct slow *s, int i, long now, int *closed)
 {
     close(s->fd);
     s->fd = -1;
-    s->next_ms = now + RECONNECT_MS;
+    s->next_ms = now + RECONNECT_MS + (i * 7919L + *closed) % RECONNECT_SPREAD;
     (*closed)++;
 }
 
@@ -84,7 +88,7 @@ static void attacker(int cmd_fd, int ans_fd, void *arg)
                 x->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
                 if (connect(x->fd, (struct sockaddr *)&a, sizeof(a)) != 0 &&
                     errno != EINPROGRESS) {
-                    slow_close(x, now, &closed);
+                    slow_close(x, i, now, &closed);
                     continue;
                 }
                 x->connecting = true;
@@ -93,7 +97,7 @@ static void attacker(int cmd_fd, int ans_fd, void *arg)
                 if (send(x->fd, line, sizeof(line) - 1,
                          MSG_NOSIGNAL | MSG_DONTWAIT) !=
                     (ssize_t)sizeof(line) - 1)
-                    slow_close(x, now, &closed);
+                    slow_close(x, i, now, &closed);
             }
             p[i].fd = x->fd;
             p[i].events = x->connecting ? POLLOUT : POLLIN | POLLRDHUP;
@@ -113,7 +117,7 @@ static void attacker(int cmd_fd, int ans_fd, void *arg)
                 if (err || send(x->fd, start, sizeof(start) - 1,
                                 MSG_NOSIGNAL | MSG_DONTWAIT) !=
                                (ssize_t)sizeof(start) - 1) {
-                    slow_close(x, now, &closed);
+                    slow_close(x, i, now, &closed);
                     continue;
                 }
                 x->connecting = false;
@@ -125,7 +129,7 @@ static void attacker(int cmd_fd, int ans_fd, void *arg)
             ssize_t r = recv(x->fd, buf, sizeof(buf), MSG_DONTWAIT);
             if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR) ||
                 (p[i].revents & (POLLHUP | POLLERR | POLLRDHUP)))
-                slow_close(x, now, &closed);
+                slow_close(x, i, now, &closed);
         }
         if (p[NSLOW].revents) {
             char op;
@@ -229,8 +233,9 @@ static void test_scrapes_under_slowloris(void **state)
     while (atk_status(cmd, ans).ever < NSLOW && now_ms() < end)
         poll(NULL, 0, 50);
     /* every attacker connection has been in at least once; the scrapes
-     * start once the ones the server holds have trickled twice (the attack
-     * in its steady state, not its first seconds) */
+     * start once the ones the server holds have trickled twice and the
+     * reopening of the others is under way (the attack in its steady
+     * state, not its first seconds) */
     long t_attack = now_ms();
     while (now_ms() < t_attack + 2 * TRICKLE_MS)
         poll(NULL, 0, 100);
