@@ -199,6 +199,15 @@ int tent_metrics_config_load(const struct tent_config *cfg,
         rc = cfg_int(cfg, "metrics/http_server_threads", 1, 1, 64,
                      &c.http_threads);
     if (!rc)
+        rc = cfg_int(cfg, "metrics/http_max_connections", 128, 1, 65536,
+                     &c.http_max_conns);
+    if (!rc)
+        rc = cfg_int(cfg, "metrics/http_max_connections_per_address", 32, 1,
+                     65536, &c.http_max_per_addr);
+    if (!rc)
+        rc = cfg_int(cfg, "metrics/http_timeout_seconds", 5, 1, 3600,
+                     &c.http_timeout_s);
+    if (!rc)
         rc = tent_config_get_bool(cfg, "metrics/http_required", false,
                                   &c.http_required);
     if (!rc)
@@ -288,8 +297,7 @@ int tent_metrics_start(struct tent_metrics *m)
         return TENT_OK;
     if (m->cfg.http_port >= 0) {
         struct tm_http *h = NULL;
-        int rc = tm_http_start(m, m->cfg.http_host, m->cfg.http_port,
-                               m->cfg.http_threads, &h);
+        int rc = tm_http_start(m, &m->cfg, &h);
         if (rc) {
             if (m->cfg.http_required)
                 return rc;

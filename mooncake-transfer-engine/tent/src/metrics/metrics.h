@@ -276,6 +276,10 @@ struct tent_metrics_config {
     char http_host[256];     /* metrics/http_host (127.0.0.1) */
     int http_port;           /* metrics/http_port, -1 = no endpoint */
     int http_threads;        /* metrics/http_server_threads (1) */
+    int http_max_conns;      /* metrics/http_max_connections (128) */
+    int http_max_per_addr;   /* metrics/http_max_connections_per_address
+                                (32) */
+    int http_timeout_s;      /* metrics/http_timeout_seconds (5) */
     bool http_required;      /* metrics/http_required: bind failure fails
                                 the engine (default false: logged) */
     int report_interval_s;   /* metrics/report_interval_seconds (0) */
@@ -325,8 +329,8 @@ int tent_metrics_summary(struct tent_metrics *m, char *buf, size_t len);
 
 /* metrics_http.c */
 struct tm_http;
-int tm_http_start(struct tent_metrics *m, const char *host, int port,
-                  int threads, struct tm_http **out);
+int tm_http_start(struct tent_metrics *m, const struct tent_metrics_config *cfg,
+                  struct tm_http **out);
 void tm_http_stop(struct tm_http *h);
 void tm_http_addr(const struct tm_http *h, char *host, size_t len,
                   uint16_t *port);

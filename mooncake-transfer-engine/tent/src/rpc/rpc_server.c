@@ -926,7 +926,9 @@ static struct tent_rpc_conn *pick_victim_locked(struct tent_rpc_server *s,
         int tier = rank(s, c, now, &key);
         if (tier < 0)
             continue;
-        if (tier < best_tier || (tier == best_tier && key < best_key)) {
+        /* the list is newest first: on a tie (same millisecond, same
+         * work) the older connection, found later, goes */
+        if (tier < best_tier || (tier == best_tier && key <= best_key)) {
             best = c;
             best_tier = tier;
             best_key = key;

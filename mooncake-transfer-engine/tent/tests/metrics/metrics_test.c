@@ -38,6 +38,9 @@ static struct tent_metrics *new_registry(void)
     struct tent_metrics_config c = {.enabled = true,
                                     .http_port = -1,
                                     .http_threads = 1,
+                                    .http_max_conns = 128,
+                                    .http_max_per_addr = 32,
+                                    .http_timeout_s = 5,
                                     .latency_sample = 1};
     snprintf(c.http_host, sizeof(c.http_host), "127.0.0.1");
     struct tent_metrics *m = NULL;
