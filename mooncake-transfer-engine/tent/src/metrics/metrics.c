@@ -65,6 +65,8 @@ struct tent_metrics {
     pthread_t reporter;
     bool reporter_on, stopping;
     pthread_cond_t wake;
+    tm_dyn_fn dyn_fn; /* families read when rendering, or NULL */
+    void *dyn_arg;
 };
 
 __thread struct tm_tls tm_tls_cache __attribute__((tls_model("initial-exec")));
@@ -278,6 +280,14 @@ void tent_metrics_set_transport(struct tent_metrics *m, int xi,
     pthread_mutex_lock(&m->lock);
     snprintf(m->xnames[TM_X(xi)], sizeof(m->xnames[0]), "%s", name);
     pthread_mutex_unlock(&m->lock);
+}
+
+void tent_metrics_set_dynamic(struct tent_metrics *m, tm_dyn_fn fn, void *arg)
+{
+    if (!m)
+        return;
+    m->dyn_fn = fn;
+    m->dyn_arg = arg;
 }
 
 void tent_metrics_set_name(struct tent_metrics *m, const char *name)
@@ -620,6 +630,110 @@ static void fmt_bound(char *buf, size_t len, enum tm_buckets b, unsigned i)
     snprintf(buf, len, "%.17g", bound(b, i));
 }
 
+/* ---- dynamic families ------------------------------------------------------
+ * Collected as JSON ({name, type, help, series: [{labels, value}]}), which
+ * both formats render from. */
+struct tm_dyn_sink {
+    cJSON *fams; /* array */
+    cJSON *cur;  /* the family's series array */
+    bool oom;
+};
+
+void tm_dyn_family(struct tm_dyn_sink *k, const char *name, enum tm_type type,
+                   const char *help)
+{
+    static const char *const types[] = {"counter", "gauge", "histogram"};
+    cJSON *f = cJSON_CreateObject();
+    if (!f || !cJSON_AddStringToObject(f, "name", name) ||
+        !cJSON_AddStringToObject(f, "type", types[type]) ||
+        !cJSON_AddStringToObject(f, "help", help) ||
+        !(k->cur = cJSON_AddArrayToObject(f, "series"))) {
+        cJSON_Delete(f);
+        k->cur = NULL;
+        k->oom = true;
+        return;
+    }
+    cJSON_AddItemToArray(k->fams, f);
+}
+
+void tm_dyn_sample(struct tm_dyn_sink *k, const char *const *labels,
+                   double value)
+{
+    if (!k->cur)
+        return;
+    cJSON *s = cJSON_CreateObject();
+    cJSON *l = s ? cJSON_AddObjectToObject(s, "labels") : NULL;
+    bool ok = l && cJSON_AddNumberToObject(s, "value", value);
+    for (size_t i = 0; ok && labels && labels[i] && labels[i + 1]; i += 2)
+        ok = cJSON_AddStringToObject(l, labels[i], labels[i + 1]) != NULL;
+    if (!ok) {
+        cJSON_Delete(s);
+        k->oom = true;
+        return;
+    }
+    cJSON_AddItemToArray(k->cur, s);
+}
+
+/* The dynamic families of m, NULL when there are none (or out of memory:
+ * *oom). */
+static cJSON *dyn_collect(struct tent_metrics *m, bool *oom)
+{
+    *oom = false;
+    if (!m->dyn_fn)
+        return NULL;
+    struct tm_dyn_sink k = {.fams = cJSON_CreateArray()};
+    if (!k.fams) {
+        *oom = true;
+        return NULL;
+    }
+    m->dyn_fn(m->dyn_arg, &k);
+    if (k.oom) {
+        cJSON_Delete(k.fams);
+        *oom = true;
+        return NULL;
+    }
+    return k.fams;
+}
+
+static void put_number(struct out *o, double v)
+{
+    if (v == (double)(int64_t)v && v > -9e18 && v < 9e18)
+        put(o, "%" PRId64, (int64_t)v);
+    else
+        put(o, "%.17g", v);
+}
+
+static void render_dyn_text(const cJSON *fams, struct out *o)
+{
+    const cJSON *f;
+    cJSON_ArrayForEach(f, fams)
+    {
+        const char *name = cJSON_GetObjectItem(f, "name")->valuestring;
+        put(o, "# HELP %s %s\n# TYPE %s %s\n", name,
+            cJSON_GetObjectItem(f, "help")->valuestring, name,
+            cJSON_GetObjectItem(f, "type")->valuestring);
+        const cJSON *s;
+        cJSON_ArrayForEach(s, cJSON_GetObjectItem(f, "series"))
+        {
+            put(o, "%s", name);
+            const cJSON *l = cJSON_GetObjectItem(s, "labels"), *kv;
+            const char *sep = "{";
+            cJSON_ArrayForEach(kv, l)
+            {
+                put(o, "%s%s=\"", sep, kv->string);
+                put_escaped(o, kv->valuestring);
+                put(o, "\"");
+                sep = ",";
+            }
+            if (*sep == ',')
+                put(o, "}");
+            put(o, " ");
+            put_number(o, cJSON_GetObjectItem(s, "value")->valuedouble);
+            put(o, "\n");
+        }
+    }
+}
+
 static void render_text(const struct snap *sn, struct out *o)
 {
     static const char *const types[] = {"counter", "gauge", "histogram"};
@@ -679,7 +793,7 @@ static cJSON *json_labels(const struct snap *sn, enum tm_id id, unsigned a,
 /* {"tent_read_bytes_total": <sum over labels>, ..., "families": [{"name",
  *  "type", "help", "series": [{"labels": {...}, "value"} or {"labels",
  *  "buckets": [[le, cumulative count]...], "sum", "count"}]}]} */
-static int render_json(const struct snap *sn, struct out *o)
+static int render_json(const struct snap *sn, cJSON *dyn, struct out *o)
 {
     static const char *const types[] = {"counter", "gauge", "histogram"};
     cJSON *root = cJSON_CreateObject();
@@ -734,6 +848,18 @@ static int render_json(const struct snap *sn, struct out *o)
             }
         cJSON_AddItemToArray(fams, fam);
     }
+    /* the dynamic families, with their totals as the others have */
+    const cJSON *df;
+    cJSON_ArrayForEach(df, dyn)
+    {
+        double total = 0;
+        const cJSON *s;
+        cJSON_ArrayForEach(s, cJSON_GetObjectItem(df, "series"))
+            total += cJSON_GetObjectItem(s, "value")->valuedouble;
+        cJSON_AddNumberToObject(
+            root, cJSON_GetObjectItem(df, "name")->valuestring, total);
+        cJSON_AddItemToArray(fams, cJSON_Duplicate(df, true));
+    }
     cJSON_AddItemToObject(root, "families", fams);
     char *text = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
@@ -751,11 +877,17 @@ int tent_metrics_render(struct tent_metrics *m, enum tm_format fmt, char **out,
     int rc = snap_take(m, &sn);
     if (rc)
         return rc;
-    struct out o = {0};
-    if (fmt == TM_FMT_JSON)
-        rc = render_json(&sn, &o);
-    else
+    bool oom;
+    cJSON *dyn = dyn_collect(m, &oom);
+    struct out o = {.oom = oom};
+    if (fmt == TM_FMT_JSON) {
+        rc = render_json(&sn, dyn, &o);
+    } else {
         render_text(&sn, &o);
+        if (dyn)
+            render_dyn_text(dyn, &o);
+    }
+    cJSON_Delete(dyn);
     free(sn.cells);
     if (!rc && (o.oom || !o.p))
         rc = tent_set_error(TENT_ENOMEM, "metrics: out of memory rendering");

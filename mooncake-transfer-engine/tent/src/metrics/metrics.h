@@ -299,6 +299,19 @@ void tent_metrics_set_transport(struct tent_metrics *m, int xi,
                                 const char *name);
 /* Names the engine in the report line (its segment name); before start. */
 void tent_metrics_set_name(struct tent_metrics *m, const char *name);
+
+/* Families whose series are read from elsewhere when rendering (the rails of
+ * the scheduler: their labels are not known in advance).  The callback runs
+ * in the rendering thread and emits families, each followed by its samples;
+ * labels are NULL-terminated name, value pairs. */
+struct tm_dyn_sink;
+void tm_dyn_family(struct tm_dyn_sink *k, const char *name, enum tm_type type,
+                   const char *help);
+void tm_dyn_sample(struct tm_dyn_sink *k, const char *const *labels,
+                   double value);
+typedef void (*tm_dyn_fn)(void *arg, struct tm_dyn_sink *k);
+/* Before tent_metrics_start; fn NULL removes it. */
+void tent_metrics_set_dynamic(struct tent_metrics *m, tm_dyn_fn fn, void *arg);
 /* Starts the HTTP endpoint (when a port is configured) and the report line.
  * A bind failure is TENT_EIO naming host and port. */
 int tent_metrics_start(struct tent_metrics *m);

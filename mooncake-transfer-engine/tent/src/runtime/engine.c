@@ -179,6 +179,7 @@ tent_engine_t tent_create_engine(void)
         rc = tent_set_error(TENT_ENOMEM, "tent_create_engine: out of memory");
         goto fail_settings;
     }
+    tent_metrics_set_dynamic(e->metrics, tent_rails_metrics, e->sched);
     rc = tent_segment_new(LOCAL_SEGMENT_ID, e->segment_name, true, &e->local);
     if (rc)
         goto fail_settings;

@@ -308,6 +308,11 @@ void tent_file_segments_teardown(struct tent_engine *e);
 /* Fills e->xenv, the table every transport of e is handed at install. */
 void tent_xport_env_init(struct tent_engine *e);
 
+/* rails_api.c: the scheduler's rails as dynamic metric families (arg: the
+ * engine's struct tent_sched). */
+struct tm_dyn_sink;
+void tent_rails_metrics(void *arg, struct tm_dyn_sink *k);
+
 /* memory.c */
 void tent_memory_release_all(struct tent_engine *e);
 /* env->reclaim_pages (transport.h); caller holds e->reg_lock. */

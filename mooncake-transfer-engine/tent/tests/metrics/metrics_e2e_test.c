@@ -231,7 +231,26 @@ static void test_counters_equal_traffic(void **state)
     assert_int_equal(
         series(j, "tent_peers", "transport", "tcp", "state", "down", "value"),
         0);
+    /* one rail (loopback): it carried every byte, nothing is left on it */
+    assert_int_equal(
+        series(j, "tent_rail_bytes_total", "transport", "tcp", "nic", "lo",
+               "value"),
+        wbytes + rbytes);
+    assert_int_equal(series(j, "tent_rail_inflight_bytes", "transport", "tcp",
+                            "nic", "lo", "value"),
+                     0);
+    assert_int_equal(TOTAL(j, "tent_rail_failures_total"), 0);
+    assert_int_equal(TOTAL(j, "tent_rail_paused"), 0);
+    assert_true(series(j, "tent_rail_bandwidth_bytes_per_second", "transport",
+                       "tcp", "nic", "lo", "value") > 0);
     cJSON_Delete(j);
+    tent_nic_load_stat_t nics[4];
+    size_t nn = 4;
+    assert_int_equal(tent_get_nic_load_stats(f->e, nics, &nn), 0);
+    assert_int_equal(nn, 1);
+    assert_string_equal(nics[0].device_name, "lo");
+    assert_int_equal(nics[0].inflight_bytes, 0);
+    assert_true(nics[0].ewma_bandwidth_bps > 0);
 
     struct mt_reply t;
     assert_int_equal(mt_get(mt_port(f->e), "GET /metrics HTTP/1.0\r\n\r\n", &t),
@@ -242,6 +261,9 @@ static void test_counters_equal_traffic(void **state)
              "%llu\n",
              (unsigned long long)wbytes);
     assert_non_null(strstr(t.body, line));
+    assert_non_null(strstr(t.body, "\n# TYPE tent_rail_bytes_total counter\n"
+                                   "tent_rail_bytes_total{transport=\"tcp\","
+                                   "nic=\"lo\",peer=\""));
     mt_reply_free(&t);
     assert_int_equal(tent_free_batch(f->e, open_batch), 0);
 }
