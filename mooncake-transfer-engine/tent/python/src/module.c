@@ -5,23 +5,6 @@
 
 #include <stdio.h>
 
-/* TENT's numbers for transports this header may not name yet. */
-#ifdef TRANSPORT_TPU
-#define TENTPY_TRANSPORT_TPU TRANSPORT_TPU
-#else
-#define TENTPY_TRANSPORT_TPU 10
-#endif
-#ifdef TRANSPORT_UB
-#define TENTPY_TRANSPORT_UB TRANSPORT_UB
-#else
-#define TENTPY_TRANSPORT_UB 11
-#endif
-#ifdef TRANSPORT_MPCOMM
-#define TENTPY_TRANSPORT_MPCOMM TRANSPORT_MPCOMM
-#else
-#define TENTPY_TRANSPORT_MPCOMM 12
-#endif
-
 PyObject *tentpy_exc_base, *tentpy_exc_inval, *tentpy_exc_notreg,
     *tentpy_exc_nodev, *tentpy_exc_entry, *tentpy_exc_meta, *tentpy_exc_rpc,
     *tentpy_exc_internal, *tentpy_exc_notimpl;
@@ -218,26 +201,36 @@ PyMODINIT_FUNC PyInit__tent(void)
     if (PyModule_AddObject(m, "MooncakeTransferEngine",
                            (PyObject *)&tentpy_MooncakeType) < 0)
         goto fail;
-    /* Transport numbers as the C header defines them (TENT's values; the
-     * package's TransportType is built from these). */
-    if (PyModule_AddIntConstant(m, "TRANSPORT_UNSPEC", TRANSPORT_UNSPEC) ||
-        PyModule_AddIntConstant(m, "TRANSPORT_RDMA", TRANSPORT_RDMA) ||
-        PyModule_AddIntConstant(m, "TRANSPORT_MNNVL", TRANSPORT_MNNVL) ||
-        PyModule_AddIntConstant(m, "TRANSPORT_SHM", TRANSPORT_SHM) ||
-        PyModule_AddIntConstant(m, "TRANSPORT_NVLINK", TRANSPORT_NVLINK) ||
-        PyModule_AddIntConstant(m, "TRANSPORT_GDS", TRANSPORT_GDS) ||
-        PyModule_AddIntConstant(m, "TRANSPORT_IOURING", TRANSPORT_IOURING) ||
-        PyModule_AddIntConstant(m, "TRANSPORT_TCP", TRANSPORT_TCP) ||
-        PyModule_AddIntConstant(m, "TRANSPORT_ASCEND_DIRECT",
-                                TRANSPORT_ASCEND_DIRECT) ||
-        PyModule_AddIntConstant(m, "TRANSPORT_SUNRISE_LINK",
-                                TRANSPORT_SUNRISE_LINK) ||
-        PyModule_AddIntConstant(m, "TRANSPORT_TPU", TENTPY_TRANSPORT_TPU) ||
-        PyModule_AddIntConstant(m, "TRANSPORT_UB", TENTPY_TRANSPORT_UB) ||
-        PyModule_AddIntConstant(m, "TRANSPORT_MPCOMM",
-                                TENTPY_TRANSPORT_MPCOMM) ||
-        PyModule_AddIntConstant(m, "TRANSPORT_MEMFABRIC", TRANSPORT_MEMFABRIC))
+    /* Transport numbers: the one list (transports.def), as the C header
+     * defines them (registry.c checks that they agree).  TRANSPORT_<X> for
+     * each, and _transport_types, ((PyName, value, name), ...), which the
+     * package's TransportType is built from. */
+    static const struct {
+        const char *constant, *pyname, *name;
+        int value;
+    } types[] = {
+#define TENT_XPORT_TYPE(suffix, value, name, pyname)                           \
+    {"TRANSPORT_" #suffix, #pyname, name, value},
+#include "transport/transports.def"
+    };
+    PyObject *tt = PyTuple_New(sizeof(types) / sizeof(types[0]));
+    if (!tt)
         goto fail;
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        PyObject *row = Py_BuildValue("(sis)", types[i].pyname, types[i].value,
+                                      types[i].name);
+        if (!row ||
+            PyModule_AddIntConstant(m, types[i].constant, types[i].value) < 0) {
+            Py_XDECREF(row);
+            Py_DECREF(tt);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(tt, (Py_ssize_t)i, row);
+    }
+    if (PyModule_AddObject(m, "_transport_types", tt) < 0) {
+        Py_DECREF(tt);
+        goto fail;
+    }
     if (PyModule_AddIntConstant(m, "LOCAL_SEGMENT_ID", 0) ||
         PyModule_AddStringConstant(m, "kWildcardLocation", "*") ||
         PyModule_AddIntConstant(m, "PRIO_HIGH", 0) ||

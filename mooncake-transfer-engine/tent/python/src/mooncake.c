@@ -197,18 +197,13 @@ static int hint_arg(MCObject *self, PyObject *o, const char *fn, int *out)
     static const struct {
         const char *name;
         int type;
-    } hints[] = {{"", TRANSPORT_UNSPEC},
-                 {"unspec", TRANSPORT_UNSPEC},
-                 {"rdma", TRANSPORT_RDMA},
-                 {"mnnvl", TRANSPORT_MNNVL},
-                 {"shm", TRANSPORT_SHM},
-                 {"nvlink", TRANSPORT_NVLINK},
-                 {"gds", TRANSPORT_GDS},
-                 {"io_uring", TRANSPORT_IOURING},
-                 {"tcp", TRANSPORT_TCP},
-                 {"ascend", TRANSPORT_MEMFABRIC},
-                 {"memfabric", TRANSPORT_MEMFABRIC},
-                 {"sunrise_link", TRANSPORT_SUNRISE_LINK}};
+    } hints[] = {
+        {"", TRANSPORT_UNSPEC},
+        /* Mooncake's Ascend protocol is the memfabric transport here */
+        {"ascend", TRANSPORT_MEMFABRIC},
+#define TENT_XPORT_TYPE(suffix, value, name, pyname) {name, value},
+#include "transport/transports.def"
+    };
     for (size_t i = 0; i < sizeof(hints) / sizeof(hints[0]); i++)
         if (strcmp(s, hints[i].name) == 0) {
             *out = hints[i].type;

@@ -93,23 +93,10 @@ class Permission(_enum.IntEnum):
     GlobalReadWrite = 2
 
 
-# TENT's numbers, read from the C header's TRANSPORT_* constants; MEMFABRIC
-# is this engine's own and follows the header.
+# TENT's numbers, from the engine's one transport list (the C header's
+# TRANSPORT_* values; MEMFABRIC and BUFIO are this engine's own).
 TransportType = _export(_enum.IntEnum("TransportType", [
-    ("UNSPEC", _tent.TRANSPORT_UNSPEC),
-    ("RDMA", _tent.TRANSPORT_RDMA),
-    ("MNNVL", _tent.TRANSPORT_MNNVL),
-    ("SHM", _tent.TRANSPORT_SHM),
-    ("NVLINK", _tent.TRANSPORT_NVLINK),
-    ("GDS", _tent.TRANSPORT_GDS),
-    ("IOURING", _tent.TRANSPORT_IOURING),
-    ("TCP", _tent.TRANSPORT_TCP),
-    ("AscendDirect", _tent.TRANSPORT_ASCEND_DIRECT),
-    ("SUNRISE_LINK", _tent.TRANSPORT_SUNRISE_LINK),
-    ("TPU", _tent.TRANSPORT_TPU),
-    ("UB", _tent.TRANSPORT_UB),
-    ("MPCOMM", _tent.TRANSPORT_MPCOMM),
-    ("MEMFABRIC", _tent.TRANSPORT_MEMFABRIC),
+    (pyname, value) for pyname, value, _name in _tent._transport_types
 ], module=__name__))
 
 
