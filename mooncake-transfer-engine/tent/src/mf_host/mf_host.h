@@ -13,16 +13,22 @@
  *     process_vm_readv/writev instead of the data connections;
  *   - batches: smem_trans_batch_copy queues a batch; worker threads first
  *     CHECK every remote range with the peer (nothing is copied when one is
- *     outside the peer's registered memory), then copy the batch in slices.
+ *     outside the peer's registered memory), then copy the batch in slices;
+ *   - a control page (mf_host_ctl.h) through which deregistration revokes:
+ *     every copy into or out of registered memory, by a server thread or
+ *     by a host_shm peer's worker, runs inside a window the owner waits
+ *     for.
  *
  * Lock order (outer first): g_lock (api.c) > h->connect_lock >
- * h->peer_lock > p->lock; h->q_lock, h->batch_lock, h->mem_lock,
- * h->cb_lock and h->srv_lock are leaves (nothing else is taken while they
- * are held).  The peer-down callback is called with no lock held. */
+ * h->peer_lock > p->lock; h->reg_lock > h->mem_lock and h->srv_lock;
+ * h->q_lock, h->batch_lock, h->mem_lock, h->cb_lock and h->srv_lock are
+ * leaves (nothing else is taken while they are held).  The peer-down
+ * callback is called with no lock held. */
 #ifndef TENT_MF_HOST_H
 #define TENT_MF_HOST_H
 
 #include "common/log.h"
+#include "mf_host/mf_host_ctl.h"
 #include "net/net.h"
 #include "transport/memfabric/smem_trans_abi.h"
 
@@ -99,13 +105,13 @@ void AnnotateIgnoreWritesEnd(const char *file, int line);
 
 /* net.c: the socket calls of net/net.h on user memory (see above); 0 or
  * -1 with errno. */
-int mfh_send_user(int fd, const void *buf, size_t len);
-int mfh_recv_user(int fd, void *buf, size_t len);
 int mfh_sendv_user(int fd, struct iovec *iov, int n);
+/* Receives exactly the bytes of iov[0..n) (user memory; consumes iov). */
+int mfh_recvv_user(int fd, struct iovec *iov, int n);
 
 /* ---- wire format (both ends are this library on one byte order) ------- */
 #define MFH_MAGIC   0x3148464du /* "MFH1" */
-#define MFH_VERSION 2u
+#define MFH_VERSION 3u
 
 enum mfh_msg_type {
     MFH_MSG_HELLO = 1,
@@ -113,9 +119,13 @@ enum mfh_msg_type {
     MFH_MSG_WRITE = 3,
     MFH_MSG_READ = 4,
     MFH_MSG_REPLY = 5,
-    MFH_MSG_RANGES = 6, /* reply: addr = generation, count ranges follow */
+    MFH_MSG_RANGES = 6, /* reply: addr = mem_gen, gen = rev_gen, count
+                           ranges follow */
 };
 
+/* A READ answered SM_OK is its len bytes followed by a second REPLY header
+ * (no payload), the final status: the server may have stopped sending the
+ * memory half-way (deregistered meanwhile), sending zeros instead. */
 struct mfh_msg {
     uint32_t magic;
     uint16_t type;
@@ -124,14 +134,18 @@ struct mfh_msg {
     uint32_t count; /* CHECK: number of ranges */
     uint64_t addr;  /* WRITE/READ: remote address; CHECK reply: bad index */
     uint64_t len;   /* payload bytes following the header */
+    /* CHECK reply: the owner's rev_gen the check was made at; WRITE/READ:
+     * that of the batch's check (0: none, admit as of now) */
+    uint64_t gen;
 };
 
 struct mfh_hello {
     uint32_t version;
     uint32_t pid;
     uint32_t proto;
-    uint32_t reserved;
-    uint64_t gen_addr;    /* address of the sender's mem_gen */
+    int32_t ctl_fd;    /* the sender's descriptor of its control page, or -1 */
+    uint64_t ctl_ino;  /* and that page's inode */
+    uint64_t gen_addr; /* address of the sender's mem_gen */
     uint64_t probe_addr;  /* address of a token in the sender's memory */
     uint64_t probe_value; /* its value: a successful CMA read proves we
                              can reach the sender's address space */
@@ -159,7 +173,8 @@ struct mfh_map;
 
 /* A remote instance we copy to/from.  refs: one for h->peers membership,
  * one per batch, one per monitor snapshot.  p->lock guards conns, n_conns,
- * connecting. */
+ * connecting.  A cma peer's control page is mapped here, with one window
+ * slot per worker of ours. */
 struct mfh_peer {
     struct mfh_peer *next;
     atomic_int refs;
@@ -169,14 +184,17 @@ struct mfh_peer {
     char uid[MFH_UID_MAX];
     pid_t pid;
     bool use_cma;
-    uint64_t gen_addr; /* cma peers: where to read their mem_gen */
+    uint64_t gen_addr;   /* cma peers: where to read their mem_gen */
+    struct mfh_ctl *ctl; /* cma peers: their control page, mapped */
+    struct mfh_win *slots[MFH_WORKERS];
     int ctrl_fd;
-    /* cma peers: their registered ranges as of generation cache_gen, so a
-     * batch is checked with one 8-byte cross-memory read instead of a round
-     * trip while the peer's registrations do not change. */
+    /* cma peers: their registered ranges as of generation cache_gen (and
+     * rev_gen cache_rev), so a batch is checked with a read of their
+     * control page instead of a round trip while the peer's registrations
+     * do not change. */
     pthread_mutex_t cache_lock;
     bool cache_valid;
-    uint64_t cache_gen;
+    uint64_t cache_gen, cache_rev;
     struct mfh_range *cache;
     size_t n_cache;
     /* cma peers: shared mappings of their registered ranges (shm.c);
@@ -218,6 +236,8 @@ struct mfh_batch {
     atomic_size_t remaining; /* slices not yet finished */
     atomic_int first_error;
     atomic_bool used_map; /* a slice went through a shared mapping */
+    uint64_t rev_snap;    /* the peer's rev_gen its check was made at (0:
+                             none: one tcp slice, the server admits it) */
     bool done;            /* batch_lock */
     int32_t result;       /* batch_lock, valid when done */
 };
@@ -228,6 +248,17 @@ struct mfh_srv_conn {
     int fd;
     pthread_t thread;
     atomic_bool finished;
+    struct mfh_win win; /* the request this thread copies for */
+    /* srv_lock: who said HELLO on this connection (a peer's control
+     * connection), to name it */
+    char peer_uid[MFH_UID_MAX];
+    pid_t peer_pid;
+};
+
+/* A worker thread's handle and index (its window slot at cma peers). */
+struct mfh_worker {
+    struct mfh_handle *h;
+    int idx;
 };
 
 struct mfh_handle {
@@ -243,11 +274,16 @@ struct mfh_handle {
      * MF_TRANSFER_TIMEOUT (ms) when set at create, else MFH_IO_TIMEOUT_MS. */
     int io_timeout_ms;
 
+    pthread_mutex_t reg_lock;  /* one registration change at a time */
     pthread_rwlock_t mem_lock; /* registered ranges */
     struct mfh_range *ranges;
     size_t n_ranges, cap_ranges;
-    _Atomic uint64_t mem_gen; /* bumped on every change of ranges; peers
-                                 read it across processes */
+    /* The control page (mf_host_ctl.h): a memfd peers map (ctl_fd >= 0),
+     * or private memory when none could be made (peers then copy over
+     * tcp).  Its mem_gen and rev_gen change under mem_lock (write). */
+    struct mfh_ctl *ctl;
+    int ctl_fd;
+    uint64_t ctl_ino;
 
     pthread_mutex_t cb_lock;
     smem_trans_peer_down_callback_t cb;
@@ -274,12 +310,13 @@ struct mfh_handle {
     pthread_cond_t q_cond;
     struct mfh_batch *q_head, *q_tail;
     pthread_t workers[MFH_WORKERS];
+    struct mfh_worker worker_args[MFH_WORKERS];
     int n_workers;
 };
 
 /* Who calls whom (one direction): api.c -> batch.c -> peers.c -> shm.c ->
- * ranges.c -> net.c; api.c also starts server.c, which uses ranges.c and
- * net.c.  Nothing calls back into api.c. */
+ * ranges.c -> ctl.c -> net.c; api.c also starts server.c, which uses
+ * ranges.c, ctl.c and net.c.  Nothing calls back into api.c. */
 
 /* ranges.c: a handle's registered memory (h->mem_lock) */
 bool mfh_range_registered(struct mfh_handle *h, uint64_t addr, uint64_t len);
@@ -287,7 +324,28 @@ bool mfh_ranges_cover(const struct mfh_range *r, size_t n, uint64_t addr,
                       uint64_t len);
 int32_t mfh_ranges_add(struct mfh_handle *h, void *const *addrs,
                        const size_t *caps, uint32_t count);
-int32_t mfh_ranges_remove(struct mfh_handle *h, void *addr);
+/* Deregisters the range at addr and revokes it from every copier: SM_OK
+ * once none touches it any more; SM_RESOURCE_IN_USE (logged, naming the
+ * peer) when one is still inside a copy after the handle's timeout, with
+ * the range registered again. */
+int32_t mfh_ranges_revoke(struct mfh_handle *h, void *addr);
+
+/* ctl.c: the control page (mf_host_ctl.h) */
+/* The owner's side: creates h's page (a memfd, or private memory when
+ * that fails: ctl_fd -1); SM_OK or SM_MALLOC_FAILED. */
+int32_t mfh_ctl_create(struct mfh_handle *h);
+void mfh_ctl_destroy(struct mfh_handle *h);
+/* Records the removal of [base, base+len); caller holds mem_lock (write). */
+void mfh_ctl_log_removal(struct mfh_handle *h, uint64_t base, uint64_t len);
+/* Waits until no window over a range overlapping [base, base+len) is open;
+ * 0, or -1 after timeout_ms with the window marked broken and *who naming
+ * its holder. */
+int mfh_ctl_wait(struct mfh_handle *h, uint64_t base, uint64_t len,
+                 int timeout_ms, char *who, size_t who_len);
+/* The initiator's side: maps peer p's page (its fd number and inode from
+ * the HELLO) and takes MFH_WORKERS window slots; 0, or -1 with *why. */
+int mfh_ctl_attach(struct mfh_peer *p, int fd, uint64_t ino, const char **why);
+void mfh_ctl_detach(struct mfh_peer *p);
 
 /* net.c: blocking send/receive, 0 or -1 with errno */
 int mfh_send_full(int fd, const void *buf, size_t len);

@@ -65,6 +65,8 @@ static void handle_free(struct mfh_handle *h)
     mfh_monitor_stop(h);
     mfh_batches_free(h);
     mfh_peers_release(h);
+    mfh_ctl_destroy(h);
+    pthread_mutex_destroy(&h->reg_lock);
     pthread_rwlock_destroy(&h->mem_lock);
     pthread_mutex_destroy(&h->cb_lock);
     pthread_mutex_destroy(&h->srv_lock);
@@ -242,11 +244,13 @@ MFH_EXPORT smem_trans_t smem_trans_create(const smem_trans_config_t *config,
     h->io_timeout_ms = io_timeout_ms;
     h->listen_fd = -1;
     h->monitor_efd = -1;
+    h->ctl_fd = -1;
     atomic_init(&h->stopping, false);
     uint64_t token = 0;
     if (getrandom(&token, sizeof(token), GRND_NONBLOCK) != sizeof(token))
         token = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     h->probe_value = token | 1;
+    pthread_mutex_init(&h->reg_lock, NULL);
     pthread_rwlock_init(&h->mem_lock, NULL);
     pthread_mutex_init(&h->cb_lock, NULL);
     pthread_mutex_init(&h->srv_lock, NULL);
@@ -256,8 +260,8 @@ MFH_EXPORT smem_trans_t smem_trans_create(const smem_trans_config_t *config,
     pthread_mutex_init(&h->q_lock, NULL);
     pthread_cond_init(&h->q_cond, NULL);
 
-    if (mfh_server_start(h) != SM_OK || mfh_monitor_start(h) != SM_OK ||
-        mfh_workers_start(h) != SM_OK) {
+    if (mfh_ctl_create(h) != SM_OK || mfh_server_start(h) != SM_OK ||
+        mfh_monitor_start(h) != SM_OK || mfh_workers_start(h) != SM_OK) {
         handle_free(h);
         return NULL;
     }
@@ -347,9 +351,7 @@ MFH_EXPORT int32_t smem_trans_deregister_mem(smem_trans_t handle, void *address)
             handle_put(h);
         return SM_INVALID_PARAM;
     }
-    int32_t rc = mfh_ranges_remove(h, address);
-    if (rc != SM_OK)
-        MFH_ERROR("deregister_mem: %p is not registered", address);
+    int32_t rc = mfh_ranges_revoke(h, address);
     handle_put(h);
     return rc;
 }

@@ -8,7 +8,13 @@
  * the head batch, so one large batch is spread over all workers and the
  * peer's connection pool.  The worker finishing the last slice publishes
  * the result; only then does a query answer SM_OK, so no memory of the
- * batch is accessed after its result is seen. */
+ * batch is accessed after its result is seen.
+ *
+ * The check is made as of the peer's rev_gen (mf_host_ctl.h), which the
+ * batch keeps (rev_snap): a cross-memory slice is copied inside one of our
+ * windows in the peer's control page, and only if nothing overlapping it
+ * was deregistered since; a tcp slice carries rev_snap for the peer's
+ * server to do the same. */
 #include "mf_host.h"
 
 #include <errno.h>
@@ -62,6 +68,7 @@ static int32_t run_check(struct mfh_batch *b)
     mfh_conn_release(p, c, false);
     if (m.status != SM_OK)
         log_bad_range(b, m.addr);
+    b->rev_snap = m.gen;
     return m.status;
 }
 
@@ -124,6 +131,7 @@ static int32_t fetch_ranges(struct mfh_peer *p)
     p->cache = r;
     p->n_cache = m.count;
     p->cache_gen = m.addr;
+    p->cache_rev = m.gen;
     p->cache_valid = true;
     pthread_mutex_unlock(&p->cache_lock);
     mfh_shm_invalidate(p); /* registrations changed: maps may be stale */
@@ -131,23 +139,13 @@ static int32_t fetch_ranges(struct mfh_peer *p)
 }
 
 /* Checks a batch to a cross-memory-attach peer against its cached ranges,
- * refreshed whenever the peer's generation (one 8-byte read of its memory)
- * has moved on, so steady traffic costs no round trip per batch. */
+ * refreshed whenever the peer's generation (in its control page) has moved
+ * on, so steady traffic costs no round trip per batch. */
 static int32_t run_check_cma(struct mfh_batch *b)
 {
     struct mfh_peer *p = b->peer;
     for (int attempt = 0; attempt < 3; attempt++) {
-        uint64_t gen = 0;
-        struct iovec l = {.iov_base = &gen, .iov_len = sizeof(gen)};
-        struct iovec r = {.iov_base = (void *)(uintptr_t)p->gen_addr,
-                          .iov_len = sizeof(gen)};
-        if (process_vm_readv(p->pid, &l, 1, &r, 1, 0) != (ssize_t)sizeof(gen)) {
-            if (errno == ESRCH || peer_exiting(p)) {
-                mfh_peer_mark_down(p, "process is gone");
-                return SM_NOT_CONNECTED;
-            }
-            return run_check(b);
-        }
+        uint64_t gen = atomic_load(&p->ctl->mem_gen);
         pthread_mutex_lock(&p->cache_lock);
         if (p->cache_valid && p->cache_gen == gen) {
             int32_t rc = SM_OK;
@@ -159,6 +157,7 @@ static int32_t run_check_cma(struct mfh_batch *b)
                     break;
                 }
             }
+            b->rev_snap = p->cache_rev;
             pthread_mutex_unlock(&p->cache_lock);
             return rc;
         }
@@ -208,12 +207,48 @@ static int32_t copy_cma(struct mfh_batch *b, const struct mfh_slice *s)
     return SM_OK;
 }
 
+/* Copies slice s of b to or from a cross-memory-attach peer, through a
+ * shared mapping or process_vm_*, inside worker widx's window in the
+ * peer's control page: refused if the peer deregistered memory overlapping
+ * it since the batch's check, failed if the peer gave up waiting for the
+ * copy (we stalled inside it longer than its timeout). */
+static int32_t copy_cma_slice(struct mfh_batch *b, int widx,
+                              const struct mfh_slice *s)
+{
+    struct mfh_peer *p = b->peer;
+    struct mfh_win *w = p->slots[widx];
+    if (!mfh_win_open(w, p->ctl, b->rev_snap, s->remote, s->len)) {
+        MFH_ERROR("%s: batch %llu: [0x%llx, +%zu) was deregistered by %s "
+                  "during the batch",
+                  p->h->uid, (unsigned long long)b->id,
+                  (unsigned long long)s->remote, s->len, p->uid);
+        return SM_INVALID_PARAM;
+    }
+    int32_t rc = mfh_shm_copy(p, b->opcode, s);
+    if (rc == MFH_SHM_NOMAP)
+        rc = copy_cma(b, s);
+    else
+        atomic_store(&b->used_map, true);
+    if (!mfh_win_close(w)) {
+        MFH_ERROR("%s: batch %llu: %s stopped waiting for our copy of "
+                  "[0x%llx, +%zu) (we stalled inside it beyond its "
+                  "MF_TRANSFER_TIMEOUT while it deregistered the range)",
+                  p->h->uid, (unsigned long long)b->id, p->uid,
+                  (unsigned long long)s->remote, s->len);
+        if (rc == SM_OK)
+            rc = SM_TIMEOUT;
+    }
+    return rc;
+}
+
 /* Copies a run of k slices of b over one data connection, pipelined: every
  * request goes out first (one sendmsg), then the answers are read in
  * order, so small slices cost one round trip per run rather than one
  * each.  The server answers each request in turn; its answers to writes
  * are small enough to wait in our receive buffer while we still send, and
- * read requests are small enough to wait in its. */
+ * read requests are small enough to wait in its.  Each request carries the
+ * batch's rev_snap, so the server refuses a slice into memory deregistered
+ * since the batch was checked. */
 static int32_t copy_tcp_run(struct mfh_batch *b, const struct mfh_slice *s,
                             size_t k)
 {
@@ -229,7 +264,8 @@ static int32_t copy_tcp_run(struct mfh_batch *b, const struct mfh_slice *s,
         m[i] = (struct mfh_msg){.magic = MFH_MAGIC,
                                 .type = write ? MFH_MSG_WRITE : MFH_MSG_READ,
                                 .addr = s[i].remote,
-                                .len = s[i].len};
+                                .len = s[i].len,
+                                .gen = b->rev_snap};
         iov[n++] = (struct iovec){.iov_base = &m[i], .iov_len = sizeof(m[i])};
         if (write)
             iov[n++] = (struct iovec){.iov_base = (void *)s[i].local,
@@ -239,7 +275,8 @@ static int32_t copy_tcp_run(struct mfh_batch *b, const struct mfh_slice *s,
         return io_fail(p, c, errno);
     /* Answers to writes through a buffer (one receive call for many);
      * answers to reads unbuffered, their data straight into the local
-     * buffer, where the kernel reports a bad address as an error. */
+     * buffer, where the kernel reports a bad address as an error, received
+     * with the final status that follows them. */
     uint8_t in_buf[8192];
     struct tent_net_inbuf in = {.b = in_buf, .cap = sizeof(in_buf)};
     int32_t status = SM_OK;
@@ -252,9 +289,17 @@ static int32_t copy_tcp_run(struct mfh_batch *b, const struct mfh_slice *s,
             (!write && r.status == SM_OK && r.len != s[i].len) ||
             ((write || r.status != SM_OK) && r.len != 0))
             return io_fail(p, c, EPROTO);
-        if (!write && r.status == SM_OK &&
-            mfh_recv_user(c->fd, (void *)s[i].local, s[i].len) != 0)
-            return io_fail(p, c, errno);
+        if (!write && r.status == SM_OK) {
+            struct mfh_msg t;
+            struct iovec v[2] = {
+                {.iov_base = (void *)s[i].local, .iov_len = s[i].len},
+                {.iov_base = &t, .iov_len = sizeof(t)}};
+            if (mfh_recvv_user(c->fd, v, 2) != 0)
+                return io_fail(p, c, errno);
+            if (t.magic != MFH_MAGIC || t.type != MFH_MSG_REPLY || t.len != 0)
+                return io_fail(p, c, EPROTO);
+            r.status = t.status;
+        }
         if (r.status != SM_OK) {
             MFH_ERROR("%s: batch %llu: peer %s refused [0x%llx, +%zu): %d",
                       p->h->uid, (unsigned long long)b->id, p->uid,
@@ -313,7 +358,8 @@ static void q_pop(struct mfh_handle *h)
 
 static void *worker_main(void *arg)
 {
-    struct mfh_handle *h = arg;
+    const struct mfh_worker *self = arg;
+    struct mfh_handle *h = self->h;
     pthread_mutex_lock(&h->q_lock);
     for (;;) {
         while (!atomic_load(&h->stopping) && !h->q_head)
@@ -367,11 +413,7 @@ static void *worker_main(void *arg)
             rc = SM_NOT_CONNECTED;
         } else if (b->peer->use_cma) {
             for (size_t i = 0; i < k && rc == SM_OK; i++) {
-                rc = mfh_shm_copy(b->peer, b->opcode, &b->slices[idx + i]);
-                if (rc == MFH_SHM_NOMAP)
-                    rc = copy_cma(b, &b->slices[idx + i]);
-                else
-                    atomic_store(&b->used_map, true);
+                rc = copy_cma_slice(b, self->idx, &b->slices[idx + i]);
             }
         } else {
             rc = copy_tcp_run(b, &b->slices[idx], k);
@@ -400,7 +442,9 @@ static void *worker_main(void *arg)
 int mfh_workers_start(struct mfh_handle *h)
 {
     for (int i = 0; i < MFH_WORKERS; i++) {
-        if (pthread_create(&h->workers[i], NULL, worker_main, h) != 0) {
+        h->worker_args[i] = (struct mfh_worker){.h = h, .idx = i};
+        if (pthread_create(&h->workers[i], NULL, worker_main,
+                           &h->worker_args[i]) != 0) {
             MFH_ERROR("cannot start worker thread %d", i);
             return SM_ERROR;
         }

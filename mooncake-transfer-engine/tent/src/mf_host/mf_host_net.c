@@ -5,6 +5,7 @@
 #include "mf_host.h"
 
 #include <errno.h>
+#include <sys/socket.h>
 
 atomic_int mfh_log_level = MFH_LOG_WARN; /* set by smem_set_log_level */
 
@@ -29,31 +30,41 @@ int mfh_connect_url(const char *url, int io_ms)
     return fd;
 }
 
-int mfh_send_user(int fd, const void *buf, size_t len)
-{
-    MFH_USER_IO_BEGIN();
-    int rc = mfh_send_full(fd, buf, len);
-    int err = errno;
-    MFH_USER_IO_END();
-    errno = err;
-    return rc;
-}
-
-int mfh_recv_user(int fd, void *buf, size_t len)
-{
-    MFH_USER_IO_BEGIN();
-    int rc = mfh_recv_full(fd, buf, len);
-    int err = errno;
-    MFH_USER_IO_END();
-    errno = err;
-    return rc;
-}
-
 int mfh_sendv_user(int fd, struct iovec *iov, int n)
 {
     MFH_USER_IO_BEGIN();
     int rc = tent_net_sendv_all(fd, iov, n, 0, NULL, NULL) ? -1 : 0;
     int err = errno;
+    MFH_USER_IO_END();
+    errno = err;
+    return rc;
+}
+
+int mfh_recvv_user(int fd, struct iovec *iov, int n)
+{
+    int rc = 0, err = 0;
+    MFH_USER_IO_BEGIN();
+    while (n > 0) {
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t r = recvmsg(fd, &mh, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            err = r == 0 ? ECONNRESET : errno;
+            rc = -1;
+            break;
+        }
+        size_t got = (size_t)r;
+        while (n > 0 && got >= iov->iov_len) {
+            got -= iov->iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov->iov_base = (char *)iov->iov_base + got;
+            iov->iov_len -= got;
+        }
+    }
     MFH_USER_IO_END();
     errno = err;
     return rc;

@@ -56,6 +56,7 @@ void mfh_peer_put(struct mfh_peer *p)
         close(p->ctrl_fd);
     free(p->cache);
     mfh_shm_release(p);
+    mfh_ctl_detach(p);
     pthread_mutex_destroy(&p->cache_lock);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->cond);
@@ -101,8 +102,10 @@ void mfh_peer_mark_down(struct mfh_peer *p, const char *why)
 
 static int handshake(struct mfh_handle *h, struct mfh_peer *p)
 {
-    struct mfh_hello out = {
-        .version = MFH_VERSION, .pid = (uint32_t)getpid(), .proto = h->proto};
+    struct mfh_hello out = {.version = MFH_VERSION,
+                            .pid = (uint32_t)getpid(),
+                            .proto = h->proto,
+                            .ctl_fd = -1}; /* the server side needs none */
     snprintf(out.uid, sizeof(out.uid), "%s", h->uid);
     struct mfh_msg m = {
         .magic = MFH_MAGIC, .type = MFH_MSG_HELLO, .len = sizeof(out)};
@@ -130,8 +133,16 @@ static int handshake(struct mfh_handle *h, struct mfh_peer *p)
         struct iovec r = {.iov_base = (void *)(uintptr_t)in.probe_addr,
                           .iov_len = sizeof(v)};
         ssize_t n = process_vm_readv(p->pid, &l, 1, &r, 1, 0);
+        const char *why = NULL;
         if (n == (ssize_t)sizeof(v) && v == in.probe_value) {
-            p->use_cma = true;
+            /* copies of our own need the peer's control page, through
+             * which it revokes what it deregisters */
+            if (mfh_ctl_attach(p, in.ctl_fd, in.ctl_ino, &why) == 0)
+                p->use_cma = true;
+            else
+                MFH_WARN("%s: host_shm: cannot map the control page of %s "
+                         "(pid %d): %s; copying over the tcp data path",
+                         h->uid, p->uid, (int)p->pid, why);
         } else {
             MFH_WARN("%s: host_shm: cross-memory attach to %s (pid %d) "
                      "failed (%s); copying over the tcp data path",

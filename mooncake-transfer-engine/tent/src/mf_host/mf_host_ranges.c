@@ -1,5 +1,6 @@
-/* mf_host registered memory: the ranges a handle serves (h->mem_lock) and
- * whether a range is covered by them. */
+/* mf_host registered memory: the ranges a handle serves (h->mem_lock),
+ * whether a range is covered by them, and their deregistration, which
+ * revokes the range from every copier (mf_host_ctl.h). */
 #include "mf_host.h"
 
 #include <stdlib.h>
@@ -51,6 +52,7 @@ int32_t mfh_ranges_add(struct mfh_handle *h, void *const *addrs,
         }
     }
     int32_t rc = SM_OK;
+    pthread_mutex_lock(&h->reg_lock);
     pthread_rwlock_wrlock(&h->mem_lock);
     for (uint32_t i = 0; i < count && rc == SM_OK; i++) {
         for (size_t k = 0; k < h->n_ranges; k++) {
@@ -76,24 +78,50 @@ int32_t mfh_ranges_add(struct mfh_handle *h, void *const *addrs,
         for (uint32_t i = 0; i < count; i++)
             h->ranges[h->n_ranges++] =
                 (struct mfh_range){.base = (uintptr_t)addrs[i], .len = caps[i]};
-        atomic_fetch_add(&h->mem_gen, 1);
+        atomic_fetch_add(&h->ctl->mem_gen, 1);
     }
     pthread_rwlock_unlock(&h->mem_lock);
+    pthread_mutex_unlock(&h->reg_lock);
     return rc;
 }
 
-int32_t mfh_ranges_remove(struct mfh_handle *h, void *address)
+int32_t mfh_ranges_revoke(struct mfh_handle *h, void *address)
 {
-    int32_t rc = SM_OBJECT_NOT_EXISTS;
+    pthread_mutex_lock(&h->reg_lock);
     pthread_rwlock_wrlock(&h->mem_lock);
-    for (size_t i = 0; i < h->n_ranges; i++) {
-        if (h->ranges[i].base == (uintptr_t)address) {
-            h->ranges[i] = h->ranges[--h->n_ranges];
-            atomic_fetch_add(&h->mem_gen, 1);
-            rc = SM_OK;
-            break;
-        }
+    size_t i = 0;
+    while (i < h->n_ranges && h->ranges[i].base != (uintptr_t)address)
+        i++;
+    if (i == h->n_ranges) {
+        pthread_rwlock_unlock(&h->mem_lock);
+        pthread_mutex_unlock(&h->reg_lock);
+        MFH_ERROR("deregister_mem: %p is not registered", address);
+        return SM_OBJECT_NOT_EXISTS;
     }
+    struct mfh_range r = h->ranges[i];
+    h->ranges[i] = h->ranges[--h->n_ranges];
+    mfh_ctl_log_removal(h, r.base, r.len);
     pthread_rwlock_unlock(&h->mem_lock);
+
+    /* Removed and logged: no copy can start on it.  Wait for the ones
+     * inside it now. */
+    char who[160] = "";
+    int32_t rc = SM_OK;
+    if (mfh_ctl_wait(h, r.base, r.len, h->io_timeout_ms, who, sizeof(who)) !=
+        0) {
+        /* The reg_lock kept everyone else out: its slot is still free. */
+        pthread_rwlock_wrlock(&h->mem_lock);
+        h->ranges[h->n_ranges++] = r;
+        atomic_fetch_add(&h->ctl->mem_gen, 1);
+        pthread_rwlock_unlock(&h->mem_lock);
+        MFH_ERROR("%s: deregister_mem([0x%llx, +%zu)): %s is still copying "
+                  "into or out of it after %d ms (MF_TRANSFER_TIMEOUT); the "
+                  "range stays registered, and that copy is reported failed "
+                  "to it when it ends",
+                  h->uid, (unsigned long long)r.base, r.len, who,
+                  h->io_timeout_ms);
+        rc = SM_RESOURCE_IN_USE;
+    }
+    pthread_mutex_unlock(&h->reg_lock);
     return rc;
 }

@@ -1,9 +1,12 @@
 /* mf_host's rpc server: an accept thread and one thread per incoming
  * connection, serving HELLO, CHECK, RANGES, WRITE and READ.  Every request
- * is checked against the handle's registered ranges (ranges.c). */
+ * is checked against the handle's registered ranges (ranges.c), and its
+ * copy into or out of them runs inside the connection's window, which a
+ * deregistration waits for (mf_host_ctl.h). */
 #include "mf_host.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,9 @@ struct srv_io {
     uint8_t out[8192];
 };
 
+/* Payloads of at least this many bytes are received straight into place. */
+#define SRV_DIRECT_MIN 16384
+
 static int io_flush(struct srv_io *io)
 {
     if (io->out_len == 0)
@@ -31,33 +37,14 @@ static int io_flush(struct srv_io *io)
     return mfh_send_full(io->fd, io->out, n);
 }
 
-/* Reads n bytes (from the buffer first).  user: dst is user memory (see
- * MFH_USER_IO_BEGIN).  idle: nothing of this message was read yet, so a
- * receive timeout only means an idle connection: keep waiting. */
-static int io_read(struct mfh_handle *h, struct srv_io *io, void *dst, size_t n,
-                   bool user, bool idle)
+/* Fills the input buffer with one blocking receive (flushing first).
+ * idle: nothing of the current message was read yet, so a receive timeout
+ * only means an idle connection: keep waiting. */
+static int io_fill(struct mfh_handle *h, struct srv_io *io, bool idle)
 {
-    uint8_t *p = dst;
-    while (n > 0) {
-        if (io->in_pos < io->in_len) {
-            size_t k =
-                io->in_len - io->in_pos < n ? io->in_len - io->in_pos : n;
-            if (user)
-                MFH_USER_IO_BEGIN();
-            memcpy(p, io->in + io->in_pos, k);
-            if (user)
-                MFH_USER_IO_END();
-            io->in_pos += k;
-            p += k;
-            n -= k;
-            idle = false;
-            continue;
-        }
-        if (io_flush(io) != 0)
-            return -1;
-        if (n >= 16384) /* bulk data: straight into place */
-            return user ? mfh_recv_user(io->fd, p, n)
-                        : mfh_recv_full(io->fd, p, n);
+    if (io_flush(io) != 0)
+        return -1;
+    for (;;) {
         ssize_t r = recv(io->fd, io->in, sizeof(io->in), 0);
         if (r < 0 && errno == EINTR)
             continue;
@@ -70,32 +57,79 @@ static int io_read(struct mfh_handle *h, struct srv_io *io, void *dst, size_t n,
         }
         io->in_pos = 0;
         io->in_len = (size_t)r;
+        return 0;
+    }
+}
+
+/* Reads n bytes into our own memory dst (from the buffer first); see
+ * io_fill for idle. */
+static int io_read(struct mfh_handle *h, struct srv_io *io, void *dst, size_t n,
+                   bool idle)
+{
+    uint8_t *p = dst;
+    while (n > 0) {
+        if (io->in_pos < io->in_len) {
+            size_t k =
+                io->in_len - io->in_pos < n ? io->in_len - io->in_pos : n;
+            memcpy(p, io->in + io->in_pos, k);
+            io->in_pos += k;
+            p += k;
+            n -= k;
+            idle = false;
+            continue;
+        }
+        if (n >= SRV_DIRECT_MIN) { /* bulk: straight into place */
+            if (io_flush(io) != 0)
+                return -1;
+            return mfh_recv_full(io->fd, p, n);
+        }
+        if (io_fill(h, io, idle) != 0)
+            return -1;
     }
     return 0;
 }
 
-/* Sends len bytes after what is pending.  user: see io_read. */
-static int io_send(struct srv_io *io, const void *buf, size_t len, bool user)
+/* Sends len bytes of our own memory after what is pending. */
+static int io_send(struct srv_io *io, const void *buf, size_t len)
 {
-    if (len <= sizeof(io->out) - io->out_len && !user) {
+    if (len <= sizeof(io->out) - io->out_len) {
         memcpy(io->out + io->out_len, buf, len);
         io->out_len += len;
         return 0;
     }
     if (io_flush(io) != 0)
         return -1;
-    return user ? mfh_send_user(io->fd, buf, len)
-                : mfh_send_full(io->fd, buf, len);
+    return mfh_send_full(io->fd, buf, len);
 }
 
-static int reply(struct srv_io *io, int32_t status, uint64_t addr, uint64_t len)
+/* Waits until the connection can be read (POLLIN) or written (POLLOUT);
+ * -1 with errno EAGAIN after the handle's timeout. */
+static int io_wait(struct mfh_handle *h, struct srv_io *io, short events)
+{
+    for (;;) {
+        struct pollfd pfd = {.fd = io->fd, .events = events};
+        int r = poll(&pfd, 1, h->io_timeout_ms);
+        if (r > 0)
+            return 0; /* an error or hang-up shows in the next call */
+        if (r == 0) {
+            errno = EAGAIN;
+            return -1;
+        }
+        if (errno != EINTR)
+            return -1;
+    }
+}
+
+static int reply(struct srv_io *io, int32_t status, uint64_t addr, uint64_t len,
+                 uint64_t gen)
 {
     struct mfh_msg m = {.magic = MFH_MAGIC,
                         .type = MFH_MSG_REPLY,
                         .status = status,
                         .addr = addr,
-                        .len = len};
-    return io_send(io, &m, sizeof(m), false);
+                        .len = len,
+                        .gen = gen};
+    return io_send(io, &m, sizeof(m));
 }
 
 static int drain(struct mfh_handle *h, struct srv_io *io, uint64_t len)
@@ -103,7 +137,7 @@ static int drain(struct mfh_handle *h, struct srv_io *io, uint64_t len)
     char scratch[16384];
     while (len > 0) {
         size_t n = len < sizeof(scratch) ? (size_t)len : sizeof(scratch);
-        if (io_read(h, io, scratch, n, false, false) != 0)
+        if (io_read(h, io, scratch, n, false) != 0)
             return -1;
         len -= n;
     }
@@ -111,23 +145,31 @@ static int drain(struct mfh_handle *h, struct srv_io *io, uint64_t len)
 }
 
 /* The header's length was checked by mfh_wire_check_request. */
-static int serve_hello(struct mfh_handle *h, struct srv_io *io)
+static int serve_hello(struct mfh_handle *h, struct mfh_srv_conn *c,
+                       struct srv_io *io)
 {
     struct mfh_hello in,
         out = {.version = MFH_VERSION,
                .pid = (uint32_t)getpid(),
                .proto = h->proto,
-               .gen_addr = (uint64_t)(uintptr_t)&h->mem_gen,
+               .ctl_fd = h->ctl_fd,
+               .ctl_ino = h->ctl_ino,
+               .gen_addr = (uint64_t)(uintptr_t)&h->ctl->mem_gen,
                .probe_addr = (uint64_t)(uintptr_t)&h->probe_value,
                .probe_value = h->probe_value};
-    if (io_read(h, io, &in, sizeof(in), false, false) != 0)
+    if (io_read(h, io, &in, sizeof(in), false) != 0)
         return -1;
     bool same_version = mfh_wire_take_hello(&in) == 0;
     snprintf(out.uid, sizeof(out.uid), "%s", h->uid);
     MFH_DEBUG("%s: hello from %s (pid %u)", h->uid, in.uid, in.pid);
-    if (reply(io, same_version ? SM_OK : SM_NOT_SUPPORTED, 0, sizeof(out)) != 0)
+    pthread_mutex_lock(&h->srv_lock); /* who copies: named on a revocation */
+    snprintf(c->peer_uid, sizeof(c->peer_uid), "%s", in.uid);
+    c->peer_pid = (pid_t)in.pid;
+    pthread_mutex_unlock(&h->srv_lock);
+    if (reply(io, same_version ? SM_OK : SM_NOT_SUPPORTED, 0, sizeof(out), 0) !=
+        0)
         return -1;
-    return io_send(io, &out, sizeof(out), false);
+    return io_send(io, &out, sizeof(out));
 }
 
 static int serve_check(struct mfh_handle *h, struct srv_io *io,
@@ -135,32 +177,37 @@ static int serve_check(struct mfh_handle *h, struct srv_io *io,
 {
     struct mfh_wire_range *r = malloc(m->len);
     if (!r)
-        return drain(h, io, m->len) == 0 ? reply(io, SM_MALLOC_FAILED, 0, 0)
+        return drain(h, io, m->len) == 0 ? reply(io, SM_MALLOC_FAILED, 0, 0, 0)
                                          : -1;
-    if (io_read(h, io, r, m->len, false, false) != 0) {
+    if (io_read(h, io, r, m->len, false) != 0) {
         free(r);
         return -1;
     }
     int32_t status = SM_OK;
     uint64_t bad = 0;
+    pthread_rwlock_rdlock(&h->mem_lock);
+    uint64_t gen = atomic_load(&h->ctl->rev_gen);
     for (uint32_t i = 0; i < m->count; i++) {
-        if (!mfh_range_registered(h, r[i].addr, r[i].len)) {
-            MFH_WARN("%s: range [0x%llx, +%llu) is not registered here", h->uid,
-                     (unsigned long long)r[i].addr,
-                     (unsigned long long)r[i].len);
+        if (!mfh_ranges_cover(h->ranges, h->n_ranges, r[i].addr, r[i].len)) {
             status = SM_INVALID_PARAM;
             bad = i;
             break;
         }
     }
+    pthread_rwlock_unlock(&h->mem_lock);
+    if (status != SM_OK)
+        MFH_WARN("%s: range [0x%llx, +%llu) is not registered here", h->uid,
+                 (unsigned long long)r[bad].addr,
+                 (unsigned long long)r[bad].len);
     free(r);
-    return reply(io, status, bad, 0);
+    return reply(io, status, bad, 0, gen);
 }
 
 static int serve_ranges(struct mfh_handle *h, struct srv_io *io)
 {
     pthread_rwlock_rdlock(&h->mem_lock);
-    uint64_t gen = atomic_load(&h->mem_gen);
+    uint64_t mem_gen = atomic_load(&h->ctl->mem_gen);
+    uint64_t rev_gen = atomic_load(&h->ctl->rev_gen);
     size_t n = h->n_ranges;
     struct mfh_wire_range *w = malloc((n ? n : 1) * sizeof(*w));
     for (size_t i = 0; w && i < n; i++)
@@ -168,59 +215,193 @@ static int serve_ranges(struct mfh_handle *h, struct srv_io *io)
                                        .len = h->ranges[i].len};
     pthread_rwlock_unlock(&h->mem_lock);
     if (!w)
-        return reply(io, SM_MALLOC_FAILED, 0, 0);
+        return reply(io, SM_MALLOC_FAILED, 0, 0, 0);
     struct mfh_msg r = {.magic = MFH_MAGIC,
                         .type = MFH_MSG_REPLY,
                         .status = SM_OK,
                         .count = (uint32_t)n,
-                        .addr = gen,
-                        .len = n * sizeof(*w)};
-    int rc = io_send(io, &r, sizeof(r), false);
+                        .addr = mem_gen,
+                        .len = n * sizeof(*w),
+                        .gen = rev_gen};
+    int rc = io_send(io, &r, sizeof(r));
     if (rc == 0 && n)
-        rc = io_send(io, w, n * sizeof(*w), false);
+        rc = io_send(io, w, n * sizeof(*w));
     free(w);
     return rc;
 }
 
-/* The range stays registered while the server copies into or out of it: the
- * read side of mem_lock is held across the (time-bounded) socket I/O, so a
- * concurrent smem_trans_deregister_mem waits for the copy instead of
- * returning while bytes are still being written into memory its owner is
- * about to free. */
-static int serve_write(struct mfh_handle *h, struct srv_io *io,
-                       const struct mfh_msg *m)
+/* Whether a WRITE or READ may touch [m->addr, +m->len): the range is
+ * registered now, and nothing overlapping it was deregistered since the
+ * check of its batch (m->gen; 0: a batch of one request, never checked).
+ * *snap: the rev_gen its copy is admitted at. */
+static bool admit(struct mfh_handle *h, const struct mfh_msg *m,
+                  const char *what, uint64_t *snap)
 {
     pthread_rwlock_rdlock(&h->mem_lock);
-    if (!mfh_ranges_cover(h->ranges, h->n_ranges, m->addr, m->len)) {
-        pthread_rwlock_unlock(&h->mem_lock);
-        MFH_WARN("%s: write to unregistered [0x%llx, +%llu) refused", h->uid,
-                 (unsigned long long)m->addr, (unsigned long long)m->len);
-        if (drain(h, io, m->len) != 0)
-            return -1;
-        return reply(io, SM_INVALID_PARAM, 0, 0);
-    }
-    int rc = io_read(h, io, (void *)(uintptr_t)m->addr, m->len, true, false);
+    uint64_t now = atomic_load(&h->ctl->rev_gen);
+    bool covered = mfh_ranges_cover(h->ranges, h->n_ranges, m->addr, m->len);
+    bool revoked = covered && m->gen != 0 &&
+                   mfh_ctl_revoked(h->ctl, m->gen, now, m->addr, m->len);
     pthread_rwlock_unlock(&h->mem_lock);
-    if (rc != 0)
-        return -1;
-    return reply(io, SM_OK, 0, 0);
+    *snap = now;
+    if (!covered || revoked)
+        MFH_WARN("%s: %s of [0x%llx, +%llu) refused: %s", h->uid, what,
+                 (unsigned long long)m->addr, (unsigned long long)m->len,
+                 covered ? "deregistered since its batch was checked"
+                         : "not registered");
+    return covered && !revoked;
 }
 
-static int serve_read(struct mfh_handle *h, struct srv_io *io,
-                      const struct mfh_msg *m)
+/* Copies of user memory run inside the connection's window (mf_host_ctl.h)
+ * and never block there: a receive or send that would wait returns, and
+ * the wait happens outside.  A deregistration therefore waits for us only
+ * as long as one non-blocking call, however slow the peer; once it has
+ * revoked the range (*revoked), nothing more of it is touched: the rest of
+ * a write is received into scratch, the rest of a read is sent as zeros,
+ * and the request is answered SM_INVALID_PARAM. */
+static int recv_payload(struct mfh_handle *h, struct srv_io *io,
+                        struct mfh_win *w, uint64_t snap, uint8_t *dst,
+                        size_t n, bool *revoked)
 {
-    pthread_rwlock_rdlock(&h->mem_lock);
-    if (!mfh_ranges_cover(h->ranges, h->n_ranges, m->addr, m->len)) {
-        pthread_rwlock_unlock(&h->mem_lock);
-        MFH_WARN("%s: read of unregistered [0x%llx, +%llu) refused", h->uid,
-                 (unsigned long long)m->addr, (unsigned long long)m->len);
-        return reply(io, SM_INVALID_PARAM, 0, 0);
+    while (n > 0 && !*revoked) {
+        bool buffered = io->in_pos < io->in_len;
+        if (!buffered && n < SRV_DIRECT_MIN) {
+            if (io_fill(h, io, false) != 0)
+                return -1;
+            continue;
+        }
+        size_t k = buffered && io->in_len - io->in_pos < n
+                       ? io->in_len - io->in_pos
+                       : n;
+        if (!mfh_win_open(w, h->ctl, snap, (uintptr_t)dst, k)) {
+            *revoked = true;
+            break;
+        }
+        ssize_t r;
+        int err = 0;
+        MFH_USER_IO_BEGIN();
+        if (buffered) {
+            memcpy(dst, io->in + io->in_pos, k);
+            io->in_pos += k;
+            r = (ssize_t)k;
+        } else {
+            r = recv(io->fd, dst, k, MSG_DONTWAIT);
+            err = errno;
+        }
+        MFH_USER_IO_END();
+        if (!mfh_win_close(w))
+            *revoked = true;
+        if (r > 0) {
+            dst += r;
+            n -= (size_t)r;
+        } else if (r == 0) {
+            errno = ECONNRESET;
+            return -1;
+        } else if (err == EAGAIN || err == EWOULDBLOCK) {
+            if (io_flush(io) != 0 || io_wait(h, io, POLLIN) != 0)
+                return -1;
+        } else if (err != EINTR) {
+            errno = err;
+            return -1;
+        }
     }
-    int rc = reply(io, SM_OK, 0, m->len);
-    if (rc == 0)
-        rc = io_send(io, (const void *)(uintptr_t)m->addr, m->len, true);
-    pthread_rwlock_unlock(&h->mem_lock);
-    return rc;
+    return n > 0 ? drain(h, io, n) : 0;
+}
+
+static int send_payload(struct mfh_handle *h, struct srv_io *io,
+                        struct mfh_win *w, uint64_t snap, const uint8_t *src,
+                        size_t n, bool *revoked)
+{
+    static const uint8_t zeros[16384];
+    while (n > 0) {
+        if (*revoked) {
+            size_t k = n < sizeof(zeros) ? n : sizeof(zeros);
+            if (io_send(io, zeros, k) != 0)
+                return -1;
+            n -= k;
+            continue;
+        }
+        /* small: into the output buffer, with the answers around it */
+        bool small = n <= sizeof(io->out) - io->out_len;
+        if (!small && n <= sizeof(io->out)) {
+            if (io_flush(io) != 0)
+                return -1;
+            continue;
+        }
+        if (!small && io_flush(io) != 0)
+            return -1;
+        if (!mfh_win_open(w, h->ctl, snap, (uintptr_t)src, n)) {
+            *revoked = true;
+            continue;
+        }
+        ssize_t r;
+        int err = 0;
+        MFH_USER_IO_BEGIN();
+        if (small) {
+            memcpy(io->out + io->out_len, src, n);
+            io->out_len += n;
+            r = (ssize_t)n;
+        } else {
+            r = send(io->fd, src, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+            err = errno;
+        }
+        MFH_USER_IO_END();
+        if (!mfh_win_close(w))
+            *revoked = true;
+        if (r > 0) {
+            src += r;
+            n -= (size_t)r;
+        } else if (r < 0 && (err == EAGAIN || err == EWOULDBLOCK)) {
+            if (io_wait(h, io, POLLOUT) != 0)
+                return -1;
+        } else if (r == 0 || err != EINTR) {
+            errno = r == 0 ? EPIPE : err;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int serve_write(struct mfh_handle *h, struct mfh_srv_conn *c,
+                       struct srv_io *io, const struct mfh_msg *m)
+{
+    uint64_t snap;
+    if (!admit(h, m, "write", &snap)) {
+        if (drain(h, io, m->len) != 0)
+            return -1;
+        return reply(io, SM_INVALID_PARAM, 0, 0, 0);
+    }
+    bool revoked = false;
+    if (recv_payload(h, io, &c->win, snap, (uint8_t *)(uintptr_t)m->addr,
+                     m->len, &revoked) != 0)
+        return -1;
+    if (revoked)
+        MFH_WARN("%s: write to [0x%llx, +%llu) stopped half-way: the range "
+                 "was deregistered meanwhile",
+                 h->uid, (unsigned long long)m->addr,
+                 (unsigned long long)m->len);
+    return reply(io, revoked ? SM_INVALID_PARAM : SM_OK, 0, 0, 0);
+}
+
+/* An admitted read is answered SM_OK with its bytes, then the final status
+ * (mfh_msg). */
+static int serve_read(struct mfh_handle *h, struct mfh_srv_conn *c,
+                      struct srv_io *io, const struct mfh_msg *m)
+{
+    uint64_t snap;
+    if (!admit(h, m, "read", &snap))
+        return reply(io, SM_INVALID_PARAM, 0, 0, 0);
+    bool revoked = false;
+    if (reply(io, SM_OK, 0, m->len, 0) != 0 ||
+        send_payload(h, io, &c->win, snap, (const uint8_t *)(uintptr_t)m->addr,
+                     m->len, &revoked) != 0)
+        return -1;
+    if (revoked)
+        MFH_WARN("%s: read of [0x%llx, +%llu) stopped half-way: the range "
+                 "was deregistered meanwhile",
+                 h->uid, (unsigned long long)m->addr,
+                 (unsigned long long)m->len);
+    return reply(io, revoked ? SM_INVALID_PARAM : SM_OK, 0, 0, 0);
 }
 
 static void *srv_conn_main(void *arg)
@@ -234,7 +415,7 @@ static void *srv_conn_main(void *arg)
     }
     while (io) {
         struct mfh_msg m;
-        if (io_read(h, io, &m, sizeof(m), false, true) != 0)
+        if (io_read(h, io, &m, sizeof(m), true) != 0)
             break;
         const char *why;
         if (mfh_wire_check_request(&m, &why) != 0) {
@@ -246,16 +427,16 @@ static void *srv_conn_main(void *arg)
         int rc;
         switch (m.type) {
         case MFH_MSG_HELLO:
-            rc = serve_hello(h, io);
+            rc = serve_hello(h, c, io);
             break;
         case MFH_MSG_CHECK:
             rc = serve_check(h, io, &m);
             break;
         case MFH_MSG_WRITE:
-            rc = serve_write(h, io, &m);
+            rc = serve_write(h, c, io, &m);
             break;
         case MFH_MSG_READ:
-            rc = serve_read(h, io, &m);
+            rc = serve_read(h, c, io, &m);
             break;
         case MFH_MSG_RANGES:
             rc = serve_ranges(h, io);
