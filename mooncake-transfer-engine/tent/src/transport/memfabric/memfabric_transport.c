@@ -836,6 +836,17 @@ static int mf_remove_buffer(struct tent_transport *t, struct tent_buffer *buf)
     pthread_mutex_lock(&mf->lock);
     int32_t vrc = memfabric_smem_trans_deregister_mem(mf->handle, addr);
     pthread_mutex_unlock(&mf->lock);
+    /* The vendor could not make a peer stop touching the buffer (one
+     * stalled inside a copy): it keeps the buffer registered.  Its code
+     * carries no name; the vendor's log names the peer. */
+    if (vrc == SM_RESOURCE_IN_USE)
+        return tent_set_error(TENT_EBUSY,
+                              "smem_trans_deregister_mem(%p) failed: a peer "
+                              "is still copying into or out of the buffer "
+                              "after MF_TRANSFER_TIMEOUT (%u ms); the vendor "
+                              "keeps it registered (vendor code %d; its log "
+                              "names the peer)",
+                              addr, mf->set.timeout_ms, vrc);
     if (vrc != SM_OK)
         return tent_set_error(TENT_EVENDOR,
                               "smem_trans_deregister_mem(%p) failed: vendor "
