@@ -7,10 +7,21 @@
  * a request that meets a range its target no longer has refetches the
  * descriptor once, then succeeds or fails with the cause (item 3).
  *
- * Two processes on 127.0.0.1, once per transport (argv[1] "shm" or "tcp").
- * In some cases this process is the target and the child the initiator
- * (e2e_peer_open / e2e_peer_transfer_*), so that the test can stop the
- * initiator in the middle of its copy. */
+ * Two processes on 127.0.0.1, once per transport (argv[1] "shm" or "tcp",
+ * or "memfabric_host_tcp" / "memfabric_host_shm": the memfabric transport
+ * alone on both sides, with mf_host as libmf_smem.so and MF_PROTOCOL
+ * host_tcp or host_shm).  In some cases this process is the target and the
+ * child the initiator (e2e_peer_open / e2e_peer_transfer_*), so that the
+ * test can stop the initiator in the middle of its copy.
+ *
+ * Over memfabric the revocation is the vendor library's: the transport's
+ * remove_buffer is smem_trans_deregister_mem, and a failure there keeps the
+ * buffer registered.  Where the expectations differ from shm and tcp, the
+ * case says so: mf_host cannot move the owner's pages away from a peer that
+ * copies into them itself (host_shm), the vendor ABI has no read-only
+ * registration, and a batch the vendor refuses fails with the vendor's code
+ * (TENT_EVENDOR) rather than a cause the engine refetches the descriptor
+ * for. */
 // clang-format off
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,7 +42,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static bool g_shm; /* the transport under test: shm, else tcp */
+/* The transport under test. */
+enum mode { M_SHM, M_TCP, M_MF_TCP, M_MF_SHM };
+static enum mode g_mode;
+static bool g_shm, g_tcp; /* the engine transports enabled (memfabric: none) */
+static bool g_mf;         /* memfabric over mf_host */
+
+/* MF_TRANSFER_TIMEOUT of the memfabric modes: the bound mf_host waits for a
+ * peer still copying into a range being deregistered (host_shm), and on
+ * each socket call (host_tcp: long enough for a child we keep stopped not
+ * to lose its connections meanwhile). */
+static int g_mf_timeout_ms;
 
 #define LEN (4u << 20)
 
@@ -44,7 +65,8 @@ struct fixture {
 
 static void config(void)
 {
-    e2e_config(g_shm, !g_shm);
+    e2e_set_memfabric(g_mf);
+    e2e_config(g_shm, g_tcp);
     tent_set_config("revoke_timeout_ms", "300");
 }
 
@@ -52,7 +74,7 @@ static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof(*f));
     *state = f;
-    if (!f || e2e_peer_start(&f->peer, LEN, g_shm, !g_shm) != 0)
+    if (!f || e2e_peer_start(&f->peer, LEN, g_shm, g_tcp) != 0)
         return -1;
     config();
     f->e = tent_create_engine();
@@ -140,7 +162,10 @@ static void hammer_after_unregister(struct fixture *f, bool plain)
                   "completed, last cause %s\n",
                   plain ? "malloc" : "memfd", completed, tent_strerror(code));
     assert_int_equal(completed, 0);
-    assert_int_equal(code, TENT_ERANGE);
+    /* memfabric: the vendor refuses the batch (mf_host: SM_INVALID_PARAM,
+     * the range is not registered there), which the transport reports as
+     * TENT_EVENDOR */
+    assert_int_equal(code, g_mf ? TENT_EVENDOR : TENT_ERANGE);
     assert_int_equal(e2e_peer_hash(&f->peer, plain, 0, 4 * len), h0);
 }
 
@@ -155,7 +180,10 @@ static void test_unregister_revokes_malloc(void **state)
 }
 
 /* Registered again read-only: writes fail with EPERM (after one refetch),
- * reads go on, the memory is untouched. */
+ * reads go on, the memory is untouched.  memfabric: the vendor ABI has no
+ * read-only registration, so the buffer is not registered with it any more:
+ * writes fail with the vendor's refusal (TENT_EVENDOR), and so do reads
+ * (memfabric is the only transport). */
 static void test_reregister_read_only(void **state)
 {
     struct fixture *f = *state;
@@ -168,9 +196,15 @@ static void test_reregister_read_only(void **state)
     memset(f->src, 0x77, 8192);
     assert_int_equal(
         write_batch(f, f->peer.rw_base, 2, 4096, OPCODE_WRITE, &code), 0);
-    assert_int_equal(code, TENT_EPERM);
+    assert_int_equal(code, g_mf ? TENT_EVENDOR : TENT_EPERM);
     assert_int_equal(e2e_peer_hash(&f->peer, false, 0, 8192), h0);
     memset(f->src, 0, 8192);
+    if (g_mf) {
+        assert_int_equal(
+            write_batch(f, f->peer.rw_base, 2, 4096, OPCODE_READ, &code), 0);
+        assert_int_equal(code, TENT_EVENDOR);
+        return;
+    }
     assert_int_equal(
         write_batch(f, f->peer.rw_base, 2, 4096, OPCODE_READ, NULL), 2);
     assert_int_equal(e2e_fnv(f->src, 8192), h0);
@@ -254,10 +288,27 @@ static void owner_start(struct owner *o, size_t len, bool allocated)
     assert_int_equal(tent_segment_name(o->e, o->name, sizeof(o->name)), 0);
 }
 
+/* Whether every byte of [p, p+n) is still o's fill. */
+static bool untouched(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != 0xee)
+            return false;
+    return true;
+}
+
 /* Whether a peer's copy into o's memory is running now. */
 static bool copy_running(struct owner *o)
 {
     struct tent_engine *e = tent_engine_cast(o->e);
+    if (g_mf) {
+        /* The vendor's copy is out of the engine's sight: it runs when its
+         * bytes (the peer's pattern, never the fill) have begun to land and
+         * the last MiB is still untouched. */
+        const uint8_t *b = o->buf;
+        return !untouched(b, 4096) &&
+               untouched(b + o->len - (1u << 20), 1u << 20);
+    }
     if (g_shm) {
         for (int i = 0; i < e->nxports; i++)
             if (e->xports[i]->ops->type == TRANSPORT_SHM)
@@ -270,6 +321,46 @@ static bool copy_running(struct owner *o)
         busy |= e->local->bufs[i]->pins != NULL;
     pthread_mutex_unlock(&e->pin_lock);
     return busy;
+}
+
+/* memfabric_host_tcp: how far each 1 MiB slice of o's memory (one request
+ * of mf_host, received front to back by its server) is written, summed;
+ * *partial when one is written part of the way. */
+static uint64_t mf_written(const struct owner *o, bool *partial)
+{
+    const size_t slice = 1u << 20;
+    uint64_t sum = 0;
+    *partial = false;
+    for (size_t off = 0; off < o->len; off += slice) {
+        size_t lo = 0, hi = slice - 3; /* the first 4 bytes still ours */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (untouched((const uint8_t *)o->buf + off + mid, 4))
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        sum += lo;
+        *partial |= lo > 0 && lo < slice - 3;
+    }
+    return sum;
+}
+
+/* memfabric_host_tcp, the child stopped: once what it had sent has landed,
+ * whether a server thread of ours is left inside a request, waiting for
+ * the rest of its bytes (a stop between two requests would test less). */
+static bool mf_request_left_open(const struct owner *o)
+{
+    bool partial = false;
+    uint64_t last = mf_written(o, &partial);
+    for (int i = 0; i < 100; i++) {
+        usleep(20000);
+        uint64_t now = mf_written(o, &partial);
+        if (now == last)
+            break;
+        last = now;
+    }
+    return partial;
 }
 
 /* Stops the child once its copy into o runs; false if it ended first. */
@@ -290,7 +381,8 @@ static bool stop_mid_copy(struct owner *o, pid_t child)
                 }
                 const char *p = strrchr(st, ')');
                 if (p && p[2] == 'T')
-                    return copy_running(o);
+                    return copy_running(o) &&
+                           (g_mode != M_MF_TCP || mf_request_left_open(o));
                 usleep(1000);
             }
             return false;
@@ -305,14 +397,28 @@ static bool stop_mid_copy(struct owner *o, pid_t child)
  * cannot be taken back: the unregister fails naming the child, the range
  * stays registered, and once the child is gone a second unregister
  * succeeds.  Over tcp the copy runs in our own server thread: the
- * unregister aborts its connection and returns at once. */
+ * unregister aborts its connection and returns at once.
+ *
+ * memfabric_host_tcp: as tcp, the copy runs in mf_host's server thread,
+ * which stops touching the range at once (the stalled peer's remaining
+ * bytes go nowhere and its batch fails), so the unregister returns 0 at
+ * once.  memfabric_host_shm: the child copies into our memory itself and
+ * mf_host cannot move our pages away from it, engine-allocated or not.
+ * Stopped inside a copy, it makes smem_trans_deregister_mem fail after
+ * MF_TRANSFER_TIMEOUT: the unregister fails, the buffer stays registered
+ * (the peer is named in mf_host's log: the vendor ABI returns a code, not
+ * a message), the child's batch is FAILED when it resumes, and a second
+ * unregister succeeds once it is gone.  Stopped between two copies (the
+ * stop caught no copy in the middle), the unregister returns 0 at once and
+ * the child's batch fails without touching the memory again. */
 static void stalled_initiator(bool allocated)
 {
     const size_t big = 256u << 20;
+    /* the child first: this process has no threads yet (TSan) */
+    struct e2e_peer p;
+    assert_int_equal(e2e_peer_start(&p, big, g_shm, g_tcp), 0);
     struct owner o;
     owner_start(&o, big, allocated);
-    struct e2e_peer p;
-    assert_int_equal(e2e_peer_start(&p, big, g_shm, !g_shm), 0);
     assert_int_equal(e2e_peer_open(&p, o.name), 0);
     bool stalled = false;
     for (int attempt = 0; attempt < 10 && !stalled; attempt++) {
@@ -325,6 +431,7 @@ static void stalled_initiator(bool allocated)
             int code;
             assert_int_equal(e2e_peer_transfer_end(&p, &code),
                              STATUS_COMPLETED);
+            memset(o.buf, 0xee, big); /* memfabric's copy_running */
         }
     }
     assert_true(stalled);
@@ -344,9 +451,23 @@ static void stalled_initiator(bool allocated)
     print_message("    the initiator's task ended %s (%s)\n",
                   status == STATUS_FAILED ? "FAILED" : "COMPLETED",
                   tent_strerror(code));
-    if (!g_shm) {
+    if (g_mode == M_MF_SHM) {
+        if (rc == TENT_OK) {
+            assert_true(took < 250);
+            assert_int_equal(e2e_fnv(o.buf, big), h0);
+        } else {
+            assert_int_equal(rc, TENT_EBUSY);
+            assert_true(took >= g_mf_timeout_ms - 50);
+            assert_non_null(strstr(msg, "stays registered"));
+            assert_non_null(strstr(msg, "MF_TRANSFER_TIMEOUT"));
+            e2e_peer_quit(&p);
+            assert_int_equal(tent_unregister_memory(o.e, o.buf, big), TENT_OK);
+        }
+        assert_int_equal(status, STATUS_FAILED);
+    } else if (!g_shm) {
         /* tcp: the copy runs in our server thread, whose connection the
-         * unregister shuts down: it returns at once, whatever the memory */
+         * unregister shuts down: it returns at once, whatever the memory
+         * (memfabric_host_tcp: mf_host's server thread stops copying) */
         assert_int_equal(rc, TENT_OK);
         assert_true(took < 250);
         assert_int_equal(status, STATUS_FAILED);
@@ -397,10 +518,11 @@ static void test_initiator_killed_mid_copy(void **state)
 {
     (void)state;
     const size_t big = 256u << 20;
+    /* the child first: this process has no threads yet (TSan) */
+    struct e2e_peer p;
+    assert_int_equal(e2e_peer_start(&p, big, g_shm, g_tcp), 0);
     struct owner o;
     owner_start(&o, big, false);
-    struct e2e_peer p;
-    assert_int_equal(e2e_peer_start(&p, big, g_shm, !g_shm), 0);
     assert_int_equal(e2e_peer_open(&p, o.name), 0);
     bool stalled = false;
     for (int attempt = 0; attempt < 10 && !stalled; attempt++) {
@@ -413,6 +535,7 @@ static void test_initiator_killed_mid_copy(void **state)
             int code;
             assert_int_equal(e2e_peer_transfer_end(&p, &code),
                              STATUS_COMPLETED);
+            memset(o.buf, 0xee, big);
         }
     }
     assert_true(stalled);
@@ -429,13 +552,43 @@ static void test_initiator_killed_mid_copy(void **state)
 
 int main(int argc, char **argv)
 {
+    static const char *const names[] = {
+        [M_SHM] = "shm",
+        [M_TCP] = "tcp",
+        [M_MF_TCP] = "memfabric_host_tcp",
+        [M_MF_SHM] = "memfabric_host_shm",
+    };
     const char *mode = argc > 1 ? argv[1] : "shm";
     signal(SIGPIPE, SIG_IGN);
-    if (strcmp(mode, "shm") && strcmp(mode, "tcp")) {
-        fprintf(stderr, "usage: %s shm|tcp\n", argv[0]);
+    int m = 0;
+    while (m < 4 && strcmp(mode, names[m]))
+        m++;
+    if (m == 4) {
+        fprintf(stderr,
+                "usage: %s shm|tcp|memfabric_host_tcp|"
+                "memfabric_host_shm\n",
+                argv[0]);
         return 2;
     }
-    g_shm = strcmp(mode, "shm") == 0;
+    g_mode = (enum mode)m;
+    g_shm = g_mode == M_SHM;
+    g_tcp = g_mode == M_TCP;
+    g_mf = g_mode == M_MF_TCP || g_mode == M_MF_SHM;
+    e2e_set_memfabric(g_mf); /* before the first child starts */
+    if (g_mf) {
+#ifdef MF_HOST_LIB
+        /* Children inherit the environment. */
+        setenv("MF_PROTOCOL", g_mode == M_MF_TCP ? "host_tcp" : "host_shm", 1);
+        setenv("MF_SMEM_LIBRARY", MF_HOST_LIB, 1);
+        g_mf_timeout_ms = g_mode == M_MF_SHM ? 1000 : 5000;
+        char to[16];
+        snprintf(to, sizeof(to), "%d", g_mf_timeout_ms);
+        setenv("MF_TRANSFER_TIMEOUT", to, 1);
+#else
+        fprintf(stderr, "%s: built without memfabric over mf_host\n", argv[0]);
+        return 2;
+#endif
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_unregister_revokes_allocated,
                                         setup, teardown),
@@ -451,6 +604,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_stalled_initiator_malloc),
         cmocka_unit_test(test_initiator_killed_mid_copy),
     };
-    return cmocka_run_group_tests_name(
-        g_shm ? "e2e_revoke_shm" : "e2e_revoke_tcp", tests, NULL, NULL);
+    char group[64];
+    snprintf(group, sizeof(group), "e2e_revoke_%s", mode);
+    return cmocka_run_group_tests_name(group, tests, NULL, NULL);
 }
