@@ -82,6 +82,8 @@ static inline int mt_get(uint16_t port, const char *req, struct mt_reply *r)
     size_t len = strlen(req), off = 0;
     while (off < len) {
         ssize_t n = send(fd, req + off, len - off, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
         if (n <= 0)
             break; /* the server may hang up on a bad request */
         off += (size_t)n;
@@ -94,6 +96,8 @@ static inline int mt_get(uint16_t port, const char *req, struct mt_reply *r)
             buf = realloc(buf, cap + 1);
         }
         ssize_t n = recv(fd, buf + got, cap - got, 0);
+        if (n < 0 && errno == EINTR)
+            continue; /* a signal to this thread is not the end */
         if (n <= 0)
             break;
         got += (size_t)n;
