@@ -424,11 +424,15 @@ static bool stop_mid_copy(struct owner *o, pid_t child)
                 }
                 const char *p = strrchr(st, ')');
                 if (p && p[2] == 'T')
-                    return copy_running(o) &&
-                           (g_mode != M_MF_TCP || mf_request_left_open(o));
+                    break;
                 usleep(1000);
             }
-            return false;
+            if (copy_running(o) &&
+                (g_mode != M_MF_TCP || mf_request_left_open(o)))
+                return true;
+            /* stopped between two copies: let it go on, catch it later in
+             * the same transfer */
+            kill(child, SIGCONT);
         }
     return false;
 }
