@@ -1,6 +1,7 @@
 """Child of test_sigint.py: blocks in transfer_sync_write and in
 get_batch_transfer_status while the parent holds the peer stopped, and
 reports how Ctrl-C (SIGINT) ended each wait."""
+import signal
 import sys
 import time
 
@@ -20,6 +21,10 @@ def wait_line():
 
 
 def main():
+    # Ctrl-C raises KeyboardInterrupt even when this process was started
+    # with SIGINT ignored (a background job of a non-interactive shell:
+    # Python then leaves it ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     session, peer_addr = sys.argv[1], int(sys.argv[2])
     eng = TransferEngine()
     assert eng.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0

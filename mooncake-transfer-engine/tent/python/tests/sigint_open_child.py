@@ -2,6 +2,7 @@
 its segment on the way (as every framework's first transfer does); the
 parent holds the peer stopped, so the open waits for an answer that does
 not come (rpc_timeout_ms is a minute), and Ctrl-C must end that wait."""
+import signal
 import sys
 import time
 
@@ -15,6 +16,10 @@ def say(*a):
 
 
 def main():
+    # Ctrl-C raises KeyboardInterrupt even when this process was started
+    # with SIGINT ignored (a background job of a non-interactive shell:
+    # Python then leaves it ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     session, peer_addr = sys.argv[1], int(sys.argv[2])
     eng = TransferEngine()
     assert eng.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
