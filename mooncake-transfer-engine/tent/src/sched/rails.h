@@ -147,7 +147,8 @@ size_t tent_sched_nic_loads(struct tent_sched *s, struct tent_nic_load *out,
 struct tent_rail_load {
     char owner[16];
     char local_nic[TENT_NIC_NAME_MAX];
-    char peer[300]; /* "<peer segment>/<peer nic>" */
+    /* "<peer segment>/<peer nic or address>" */
+    char peer[256 + 1 + TENT_NIC_ADDR_MAX];
     uint64_t inflight_bytes;
     double ewma_bps;
     uint64_t bytes_total;
