@@ -15,6 +15,10 @@
  *       --seconds S         how long (10)
  *       --lat-block B       also a latency stream: one request of B bytes
  *       --lat-op, --lat-prio, --lat-gap-us   (read, 0, 1000)
+ *       --poll-us U         a bulk thread whose pass over its batch found
+ *                           nothing done sleeps U us (20; 0: spins), so
+ *                           that its polling does not take the engine's
+ *                           CPU (the latency stream always spins)
  *       --interval-ms T     a "tick" line every T ms (200)
  *       --after-ms T        the summary counts what completes after T ms
  *       --set k=v           a configuration key (tent_set_config)
@@ -81,6 +85,7 @@ struct opts {
     double seconds;
     uint64_t lat_block;
     int lat_op, lat_prio, lat_gap_us;
+    int poll_us;
     int interval_ms, after_ms;
     bool check;
     int nevents;
@@ -119,6 +124,7 @@ static void parse(int argc, char **argv, struct opts *o)
                        .seconds = 10,
                        .lat_op = OPCODE_READ,
                        .lat_gap_us = 1000,
+                       .poll_us = 20,
                        .interval_ms = 200};
     if (argc < 2)
         usage();
@@ -162,6 +168,8 @@ static void parse(int argc, char **argv, struct opts *o)
             o->lat_prio = atoi(v);
         else if (!strcmp(k, "--lat-gap-us"))
             o->lat_gap_us = atoi(v);
+        else if (!strcmp(k, "--poll-us"))
+            o->poll_us = atoi(v);
         else if (!strcmp(k, "--interval-ms"))
             o->interval_ms = atoi(v);
         else if (!strcmp(k, "--after-ms"))
@@ -366,6 +374,7 @@ static int move_blocks(struct shared *sh, int op, char *local, uint64_t remote,
     size_t left = n;
     int failed = 0;
     while (left) {
+        size_t before = left;
         for (size_t i = 0; i < n; i++) {
             if (done[i])
                 continue;
@@ -393,6 +402,8 @@ static int move_blocks(struct shared *sh, int op, char *local, uint64_t remote,
                 bulk_done(sh, now, o->block);
             }
         }
+        if (left == before && left && o->poll_us > 0)
+            usleep((useconds_t)o->poll_us);
     }
     tent_free_batch(sh->e, b);
     return failed;
