@@ -37,10 +37,13 @@
  *     included), "event t_ms=.. end_ms=.. rc=.. cmd=.." per event and, at
  *     the end, "result gbps=.. tasks=.. failed=.. p50_us=.. p99_us=..
  *     gap_max_ms=.. lat_n=.. lat_p50_us=.. lat_p99_us=.. check_bytes=..
- *     check_bad=.." where gbps, the per-task latencies and gap_max_ms (the
- *     longest time without a bulk task completing) count what completes
- *     after --after-ms, the lat_ figures the latency stream's requests and
- *     the check_ figures the bytes compared and those that differed.
+ *     check_bad=.." where gbps (the bulk bytes completed from the first
+ *     completion past --after-ms to the last, over that time; GB = 1e9
+ *     bytes), the per-task latencies (from the batch's submit) and
+ *     gap_max_ms (the longest time without a bulk task completing, the end
+ *     of the run included) count what completes after --after-ms, the lat_
+ *     figures the latency stream's requests and the check_ figures the
+ *     bytes compared and those that differed.
  *     Exit 0 when no task failed and no byte differed, 1 otherwise. */
 #define _GNU_SOURCE
 #include "tent/transfer_engine.h"
