@@ -718,6 +718,11 @@ static int run_initiator(const struct opts *o)
     unsigned failed = atomic_load(&sh.failed);
     unsigned long long bad = atomic_load(&sh.check_bad);
     tent_destroy_engine(sh.e);
+    free(sh.bulk_lat.v);
+    free(sh.lat.v);
+    pthread_mutex_destroy(&sh.bulk_lat.lock);
+    pthread_mutex_destroy(&sh.lat.lock);
+    pthread_mutex_destroy(&sh.gap_lock);
     return failed || bad ? 1 : 0;
 }
 
