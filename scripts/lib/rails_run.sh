@@ -7,7 +7,7 @@
 #       a target engine in $RN_T bound to host; sets <id>_SEG, <id>_ADDR
 #       (its segment name and buffer address) and <id>_PID
 #   rails_target_stop <id>         closes its stdin and waits for it (20 s,
-#                                  then kills it)
+#                                  then kills it); returns its status
 #   rails_targets_stop             every target started
 #   rails_run <out> <id> [run options]...
 #       an initiator in $RN_I (bound to 10.77.1.1) against target <id>,
@@ -92,7 +92,6 @@ rails_target_stop() {
         kill -9 "${!pidv}" 2>/dev/null
     fi
     wait "${!pidv}" 2>/dev/null
-    return 0
 }
 
 rails_targets_stop() {

@@ -14,8 +14,9 @@
 #         500), then up;
 #   slow  it is throttled from 3 to 0.2 Gbit/s (below rail_min_share of
 #         rail 1).
-# Every scenario asserts: the run ends with status 0, no task FAILED, no
-# byte differs, and both rails carried slices before the change (both NICs
+# Every scenario asserts: the run ends with status 0 (and so does the
+# target at the end), no task FAILED, no byte differs, and both rails
+# carried slices before the change (both NICs
 # had bytes in flight at a tick, both links carried >= 1 MiB in a tick).
 # Then:
 #   down  data keeps moving (every 1 s of the outage sees completions);
@@ -210,6 +211,9 @@ scenario_slow() {
 for sc in $SCENARIOS; do
     "scenario_$sc"
 done
+rails_target_stop T
+trc=$?
+check "the target ended cleanly" "$trc == 0" "status $trc"
 
 if [ "$FAILS" -gt 0 ]; then
     echo "FAIL rails_netns_test ($SCENARIOS): $FAILS check(s) failed"
