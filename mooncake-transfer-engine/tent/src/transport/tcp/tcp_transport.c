@@ -28,11 +28,11 @@
  * where no priority reaches, in front of a HIGH request.
  *
  * Faults: when a window fails on a rail (connection lost, no answer in
- * time, or no byte moved for rail_stall_ms while another rail exists), the
- * rail is paused (probed back with back-off by the rail set) and its slices
- * go to another rail: reads and unsent writes at once; a write whose bytes
- * may have reached the peer only after the peer has cut that connection
- * off (a FENCE frame through another rail answered once the old
+ * time, or no byte moved -- or no connection made -- for rail_stall_ms
+ * while another rail exists), the rail is paused (probed back with back-off
+ * by the rail set) and its slices go to another rail: reads and unsent
+ * writes at once; a write whose bytes may have reached the peer only after
+ * the peer has cut that connection off (a FENCE frame through another rail answered once the old
  * connection's handler is gone), so its late bytes can never land after
  * the retry.  With no rail left, or no fence, the slice fails with the
  * rail's error.
@@ -628,9 +628,16 @@ static void *worker_main(void *arg)
                       r->addr);
             tcp_conn_close(c);
         }
-        if (c->fd < 0)
-            rc = tcp_conn_open(c, r->host, r->port, r->src, t->timeout_ms,
-                               &native);
+        if (c->fd < 0) {
+            /* With another rail to go to, a connect (or its hello) that
+             * has not finished within the stall window is a stalled path
+             * too: a far end that went down leaves SYNs unanswered until
+             * ARP gives up, seconds later, and the probe slice with them. */
+            int open_ms = t->timeout_ms;
+            if (r->peer->nrails > 1 && t->stall_ms > 0 && t->stall_ms < open_ms)
+                open_ms = t->stall_ms;
+            rc = tcp_conn_open(c, r->host, r->port, r->src, open_ms, &native);
+        }
         tcp_conn_window(c, w, n, t->timeout_ms);
         c->stall_ms = r->peer->nrails > 1 ? t->stall_ms : 0;
         if (!rc)
