@@ -24,6 +24,7 @@ struct rail_state {
     double lo, hi;      /* clamp of ewma */
     uint64_t delivered; /* bytes completed, ever */
     uint64_t min_lat_ns, min_lat_at_ns;
+    uint64_t rtt_ns, rtt_at_ns; /* shortest small slice: the round trip */
     int state;
     uint64_t paused_until_ns;
     int backoff_ms;
@@ -285,6 +286,7 @@ int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, uint32_t avoid,
         rs->rails[pick].inflight += bytes;
         tk->start_ns = now;
         tk->delivered = rs->rails[pick].delivered;
+        tk->inflight = rs->rails[pick].inflight;
     }
     pthread_mutex_unlock(&rs->lock);
     return pick;
@@ -317,11 +319,22 @@ void tent_rail_complete(struct tent_railset *rs, int i, uint64_t bytes,
     }
     /* delivery rate over the slice's life: everything the rail completed
      * since it was picked */
-    uint64_t moved = x->delivered - tk->delivered;
-    double sample = (double)moved * 1e9 / (double)lat;
-    double a = rs->p.learning_rate;
-    double e = a * x->ewma + (1.0 - a) * sample;
-    x->ewma = e < x->lo ? x->lo : e > x->hi ? x->hi : e;
+    if (bytes >= TENT_RAIL_SAMPLE_MIN) {
+        uint64_t moved = x->delivered - tk->delivered;
+        /* alone on the rail, its time includes a round trip in which the
+         * link idled: without it, when small slices told what it is */
+        uint64_t span = lat;
+        if (tk->inflight <= bytes && x->rtt_ns && x->rtt_ns <= lat / 2)
+            span = lat - x->rtt_ns;
+        double sample = (double)moved * 1e9 / (double)span;
+        double a = rs->p.learning_rate;
+        double e = a * x->ewma + (1.0 - a) * sample;
+        x->ewma = e < x->lo ? x->lo : e > x->hi ? x->hi : e;
+    } else if (!x->rtt_ns || lat < x->rtt_ns ||
+               now - x->rtt_at_ns > MIN_LAT_WINDOW_NS) {
+        x->rtt_ns = lat;
+        x->rtt_at_ns = now;
+    }
     pthread_mutex_unlock(&rs->lock);
 }
 
@@ -399,6 +412,7 @@ void tent_rail_move(struct tent_railset *rs, int from, int to, uint64_t bytes,
     b->inflight += bytes;
     tk->start_ns = tent_now_ns();
     tk->delivered = b->delivered;
+    tk->inflight = b->inflight;
     pthread_mutex_unlock(&rs->lock);
 }
 

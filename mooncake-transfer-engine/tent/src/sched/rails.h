@@ -23,6 +23,14 @@
  * connections do not read as a burst of speed -- folded into the EWMA with
  * TENT's rule ewma = a * ewma + (1 - a) * sample, a =
  * bandwidth_learning_rate (0: the newest sample only; 1: never learn).
+ * A slice smaller than TENT_RAIL_SAMPLE_MIN says nothing about bandwidth
+ * (a 4 KiB read takes its round trip, whatever the link's speed) and would
+ * drag the estimate down -- with TENT's a = 0.01 one sample is nearly all
+ * of it, and latency-critical small reads on an idle fast rail made it look
+ * slower than a loaded slow one, so bulk work left it: such completions
+ * leave the estimate alone and measure the rail's round trip instead.  A
+ * slice that was alone on its rail has that round trip taken off its time
+ * (the link idled during it).
  *
  * Thread safety: every call may come from any thread; a rail set has one
  * lock, taken for a few hundred nanoseconds per pick and completion (a set
@@ -94,7 +102,12 @@ const struct tent_rail *tent_railset_rail(const struct tent_railset *rs,
 struct tent_rail_ticket {
     uint64_t start_ns;  /* when it was picked */
     uint64_t delivered; /* the rail's completed bytes then */
+    uint64_t inflight;  /* the rail's bytes in flight then, its own included */
 };
+
+/* A slice smaller than this measures the path's delay, not its bandwidth:
+ * its completion leaves the estimate alone. */
+#define TENT_RAIL_SAMPLE_MIN (64u << 10)
 
 /* Picks the rail for a slice of bytes, avoiding the rails of mask avoid
  * (bit i = rail i; a retry avoids the rails it failed on), and counts the

@@ -182,6 +182,41 @@ static void test_delivery_rate(void **state)
     tent_sched_free(s);
 }
 
+/* Small slices measure the round trip, not the link: a thousand 4 KiB
+ * reads of 1 ms each (4 MB/s if they counted) leave a 1 GB/s estimate
+ * where it is, so that latency traffic on an idle fast rail does not push
+ * bulk work off it.  A 1 MiB slice alone on the rail then counts without
+ * that round trip. */
+static void test_small_slices_keep_the_estimate(void **state)
+{
+    (void)state;
+    struct tent_sched *s = tent_sched_new();
+    struct tent_sched_params p = params();
+    struct tent_rail r0 = rail("eth0", 1 * GB);
+    struct tent_railset *rs;
+    assert_int_equal(tent_railset_new(s, &p, "tcp", "peer", &r0, 1, &rs), 0);
+    struct tent_rail_ticket tk;
+    for (int i = 0; i < 1000; i++) {
+        assert_int_equal(tent_rail_pick(rs, 4096, 0, &tk), 0);
+        tk.start_ns -= 1000000; /* it took 1 ms */
+        tent_rail_complete(rs, 0, 4096, &tk);
+    }
+    struct tent_nic_load l[4];
+    assert_int_equal(tent_sched_nic_loads(s, l, 4), 1);
+    print_message("    after 4 KiB reads: %.3f GB/s\n", l[0].ewma_bps / GB);
+    assert_true(l[0].ewma_bps > 0.99 * GB && l[0].ewma_bps < 1.01 * GB);
+    /* 1 MiB alone in 2 ms, 1 ms of it the round trip: ~1 GiB/s, not 0.5 */
+    assert_int_equal(tent_rail_pick(rs, 1 << 20, 0, &tk), 0);
+    tk.start_ns -= 2000000;
+    tent_rail_complete(rs, 0, 1 << 20, &tk);
+    assert_int_equal(tent_sched_nic_loads(s, l, 4), 1);
+    double gibs = l[0].ewma_bps / (1 << 30);
+    print_message("    after 1 MiB alone in 2 ms: %.2f GiB/s\n", gibs);
+    assert_true(gibs > 0.9 && gibs < 1.1);
+    tent_railset_free(rs);
+    tent_sched_free(s);
+}
+
 /* Per NIC: in-flight bytes summed over its rails; a NIC noted by a
  * transport but without rails shows its starting estimate. */
 static void test_nic_loads(void **state)
@@ -242,6 +277,7 @@ int main(void)
         cmocka_unit_test(test_slow_rail_gets_probes_only),
         cmocka_unit_test(test_pause_probe_and_back_off),
         cmocka_unit_test(test_delivery_rate),
+        cmocka_unit_test(test_small_slices_keep_the_estimate),
         cmocka_unit_test(test_nic_loads),
         cmocka_unit_test(test_params),
     };

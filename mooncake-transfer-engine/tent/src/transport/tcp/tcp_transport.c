@@ -23,8 +23,10 @@
  * Priorities: each rail has a queue per class (TENT_PRIO_HIGH, MEDIUM, LOW),
  * served in that order; a slice that waited priority_promotion_timeout_us
  * counts one class higher per timeout, so LOW is never starved.  LOW
- * windows on the wire are held to about the rail's bandwidth-delay product
- * (at least one slice), so that they do not build queues in the kernel,
+ * requests are cut into slices of low_slice_size (128 KiB, at most
+ * slice_size) and LOW windows on the wire are held to about the rail's
+ * bandwidth-delay product (at least one such slice), so that they do not
+ * build queues in the kernel,
  * where no priority reaches, in front of a HIGH request.
  *
  * Faults: when a window fails on a rail (connection lost, no answer in
@@ -32,8 +34,9 @@
  * while another rail exists), the rail is paused (probed back with back-off
  * by the rail set) and its slices go to another rail: reads and unsent
  * writes at once; a write whose bytes may have reached the peer only after
- * the peer has cut that connection off (a FENCE frame through another rail answered once the old
- * connection's handler is gone), so its late bytes can never land after
+ * the peer has cut that connection off (a FENCE frame through another
+ * rail answered once the old connection's handler is gone), so its late
+ * bytes can never land after
  * the retry.  With no rail left, or no fence, the slice fails with the
  * rail's error.
  *
@@ -145,6 +148,7 @@ struct tcp_transport {
     int timeout_ms;
     int nconns;
     uint32_t slice_size;
+    uint32_t low_slice; /* LOW's slices and windows: low_slice_size */
     int stall_ms;
     uint64_t promo_ns;
     struct tent_sched_params sp;
@@ -277,7 +281,7 @@ static int effective_prio(const struct tcp_transport *t, const struct slice *s,
 static uint64_t low_budget(struct tcp_rail *r)
 {
     struct tcp_transport *t = r->peer->t;
-    return tent_rail_bdp(r->peer->rs, r->idx, t->slice_size);
+    return tent_rail_bdp(r->peer->rs, r->idx, t->low_slice);
 }
 
 /* The queue a worker serves next (-1: nothing it may take now).  Caller
@@ -303,7 +307,8 @@ static int next_queue_locked(struct tcp_rail *r, uint64_t low_cap)
 }
 
 /* Takes a window off queue k: slices of the head's opcode, at most
- * slice_size bytes (or WINDOW_SLICES slices).  Caller holds lock. */
+ * slice_size bytes (LOW: low_slice_size) or WINDOW_SLICES slices.  Caller
+ * holds lock. */
 static int take_window_locked(struct tcp_rail *r, int k, struct slice **w,
                               uint64_t *bytes_out)
 {
@@ -312,8 +317,9 @@ static int take_window_locked(struct tcp_rail *r, int k, struct slice **w,
     int n = 0;
     uint64_t bytes = 0;
     int op = q->head->opcode;
+    uint64_t cap = k == TENT_PRIO_LOW ? t->low_slice : t->slice_size;
     while (q->head && n < WINDOW_SLICES && q->head->opcode == op &&
-           (n == 0 || bytes + q->head->len <= t->slice_size)) {
+           (n == 0 || bytes + q->head->len <= cap)) {
         struct slice *s = q->head;
         q->head = s->next;
         s->next = NULL;
@@ -1104,7 +1110,7 @@ static int tcp_install(struct tent_transport *base)
     struct tcp_transport *t = tcp_of(base);
     const struct tent_xport_env *env = base->env;
     t->metrics = env->metrics;
-    int64_t to, nc, ss, st, promo;
+    int64_t to, nc, ss, lss, st, promo;
     int rc = tent_config_get_int_range(env->cfg, "transports/tcp/timeout_ms",
                                        3000, 1, 600000, &to);
     if (!rc)
@@ -1113,6 +1119,10 @@ static int tcp_install(struct tent_transport *base)
     if (!rc)
         rc = tent_config_get_int_range(env->cfg, "transports/tcp/slice_size",
                                        1 << 20, 4096, TENT_WIRE_MAX_DATA, &ss);
+    if (!rc)
+        rc = tent_config_get_int_range(
+            env->cfg, "transports/tcp/low_slice_size", 128 << 10, 4096,
+            TENT_WIRE_MAX_DATA, &lss);
     if (!rc)
         rc = tent_config_get_int_range(env->cfg, "transports/tcp/rail_stall_ms",
                                        500, 0, 600000, &st);
@@ -1127,6 +1137,7 @@ static int tcp_install(struct tent_transport *base)
     t->timeout_ms = (int)to;
     t->nconns = (int)nc;
     t->slice_size = (uint32_t)ss;
+    t->low_slice = (uint32_t)(lss < ss ? lss : ss);
     t->stall_ms = (int)st;
     t->promo_ns = (uint64_t)promo * 1000u;
     /* The target half: peers' reads and writes of our memory. */
@@ -1329,7 +1340,9 @@ static int make_slices(struct tcp_transport *t, struct tcp_sub *sb,
     int prio = x->priority >= TENT_PRIO_HIGH && x->priority <= TENT_PRIO_LOW
                    ? x->priority
                    : TENT_PRIO_HIGH;
-    for (uint64_t off = 0; off < x->length; off += t->slice_size) {
+    /* LOW in smaller slices: a HIGH request waits behind one at most */
+    uint64_t cut = prio == TENT_PRIO_LOW ? t->low_slice : t->slice_size;
+    for (uint64_t off = 0; off < x->length; off += cut) {
         struct slice *s = calloc(1, sizeof(*s));
         if (!s) {
             while (*head) {
@@ -1346,7 +1359,7 @@ static int make_slices(struct tcp_transport *t, struct tcp_sub *sb,
         s->prio = prio;
         s->local = (char *)x->local + off;
         s->remote = x->remote + off;
-        s->len = (uint32_t)(left < t->slice_size ? left : t->slice_size);
+        s->len = (uint32_t)(left < cut ? left : cut);
         *link = s;
         link = &s->next;
         (*count)++;
