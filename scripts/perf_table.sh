@@ -17,6 +17,7 @@ export MC_LOG_LEVEL=warn
 # name|threads|transport|op|block|batch|exact buffer|extra flags|environment
 CASES=(
 "shm8x128nm|1|shm|write|8|128|1K|--config=$NOMERGE|"
+"shm8x128m|1|shm|write|8|128|1K||"
 "shm4Kx32nm|1|shm|write|4K|32|128K|--config=$NOMERGE|"
 "shm4Kx32m|1|shm|write|4K|32|128K||"
 "shm1Mx1|1|shm|write|1M|1|1M||"
@@ -90,7 +91,8 @@ KINDS = {
 }
 TABLE = [
     ("shm 8 B x 128, merging off: per request", "shm8x128nm", "ns", "<= 150 ns"),
-    ("shm 4 KiB x 32, merging off: BW/memcpy", "shm4Kx32nm", "mem", ">= 0.6"),
+    ("shm 8 B x 128, merging on: per request", "shm8x128m", "ns", "<= 60 ns"),
+    ("shm 4 KiB x 32, merging off: BW/memcpy", "shm4Kx32nm", "mem", ">= 0.9"),
     ("shm 4 KiB x 32, merging on: BW/memcpy", "shm4Kx32m", "mem", ">= 0.9"),
     ("shm 1 MiB x 1: BW/memcpy", "shm1Mx1", "mem", ">= 0.9"),
     ("shm 1 MiB x 32: BW/memcpy", "shm1Mx32", "mem", ">= 0.9"),
