@@ -4,7 +4,7 @@
 # three rounds; with two tebench binaries the rounds alternate between them
 # (a "before" and an "after" build measured under the same conditions).
 # Ratios use the ceilings of the first binary's run in the same round.
-#   scripts/perf_table.sh AFTER_TEBENCH [BEFORE_TEBENCH]
+#   [ROUNDS=n] scripts/perf_table.sh AFTER_TEBENCH [BEFORE_TEBENCH]
 # Prints the raw rows (CSV) to perf_table.csv and the medians as tables.
 set -uo pipefail
 AFTER=$1
@@ -42,7 +42,7 @@ CASES=(
 "mft1Mx32t2|2|memfabric|write|1M|32|64M||MF_PROTOCOL=host_tcp"
 )
 : >"$OUT"
-for round in 1 2 3; do
+for round in $(seq "${ROUNDS:-3}"); do
     for c in "${CASES[@]}"; do
         IFS='|' read -r name thr x op blk bat exact extra envs <<<"$c"
         for buf in 256M "$exact"; do
