@@ -81,6 +81,49 @@ static inline void tent_task_unpin(struct tent_task *t)
     }
 }
 
+/* Pin changes for a run of tasks on one buffer, applied in one atomic
+ * operation: a lock-prefixed add at submit and a subtract at completion per
+ * request were about a third of shm's per-request cost.  Adds are applied
+ * before the tasks are dispatched, while a first real pin keeps the buffer
+ * alive; subtracts after a pass over completions (an unregister then waits
+ * a little longer, never less). */
+struct tent_pin_run {
+    struct tent_buffer *buf;
+    int n;
+};
+
+static inline void tent_pin_run_flush(struct tent_pin_run *r)
+{
+    if (r->n > 0)
+        atomic_fetch_add_explicit(&r->buf->inflight, r->n,
+                                  memory_order_relaxed);
+    else if (r->n < 0)
+        atomic_fetch_sub_explicit(&r->buf->inflight, -r->n,
+                                  memory_order_release);
+    r->buf = NULL;
+    r->n = 0;
+}
+
+static inline void tent_pin_run_add(struct tent_pin_run *r,
+                                    struct tent_buffer *buf, int d)
+{
+    if (r->buf != buf)
+        tent_pin_run_flush(r);
+    r->buf = buf;
+    r->n += d;
+}
+
+/* tent_task_unpin, the subtracts counted in runs (src, dst). */
+static inline void tent_task_unpin_runs(struct tent_task *t,
+                                        struct tent_pin_run runs[2])
+{
+    if (t->src_buf)
+        tent_pin_run_add(&runs[0], t->src_buf, -1);
+    if (t->dst_buf)
+        tent_pin_run_add(&runs[1], t->dst_buf, -1);
+    t->src_buf = t->dst_buf = NULL;
+}
+
 /* Makes the task FAILED with its cause and unpins it. */
 static inline void tent_task_fail(struct tent_task *t, int code, int native,
                                   const char *msg)

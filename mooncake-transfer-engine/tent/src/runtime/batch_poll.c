@@ -109,9 +109,10 @@ bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code,
 
 /* Records what transport xi said (rc, st) about PENDING task i's slot; may
  * fail the task over (re-dispatching it).  Batch lock held. */
+/* runs: where a completed task's unpins are counted (NULL: at once). */
 static int apply_status(struct tent_engine *e, struct tent_batch *b, size_t i,
                         int xi, int rc, const struct tent_xfer_status *st,
-                        bool allow_failover)
+                        bool allow_failover, struct tent_pin_run *runs)
 {
     struct tent_task *t = &b->tasks[i];
     if (t->state != STATUS_PENDING || t->xport != xi)
@@ -123,7 +124,10 @@ static int apply_status(struct tent_engine *e, struct tent_batch *b, size_t i,
     if (st->state == TENT_XFER_COMPLETED) {
         t->state = STATUS_COMPLETED;
         t->bytes = st->bytes < t->req.length ? st->bytes : t->req.length;
-        tent_task_unpin(t);
+        if (runs)
+            tent_task_unpin_runs(t, runs);
+        else
+            tent_task_unpin(t);
         tmh_completed(e, t, xi, t->bytes);
         return TENT_OK;
     }
@@ -158,7 +162,7 @@ static int poll_task(struct tent_engine *e, struct tent_batch *b, size_t i,
     int rc = tr->ops->status(tr, sb, t->lead, &st);
     pthread_mutex_lock(&b->lock);
     tent_slot_release(b, lead);
-    return apply_status(e, b, i, xi, rc, &st, allow_failover);
+    return apply_status(e, b, i, xi, rc, &st, allow_failover, NULL);
 }
 
 /* Sends the batch's notification once every task has completed (the send
@@ -282,12 +286,15 @@ int tent_batch_poll_all(struct tent_engine *e, struct tent_batch *b)
         for (size_t k = 0; k < n; k++)
             if (ents[k].owner)
                 tent_slot_release(b, &b->tasks[ents[k].lead]);
+        struct tent_pin_run runs[2] = {{0}};
         for (size_t k = 0; k < n; k++) {
             int rc = apply_status(e, b, ents[k].task, ents[k].xi, ents[k].rc,
-                                  &ents[k].st, e->auto_failover_on_poll);
+                                  &ents[k].st, e->auto_failover_on_poll, runs);
             if (rc && !first_err)
                 first_err = rc;
         }
+        tent_pin_run_flush(&runs[0]);
+        tent_pin_run_flush(&runs[1]);
     }
     maybe_notify(e, b);
     return first_err;

@@ -23,6 +23,8 @@ struct seg_cache {
      * it (with the batch lock released) and prepare again, once per call. */
     struct tent_segment *refetch;
     bool refetched;
+    /* repins of this call not yet applied (source, target) */
+    struct tent_pin_run runs[2];
 };
 
 /* prepare_all's answer when a descriptor must be refetched first. */
@@ -289,14 +291,16 @@ static int check_request(const tent_request_t *r, size_t i)
 }
 
 /* buf (pinned by an earlier task of this call, so alive) if it wholly holds
- * [addr, +len), pinned once more; else NULL. */
-static struct tent_buffer *repin(struct tent_buffer *buf, uint64_t addr,
+ * [addr, +len), pinned once more (counted in run, applied by prepare_all
+ * before any task leaves it); else NULL. */
+static struct tent_buffer *repin(struct tent_pin_run *run,
+                                 struct tent_buffer *buf, uint64_t addr,
                                  uint64_t len)
 {
     if (!buf || addr < buf->base || len > buf->length ||
         addr - buf->base > buf->length - len)
         return NULL;
-    atomic_fetch_add_explicit(&buf->inflight, 1, memory_order_relaxed);
+    tent_pin_run_add(run, buf, 1);
     return buf;
 }
 
@@ -326,8 +330,9 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
     bool write = r->opcode == OPCODE_WRITE;
     /* the request before, same direction, found the range granting it */
     bool same = prev && prev->req.opcode == r->opcode;
-    t->src_buf =
-        same ? repin(prev->src_buf, (uintptr_t)r->source, r->length) : NULL;
+    t->src_buf = same ? repin(&c->runs[0], prev->src_buf, (uintptr_t)r->source,
+                              r->length)
+                      : NULL;
     if (!t->src_buf)
         t->src_buf =
             find_pin_locked(e->local, (uintptr_t)r->source, r->length, !write);
@@ -337,7 +342,8 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
                               "not inside registered local memory",
                               i, r->source, (unsigned long long)r->length);
     if (same && prev->req.target_id == r->target_id)
-        t->dst_buf = repin(prev->dst_buf, r->target_offset, r->length);
+        t->dst_buf =
+            repin(&c->runs[1], prev->dst_buf, r->target_offset, r->length);
     if (t->dst_buf) {
         /* the buffer the request before found */
     } else if (seg->v.local) {
@@ -515,6 +521,8 @@ static int prepare_all(struct tent_engine *e, const tent_request_t *entries,
     for (; pinned < count && rc == TENT_OK; pinned++)
         rc = resolve(e, c, &entries[pinned], pinned, &tasks[pinned],
                      pinned ? &tasks[pinned - 1] : NULL);
+    tent_pin_run_flush(&c->runs[0]);
+    tent_pin_run_flush(&c->runs[1]);
     pthread_rwlock_unlock(&e->local->lock);
     for (size_t i = 0; i < count && rc == TENT_OK; i++)
         rc = select_for(e, c, i, &tasks[i], i ? &tasks[i - 1] : NULL);

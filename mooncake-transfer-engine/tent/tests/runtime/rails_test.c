@@ -205,14 +205,14 @@ static void test_small_slices_keep_the_estimate(void **state)
     assert_int_equal(tent_sched_nic_loads(s, l, 4), 1);
     print_message("    after 4 KiB reads: %.3f GB/s\n", l[0].ewma_bps / GB);
     assert_true(l[0].ewma_bps > 0.99 * GB && l[0].ewma_bps < 1.01 * GB);
-    /* 1 MiB alone in 2 ms, 1 ms of it the round trip: ~1 GiB/s, not 0.5 */
+    /* 1 MiB alone in 3 ms, 1 ms of it the round trip: 0.5 GiB/s, not 0.33 */
     assert_int_equal(tent_rail_pick(rs, 1 << 20, 0, &tk), 0);
-    tk.start_ns -= 2000000;
+    tk.start_ns -= 3000000;
     tent_rail_complete(rs, 0, 1 << 20, &tk);
     assert_int_equal(tent_sched_nic_loads(s, l, 4), 1);
     double gibs = l[0].ewma_bps / (1 << 30);
-    print_message("    after 1 MiB alone in 2 ms: %.2f GiB/s\n", gibs);
-    assert_true(gibs > 0.9 && gibs < 1.1);
+    print_message("    after 1 MiB alone in 3 ms: %.2f GiB/s\n", gibs);
+    assert_true(gibs > 0.45 && gibs < 0.52);
     tent_railset_free(rs);
     tent_sched_free(s);
 }
