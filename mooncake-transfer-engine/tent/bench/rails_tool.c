@@ -577,7 +577,10 @@ static long long link_counter(const char *dev, const char *what)
     char path[192];
     if (!dev[0] || strchr(dev, '/'))
         return -1;
-    snprintf(path, sizeof(path), "/sys/class/net/%s/statistics/%s", dev, what);
+    int n = snprintf(path, sizeof(path), "/sys/class/net/%s/statistics/%s",
+                     dev, what);
+    if (n < 0 || (size_t)n >= sizeof(path))
+        return -1; /* no interface has such a name */
     FILE *f = fopen(path, "r");
     if (!f)
         return -1;
