@@ -25,6 +25,7 @@ struct rail_state {
     uint64_t delivered; /* bytes completed, ever */
     uint64_t min_lat_ns, min_lat_at_ns;
     uint64_t rtt_ns, rtt_at_ns; /* shortest small slice: the round trip */
+    bool slow;                  /* below min_share: probes only */
     int state;
     uint64_t paused_until_ns;
     int backoff_ms;
@@ -211,6 +212,22 @@ const struct tent_rail *tent_railset_rail(const struct tent_railset *rs,
     return i < rs->n ? &rs->rails[i].r : NULL;
 }
 
+/* Whether x gets probe slices only, best being the fastest rail's estimate.
+ * A rail turns slow below min_share of it and back only above 1.5 times
+ * that: the estimate follows single samples (TENT's rate 0.01), and a rail
+ * whose true share sits near the line would otherwise flip at every noisy
+ * sample of either rail.  Caller holds rs->lock. */
+static bool slow_locked(struct tent_railset *rs, struct rail_state *x,
+                        double best)
+{
+    double line = rs->p.min_share * best;
+    if (x->slow && x->ewma >= 1.5 * line)
+        x->slow = false;
+    else if (!x->slow && x->ewma < line)
+        x->slow = true;
+    return x->slow;
+}
+
 static uint64_t next_rand(struct tent_railset *rs)
 {
     uint64_t x = rs->rng;
@@ -263,7 +280,7 @@ int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, uint32_t avoid,
         for (size_t i = 0; i < rs->n; i++) {
             struct rail_state *x = &rs->rails[i];
             if ((avoid & (1u << i)) || x->state != RAIL_UP ||
-                x->ewma < rs->p.min_share * best_bw)
+                slow_locked(rs, x, best_bw))
                 continue;
             /* a jitter far below any real difference breaks ties */
             double t = ((double)(x->inflight + bytes) / x->ewma) *
@@ -396,7 +413,7 @@ bool tent_rail_may_take(struct tent_railset *rs, int i)
         if (rs->rails[k].state == RAIL_UP && rs->rails[k].ewma > best)
             best = rs->rails[k].ewma;
     const struct rail_state *x = &rs->rails[i];
-    bool ok = x->state == RAIL_UP && x->ewma >= rs->p.min_share * best;
+    bool ok = x->state == RAIL_UP && !slow_locked(rs, &rs->rails[i], best);
     pthread_mutex_unlock(&rs->lock);
     return ok;
 }
