@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 bool tent_fio_is_file(const struct tent_buffer *buf)
@@ -270,4 +271,34 @@ int tent_fio_fault_take(const char *xport, int kind)
     }
     pthread_mutex_unlock(&fault_lock);
     return ret;
+}
+
+void tent_fio_status(int state, uint64_t bytes, const struct tent_xerr *err,
+                     struct tent_xfer_status *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->state = state;
+    if (state == TENT_XFER_COMPLETED)
+        out->bytes = bytes;
+    else if (state == TENT_XFER_FAILED)
+        tent_xstatus_failed(out, err, TENT_EIO, 0);
+}
+
+int tent_fio_quiesce(const char *xport, atomic_int *inflight,
+                     pthread_mutex_t *lock, pthread_cond_t *idle)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += TENT_FIO_QUIESCE_S;
+    pthread_mutex_lock(lock);
+    while (atomic_load(inflight) > 0)
+        if (pthread_cond_timedwait(idle, lock, &dl) == ETIMEDOUT)
+            break;
+    int left = atomic_load(inflight);
+    pthread_mutex_unlock(lock);
+    if (left > 0)
+        return tent_set_error(TENT_ETIMEDOUT,
+                              "%s: %d task(s) still in flight after %d s",
+                              xport, left, TENT_FIO_QUIESCE_S);
+    return TENT_OK;
 }

@@ -8,6 +8,7 @@
 #include "transport/transport.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -60,6 +61,18 @@ struct tent_xerr *tent_fio_io_error(const char *xport,
 struct tent_xerr *tent_fio_eof_error(const char *xport,
                                      const struct tent_fio_file *f,
                                      uint64_t off);
+
+/* ---- what both transports' ops share --------------------------------------
+ * A task's outcome as each keeps it (state: enum tent_xfer_state, published
+ * with release once bytes and err are set), into the status op's answer. */
+void tent_fio_status(int state, uint64_t bytes, const struct tent_xerr *err,
+                     struct tent_xfer_status *out);
+/* The quiesce op: waits (lock, idle) until *inflight is 0, at most
+ * TENT_FIO_QUIESCE_S seconds; TENT_ETIMEDOUT naming xport and the count
+ * otherwise.  Whoever lowers *inflight to 0 signals idle under lock. */
+#define TENT_FIO_QUIESCE_S 60
+int tent_fio_quiesce(const char *xport, atomic_int *inflight,
+                     pthread_mutex_t *lock, pthread_cond_t *idle);
 
 /* ---- the files a transport serves ---------------------------------------
  * Looked up by buffer pointer at submit; changed by add/remove_buffer. */

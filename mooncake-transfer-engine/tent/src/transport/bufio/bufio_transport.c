@@ -27,10 +27,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BUFIO          "bufio"
-#define MAX_WORKERS    64
-#define TAKE_MAX       16 /* tasks a worker takes from the queue at once */
-#define QUIESCE_WAIT_S 60
+#define BUFIO       "bufio"
+#define MAX_WORKERS 64
+#define TAKE_MAX    16 /* tasks a worker takes from the queue at once */
 
 struct bufio_sub;
 
@@ -394,12 +393,7 @@ static int bufio_status(TENT_UNUSED struct tent_transport *t,
 {
     struct bufio_task *k = &((struct bufio_sub *)base)->tasks[slot];
     int s = atomic_load_explicit(&k->state, memory_order_acquire);
-    memset(out, 0, sizeof(*out));
-    out->state = s;
-    if (s == TENT_XFER_COMPLETED)
-        out->bytes = k->bytes;
-    else if (s == TENT_XFER_FAILED)
-        tent_xstatus_failed(out, k->err, TENT_EIO, 0);
+    tent_fio_status(s, k->bytes, k->err, out);
     return TENT_OK;
 }
 
@@ -407,20 +401,7 @@ static int bufio_quiesce(struct tent_transport *t)
 {
     struct bufio_transport *bt = bt_of(t);
     atomic_store(&bt->quiescing, true);
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += QUIESCE_WAIT_S;
-    pthread_mutex_lock(&bt->lock);
-    while (atomic_load(&bt->inflight) > 0)
-        if (pthread_cond_timedwait(&bt->idle, &bt->lock, &dl) == ETIMEDOUT)
-            break;
-    int left = atomic_load(&bt->inflight);
-    pthread_mutex_unlock(&bt->lock);
-    if (left > 0)
-        return tent_set_error(TENT_ETIMEDOUT,
-                              "bufio: %d task(s) still in flight after %d s",
-                              left, QUIESCE_WAIT_S);
-    return TENT_OK;
+    return tent_fio_quiesce(BUFIO, &bt->inflight, &bt->lock, &bt->idle);
 }
 
 static int bufio_add_buffer(struct tent_transport *t, struct tent_buffer *buf)

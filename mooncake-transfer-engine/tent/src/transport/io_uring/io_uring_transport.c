@@ -56,14 +56,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#define IOU            "io_uring"
-#define MAX_RINGS      16
-#define SLOT_BYTES     (1ull << 30) /* a registered buffer, at most */
-#define SQE_BYTES      (1ull << 30) /* one SQE moves at most this */
-#define NBUF_SLOTS     1024
-#define NFILE_SLOTS    2048 /* two per file */
-#define MAX_RETRIES    16
-#define QUIESCE_WAIT_S 60
+#define IOU         "io_uring"
+#define MAX_RINGS   16
+#define SLOT_BYTES  (1ull << 30) /* a registered buffer, at most */
+#define SQE_BYTES   (1ull << 30) /* one SQE moves at most this */
+#define NBUF_SLOTS  1024
+#define NFILE_SLOTS 2048 /* two per file */
+#define MAX_RETRIES 16
 
 /* user_data tags: a task pointer (8-byte aligned) has none. */
 #define TAG_SYNC 1u
@@ -919,12 +918,7 @@ static int iou_status(TENT_UNUSED struct tent_transport *t,
 {
     struct iou_task *k = &((struct iou_sub *)base)->tasks[slot];
     int s = atomic_load_explicit(&k->state, memory_order_acquire);
-    memset(out, 0, sizeof(*out));
-    out->state = s;
-    if (s == TENT_XFER_COMPLETED)
-        out->bytes = k->bytes;
-    else if (s == TENT_XFER_FAILED)
-        tent_xstatus_failed(out, k->err, TENT_EIO, 0);
+    tent_fio_status(s, k->bytes, k->err, out);
     return TENT_OK;
 }
 
@@ -932,20 +926,7 @@ static int iou_quiesce(struct tent_transport *t)
 {
     struct iou_transport *tp = tp_of(t);
     atomic_store(&tp->quiescing, true);
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += QUIESCE_WAIT_S;
-    pthread_mutex_lock(&tp->idle_lock);
-    while (atomic_load(&tp->inflight) > 0)
-        if (pthread_cond_timedwait(&tp->idle, &tp->idle_lock, &dl) == ETIMEDOUT)
-            break;
-    int left = atomic_load(&tp->inflight);
-    pthread_mutex_unlock(&tp->idle_lock);
-    if (left > 0)
-        return tent_set_error(TENT_ETIMEDOUT,
-                              "io_uring: %d task(s) still in flight after %d s",
-                              left, QUIESCE_WAIT_S);
-    return TENT_OK;
+    return tent_fio_quiesce(IOU, &tp->inflight, &tp->idle_lock, &tp->idle);
 }
 
 /* ---- registration ---------------------------------------------------------
