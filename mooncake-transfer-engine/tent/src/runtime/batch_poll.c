@@ -108,8 +108,9 @@ bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code,
 }
 
 /* Records what transport xi said (rc, st) about PENDING task i's slot; may
- * fail the task over (re-dispatching it).  Batch lock held. */
-/* runs: where a completed task's unpins are counted (NULL: at once). */
+ * fail the task over (re-dispatching it).  A completed task's unpins are
+ * counted in runs (the caller applies them), or applied at once when runs
+ * is NULL.  Batch lock held. */
 static int apply_status(struct tent_engine *e, struct tent_batch *b, size_t i,
                         int xi, int rc, const struct tent_xfer_status *st,
                         bool allow_failover, struct tent_pin_run *runs)
