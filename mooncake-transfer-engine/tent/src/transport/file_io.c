@@ -273,15 +273,15 @@ int tent_fio_fault_take(const char *xport, int kind)
     return ret;
 }
 
-void tent_fio_status(int state, uint64_t bytes, const struct tent_xerr *err,
-                     struct tent_xfer_status *out)
+void tent_fio_status(int state, const uint64_t *bytes,
+                     struct tent_xerr *const *err, struct tent_xfer_status *out)
 {
     memset(out, 0, sizeof(*out));
     out->state = state;
     if (state == TENT_XFER_COMPLETED)
-        out->bytes = bytes;
+        out->bytes = *bytes;
     else if (state == TENT_XFER_FAILED)
-        tent_xstatus_failed(out, err, TENT_EIO, 0);
+        tent_xstatus_failed(out, *err, TENT_EIO, 0);
 }
 
 int tent_fio_quiesce(const char *xport, atomic_int *inflight,

@@ -63,9 +63,11 @@ struct tent_xerr *tent_fio_eof_error(const char *xport,
                                      uint64_t off);
 
 /* ---- what both transports' ops share --------------------------------------
- * A task's outcome as each keeps it (state: enum tent_xfer_state, published
- * with release once bytes and err are set), into the status op's answer. */
-void tent_fio_status(int state, uint64_t bytes, const struct tent_xerr *err,
+ * A task's outcome as each keeps it (state: enum tent_xfer_state, loaded
+ * with acquire by the caller; *bytes and *err are read only when it says
+ * they are set), into the status op's answer. */
+void tent_fio_status(int state, const uint64_t *bytes,
+                     struct tent_xerr *const *err,
                      struct tent_xfer_status *out);
 /* The quiesce op: waits (lock, idle) until *inflight is 0, at most
  * TENT_FIO_QUIESCE_S seconds; TENT_ETIMEDOUT naming xport and the count

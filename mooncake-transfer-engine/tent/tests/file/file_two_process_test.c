@@ -60,8 +60,11 @@ static void peer_main(int cmd, int ans, void *arg)
                 if (((uint8_t *)buf)[i] != ft_byte(SEED, i))
                     out = (int64_t)i + 1;
         } else {
-            fprintf(stderr, "peer: read ended %d: %s\n", st.status,
-                    tent_last_error());
+            int code = 0, native = 0;
+            char msg[512] = "";
+            tent_task_error(e, b, 0, &code, &native, msg, sizeof(msg));
+            fprintf(stderr, "peer: read ended %d: %s (code %d, native %d)\n",
+                    st.status, msg, code, native);
         }
         tent_free_batch(e, b);
     } else {

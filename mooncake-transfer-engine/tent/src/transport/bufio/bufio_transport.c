@@ -393,7 +393,7 @@ static int bufio_status(TENT_UNUSED struct tent_transport *t,
 {
     struct bufio_task *k = &((struct bufio_sub *)base)->tasks[slot];
     int s = atomic_load_explicit(&k->state, memory_order_acquire);
-    tent_fio_status(s, k->bytes, k->err, out);
+    tent_fio_status(s, &k->bytes, &k->err, out);
     return TENT_OK;
 }
 

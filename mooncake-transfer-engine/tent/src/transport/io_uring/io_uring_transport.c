@@ -918,7 +918,7 @@ static int iou_status(TENT_UNUSED struct tent_transport *t,
 {
     struct iou_task *k = &((struct iou_sub *)base)->tasks[slot];
     int s = atomic_load_explicit(&k->state, memory_order_acquire);
-    tent_fio_status(s, k->bytes, k->err, out);
+    tent_fio_status(s, &k->bytes, &k->err, out);
     return TENT_OK;
 }
 

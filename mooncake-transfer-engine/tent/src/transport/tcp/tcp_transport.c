@@ -842,7 +842,7 @@ static void rail_stop(struct tcp_rail *r)
 
 static void rail_free(struct tcp_rail *r)
 {
-    for (int i = 0; i < r->nworkers; i++)
+    for (int i = 0; i < MAX_CONNS; i++)
         free(r->conns[i]);
     pthread_mutex_destroy(&r->lend_lock);
     pthread_mutex_destroy(&r->lock);
@@ -875,30 +875,38 @@ static int rail_new(struct tcp_peer *p, int idx, const struct tent_rail *d,
     for (int i = 0; i < MAX_CONNS; i++)
         pthread_cond_init(&r->wake[i], NULL);
     for (int i = 0; i < t->nconns; i++) {
-        struct worker_arg *wa = malloc(sizeof(*wa));
         struct tcp_conn *c = tcp_conn_new();
-        if (!wa || !c) {
-            free(wa);
-            free(c);
+        if (!c)
             break;
-        }
         c->path_progress_ms = &r->progress_ms;
         r->conns[i] = c;
+    }
+    if (!r->conns[0]) {
+        rail_free(r);
+        return tent_set_error(TENT_ENOMEM, "tcp: out of memory");
+    }
+    *out = r;
+    return TENT_OK;
+}
+
+/* Starts a worker per connection of r (at least one, else an error).
+ * Only once every rail of the peer exists: workers read the peer's rails. */
+static int rail_start(struct tcp_rail *r)
+{
+    for (int i = 0; i < MAX_CONNS && r->conns[i]; i++) {
+        struct worker_arg *wa = malloc(sizeof(*wa));
+        if (!wa)
+            break;
         wa->r = r;
         wa->idx = i;
         if (pthread_create(&r->workers[i], NULL, worker_main, wa)) {
             free(wa);
-            free(c);
-            r->conns[i] = NULL;
             break;
         }
         r->nworkers++;
     }
-    if (r->nworkers == 0) {
-        rail_free(r);
+    if (r->nworkers == 0)
         return tent_set_error(TENT_ENOMEM, "tcp: cannot start worker threads");
-    }
-    *out = r;
     return TENT_OK;
 }
 
@@ -989,6 +997,9 @@ static int peer_get_locked(struct tcp_transport *t,
         if (!rc)
             p->nrails++;
     }
+    /* the rails are all there (and nrails final) before a worker runs */
+    for (int i = 0; !rc && i < p->nrails; i++)
+        rc = rail_start(p->rails[i]);
     if (rc) {
         for (int i = 0; i < p->nrails; i++)
             rail_stop(p->rails[i]);
