@@ -302,3 +302,27 @@ int tent_fio_quiesce(const char *xport, atomic_int *inflight,
                               xport, left, TENT_FIO_QUIESCE_S);
     return TENT_OK;
 }
+
+int tent_fio_admit(const char *xport, bool stopping,
+                   const struct tent_fio_file *f, const struct tent_xfer *x)
+{
+    if (stopping)
+        return tent_set_error(TENT_ESHUTDOWN, "%s: transport is stopping",
+                              xport);
+    if (!f)
+        return tent_set_error(TENT_ENOTSUP,
+                              "%s: segment '%s' is not a file segment this "
+                              "transport serves",
+                              xport, x->target->name);
+    if (x->opcode == OPCODE_WRITE && !f->writable)
+        return tent_set_error(TENT_EPERM, "%s: file '%s' is open read-only",
+                              xport, f->path);
+    if (x->remote > f->size || x->length > f->size - x->remote)
+        return tent_set_error(TENT_ERANGE,
+                              "%s: [%llu, +%llu) lies beyond file '%s' of "
+                              "%llu bytes",
+                              xport, (unsigned long long)x->remote,
+                              (unsigned long long)x->length, f->path,
+                              (unsigned long long)f->size);
+    return TENT_OK;
+}

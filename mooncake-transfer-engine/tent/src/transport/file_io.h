@@ -69,6 +69,11 @@ struct tent_xerr *tent_fio_eof_error(const char *xport,
 void tent_fio_status(int state, const uint64_t *bytes,
                      struct tent_xerr *const *err,
                      struct tent_xfer_status *out);
+/* Whether transport xport takes request x to file f (NULL: the target is
+ * no file it serves), stopping saying whether it is being quiesced:
+ * TENT_OK, or the error (set, naming the file) the request fails with. */
+int tent_fio_admit(const char *xport, bool stopping,
+                   const struct tent_fio_file *f, const struct tent_xfer *x);
 /* The quiesce op: waits (lock, idle) until *inflight is 0, at most
  * TENT_FIO_QUIESCE_S seconds; TENT_ETIMEDOUT naming xport and the count
  * otherwise.  Whoever lowers *inflight to 0 signals idle under lock. */

@@ -323,24 +323,7 @@ static int bufio_submit(struct tent_transport *t, struct tent_sub_batch *base,
             cached = x->target_buf;
             f = tent_fio_table_find(&bt->files, cached);
         }
-        int rc = TENT_OK;
-        if (atomic_load(&bt->quiescing))
-            rc = tent_set_error(TENT_ESHUTDOWN, "bufio: transport is stopping");
-        else if (!f)
-            rc = tent_set_error(TENT_ENOTSUP,
-                                "bufio: segment '%s' is not a file segment "
-                                "this transport serves",
-                                x->target->name);
-        else if (x->opcode == OPCODE_WRITE && !f->writable)
-            rc = tent_set_error(TENT_EPERM,
-                                "bufio: file '%s' is open read-only", f->path);
-        else if (x->remote > f->size || x->length > f->size - x->remote)
-            rc = tent_set_error(TENT_ERANGE,
-                                "bufio: [%llu, +%llu) lies beyond file '%s' "
-                                "of %llu bytes",
-                                (unsigned long long)x->remote,
-                                (unsigned long long)x->length, f->path,
-                                (unsigned long long)f->size);
+        int rc = tent_fio_admit(BUFIO, atomic_load(&bt->quiescing), f, x);
         if (rc) {
             tent_xres_fail(&res[i], rc, 0);
             if (ret == TENT_OK)

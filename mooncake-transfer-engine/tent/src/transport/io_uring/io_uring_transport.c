@@ -848,25 +848,7 @@ static int iou_submit(struct tent_transport *t, struct tent_sub_batch *base,
             cached = x->target_buf;
             f = tent_fio_table_find(&tp->files, cached);
         }
-        int rc = TENT_OK;
-        if (atomic_load(&tp->quiescing))
-            rc = tent_set_error(TENT_ESHUTDOWN,
-                                "io_uring: transport is stopping");
-        else if (!f)
-            rc = tent_set_error(TENT_ENOTSUP,
-                                "io_uring: segment '%s' is not a file segment "
-                                "this transport serves",
-                                x->target->name);
-        else if (x->opcode == OPCODE_WRITE && !f->writable)
-            rc = tent_set_error(
-                TENT_EPERM, "io_uring: file '%s' is open read-only", f->path);
-        else if (x->remote > f->size || x->length > f->size - x->remote)
-            rc = tent_set_error(TENT_ERANGE,
-                                "io_uring: [%llu, +%llu) lies beyond file "
-                                "'%s' of %llu bytes",
-                                (unsigned long long)x->remote,
-                                (unsigned long long)x->length, f->path,
-                                (unsigned long long)f->size);
+        int rc = tent_fio_admit(IOU, atomic_load(&tp->quiescing), f, x);
         if (rc) {
             tent_xres_fail(&res[i], rc, 0);
             if (ret == TENT_OK)
