@@ -361,6 +361,12 @@ static int decode_buf_attrs(const cJSON *o, struct tent_wire_buf *b,
                                   "descriptor %s: an attribute key is empty or "
                                   "longer than %zu bytes",
                                   where, sizeof(kv->key) - 1);
+        for (int k = 0; k < b->nattrs; k++)
+            if (!strcmp(b->attrs[k].key, it->string))
+                return tent_set_error(TENT_EPROTO,
+                                      "descriptor %s: attribute '%s' appears "
+                                      "twice",
+                                      where, it->string);
         int rc = get_str(ba, it->string, kv->value, sizeof(kv->value), where);
         if (rc)
             return rc;
@@ -477,6 +483,14 @@ int tent_wire_decode_desc(const char *in, size_t n, struct tent_wire_desc *out)
                                     "long");
                 break;
             }
+            for (int k = 0; k < d.nattrs && !rc; k++)
+                if (!strcmp(d.attr_key[k], it->string))
+                    rc = tent_set_error(TENT_EPROTO,
+                                        "descriptor attribute '%s' appears "
+                                        "twice",
+                                        it->string);
+            if (rc)
+                break;
             rc = get_str(attrs, it->string, d.attr_value[d.nattrs],
                          sizeof(d.attr_value[0]), "attrs");
             if (rc)

@@ -96,7 +96,8 @@ static void test_rw_resp_notify(void **state)
 static const char *good_desc =
     "{\"version\":1,\"name\":\"127.0.0.1:1\",\"host_id\":\"b/h\","
     "\"buffers\":[{\"base\":\"4096\",\"length\":\"100\",\"location\":\"cpu\","
-    "\"perm\":2,\"xport_mask\":128,\"shm_name\":\"cma\",\"shm_offset\":\"0\"},"
+    "\"perm\":2,\"xport_mask\":128,"
+    "\"attrs\":{\"shm_name\":\"cma\",\"shm_offset\":\"0\"}},"
     "{\"base\":\"8192\",\"length\":\"100\",\"location\":\"cpu\",\"perm\":1,"
     "\"xport_mask\":128,\"shm_name\":\"\",\"shm_offset\":\"0\"}],"
     "\"attrs\":{\"rpc_addr\":\"127.0.0.1:1\"}}";
@@ -159,7 +160,19 @@ static void test_descriptor(void **state)
     assert_non_null(again);
     struct tent_wire_desc *d2 = calloc(1, sizeof(*d2));
     assert_int_equal(tent_wire_decode_desc(again, len, d2), 0);
-    assert_memory_equal(d->bufs, d2->bufs, 2 * sizeof(*d->bufs));
+    for (int i = 0; i < 2; i++) { /* field by field: attrs live apart */
+        assert_int_equal(d->bufs[i].base, d2->bufs[i].base);
+        assert_int_equal(d->bufs[i].length, d2->bufs[i].length);
+        assert_int_equal(d->bufs[i].perm, d2->bufs[i].perm);
+        assert_int_equal(d->bufs[i].xport_mask, d2->bufs[i].xport_mask);
+        assert_string_equal(d->bufs[i].location, d2->bufs[i].location);
+        assert_int_equal(d->bufs[i].nattrs, d2->bufs[i].nattrs);
+    }
+    assert_int_equal(d2->bufs[0].nattrs, 2);
+    assert_string_equal(d2->bufs[0].attrs[0].key, "shm_name");
+    assert_string_equal(d2->bufs[0].attrs[0].value, "cma");
+    assert_string_equal(d2->bufs[0].attrs[1].key, "shm_offset");
+    assert_string_equal(d2->bufs[0].attrs[1].value, "0");
     tent_wire_desc_free(d2);
     tent_wire_desc_free(d);
     free(again);
@@ -197,6 +210,13 @@ static void test_descriptor(void **state)
     assert_int_equal(
         decode_mutated("\"rpc_addr\":\"127.0.0.1:1\"", "\"rpc_addr\":1"),
         TENT_EPROTO);
+    /* an attribute key given twice is malformed, not "last one wins" */
+    assert_int_equal(decode_mutated("\"shm_offset\":\"0\"}",
+                                    "\"shm_name\":\"x\"}"),
+                     TENT_EPROTO);
+    assert_int_equal(decode_mutated("{\"rpc_addr\":\"127.0.0.1:1\"}",
+                                    "{\"a\":\"1\",\"a\":\"2\"}"),
+                     TENT_EPROTO);
     char longname[400];
     memset(longname, 'a', sizeof(longname));
     longname[sizeof(longname) - 1] = 0;
