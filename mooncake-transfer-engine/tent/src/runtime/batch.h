@@ -20,11 +20,15 @@
 
 /* batch_table.c */
 /* Looks the batch up and returns it locked (and referenced), or NULL with
- * the error set (what names the caller).  The table lock is released before
- * waiting for b->lock. */
+ * the error set (what names the caller).  Takes no table lock (the table is
+ * read with atomic loads; batch memory is type-stable). */
 struct tent_batch *tent_batch_lock(struct tent_engine *e, uint64_t id,
                                    const char *what);
-/* Frees a batch; called by the last reference only. */
+/* The batch in id's slot of the table, unlocked and unreferenced, or NULL:
+ * for tests that inspect a batch they own and nobody else touches. */
+struct tent_batch *tent_batch_peek(struct tent_engine *e, uint64_t id);
+/* Returns a batch to its engine's pool; called by the last reference
+ * only. */
 void tent_batch_destroy(struct tent_batch *b);
 
 /* Unlocks a batch from tent_batch_lock and drops its reference (inline: it
@@ -52,15 +56,17 @@ static inline void tent_slot_claim(struct tent_batch *b, struct tent_task *t)
 static inline void tent_slot_release(struct tent_batch *b, struct tent_task *t)
 {
     t->busy = false;
-    if (--b->nbusy == 0)
+    if (--b->nbusy == 0 && b->idle_waiters)
         pthread_cond_broadcast(&b->idle);
 }
 
 /* With b locked: waits until no thread is inside a transport call for it. */
 static inline void tent_batch_wait_idle(struct tent_batch *b)
 {
+    b->idle_waiters++;
     while (b->nbusy > 0)
         pthread_cond_wait(&b->idle, &b->lock);
+    b->idle_waiters--;
 }
 
 /* Records why the task failed (or why its attempt did): our code, the

@@ -177,7 +177,10 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
         }
         return;
     }
-    struct group *g = malloc(sizeof(*g));
+    /* the engine's spare group, unless another dispatch holds it */
+    struct group *g = atomic_exchange(&e->spare_group, NULL);
+    if (!g)
+        g = malloc(sizeof(*g));
     if (!g) {
         for (size_t i = first; i < first + n; i++) {
             struct tent_task *t = &b->tasks[i];
@@ -229,7 +232,7 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
         if (!again)
             again = refetch_waiting(e, b, first, n);
     }
-    free(g);
+    free(atomic_exchange(&e->spare_group, g));
 }
 
 /* Finds the buffer of seg holding [addr, +len) and pins it (inflight), so

@@ -30,35 +30,126 @@ static void batch_put(struct tent_batch *b)
         tent_batch_destroy(b);
 }
 
+static tent_batch_slot *slot_ptr(struct tent_engine *e, size_t slot)
+{
+    if (slot >= (size_t)TENT_BATCH_CHUNK * TENT_BATCH_CHUNKS)
+        return NULL;
+    tent_batch_slot *chunk = atomic_load_explicit(
+        &e->batch_chunks[slot / TENT_BATCH_CHUNK], memory_order_acquire);
+    return chunk ? &chunk[slot % TENT_BATCH_CHUNK] : NULL;
+}
+
 /* Looks the batch up and returns it locked (and referenced), or NULL with the
- * error set.  The table lock is released before waiting for b->lock. */
+ * error set.  No table lock: the slot is read atomically and the batch found
+ * there is locked and then checked, which is safe because batch memory is
+ * never freed before its engine (a batch recycled meanwhile has another
+ * id, or is dead). */
 struct tent_batch *tent_batch_lock(struct tent_engine *e, uint64_t id,
                                    const char *what)
 {
-    struct tent_batch *b = NULL;
-    pthread_mutex_lock(&e->batch_lock);
-    size_t slot = SLOT_OF(id);
-    if (id != TENT_INVALID_BATCH_ID && slot < e->nbatches && e->batches[slot] &&
-        e->batches[slot]->id == id) {
-        b = e->batches[slot];
-        atomic_fetch_add(&b->refs, 1);
+    tent_batch_slot *sp =
+        id != TENT_INVALID_BATCH_ID ? slot_ptr(e, SLOT_OF(id)) : NULL;
+    struct tent_batch *b =
+        sp ? atomic_load_explicit(sp, memory_order_acquire) : NULL;
+    if (b) {
+        pthread_mutex_lock(&b->lock);
+        if (atomic_load_explicit(&b->id, memory_order_relaxed) != id) {
+            pthread_mutex_unlock(&b->lock);
+            b = NULL;
+        }
     }
-    pthread_mutex_unlock(&e->batch_lock);
     if (!b) {
         tent_set_error(TENT_ENOBATCH, "%s: unknown batch id %#llx", what,
                        (unsigned long long)id);
         return NULL;
     }
-    pthread_mutex_lock(&b->lock);
     if (b->dead) {
         pthread_mutex_unlock(&b->lock);
-        batch_put(b);
         tent_set_error(TENT_ENOBATCH, "%s: batch id %#llx was freed", what,
                        (unsigned long long)id);
         return NULL;
     }
+    /* Not dead, so the table still holds its reference: refs >= 1. */
+    atomic_fetch_add(&b->refs, 1);
     return b;
 }
+
+struct tent_batch *tent_batch_peek(struct tent_engine *e, uint64_t id)
+{
+    tent_batch_slot *sp = slot_ptr(e, SLOT_OF(id));
+    struct tent_batch *b =
+        sp ? atomic_load_explicit(sp, memory_order_acquire) : NULL;
+    return b && atomic_load_explicit(&b->id, memory_order_relaxed) == id ? b
+                                                                         : NULL;
+}
+
+/* A batch (from the pool, or new) and a slot for it, or NULL with the error
+ * set.  Takes batch_lock. */
+static struct tent_batch *take_batch(struct tent_engine *e, uint32_t *slot)
+{
+    pthread_mutex_lock(&e->batch_lock);
+    if (e->nfree == 0) {
+        if (e->nslots == TENT_BATCH_CHUNK * TENT_BATCH_CHUNKS) {
+            pthread_mutex_unlock(&e->batch_lock);
+            tent_set_error(TENT_ENOMEM,
+                           "tent_allocate_batch: %u batches are allocated, "
+                           "the limit; free some first",
+                           TENT_BATCH_CHUNK * TENT_BATCH_CHUNKS);
+            return NULL;
+        }
+        /* room to give every slot in use back later, without failing */
+        if (e->free_cap <= e->nslots) {
+            uint32_t ncap = e->free_cap ? e->free_cap * 2 : 64;
+            uint32_t *nf = realloc(e->free_slots, ncap * sizeof(*nf));
+            if (!nf)
+                goto nomem;
+            e->free_slots = nf;
+            e->free_cap = ncap;
+        }
+        size_t ci = e->nslots / TENT_BATCH_CHUNK;
+        if (!atomic_load_explicit(&e->batch_chunks[ci], memory_order_relaxed)) {
+            tent_batch_slot *chunk = calloc(TENT_BATCH_CHUNK, sizeof(*chunk));
+            if (!chunk)
+                goto nomem;
+            atomic_store_explicit(&e->batch_chunks[ci], chunk,
+                                  memory_order_release);
+        }
+        e->free_slots[e->nfree++] = e->nslots++;
+    }
+    struct tent_batch *b = e->batch_pool;
+    if (b)
+        e->batch_pool = b->next_free;
+    else if (!(b = calloc(1, sizeof(*b))))
+        goto nomem;
+    else {
+        pthread_mutex_init(&b->lock, NULL);
+        pthread_cond_init(&b->idle, NULL);
+        b->engine = e;
+    }
+    *slot = e->free_slots[--e->nfree];
+    pthread_mutex_unlock(&e->batch_lock);
+    return b;
+nomem:
+    pthread_mutex_unlock(&e->batch_lock);
+    tent_set_error(TENT_ENOMEM, "tent_allocate_batch: out of memory");
+    return NULL;
+}
+
+/* Gives slot (and b, when not NULL) back to the engine. */
+static void give_back(struct tent_engine *e, uint32_t slot,
+                      struct tent_batch *b)
+{
+    pthread_mutex_lock(&e->batch_lock);
+    e->free_slots[e->nfree++] = slot;
+    if (b) {
+        b->next_free = e->batch_pool;
+        e->batch_pool = b;
+    }
+    pthread_mutex_unlock(&e->batch_lock);
+}
+
+/* Task arrays up to this many tasks stay with a recycled batch. */
+#define KEEP_TASKS 1024
 
 tent_batch_id_t tent_allocate_batch(tent_engine_t engine, size_t batch_size)
 {
@@ -74,52 +165,44 @@ tent_batch_id_t tent_allocate_batch(tent_engine_t engine, size_t batch_size)
                        batch_size, 1u << 24);
         return TENT_INVALID_BATCH_ID;
     }
-    struct tent_batch *b = calloc(1, sizeof(*b));
-    struct tent_task *tasks = malloc(batch_size * sizeof(*tasks));
-    if (!b || !tasks) {
-        free(b);
-        free(tasks);
-        tent_set_error(TENT_ENOMEM,
-                       "tent_allocate_batch: out of memory for %zu "
-                       "tasks",
-                       batch_size);
+    uint32_t slot;
+    struct tent_batch *b = take_batch(e, &slot);
+    if (!b)
         return TENT_INVALID_BATCH_ID;
-    }
-    pthread_mutex_init(&b->lock, NULL);
-    pthread_cond_init(&b->idle, NULL);
-    atomic_init(&b->refs, 1);
-    b->capacity = batch_size;
-    b->tasks = tasks;
-
-    pthread_mutex_lock(&e->batch_lock);
-    size_t slot = e->nbatches;
-    for (size_t i = 0; i < e->nbatches; i++)
-        if (!e->batches[i]) {
-            slot = i;
-            break;
-        }
-    if (slot == e->nbatches) {
-        size_t ncap = e->nbatches ? e->nbatches * 2 : 64;
-        struct tent_batch **nb = realloc(e->batches, ncap * sizeof(*nb));
-        if (!nb) {
-            pthread_mutex_unlock(&e->batch_lock);
-            pthread_cond_destroy(&b->idle);
-            pthread_mutex_destroy(&b->lock);
-            free(tasks);
-            free(b);
-            tent_set_error(TENT_ENOMEM, "tent_allocate_batch: out of memory");
+    /* b is unreachable but for stale lookups (an id it had before), which
+     * lock it and read the id and dead: those change under the lock. */
+    pthread_mutex_lock(&b->lock);
+    if (!b->tasks || b->tasks_cap < batch_size) {
+        struct tent_task *tasks = malloc(batch_size * sizeof(*tasks));
+        if (!tasks) {
+            pthread_mutex_unlock(&b->lock);
+            give_back(e, slot, b);
+            tent_set_error(TENT_ENOMEM,
+                           "tent_allocate_batch: out of memory for %zu "
+                           "tasks",
+                           batch_size);
             return TENT_INVALID_BATCH_ID;
         }
-        e->batches = nb;
-        for (size_t i = e->nbatches; i < ncap; i++)
-            e->batches[i] = NULL;
-        e->nbatches = ncap;
+        free(b->tasks);
+        b->tasks = tasks;
+        b->tasks_cap = batch_size;
     }
-    b->id = ((uint64_t)next_batch_seq() << 32) | (uint64_t)(slot + 1);
-    e->batches[slot] = b;
-    pthread_mutex_unlock(&e->batch_lock);
+    b->dead = false;
+    b->nbusy = b->idle_waiters = 0;
+    b->capacity = batch_size;
+    b->ntasks = 0;
+    memset(b->subs, 0, sizeof(b->subs));
+    b->next_deferred = b->next_free = NULL;
+    b->notif_name = b->notif_msg = NULL;
+    b->notif_target = 0;
+    atomic_store_explicit(&b->refs, 1, memory_order_relaxed);
+    uint64_t id = ((uint64_t)next_batch_seq() << 32) | (uint64_t)(slot + 1);
+    atomic_store_explicit(&b->id, id, memory_order_relaxed);
+    pthread_mutex_unlock(&b->lock);
+    /* publishes everything above to the lookups that find it */
+    atomic_store_explicit(slot_ptr(e, slot), b, memory_order_release);
     tmh_gauge(e, TM_BATCHES, 1);
-    return b->id;
+    return id;
 }
 
 /* Frees the transports' sub-batches; stops at the first that refuses. */
@@ -137,16 +220,40 @@ static int free_subs(struct tent_engine *e, struct tent_batch *b)
     return TENT_OK;
 }
 
+/* The last reference is gone: the batch returns to its engine's pool (its
+ * slot was given back when it was unlinked). */
 void tent_batch_destroy(struct tent_batch *b)
 {
     free(b->notif_name);
     free(b->notif_msg);
+    b->notif_name = b->notif_msg = NULL;
     for (size_t i = 0; i < b->ntasks; i++)
         free(b->tasks[i].error_msg);
-    free(b->tasks);
-    pthread_cond_destroy(&b->idle);
-    pthread_mutex_destroy(&b->lock);
-    free(b);
+    b->ntasks = 0;
+    if (b->tasks_cap > KEEP_TASKS) {
+        free(b->tasks);
+        b->tasks = NULL;
+        b->tasks_cap = 0;
+    }
+    struct tent_engine *e = b->engine;
+    pthread_mutex_lock(&e->batch_lock);
+    b->next_free = e->batch_pool;
+    e->batch_pool = b;
+    pthread_mutex_unlock(&e->batch_lock);
+}
+
+/* Unlinks b (locked, dead) from its slot, giving the slot back.  Takes
+ * batch_lock. */
+static void unlink_batch(struct tent_engine *e, struct tent_batch *b)
+{
+    size_t slot = SLOT_OF(atomic_load_explicit(&b->id, memory_order_relaxed));
+    tent_batch_slot *sp = slot_ptr(e, slot);
+    pthread_mutex_lock(&e->batch_lock);
+    if (sp && atomic_load_explicit(sp, memory_order_relaxed) == b) {
+        atomic_store_explicit(sp, NULL, memory_order_relaxed);
+        e->free_slots[e->nfree++] = (uint32_t)slot;
+    }
+    pthread_mutex_unlock(&e->batch_lock);
 }
 
 /* Tasks of b not yet terminal.  b locked. */
@@ -198,10 +305,8 @@ int tent_free_batch(tent_engine_t engine, tent_batch_id_t batch_id)
                               (unsigned long long)batch_id);
     }
     b->dead = true; /* every use of the id fails from now on */
+    unlink_batch(e, b);
     pthread_mutex_lock(&e->batch_lock);
-    size_t slot = SLOT_OF(batch_id);
-    if (slot < e->nbatches && e->batches[slot] == b)
-        e->batches[slot] = NULL;
     if (rc != TENT_OK) {
         /* the table's reference goes to the deferred list */
         b->next_deferred = e->deferred;
@@ -256,54 +361,69 @@ void tent_batches_reap(struct tent_engine *e)
     pthread_mutex_unlock(&e->batch_lock);
 }
 
+/* Teardown's last round for one batch taken out of the table (it holds the
+ * table's reference). */
+static void teardown_one(struct tent_engine *e, struct tent_batch *b)
+{
+    pthread_mutex_lock(&b->lock);
+    (void)tent_batch_poll_all(e, b);
+    tent_batch_wait_idle(b);
+    size_t busy = 0;
+    for (size_t i = 0; i < b->ntasks; i++)
+        busy += b->tasks[i].state == STATUS_PENDING;
+    int rc = busy ? TENT_EBUSY : free_subs(e, b);
+    b->dead = true;
+    pthread_mutex_unlock(&b->lock);
+    if (rc != TENT_OK) {
+        /* Leave the batch, its sub-batches and its pinned buffers alone:
+         * a backend may still be working on them. */
+        if (busy)
+            LOG_WARN("batch %#llx left allocated at teardown: %zu "
+                     "task(s) still in flight",
+                     (unsigned long long)b->id, busy);
+        else
+            LOG_WARN("batch %#llx left allocated at teardown: a "
+                     "transport refused to free its sub-batch: %s",
+                     (unsigned long long)b->id, tent_last_error());
+        return;
+    }
+    batch_put(b);
+}
+
 void tent_batches_teardown(struct tent_engine *e)
 {
     tent_batches_reap(e);
-    pthread_mutex_lock(&e->batch_lock);
-    struct tent_batch **list = e->batches;
-    size_t n = e->nbatches;
-    e->batches = NULL;
-    e->nbatches = 0;
+    for (uint32_t s = 0; s < e->nslots; s++) {
+        tent_batch_slot *sp = slot_ptr(e, s);
+        pthread_mutex_lock(&e->batch_lock);
+        struct tent_batch *b = atomic_load_explicit(sp, memory_order_relaxed);
+        atomic_store_explicit(sp, NULL, memory_order_relaxed);
+        pthread_mutex_unlock(&e->batch_lock);
+        if (b)
+            teardown_one(e, b);
+    }
     /* the deferred ones go through the same last round */
-    size_t ndef = 0;
-    for (struct tent_batch *b = e->deferred; b; b = b->next_deferred)
-        ndef++;
-    struct tent_batch **all = realloc(list, (n + ndef + 1) * sizeof(*all));
-    if (all) {
-        list = all;
-        for (struct tent_batch *b = e->deferred; b; b = b->next_deferred)
-            list[n++] = b;
-        e->deferred = NULL;
-        atomic_store(&e->ndeferred, 0);
-    }
+    pthread_mutex_lock(&e->batch_lock);
+    struct tent_batch *def = e->deferred;
+    e->deferred = NULL;
+    atomic_store(&e->ndeferred, 0);
     pthread_mutex_unlock(&e->batch_lock);
-    for (size_t s = 0; s < n; s++) {
-        struct tent_batch *b = list[s];
-        if (!b)
-            continue;
-        pthread_mutex_lock(&b->lock);
-        (void)tent_batch_poll_all(e, b);
-        tent_batch_wait_idle(b);
-        size_t busy = 0;
-        for (size_t i = 0; i < b->ntasks; i++)
-            busy += b->tasks[i].state == STATUS_PENDING;
-        int rc = busy ? TENT_EBUSY : free_subs(e, b);
-        b->dead = true;
-        pthread_mutex_unlock(&b->lock);
-        if (rc != TENT_OK) {
-            /* Leave the batch, its sub-batches and its pinned buffers alone:
-             * a backend may still be working on them. */
-            if (busy)
-                LOG_WARN("batch %#llx left allocated at teardown: %zu "
-                         "task(s) still in flight",
-                         (unsigned long long)b->id, busy);
-            else
-                LOG_WARN("batch %#llx left allocated at teardown: a "
-                         "transport refused to free its sub-batch: %s",
-                         (unsigned long long)b->id, tent_last_error());
-            continue;
-        }
-        batch_put(b);
+    while (def) {
+        struct tent_batch *b = def;
+        def = b->next_deferred;
+        teardown_one(e, b);
     }
-    free(list);
+    /* Nothing can look a batch up any more: the pool and the table go. */
+    while (e->batch_pool) {
+        struct tent_batch *b = e->batch_pool;
+        e->batch_pool = b->next_free;
+        free(b->tasks);
+        pthread_cond_destroy(&b->idle);
+        pthread_mutex_destroy(&b->lock);
+        free(b);
+    }
+    for (size_t c = 0; c < TENT_BATCH_CHUNKS; c++)
+        free(atomic_load_explicit(&e->batch_chunks[c], memory_order_relaxed));
+    free(e->free_slots);
+    free(atomic_load_explicit(&e->spare_group, memory_order_relaxed));
 }

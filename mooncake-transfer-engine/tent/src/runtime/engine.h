@@ -9,11 +9,13 @@
  *
  * engine->batch_lock, seg_lock and notif_lock are leaves: held for a table
  * lookup or update only, never while waiting for another lock or calling
- * out.  A batch found in the table is kept alive by a reference (refs) taken
- * under the table lock, so one slow batch never blocks lookups of the
- * others.  The RPC server, the metadata backends and the transports never
- * take a runtime lock themselves: they reach runtime state only through the
- * functions they are handed (rpc.h handlers, meta.h env, transport.h). */
+ * out.  A batch lookup takes no table lock: it locks the batch it reads
+ * from the table and checks the id (batch memory is type-stable), then
+ * keeps the batch by a reference (refs), so one slow batch never blocks
+ * lookups of the others.  The RPC server, the metadata backends and the
+ * transports never take a runtime lock themselves: they reach runtime state
+ * only through the functions they are handed (rpc.h handlers, meta.h env,
+ * transport.h). */
 #ifndef TENT_RUNTIME_ENGINE_H
 #define TENT_RUNTIME_ENGINE_H
 
@@ -68,7 +70,7 @@ struct tent_segment {
     size_t nbufs, cap;
     struct tent_attr attrs[TENT_MAX_ATTRS];
     int nattrs;
-    void *priv;                       /* control plane's per-segment state */
+    void *priv;        /* control plane's per-segment state */
     uint64_t desc_gen; /* remote: bumped by an import that changed anything */
     struct tent_segment *next_closed; /* engine's list of closed segments */
     /* TYPE_FILE: the open file (file_segment.c); its record is local (v.local)
@@ -101,9 +103,9 @@ struct tent_task {
      * (a submit of the group it leads, a status of its slot): nobody else
      * hands the slot to a transport meanwhile (batch.h). */
     bool busy;
-    int8_t xport;     /* engine transport index now executing it, -1 none */
+    int8_t xport;      /* engine transport index now executing it, -1 none */
     int8_t last_xport; /* the last one that took it, -1 none */
-    uint8_t attempts; /* failovers taken */
+    uint8_t attempts;  /* failovers taken */
     /* The target's descriptor is to be fetched again before the task goes
      * on (it met a range the target no longer has as published); once per
      * task (refetched). */
@@ -118,10 +120,22 @@ struct tent_task {
     uint32_t lead;
 };
 
+/* Batch table geometry: 1024 chunks of 1024 slots, so at most 1M batches
+ * allocated at once per engine. */
+#define TENT_BATCH_CHUNK  1024u
+#define TENT_BATCH_CHUNKS 1024u
+typedef struct tent_batch *_Atomic tent_batch_slot;
+
 struct tent_batch {
-    uint64_t id;
+    /* Batch memory is type-stable: a batch whose last reference goes is
+     * recycled into its engine's pool, never freed before the engine, so
+     * a lookup may lock a batch it found in the table without the table
+     * lock and then check the id (batch_table.c).  Written while unlocked
+     * when the batch is (re)issued, hence atomic. */
+    _Atomic uint64_t id;
+    struct tent_engine *engine;
     /* One for the table's entry, one per caller between lookup and unlock;
-     * the last reference frees the batch. */
+     * the last reference returns the batch to the pool. */
     atomic_int refs;
     /* Guards everything below.  Outermost of the runtime's locks on the data
      * path: taken before batch_lock, seg_lock, notif_lock, segment locks and
@@ -129,13 +143,16 @@ struct tent_batch {
     pthread_mutex_t lock;
     bool dead; /* unlinked by tent_free_batch: every use now fails */
     /* Slots claimed (busy) by threads inside transport calls; idle is
-     * signalled when it drops to 0 (tent_free_batch waits for that). */
-    int nbusy;
+     * signalled when it drops to 0 while idle_waiters threads wait for that
+     * (tent_free_batch, teardown): no signal when nobody waits. */
+    int nbusy, idle_waiters;
     pthread_cond_t idle;
     size_t capacity, ntasks;
     struct tent_task *tasks;
+    size_t tasks_cap; /* tasks' length: kept across recycling */
     struct tent_sub_batch *subs[TENT_MAX_TRANSPORTS];
     struct tent_batch *next_deferred; /* engine's list of freed-in-flight */
+    struct tent_batch *next_free;     /* engine's pool */
     /* tent_submit_notif: sent once every task has completed. */
     char *notif_name, *notif_msg;
     uint64_t notif_target;
@@ -232,11 +249,20 @@ struct tent_engine {
     struct tent_log_ratelimit notif_rl;
 
     /* Batches: slot (id & 0xffffffff) - 1, a process-wide sequence number
-     * in the high half (batch_table.c).  batch_lock guards batches/nbatches
-     * (the table only); a leaf lock, taken alone or under one batch->lock. */
+     * in the high half (batch_table.c).  The table is two-level, chunks of
+     * TENT_BATCH_CHUNK slots that never move: lookups read it with atomic
+     * loads and no lock.  batch_lock guards changes to it, the free slots,
+     * the pool and the deferred list; a leaf lock, taken alone or under one
+     * batch->lock. */
     pthread_mutex_t batch_lock;
-    struct tent_batch **batches;
-    size_t nbatches;
+    tent_batch_slot *_Atomic batch_chunks[TENT_BATCH_CHUNKS];
+    uint32_t nslots;      /* slots ever used: [0, nslots) */
+    uint32_t *free_slots; /* stack of unused slots below nslots */
+    uint32_t nfree, free_cap;
+    struct tent_batch *batch_pool; /* recycled batches (next_free) */
+    /* One dispatch group kept between submits (batch_submit.c); a
+     * concurrent dispatch allocates its own. */
+    void *_Atomic spare_group;
     /* Batches tent_free_batch unlinked while tasks were still in flight
      * (TENT defers the free): reaped by later calls once every task is
      * terminal.  Guarded by batch_lock; each holds the table's reference. */

@@ -28,6 +28,7 @@
 // clang-format on
 
 #include "e2e_peer.h"
+#include "runtime/batch.h"
 #include "runtime/engine.h"
 #include "tent/transfer_engine.h"
 #include "transport/shm/shm_handle.h"
@@ -82,7 +83,7 @@ static uint64_t rnd(struct fixture *f)
 static struct tent_task *task_of(tent_engine_t h, tent_batch_id_t id, size_t i)
 {
     struct tent_engine *e = tent_engine_cast(h);
-    struct tent_batch *b = e->batches[(id & 0xffffffffu) - 1];
+    struct tent_batch *b = tent_batch_peek(e, id);
     assert_non_null(b);
     assert_true(i < b->ntasks);
     return &b->tasks[i];

@@ -13,6 +13,7 @@
 #include "fake_transport.h"
 #include "metrics/metrics.h"
 #include "mock_smem.h"
+#include "runtime/batch.h"
 #include "runtime/engine.h"
 #include "tent/transfer_engine.h"
 #include "transport/memfabric/memfabric_api.h"
@@ -166,7 +167,7 @@ static tent_engine_t new_engine_at(struct tu_at at)
 
 static struct tent_batch *batch_of(tent_engine_t e, tent_batch_id_t id)
 {
-    return E(e)->batches[(id & 0xffffffffu) - 1];
+    return tent_batch_peek(E(e), id);
 }
 
 static struct memfabric_sub_batch *sub_of(tent_engine_t e, tent_batch_id_t id)

@@ -238,8 +238,8 @@ static void test_cancel(void **state)
     /* Dispatch is synchronous, so a not-yet-started task exists only inside
      * the runtime: build one as the runtime would (WAITING, pinned). */
     struct tent_engine *E = tent_engine_cast(e);
-    struct tent_batch *bt = E->batches[(b & 0xffffffffu) - 1];
-    pthread_mutex_lock(&bt->lock);
+    struct tent_batch *bt = tent_batch_lock(E, b, "test_cancel");
+    assert_non_null(bt);
     struct tent_task *t = &bt->tasks[bt->ntasks++];
     memset(t, 0, sizeof(*t));
     t->req = r;
@@ -250,7 +250,7 @@ static void test_cancel(void **state)
     pthread_rwlock_unlock(&E->local->lock);
     assert_non_null(t->src_buf);
     atomic_fetch_add(&t->src_buf->inflight, 1);
-    pthread_mutex_unlock(&bt->lock);
+    tent_batch_unlock(bt);
     int submitted = atomic_load(&fake_stats[0].submitted);
     assert_int_equal(tent_cancel_task(e, b, 1), TENT_OK);
     tent_status_t st;
