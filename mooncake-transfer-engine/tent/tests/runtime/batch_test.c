@@ -191,6 +191,54 @@ static void test_ids_unique_across_engines(void **state)
     tent_destroy_engine(a);
 }
 
+/* Batch memory is recycled (batch_table.c): a freed batch's memory and slot
+ * come back for the next allocation.  The old id must not reach the new
+ * batch, and the new batch starts empty whatever the old one held (failed
+ * tasks with causes, more or fewer tasks). */
+static void test_recycled_batch(void **state)
+{
+    (void)state;
+    tent_engine_t e = TU_ENGINE("fake_a");
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    static const size_t sizes[] = {4, 2, 2000, 3, 1};
+    tent_batch_id_t old = TENT_INVALID_BATCH_ID;
+    for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+        size_t n = sizes[k];
+        tent_batch_id_t b = tent_allocate_batch(e, n);
+        assert_int_not_equal(b, TENT_INVALID_BATCH_ID);
+        assert_true(b != old);
+        tent_status_t st;
+        if (old != TENT_INVALID_BATCH_ID) {
+            /* same slot, same memory: the old id is still unknown */
+            assert_int_equal(b & 0xffffffffu, old & 0xffffffffu);
+            assert_int_equal(tent_overall_status(e, old, &st), TENT_ENOBATCH);
+            assert_contains(tent_last_error(), "unknown batch id");
+            assert_int_equal(tent_task_status(e, old, 0, &st), TENT_ENOBATCH);
+            assert_int_equal(tent_free_batch(e, old), TENT_ENOBATCH);
+        }
+        /* nothing of the batch before: no task */
+        assert_int_equal(tent_task_status(e, b, 0, &st), TENT_ENOTASK);
+        assert_int_equal(tent_overall_status(e, b, &st), TENT_OK);
+        assert_int_equal(st.status, STATUS_WAITING);
+        tent_request_t r[4];
+        size_t m = n < 4 ? n : 4;
+        for (size_t i = 0; i < m; i++)
+            r[i] = tu_write(&p, i * 100, 100);
+        /* every other round fails its tasks, leaving causes behind */
+        fake_behavior[0].fail_completion = k % 2;
+        fake_behavior[0].fail_code = TENT_EPERM;
+        assert_int_equal(tent_submit(e, b, r, m), TENT_OK);
+        assert_int_equal(tu_wait_all(e, b, &st, 2000), TENT_OK);
+        assert_int_equal(st.status, k % 2 ? STATUS_FAILED : STATUS_COMPLETED);
+        assert_int_equal(st.transferred_bytes, k % 2 ? 0 : m * 100);
+        assert_int_equal(tent_free_batch(e, b), TENT_OK);
+        old = b;
+    }
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
 /* A batch larger than the runtime's internal submit group (64), submitted
  * in uneven calls, with a transport that completes late. */
 static void test_large_batch(void **state)
@@ -446,6 +494,7 @@ int main(void)
         TU_TEST(test_free_after_failure),
         TU_TEST(test_read),
         TU_TEST(test_many_batches_unique_ids),
+        TU_TEST(test_recycled_batch),
         TU_TEST(test_large_batch),
         TU_TEST(test_ids_unique_across_engines),
         TU_TEST(test_cancel),
