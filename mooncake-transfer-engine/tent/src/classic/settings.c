@@ -2,6 +2,8 @@
  * settings.h).  Public API and libc only. */
 #include "classic/settings.h"
 
+#include "net/nics.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
@@ -356,18 +358,6 @@ int classic_settings_parse(const struct classic_args *a,
 
 /* ---- device names -------------------------------------------------------- */
 
-/* Whether host (numeric, or "localhost") is a loopback address. */
-static bool loopback_host(const char *host)
-{
-    struct in_addr a4;
-    struct in6_addr a6;
-    if (inet_pton(AF_INET, host, &a4) == 1)
-        return (ntohl(a4.s_addr) >> 24) == 127;
-    if (inet_pton(AF_INET6, host, &a6) == 1)
-        return IN6_IS_ADDR_LOOPBACK(&a6);
-    return strcmp(host, "localhost") == 0;
-}
-
 /* The numeric address of an interface entry the tcp transport can serve
  * (IPv4, or IPv6 that is neither link-local nor multicast); false for
  * any other entry. */
@@ -487,7 +477,7 @@ int classic_settings_devices(struct classic_settings *set, const char *devices,
         set->nics[0] = '\0';
         return 0;
     }
-    bool host_lo = loopback_host(set->host);
+    bool host_lo = tent_addr_is_loopback(set->host);
     char kept[sizeof(set->nics)] = "", none[512] = "", down[512] = "",
          unserved[512] = "";
     char *save = NULL;

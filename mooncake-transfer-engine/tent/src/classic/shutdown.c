@@ -9,6 +9,7 @@
  * once no call is inside it (calls count themselves while the engine is
  * guarded); one still busy after a grace period is left alone. */
 #include "classic/classic.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,18 +31,11 @@ static int g_pipe[2] = {-1, -1};
 static volatile sig_atomic_t g_handler_pid;
 static volatile sig_atomic_t g_seen;
 
-static long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
 static void stop_guarded(struct classic_engine *ce)
 {
     atomic_store(&ce->closing, true);
-    long until = now_ms() + GRACE_MS;
-    while (atomic_load(&ce->active) > 0 && now_ms() < until) {
+    long long until = tent_now_ms() + GRACE_MS;
+    while (atomic_load(&ce->active) > 0 && tent_now_ms() < until) {
         struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000};
         nanosleep(&ms, NULL);
     }
@@ -107,8 +101,8 @@ static void *watcher(void *arg)
         _exit(128 + signo);
     }
     pthread_detach(thr);
-    long until = now_ms() + 3 * GRACE_MS;
-    while (!atomic_load(&g_stopped) && now_ms() < until) {
+    long long until = tent_now_ms() + 3 * GRACE_MS;
+    while (!atomic_load(&g_stopped) && tent_now_ms() < until) {
         struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000};
         nanosleep(&ms, NULL);
     }

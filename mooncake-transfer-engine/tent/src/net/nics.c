@@ -107,17 +107,6 @@ const struct tent_nic *tent_nic_by_addr(const struct tent_nic *nics, size_t n,
     return NULL;
 }
 
-bool tent_addr_is_loopback(const char *host)
-{
-    struct in_addr a4;
-    struct in6_addr a6;
-    if (inet_pton(AF_INET, host, &a4) == 1)
-        return (ntohl(a4.s_addr) >> 24) == 127;
-    if (inet_pton(AF_INET6, host, &a6) == 1)
-        return IN6_IS_ADDR_LOOPBACK(&a6);
-    return strcmp(host, "localhost") == 0;
-}
-
 /* Whether peer is inside local's subnet. */
 static bool same_subnet(const struct tent_nic *local, const unsigned char *peer)
 {

@@ -4,8 +4,11 @@
 #ifndef TENT_NET_NICS_H
 #define TENT_NET_NICS_H
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 #define TENT_NIC_NAME_MAX 32
 #define TENT_NIC_ADDR_MAX 64
@@ -38,7 +41,18 @@ const struct tent_nic *tent_nic_by_addr(const struct tent_nic *nics, size_t n,
  * peer_addr is inside local's subnet. */
 bool tent_nic_routes_to(const struct tent_nic *local, const char *peer_addr);
 
-/* Whether host (numeric) is a loopback address (127.0.0.0/8, ::1). */
-bool tent_addr_is_loopback(const char *host);
+/* Whether host (numeric, or "localhost") is a loopback address
+ * (127.0.0.0/8, ::1).  Inline: the classic library, which sees only
+ * libtent's public symbols, uses it too. */
+static inline bool tent_addr_is_loopback(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6);
+    return strcmp(host, "localhost") == 0;
+}
 
 #endif

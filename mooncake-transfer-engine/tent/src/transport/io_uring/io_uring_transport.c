@@ -1068,6 +1068,23 @@ static int set_file_slots(struct iou_transport *tp, int slot, const int *fds)
     return i;
 }
 
+/* Clears f's registered-file slots in every ring (if it has them), frees
+ * its transport state and closes it: the end of remove_file and of a
+ * failed add_file alike. */
+static void release_file(struct iou_transport *tp, struct tent_fio_file *f)
+{
+    struct iou_file *uf = f->xport;
+    pthread_mutex_lock(&tp->reg_lock);
+    if (uf->fslot >= 0) {
+        int none[2] = {-1, -1};
+        set_file_slots(tp, uf->fslot, none);
+        memset(tp->file_used + uf->fslot, 0, 2);
+    }
+    pthread_mutex_unlock(&tp->reg_lock);
+    free(uf);
+    tent_fio_close(f);
+}
+
 static int add_file(struct iou_transport *tp, struct tent_buffer *buf)
 {
     struct tent_fio_file *f;
@@ -1106,15 +1123,7 @@ static int add_file(struct iou_transport *tp, struct tent_buffer *buf)
     pthread_mutex_unlock(&tp->reg_lock);
     rc = tent_fio_table_add(&tp->files, f);
     if (rc) {
-        pthread_mutex_lock(&tp->reg_lock);
-        if (uf->fslot >= 0) {
-            int none[2] = {-1, -1};
-            set_file_slots(tp, uf->fslot, none);
-            memset(tp->file_used + uf->fslot, 0, 2);
-        }
-        pthread_mutex_unlock(&tp->reg_lock);
-        free(uf);
-        tent_fio_close(f);
+        release_file(tp, f);
         return rc;
     }
     LOG_DEBUG("io_uring: file '%s': %s, alignment %u/%u%s", f->path,
@@ -1126,18 +1135,8 @@ static int add_file(struct iou_transport *tp, struct tent_buffer *buf)
 static void remove_file(struct iou_transport *tp, struct tent_buffer *buf)
 {
     struct tent_fio_file *f = tent_fio_table_take(&tp->files, buf);
-    if (!f)
-        return;
-    struct iou_file *uf = f->xport;
-    pthread_mutex_lock(&tp->reg_lock);
-    if (uf->fslot >= 0) {
-        int none[2] = {-1, -1};
-        set_file_slots(tp, uf->fslot, none);
-        memset(tp->file_used + uf->fslot, 0, 2);
-    }
-    pthread_mutex_unlock(&tp->reg_lock);
-    free(uf);
-    tent_fio_close(f);
+    if (f)
+        release_file(tp, f);
 }
 
 static int iou_add_buffer(struct tent_transport *t, struct tent_buffer *buf)
