@@ -29,7 +29,7 @@ struct tent_batch *tent_batch_lock(struct tent_engine *e, uint64_t id,
 struct tent_batch *tent_batch_peek(struct tent_engine *e, uint64_t id);
 /* Returns a batch to its engine's pool; called by the last reference
  * only. */
-void tent_batch_destroy(struct tent_batch *b);
+void tent_batch_recycle(struct tent_batch *b);
 
 /* Unlocks a batch from tent_batch_lock and drops its reference (inline: it
  * ends every API call on a batch). */
@@ -37,7 +37,7 @@ static inline void tent_batch_unlock(struct tent_batch *b)
 {
     pthread_mutex_unlock(&b->lock);
     if (atomic_fetch_sub(&b->refs, 1) == 1)
-        tent_batch_destroy(b);
+        tent_batch_recycle(b);
 }
 
 /* batch_submit.c */

@@ -27,7 +27,7 @@ static uint32_t next_batch_seq(void)
 static void batch_put(struct tent_batch *b)
 {
     if (atomic_fetch_sub(&b->refs, 1) == 1)
-        tent_batch_destroy(b);
+        tent_batch_recycle(b);
 }
 
 static tent_batch_slot *slot_ptr(struct tent_engine *e, size_t slot)
@@ -39,6 +39,14 @@ static tent_batch_slot *slot_ptr(struct tent_engine *e, size_t slot)
     return chunk ? &chunk[slot % TENT_BATCH_CHUNK] : NULL;
 }
 
+/* The batch now in id's slot (whatever its id), or NULL. */
+static struct tent_batch *slot_batch(struct tent_engine *e, uint64_t id)
+{
+    tent_batch_slot *sp =
+        id != TENT_INVALID_BATCH_ID ? slot_ptr(e, SLOT_OF(id)) : NULL;
+    return sp ? atomic_load_explicit(sp, memory_order_acquire) : NULL;
+}
+
 /* Looks the batch up and returns it locked (and referenced), or NULL with the
  * error set.  No table lock: the slot is read atomically and the batch found
  * there is locked and then checked, which is safe because batch memory is
@@ -47,10 +55,7 @@ static tent_batch_slot *slot_ptr(struct tent_engine *e, size_t slot)
 struct tent_batch *tent_batch_lock(struct tent_engine *e, uint64_t id,
                                    const char *what)
 {
-    tent_batch_slot *sp =
-        id != TENT_INVALID_BATCH_ID ? slot_ptr(e, SLOT_OF(id)) : NULL;
-    struct tent_batch *b =
-        sp ? atomic_load_explicit(sp, memory_order_acquire) : NULL;
+    struct tent_batch *b = slot_batch(e, id);
     if (b) {
         pthread_mutex_lock(&b->lock);
         if (atomic_load_explicit(&b->id, memory_order_relaxed) != id) {
@@ -76,9 +81,7 @@ struct tent_batch *tent_batch_lock(struct tent_engine *e, uint64_t id,
 
 struct tent_batch *tent_batch_peek(struct tent_engine *e, uint64_t id)
 {
-    tent_batch_slot *sp = slot_ptr(e, SLOT_OF(id));
-    struct tent_batch *b =
-        sp ? atomic_load_explicit(sp, memory_order_acquire) : NULL;
+    struct tent_batch *b = slot_batch(e, id);
     return b && atomic_load_explicit(&b->id, memory_order_relaxed) == id ? b
                                                                          : NULL;
 }
@@ -135,16 +138,18 @@ nomem:
     return NULL;
 }
 
-/* Gives slot (and b, when not NULL) back to the engine. */
+#define NO_SLOT UINT32_MAX
+
+/* Gives b to the engine's pool and slot (unless NO_SLOT) to its free
+ * slots. */
 static void give_back(struct tent_engine *e, uint32_t slot,
                       struct tent_batch *b)
 {
     pthread_mutex_lock(&e->batch_lock);
-    e->free_slots[e->nfree++] = slot;
-    if (b) {
-        b->next_free = e->batch_pool;
-        e->batch_pool = b;
-    }
+    if (slot != NO_SLOT)
+        e->free_slots[e->nfree++] = slot;
+    b->next_free = e->batch_pool;
+    e->batch_pool = b;
     pthread_mutex_unlock(&e->batch_lock);
 }
 
@@ -222,7 +227,7 @@ static int free_subs(struct tent_engine *e, struct tent_batch *b)
 
 /* The last reference is gone: the batch returns to its engine's pool (its
  * slot was given back when it was unlinked). */
-void tent_batch_destroy(struct tent_batch *b)
+void tent_batch_recycle(struct tent_batch *b)
 {
     free(b->notif_name);
     free(b->notif_msg);
@@ -235,16 +240,13 @@ void tent_batch_destroy(struct tent_batch *b)
         b->tasks = NULL;
         b->tasks_cap = 0;
     }
-    struct tent_engine *e = b->engine;
-    pthread_mutex_lock(&e->batch_lock);
-    b->next_free = e->batch_pool;
-    e->batch_pool = b;
-    pthread_mutex_unlock(&e->batch_lock);
+    give_back(b->engine, NO_SLOT, b);
 }
 
-/* Unlinks b (locked, dead) from its slot, giving the slot back.  Takes
- * batch_lock. */
-static void unlink_batch(struct tent_engine *e, struct tent_batch *b)
+/* Unlinks b (locked, dead) from its slot, giving the slot back; defer:
+ * the table's reference goes to the deferred list.  Takes batch_lock. */
+static void unlink_batch(struct tent_engine *e, struct tent_batch *b,
+                         bool defer)
 {
     size_t slot = SLOT_OF(atomic_load_explicit(&b->id, memory_order_relaxed));
     tent_batch_slot *sp = slot_ptr(e, slot);
@@ -252,6 +254,11 @@ static void unlink_batch(struct tent_engine *e, struct tent_batch *b)
     if (sp && atomic_load_explicit(sp, memory_order_relaxed) == b) {
         atomic_store_explicit(sp, NULL, memory_order_relaxed);
         e->free_slots[e->nfree++] = (uint32_t)slot;
+    }
+    if (defer) {
+        b->next_deferred = e->deferred;
+        e->deferred = b;
+        atomic_fetch_add(&e->ndeferred, 1);
     }
     pthread_mutex_unlock(&e->batch_lock);
 }
@@ -305,15 +312,7 @@ int tent_free_batch(tent_engine_t engine, tent_batch_id_t batch_id)
                               (unsigned long long)batch_id);
     }
     b->dead = true; /* every use of the id fails from now on */
-    unlink_batch(e, b);
-    pthread_mutex_lock(&e->batch_lock);
-    if (rc != TENT_OK) {
-        /* the table's reference goes to the deferred list */
-        b->next_deferred = e->deferred;
-        e->deferred = b;
-        atomic_fetch_add(&e->ndeferred, 1);
-    }
-    pthread_mutex_unlock(&e->batch_lock);
+    unlink_batch(e, b, rc != TENT_OK);
     if (rc == TENT_OK) {
         atomic_fetch_sub(&b->refs, 1); /* the table's; ours is still held */
         tmh_gauge(e, TM_BATCHES, -1);
