@@ -14,15 +14,37 @@
 /* The shortest slice time is forgotten after this long (a path's delay
  * changes). */
 #define MIN_LAT_WINDOW_NS (10ull * 1000000000ull)
+/* share_bw, the estimate that decides whether a rail is slow, is metered
+ * from the rail's busy time: bytes it completed over the time it had bytes
+ * in flight, a sample per SHARE_METER_NS of busy time, the estimate so far
+ * weighing as much as that span.
+ * The EWMA that ranks picks follows single slices (TENT's rate) and swings
+ * both ways -- a slice that finds a shaped link idle passes in its token
+ * bucket's burst, one that shared a bunch of completions reads their sum --
+ * and deciding slowness on it flipped the 1 Gbit/s rail of a 1 + 3 Gbit/s
+ * pair to probes only every few hundred milliseconds (its estimate read
+ * 0.22-0.30 of the other's); busy time does not depend on how slices
+ * overlap or complete. */
+#define SHARE_METER_NS (100ull * 1000000ull)
+/* A slow rail rejoins above this multiple of the line: hysteresis against
+ * what noise the meter keeps.  It stays below 1 / (3 * min_share's default
+ * 0.25) = 1.33, so a rail with a third of the best one's bandwidth is never
+ * held out by it. */
+#define SHARE_REJOIN 1.3
 
 enum { RAIL_UP, RAIL_PAUSED, RAIL_PROBING };
 
 struct rail_state {
     struct tent_rail r;
     uint64_t inflight;
-    double ewma;        /* bytes/s */
-    double lo, hi;      /* clamp of ewma */
-    uint64_t delivered; /* bytes completed, ever */
+    double ewma;      /* bytes/s */
+    double lo, hi;    /* clamp of ewma */
+    double share_bw;  /* busy-time meter (SHARE_METER_NS): decides slow */
+    uint64_t busy_ns; /* time with bytes in flight, ever, to busy_since */
+    uint64_t busy_since_ns;
+    uint64_t bulk_delivered; /* of slices >= TENT_RAIL_SAMPLE_MIN, ever */
+    uint64_t meter_busy_ns, meter_delivered; /* at the last sample */
+    uint64_t delivered;                      /* bytes completed, ever */
     uint64_t min_lat_ns, min_lat_at_ns;
     uint64_t rtt_ns, rtt_at_ns; /* shortest small slice: the round trip */
     bool slow;                  /* below min_share: probes only */
@@ -165,6 +187,7 @@ int tent_railset_new(struct tent_sched *s, const struct tent_sched_params *p,
         x->r = rails[i];
         double bw = rails[i].link_bw > 0 ? rails[i].link_bw : p->default_bw;
         x->ewma = bw;
+        x->share_bw = bw;
         x->lo = bw * p->ewma_min_mult;
         x->hi = bw * p->ewma_max_mult;
         x->backoff_ms = p->backoff_min_ms;
@@ -212,18 +235,29 @@ const struct tent_rail *tent_railset_rail(const struct tent_railset *rs,
     return i < rs->n ? &rs->rails[i].r : NULL;
 }
 
-/* Whether x gets probe slices only, best being the fastest rail's estimate.
- * A rail turns slow below min_share of it and back only above 1.5 times
- * that: the estimate follows single samples (TENT's rate 0.01), and a rail
- * whose true share sits near the line would otherwise flip at every noisy
- * sample of either rail.  Caller holds rs->lock. */
-static bool slow_locked(struct tent_railset *rs, struct rail_state *x,
+/* The best share_bw among the rails that are up and not avoided. Caller
+ * holds rs->lock. */
+static double best_share_locked(const struct tent_railset *rs, uint32_t avoid)
+{
+    double best = 0;
+    for (size_t i = 0; i < rs->n; i++)
+        if (!(avoid & (1u << i)) && rs->rails[i].state == RAIL_UP &&
+            rs->rails[i].share_bw > best)
+            best = rs->rails[i].share_bw;
+    return best;
+}
+
+/* Whether x gets probe slices only, best being best_share_locked(). A rail
+ * turns slow below min_share of it and back only above SHARE_REJOIN times
+ * that, so a rail whose share sits near the line does not flip at every
+ * sample.  Caller holds rs->lock. */
+static bool slow_locked(const struct tent_railset *rs, struct rail_state *x,
                         double best)
 {
     double line = rs->p.min_share * best;
-    if (x->slow && x->ewma >= 1.5 * line)
+    if (x->slow && x->share_bw >= SHARE_REJOIN * line)
         x->slow = false;
-    else if (!x->slow && x->ewma < line)
+    else if (!x->slow && x->share_bw < line)
         x->slow = true;
     return x->slow;
 }
@@ -236,6 +270,50 @@ static uint64_t next_rand(struct tent_railset *rs)
     x ^= x << 17;
     rs->rng = x;
     return x;
+}
+
+/* Sets x's in-flight bytes, keeping its busy time: the time it had at least
+ * TENT_RAIL_SAMPLE_MIN in flight (small slices alone measure a round trip,
+ * not the link, and the meter leaves them out as the EWMA does).  Caller
+ * holds rs->lock. */
+static void set_inflight(struct rail_state *x, uint64_t v, uint64_t now)
+{
+    bool was = x->inflight >= TENT_RAIL_SAMPLE_MIN;
+    bool is = v >= TENT_RAIL_SAMPLE_MIN;
+    if (!was && is)
+        x->busy_since_ns = now;
+    else if (was && !is && now > x->busy_since_ns)
+        x->busy_ns += now - x->busy_since_ns;
+    x->inflight = v;
+}
+
+static uint64_t less(uint64_t a, uint64_t b)
+{
+    return a > b ? a - b : 0;
+}
+
+/* Folds the bytes x completed into share_bw once it was busy for
+ * SHARE_METER_NS since the last sample -- or, for a slow rail, whenever it
+ * has nothing in flight: it carries one probe at a time, a probe in a
+ * hundred picks, and would otherwise wait seconds for a sample that lets
+ * it rejoin.  Caller holds rs->lock. */
+static void share_meter(struct rail_state *x, uint64_t now)
+{
+    uint64_t busy = x->busy_ns;
+    if (x->inflight >= TENT_RAIL_SAMPLE_MIN && now > x->busy_since_ns)
+        busy += now - x->busy_since_ns;
+    uint64_t span = busy - x->meter_busy_ns;
+    if (span < SHARE_METER_NS &&
+        !(x->slow && x->inflight < TENT_RAIL_SAMPLE_MIN && span > 0))
+        return;
+    double sample =
+        (double)(x->bulk_delivered - x->meter_delivered) * 1e9 / (double)span;
+    /* the old estimate weighs as much as SHARE_METER_NS of busy time */
+    double keep = (double)SHARE_METER_NS / (double)(SHARE_METER_NS + span);
+    double e = keep * x->share_bw + (1.0 - keep) * sample;
+    x->share_bw = e < x->lo ? x->lo : e > x->hi ? x->hi : e;
+    x->meter_busy_ns = busy;
+    x->meter_delivered = x->bulk_delivered;
 }
 
 int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, uint32_t avoid,
@@ -271,11 +349,7 @@ int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, uint32_t avoid,
         }
     }
     if (pick < 0) {
-        double best_bw = 0;
-        for (size_t i = 0; i < rs->n; i++)
-            if (!(avoid & (1u << i)) && rs->rails[i].state == RAIL_UP &&
-                rs->rails[i].ewma > best_bw)
-                best_bw = rs->rails[i].ewma;
+        double best_bw = best_share_locked(rs, avoid);
         double best = 0;
         for (size_t i = 0; i < rs->n; i++) {
             struct rail_state *x = &rs->rails[i];
@@ -300,7 +374,7 @@ int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, uint32_t avoid,
                 pick = (int)i;
     }
     if (pick >= 0) {
-        rs->rails[pick].inflight += bytes;
+        set_inflight(&rs->rails[pick], rs->rails[pick].inflight + bytes, now);
         tk->start_ns = now;
         tk->delivered = rs->rails[pick].delivered;
         tk->inflight = rs->rails[pick].inflight;
@@ -317,7 +391,7 @@ void tent_rail_complete(struct tent_railset *rs, int i, uint64_t bytes,
     uint64_t now = tent_now_ns();
     pthread_mutex_lock(&rs->lock);
     struct rail_state *x = &rs->rails[i];
-    x->inflight = x->inflight > bytes ? x->inflight - bytes : 0;
+    set_inflight(x, less(x->inflight, bytes), now);
     x->bytes_total += bytes;
     if (x->state != RAIL_UP) {
         if (x->state == RAIL_PROBING)
@@ -328,6 +402,10 @@ void tent_rail_complete(struct tent_railset *rs, int i, uint64_t bytes,
         x->backoff_ms = rs->p.backoff_min_ms;
     }
     x->delivered += bytes;
+    if (bytes >= TENT_RAIL_SAMPLE_MIN) {
+        x->bulk_delivered += bytes;
+        share_meter(x, now);
+    }
     uint64_t lat = now > tk->start_ns ? now - tk->start_ns : 1;
     if (!x->min_lat_ns || lat < x->min_lat_ns ||
         now - x->min_lat_at_ns > MIN_LAT_WINDOW_NS) {
@@ -362,7 +440,7 @@ void tent_rail_fail(struct tent_railset *rs, int i, uint64_t bytes)
     uint64_t now = tent_now_ns();
     pthread_mutex_lock(&rs->lock);
     struct rail_state *x = &rs->rails[i];
-    x->inflight = x->inflight > bytes ? x->inflight - bytes : 0;
+    set_inflight(x, less(x->inflight, bytes), now);
     x->failures++;
     if (x->state != RAIL_PAUSED) {
         /* a failed probe doubles the back-off; a rail that was up starts
@@ -387,9 +465,10 @@ void tent_rail_release(struct tent_railset *rs, int i, uint64_t bytes)
 {
     if (i < 0 || (size_t)i >= rs->n)
         return;
+    uint64_t now = tent_now_ns();
     pthread_mutex_lock(&rs->lock);
     struct rail_state *x = &rs->rails[i];
-    x->inflight = x->inflight > bytes ? x->inflight - bytes : 0;
+    set_inflight(x, less(x->inflight, bytes), now);
     pthread_mutex_unlock(&rs->lock);
 }
 
@@ -408,10 +487,7 @@ bool tent_rail_may_take(struct tent_railset *rs, int i)
     if (i < 0 || (size_t)i >= rs->n)
         return false;
     pthread_mutex_lock(&rs->lock);
-    double best = 0;
-    for (size_t k = 0; k < rs->n; k++)
-        if (rs->rails[k].state == RAIL_UP && rs->rails[k].ewma > best)
-            best = rs->rails[k].ewma;
+    double best = best_share_locked(rs, 0);
     const struct rail_state *x = &rs->rails[i];
     bool ok = x->state == RAIL_UP && !slow_locked(rs, &rs->rails[i], best);
     pthread_mutex_unlock(&rs->lock);
@@ -423,11 +499,12 @@ void tent_rail_move(struct tent_railset *rs, int from, int to, uint64_t bytes,
 {
     if (from < 0 || (size_t)from >= rs->n || to < 0 || (size_t)to >= rs->n)
         return;
+    uint64_t now = tent_now_ns();
     pthread_mutex_lock(&rs->lock);
     struct rail_state *a = &rs->rails[from], *b = &rs->rails[to];
-    a->inflight = a->inflight > bytes ? a->inflight - bytes : 0;
-    b->inflight += bytes;
-    tk->start_ns = tent_now_ns();
+    set_inflight(a, less(a->inflight, bytes), now);
+    set_inflight(b, b->inflight + bytes, now);
+    tk->start_ns = now;
     tk->delivered = b->delivered;
     tk->inflight = b->inflight;
     pthread_mutex_unlock(&rs->lock);
