@@ -15,9 +15,10 @@
  * changes). */
 #define MIN_LAT_WINDOW_NS (10ull * 1000000000ull)
 /* share_bw, the estimate that decides whether a rail is slow, is metered
- * from the rail's busy time: bytes it completed over the time it had bytes
- * in flight, a sample per SHARE_METER_NS of busy time, the estimate so far
- * weighing as much as that span.
+ * from the rail's busy time: the bytes of slices >= TENT_RAIL_SAMPLE_MIN it
+ * completed over the time it had >= TENT_RAIL_SAMPLE_MIN in flight, a
+ * sample per SHARE_METER_NS of busy time, the estimate so far weighing as
+ * much as that span.
  * The EWMA that ranks picks follows single slices (TENT's rate) and swings
  * both ways -- a slice that finds a shaped link idle passes in its token
  * bucket's burst, one that shared a bunch of completions reads their sum --
@@ -40,7 +41,7 @@ struct rail_state {
     double ewma;      /* bytes/s */
     double lo, hi;    /* clamp of ewma */
     double share_bw;  /* busy-time meter (SHARE_METER_NS): decides slow */
-    uint64_t busy_ns; /* time with bytes in flight, ever, to busy_since */
+    uint64_t busy_ns; /* busy time (set_inflight), ever, to busy_since */
     uint64_t busy_since_ns;
     uint64_t bulk_delivered; /* of slices >= TENT_RAIL_SAMPLE_MIN, ever */
     uint64_t meter_busy_ns, meter_delivered; /* at the last sample */
