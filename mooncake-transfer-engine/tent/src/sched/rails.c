@@ -35,6 +35,14 @@
 
 enum { RAIL_UP, RAIL_PAUSED, RAIL_PROBING };
 
+/* The clock of every pick and completion (a test may set its own). */
+static uint64_t (*rails_clock)(void) = tent_now_ns;
+
+void tent_sched_use_clock(uint64_t (*now)(void))
+{
+    rails_clock = now ? now : tent_now_ns;
+}
+
 struct rail_state {
     struct tent_rail r;
     uint64_t inflight;
@@ -45,6 +53,7 @@ struct rail_state {
     uint64_t busy_since_ns;
     uint64_t bulk_delivered; /* of slices >= TENT_RAIL_SAMPLE_MIN, ever */
     uint64_t meter_busy_ns, meter_delivered; /* at the last sample */
+    uint64_t meter_at_ns;                    /* when it was */
     uint64_t delivered;                      /* bytes completed, ever */
     uint64_t min_lat_ns, min_lat_at_ns;
     uint64_t rtt_ns, rtt_at_ns; /* shortest small slice: the round trip */
@@ -182,13 +191,15 @@ int tent_railset_new(struct tent_sched *s, const struct tent_sched_params *p,
     snprintf(rs->owner, sizeof(rs->owner), "%s", owner ? owner : "");
     snprintf(rs->peer, sizeof(rs->peer), "%s", peer ? peer : "");
     rs->n = n;
-    rs->rng = (uint64_t)(uintptr_t)rs ^ tent_now_ns() ^ 0x9e3779b97f4a7c15ull;
+    uint64_t now = rails_clock();
+    rs->rng = (uint64_t)(uintptr_t)rs ^ now ^ 0x9e3779b97f4a7c15ull;
     for (size_t i = 0; i < n; i++) {
         struct rail_state *x = &rs->rails[i];
         x->r = rails[i];
         double bw = rails[i].link_bw > 0 ? rails[i].link_bw : p->default_bw;
         x->ewma = bw;
         x->share_bw = bw;
+        x->meter_at_ns = now;
         x->lo = bw * p->ewma_min_mult;
         x->hi = bw * p->ewma_max_mult;
         x->backoff_ms = p->backoff_min_ms;
@@ -293,6 +304,15 @@ static uint64_t less(uint64_t a, uint64_t b)
     return a > b ? a - b : 0;
 }
 
+/* x's busy time, ever, to now.  Caller holds rs->lock. */
+static uint64_t busy_to(const struct rail_state *x, uint64_t now)
+{
+    uint64_t busy = x->busy_ns;
+    if (x->inflight >= TENT_RAIL_SAMPLE_MIN && now > x->busy_since_ns)
+        busy += now - x->busy_since_ns;
+    return busy;
+}
+
 /* Folds the bytes x completed into share_bw once it was busy for
  * SHARE_METER_NS since the last sample -- or, for a slow rail, whenever it
  * has nothing in flight: it carries one probe at a time, a probe in a
@@ -300,27 +320,32 @@ static uint64_t less(uint64_t a, uint64_t b)
  * it rejoin.  Caller holds rs->lock. */
 static void share_meter(struct rail_state *x, uint64_t now)
 {
-    uint64_t busy = x->busy_ns;
-    if (x->inflight >= TENT_RAIL_SAMPLE_MIN && now > x->busy_since_ns)
-        busy += now - x->busy_since_ns;
+    uint64_t busy = busy_to(x, now);
     uint64_t span = busy - x->meter_busy_ns;
-    if (span < SHARE_METER_NS &&
-        !(x->slow && x->inflight < TENT_RAIL_SAMPLE_MIN && span > 0))
+    bool probed = x->slow && x->inflight < TENT_RAIL_SAMPLE_MIN && span > 0;
+    if (span < SHARE_METER_NS && !probed)
         return;
     double sample =
         (double)(x->bulk_delivered - x->meter_delivered) * 1e9 / (double)span;
-    /* the old estimate weighs as much as SHARE_METER_NS of busy time */
-    double keep = (double)SHARE_METER_NS / (double)(SHARE_METER_NS + span);
-    double e = keep * x->share_bw + (1.0 - keep) * sample;
-    x->share_bw = e < x->lo ? x->lo : e > x->hi ? x->hi : e;
+    sample = sample < x->lo ? x->lo : sample > x->hi ? x->hi : sample;
+    /* The old estimate weighs as much as SHARE_METER_NS of busy time --
+     * for a probed rail, of the time since its last sample: its probes
+     * are all it gets, milliseconds of busy time a second, and a rail
+     * that got its speed back waited dozens of them (7.6 s in
+     * rails_test) to climb back over the line. */
+    uint64_t age =
+        probed && now - x->meter_at_ns > span ? now - x->meter_at_ns : span;
+    double keep = (double)SHARE_METER_NS / (double)(SHARE_METER_NS + age);
+    x->share_bw = keep * x->share_bw + (1.0 - keep) * sample;
     x->meter_busy_ns = busy;
     x->meter_delivered = x->bulk_delivered;
+    x->meter_at_ns = now;
 }
 
 int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, uint32_t avoid,
                    struct tent_rail_ticket *tk)
 {
-    uint64_t now = tent_now_ns();
+    uint64_t now = rails_clock();
     pthread_mutex_lock(&rs->lock);
     int pick = -1;
     rs->picks++;
@@ -389,7 +414,7 @@ void tent_rail_complete(struct tent_railset *rs, int i, uint64_t bytes,
 {
     if (i < 0 || (size_t)i >= rs->n)
         return;
-    uint64_t now = tent_now_ns();
+    uint64_t now = rails_clock();
     pthread_mutex_lock(&rs->lock);
     struct rail_state *x = &rs->rails[i];
     set_inflight(x, less(x->inflight, bytes), now);
@@ -438,11 +463,18 @@ void tent_rail_fail(struct tent_railset *rs, int i, uint64_t bytes)
 {
     if (i < 0 || (size_t)i >= rs->n)
         return;
-    uint64_t now = tent_now_ns();
+    uint64_t now = rails_clock();
     pthread_mutex_lock(&rs->lock);
     struct rail_state *x = &rs->rails[i];
     set_inflight(x, less(x->inflight, bytes), now);
     x->failures++;
+    /* The time its slices waited on a dead path measured no bandwidth:
+     * the meter's next span starts here.  Folded in, an outage of seconds
+     * read as a rail near zero, which then took seconds of probes to
+     * rejoin once the path was back. */
+    x->meter_busy_ns = busy_to(x, now);
+    x->meter_delivered = x->bulk_delivered;
+    x->meter_at_ns = now;
     if (x->state != RAIL_PAUSED) {
         /* a failed probe doubles the back-off; a rail that was up starts
          * at the shortest one */
@@ -466,7 +498,7 @@ void tent_rail_release(struct tent_railset *rs, int i, uint64_t bytes)
 {
     if (i < 0 || (size_t)i >= rs->n)
         return;
-    uint64_t now = tent_now_ns();
+    uint64_t now = rails_clock();
     pthread_mutex_lock(&rs->lock);
     struct rail_state *x = &rs->rails[i];
     set_inflight(x, less(x->inflight, bytes), now);
@@ -500,7 +532,7 @@ void tent_rail_move(struct tent_railset *rs, int from, int to, uint64_t bytes,
 {
     if (from < 0 || (size_t)from >= rs->n || to < 0 || (size_t)to >= rs->n)
         return;
-    uint64_t now = tent_now_ns();
+    uint64_t now = rails_clock();
     pthread_mutex_lock(&rs->lock);
     struct rail_state *a = &rs->rails[from], *b = &rs->rails[to];
     set_inflight(a, less(a->inflight, bytes), now);
@@ -513,7 +545,7 @@ void tent_rail_move(struct tent_railset *rs, int from, int to, uint64_t bytes,
 
 bool tent_railset_any_usable(struct tent_railset *rs)
 {
-    uint64_t now = tent_now_ns();
+    uint64_t now = rails_clock();
     pthread_mutex_lock(&rs->lock);
     bool any = false;
     for (size_t i = 0; i < rs->n && !any; i++)

@@ -142,6 +142,10 @@ uint64_t tent_rail_bdp(struct tent_railset *rs, int i, uint64_t floor);
 /* Whether some rail of the set is usable. */
 bool tent_railset_any_usable(struct tent_railset *rs);
 
+/* For tests: the clock of picks and completions (ns, monotonic; NULL: the
+ * system's).  Set it before any rail set is used. */
+void tent_sched_use_clock(uint64_t (*now)(void));
+
 /* Lists a NIC a transport serves (bw: bytes/s, 0 = unknown), so that the
  * NIC stats show it before any rail uses it. */
 void tent_sched_note_nic(struct tent_sched *s, const char *name, double bw);

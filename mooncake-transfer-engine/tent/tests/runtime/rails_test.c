@@ -265,6 +265,197 @@ static void test_nic_loads(void **state)
     tent_sched_free(s);
 }
 
+/* ---- the share meter, on a simulated clock ------------------------------
+ *
+ * A sender keeps DEPTH slices of 1 MiB in flight, every one picked by the
+ * scheduler (avoid 0, as the tcp transport picks); each rail serves its
+ * slices in order at its own rate, and hands completions back in bunches
+ * of `bunch` (a token bucket's burst, acknowledgements that come
+ * together) -- what made the per-slice EWMA swing. */
+
+#define DEPTH 8
+#define MIB (1u << 20)
+
+static uint64_t sim_ns;
+static uint64_t sim_clock(void)
+{
+    return sim_ns;
+}
+
+struct sim_rail {
+    double bps; /* 0: the path is dead, slices wait */
+    int bunch;
+    double served; /* bytes of the head slices served */
+    int done;      /* served, not yet handed back */
+    int n;
+    struct tent_rail_ticket tk[DEPTH];
+};
+
+struct sim {
+    struct tent_railset *rs;
+    struct sim_rail r[2];
+    uint64_t bytes[2];
+    int failed; /* rails' slices that failed (picked again) */
+};
+
+static void sim_fill(struct sim *m)
+{
+    while (m->r[0].n + m->r[1].n < DEPTH) {
+        struct tent_rail_ticket tk;
+        int i = tent_rail_pick(m->rs, MIB, 0, &tk);
+        assert_true(i == 0 || i == 1);
+        m->r[i].tk[m->r[i].n++] = tk;
+    }
+}
+
+static void sim_pop(struct sim_rail *x, int k)
+{
+    memmove(x->tk, x->tk + k, (size_t)(x->n - k) * sizeof(x->tk[0]));
+    x->n -= k;
+}
+
+/* Runs ms milliseconds; each ms, check (when set) sees the set. */
+static void sim_run(struct sim *m, int ms,
+                    void (*check)(struct sim *m, int ms, void *arg), void *arg)
+{
+    for (int t = 0; t < ms; t++) {
+        sim_ns += 1000000ull;
+        for (int i = 0; i < 2; i++) {
+            struct sim_rail *x = &m->r[i];
+            if (x->n > x->done)
+                x->served += x->bps * 1e-3;
+            while (x->n > x->done && x->served >= MIB) {
+                x->served -= MIB;
+                x->done++;
+            }
+            if (x->n == x->done)
+                x->served = 0;
+            if (x->done >= x->bunch || (x->done > 0 && x->done == x->n)) {
+                for (int k = 0; k < x->done; k++)
+                    tent_rail_complete(m->rs, i, MIB, &x->tk[k]);
+                m->bytes[i] += (uint64_t)x->done * MIB;
+                sim_pop(x, x->done);
+                x->done = 0;
+            }
+        }
+        sim_fill(m);
+        if (check)
+            check(m, t, arg);
+    }
+}
+
+static void sim_start(struct sim *m, struct tent_sched *s, double bw0,
+                      double bw1)
+{
+    memset(m, 0, sizeof(*m));
+    sim_ns = 1000000000ull;
+    tent_sched_use_clock(sim_clock);
+    struct tent_sched_params p = params();
+    m->rs = two_rails(s, &p, bw0, bw1);
+    m->r[0].bps = bw0;
+    m->r[1].bps = bw1;
+    m->r[0].bunch = m->r[1].bunch = 1;
+    sim_fill(m);
+}
+
+static void sim_end(struct sim *m, struct tent_sched *s)
+{
+    tent_railset_free(m->rs);
+    tent_sched_free(s);
+    tent_sched_use_clock(NULL);
+}
+
+static void count_slow(struct sim *m, int ms, void *arg)
+{
+    (void)ms;
+    if (!tent_rail_may_take(m->rs, 0))
+        (*(int *)arg)++;
+}
+
+struct first_slow {
+    bool want; /* the state waited for: slow (true) or back (false) */
+    int at;    /* the first ms it held, -1 before */
+};
+
+static void note_first(struct sim *m, int ms, void *arg)
+{
+    struct first_slow *f = arg;
+    if (f->at < 0 && tent_rail_may_take(m->rs, 0) != f->want)
+        f->at = ms;
+}
+
+/* A 1 Gbit/s rail beside a 3 Gbit/s one, its completions in bunches of 4
+ * and the other's single: the meter keeps it in the picks (it has a third
+ * of the other's bandwidth, min_share is a quarter) for 3 s, and it
+ * carries its quarter of the bytes.  Throttled to a twentieth, it is
+ * slow within a second; given its speed back, it is back in the picks
+ * within seconds of probes. */
+static void test_meter_holds_a_third(void **state)
+{
+    (void)state;
+    struct tent_sched *s = tent_sched_new();
+    struct sim m;
+    sim_start(&m, s, 0.125 * GB, 0.375 * GB);
+    m.r[0].bunch = 4;
+    int slow_ms = 0;
+    sim_run(&m, 3000, count_slow, &slow_ms);
+    double share =
+        (double)m.bytes[0] / (double)(m.bytes[0] + m.bytes[1]);
+    print_message("    1+3 Gbit/s: slow for %d of 3000 ms, share %.3f\n",
+                  slow_ms, share);
+    assert_int_equal(slow_ms, 0);
+    assert_true(share > 0.22 && share < 0.28);
+
+    m.r[0].bps = 0.125 * GB / 20;
+    struct first_slow f = {true, -1};
+    sim_run(&m, 2000, note_first, &f);
+    print_message("    throttled to 1/20: probes only after %d ms\n", f.at);
+    assert_true(f.at >= 0 && f.at < 1000);
+
+    m.r[0].bps = 0.375 * GB;
+    struct first_slow b = {false, -1};
+    sim_run(&m, 10000, note_first, &b);
+    print_message("    full speed again: back in the picks after %d ms\n",
+                  b.at);
+    assert_true(b.at >= 0 && b.at < 6000);
+    sim_end(&m, s);
+}
+
+/* A path that dies with slices in flight and, seconds later, fails them:
+ * its time waiting measured no bandwidth.  Once its probe works, the rail
+ * is back in the picks at once, not after seconds of probes (the outage
+ * used to be folded into the meter as a rail near zero). */
+static void test_meter_skips_an_outage(void **state)
+{
+    (void)state;
+    struct tent_sched *s = tent_sched_new();
+    struct sim m;
+    sim_start(&m, s, 0.125 * GB, 0.125 * GB);
+    sim_run(&m, 1000, NULL, NULL);
+    assert_true(tent_rail_may_take(m.rs, 0));
+    m.r[0].bps = 0; /* dead: its slices wait */
+    sim_run(&m, 2000, NULL, NULL);
+    assert_true(m.r[0].n > 0);
+    while (m.r[0].n > 0) { /* the deadline: they fail */
+        tent_rail_fail(m.rs, 0, MIB);
+        sim_pop(&m.r[0], 1);
+        m.failed++;
+    }
+    assert_false(tent_rail_usable(m.rs, 0));
+    m.r[0].bps = 0.125 * GB; /* the path is back */
+    uint64_t before = m.bytes[0];
+    struct first_slow b = {false, -1};
+    sim_run(&m, 2000, note_first, &b);
+    print_message("    %d slices failed; back in the picks %d ms after the "
+                  "path, %.0f MiB on it in 2 s\n",
+                  m.failed, b.at, (double)(m.bytes[0] - before) / MIB);
+    assert_true(tent_rail_usable(m.rs, 0));
+    assert_true(b.at >= 0 && b.at < 500); /* back-off 100 ms, one probe */
+    /* and it carries its half again */
+    assert_true(m.bytes[0] - before > 100 * (uint64_t)MIB);
+    sim_end(&m, s);
+}
+
 /* Out-of-range keys are refused naming the key. */
 static void test_params(void **state)
 {
@@ -290,6 +481,8 @@ int main(void)
         cmocka_unit_test(test_delivery_rate),
         cmocka_unit_test(test_small_slices_keep_the_estimate),
         cmocka_unit_test(test_nic_loads),
+        cmocka_unit_test(test_meter_holds_a_third),
+        cmocka_unit_test(test_meter_skips_an_outage),
         cmocka_unit_test(test_params),
     };
     return cmocka_run_group_tests_name("rails", tests, NULL, NULL);
