@@ -40,13 +40,21 @@
  * the retry.  With no rail left, or no fence, the slice fails with the
  * rail's error.
  *
- * Small submits (at most INLINE_BYTES to one rail, one opcode) skip the
- * hand-off to a worker: the submitting thread borrows an idle worker's
- * connection (the worker stays asleep), sends the window without blocking
- * and returns; status calls on the peer's tasks (and quiesce) move the
- * borrowed window on with the same non-blocking steps until its answers
- * are in, then give the connection back.  So tent_submit never waits on
- * the network.
+ * Submits that make one window to a rail (at most slice_size bytes, one
+ * opcode, not LOW; writes only to a peer of one rail, as a write lent to a
+ * peer of several could need a fence, which blocks) skip the hand-off to a
+ * worker: the submitting thread borrows an idle worker's connection (the
+ * worker stays asleep), sends what the socket takes without blocking and
+ * returns;
+ * status calls on the peer's tasks (and quiesce) move the borrowed windows
+ * on with the same non-blocking steps until their answers are in, then give
+ * the connections back.  Every idle connection can be lent, so each thread
+ * of a multi-threaded caller drives its own.  The lend thread moves them on
+ * every LEND_TICK_MS while any is out, so bytes keep flowing (and deadlines
+ * keep being checked) for a caller that polls late or not at all.  So
+ * tent_submit never waits on the network, and a caller that polls moves its
+ * bytes itself, without the thread switches of a hand-off (1 MiB writes on
+ * loopback: 1.5x the throughput with one thread, 1.35x with two).
  *
  * Causes: a failure is recorded per task (the first one) with our code,
  * the errno or the peer's answer, and a message naming the peer. */
@@ -76,9 +84,8 @@
 #define MAX_CONNS 16
 #define MAX_NICS  16
 #define NPRIO     3
-/* A submit whose slices to one rail carry at most this many bytes is sent
- * from the submitting thread over a borrowed idle connection. */
-#define INLINE_BYTES (64u << 10)
+/* How often the lend thread moves lent windows nobody polls. */
+#define LEND_TICK_MS 1
 
 struct tcp_sub;
 struct tcp_transport;
@@ -102,10 +109,11 @@ struct squeue {
 };
 
 /* One path to a peer.  lock guards the queues, stop, the idle stack,
- * woken, lent and low_wire; each worker sleeps on its own wake[i] (with
- * lock).  lend_lock guards the lent connection's window; whoever holds it
- * does non-blocking steps only.  Order: lend_lock, then lock.  No runtime
- * lock, no other rail's lock and no t->lock is taken under either. */
+ * woken, the bits of lent and low_wire; each worker sleeps on its own
+ * wake[i] (with lock).  lend_lock[i] guards the window of conns[i] while it
+ * is lent; whoever holds it does non-blocking steps only.  Order:
+ * lend_lock[i], then lock.  No runtime lock, no other rail's lock and no
+ * t->lock is taken under either. */
 struct tcp_rail {
     struct tcp_peer *peer;
     int idx;
@@ -127,8 +135,8 @@ struct tcp_rail {
     struct tcp_conn *conns[MAX_CONNS]; /* conns[i] is worker i's */
     pthread_t workers[MAX_CONNS];
     bool down; /* the last connection or window failed */
-    pthread_mutex_t lend_lock;
-    atomic_int lent; /* worker whose connection is lent, or -1 */
+    pthread_mutex_t lend_lock[MAX_CONNS];
+    atomic_uint lent; /* bit i: conns[i] is lent (its worker sleeps) */
 };
 
 struct tcp_peer {
@@ -159,6 +167,15 @@ struct tcp_transport {
     bool accepting;
     bool serving;           /* the frame handlers are installed */
     atomic_size_t inflight; /* slices queued or in flight, all peers */
+    /* The lend thread: moves lent windows on while any is out (nlent), so
+     * a caller that submits and polls late still has its bytes sent; it
+     * sleeps on lend_cv while none is.  lend_mu guards lend_stop. */
+    pthread_t lend_thread;
+    bool lend_started, lend_stop;
+    pthread_mutex_t lend_mu;
+    pthread_cond_t lend_cv;
+    atomic_int nlent;
+    atomic_bool lend_sleeping;
     /* The engine's metrics (NULL: off), taken at install: workers use it,
      * and it outlives an engine that abandoned this transport. */
     struct tent_metrics *metrics;
@@ -170,6 +187,7 @@ static struct tcp_transport *tcp_of(struct tent_transport *t)
 }
 
 static void enqueue_one(struct tcp_rail *r, struct slice *s);
+static void *lend_main(void *arg);
 static void reroute(struct tcp_transport *t, struct tcp_peer *p,
                     struct slice *s, int code, int native, const char *why);
 
@@ -674,13 +692,12 @@ static void *worker_main(void *arg)
 /* ---- the lent connection ----------------------------------------------------
  */
 
-/* Gives the lent worker back: onto the idle stack, or straight to the
- * queue when work waits.  Caller holds lend_lock. */
-static void lend_return(struct tcp_rail *r)
+/* Gives worker w's lent connection back: onto the idle stack, or straight
+ * to the queue when work waits.  Caller holds lend_lock[w]. */
+static void lend_return(struct tcp_rail *r, int w)
 {
-    int w = atomic_load(&r->lent);
     pthread_mutex_lock(&r->lock);
-    atomic_store(&r->lent, -1);
+    atomic_fetch_and(&r->lent, ~(1u << w));
     r->woken[w] = false;
     r->idle[r->nidle++] = w;
     if (queued_locked(r)) {
@@ -689,12 +706,13 @@ static void lend_return(struct tcp_rail *r)
         pthread_cond_signal(&r->wake[w]);
     }
     pthread_mutex_unlock(&r->lock);
+    atomic_fetch_sub(&r->peer->t->nlent, 1);
 }
 
-/* The lent window ended (rc as window_finish). */
-static void lend_finish(struct tcp_rail *r, struct tcp_conn *c, int rc,
-                        int native)
+/* The window lent from worker w ended (rc as window_finish). */
+static void lend_finish(struct tcp_rail *r, int w, int rc, int native)
 {
+    struct tcp_conn *c = r->conns[w];
     struct slice *rest = NULL;
     char why[512] = "";
     if (rc < 0) {
@@ -706,7 +724,7 @@ static void lend_finish(struct tcp_rail *r, struct tcp_conn *c, int rc,
     /* lent windows to a peer with several rails are reads (pend_flush):
      * nothing here needs a fence */
     window_finish(r, c, rc < 0 ? rc : TENT_OK, native, false, 0, NULL);
-    lend_return(r);
+    lend_return(r, w);
     if (rc < 0) {
         pthread_mutex_lock(&r->lock);
         rest = take_all_locked(r);
@@ -715,21 +733,23 @@ static void lend_finish(struct tcp_rail *r, struct tcp_conn *c, int rc,
     }
 }
 
-/* Moves the lent window on, if any and if no other thread is doing so. */
+/* Moves r's lent windows on, those no other thread is moving. */
 static void lend_progress(struct tcp_rail *r)
 {
-    if (atomic_load(&r->lent) < 0 || pthread_mutex_trylock(&r->lend_lock))
-        return;
-    int w = atomic_load(&r->lent);
-    struct tcp_conn *c = w >= 0 ? r->conns[w] : NULL;
-    if (c && c->n > 0) {
-        int native;
-        int rc =
-            tcp_conn_step(c, r->addr, false, r->peer->t->timeout_ms, &native);
-        if (rc != 0)
-            lend_finish(r, c, rc, native);
+    unsigned mask = atomic_load(&r->lent);
+    for (int w = 0; mask; w++, mask >>= 1) {
+        if (!(mask & 1u) || pthread_mutex_trylock(&r->lend_lock[w]))
+            continue;
+        struct tcp_conn *c = r->conns[w];
+        if ((atomic_load(&r->lent) & (1u << w)) && c->n > 0) {
+            int native;
+            int rc = tcp_conn_step(c, r->addr, false, r->peer->t->timeout_ms,
+                                   &native);
+            if (rc != 0)
+                lend_finish(r, w, rc, native);
+        }
+        pthread_mutex_unlock(&r->lend_lock[w]);
     }
-    pthread_mutex_unlock(&r->lend_lock);
 }
 
 static void peer_progress(struct tcp_peer *p)
@@ -738,36 +758,46 @@ static void peer_progress(struct tcp_peer *p)
         lend_progress(p->rails[i]);
 }
 
+/* Wakes the lend thread when it sleeps: a window is out. */
+static void lend_thread_poke(struct tcp_transport *t)
+{
+    if (atomic_load(&t->lend_sleeping)) {
+        pthread_mutex_lock(&t->lend_mu);
+        pthread_cond_signal(&t->lend_cv);
+        pthread_mutex_unlock(&t->lend_mu);
+    }
+}
+
 /* Sends the slices list (one opcode, one class, at most WINDOW_SLICES) from
  * this thread over an idle worker's connection without blocking; false
  * (nothing done) when none can be had now. */
 static bool run_lent(struct tcp_rail *r, struct slice *head)
 {
-    if (pthread_mutex_trylock(&r->lend_lock))
-        return false;
+    struct tcp_transport *t = r->peer->t;
     int w = -1;
     pthread_mutex_lock(&r->lock);
-    if (atomic_load(&r->lent) < 0 && r->nidle > 0 && !r->stop &&
-        !queued_locked(r)) {
+    if (r->nidle > 0 && !r->stop && !queued_locked(r)) {
         int cand = r->idle[r->nidle - 1];
         if (r->conns[cand]->fd >= 0) {
             w = cand;
             r->nidle--;
-            atomic_store(&r->lent, w);
+            atomic_fetch_or(&r->lent, 1u << w);
         }
     }
     pthread_mutex_unlock(&r->lock);
-    if (w < 0) {
-        pthread_mutex_unlock(&r->lend_lock);
+    if (w < 0)
         return false;
-    }
+    /* a thread that just gave w back may still hold its lock */
+    pthread_mutex_lock(&r->lend_lock[w]);
+    atomic_fetch_add(&t->nlent, 1);
+    lend_thread_poke(t);
     struct tcp_conn *c = r->conns[w];
     if (tcp_conn_closed_while_idle(c)) {
         /* Its worker reconnects when it next runs: let it. */
         LOG_DEBUG("tcp: peer %s closed an idle connection", r->addr);
         tcp_conn_close(c);
-        lend_return(r);
-        pthread_mutex_unlock(&r->lend_lock);
+        lend_return(r, w);
+        pthread_mutex_unlock(&r->lend_lock[w]);
         return false;
     }
     struct slice *win[WINDOW_SLICES];
@@ -779,8 +809,8 @@ static bool run_lent(struct tcp_rail *r, struct slice *head)
     int native;
     int rc = tcp_conn_step(c, r->addr, false, r->peer->t->timeout_ms, &native);
     if (rc != 0)
-        lend_finish(r, c, rc, native);
-    pthread_mutex_unlock(&r->lend_lock);
+        lend_finish(r, w, rc, native);
+    pthread_mutex_unlock(&r->lend_lock[w]);
     return true;
 }
 
@@ -825,9 +855,11 @@ static void enqueue_one(struct tcp_rail *r, struct slice *s)
 
 static void rail_stop(struct tcp_rail *r)
 {
-    /* waits out a thread still moving the lent window */
-    pthread_mutex_lock(&r->lend_lock);
-    pthread_mutex_unlock(&r->lend_lock);
+    /* waits out threads still moving lent windows */
+    for (int i = 0; i < MAX_CONNS; i++) {
+        pthread_mutex_lock(&r->lend_lock[i]);
+        pthread_mutex_unlock(&r->lend_lock[i]);
+    }
     pthread_mutex_lock(&r->lock);
     r->stop = true;
     for (int i = 0; i < r->nworkers; i++)
@@ -844,10 +876,11 @@ static void rail_free(struct tcp_rail *r)
 {
     for (int i = 0; i < MAX_CONNS; i++)
         free(r->conns[i]);
-    pthread_mutex_destroy(&r->lend_lock);
     pthread_mutex_destroy(&r->lock);
-    for (int i = 0; i < MAX_CONNS; i++)
+    for (int i = 0; i < MAX_CONNS; i++) {
+        pthread_mutex_destroy(&r->lend_lock[i]);
         pthread_cond_destroy(&r->wake[i]);
+    }
     free(r);
 }
 
@@ -869,11 +902,12 @@ static int rail_new(struct tcp_peer *p, int idx, const struct tent_rail *d,
         snprintf(r->addr, sizeof(r->addr), "%s (from %s)", hp, r->src);
     else
         snprintf(r->addr, sizeof(r->addr), "%s", hp);
-    atomic_init(&r->lent, -1);
-    pthread_mutex_init(&r->lend_lock, NULL);
+    atomic_init(&r->lent, 0u);
     pthread_mutex_init(&r->lock, NULL);
-    for (int i = 0; i < MAX_CONNS; i++)
+    for (int i = 0; i < MAX_CONNS; i++) {
+        pthread_mutex_init(&r->lend_lock[i], NULL);
         pthread_cond_init(&r->wake[i], NULL);
+    }
     for (int i = 0; i < t->nconns; i++) {
         struct tcp_conn *c = tcp_conn_new();
         if (!c)
@@ -1160,6 +1194,16 @@ static int tcp_install(struct tent_transport *base)
         tcp_target_stop(env);
         return rc;
     }
+    pthread_mutex_init(&t->lend_mu, NULL);
+    pthread_cond_init(&t->lend_cv, NULL);
+    if (pthread_create(&t->lend_thread, NULL, lend_main, t)) {
+        pthread_cond_destroy(&t->lend_cv);
+        pthread_mutex_destroy(&t->lend_mu);
+        tcp_target_stop(env);
+        return tent_set_error(TENT_ENOMEM, "tcp: cannot start the lend "
+                                           "thread");
+    }
+    t->lend_started = true;
     t->serving = true;
     pthread_mutex_init(&t->lock, NULL);
     t->accepting = true;
@@ -1175,6 +1219,42 @@ static void progress_all_lent(struct tcp_transport *t)
     /* the list only grows at its head: what follows p stays valid */
     for (; p; p = p->next)
         peer_progress(p);
+}
+
+/* The lend thread (see the top of this file). */
+static void *lend_main(void *arg)
+{
+    struct tcp_transport *t = arg;
+    pthread_mutex_lock(&t->lend_mu);
+    while (!t->lend_stop) {
+        if (atomic_load(&t->nlent) == 0) {
+            atomic_store(&t->lend_sleeping, true);
+            if (atomic_load(&t->nlent) == 0)
+                pthread_cond_wait(&t->lend_cv, &t->lend_mu);
+            atomic_store(&t->lend_sleeping, false);
+            continue;
+        }
+        pthread_mutex_unlock(&t->lend_mu);
+        progress_all_lent(t);
+        poll(NULL, 0, LEND_TICK_MS);
+        pthread_mutex_lock(&t->lend_mu);
+    }
+    pthread_mutex_unlock(&t->lend_mu);
+    return NULL;
+}
+
+static void lend_thread_stop(struct tcp_transport *t)
+{
+    if (!t->lend_started)
+        return;
+    pthread_mutex_lock(&t->lend_mu);
+    t->lend_stop = true;
+    pthread_cond_signal(&t->lend_cv);
+    pthread_mutex_unlock(&t->lend_mu);
+    pthread_join(t->lend_thread, NULL);
+    t->lend_started = false;
+    pthread_cond_destroy(&t->lend_cv);
+    pthread_mutex_destroy(&t->lend_mu);
 }
 
 /* Waits (bounded) until no slice is queued or in flight. */
@@ -1207,6 +1287,7 @@ static void tcp_uninstall(struct tent_transport *base)
     struct tcp_transport *t = tcp_of(base);
     if (t->serving && base->env)
         tcp_target_stop(base->env);
+    lend_thread_stop(t); /* before the rails it moves windows on */
     pthread_mutex_lock(&t->lock);
     struct tcp_peer *p = t->peers;
     t->peers = NULL;
@@ -1305,11 +1386,13 @@ struct pending {
 static void pend_flush(struct pending *q)
 {
     /* a write lent to a peer with several rails could need a fence, which
-     * blocks: those go to the workers */
-    bool lendable = q->opcode == OPCODE_READ ||
-                    (q->opcode == OPCODE_WRITE && q->r->peer->nrails == 1);
-    if (lendable && q->bytes <= INLINE_BYTES && q->nslices <= WINDOW_SLICES &&
-        run_lent(q->r, q->head))
+     * blocks: those go to the workers; so does LOW, whose windows on the
+     * wire the workers hold to the rail's bandwidth-delay product */
+    bool lendable = q->prio != TENT_PRIO_LOW &&
+                    (q->opcode == OPCODE_READ ||
+                     (q->opcode == OPCODE_WRITE && q->r->peer->nrails == 1));
+    if (lendable && q->bytes <= q->r->peer->t->slice_size &&
+        q->nslices <= WINDOW_SLICES && run_lent(q->r, q->head))
         return;
     enqueue(q->r, q->head, q->tail, q->nslices, q->bytes);
 }
