@@ -863,6 +863,17 @@ static void test_free_right_after_completed(void **state)
         do {
             assert_int_equal(tent_overall_status(f->e, b, &st), 0);
         } while (st.status == STATUS_PENDING && e2e_now_ms() < end);
+        for (size_t i = 0; i < n && st.status != STATUS_COMPLETED; i++) {
+            int code = 0, native = 0;
+            char why[512] = "";
+            tent_task_error(f->e, b, i, &code, &native, why, sizeof(why));
+            if (code)
+                fail_msg("iteration %d: task %zu (%s of %llu bytes) ended "
+                         "%d: %s (%s, native %d)",
+                         iter, i, r[i].opcode == OPCODE_READ ? "read" : "write",
+                         (unsigned long long)r[i].length, st.status, why,
+                         tent_strerror(code), native);
+        }
         assert_int_equal(st.status, STATUS_COMPLETED);
         int rc = tent_free_batch(f->e, b);
         if (rc != 0)
