@@ -299,6 +299,12 @@ static void set_inflight(struct rail_state *x, uint64_t v, uint64_t now)
     x->inflight = v;
 }
 
+/* v within x's bounds for a bandwidth, [lo, hi]. */
+static double clamp_bw(const struct rail_state *x, double v)
+{
+    return v < x->lo ? x->lo : v > x->hi ? x->hi : v;
+}
+
 static uint64_t less(uint64_t a, uint64_t b)
 {
     return a > b ? a - b : 0;
@@ -327,7 +333,7 @@ static void share_meter(struct rail_state *x, uint64_t now)
         return;
     double sample =
         (double)(x->bulk_delivered - x->meter_delivered) * 1e9 / (double)span;
-    sample = sample < x->lo ? x->lo : sample > x->hi ? x->hi : sample;
+    sample = clamp_bw(x, sample);
     /* The old estimate weighs as much as SHARE_METER_NS of busy time --
      * for a probed rail, of the time since its last sample: its probes
      * are all it gets, milliseconds of busy time a second, and a rail
@@ -450,7 +456,7 @@ void tent_rail_complete(struct tent_railset *rs, int i, uint64_t bytes,
         double sample = (double)moved * 1e9 / (double)span;
         double a = rs->p.learning_rate;
         double e = a * x->ewma + (1.0 - a) * sample;
-        x->ewma = e < x->lo ? x->lo : e > x->hi ? x->hi : e;
+        x->ewma = clamp_bw(x, e);
     } else if (!x->rtt_ns || lat < x->rtt_ns ||
                now - x->rtt_at_ns > MIN_LAT_WINDOW_NS) {
         x->rtt_ns = lat;
