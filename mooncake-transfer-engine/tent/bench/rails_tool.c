@@ -15,10 +15,18 @@
  *       --seconds S         how long (10)
  *       --lat-block B       also a latency stream: one request of B bytes
  *       --lat-op, --lat-prio, --lat-gap-us   (read, 0, 1000)
+ *       --lat-log F         every latency request as a line "t_ms us"
+ *                           (its submit, ms of the run; its latency) in F
+ *       --lat-spin 0|1      the latency stream polls its request's status
+ *                           with a sched_yield() between calls (0, the
+ *                           default), or spins (1): on a host with few
+ *                           cores a spinning poller holds the CPU that the
+ *                           engine's woken threads need, and the figure
+ *                           then measures the scheduler, not the engine
  *       --poll-us U         a bulk thread whose pass over its batch found
  *                           nothing done sleeps U us (20; 0: spins), so
  *                           that its polling does not take the engine's
- *                           CPU (the latency stream always spins)
+ *                           CPU
  *       --interval-ms T     a "tick" line every T ms (200)
  *       --after-ms T        the summary counts what completes after T ms
  *       --set k=v           a configuration key (tent_set_config)
@@ -48,7 +56,9 @@
 #define _GNU_SOURCE
 #include "tent/transfer_engine.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -88,6 +98,8 @@ struct opts {
     double seconds;
     uint64_t lat_block;
     int lat_op, lat_prio, lat_gap_us;
+    const char *lat_log;
+    bool lat_spin;
     int poll_us;
     int interval_ms, after_ms;
     bool check;
@@ -171,6 +183,10 @@ static void parse(int argc, char **argv, struct opts *o)
             o->lat_prio = atoi(v);
         else if (!strcmp(k, "--lat-gap-us"))
             o->lat_gap_us = atoi(v);
+        else if (!strcmp(k, "--lat-log"))
+            o->lat_log = v;
+        else if (!strcmp(k, "--lat-spin"))
+            o->lat_spin = atoi(v) != 0;
         else if (!strcmp(k, "--poll-us"))
             o->poll_us = atoi(v);
         else if (!strcmp(k, "--interval-ms"))
@@ -521,9 +537,13 @@ static int lat_one(struct shared *sh, int op, char *local, uint64_t remote,
         return -1;
     }
     tent_status_t st;
-    do {
+    for (;;) {
         tent_task_status(sh->e, b, 0, &st);
-    } while (st.status == STATUS_PENDING || st.status == STATUS_WAITING);
+        if (st.status != STATUS_PENDING && st.status != STATUS_WAITING)
+            break;
+        if (!o->lat_spin)
+            sched_yield();
+    }
     *us = (now_s() - t) * 1e6;
     bool ok = st.status == STATUS_COMPLETED;
     if (!ok) {
@@ -554,12 +574,19 @@ static void *lat_main(void *arg)
             return NULL;
         }
     }
+    FILE *log = o->lat_log ? fopen(o->lat_log, "w") : NULL;
+    if (o->lat_log && !log)
+        fprintf(stderr, "tent_rails_tool: --lat-log %s: %s\n", o->lat_log,
+                strerror(errno));
     while (now_s() < sh->end) {
         if (check)
             memset(local, 0xa5, o->lat_block);
+        double at = now_s();
         int rc = lat_one(sh, o->lat_op, local, remote, &us);
         if (rc < 0)
             break;
+        if (rc && log)
+            fprintf(log, "%.3f %.0f\n", (at - sh->t0) * 1e3, us);
         if (rc && now_s() >= sh->after)
             lat_add(&sh->lat, us);
         if (rc && check)
@@ -567,6 +594,8 @@ static void *lat_main(void *arg)
         if (o->lat_gap_us > 0)
             usleep((useconds_t)o->lat_gap_us);
     }
+    if (log)
+        fclose(log);
     free(want);
     return NULL;
 }
@@ -577,8 +606,8 @@ static long long link_counter(const char *dev, const char *what)
     char path[192];
     if (!dev[0] || strchr(dev, '/'))
         return -1;
-    int n = snprintf(path, sizeof(path), "/sys/class/net/%s/statistics/%s",
-                     dev, what);
+    int n = snprintf(path, sizeof(path), "/sys/class/net/%s/statistics/%s", dev,
+                     what);
     if (n < 0 || (size_t)n >= sizeof(path))
         return -1; /* no interface has such a name */
     FILE *f = fopen(path, "r");
