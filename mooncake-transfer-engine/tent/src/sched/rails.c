@@ -46,8 +46,9 @@ void tent_sched_use_clock(uint64_t (*now)(void))
 struct rail_state {
     struct tent_rail r;
     uint64_t inflight;
-    double ewma;      /* bytes/s */
-    double lo, hi;    /* clamp of ewma */
+    uint64_t inflight_yield; /* of it, the yielding class's */
+    double ewma;             /* bytes/s */
+    double lo, hi;           /* clamp of ewma */
     double share_bw;  /* busy-time meter (SHARE_METER_NS): decides slow */
     uint64_t busy_ns; /* busy time (set_inflight), ever, to busy_since */
     uint64_t busy_since_ns;
@@ -284,6 +285,11 @@ static uint64_t next_rand(struct tent_railset *rs)
     return x;
 }
 
+static uint64_t less(uint64_t a, uint64_t b)
+{
+    return a > b ? a - b : 0;
+}
+
 /* Sets x's in-flight bytes, keeping its busy time: the time it had at least
  * TENT_RAIL_SAMPLE_MIN in flight (small slices alone measure a round trip,
  * not the link, and the meter leaves them out as the EWMA does).  Caller
@@ -299,15 +305,37 @@ static void set_inflight(struct rail_state *x, uint64_t v, uint64_t now)
     x->inflight = v;
 }
 
+/* Counts bytes in (add) or out of x's in flight, for a slice of ticket
+ * tk.  Caller holds rs->lock. */
+static void count_locked(struct rail_state *x, uint64_t bytes, bool add,
+                         const struct tent_rail_ticket *tk, uint64_t now)
+{
+    set_inflight(x, add ? x->inflight + bytes : less(x->inflight, bytes), now);
+    if (tk && tk->yields)
+        x->inflight_yield =
+            add ? x->inflight_yield + bytes : less(x->inflight_yield, bytes);
+}
+
+/* The bytes on x a slice waits behind (see tent_rail_pick).  Caller holds
+ * rs->lock. */
+static uint64_t ahead_locked(const struct tent_railset *rs,
+                             const struct rail_state *x, bool yields)
+{
+    uint64_t y =
+        x->inflight_yield < x->inflight ? x->inflight_yield : x->inflight;
+    if (yields || !rs->p.yield_wire_floor)
+        return x->inflight;
+    double bdp = x->ewma * (double)x->min_lat_ns / 1e9;
+    uint64_t wire = bdp > (double)rs->p.yield_wire_floor
+                        ? (uint64_t)bdp
+                        : rs->p.yield_wire_floor;
+    return x->inflight - y + (y < wire ? y : wire);
+}
+
 /* v within x's bounds for a bandwidth, [lo, hi]. */
 static double clamp_bw(const struct rail_state *x, double v)
 {
     return v < x->lo ? x->lo : v > x->hi ? x->hi : v;
-}
-
-static uint64_t less(uint64_t a, uint64_t b)
-{
-    return a > b ? a - b : 0;
 }
 
 /* x's busy time, ever, to now.  Caller holds rs->lock. */
@@ -348,8 +376,8 @@ static void share_meter(struct rail_state *x, uint64_t now)
     x->meter_at_ns = now;
 }
 
-int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, uint32_t avoid,
-                   struct tent_rail_ticket *tk)
+int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, bool yields,
+                   uint32_t avoid, struct tent_rail_ticket *tk)
 {
     uint64_t now = rails_clock();
     pthread_mutex_lock(&rs->lock);
@@ -389,8 +417,9 @@ int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, uint32_t avoid,
                 slow_locked(rs, x, best_bw))
                 continue;
             /* a jitter far below any real difference breaks ties */
-            double t = ((double)(x->inflight + bytes) / x->ewma) *
-                       (1.0 + (double)(next_rand(rs) & 0xffff) * 1e-12);
+            double t =
+                ((double)(ahead_locked(rs, x, yields) + bytes) / x->ewma) *
+                (1.0 + (double)(next_rand(rs) & 0xffff) * 1e-12);
             if (pick < 0 || t < best) {
                 best = t;
                 pick = (int)i;
@@ -406,7 +435,8 @@ int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, uint32_t avoid,
                 pick = (int)i;
     }
     if (pick >= 0) {
-        set_inflight(&rs->rails[pick], rs->rails[pick].inflight + bytes, now);
+        tk->yields = yields;
+        count_locked(&rs->rails[pick], bytes, true, tk, now);
         tk->start_ns = now;
         tk->delivered = rs->rails[pick].delivered;
         tk->inflight = rs->rails[pick].inflight;
@@ -423,7 +453,7 @@ void tent_rail_complete(struct tent_railset *rs, int i, uint64_t bytes,
     uint64_t now = rails_clock();
     pthread_mutex_lock(&rs->lock);
     struct rail_state *x = &rs->rails[i];
-    set_inflight(x, less(x->inflight, bytes), now);
+    count_locked(x, bytes, false, tk, now);
     x->bytes_total += bytes;
     if (x->state != RAIL_UP) {
         if (x->state == RAIL_PROBING)
@@ -465,14 +495,15 @@ void tent_rail_complete(struct tent_railset *rs, int i, uint64_t bytes,
     pthread_mutex_unlock(&rs->lock);
 }
 
-void tent_rail_fail(struct tent_railset *rs, int i, uint64_t bytes)
+void tent_rail_fail(struct tent_railset *rs, int i, uint64_t bytes,
+                    const struct tent_rail_ticket *tk)
 {
     if (i < 0 || (size_t)i >= rs->n)
         return;
     uint64_t now = rails_clock();
     pthread_mutex_lock(&rs->lock);
     struct rail_state *x = &rs->rails[i];
-    set_inflight(x, less(x->inflight, bytes), now);
+    count_locked(x, bytes, false, tk, now);
     x->failures++;
     /* The time its slices waited on a dead path measured no bandwidth:
      * the meter's next span starts here.  Folded in, an outage of seconds
@@ -500,14 +531,15 @@ void tent_rail_fail(struct tent_railset *rs, int i, uint64_t bytes)
     pthread_mutex_unlock(&rs->lock);
 }
 
-void tent_rail_release(struct tent_railset *rs, int i, uint64_t bytes)
+void tent_rail_release(struct tent_railset *rs, int i, uint64_t bytes,
+                       const struct tent_rail_ticket *tk)
 {
     if (i < 0 || (size_t)i >= rs->n)
         return;
     uint64_t now = rails_clock();
     pthread_mutex_lock(&rs->lock);
     struct rail_state *x = &rs->rails[i];
-    set_inflight(x, less(x->inflight, bytes), now);
+    count_locked(x, bytes, false, tk, now);
     pthread_mutex_unlock(&rs->lock);
 }
 
@@ -541,8 +573,8 @@ void tent_rail_move(struct tent_railset *rs, int from, int to, uint64_t bytes,
     uint64_t now = rails_clock();
     pthread_mutex_lock(&rs->lock);
     struct rail_state *a = &rs->rails[from], *b = &rs->rails[to];
-    set_inflight(a, less(a->inflight, bytes), now);
-    set_inflight(b, b->inflight + bytes, now);
+    count_locked(a, bytes, false, tk, now);
+    count_locked(b, bytes, true, tk, now);
     tk->start_ns = now;
     tk->delivered = b->delivered;
     tk->inflight = b->inflight;

@@ -61,6 +61,11 @@ struct tent_sched_params {
     double default_bw;    /* bytes/s when the link speed is unknown */
     double ewma_min_mult; /* ewma_min_bandwidth_multiplier */
     double ewma_max_mult; /* ewma_max_bandwidth_multiplier */
+    /* Set by a transport that holds the bytes of its yielding class (LOW)
+     * on the wire to about a rail's bandwidth-delay product, at least this
+     * many (tcp: low_slice_size); 0: it does not, and they count in full
+     * for every pick. */
+    uint64_t yield_wire_floor;
 };
 
 /* Reads the parameters under prefix ("transports/tcp"); defaults for the
@@ -105,6 +110,7 @@ struct tent_rail_ticket {
     uint64_t start_ns;  /* when it was picked */
     uint64_t delivered; /* the rail's completed bytes then */
     uint64_t inflight;  /* the rail's bytes in flight then, its own included */
+    bool yields;        /* of the yielding class (see tent_rail_pick) */
 };
 
 /* A slice smaller than this measures the path's delay, not its bandwidth:
@@ -115,18 +121,30 @@ struct tent_rail_ticket {
  * (bit i = rail i; a retry avoids the rails it failed on), and counts the
  * bytes in flight there.  The rail index, or -1 when every rail not avoided
  * is paused (nothing counted); with avoid 0 always a rail (when all are
- * paused, the one whose pause ends first). */
-int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, uint32_t avoid,
-                   struct tent_rail_ticket *tk);
+ * paused, the one whose pause ends first).
+ *
+ * yields: the slice is of the class the transport serves last and holds
+ * on the wire (LOW; see yield_wire_floor).  Its predicted time counts
+ * every byte in flight on a rail; that of any other slice counts the
+ * rail's other bytes in full but its yielding bytes only up to what may
+ * be on the wire (the rail's bandwidth-delay product, at least
+ * yield_wire_floor): the rest waits behind it in the rail's queues.  So a
+ * latency-critical slice goes to the rail where it waits least, not to
+ * the one with the least bulk queued per unit of bandwidth -- which, with
+ * bulk spread in proportion to speed, is either rail at random. */
+int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, bool yields,
+                   uint32_t avoid, struct tent_rail_ticket *tk);
 /* The slice of bytes picked on rail i (with ticket tk) completed. */
 void tent_rail_complete(struct tent_railset *rs, int i, uint64_t bytes,
                         const struct tent_rail_ticket *tk);
 /* It failed on rail i for a reason of the path (connection lost, no answer
  * in time): the rail is paused (a peer's refusal is not a rail failure:
  * complete it). */
-void tent_rail_fail(struct tent_railset *rs, int i, uint64_t bytes);
+void tent_rail_fail(struct tent_railset *rs, int i, uint64_t bytes,
+                    const struct tent_rail_ticket *tk);
 /* It leaves rail i without an outcome (moved to another rail unsent). */
-void tent_rail_release(struct tent_railset *rs, int i, uint64_t bytes);
+void tent_rail_release(struct tent_railset *rs, int i, uint64_t bytes,
+                       const struct tent_rail_ticket *tk);
 /* Whether rail i takes slices now (not paused). */
 bool tent_rail_usable(struct tent_railset *rs, int i);
 /* Whether rail i may take more work than the picks gave it (a slice queued

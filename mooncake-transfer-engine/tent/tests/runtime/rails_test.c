@@ -65,7 +65,7 @@ static void test_spray_follows_bandwidth(void **state)
     int n[2] = {0, 0};
     struct tent_rail_ticket tk;
     for (int i = 0; i < 400; i++) {
-        int r = tent_rail_pick(rs, 1 << 20, 0, &tk);
+        int r = tent_rail_pick(rs, 1 << 20, false, 0, &tk);
         assert_true(r == 0 || r == 1);
         n[r]++;
     }
@@ -74,9 +74,74 @@ static void test_spray_follows_bandwidth(void **state)
     assert_in_range(n[1], 295, 305);
     /* avoiding a rail sends everything to the other */
     for (int i = 0; i < 10; i++)
-        assert_int_equal(tent_rail_pick(rs, 1 << 20, 1u << 1, &tk), 0);
+        assert_int_equal(tent_rail_pick(rs, 1 << 20, false, 1u << 1, &tk), 0);
     tent_railset_free(rs);
     tent_sched_free(s);
+}
+
+/* A slice of another class waits behind a rail's yielding (LOW) bytes
+ * only as far as they may be on the wire (yield_wire_floor here), the rest
+ * waiting behind it in the queues: with LOW spread over both rails in
+ * proportion to their speed, a HIGH slice goes to the faster rail, where
+ * one LOW window ahead takes a third of the time -- not to either rail at
+ * random, as a count of every byte in flight would send it.  LOW slices
+ * themselves still count every byte. */
+static void test_high_counts_low_on_the_wire_only(void **state)
+{
+    (void)state;
+    for (int hold = 0; hold < 2; hold++) {
+        struct tent_sched *s = tent_sched_new();
+        struct tent_sched_params p = params();
+        p.probe_every = 0;
+        p.yield_wire_floor = hold ? 128u << 10 : 0;
+        struct tent_railset *rs = two_rails(s, &p, 1 * GB, 3 * GB);
+        struct tent_rail_ticket low[400], tk;
+        int n[2] = {0, 0}, at[400];
+        for (int i = 0; i < 400; i++) {
+            at[i] = tent_rail_pick(rs, 1 << 20, true, 0, &low[i]);
+            assert_true(low[i].yields);
+            n[at[i]]++;
+        }
+        assert_in_range(n[0], 95, 105); /* LOW: every byte counts */
+        int high[2] = {0, 0};
+        for (int i = 0; i < 40; i++) {
+            int r = tent_rail_pick(rs, 4096, false, 0, &tk);
+            assert_false(tk.yields);
+            high[r]++;
+        }
+        print_message("    %s: 40 HIGH picks, %d and %d on the 1 and 3 GB/s "
+                      "rails\n",
+                      hold ? "LOW held to the wire" : "LOW counted in full",
+                      high[0], high[1]);
+        if (hold)
+            assert_int_equal(high[1], 40);
+        else
+            assert_true(high[0] > 0 && high[1] > 0);
+        /* the LOW slices leave: the yielding count goes with them (a
+         * release, a failure or a completion alike) */
+        for (int i = 0; i < 400; i++) {
+            if (i % 3 == 0)
+                tent_rail_release(rs, at[i], 1 << 20, &low[i]);
+            else
+                tent_rail_complete(rs, at[i], 1 << 20, &low[i]);
+        }
+        struct tent_nic_load ld[4];
+        size_t k = tent_sched_nic_loads(s, ld, 4);
+        assert_int_equal(k, 2);
+        for (size_t j = 0; j < k; j++)
+            assert_int_equal(ld[j].inflight_bytes,
+                             (uint64_t)high[ld[j].name[3] - '0'] * 4096);
+        /* nothing yields now: 1 MiB on the 3 GB/s rail waits longer than
+         * 256 KiB on the 1 GB/s one (a yielding count left behind would
+         * cap rail 1's at the floor) */
+        assert_int_equal(tent_rail_pick(rs, 1 << 20, false, 1u << 0, &tk), 1);
+        assert_int_equal(tent_rail_pick(rs, 256 << 10, false, 1u << 1, &tk),
+                         0);
+        if (hold)
+            assert_int_equal(tent_rail_pick(rs, 4096, false, 0, &tk), 0);
+        tent_railset_free(rs);
+        tent_sched_free(s);
+    }
 }
 
 /* One pick in probe_every goes round robin, so a rail too slow for
@@ -91,7 +156,7 @@ static void test_slow_rail_gets_probes_only(void **state)
     int n[2] = {0, 0};
     struct tent_rail_ticket tk;
     for (int i = 0; i < 1000; i++) {
-        int r = tent_rail_pick(rs, 1 << 20, 0, &tk);
+        int r = tent_rail_pick(rs, 1 << 20, false, 0, &tk);
         n[r]++;
         tent_rail_complete(rs, r, 1 << 20, &tk); /* keep in flight at 0 */
     }
@@ -116,12 +181,12 @@ static void test_pause_probe_and_back_off(void **state)
     p.backoff_max_ms = 200;
     struct tent_railset *rs = two_rails(s, &p, 1 * GB, 1 * GB);
     struct tent_rail_ticket tk;
-    assert_int_equal(tent_rail_pick(rs, 4096, 1u << 1, &tk), 0);
-    tent_rail_fail(rs, 0, 4096);
+    assert_int_equal(tent_rail_pick(rs, 4096, false, 1u << 1, &tk), 0);
+    tent_rail_fail(rs, 0, 4096, NULL);
     assert_false(tent_rail_usable(rs, 0));
     uint64_t t0 = tent_now_ns();
     for (int i = 0; i < 50; i++) {
-        int r = tent_rail_pick(rs, 4096, 0, &tk);
+        int r = tent_rail_pick(rs, 4096, false, 0, &tk);
         if (tent_now_ns() - t0 < 25000000ull) /* well inside 30 ms */
             assert_int_equal(r, 1);
         tent_rail_complete(rs, r, 4096, &tk);
@@ -129,11 +194,11 @@ static void test_pause_probe_and_back_off(void **state)
     /* after the back-off: the first pick is the probe */
     while (tent_now_ns() - t0 < 35000000ull)
         poll(NULL, 0, 1);
-    assert_int_equal(tent_rail_pick(rs, 4096, 0, &tk), 0);
-    tent_rail_fail(rs, 0, 4096); /* the probe failed: 60 ms now */
+    assert_int_equal(tent_rail_pick(rs, 4096, false, 0, &tk), 0);
+    tent_rail_fail(rs, 0, 4096, NULL); /* the probe failed: 60 ms now */
     uint64_t t1 = tent_now_ns();
     for (;;) {
-        int r = tent_rail_pick(rs, 4096, 0, &tk);
+        int r = tent_rail_pick(rs, 4096, false, 0, &tk);
         /* the clock read after the pick: a pick known to be inside the
          * 60 ms back-off (this thread may be descheduled anywhere) */
         uint64_t at = tent_now_ns() - t1;
@@ -146,14 +211,14 @@ static void test_pause_probe_and_back_off(void **state)
     }
     while (tent_now_ns() - t1 < 65000000ull)
         poll(NULL, 0, 1);
-    assert_int_equal(tent_rail_pick(rs, 4096, 0, &tk), 0);
+    assert_int_equal(tent_rail_pick(rs, 4096, false, 0, &tk), 0);
     tent_rail_complete(rs, 0, 4096, &tk); /* back */
     assert_true(tent_rail_usable(rs, 0));
     /* every rail paused: new work still goes somewhere, retries do not */
-    tent_rail_fail(rs, 0, 0);
-    tent_rail_fail(rs, 1, 0);
-    assert_true(tent_rail_pick(rs, 4096, 0, &tk) >= 0);
-    assert_int_equal(tent_rail_pick(rs, 4096, 1u << 0, &tk), -1);
+    tent_rail_fail(rs, 0, 0, NULL);
+    tent_rail_fail(rs, 1, 0, NULL);
+    assert_true(tent_rail_pick(rs, 4096, false, 0, &tk) >= 0);
+    assert_int_equal(tent_rail_pick(rs, 4096, false, 1u << 0, &tk), -1);
     tent_railset_free(rs);
     tent_sched_free(s);
 }
@@ -171,7 +236,7 @@ static void test_delivery_rate(void **state)
     assert_int_equal(tent_railset_new(s, &p, "tcp", "peer", &r0, 1, &rs), 0);
     struct tent_rail_ticket tk[8];
     for (int i = 0; i < 8; i++)
-        assert_int_equal(tent_rail_pick(rs, 1 << 20, 0, &tk[i]), 0);
+        assert_int_equal(tent_rail_pick(rs, 1 << 20, false, 0, &tk[i]), 0);
     uint64_t t0 = tent_now_ns(), t_end = t0;
     for (int i = 0; i < 8; i++) {
         while (tent_now_ns() - t0 < (uint64_t)(i + 1) * 10000000ull)
@@ -207,7 +272,7 @@ static void test_small_slices_keep_the_estimate(void **state)
     assert_int_equal(tent_railset_new(s, &p, "tcp", "peer", &r0, 1, &rs), 0);
     struct tent_rail_ticket tk;
     for (int i = 0; i < 1000; i++) {
-        assert_int_equal(tent_rail_pick(rs, 4096, 0, &tk), 0);
+        assert_int_equal(tent_rail_pick(rs, 4096, false, 0, &tk), 0);
         tk.start_ns -= 1000000; /* it took 1 ms */
         tent_rail_complete(rs, 0, 4096, &tk);
     }
@@ -216,7 +281,7 @@ static void test_small_slices_keep_the_estimate(void **state)
     print_message("    after 4 KiB reads: %.3f GB/s\n", l[0].ewma_bps / GB);
     assert_true(l[0].ewma_bps > 0.99 * GB && l[0].ewma_bps < 1.01 * GB);
     /* 1 MiB alone in 3 ms, 1 ms of it the round trip: 0.5 GiB/s, not 0.33 */
-    assert_int_equal(tent_rail_pick(rs, 1 << 20, 0, &tk), 0);
+    assert_int_equal(tent_rail_pick(rs, 1 << 20, false, 0, &tk), 0);
     tk.start_ns = tent_now_ns() - 3000000; /* 3 ms before now, however
                                               long the pick was ago */
     tent_rail_complete(rs, 0, 1 << 20, &tk);
@@ -240,8 +305,8 @@ static void test_nic_loads(void **state)
     struct tent_railset *a = two_rails(s, &p, 1 * GB, 1 * GB);
     struct tent_railset *b = two_rails(s, &p, 1 * GB, 1 * GB);
     struct tent_rail_ticket tk;
-    assert_int_equal(tent_rail_pick(a, 1000, 1u << 1, &tk), 0);
-    assert_int_equal(tent_rail_pick(b, 2000, 1u << 1, &tk), 0);
+    assert_int_equal(tent_rail_pick(a, 1000, false, 1u << 1, &tk), 0);
+    assert_int_equal(tent_rail_pick(b, 2000, false, 1u << 1, &tk), 0);
     struct tent_nic_load l[8];
     size_t n = tent_sched_nic_loads(s, l, 8);
     assert_int_equal(n, 3);
@@ -302,7 +367,7 @@ static void sim_fill(struct sim *m)
 {
     while (m->r[0].n + m->r[1].n < DEPTH) {
         struct tent_rail_ticket tk;
-        int i = tent_rail_pick(m->rs, MIB, 0, &tk);
+        int i = tent_rail_pick(m->rs, MIB, false, 0, &tk);
         assert_true(i == 0 || i == 1);
         m->r[i].tk[m->r[i].n++] = tk;
     }
@@ -437,7 +502,7 @@ static void test_meter_skips_an_outage(void **state)
     sim_run(&m, 2000, NULL, NULL);
     assert_true(m.r[0].n > 0);
     while (m.r[0].n > 0) { /* the deadline: they fail */
-        tent_rail_fail(m.rs, 0, MIB);
+        tent_rail_fail(m.rs, 0, MIB, NULL);
         sim_pop(&m.r[0], 1);
         m.failed++;
     }
@@ -476,6 +541,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spray_follows_bandwidth),
+        cmocka_unit_test(test_high_counts_low_on_the_wire_only),
         cmocka_unit_test(test_slow_rail_gets_probes_only),
         cmocka_unit_test(test_pause_probe_and_back_off),
         cmocka_unit_test(test_delivery_rate),

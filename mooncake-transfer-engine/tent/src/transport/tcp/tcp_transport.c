@@ -372,7 +372,7 @@ static void window_finish(struct tcp_rail *r, struct tcp_conn *c, int rc,
     for (int i = 0; i < c->n; i++) {
         struct slice *s = c->w[i];
         if (i >= answered) {
-            tent_rail_fail(p->rs, r->idx, s->len);
+            tent_rail_fail(p->rs, r->idx, s->len, &s->tk);
             bool safe = s->opcode == OPCODE_READ || tcp_conn_unsent(c, i);
             if (safe) {
                 reroute(t, p, s, rc, native, why);
@@ -417,7 +417,7 @@ static void reroute_list(struct tcp_rail *r, struct slice *s, int code,
 {
     while (s) {
         struct slice *n = s->next;
-        tent_rail_release(r->peer->rs, r->idx, s->len);
+        tent_rail_release(r->peer->rs, r->idx, s->len, &s->tk);
         reroute(r->peer->t, r->peer, s, code, native, why);
         s = n;
     }
@@ -428,8 +428,10 @@ static void reroute(struct tcp_transport *t, struct tcp_peer *p,
                     struct slice *s, int code, int native, const char *why)
 {
     s->avoid |= 1u << s->rail;
-    int nr =
-        p->nrails > 1 ? tent_rail_pick(p->rs, s->len, s->avoid, &s->tk) : -1;
+    int nr = p->nrails > 1
+                 ? tent_rail_pick(p->rs, s->len, s->prio == TENT_PRIO_LOW,
+                                  s->avoid, &s->tk)
+                 : -1;
     if (nr < 0) {
         slice_done(t, s, code, native, "%s", why);
         return;
@@ -1182,6 +1184,9 @@ static int tcp_install(struct tent_transport *base)
     t->nconns = (int)nc;
     t->slice_size = (uint32_t)ss;
     t->low_slice = (uint32_t)(lss < ss ? lss : ss);
+    /* the HIGH pick counts a rail's LOW bytes only up to what low_budget()
+     * lets onto its wire: the rest waits behind HIGH in our queues */
+    t->sp.yield_wire_floor = t->low_slice;
     t->stall_ms = (int)st;
     t->promo_ns = (uint64_t)promo * 1000u;
     /* The target half: peers' reads and writes of our memory. */
@@ -1513,7 +1518,8 @@ static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
             head = s->next;
             /* with avoid 0 a rail set always answers (a paused rail when
              * every rail is paused) */
-            s->rail = tent_rail_pick(p->rs, s->len, 0, &s->tk);
+            s->rail = tent_rail_pick(p->rs, s->len, s->prio == TENT_PRIO_LOW, 0,
+                                     &s->tk);
             if (s->rail < 0)
                 s->rail = 0;
             pend_add(pend, &npend, p->rails[s->rail], s);
