@@ -27,7 +27,8 @@
 #       rail (the same workload, (a)'s single-rail run);
 #   (d) 4 KiB HIGH reads (one at a time, 1 ms apart) while LOW 64 MiB
 #       writes (2 threads x 2 per batch) saturate the rails: HIGH p99
-#       against its unloaded p99 (measured first), LOW GB/s against the
+#       against its unloaded p99 (measured first, as long as the loaded
+#       runs: a p99 of fewer samples is noisier), LOW GB/s against the
 #       raw streams; and the same with priorities ignored (both streams
 #       HIGH, the class requests have by default).
 # A task latency is from its batch's submit to its completion.  Each
@@ -236,8 +237,8 @@ if want d; then
 stamp "(d) HIGH 4 KiB reads under LOW 64 MiB writes"
 HI=(--lat-block 4096 --lat-op read --lat-prio 0)
 BULK=(--threads 2 --block 64M --batch 2)
-run du2 T2 --seconds 3 --after-ms 500 --threads 0 "${HI[@]}"
-run du1 T1 --seconds 3 --after-ms 500 --threads 0 "${HI[@]}"
+run du2 T2 --seconds 8 --after-ms 2000 --threads 0 "${HI[@]}"
+run du1 T1 --seconds 8 --after-ms 2000 --threads 0 "${HI[@]}"
 run dp2 T2 --seconds 8 --after-ms 2000 "${BULK[@]}" --prio 2 "${HI[@]}"
 run dp1 T1 --seconds 8 --after-ms 2000 "${BULK[@]}" --prio 2 "${HI[@]}"
 run dn2 T2 --seconds 8 --after-ms 2000 "${BULK[@]}" --prio 0 "${HI[@]}"

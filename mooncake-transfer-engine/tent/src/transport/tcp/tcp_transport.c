@@ -23,7 +23,7 @@
  * Priorities: each rail has a queue per class (TENT_PRIO_HIGH, MEDIUM, LOW),
  * served in that order; a slice that waited priority_promotion_timeout_us
  * counts one class higher per timeout, so LOW is never starved.  LOW
- * requests are cut into slices of low_slice_size (128 KiB, at most
+ * requests are cut into slices of low_slice_size (64 KiB, at most
  * slice_size) and LOW windows on the wire are held to about the rail's
  * bandwidth-delay product (at least one such slice), so that they do not
  * build queues in the kernel,
@@ -1167,7 +1167,7 @@ static int tcp_install(struct tent_transport *base)
                                        1 << 20, 4096, TENT_WIRE_MAX_DATA, &ss);
     if (!rc)
         rc = tent_config_get_int_range(
-            env->cfg, "transports/tcp/low_slice_size", 128 << 10, 4096,
+            env->cfg, "transports/tcp/low_slice_size", 64 << 10, 4096,
             TENT_WIRE_MAX_DATA, &lss);
     if (!rc)
         rc = tent_config_get_int_range(env->cfg, "transports/tcp/rail_stall_ms",
