@@ -139,6 +139,30 @@ struct tent_buffer {
 #define TENT_PRIO_HIGH   0
 #define TENT_PRIO_MEDIUM 1
 #define TENT_PRIO_LOW    2
+#define TENT_NPRIO       3
+
+/* The class a request queued since enq_ns is served as at now: one class
+ * higher per promo_ns it waited (TENT's priority_promotion_timeout_us; 0:
+ * never promoted), so a LOW request is never starved.  Every transport's
+ * queues use it. */
+static inline int tent_prio_effective(int prio, uint64_t enq_ns, uint64_t now,
+                                      uint64_t promo_ns)
+{
+    if (!promo_ns || now <= enq_ns)
+        return prio;
+    uint64_t up = (now - enq_ns) / promo_ns;
+    return up >= (uint64_t)prio ? TENT_PRIO_HIGH : prio - (int)up;
+}
+
+/* Whether a queue head of effective class e queued at enq_ns goes before
+ * the best one so far: the better class, and between equal classes the
+ * older (a promoted request takes its place among the class it reached, so
+ * a stream of new HIGH requests cannot hold it back for ever). */
+static inline bool tent_prio_before(int e, uint64_t enq_ns, int best_e,
+                                    uint64_t best_enq_ns)
+{
+    return e < best_e || (e == best_e && enq_ns < best_enq_ns);
+}
 
 /* One resolved request.  slot is the task's index in the runtime batch and
  * the index at which the transport keeps that task's state in its

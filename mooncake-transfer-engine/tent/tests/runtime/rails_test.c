@@ -15,6 +15,7 @@
 #include "common/config.h"
 #include "sched/rails.h"
 #include "tent/transfer_engine.h"
+#include "transport/transport.h"
 
 #include <poll.h>
 #include <stdio.h>
@@ -537,11 +538,36 @@ static void test_params(void **state)
     tent_config_free(cfg);
 }
 
+/* Promotion, as every transport's queues apply it: one class higher per
+ * timeout waited, never above HIGH, none with a timeout of 0; between equal
+ * classes the older head goes first, so a promoted LOW request is not held
+ * back by newer HIGH ones. */
+static void test_promotion(void **state)
+{
+    (void)state;
+    const uint64_t ms = 1000000;
+    assert_int_equal(tent_prio_effective(TENT_PRIO_LOW, 100 * ms, 100 * ms, 10 * ms), TENT_PRIO_LOW);
+    assert_int_equal(tent_prio_effective(TENT_PRIO_LOW, 100 * ms, 109 * ms, 10 * ms), TENT_PRIO_LOW);
+    assert_int_equal(tent_prio_effective(TENT_PRIO_LOW, 100 * ms, 110 * ms, 10 * ms), TENT_PRIO_MEDIUM);
+    assert_int_equal(tent_prio_effective(TENT_PRIO_LOW, 100 * ms, 120 * ms, 10 * ms), TENT_PRIO_HIGH);
+    assert_int_equal(tent_prio_effective(TENT_PRIO_LOW, 100 * ms, 900 * ms, 10 * ms), TENT_PRIO_HIGH);
+    assert_int_equal(tent_prio_effective(TENT_PRIO_MEDIUM, 100 * ms, 115 * ms, 10 * ms), TENT_PRIO_HIGH);
+    assert_int_equal(tent_prio_effective(TENT_PRIO_LOW, 100 * ms, 900 * ms, 0), TENT_PRIO_LOW);
+    /* a clock that went back: no promotion */
+    assert_int_equal(tent_prio_effective(TENT_PRIO_LOW, 100 * ms, 50 * ms, 10 * ms), TENT_PRIO_LOW);
+    assert_true(tent_prio_before(TENT_PRIO_HIGH, 5, TENT_PRIO_LOW, 1));
+    assert_false(tent_prio_before(TENT_PRIO_LOW, 1, TENT_PRIO_HIGH, 5));
+    assert_true(tent_prio_before(TENT_PRIO_HIGH, 1, TENT_PRIO_HIGH, 5));
+    assert_false(tent_prio_before(TENT_PRIO_HIGH, 5, TENT_PRIO_HIGH, 1));
+    assert_false(tent_prio_before(TENT_PRIO_HIGH, 5, TENT_PRIO_HIGH, 5));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spray_follows_bandwidth),
         cmocka_unit_test(test_high_counts_low_on_the_wire_only),
+        cmocka_unit_test(test_promotion),
         cmocka_unit_test(test_slow_rail_gets_probes_only),
         cmocka_unit_test(test_pause_probe_and_back_off),
         cmocka_unit_test(test_delivery_rate),

@@ -82,7 +82,6 @@
 
 #define MAX_CONNS 16
 #define MAX_NICS  16
-#define NPRIO     3
 /* How often the lend thread moves lent windows nobody polls. */
 #define LEND_TICK_MS 1
 
@@ -125,7 +124,7 @@ struct tcp_rail {
     bool woken[MAX_CONNS];
     int idle[MAX_CONNS]; /* worker indices, the last idle on top */
     int nidle;
-    struct squeue q[NPRIO];
+    struct squeue q[TENT_NPRIO];
     uint64_t q_bytes;              /* bytes queued, all classes */
     uint64_t low_wire;             /* bytes of LOW windows on the wire */
     _Atomic long long progress_ms; /* a byte last moved on the rail */
@@ -263,7 +262,7 @@ static void fail_list(struct tcp_transport *t, struct slice *s, int code,
 static struct slice *take_all_locked(struct tcp_rail *r)
 {
     struct slice *head = NULL, *tail = NULL;
-    for (int k = 0; k < NPRIO; k++) {
+    for (int k = 0; k < TENT_NPRIO; k++) {
         if (!r->q[k].head)
             continue;
         if (tail)
@@ -282,17 +281,6 @@ static bool queued_locked(const struct tcp_rail *r)
     return r->q[0].head || r->q[1].head || r->q[2].head;
 }
 
-/* The class a slice counts as now: one higher per promotion timeout it
- * waited. */
-static int effective_prio(const struct tcp_transport *t, const struct slice *s,
-                          uint64_t now)
-{
-    if (!t->promo_ns || now <= s->enq_ns)
-        return s->prio;
-    uint64_t up = (now - s->enq_ns) / t->promo_ns;
-    return up >= (uint64_t)s->prio ? 0 : s->prio - (int)up;
-}
-
 /* LOW bytes the rail may have on the wire: its bandwidth-delay product, at
  * least one slice. */
 static uint64_t low_budget(struct tcp_rail *r)
@@ -307,16 +295,18 @@ static int next_queue_locked(struct tcp_rail *r, uint64_t low_cap)
 {
     struct tcp_transport *t = r->peer->t;
     uint64_t now = tent_now_ns();
-    int best = -1, best_prio = NPRIO;
-    for (int k = 0; k < NPRIO; k++) {
+    int best = -1, best_prio = TENT_NPRIO;
+    uint64_t best_enq = UINT64_MAX;
+    for (int k = 0; k < TENT_NPRIO; k++) {
         struct slice *h = r->q[k].head;
         if (!h)
             continue;
         if (k == TENT_PRIO_LOW && r->low_wire >= low_cap)
             continue; /* waits for a LOW window to finish */
-        int e = effective_prio(t, h, now);
-        if (e < best_prio) {
+        int e = tent_prio_effective(h->prio, h->enq_ns, now, t->promo_ns);
+        if (tent_prio_before(e, h->enq_ns, best_prio, best_enq)) {
             best_prio = e;
+            best_enq = h->enq_ns;
             best = k;
         }
     }
@@ -516,9 +506,9 @@ static struct slice *cut_tail_locked(struct tcp_rail *victim, int avoid_idx,
                                      uint64_t *bytes_out)
 {
     int k = 0;
-    while (k < NPRIO && !victim->q[k].head)
+    while (k < TENT_NPRIO && !victim->q[k].head)
         k++;
-    if (k == NPRIO)
+    if (k == TENT_NPRIO)
         return NULL;
     struct squeue *q = &victim->q[k];
     uint64_t total = 0;
@@ -1166,9 +1156,9 @@ static int tcp_install(struct tent_transport *base)
         rc = tent_config_get_int_range(env->cfg, "transports/tcp/slice_size",
                                        1 << 20, 4096, TENT_WIRE_MAX_DATA, &ss);
     if (!rc)
-        rc = tent_config_get_int_range(
-            env->cfg, "transports/tcp/low_slice_size", 64 << 10, 4096,
-            TENT_WIRE_MAX_DATA, &lss);
+        rc =
+            tent_config_get_int_range(env->cfg, "transports/tcp/low_slice_size",
+                                      64 << 10, 4096, TENT_WIRE_MAX_DATA, &lss);
     if (!rc)
         rc = tent_config_get_int_range(env->cfg, "transports/tcp/rail_stall_ms",
                                        500, 0, 600000, &st);
