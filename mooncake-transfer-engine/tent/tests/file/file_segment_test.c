@@ -408,6 +408,64 @@ static void test_policy(void **state)
     tent_destroy_engine(e);
 }
 
+/* Priorities: with one worker (io_uring: one ring of 8 entries), LOW writes
+ * of 16 x 16 MiB are under way when a HIGH write of 4 KiB is submitted.
+ * The HIGH one is served ahead of the LOW ones still queued and between two
+ * pieces of the LOW one being moved: it completes while most LOW ones are
+ * still pending (served in order, it would wait for all of them).  Then
+ * every byte of both is in the file. */
+static void test_priority(void **state)
+{
+    (void)state;
+    tent_engine_t e =
+        is_uring() ? ft_engine(X, "transports/io_uring/workers", "1",
+                               "transports/io_uring/queue_depth", "8",
+                               "merge_requests", "false", NULL)
+                   : ft_engine(X, "transports/bufio/workers", "1",
+                               "merge_requests", "false", NULL);
+    const uint64_t nlow = 16, blk = 16 << 20, size = nlow * blk + 4096;
+    tent_segment_id_t h = open_file(e, "prio", size, 0);
+    uint8_t *src = ft_mem(e, size);
+    ft_fill(src, size, 41, 0);
+    tent_request_t low[16], high = ft_req(OPCODE_WRITE, src + nlow * blk, h,
+                                          nlow * blk, 4096);
+    for (uint64_t i = 0; i < nlow; i++) {
+        low[i] = ft_req(OPCODE_WRITE, src + i * blk, h, i * blk, blk);
+        low[i].priority = TENT_PRIO_LOW;
+    }
+    high.priority = TENT_PRIO_HIGH;
+    tent_batch_id_t bl = tent_allocate_batch(e, nlow);
+    tent_batch_id_t bh = tent_allocate_batch(e, 1);
+    assert_int_equal(tent_submit(e, bl, low, nlow), TENT_OK);
+    assert_int_equal(tent_submit(e, bh, &high, 1), TENT_OK);
+    ft_wait(e, bh, 1);
+    size_t pending = 0;
+    for (uint64_t i = 0; i < nlow; i++) {
+        tent_status_t st;
+        assert_int_equal(tent_task_status(e, bl, i, &st), TENT_OK);
+        pending += st.status == STATUS_PENDING || st.status == STATUS_WAITING;
+    }
+    tent_status_t st;
+    assert_int_equal(tent_task_status(e, bh, 0, &st), TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    if (pending < nlow / 2)
+        fail_msg("the HIGH write completed after %zu of %llu LOW writes",
+                 (size_t)nlow - pending, (unsigned long long)nlow);
+    ft_wait(e, bl, nlow);
+    for (uint64_t i = 0; i < nlow; i++) {
+        assert_int_equal(tent_task_status(e, bl, i, &st), TENT_OK);
+        assert_int_equal(st.status, STATUS_COMPLETED);
+        assert_int_equal(st.transferred_bytes, blk);
+    }
+    assert_int_equal(tent_free_batch(e, bl), TENT_OK);
+    assert_int_equal(tent_free_batch(e, bh), TENT_OK);
+    uint8_t *got = ft_read_file(ft_path("prio"), 0, size);
+    assert_memory_equal(got, src, size);
+    free(got);
+    ft_mem_free(e, src, size);
+    tent_destroy_engine(e);
+}
+
 int main(int argc, char **argv)
 {
     X = argc > 1 ? argv[1] : "bufio";
@@ -424,6 +482,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_many),      cmocka_unit_test(test_short),
         cmocka_unit_test(test_sync),      cmocka_unit_test(test_close_reopen),
         cmocka_unit_test(test_selection), cmocka_unit_test(test_policy),
+        cmocka_unit_test(test_priority),
     };
     return cmocka_run_group_tests_name(X, tests, NULL, NULL);
 }

@@ -2,8 +2,11 @@
  * io_uring.  Beyond TENT (whose buf-io transport calls pread/pwrite inside
  * submit, and is not loaded by its runtime).
  *
- * Submit puts the requests on one queue and wakes a worker; workers
- * (transports/bufio/workers) take a share of the queue, move each request
+ * Submit puts the requests on their class's queue (the request's priority)
+ * and wakes a worker; workers (transports/bufio/workers) take a share of
+ * the highest class queued (a request that waited
+ * priority_promotion_timeout_us counts one class higher per timeout, so LOW
+ * is never starved), move each request
  * with pread/pwrite through the page cache (a short transfer continues from
  * where it stopped; a read that meets the end of the file fails: the file
  * shrank), then, for the tasks they took together: one fdatasync per file
@@ -11,7 +14,13 @@
  * see that it was neither deleted nor truncated, and only then the tasks
  * become COMPLETED.  A task that failed anywhere is FAILED with its cause;
  * none is ever COMPLETED with fewer bytes than asked.  Status reads an
- * atomic word: it never waits. */
+ * atomic word: it never waits.
+ *
+ * A LOW request is moved low_slice_size bytes at a time, and between two
+ * pieces its worker first serves the HIGH and MEDIUM requests queued
+ * meanwhile: a HIGH request waits behind at most one piece of a LOW one,
+ * even when every worker is busy with LOW. */
+#include "common/clock.h"
 #include "common/compiler.h"
 #include "common/config.h"
 #include "common/error.h"
@@ -38,6 +47,8 @@ struct bufio_task {
     uint64_t bytes;
     struct tent_xerr *err;
     int opcode;
+    int prio;        /* TENT_PRIO_* of the request */
+    uint64_t enq_ns; /* when it was queued (promotion) */
     char *local;
     uint64_t off, len;
     struct tent_fio_file *file;
@@ -51,8 +62,10 @@ struct bufio_sub {
     atomic_int inflight;
 };
 
-/* lock guards head, tail, queued and stop; workers wait on more, quiesce
- * on idle.  It is a leaf: nothing is taken while it is held. */
+/* lock guards the queues and stop; workers wait on more, quiesce on idle.
+ * It is a leaf: nothing is taken while it is held.  urgent (HIGH and
+ * MEDIUM tasks queued) is also read without it, between a LOW task's
+ * pieces. */
 struct bufio_transport {
     struct tent_transport base;
     struct tent_fio_table files;
@@ -61,8 +74,10 @@ struct bufio_transport {
     pthread_t workers[MAX_WORKERS];
     pthread_mutex_t lock;
     pthread_cond_t more, idle;
-    struct bufio_task *head, *tail;
-    size_t queued;
+    struct bufio_task *head[TENT_NPRIO], *tail[TENT_NPRIO];
+    size_t queued; /* every class */
+    atomic_size_t urgent;
+    uint64_t low_slice, promo_ns;
     bool stop;
     atomic_int inflight; /* tasks submitted and not yet terminal */
     atomic_bool quiescing;
@@ -73,15 +88,26 @@ static struct bufio_transport *bt_of(struct tent_transport *t)
     return (struct bufio_transport *)t;
 }
 
+static void serve_urgent(struct bufio_transport *bt);
+
 /* Moves one task's bytes; false, with its cause in *err (NULL when even
- * that could not be allocated), when it failed. */
-static bool move(struct bufio_task *k, struct tent_xerr **err)
+ * that could not be allocated), when it failed.  A LOW task goes in pieces
+ * of low_slice bytes, with the HIGH and MEDIUM tasks queued meanwhile
+ * served between two. */
+static bool move(struct bufio_transport *bt, struct bufio_task *k,
+                 struct tent_xerr **err)
 {
     struct tent_fio_file *f = k->file;
     uint64_t done = 0;
+    bool pieces = k->prio == TENT_PRIO_LOW;
     *err = NULL;
     while (done < k->len) {
+        if (pieces && done &&
+            atomic_load_explicit(&bt->urgent, memory_order_relaxed))
+            serve_urgent(bt);
         uint64_t want = k->len - done;
+        if (pieces && want > bt->low_slice)
+            want = bt->low_slice;
         int fe = tent_fio_fault_take(BUFIO, TENT_FIO_FAULT_ERRNO);
         if (fe) {
             *err =
@@ -137,7 +163,7 @@ static void run_taken(struct bufio_transport *bt, struct bufio_task **v,
     struct tent_xerr *errs[TAKE_MAX];
     bool ok[TAKE_MAX];
     for (size_t i = 0; i < n; i++)
-        ok[i] = move(v[i], &errs[i]);
+        ok[i] = move(bt, v[i], &errs[i]);
     for (size_t i = 0; i < n; i++) {
         struct tent_fio_file *f = v[i]->file;
         bool seen = false, wrote = false;
@@ -176,32 +202,79 @@ static void run_taken(struct bufio_transport *bt, struct bufio_task **v,
         finish(bt, v[i], ok[i], errs[i]);
 }
 
+/* The class a worker serves next: the best effective one queued (LOW
+ * promoted by its wait), or -1.  urgent_only: HIGH and MEDIUM only (a LOW
+ * task's worker between two pieces).  Caller holds lock. */
+static int next_class_locked(struct bufio_transport *bt, bool urgent_only)
+{
+    uint64_t now = tent_now_ns();
+    int best = -1, best_e = TENT_NPRIO;
+    uint64_t best_enq = UINT64_MAX;
+    for (int c = 0; c < (urgent_only ? TENT_PRIO_LOW : TENT_NPRIO); c++) {
+        const struct bufio_task *h = bt->head[c];
+        if (!h)
+            continue;
+        int e = tent_prio_effective(c, h->enq_ns, now, bt->promo_ns);
+        if (tent_prio_before(e, h->enq_ns, best_e, best_enq)) {
+            best_e = e;
+            best_enq = h->enq_ns;
+            best = c;
+        }
+    }
+    return best;
+}
+
+/* Takes a fair share of class c's queue into v (so that the other workers
+ * get some of a burst); returns how many.  Caller holds lock. */
+static size_t take_locked(struct bufio_transport *bt, int c,
+                          struct bufio_task **v)
+{
+    size_t share = bt->queued / (size_t)bt->nworkers;
+    if (share < 1)
+        share = 1;
+    if (share > TAKE_MAX)
+        share = TAKE_MAX;
+    size_t n = 0;
+    while (bt->head[c] && n < share) {
+        v[n++] = bt->head[c];
+        bt->head[c] = bt->head[c]->next;
+        bt->queued--;
+    }
+    if (!bt->head[c])
+        bt->tail[c] = NULL;
+    if (c != TENT_PRIO_LOW)
+        atomic_fetch_sub_explicit(&bt->urgent, n, memory_order_relaxed);
+    if (bt->queued)
+        pthread_cond_signal(&bt->more);
+    return n;
+}
+
+/* Between two pieces of a LOW task: one share of the HIGH and MEDIUM
+ * tasks queued (then the LOW task's next piece, so that a stream of them
+ * does not stop it). */
+static void serve_urgent(struct bufio_transport *bt)
+{
+    struct bufio_task *v[TAKE_MAX];
+    pthread_mutex_lock(&bt->lock);
+    int c = next_class_locked(bt, true);
+    size_t n = c < 0 ? 0 : take_locked(bt, c, v);
+    pthread_mutex_unlock(&bt->lock);
+    if (n)
+        run_taken(bt, v, n); /* not LOW: no pieces, no recursion */
+}
+
 static void *worker_main(void *arg)
 {
     struct bufio_transport *bt = arg;
     struct bufio_task *v[TAKE_MAX];
     pthread_mutex_lock(&bt->lock);
     for (;;) {
-        while (!bt->head && !bt->stop)
+        while (!bt->queued && !bt->stop)
             pthread_cond_wait(&bt->more, &bt->lock);
-        if (!bt->head)
+        int c = next_class_locked(bt, false);
+        if (c < 0)
             break; /* stopping, nothing left */
-        /* a fair share, so that the other workers get some of a burst */
-        size_t share = bt->queued / (size_t)bt->nworkers;
-        if (share < 1)
-            share = 1;
-        if (share > TAKE_MAX)
-            share = TAKE_MAX;
-        size_t n = 0;
-        while (bt->head && n < share) {
-            v[n++] = bt->head;
-            bt->head = bt->head->next;
-            bt->queued--;
-        }
-        if (!bt->head)
-            bt->tail = NULL;
-        if (bt->head)
-            pthread_cond_signal(&bt->more);
+        size_t n = take_locked(bt, c, v);
         pthread_mutex_unlock(&bt->lock);
         run_taken(bt, v, n);
         pthread_mutex_lock(&bt->lock);
@@ -224,15 +297,26 @@ static int bufio_install(struct tent_transport *t)
 {
     struct bufio_transport *bt = bt_of(t);
     const struct tent_xport_env *env = t->env;
-    int64_t workers;
+    int64_t workers, lss, promo;
     int rc = tent_config_get_int_range(env->cfg, "transports/bufio/workers", 2,
                                        1, MAX_WORKERS, &workers);
     if (!rc)
         rc = tent_config_get_bool(env->cfg, "transports/bufio/sync", false,
                                   &bt->sync);
+    if (!rc)
+        rc = tent_config_get_int_range(env->cfg,
+                                       "transports/bufio/low_slice_size",
+                                       1 << 20, 4096, INT64_MAX, &lss);
+    if (!rc)
+        rc = tent_config_get_int_range(
+            env->cfg, "transports/bufio/priority_promotion_timeout_us", 10000,
+            0, 60000000, &promo);
     if (rc)
         return rc;
     bt->nworkers = (int)workers;
+    bt->low_slice = (uint64_t)lss;
+    bt->promo_ns = (uint64_t)promo * 1000u;
+    atomic_init(&bt->urgent, 0);
     tent_fio_table_init(&bt->files);
     pthread_mutex_init(&bt->lock, NULL);
     pthread_cond_init(&bt->more, NULL);
@@ -310,7 +394,7 @@ static int bufio_submit(struct tent_transport *t, struct tent_sub_batch *base,
 {
     struct bufio_transport *bt = bt_of(t);
     struct bufio_sub *sb = (struct bufio_sub *)base;
-    struct bufio_task *first = NULL, *last = NULL;
+    struct bufio_task *first[TENT_NPRIO] = {0}, *last[TENT_NPRIO] = {0};
     int ret = TENT_OK;
     size_t started = 0;
     const struct tent_buffer *cached = NULL;
@@ -335,6 +419,9 @@ static int bufio_submit(struct tent_transport *t, struct tent_sub_batch *base,
         k->err = NULL;
         k->bytes = 0;
         k->opcode = x->opcode;
+        k->prio = x->priority >= TENT_PRIO_HIGH && x->priority <= TENT_PRIO_LOW
+                      ? x->priority
+                      : TENT_PRIO_HIGH;
         k->local = x->local;
         k->off = x->remote;
         k->len = x->length;
@@ -343,11 +430,11 @@ static int bufio_submit(struct tent_transport *t, struct tent_sub_batch *base,
         k->next = NULL;
         atomic_store_explicit(&k->state, TENT_XFER_PENDING,
                               memory_order_relaxed);
-        if (last)
-            last->next = k;
+        if (last[k->prio])
+            last[k->prio]->next = k;
         else
-            first = k;
-        last = k;
+            first[k->prio] = k;
+        last[k->prio] = k;
         started++;
     }
     pthread_rwlock_unlock(&bt->files.lock);
@@ -355,12 +442,22 @@ static int bufio_submit(struct tent_transport *t, struct tent_sub_batch *base,
         return ret;
     atomic_fetch_add(&sb->inflight, (int)started);
     atomic_fetch_add(&bt->inflight, (int)started);
+    uint64_t now = tent_now_ns();
     pthread_mutex_lock(&bt->lock);
-    if (bt->tail)
-        bt->tail->next = first;
-    else
-        bt->head = first;
-    bt->tail = last;
+    for (int c = 0; c < TENT_NPRIO; c++) {
+        if (!first[c])
+            continue;
+        size_t m = 0;
+        for (struct bufio_task *k = first[c]; k; k = k->next, m++)
+            k->enq_ns = now;
+        if (bt->tail[c])
+            bt->tail[c]->next = first[c];
+        else
+            bt->head[c] = first[c];
+        bt->tail[c] = last[c];
+        if (c != TENT_PRIO_LOW)
+            atomic_fetch_add_explicit(&bt->urgent, m, memory_order_relaxed);
+    }
     bt->queued += started;
     if (started > 1)
         pthread_cond_broadcast(&bt->more);

@@ -36,10 +36,19 @@
  *     that the file is still linked and no shorter than when the segment was
  *     opened (file_io.h).
  * A task is COMPLETED with all its bytes or FAILED with its cause (file,
- * offset, length, errno), never partly COMPLETED.  transports/io_uring/sqpoll
- * makes the rings poll their submission queues from a kernel thread. */
+ * offset, length, errno), never partly COMPLETED.
+ *
+ * Priorities: a ring's backlog has a list per class (the request's
+ * priority), drained in that order; a task that waited
+ * priority_promotion_timeout_us counts one class higher per timeout.  A LOW
+ * task's SQEs move at most low_slice_size bytes and at most low_depth of
+ * them are in flight per ring, so that LOW leaves room in the ring and
+ * builds no deep queue in the kernel in front of a HIGH request.
+ * transports/io_uring/sqpoll makes the rings poll their submission queues from
+ * a kernel thread. */
 #include "transport/io_uring/io_uring_transport.h"
 
+#include "common/clock.h"
 #include "common/compiler.h"
 #include "common/config.h"
 #include "common/error.h"
@@ -78,6 +87,8 @@ struct iou_task {
     struct tent_xerr *err;
     /* the request */
     int opcode;
+    int prio;        /* TENT_PRIO_* of the request */
+    uint64_t enq_ns; /* when it was handed to the ring (promotion) */
     char *local;
     uint64_t off, len;
     struct tent_fio_file *file;
@@ -172,8 +183,9 @@ struct iou_ring {
     struct tlist queue;
     bool sleeping, stop;
     /* worker state */
-    struct tlist backlog; /* tasks waiting for room in the ring */
-    struct tlist ready;   /* transfers done this round: check, publish */
+    struct tlist backlog[TENT_NPRIO]; /* tasks waiting for room, per class */
+    unsigned low_sqes;                /* LOW I/O SQEs in flight */
+    struct tlist ready; /* transfers done this round: check, publish */
     struct iou_sync *dirty;
 };
 
@@ -185,6 +197,8 @@ struct iou_transport {
     int nworkers, nrings; /* rings configured, rings running */
     struct iou_ring rings[MAX_RINGS];
     unsigned depth, sqpoll_idle;
+    unsigned low_depth;           /* LOW SQEs in flight per ring, at most */
+    uint64_t low_slice, promo_ns; /* LOW SQE bytes, at most; promotion */
     bool sqpoll, sync, direct, fixed_bufs, fixed_files;
     _Atomic unsigned next_ring;
     pthread_mutex_t reg_lock;
@@ -267,7 +281,8 @@ static void arm_wake(struct iou_ring *r)
 static bool prep_io(struct iou_ring *r, struct iou_task *k)
 {
     struct iou_transport *tp = r->tp;
-    if (r->nsqe >= r->cap)
+    bool low = k->prio == TENT_PRIO_LOW;
+    if (r->nsqe >= r->cap || (low && r->low_sqes >= tp->low_depth))
         return false;
     struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
     if (!sqe)
@@ -277,6 +292,8 @@ static bool prep_io(struct iou_ring *r, struct iou_task *k)
     uint64_t want = k->len - k->done;
     if (want > SQE_BYTES)
         want = SQE_BYTES;
+    if (low && want > tp->low_slice)
+        want = tp->low_slice;
     char *mem = k->local + k->done;
     uint64_t off = k->off + k->done;
     bool direct = !k->nodirect && tent_fio_direct_ok(f, mem, off, want);
@@ -311,19 +328,54 @@ static bool prep_io(struct iou_ring *r, struct iou_task *k)
     count(direct ? &tp->c_direct : &tp->c_buffered);
     io_uring_sqe_set_data(sqe, k);
     r->nsqe++;
+    r->low_sqes += low;
     return true;
 }
 
+/* Task k (new, or continued) into the ring, unless a task of its class or
+ * a higher one waits: then behind them. */
 static void start_or_queue(struct iou_ring *r, struct iou_task *k)
 {
-    if (r->backlog.head || !prep_io(r, k))
-        tl_push(&r->backlog, k);
+    bool ahead = false;
+    for (int c = 0; c <= k->prio && !ahead; c++)
+        ahead = r->backlog[c].head != NULL;
+    if (ahead || !prep_io(r, k))
+        tl_push(&r->backlog[k->prio], k);
 }
 
+/* Into the ring from the backlog, the best class first (a LOW task
+ * promoted by its wait counts as the class it reached); a LOW task held
+ * by low_depth lets the others pass. */
 static void drain_backlog(struct iou_ring *r)
 {
-    while (r->backlog.head && prep_io(r, r->backlog.head))
-        tl_pop(&r->backlog);
+    const struct iou_transport *tp = r->tp;
+    uint64_t now = tent_now_ns();
+    for (;;) {
+        int best = -1, best_e = TENT_NPRIO;
+        uint64_t best_enq = UINT64_MAX;
+        for (int c = 0; c < TENT_NPRIO; c++) {
+            const struct iou_task *h = r->backlog[c].head;
+            if (!h || (c == TENT_PRIO_LOW && r->low_sqes >= tp->low_depth))
+                continue;
+            int e = tent_prio_effective(c, h->enq_ns, now, tp->promo_ns);
+            if (tent_prio_before(e, h->enq_ns, best_e, best_enq)) {
+                best_e = e;
+                best_enq = h->enq_ns;
+                best = c;
+            }
+        }
+        if (best < 0 || !prep_io(r, r->backlog[best].head))
+            return;
+        tl_pop(&r->backlog[best]);
+    }
+}
+
+static bool backlog_empty(const struct iou_ring *r)
+{
+    for (int c = 0; c < TENT_NPRIO; c++)
+        if (r->backlog[c].head)
+            return false;
+    return true;
 }
 
 static void fail_task(struct iou_ring *r, struct iou_task *k,
@@ -340,6 +392,11 @@ static void on_io(struct iou_ring *r, struct iou_task *k, int res)
     uint64_t want = k->len - k->done;
     if (want > SQE_BYTES)
         want = SQE_BYTES;
+    if (k->prio == TENT_PRIO_LOW) {
+        r->low_sqes--;
+        if (want > tp->low_slice)
+            want = tp->low_slice;
+    }
     int fe = tent_fio_fault_take(IOU, TENT_FIO_FAULT_ERRNO);
     if (fe)
         res = -fe;
@@ -522,7 +579,7 @@ static void *worker_main(void *arg)
         drain_backlog(r);
         start_syncs(r);
         unsigned io = r->nsqe - (r->wake_armed ? 1 : 0);
-        if (stop && io == 0 && !r->backlog.head && !r->dirty)
+        if (stop && io == 0 && backlog_empty(r) && !r->dirty)
             break;
         int rc;
         if (may_sleep(r)) {
@@ -701,7 +758,7 @@ static int iou_install(struct tent_transport *t)
 {
     struct iou_transport *tp = tp_of(t);
     const struct tent_config *cfg = t->env->cfg;
-    int64_t workers, depth, idle;
+    int64_t workers, depth, idle, lss, ldepth, promo;
     int rc = tent_config_get_int_range(cfg, "transports/io_uring/workers", 2, 1,
                                        MAX_RINGS, &workers);
     if (!rc)
@@ -722,6 +779,17 @@ static int iou_install(struct tent_transport *t)
     if (!rc)
         rc = tent_config_get_bool(cfg, "transports/io_uring/fixed_buffers",
                                   true, &tp->fixed_bufs);
+    if (!rc)
+        rc =
+            tent_config_get_int_range(cfg, "transports/io_uring/low_slice_size",
+                                      1 << 20, 4096, (int64_t)SQE_BYTES, &lss);
+    if (!rc)
+        rc = tent_config_get_int_range(cfg, "transports/io_uring/low_depth", 4,
+                                       1, 4096, &ldepth);
+    if (!rc)
+        rc = tent_config_get_int_range(
+            cfg, "transports/io_uring/priority_promotion_timeout_us", 10000, 0,
+            60000000, &promo);
     if (rc)
         return rc;
     /* Is io_uring allowed here at all (kernel, sysctl io_uring_disabled,
@@ -738,6 +806,9 @@ static int iou_install(struct tent_transport *t)
     io_uring_queue_exit(&probe);
     tp->nworkers = (int)workers;
     tp->depth = (unsigned)depth;
+    tp->low_slice = (uint64_t)lss;
+    tp->low_depth = (unsigned)ldepth;
+    tp->promo_ns = (uint64_t)promo * 1000u;
     tp->sqpoll_idle = (unsigned)idle;
     tp->fixed_files = true;
     tent_fio_table_init(&tp->files);
@@ -860,6 +931,9 @@ static int iou_submit(struct tent_transport *t, struct tent_sub_batch *base,
         k->err = NULL;
         k->bytes = 0;
         k->opcode = x->opcode;
+        k->prio = x->priority >= TENT_PRIO_HIGH && x->priority <= TENT_PRIO_LOW
+                      ? x->priority
+                      : TENT_PRIO_HIGH;
         k->local = x->local;
         k->off = x->remote;
         k->len = x->length;
@@ -884,6 +958,9 @@ static int iou_submit(struct tent_transport *t, struct tent_sub_batch *base,
     atomic_fetch_add(&sb->inflight, started);
     atomic_fetch_add(&tp->inflight, started);
     struct iou_ring *r = sb->ring;
+    uint64_t now = tent_now_ns();
+    for (struct iou_task *k = list.head; k; k = k->next)
+        k->enq_ns = now;
     pthread_mutex_lock(&r->qlock);
     tl_splice(&r->queue, &list);
     bool sleeping = r->sleeping;
