@@ -316,19 +316,24 @@ static void count_locked(struct rail_state *x, uint64_t bytes, bool add,
             add ? x->inflight_yield + bytes : less(x->inflight_yield, bytes);
 }
 
+/* x's bandwidth-delay product (its estimate times the shortest slice time
+ * seen lately), at least floor.  Caller holds the railset's lock. */
+static uint64_t bdp_locked(const struct rail_state *x, uint64_t floor)
+{
+    double bdp = x->ewma * (double)x->min_lat_ns / 1e9;
+    return bdp > (double)floor ? (uint64_t)bdp : floor;
+}
+
 /* The bytes on x a slice waits behind (see tent_rail_pick).  Caller holds
  * rs->lock. */
 static uint64_t ahead_locked(const struct tent_railset *rs,
                              const struct rail_state *x, bool yields)
 {
-    uint64_t y =
-        x->inflight_yield < x->inflight ? x->inflight_yield : x->inflight;
     if (yields || !rs->p.yield_wire_floor)
         return x->inflight;
-    double bdp = x->ewma * (double)x->min_lat_ns / 1e9;
-    uint64_t wire = bdp > (double)rs->p.yield_wire_floor
-                        ? (uint64_t)bdp
-                        : rs->p.yield_wire_floor;
+    uint64_t y =
+        x->inflight_yield < x->inflight ? x->inflight_yield : x->inflight;
+    uint64_t wire = bdp_locked(x, rs->p.yield_wire_floor);
     return x->inflight - y + (y < wire ? y : wire);
 }
 
@@ -598,10 +603,9 @@ uint64_t tent_rail_bdp(struct tent_railset *rs, int i, uint64_t floor)
     if (i < 0 || (size_t)i >= rs->n)
         return floor;
     pthread_mutex_lock(&rs->lock);
-    const struct rail_state *x = &rs->rails[i];
-    double bdp = x->ewma * (double)x->min_lat_ns / 1e9;
+    uint64_t bdp = bdp_locked(&rs->rails[i], floor);
     pthread_mutex_unlock(&rs->lock);
-    return bdp > (double)floor ? (uint64_t)bdp : floor;
+    return bdp;
 }
 
 size_t tent_sched_nic_loads(struct tent_sched *s, struct tent_nic_load *out,

@@ -141,6 +141,15 @@ struct tent_buffer {
 #define TENT_PRIO_LOW    2
 #define TENT_NPRIO       3
 
+/* A request's class: its priority, HIGH when out of range (the runtime
+ * refuses those at submit; a transport never indexes past its queues). */
+static inline int tent_prio_class(int priority)
+{
+    return priority >= TENT_PRIO_HIGH && priority <= TENT_PRIO_LOW
+               ? priority
+               : TENT_PRIO_HIGH;
+}
+
 /* The class a request queued since enq_ns is served as at now: one class
  * higher per promo_ns it waited (TENT's priority_promotion_timeout_us; 0:
  * never promoted), so a LOW request is never starved.  Every transport's

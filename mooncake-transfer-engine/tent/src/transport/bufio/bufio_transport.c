@@ -419,9 +419,7 @@ static int bufio_submit(struct tent_transport *t, struct tent_sub_batch *base,
         k->err = NULL;
         k->bytes = 0;
         k->opcode = x->opcode;
-        k->prio = x->priority >= TENT_PRIO_HIGH && x->priority <= TENT_PRIO_LOW
-                      ? x->priority
-                      : TENT_PRIO_HIGH;
+        k->prio = tent_prio_class(x->priority);
         k->local = x->local;
         k->off = x->remote;
         k->len = x->length;

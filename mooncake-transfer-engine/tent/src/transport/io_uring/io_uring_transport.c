@@ -276,6 +276,15 @@ static void arm_wake(struct iou_ring *r)
     r->wake_armed = true;
 }
 
+/* The bytes of task k's next SQE (that of its SQE in flight). */
+static uint64_t sqe_bytes(const struct iou_transport *tp,
+                          const struct iou_task *k)
+{
+    uint64_t want = k->len - k->done;
+    uint64_t cap = k->prio == TENT_PRIO_LOW ? tp->low_slice : SQE_BYTES;
+    return want < cap ? want : cap;
+}
+
 /* Turns the next part of task k into an SQE; false when the ring is full
  * (k goes to the backlog). */
 static bool prep_io(struct iou_ring *r, struct iou_task *k)
@@ -289,11 +298,7 @@ static bool prep_io(struct iou_ring *r, struct iou_task *k)
         return false;
     struct tent_fio_file *f = k->file;
     const struct iou_file *uf = f->xport;
-    uint64_t want = k->len - k->done;
-    if (want > SQE_BYTES)
-        want = SQE_BYTES;
-    if (low && want > tp->low_slice)
-        want = tp->low_slice;
+    uint64_t want = sqe_bytes(tp, k);
     char *mem = k->local + k->done;
     uint64_t off = k->off + k->done;
     bool direct = !k->nodirect && tent_fio_direct_ok(f, mem, off, want);
@@ -389,14 +394,9 @@ static void on_io(struct iou_ring *r, struct iou_task *k, int res)
 {
     struct iou_transport *tp = r->tp;
     struct tent_fio_file *f = k->file;
-    uint64_t want = k->len - k->done;
-    if (want > SQE_BYTES)
-        want = SQE_BYTES;
-    if (k->prio == TENT_PRIO_LOW) {
+    uint64_t want = sqe_bytes(tp, k);
+    if (k->prio == TENT_PRIO_LOW)
         r->low_sqes--;
-        if (want > tp->low_slice)
-            want = tp->low_slice;
-    }
     int fe = tent_fio_fault_take(IOU, TENT_FIO_FAULT_ERRNO);
     if (fe)
         res = -fe;
@@ -931,9 +931,7 @@ static int iou_submit(struct tent_transport *t, struct tent_sub_batch *base,
         k->err = NULL;
         k->bytes = 0;
         k->opcode = x->opcode;
-        k->prio = x->priority >= TENT_PRIO_HIGH && x->priority <= TENT_PRIO_LOW
-                      ? x->priority
-                      : TENT_PRIO_HIGH;
+        k->prio = tent_prio_class(x->priority);
         k->local = x->local;
         k->off = x->remote;
         k->len = x->length;

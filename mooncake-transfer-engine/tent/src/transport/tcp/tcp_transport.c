@@ -1423,9 +1423,7 @@ static int make_slices(struct tcp_transport *t, struct tcp_sub *sb,
     *head = NULL;
     *count = 0;
     struct slice **link = head;
-    int prio = x->priority >= TENT_PRIO_HIGH && x->priority <= TENT_PRIO_LOW
-                   ? x->priority
-                   : TENT_PRIO_HIGH;
+    int prio = tent_prio_class(x->priority);
     /* LOW in smaller slices: a HIGH request waits behind one at most */
     uint64_t cut = prio == TENT_PRIO_LOW ? t->low_slice : t->slice_size;
     for (uint64_t off = 0; off < x->length; off += cut) {
