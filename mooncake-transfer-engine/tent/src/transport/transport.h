@@ -150,27 +150,37 @@ static inline int tent_prio_class(int priority)
                : TENT_PRIO_HIGH;
 }
 
-/* The class a request queued since enq_ns is served as at now: one class
- * higher per promo_ns it waited (TENT's priority_promotion_timeout_us; 0:
- * never promoted), so a LOW request is never starved.  Every transport's
- * queues use it. */
-static inline int tent_prio_effective(int prio, uint64_t enq_ns, uint64_t now,
+/* Promotion, as every transport's queues apply it.  A class queue waits
+ * since the later of its head's arrival (enq_ns) and the last time the
+ * queue was served (served_ns): a LOW queue that is being served, if
+ * behind HIGH, is not starving, and promoting it would only put its bulk
+ * in front of HIGH requests. */
+static inline uint64_t tent_prio_since(uint64_t enq_ns, uint64_t served_ns)
+{
+    return enq_ns > served_ns ? enq_ns : served_ns;
+}
+
+/* The class a queue of class prio waiting since since_ns is served as at
+ * now: one class higher per promo_ns (TENT's
+ * priority_promotion_timeout_us; 0: never promoted), so LOW is never
+ * starved. */
+static inline int tent_prio_effective(int prio, uint64_t since_ns, uint64_t now,
                                       uint64_t promo_ns)
 {
-    if (!promo_ns || now <= enq_ns)
+    if (!promo_ns || now <= since_ns)
         return prio;
-    uint64_t up = (now - enq_ns) / promo_ns;
+    uint64_t up = (now - since_ns) / promo_ns;
     return up >= (uint64_t)prio ? TENT_PRIO_HIGH : prio - (int)up;
 }
 
-/* Whether a queue head of effective class e queued at enq_ns goes before
- * the best one so far: the better class, and between equal classes the
- * older (a promoted request takes its place among the class it reached, so
- * a stream of new HIGH requests cannot hold it back for ever). */
-static inline bool tent_prio_before(int e, uint64_t enq_ns, int best_e,
-                                    uint64_t best_enq_ns)
+/* Whether a queue of effective class e, waiting since since_ns, goes
+ * before the best one so far: the better class, and between equal classes
+ * the one that waited longer (a promoted queue is not held back for ever
+ * by a stream of new HIGH requests). */
+static inline bool tent_prio_before(int e, uint64_t since_ns, int best_e,
+                                    uint64_t best_since_ns)
 {
-    return e < best_e || (e == best_e && enq_ns < best_enq_ns);
+    return e < best_e || (e == best_e && since_ns < best_since_ns);
 }
 
 /* One resolved request.  slot is the task's index in the runtime batch and

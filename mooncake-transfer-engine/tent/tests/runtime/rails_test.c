@@ -539,9 +539,10 @@ static void test_params(void **state)
 }
 
 /* Promotion, as every transport's queues apply it: one class higher per
- * timeout waited, never above HIGH, none with a timeout of 0; between equal
- * classes the older head goes first, so a promoted LOW request is not held
- * back by newer HIGH ones. */
+ * timeout a queue waited, never above HIGH, none with a timeout of 0; a
+ * queue waits since the later of its head's arrival and its last service;
+ * between equal classes the one that waited longer goes first, so a
+ * promoted LOW queue is not held back by newer HIGH requests. */
 static void test_promotion(void **state)
 {
     (void)state;
@@ -555,6 +556,10 @@ static void test_promotion(void **state)
     assert_int_equal(tent_prio_effective(TENT_PRIO_LOW, 100 * ms, 900 * ms, 0), TENT_PRIO_LOW);
     /* a clock that went back: no promotion */
     assert_int_equal(tent_prio_effective(TENT_PRIO_LOW, 100 * ms, 50 * ms, 10 * ms), TENT_PRIO_LOW);
+    assert_int_equal(tent_prio_since(100 * ms, 0), 100 * ms);
+    assert_int_equal(tent_prio_since(100 * ms, 130 * ms), 130 * ms);
+    /* a LOW queue served 5 ms ago is not promoted, whatever its head's age */
+    assert_int_equal(tent_prio_effective(TENT_PRIO_LOW, tent_prio_since(0, 135 * ms), 140 * ms, 10 * ms), TENT_PRIO_LOW);
     assert_true(tent_prio_before(TENT_PRIO_HIGH, 5, TENT_PRIO_LOW, 1));
     assert_false(tent_prio_before(TENT_PRIO_LOW, 1, TENT_PRIO_HIGH, 5));
     assert_true(tent_prio_before(TENT_PRIO_HIGH, 1, TENT_PRIO_HIGH, 5));

@@ -4,7 +4,7 @@
  *
  * Submit puts the requests on their class's queue (the request's priority)
  * and wakes a worker; workers (transports/bufio/workers) take a share of
- * the highest class queued (a request that waited
+ * the highest class queued (a class queue not served for
  * priority_promotion_timeout_us counts one class higher per timeout, so LOW
  * is never starved), move each request
  * with pread/pwrite through the page cache (a short transfer continues from
@@ -75,7 +75,8 @@ struct bufio_transport {
     pthread_mutex_t lock;
     pthread_cond_t more, idle;
     struct bufio_task *head[TENT_NPRIO], *tail[TENT_NPRIO];
-    size_t queued; /* every class */
+    uint64_t served_ns[TENT_NPRIO]; /* a class last taken from (promotion) */
+    size_t queued;                  /* every class */
     atomic_size_t urgent;
     uint64_t low_slice, promo_ns;
     bool stop;
@@ -214,10 +215,11 @@ static int next_class_locked(struct bufio_transport *bt, bool urgent_only)
         const struct bufio_task *h = bt->head[c];
         if (!h)
             continue;
-        int e = tent_prio_effective(c, h->enq_ns, now, bt->promo_ns);
-        if (tent_prio_before(e, h->enq_ns, best_e, best_enq)) {
+        uint64_t since = tent_prio_since(h->enq_ns, bt->served_ns[c]);
+        int e = tent_prio_effective(c, since, now, bt->promo_ns);
+        if (tent_prio_before(e, since, best_e, best_enq)) {
             best_e = e;
-            best_enq = h->enq_ns;
+            best_enq = since;
             best = c;
         }
     }
@@ -235,6 +237,7 @@ static size_t take_locked(struct bufio_transport *bt, int c,
     if (share > TAKE_MAX)
         share = TAKE_MAX;
     size_t n = 0;
+    bt->served_ns[c] = tent_now_ns();
     while (bt->head[c] && n < share) {
         v[n++] = bt->head[c];
         bt->head[c] = bt->head[c]->next;

@@ -39,7 +39,7 @@
  * offset, length, errno), never partly COMPLETED.
  *
  * Priorities: a ring's backlog has a list per class (the request's
- * priority), drained in that order; a task that waited
+ * priority), drained in that order; a class not served for
  * priority_promotion_timeout_us counts one class higher per timeout.  A LOW
  * task's SQEs move at most low_slice_size bytes and at most low_depth of
  * them are in flight per ring, so that LOW leaves room in the ring and
@@ -184,6 +184,7 @@ struct iou_ring {
     bool sleeping, stop;
     /* worker state */
     struct tlist backlog[TENT_NPRIO]; /* tasks waiting for room, per class */
+    uint64_t served_ns[TENT_NPRIO];   /* a class last drained (promotion) */
     unsigned low_sqes;                /* LOW I/O SQEs in flight */
     struct tlist ready; /* transfers done this round: check, publish */
     struct iou_sync *dirty;
@@ -362,16 +363,18 @@ static void drain_backlog(struct iou_ring *r)
             const struct iou_task *h = r->backlog[c].head;
             if (!h || (c == TENT_PRIO_LOW && r->low_sqes >= tp->low_depth))
                 continue;
-            int e = tent_prio_effective(c, h->enq_ns, now, tp->promo_ns);
-            if (tent_prio_before(e, h->enq_ns, best_e, best_enq)) {
+            uint64_t since = tent_prio_since(h->enq_ns, r->served_ns[c]);
+            int e = tent_prio_effective(c, since, now, tp->promo_ns);
+            if (tent_prio_before(e, since, best_e, best_enq)) {
                 best_e = e;
-                best_enq = h->enq_ns;
+                best_enq = since;
                 best = c;
             }
         }
         if (best < 0 || !prep_io(r, r->backlog[best].head))
             return;
         tl_pop(&r->backlog[best]);
+        r->served_ns[best] = now;
     }
 }
 

@@ -21,7 +21,7 @@
  * slice_size bytes of data (or WINDOW_SLICES slices).
  *
  * Priorities: each rail has a queue per class (TENT_PRIO_HIGH, MEDIUM, LOW),
- * served in that order; a slice that waited priority_promotion_timeout_us
+ * served in that order; a queue not served for priority_promotion_timeout_us
  * counts one class higher per timeout, so LOW is never starved.  LOW
  * requests are cut into slices of low_slice_size (64 KiB, at most
  * slice_size) and LOW windows on the wire are held to about the rail's
@@ -104,6 +104,7 @@ struct tcp_sub {
 
 struct squeue {
     struct slice *head, *tail;
+    uint64_t served_ns; /* a window last taken from it (promotion) */
 };
 
 /* One path to a peer.  lock guards the queues, stop, the idle stack,
@@ -303,10 +304,11 @@ static int next_queue_locked(struct tcp_rail *r, uint64_t low_cap)
             continue;
         if (k == TENT_PRIO_LOW && r->low_wire >= low_cap)
             continue; /* waits for a LOW window to finish */
-        int e = tent_prio_effective(h->prio, h->enq_ns, now, t->promo_ns);
-        if (tent_prio_before(e, h->enq_ns, best_prio, best_enq)) {
+        uint64_t since = tent_prio_since(h->enq_ns, r->q[k].served_ns);
+        int e = tent_prio_effective(k, since, now, t->promo_ns);
+        if (tent_prio_before(e, since, best_prio, best_enq)) {
             best_prio = e;
-            best_enq = h->enq_ns;
+            best_enq = since;
             best = k;
         }
     }
@@ -325,6 +327,7 @@ static int take_window_locked(struct tcp_rail *r, int k, struct slice **w,
     uint64_t bytes = 0;
     int op = q->head->opcode;
     uint64_t cap = k == TENT_PRIO_LOW ? t->low_slice : t->slice_size;
+    q->served_ns = tent_now_ns();
     while (q->head && n < WINDOW_SLICES && q->head->opcode == op &&
            (n == 0 || bytes + q->head->len <= cap)) {
         struct slice *s = q->head;
