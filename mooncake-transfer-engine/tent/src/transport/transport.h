@@ -173,14 +173,26 @@ static inline int tent_prio_effective(int prio, uint64_t since_ns, uint64_t now,
     return up >= (uint64_t)prio ? TENT_PRIO_HIGH : prio - (int)up;
 }
 
-/* Whether a queue of effective class e, waiting since since_ns, goes
- * before the best one so far: the better class, and between equal classes
- * the one that waited longer (a promoted queue is not held back for ever
- * by a stream of new HIGH requests). */
-static inline bool tent_prio_before(int e, uint64_t since_ns, int best_e,
-                                    uint64_t best_since_ns)
+/* The class queue to serve next, or -1: since[c] is when queue c began
+ * waiting (tent_prio_since), or TENT_PRIO_IDLE when it has nothing that
+ * may go now.  The best effective class, and between equal classes the
+ * queue that waited longer (a promoted queue is not held back for ever by
+ * a stream of new HIGH requests). */
+#define TENT_PRIO_IDLE UINT64_MAX
+static inline int tent_prio_pick(const uint64_t since[TENT_NPRIO], uint64_t now,
+                                 uint64_t promo_ns)
 {
-    return e < best_e || (e == best_e && since_ns < best_since_ns);
+    int best = -1, best_e = TENT_NPRIO;
+    for (int c = 0; c < TENT_NPRIO; c++) {
+        if (since[c] == TENT_PRIO_IDLE)
+            continue;
+        int e = tent_prio_effective(c, since[c], now, promo_ns);
+        if (e < best_e || (e == best_e && since[c] < since[best])) {
+            best_e = e;
+            best = c;
+        }
+    }
+    return best;
 }
 
 /* One resolved request.  slot is the task's index in the runtime batch and

@@ -560,11 +560,21 @@ static void test_promotion(void **state)
     assert_int_equal(tent_prio_since(100 * ms, 130 * ms), 130 * ms);
     /* a LOW queue served 5 ms ago is not promoted, whatever its head's age */
     assert_int_equal(tent_prio_effective(TENT_PRIO_LOW, tent_prio_since(0, 135 * ms), 140 * ms, 10 * ms), TENT_PRIO_LOW);
-    assert_true(tent_prio_before(TENT_PRIO_HIGH, 5, TENT_PRIO_LOW, 1));
-    assert_false(tent_prio_before(TENT_PRIO_LOW, 1, TENT_PRIO_HIGH, 5));
-    assert_true(tent_prio_before(TENT_PRIO_HIGH, 1, TENT_PRIO_HIGH, 5));
-    assert_false(tent_prio_before(TENT_PRIO_HIGH, 5, TENT_PRIO_HIGH, 1));
-    assert_false(tent_prio_before(TENT_PRIO_HIGH, 5, TENT_PRIO_HIGH, 5));
+    const uint64_t I = TENT_PRIO_IDLE;
+    uint64_t none[3] = {I, I, I}, low_only[3] = {I, I, 100 * ms};
+    assert_int_equal(tent_prio_pick(none, 200 * ms, 10 * ms), -1);
+    assert_int_equal(tent_prio_pick(low_only, 101 * ms, 10 * ms), TENT_PRIO_LOW);
+    /* HIGH before LOW that waited less than two timeouts */
+    uint64_t both[3] = {150 * ms, I, 100 * ms};
+    assert_int_equal(tent_prio_pick(both, 115 * ms, 10 * ms), TENT_PRIO_HIGH);
+    /* LOW waited two timeouts: HIGH too, and LOW has waited longer */
+    assert_int_equal(tent_prio_pick(both, 160 * ms, 10 * ms), TENT_PRIO_LOW);
+    /* no promotion: HIGH always */
+    assert_int_equal(tent_prio_pick(both, 900 * ms, 0), TENT_PRIO_HIGH);
+    /* MEDIUM promoted to HIGH ties HIGH; the one that waited longer wins */
+    uint64_t hm[3] = {130 * ms, 100 * ms, I}, mh[3] = {100 * ms, 105 * ms, I};
+    assert_int_equal(tent_prio_pick(hm, 131 * ms, 10 * ms), TENT_PRIO_MEDIUM);
+    assert_int_equal(tent_prio_pick(mh, 131 * ms, 10 * ms), TENT_PRIO_HIGH);
 }
 
 int main(void)

@@ -208,22 +208,14 @@ static void run_taken(struct bufio_transport *bt, struct bufio_task **v,
  * task's worker between two pieces).  Caller holds lock. */
 static int next_class_locked(struct bufio_transport *bt, bool urgent_only)
 {
-    uint64_t now = tent_now_ns();
-    int best = -1, best_e = TENT_NPRIO;
-    uint64_t best_enq = UINT64_MAX;
-    for (int c = 0; c < (urgent_only ? TENT_PRIO_LOW : TENT_NPRIO); c++) {
+    uint64_t since[TENT_NPRIO];
+    for (int c = 0; c < TENT_NPRIO; c++) {
         const struct bufio_task *h = bt->head[c];
-        if (!h)
-            continue;
-        uint64_t since = tent_prio_since(h->enq_ns, bt->served_ns[c]);
-        int e = tent_prio_effective(c, since, now, bt->promo_ns);
-        if (tent_prio_before(e, since, best_e, best_enq)) {
-            best_e = e;
-            best_enq = since;
-            best = c;
-        }
+        since[c] = !h || (urgent_only && c == TENT_PRIO_LOW)
+                       ? TENT_PRIO_IDLE
+                       : tent_prio_since(h->enq_ns, bt->served_ns[c]);
     }
-    return best;
+    return tent_prio_pick(since, tent_now_ns(), bt->promo_ns);
 }
 
 /* Takes a fair share of class c's queue into v (so that the other workers

@@ -357,20 +357,15 @@ static void drain_backlog(struct iou_ring *r)
     const struct iou_transport *tp = r->tp;
     uint64_t now = tent_now_ns();
     for (;;) {
-        int best = -1, best_e = TENT_NPRIO;
-        uint64_t best_enq = UINT64_MAX;
+        uint64_t since[TENT_NPRIO];
         for (int c = 0; c < TENT_NPRIO; c++) {
             const struct iou_task *h = r->backlog[c].head;
-            if (!h || (c == TENT_PRIO_LOW && r->low_sqes >= tp->low_depth))
-                continue;
-            uint64_t since = tent_prio_since(h->enq_ns, r->served_ns[c]);
-            int e = tent_prio_effective(c, since, now, tp->promo_ns);
-            if (tent_prio_before(e, since, best_e, best_enq)) {
-                best_e = e;
-                best_enq = since;
-                best = c;
-            }
+            since[c] =
+                !h || (c == TENT_PRIO_LOW && r->low_sqes >= tp->low_depth)
+                    ? TENT_PRIO_IDLE
+                    : tent_prio_since(h->enq_ns, r->served_ns[c]);
         }
+        int best = tent_prio_pick(since, now, tp->promo_ns);
         if (best < 0 || !prep_io(r, r->backlog[best].head))
             return;
         tl_pop(&r->backlog[best]);

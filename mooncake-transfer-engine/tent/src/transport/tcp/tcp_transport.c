@@ -295,24 +295,15 @@ static uint64_t low_budget(struct tcp_rail *r)
 static int next_queue_locked(struct tcp_rail *r, uint64_t low_cap)
 {
     struct tcp_transport *t = r->peer->t;
-    uint64_t now = tent_now_ns();
-    int best = -1, best_prio = TENT_NPRIO;
-    uint64_t best_enq = UINT64_MAX;
+    uint64_t since[TENT_NPRIO];
     for (int k = 0; k < TENT_NPRIO; k++) {
-        struct slice *h = r->q[k].head;
-        if (!h)
-            continue;
-        if (k == TENT_PRIO_LOW && r->low_wire >= low_cap)
-            continue; /* waits for a LOW window to finish */
-        uint64_t since = tent_prio_since(h->enq_ns, r->q[k].served_ns);
-        int e = tent_prio_effective(k, since, now, t->promo_ns);
-        if (tent_prio_before(e, since, best_prio, best_enq)) {
-            best_prio = e;
-            best_enq = since;
-            best = k;
-        }
+        const struct slice *h = r->q[k].head;
+        /* LOW past its budget waits for a LOW window to finish */
+        since[k] = !h || (k == TENT_PRIO_LOW && r->low_wire >= low_cap)
+                       ? TENT_PRIO_IDLE
+                       : tent_prio_since(h->enq_ns, r->q[k].served_ns);
     }
-    return best;
+    return tent_prio_pick(since, tent_now_ns(), t->promo_ns);
 }
 
 /* Takes a window off queue k: slices of the head's opcode, at most
