@@ -152,9 +152,19 @@ int tent_net_connect(const char *host, uint16_t port, int connect_ms, int io_ms,
     return tent_net_connect_from(host, port, NULL, connect_ms, io_ms, out);
 }
 
-/* Binds fd to the numeric address src (port 0) of family fam. */
+/* Binds fd to the numeric address src (port 0) of family fam.  The port
+ * is left to connect() (IP_BIND_ADDRESS_NO_PORT), which may share one with
+ * other connections to other destinations: a bind() that picks it reserves
+ * it for this socket alone, TIME_WAIT included, and a host that opens and
+ * closes many bound connections runs out of ephemeral ports -- for every
+ * program on it, not just this one. */
 static int bind_source(int fd, int fam, const char *src)
 {
+#ifdef IP_BIND_ADDRESS_NO_PORT
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one,
+                     sizeof(one)); /* older kernels: bind() picks the port */
+#endif
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof(ss));
     socklen_t len;

@@ -54,6 +54,8 @@ static inline int mt_connect(uint16_t port)
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        fprintf(stderr, "mt_connect: 127.0.0.1:%u: %s\n", port,
+                strerror(errno));
         close(fd);
         return -1;
     }
