@@ -270,6 +270,19 @@ out:
 
 /* ---- loopback socket stream ceiling ------------------------------------- */
 
+/* The ceiling's sockets run the congestion control the engine gives its
+ * loopback connections by default (tcp_loopback_congestion, cubic): a
+ * ceiling on the kernel's default (often BBR, whose pacing halves loopback
+ * throughput on a small VM) would not be the engine's ceiling.  Where the
+ * kernel refuses it, both keep the default. */
+#define TB_LOOPBACK_CC "cubic"
+
+static void loopback_cc(int fd)
+{
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, TB_LOOPBACK_CC,
+                     sizeof(TB_LOOPBACK_CC) - 1);
+}
+
 struct sock_worker {
     pthread_t wtid, rtid;
     int wfd, rfd;
@@ -346,6 +359,8 @@ static int tcp_pair(int *wfd, int *rfd)
         goto fail;
     int one = 1;
     setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    loopback_cc(cfd);
+    loopback_cc(afd);
     close(lfd);
     *wfd = cfd;
     *rfd = afd;

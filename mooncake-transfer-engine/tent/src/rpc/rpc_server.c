@@ -983,6 +983,7 @@ static void admit(struct tent_rpc_server *s, int fd)
     long long now = tent_now_ms();
     c->srv = s;
     c->fd = fd;
+    tent_rpc_tune_loopback(fd, s->lim.loopback_cc);
     peer_name(fd, c->peer, sizeof(c->peer));
     atomic_init(&c->state, CS_IDLE);
     atomic_init(&c->last_ms, now);
@@ -1320,6 +1321,7 @@ int tent_rpc_server_start(const struct tent_rpc_handlers *h,
         .idle_timeout_ms = TENT_RPC_DEFAULT_IDLE_MS,
         .frame_timeout_ms = TENT_RPC_DEFAULT_FRAME_MS,
         .min_frame_rate = TENT_RPC_DEFAULT_MIN_RATE,
+        .loopback_cc = TENT_RPC_CC_DEFAULT,
     };
     if (!lim)
         lim = &defaults;

@@ -181,6 +181,9 @@ int tent_ctrl_start(struct tent_engine *e)
                                   .idle_timeout_ms = (int)idle,
                                   .frame_timeout_ms = (int)frame,
                                   .min_frame_rate = (int)rate};
+    rc = tent_rpc_cc_load(e->cfg, lim.loopback_cc);
+    if (rc)
+        return rc;
     int pmin = 0, pmax = 0;
     rc = port_range(e, &pmin, &pmax);
     if (rc)

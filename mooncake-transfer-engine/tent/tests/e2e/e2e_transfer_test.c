@@ -21,6 +21,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1035,6 +1036,100 @@ static void test_two_engines_one_process(void **state)
     free(src);
 }
 
+/* The congestion control of fd when it is a connected TCP socket whose local
+ * or peer port is port ("l" or "p" in *side), else "". */
+static void cc_on_port(int fd, uint16_t port, char *cc, size_t cap, char *side)
+{
+    struct sockaddr_storage me, peer;
+    socklen_t ml = sizeof(me), pl = sizeof(peer);
+    int type = 0;
+    socklen_t tl = sizeof(type);
+    cc[0] = 0;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) || type != SOCK_STREAM ||
+        getsockname(fd, (struct sockaddr *)&me, &ml) ||
+        getpeername(fd, (struct sockaddr *)&peer, &pl) ||
+        me.ss_family != AF_INET)
+        return;
+    uint16_t lp = ntohs(((struct sockaddr_in *)&me)->sin_port);
+    uint16_t pp = ntohs(((struct sockaddr_in *)&peer)->sin_port);
+    if (lp != port && pp != port)
+        return;
+    *side = lp == port ? 'l' : 'p';
+    socklen_t l = (socklen_t)cap;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, &l))
+        cc[0] = 0;
+    cc[cap - 1] = 0;
+}
+
+/* tcp_loopback_congestion: after a tcp write over loopback, every connection
+ * the target accepted runs the configured algorithm, and so does at least
+ * one the initiator opened to it (its data connection; control connections
+ * keep the kernel's default).  reno is always built in, and not the usual
+ * default, so the setting shows. */
+static void test_loopback_congestion(void **state)
+{
+    (void)state;
+    e2e_config(false, true);
+    tent_set_config("tcp_loopback_congestion", "reno");
+    tent_engine_t owner = tent_create_engine();
+    tent_engine_t user = tent_create_engine();
+    assert_non_null(owner);
+    assert_non_null(user);
+    const size_t len = (size_t)1 << 20;
+    void *mem;
+    assert_int_equal(tent_allocate_memory(owner, &mem, len, "cpu"), 0);
+    assert_int_equal(tent_register_memory(owner, mem, len), 0);
+    uint8_t *src = malloc(len);
+    assert_non_null(src);
+    for (size_t i = 0; i < len; i++)
+        src[i] = e2e_pattern(i + 5);
+    assert_int_equal(tent_register_memory(user, src, len), 0);
+    char name[256];
+    assert_int_equal(tent_segment_name(owner, name, sizeof(name)), 0);
+    const char *colon = strrchr(name, ':');
+    assert_non_null(colon);
+    uint16_t port = (uint16_t)atoi(colon + 1);
+    tent_segment_id_t seg;
+    assert_int_equal(tent_open_segment(user, &seg, name), 0);
+    tent_request_t r = {.opcode = OPCODE_WRITE,
+                        .source = src,
+                        .target_id = seg,
+                        .target_offset = (uintptr_t)mem,
+                        .length = len};
+    tent_batch_id_t b = tent_allocate_batch(user, 1);
+    assert_int_equal(tent_submit(user, b, &r, 1), 0);
+    tent_status_t st;
+    assert_int_equal(e2e_wait(user, b, 10000, &st), 0);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(tent_free_batch(user, b), 0);
+    assert_memory_equal(mem, src, len);
+    int accepted = 0, reno_out = 0;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    for (struct dirent *de; (de = readdir(d));) {
+        char cc[16], side = 0;
+        cc_on_port(atoi(de->d_name), port, cc, sizeof(cc), &side);
+        if (!cc[0])
+            continue;
+        if (side == 'l') {
+            accepted++;
+            if (strcmp(cc, "reno"))
+                fail_msg("a connection the target accepted runs %s", cc);
+        } else if (!strcmp(cc, "reno")) {
+            reno_out++;
+        }
+    }
+    closedir(d);
+    assert_true(accepted > 0);
+    assert_true(reno_out > 0);
+    assert_int_equal(tent_unregister_memory(user, src, len), 0);
+    tent_destroy_engine(user);
+    assert_int_equal(tent_unregister_memory(owner, mem, len), 0);
+    assert_int_equal(tent_free_memory(owner, mem), 0);
+    tent_destroy_engine(owner);
+    free(src);
+}
+
 /* True when a socket can bind ::1 (the kernel has IPv6 and lo carries ::1). */
 static bool have_ipv6_loopback(void)
 {
@@ -1254,6 +1349,7 @@ int main(int argc, char **argv)
         {cmocka_unit_test(test_single_process_local_segment), X_TCP | X_SHM},
         {cmocka_unit_test(test_ipv6_segment_name), X_TCP | X_SHM},
         {cmocka_unit_test(test_two_engines_one_process), X_SHM},
+        {cmocka_unit_test(test_loopback_congestion), X_TCP},
 #ifdef E2E_MEMFABRIC
         CASE(test_only_memfabric_installed, setup, X_MF),
 #endif

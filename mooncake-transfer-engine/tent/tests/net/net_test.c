@@ -14,6 +14,10 @@
 
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +133,62 @@ static void test_send_recv_and_close(void **state)
     assert_int_equal(errno, ECONNRESET);
     assert_int_equal(left, 4);
     pair_close(&p);
+}
+
+/* Whether the kernel offers congestion control name. */
+static bool cc_available(const char *name)
+{
+    char buf[512] = "";
+    FILE *f = fopen("/proc/sys/net/ipv4/tcp_available_congestion_control", "r");
+    if (!f)
+        return false;
+    bool ok = fgets(buf, sizeof(buf), f) != NULL;
+    fclose(f);
+    for (char *t = strtok(buf, " \n"); ok && t; t = strtok(NULL, " \n"))
+        if (!strcmp(t, name))
+            return true;
+    return false;
+}
+
+static void cc_of(int fd, char *out, size_t cap)
+{
+    socklen_t l = (socklen_t)cap;
+    assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, out, &l), 0);
+    out[cap - 1] = 0;
+}
+
+/* tent_net_set_loopback_cc: a loopback connection gets the algorithm; an
+ * empty name, an unknown one and a socket that is not TCP over loopback
+ * are left as they are. */
+static void test_loopback_cc(void **state)
+{
+    (void)state;
+    struct pair p;
+    pair_open(&p, 2000);
+    char was[16], now[16];
+    cc_of(p.a, was, sizeof(was));
+    assert_int_equal(tent_net_set_loopback_cc(p.a, ""), 0);
+    assert_int_equal(tent_net_set_loopback_cc(p.a, NULL), 0);
+    cc_of(p.a, now, sizeof(now));
+    assert_string_equal(now, was);
+    assert_true(tent_net_set_loopback_cc(p.a, "no_such_cc") < 0);
+    cc_of(p.a, now, sizeof(now));
+    assert_string_equal(now, was);
+    /* the other algorithm than the default, so that the change shows */
+    const char *want = strcmp(was, "reno") ? "reno" : "cubic";
+    if (cc_available(want)) {
+        assert_int_equal(tent_net_set_loopback_cc(p.b, want), 1);
+        cc_of(p.b, now, sizeof(now));
+        assert_string_equal(now, want);
+    } else {
+        print_message("(%s is not offered here: not set)\n", want);
+    }
+    pair_close(&p);
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    assert_int_equal(tent_net_set_loopback_cc(sv[0], "reno"), 0);
+    close(sv[0]);
+    close(sv[1]);
 }
 
 static void test_recv_timeout(void **state)
@@ -278,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_strerror),
         cmocka_unit_test(test_send_recv_and_close),
         cmocka_unit_test(test_recv_timeout),
+        cmocka_unit_test(test_loopback_cc),
         cmocka_unit_test(test_connect_refused),
         cmocka_unit_test(test_sendv_many_iovecs),
         cmocka_unit_test(test_sendv_wait_hook),

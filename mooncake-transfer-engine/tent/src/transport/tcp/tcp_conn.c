@@ -47,7 +47,7 @@ bool tcp_conn_closed_while_idle(struct tcp_conn *c)
 }
 
 int tcp_conn_open(struct tcp_conn *c, const char *host, uint16_t port,
-                  const char *src, int timeout_ms, int *native)
+                  const char *src, const char *cc, int timeout_ms, int *native)
 {
     int fd;
     int rc = tent_rpc_connect_from(host, port, src, timeout_ms, &fd);
@@ -55,6 +55,7 @@ int tcp_conn_open(struct tcp_conn *c, const char *host, uint16_t port,
         *native = errno;
         return rc;
     }
+    tent_rpc_tune_loopback(fd, cc);
     uint64_t token = 0;
     while (token == 0)
         if (getrandom(&token, sizeof(token), 0) != (ssize_t)sizeof(token))

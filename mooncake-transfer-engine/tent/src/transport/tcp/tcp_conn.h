@@ -80,9 +80,10 @@ void tcp_conn_close(struct tcp_conn *c);
 bool tcp_conn_closed_while_idle(struct tcp_conn *c);
 /* Connects to host:port from src ("" = the kernel's choice), non-blocking
  * from then on, with a fresh token that a HELLO ahead of the first window
- * gives the connection at the server.  On failure *native is the errno. */
+ * gives the connection at the server; a loopback connection gets congestion
+ * control cc (tent_rpc_tune_loopback).  On failure *native is the errno. */
 int tcp_conn_open(struct tcp_conn *c, const char *host, uint16_t port,
-                  const char *src, int timeout_ms, int *native);
+                  const char *src, const char *cc, int timeout_ms, int *native);
 /* Puts slices w[0..n) on c as its window: the frames to send and the
  * deadline of the send. */
 void tcp_conn_window(struct tcp_conn *c, struct slice **w, int n,

@@ -156,6 +156,7 @@ struct tcp_transport {
     int nconns;
     uint32_t slice_size;
     uint32_t low_slice; /* LOW's slices and windows: low_slice_size */
+    char loopback_cc[TENT_RPC_CC_MAX]; /* tcp_loopback_congestion */
     int stall_ms;
     uint64_t promo_ns;
     struct tent_sched_params sp;
@@ -645,7 +646,8 @@ static void *worker_main(void *arg)
             int open_ms = t->timeout_ms;
             if (r->peer->nrails > 1 && t->stall_ms > 0 && t->stall_ms < open_ms)
                 open_ms = t->stall_ms;
-            rc = tcp_conn_open(c, r->host, r->port, r->src, open_ms, &native);
+            rc = tcp_conn_open(c, r->host, r->port, r->src, t->loopback_cc,
+                               open_ms, &native);
         }
         tcp_conn_window(c, w, n, t->timeout_ms);
         c->stall_ms = r->peer->nrails > 1 ? t->stall_ms : 0;
@@ -1162,6 +1164,8 @@ static int tcp_install(struct tent_transport *base)
             60000000, &promo);
     if (!rc)
         rc = tent_sched_params_load(env->cfg, "transports/tcp", &t->sp);
+    if (!rc)
+        rc = tent_rpc_cc_load(env->cfg, t->loopback_cc);
     if (rc)
         return rc;
     t->timeout_ms = (int)to;
