@@ -27,13 +27,14 @@
 #       rail (the same workload, (a)'s single-rail run);
 #   (d) 4 KiB HIGH reads (one at a time, 1 ms apart) while LOW 64 MiB
 #       writes (2 threads x 2 per batch) saturate the rails: HIGH p99
-#       against its unloaded p99 (measured first, as long as the loaded
-#       runs: a p99 of fewer samples is noisier), LOW GB/s against the
-#       raw streams; and the same with priorities ignored (both streams
-#       HIGH, the class requests have by default).
+#       against its unloaded p99 (each run as long as the loaded one: a
+#       p99 of fewer samples is noisier; on both rails D_PAIRS unloaded
+#       and loaded runs alternate, and the table gives the medians), LOW
+#       GB/s against the raw streams; and the same with priorities ignored
+#       (both streams HIGH, the class requests have by default).
 # A task latency is from its batch's submit to its completion.  Each
 # figure is printed next to its ceiling or reference and the issue's goal,
-# whether met or not.  GB = 1e9 bytes.  About 2 minutes.
+# whether met or not.  GB = 1e9 bytes.  About 3 minutes.
 #
 # RAILS_BENCH_CASES (default "a b b2 c d") runs some of the cases only
 # (the ceilings and (a)'s single-rail run always run: the others refer to
@@ -237,26 +238,44 @@ if want d; then
 stamp "(d) HIGH 4 KiB reads under LOW 64 MiB writes"
 HI=(--lat-block 4096 --lat-op read --lat-prio 0)
 BULK=(--threads 2 --block 64M --batch 2)
-run du2 T2 --seconds 8 --after-ms 2000 --threads 0 "${HI[@]}"
+# The 2-rail reference and load alternate D_PAIRS times (default 3) and
+# the table gives the medians: an unloaded p99 here moves between about 100
+# and 280 us from one run to the next, which alone can move the ratio past 2.
+D_PAIRS=${D_PAIRS:-3}
+U2S="" P2S="" G2S="" PAIRS=""
+for i in $(seq "$D_PAIRS"); do
+    run du2.$i T2 --seconds 8 --after-ms 2000 --threads 0 "${HI[@]}"
+    run dp2.$i T2 --seconds 8 --after-ms 2000 "${BULK[@]}" --prio 2 "${HI[@]}"
+    u=$(res du2.$i lat_p99_us)
+    h=$(res dp2.$i lat_p99_us)
+    U2S+=" $u" P2S+=" $h" G2S+=" $(res dp2.$i gbps)"
+    PAIRS+=" $h/$u=$(ratio "$h" "$u")"
+done
+median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+cp "$RAILS_WORK/dp2.$D_PAIRS" "$RAILS_WORK/dp2" # p50 and count: the last pair
 run du1 T1 --seconds 8 --after-ms 2000 --threads 0 "${HI[@]}"
-run dp2 T2 --seconds 8 --after-ms 2000 "${BULK[@]}" --prio 2 "${HI[@]}"
 run dp1 T1 --seconds 8 --after-ms 2000 "${BULK[@]}" --prio 2 "${HI[@]}"
 run dn2 T2 --seconds 8 --after-ms 2000 "${BULK[@]}" --prio 0 "${HI[@]}"
 run dn1 T1 --seconds 8 --after-ms 2000 "${BULK[@]}" --prio 0 "${HI[@]}"
-U2=$(res du2 lat_p99_us)
+U2=$(echo "$U2S" | median)
 U1=$(res du1 lat_p99_us)
-row "(d) unloaded: 4 KiB read p99, us" "$U2" "" "" "" "$U1"
+row "(d) unloaded: 4 KiB read p99, us (median)" "$U2" "" "" "" "$U1"
 for m in p n; do
     if [ $m = p ]; then label="(d) HIGH reads, LOW writes"; else label="(d') one class (HIGH) for both"; fi
     h2=$(res d${m}2 lat_p99_us)
     h1=$(res d${m}1 lat_p99_us)
     g2=$(res d${m}2 gbps)
+    if [ $m = p ]; then
+        h2=$(echo "$P2S" | median)
+        g2=$(echo "$G2S" | median)
+    fi
     g1=$(res d${m}1 gbps)
     row "$label: read p99, us" "$h2" "$U2" "$(ratio "$h2" "$U2")" "<=2.00" "$h1"
     row "    read p50, us" "$(res d${m}2 lat_p50_us)" "" "" "" "$(res d${m}1 lat_p50_us)"
     row "    reads done in 6 s" "$(res d${m}2 lat_n)" "" "" "" "$(res d${m}1 lat_n)"
     row "    64 MiB writes, GB/s" "$g2" @C12 "" ">=0.80" "$g1"
 done
+D_PAIRS_LINE="(d) loaded/unloaded p99 (us) of each of the $D_PAIRS pairs:$PAIRS"
 fi
 
 # ---- the table -------------------------------------------------------------
@@ -281,3 +300,4 @@ done
 echo "ceil/ref: the raw TCP write streams over the same rails (GB/s; the higher"
 echo "of the two measurements), or for a latency the reference the header names;"
 echo "load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
+[ -z "${D_PAIRS_LINE:-}" ] || echo "$D_PAIRS_LINE"
