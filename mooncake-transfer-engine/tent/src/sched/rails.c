@@ -74,6 +74,7 @@ struct tent_railset {
     pthread_mutex_t lock;
     size_t n;
     uint64_t picks;
+    bool probe_due; /* the next slice that can measure bandwidth probes */
     unsigned rr;
     uint64_t rng;
     struct rail_state rails[TENT_MAX_RAILS];
@@ -398,8 +399,17 @@ int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, bool yields,
             pick = (int)i;
         }
     }
-    bool probe = rs->p.probe_every > 0 && rs->n > 1 &&
-                 rs->picks % (uint64_t)rs->p.probe_every == 0;
+    /* The periodic probe is taken by the first slice from the due pick on
+     * that can measure bandwidth (TENT_RAIL_SAMPLE_MIN): a smaller one
+     * would learn nothing there, and a 4 KiB latency-critical read sent
+     * round robin waits behind a bulk window on the slowest rail -- one
+     * pick in probe_every is just where a p99 lies. */
+    if (rs->p.probe_every > 0 && rs->n > 1 &&
+        rs->picks % (uint64_t)rs->p.probe_every == 0)
+        rs->probe_due = true;
+    bool probe = rs->probe_due && bytes >= TENT_RAIL_SAMPLE_MIN;
+    if (probe)
+        rs->probe_due = false;
     if (pick < 0 && (probe || !rs->p.smart)) {
         /* round robin over the rails that are up */
         for (size_t k = 0; k < rs->n && pick < 0; k++) {

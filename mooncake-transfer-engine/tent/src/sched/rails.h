@@ -7,9 +7,10 @@
  * slice, where to send.  The answer is TENT's slice spraying: the rail with
  * the least predicted completion time, (in-flight bytes + slice) / EWMA
  * bandwidth, with one pick in probe_every going round robin so every rail
- * keeps a fresh estimate.  A rail much slower than the best (below
- * min_share of its bandwidth, by a steadier meter of busy time than the
- * EWMA: see share_meter in rails.c) gets probe slices only, until it is
+ * keeps a fresh estimate (the first slice from that pick on large enough
+ * to measure bandwidth: TENT_RAIL_SAMPLE_MIN).  A rail much slower than the
+ * best (below min_share of its bandwidth, by a steadier meter of busy time than
+ * the EWMA: see share_meter in rails.c) gets probe slices only, until it is
  * back above 1.3 times that line.  A rail whose slice
  * failed is paused and probed back with exponential back-off; a probe that
  * succeeds brings it back.

@@ -169,6 +169,37 @@ static void test_slow_rail_gets_probes_only(void **state)
     tent_sched_free(s);
 }
 
+/* The periodic probe waits for a slice that can measure bandwidth: 4 KiB
+ * reads never go round robin to the slow rail (there one would wait behind
+ * a bulk window, and learn nothing), and the next large slice takes the
+ * probe that came due meanwhile. */
+static void test_small_slices_do_not_probe(void **state)
+{
+    (void)state;
+    struct tent_sched *s = tent_sched_new();
+    struct tent_sched_params p = params(); /* probe_every 100 */
+    struct tent_railset *rs = two_rails(s, &p, 0.2 * GB, 1 * GB);
+    int n[2] = {0, 0};
+    struct tent_rail_ticket tk;
+    for (int i = 0; i < 1000; i++) {
+        int r = tent_rail_pick(rs, 4096, false, 0, &tk);
+        n[r]++;
+        tent_rail_complete(rs, r, 4096, &tk);
+    }
+    assert_int_equal(n[0], 0);
+    int big[2] = {0, 0};
+    for (int i = 0; i < 200; i++) {
+        int r = tent_rail_pick(rs, 1 << 20, false, 0, &tk);
+        big[r]++;
+        tent_rail_complete(rs, r, 1 << 20, &tk);
+    }
+    print_message("    4 KiB: %d on the slow rail; then 1 MiB: %d and %d\n",
+                  n[0], big[0], big[1]);
+    assert_in_range(big[0], 1, 3); /* the probes due: now, and two more */
+    tent_railset_free(rs);
+    tent_sched_free(s);
+}
+
 /* A failed rail is paused: picks avoid it; when its back-off runs out the
  * next pick probes it; a probe that fails doubles the back-off, one that
  * completes brings the rail back. */
@@ -584,6 +615,7 @@ int main(void)
         cmocka_unit_test(test_high_counts_low_on_the_wire_only),
         cmocka_unit_test(test_promotion),
         cmocka_unit_test(test_slow_rail_gets_probes_only),
+        cmocka_unit_test(test_small_slices_do_not_probe),
         cmocka_unit_test(test_pause_probe_and_back_off),
         cmocka_unit_test(test_delivery_rate),
         cmocka_unit_test(test_small_slices_keep_the_estimate),
