@@ -272,9 +272,9 @@ out:
 
 /* The ceiling's sockets run the congestion control the engine gives its
  * loopback connections by default (tcp_loopback_congestion, reno): a
- * ceiling on the kernel's default (often BBR, whose pacing halves loopback
- * throughput on a small VM) would not be the engine's ceiling.  Where the
- * kernel refuses it, both keep the default. */
+ * ceiling on the kernel's default (BBR on some hosts, whose pacing halved
+ * loopback throughput on this project's VM) would not be the engine's.  Where
+ * the kernel refuses it, both keep the default. */
 #define TB_LOOPBACK_CC "reno"
 
 static void loopback_cc(int fd)

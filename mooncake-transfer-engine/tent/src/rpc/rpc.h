@@ -84,8 +84,8 @@ void tent_rpc_conn_abort(struct tent_rpc_conn *c);
 
 /* Congestion control for TCP connections between two loopback addresses:
  * config key tcp_loopback_congestion, "" for the kernel's default.  Over
- * loopback there is no network to share, and the choice only decides how
- * much CPU the stack burns.  On this project's 2-core VM, tcp 1 MiB x 1
+ * loopback there is no network to share, yet the choice moves throughput
+ * by half.  On this project's 2-core VM, tcp 1 MiB x 1
  * with 2 threads moved 6.1-7.1 GB/s under BBR (the system default there,
  * pacing every flow), 5.2-12.7 under cubic (its runs split in two, the slow
  * ones full of spurious fast retransmits: segments of one flow reordered
@@ -115,7 +115,9 @@ struct tent_rpc_limits {
      * counts as slow (first to be replaced by a newcomer); 0 = no floor */
     int min_frame_rate;
     /* congestion control of connections from loopback to loopback
-     * (tcp_loopback_congestion; "" = the kernel's default) */
+     * (tcp_loopback_congestion; "" = the kernel's default, which a limits
+     * struct zeroed by its caller gets; NULL limits give the key's
+     * default) */
     char loopback_cc[TENT_RPC_CC_MAX];
 };
 #define TENT_RPC_DEFAULT_MAX_CONNS 1024

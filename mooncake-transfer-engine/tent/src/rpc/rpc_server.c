@@ -1356,6 +1356,7 @@ int tent_rpc_server_start(const struct tent_rpc_handlers *h,
     }
     s->h = *h;
     s->lim = *lim;
+    s->lim.loopback_cc[TENT_RPC_CC_MAX - 1] = 0;
     s->lfds[0] = lfd;
     s->nlfd = 1;
     pthread_mutex_init(&s->lock, NULL);

@@ -400,16 +400,18 @@ int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, bool yields,
         }
     }
     /* The periodic probe is taken by the first slice from the due pick on
-     * that can measure bandwidth (TENT_RAIL_SAMPLE_MIN): a smaller one
-     * would learn nothing there, and a 4 KiB latency-critical read sent
-     * round robin waits behind a bulk window on the slowest rail -- one
-     * pick in probe_every is just where a p99 lies. */
+     * that can measure bandwidth (TENT_RAIL_SAMPLE_MIN, or probe_min): a
+     * smaller one would learn nothing there, and a 4 KiB latency-critical
+     * read sent round robin waits behind a bulk window on the slowest rail
+     * -- one pick in probe_every is just where a p99 lies. */
     if (rs->p.probe_every > 0 && rs->n > 1 &&
         rs->picks % (uint64_t)rs->p.probe_every == 0)
         rs->probe_due = true;
-    bool probe = rs->probe_due && bytes >= TENT_RAIL_SAMPLE_MIN;
-    if (probe)
-        rs->probe_due = false;
+    uint64_t probe_min =
+        rs->p.probe_min && rs->p.probe_min < TENT_RAIL_SAMPLE_MIN
+            ? rs->p.probe_min
+            : TENT_RAIL_SAMPLE_MIN;
+    bool probe = rs->probe_due && bytes >= probe_min;
     if (pick < 0 && (probe || !rs->p.smart)) {
         /* round robin over the rails that are up */
         for (size_t k = 0; k < rs->n && pick < 0; k++) {
@@ -419,8 +421,10 @@ int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, bool yields,
         }
         if (pick >= 0) {
             rs->rr = (unsigned)(pick + 1);
-            if (probe)
+            if (probe) {
                 rs->rails[pick].probes++;
+                rs->probe_due = false; /* else the next large slice */
+            }
         }
     }
     if (pick < 0) {

@@ -67,6 +67,11 @@ struct tent_sched_params {
      * many (tcp: low_slice_size); 0: it does not, and they count in full
      * for every pick. */
     uint64_t yield_wire_floor;
+    /* A slice smaller than this takes no periodic probe (see
+     * tent_rail_pick); 0 = TENT_RAIL_SAMPLE_MIN.  A transport whose
+     * slices may all be smaller (tcp: slice_size) sets it to its slice
+     * size, so that its rails keep being probed. */
+    uint64_t probe_min;
 };
 
 /* Reads the parameters under prefix ("transports/tcp"); defaults for the

@@ -176,8 +176,11 @@ static void test_loopback_cc(void **state)
     assert_string_equal(now, was);
     /* the other algorithm than the default, so that the change shows */
     const char *want = strcmp(was, "reno") ? "reno" : "cubic";
-    if (cc_available(want)) {
-        assert_int_equal(tent_net_set_loopback_cc(p.b, want), 1);
+    int r = cc_available(want) ? tent_net_set_loopback_cc(p.b, want) : 0;
+    if (r == -EPERM) {
+        print_message("(%s is not allowed to this process: not set)\n", want);
+    } else if (r) {
+        assert_int_equal(r, 1);
         cc_of(p.b, now, sizeof(now));
         assert_string_equal(now, want);
     } else {
