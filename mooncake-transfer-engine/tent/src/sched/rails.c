@@ -98,6 +98,8 @@ int tent_sched_params_load(const struct tent_config *cfg, const char *prefix,
     char k[160];
     int64_t v;
     int rc;
+    /* what a transport sets itself (yield_wire_floor, probe_min) is 0 */
+    *out = (struct tent_sched_params){0};
 #define KEY(name) (snprintf(k, sizeof(k), "%s/%s", prefix, name), k)
     rc = tent_config_get_bool(cfg, KEY("enable_smart_scheduling"), true,
                               &out->smart);

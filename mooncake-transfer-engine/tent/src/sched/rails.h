@@ -75,8 +75,8 @@ struct tent_sched_params {
 };
 
 /* Reads the parameters under prefix ("transports/tcp"); defaults for the
- * keys that are absent.  TENT_ECONFIG (message naming the key) for a value
- * out of range. */
+ * keys that are absent, 0 for the fields a transport sets itself.  TENT_ECONFIG
+ * (message naming the key) for a value out of range. */
 int tent_sched_params_load(const struct tent_config *cfg, const char *prefix,
                            struct tent_sched_params *out);
 
