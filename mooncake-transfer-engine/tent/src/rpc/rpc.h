@@ -94,10 +94,10 @@ void tent_rpc_conn_abort(struct tent_rpc_conn *c);
 #define TENT_RPC_CC_DEFAULT "reno"
 #define TENT_RPC_CC_MAX     16 /* the kernel's TCP_CA_NAME_MAX, NUL included */
 
-/* Reads tcp_loopback_congestion from cfg into out[TENT_RPC_CC_MAX]:
- * TENT_OK, or TENT_ECONFIG naming the key (mistyped, too long). */
-struct tent_config;
-int tent_rpc_cc_load(const struct tent_config *cfg, char *out);
+/* Checks the value cc of tcp_loopback_congestion and copies it into
+ * out[TENT_RPC_CC_MAX]: TENT_OK, or TENT_ECONFIG naming the key (not a
+ * name, too long). */
+int tent_rpc_cc_parse(const char *cc, char *out);
 /* Gives the connected socket fd congestion control cc when both its ends
  * are loopback addresses (cc "" = leave it).  Best effort: a kernel without
  * cc, or one that does not allow it to this process

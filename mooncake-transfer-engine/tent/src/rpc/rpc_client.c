@@ -1,6 +1,5 @@
 /* Client side of the RPC protocol: connection set-up and the two control
  * calls (descriptor fetch, notification). */
-#include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "rpc/rpc.h"
@@ -183,13 +182,8 @@ int tent_rpc_fence(const char *host, uint16_t port, const char *src,
     return rc;
 }
 
-int tent_rpc_cc_load(const struct tent_config *cfg, char *out)
+int tent_rpc_cc_parse(const char *cc, char *out)
 {
-    const char *cc = NULL;
-    int rc =
-        tent_config_get_string(cfg, TENT_RPC_CC_KEY, TENT_RPC_CC_DEFAULT, &cc);
-    if (rc)
-        return rc;
     size_t n = strlen(cc);
     bool ok = n < TENT_RPC_CC_MAX;
     for (size_t i = 0; ok && i < n; i++)
