@@ -616,6 +616,21 @@ void e2e_peer_quit(struct e2e_peer *p)
     close(p->ans_fd);
 }
 
+int e2e_run_one(tent_engine_t e, const tent_request_t *r, int timeout_ms,
+                tent_status_t *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->status = STATUS_FAILED;
+    tent_batch_id_t b = tent_allocate_batch(e, 1);
+    if (b == TENT_INVALID_BATCH_ID)
+        return 2;
+    tent_request_t req = *r;
+    int rc = tent_submit(e, b, &req, 1);
+    if (rc == 0)
+        rc = e2e_wait(e, b, timeout_ms, st);
+    return tent_free_batch(e, b) ? 2 : rc;
+}
+
 int e2e_wait(tent_engine_t e, tent_batch_id_t b, int timeout_ms,
              tent_status_t *st)
 {

@@ -105,5 +105,12 @@ uint64_t e2e_fnv(const void *p, size_t n);
 int e2e_wait(tent_engine_t e, tent_batch_id_t b, int timeout_ms,
              tent_status_t *st);
 long e2e_now_ms(void);
+/* One request in a batch of its own: submits it, waits (e2e_wait) and
+ * frees the batch.  Returns 2 when allocating or freeing the batch failed,
+ * else the submit's code when it refused (st->status is then
+ * STATUS_FAILED), 1 when the wait timed out, else 0 with st the batch's
+ * overall status.  So a test that accepts a refusal asserts rc <= 0. */
+int e2e_run_one(tent_engine_t e, const tent_request_t *r, int timeout_ms,
+                tent_status_t *st);
 
 #endif

@@ -262,12 +262,10 @@ static void test_random_reads_writes(void **state)
                         .target_id = f->seg,
                         .target_offset = f->peer.rw_base + offs[0],
                         .length = big};
-    tent_batch_id_t b = tent_allocate_batch(f->e, 1);
-    assert_int_equal(tent_submit(f->e, b, &r, 1), 0);
-    tent_status_t st = wait_done(f, b, 30000);
+    tent_status_t st;
+    assert_int_equal(e2e_run_one(f->e, &r, 30000, &st), 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(st.transferred_bytes, big);
-    assert_int_equal(tent_free_batch(f->e, b), 0);
     memcpy(f->mirror + offs[0], f->src + offs[0], big);
     run_batch(f, OPCODE_READ, 1, 0, offs, lens);
     /* The target's own view of its memory matches, byte for byte. */
@@ -283,14 +281,11 @@ static int submit_one(struct fixture *f, int opcode, uint64_t addr,
                         .target_id = f->seg,
                         .target_offset = addr,
                         .length = len};
-    tent_batch_id_t b = tent_allocate_batch(f->e, 1);
-    int rc = tent_submit(f->e, b, &r, 1);
-    if (rc == 0) {
-        tent_status_t st;
-        assert_int_equal(e2e_wait(f->e, b, 10000, &st), 0);
+    tent_status_t st;
+    int rc = e2e_run_one(f->e, &r, 10000, &st);
+    assert_true(rc <= 0);
+    if (rc == 0)
         *status = st.status;
-    }
-    assert_int_equal(tent_free_batch(f->e, b), 0);
     return rc;
 }
 
@@ -512,14 +507,8 @@ static void test_kill_target_mid_batch(void **state)
     }
 #endif
     /* a new batch to the dead peer fails, without hanging */
-    b = tent_allocate_batch(f->e, 1);
-    int rc = tent_submit(f->e, b, r, 1);
-    if (rc == 0)
-        assert_int_equal(wait_done(f, b, e2e_tcp_timeout_ms() + 5000).status,
-                         STATUS_FAILED);
-    else
-        assert_true(rc < 0);
-    assert_int_equal(tent_free_batch(f->e, b), 0);
+    assert_true(e2e_run_one(f->e, r, e2e_tcp_timeout_ms() + 5000, &st) <= 0);
+    assert_int_equal(st.status, STATUS_FAILED);
     free(r);
 }
 
@@ -916,13 +905,10 @@ static void test_single_process_local_segment(void **state)
                         .target_id = LOCAL_SEGMENT_ID,
                         .target_offset = (uintptr_t)b,
                         .length = len};
-    tent_batch_id_t bt = tent_allocate_batch(e, 1);
-    assert_int_equal(tent_submit(e, bt, &r, 1), 0);
     tent_status_t st;
-    assert_int_equal(e2e_wait(e, bt, 10000, &st), 0);
+    assert_int_equal(e2e_run_one(e, &r, 10000, &st), 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_memory_equal(a, b, len);
-    assert_int_equal(tent_free_batch(e, bt), 0);
     tent_destroy_engine(e);
 }
 
@@ -999,12 +985,9 @@ static void test_two_engines_one_process(void **state)
                         .target_offset = (uintptr_t)mem,
                         .length = len};
     for (int round = 0; round < 2; round++) {
-        tent_batch_id_t b = tent_allocate_batch(user, 1);
-        assert_int_equal(tent_submit(user, b, &r, 1), 0);
         tent_status_t st;
-        assert_int_equal(e2e_wait(user, b, 10000, &st), 0);
+        assert_int_equal(e2e_run_one(user, &r, 10000, &st), 0);
         assert_int_equal(st.status, STATUS_COMPLETED);
-        assert_int_equal(tent_free_batch(user, b), 0);
         assert_memory_equal(mem, src, len);
         assert_int_equal(memfds_locked_by_parent(), 1);
         if (round == 0) {
@@ -1022,14 +1005,9 @@ static void test_two_engines_one_process(void **state)
     assert_int_equal(tent_unregister_memory(owner, mem, len), 0);
     assert_int_equal(tent_free_memory(owner, mem), 0);
     assert_int_equal(memfds_locked_by_parent(), 0);
-    tent_batch_id_t b = tent_allocate_batch(user, 1);
-    int rc = tent_submit(user, b, &r, 1);
-    if (rc == 0) {
-        tent_status_t st;
-        assert_int_equal(e2e_wait(user, b, 10000, &st), 0);
-        assert_int_not_equal(st.status, STATUS_COMPLETED);
-    }
-    assert_int_equal(tent_free_batch(user, b), 0);
+    tent_status_t st;
+    assert_true(e2e_run_one(user, &r, 10000, &st) <= 0);
+    assert_int_not_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(tent_unregister_memory(user, src, len), 0);
     tent_destroy_engine(user);
     tent_destroy_engine(owner);
@@ -1137,12 +1115,9 @@ static void test_loopback_congestion(void **state)
                         .target_id = seg,
                         .target_offset = (uintptr_t)mem,
                         .length = len};
-    tent_batch_id_t b = tent_allocate_batch(user, 1);
-    assert_int_equal(tent_submit(user, b, &r, 1), 0);
     tent_status_t st;
-    assert_int_equal(e2e_wait(user, b, 10000, &st), 0);
+    assert_int_equal(e2e_run_one(user, &r, 10000, &st), 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
-    assert_int_equal(tent_free_batch(user, b), 0);
     assert_memory_equal(mem, src, len);
     int accepted = 0, set_out = 0;
     DIR *d = opendir("/proc/self/fd");
@@ -1217,13 +1192,10 @@ static void test_ipv6_segment_name(void **state)
                         .target_id = seg,
                         .target_offset = (uintptr_t)dst,
                         .length = 65536};
-    tent_batch_id_t bt = tent_allocate_batch(b, 1);
-    assert_int_equal(tent_submit(b, bt, &r, 1), 0);
     tent_status_t st;
-    assert_int_equal(e2e_wait(b, bt, 10000, &st), 0);
+    assert_int_equal(e2e_run_one(b, &r, 10000, &st), 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_memory_equal(src, dst, 65536);
-    assert_int_equal(tent_free_batch(b, bt), 0);
     tent_destroy_engine(b);
     tent_destroy_engine(a);
 }
@@ -1258,22 +1230,16 @@ static void test_plain_memory_and_freed_buffer(void **state)
                         .target_id = f->seg,
                         .target_offset = f->peer.reg_base + 100,
                         .length = 4096};
-    tent_batch_id_t b = tent_allocate_batch(f->e, 1);
-    assert_int_equal(tent_submit(f->e, b, &r, 1), 0);
-    assert_int_equal(wait_done(f, b, 10000).status, STATUS_COMPLETED);
-    assert_int_equal(tent_free_batch(f->e, b), 0);
+    tent_status_t st;
+    assert_int_equal(e2e_run_one(f->e, &r, 10000, &st), 0);
+    assert_int_equal(st.status, STATUS_COMPLETED);
     assert_true(e2e_peer_hash(&f->peer, true, 100, 4096) ==
                 e2e_fnv(f->src, 4096));
 
     assert_int_equal(e2e_peer_free_rw(&f->peer), 0);
     r.target_offset = f->peer.rw_base;
-    b = tent_allocate_batch(f->e, 1);
-    int rc = tent_submit(f->e, b, &r, 1);
-    if (rc == 0)
-        assert_int_equal(wait_done(f, b, 10000).status, STATUS_FAILED);
-    else
-        assert_true(rc < 0);
-    assert_int_equal(tent_free_batch(f->e, b), 0);
+    assert_true(e2e_run_one(f->e, &r, 10000, &st) <= 0);
+    assert_int_equal(st.status, STATUS_FAILED);
 }
 
 /* memfabric first, tcp second, on both sides. */
