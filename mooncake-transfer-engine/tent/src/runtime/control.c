@@ -181,13 +181,7 @@ int tent_ctrl_start(struct tent_engine *e)
                                   .idle_timeout_ms = (int)idle,
                                   .frame_timeout_ms = (int)frame,
                                   .min_frame_rate = (int)rate};
-    const char *cc = NULL;
-    rc = tent_config_get_string(e->cfg, TENT_RPC_CC_KEY, TENT_RPC_CC_DEFAULT,
-                                &cc);
-    if (!rc)
-        rc = tent_rpc_cc_parse(cc, lim.loopback_cc);
-    if (rc)
-        return rc;
+    snprintf(lim.loopback_cc, sizeof(lim.loopback_cc), "%s", e->loopback_cc);
     int pmin = 0, pmax = 0;
     rc = port_range(e, &pmin, &pmax);
     if (rc)

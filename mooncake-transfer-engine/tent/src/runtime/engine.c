@@ -56,6 +56,14 @@ static int load_settings(struct tent_engine *e)
     if (rc)
         return rc;
 
+    const char *cc = NULL;
+    rc = tent_config_get_string(e->cfg, TENT_RPC_CC_KEY, TENT_RPC_CC_DEFAULT,
+                                &cc);
+    if (!rc)
+        rc = tent_rpc_cc_parse(cc, e->loopback_cc);
+    if (rc)
+        return rc;
+
     const char *host = NULL, *name = NULL;
     rc = tent_config_get_string(e->cfg, "rpc_server_hostname", NULL, &host);
     if (!rc)

@@ -176,6 +176,8 @@ struct tent_engine {
     struct tent_config *cfg;
     char hostname[256];
     char segment_name[320];
+    /* tcp_loopback_congestion, checked: for the RPC server and tcp */
+    char loopback_cc[TENT_RPC_CC_MAX];
     uint16_t rpc_port;
 
     /* Settings read once from cfg at creation. */

@@ -131,6 +131,7 @@ void tent_xport_env_init(struct tent_engine *e)
         .pin_local = env_pin_local,
         .unpin_local = env_unpin_local,
         .revoke_timeout_ms = e->revoke_timeout_ms,
+        .loopback_cc = e->loopback_cc,
         .reclaim_pages = env_reclaim_pages,
         .serve_frames = env_serve_frames,
         .rpc_port = e->rpc ? e->rpc_port : 0,

@@ -314,6 +314,9 @@ struct tent_xport_env {
     void (*unpin_local)(void *ctx, struct tent_pin *pin);
     /* How long an unregister waits for peers to stop using a range. */
     int revoke_timeout_ms;
+    /* tcp_loopback_congestion, checked (tent_rpc_cc_parse): the algorithm
+     * for connections between two loopback addresses, "" the kernel's. */
+    const char *loopback_cc;
 
     /* For a remove_buffer that cannot make a peer stop (stalled inside a
      * copy it started before the revocation): moves the owner's own mapping
