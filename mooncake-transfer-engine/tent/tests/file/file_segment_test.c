@@ -591,7 +591,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_many),      cmocka_unit_test(test_short),
         cmocka_unit_test(test_sync),      cmocka_unit_test(test_close_reopen),
         cmocka_unit_test(test_selection), cmocka_unit_test(test_policy),
-        cmocka_unit_test(test_priority),  cmocka_unit_test(test_low_not_starved),
+        cmocka_unit_test(test_priority),
+        cmocka_unit_test(test_low_not_starved),
     };
     return cmocka_run_group_tests_name(X, tests, NULL, NULL);
 }
