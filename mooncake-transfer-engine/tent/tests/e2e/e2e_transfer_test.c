@@ -582,6 +582,191 @@ landed(const volatile uint8_t *a, const uint8_t *b, size_t n)
     return true;
 }
 
+/* An initiator engine of its own (tcp only, key = value), with len bytes
+ * of registered memory at *mem, and the fixture's peer opened as *seg. */
+static tent_engine_t prio_engine(struct fixture *f, const char *key,
+                                 const char *value, size_t len, uint8_t **mem,
+                                 tent_segment_id_t *seg)
+{
+    e2e_config(false, true);
+    if (key)
+        tent_set_config(key, value);
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    void *p;
+    assert_int_equal(tent_allocate_memory(e, &p, len, "cpu"), 0);
+    assert_int_equal(tent_register_memory(e, p, len), 0);
+    *mem = p;
+    assert_int_equal(tent_open_segment(e, seg, f->peer.name), 0);
+    return e;
+}
+
+static void prio_engine_end(tent_engine_t e, uint8_t *mem, size_t len)
+{
+    assert_int_equal(tent_unregister_memory(e, mem, len), 0);
+    assert_int_equal(tent_free_memory(e, mem), 0);
+    tent_destroy_engine(e);
+}
+
+/* tcp priorities: LOW writes of 4 x 16 MiB are queued when a HIGH write of
+ * 4 KiB is submitted; the HIGH one goes ahead of the LOW windows still
+ * queued, so it completes while LOW bytes are still pending (served in
+ * order, it would wait behind most of 64 MiB).  Every byte of both lands. */
+static void test_tcp_high_ahead_of_low(void **state)
+{
+    struct fixture *f = *state;
+    const size_t blk = (size_t)16 << 20, nlow = 4, len = nlow * blk + 4096;
+    uint8_t *mem;
+    tent_segment_id_t seg;
+    tent_engine_t e = prio_engine(f, NULL, NULL, len, &mem, &seg);
+    for (size_t i = 0; i < len; i++)
+        mem[i] = (uint8_t)(i * 7 + 3);
+    tent_request_t low[4];
+    for (size_t i = 0; i < nlow; i++)
+        low[i] = (tent_request_t){.opcode = OPCODE_WRITE,
+                                  .source = mem + i * blk,
+                                  .target_id = seg,
+                                  .target_offset = f->peer.rw_base + i * blk,
+                                  .length = blk,
+                                  .priority = TENT_PRIO_LOW};
+    tent_request_t high = {.opcode = OPCODE_WRITE,
+                           .source = mem + nlow * blk,
+                           .target_id = seg,
+                           .target_offset = f->peer.rw_base + nlow * blk,
+                           .length = 4096,
+                           .priority = TENT_PRIO_HIGH};
+    tent_batch_id_t bl = tent_allocate_batch(e, nlow);
+    tent_batch_id_t bh = tent_allocate_batch(e, 1);
+    assert_int_equal(tent_submit(e, bl, low, nlow), 0);
+    assert_int_equal(tent_submit(e, bh, &high, 1), 0);
+    tent_status_t st;
+    assert_int_equal(e2e_wait(e, bh, 10000, &st), 0);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    size_t pending = 0;
+    for (size_t i = 0; i < nlow; i++) {
+        assert_int_equal(tent_task_status(e, bl, i, &st), 0);
+        pending += st.status == STATUS_PENDING || st.status == STATUS_WAITING;
+    }
+    print_message("tcp: the HIGH 4 KiB write completed with %zu of %zu LOW "
+                  "16 MiB writes pending\n",
+                  pending, nlow);
+    if (pending == 0)
+        fail_msg("the HIGH write completed after every LOW one");
+    assert_int_equal(e2e_wait(e, bl, 30000, &st), 0);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(st.transferred_bytes, nlow * blk);
+    assert_int_equal(tent_free_batch(e, bl), 0);
+    assert_int_equal(tent_free_batch(e, bh), 0);
+    assert_true(e2e_peer_hash(&f->peer, false, 0, len) == e2e_fnv(mem, len));
+    prio_engine_end(e, mem, len);
+}
+
+/* One run of test_tcp_low_not_starved: HIGH writes of 1 MiB kept queued
+ * (TCP_NHIGH in flight, each that completes replaced at once: about 40 ms
+ * of work queued here, so that a feeder thread the scheduler holds back
+ * for a while leaves no gap) for up to secs seconds, and a LOW write of 1
+ * MiB submitted after them.  The HIGH writes go to TCP_NDST places (the
+ * same bytes to each place).  Returns the seconds after which the LOW
+ * write completed while the stream still ran, or -1 when it had not when
+ * the stream stopped (it completes after: nothing is lost). */
+#define TCP_NHIGH 128
+#define TCP_NDST  48
+static double tcp_low_under_high(struct fixture *f, const char *promo_us,
+                                 double secs, int *nhigh)
+{
+    const size_t mib = (size_t)1 << 20, len = (TCP_NDST + 1) * mib;
+    uint8_t *mem;
+    tent_segment_id_t seg;
+    tent_engine_t e =
+        prio_engine(f, "transports/tcp/priority_promotion_timeout_us",
+                    promo_us, len, &mem, &seg);
+    for (size_t i = 0; i < len; i++)
+        mem[i] = (uint8_t)(i * 11 + 1);
+    tent_batch_id_t hb[TCP_NHIGH];
+    tent_request_t hr[TCP_NHIGH];
+    for (int i = 0; i < TCP_NHIGH; i++) {
+        const size_t at = (size_t)(i % TCP_NDST + 1) * mib;
+        hr[i] = (tent_request_t){.opcode = OPCODE_WRITE,
+                                 .source = mem + at,
+                                 .target_id = seg,
+                                 .target_offset = f->peer.rw_base + at,
+                                 .length = mib,
+                                 .priority = TENT_PRIO_HIGH};
+        hb[i] = tent_allocate_batch(e, 1);
+        assert_int_equal(tent_submit(e, hb[i], &hr[i], 1), 0);
+    }
+    tent_request_t lr = {.opcode = OPCODE_WRITE,
+                         .source = mem,
+                         .target_id = seg,
+                         .target_offset = f->peer.rw_base,
+                         .length = mib,
+                         .priority = TENT_PRIO_LOW};
+    tent_batch_id_t lb = tent_allocate_batch(e, 1);
+    assert_int_equal(tent_submit(e, lb, &lr, 1), 0);
+    long t0 = e2e_now_ms();
+    double done_at = -1;
+    *nhigh = 0;
+    tent_status_t st;
+    while (e2e_now_ms() - t0 < (long)(secs * 1000)) {
+        for (int i = 0; i < TCP_NHIGH; i++) {
+            assert_int_equal(tent_task_status(e, hb[i], 0, &st), 0);
+            if (st.status == STATUS_PENDING || st.status == STATUS_WAITING)
+                continue;
+            assert_int_equal(st.status, STATUS_COMPLETED);
+            assert_int_equal(tent_free_batch(e, hb[i]), 0);
+            ++*nhigh;
+            hb[i] = tent_allocate_batch(e, 1);
+            assert_int_equal(tent_submit(e, hb[i], &hr[i], 1), 0);
+        }
+        assert_int_equal(tent_task_status(e, lb, 0, &st), 0);
+        if (st.status != STATUS_PENDING && st.status != STATUS_WAITING) {
+            assert_int_equal(st.status, STATUS_COMPLETED);
+            done_at = (double)(e2e_now_ms() - t0) / 1e3;
+            break;
+        }
+    }
+    assert_int_equal(e2e_wait(e, lb, 30000, &st), 0);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(st.transferred_bytes, mib);
+    assert_int_equal(tent_free_batch(e, lb), 0);
+    for (int i = 0; i < TCP_NHIGH; i++) {
+        assert_int_equal(e2e_wait(e, hb[i], 30000, &st), 0);
+        assert_int_equal(st.status, STATUS_COMPLETED);
+        assert_int_equal(tent_free_batch(e, hb[i]), 0);
+    }
+    assert_true(e2e_peer_hash(&f->peer, false, 0, len) == e2e_fnv(mem, len));
+    prio_engine_end(e, mem, len);
+    return done_at;
+}
+
+/* tcp promotion keeps LOW from starving: under a stream of HIGH writes
+ * that keeps the rail's queue full, a LOW write completes while the stream
+ * runs (priority_promotion_timeout_us, 10 ms), and with promotion off (0)
+ * it is still not done after a second of the stream -- so the first run
+ * shows promotion, not gaps in the stream. */
+static void test_tcp_low_not_starved(void **state)
+{
+    struct fixture *f = *state;
+    int nhigh = 0;
+    double at = tcp_low_under_high(f, "10000", 20, &nhigh);
+    print_message("tcp, promotion on: LOW 1 MiB completed after %.3f s of "
+                  "the HIGH stream (%d HIGH writes)\n",
+                  at, nhigh);
+    if (at < 0)
+        fail_msg("the LOW write did not complete within 20 s of HIGH writes "
+                 "(%d of them completed): starved",
+                 nhigh);
+    double off = tcp_low_under_high(f, "0", 1, &nhigh);
+    print_message("tcp, promotion off: LOW %s within 1 s of the HIGH stream "
+                  "(%d HIGH writes)\n",
+                  off < 0 ? "not completed" : "completed", nhigh);
+    if (off >= 0)
+        fail_msg("with promotion off the LOW write completed after %.3f s of "
+                 "HIGH writes: the stream left gaps, so the run with "
+                 "promotion proves nothing",
+                 off);
+}
+
 /* A 1 MiB read that tcp sends from this thread over a borrowed connection
  * (one window, one rail): nobody polls, yet its answer is read into dst --
  * the transport's lend thread moves lent windows on -- and the first status
@@ -1383,6 +1568,8 @@ int main(int argc, char **argv)
         /* tcp only: shm copies need no cooperation from the target */
         CASE(test_stalled_target_times_out, setup, X_TCP),
         CASE(test_lent_read_lands_unpolled, setup, X_TCP),
+        CASE(test_tcp_high_ahead_of_low, setup, X_TCP),
+        CASE(test_tcp_low_not_starved, setup, X_TCP),
         CASE(test_failover_tcp_to_shm, setup_both, X_TCP | X_SHM),
 #ifdef E2E_MEMFABRIC
         CASE(test_failover_memfabric_to_tcp, setup_with_tcp, X_MF),
