@@ -52,9 +52,9 @@ ucx_gbps() {
 
 median() { tr ' ' '\n' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-E="" S="" U="" B="" BS=""
+E="" S="" U="" B="" BS="" ES=""
 echo "tcp_ucx_bench: $(date -u '+%F %T') UTC, $(nproc) cores, $ROUNDS rounds"
-printf "%-6s %10s %10s %10s %10s\n" round engine socket ucx before
+printf "%-6s %10s %10s %10s %10s %8s\n" round engine socket ucx before eng/sock
 for r in $(seq "$ROUNDS"); do
     read -r e s <<<"$(engine_row "$AFTER")"
     u=$(ucx_gbps)
@@ -63,12 +63,18 @@ for r in $(seq "$ROUNDS"); do
         read -r b bs <<<"$(engine_row "$BEFORE")"
         B="$B $b" BS="$BS $bs"
     fi
-    E="$E $e" S="$S $s" U="$U $u"
-    printf "%-6s %10s %10s %10s %10s\n" "$r" "$e" "$s" "$u" "$b"
+    es=$(python3 -c "print('%.3f' % ($e / $s if $s > 0 else 0))")
+    E="$E $e" S="$S $s" U="$U $u" ES="$ES $es"
+    printf "%-6s %10s %10s %10s %10s %8s\n" "$r" "$e" "$s" "$u" "$b" "$es"
 done
 me=$(echo $E | median) ms=$(echo $S | median) mu=$(echo $U | median)
+mes=$(echo $ES | median)
 echo
 echo "medians (GB/s): engine $me, 2-stream socket $ms, UCX tag_bw $mu"
+# each round's socket figure comes from the same tebench run as its engine
+# figure, a second before it: the median of those ratios is the steadier
+# one when a socket run drops (one 1 s run of it moves by 2x here)
+echo "median of the rounds' own engine / socket: $mes"
 python3 - "$me" "$ms" "$mu" <<'EOF'
 import sys
 e, s, u = map(float, sys.argv[1:4])
