@@ -700,7 +700,13 @@ static void test_destroy_initiator_in_flight(void **state)
 }
 
 /* The target instance goes away mid-batch: the initiator's callback fires
- * with its unique id and the batches finish (no hang) with failures. */
+ * with its unique id and the batches finish (no hang), each completed or
+ * failed with SM_NOT_CONNECTED -- over host_tcp some fail (the target's
+ * sockets go).  Over host_shm a copy lands in the target's memory, which
+ * this process still holds, until the initiator sees the peer go: only
+ * the copies still queued then fail, and under valgrind, whose slowed
+ * threads let that take about a second, all 128 were sometimes done by
+ * then. */
 static void test_destroy_target_in_flight(void **state)
 {
     struct pair *p = *state;
@@ -723,7 +729,9 @@ static void test_destroy_target_in_flight(void **state)
             assert_int_equal(result, SM_NOT_CONNECTED);
         }
     }
-    assert_true(failed > 0);
+    print_message("%d of %d copies failed with the target gone\n", failed, N);
+    if (p->proto == SMEMB_DATA_OP_HOST_TCP)
+        assert_true(failed > 0);
     double end = mfh_now() + 10;
     while (mfh_now() < end) {
         pthread_mutex_lock(&rec.lock);
