@@ -53,7 +53,26 @@ static inline int mt_connect(uint16_t port)
     struct timeval tv = {.tv_sec = 20};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+    int rc = connect(fd, (struct sockaddr *)&a, sizeof(a));
+    if (rc != 0 && errno == EINTR) {
+        /* A signal cut the wait short (a socket with a timeout is not
+         * restarted); the connection goes on being made: wait for it. */
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int n, err = 0;
+        socklen_t len = sizeof(err);
+        do
+            n = poll(&p, 1, 20000);
+        while (n < 0 && errno == EINTR);
+        rc = -1;
+        if (n == 0) {
+            errno = ETIMEDOUT;
+        } else if (n == 1 &&
+                   getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0) {
+            errno = err;
+            rc = err ? -1 : 0;
+        }
+    }
+    if (rc != 0) {
         fprintf(stderr, "mt_connect: 127.0.0.1:%u: %s\n", port,
                 strerror(errno));
         close(fd);
