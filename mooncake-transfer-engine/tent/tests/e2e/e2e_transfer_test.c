@@ -28,6 +28,7 @@
 #include <cmocka.h>
 // clang-format on
 
+#include "../common/prio_stream.h"
 #include "e2e_peer.h"
 #include "runtime/batch.h"
 #include "runtime/engine.h"
@@ -670,19 +671,18 @@ static void test_tcp_high_ahead_of_low(void **state)
     prio_engine_end(e, mem, len);
 }
 
-/* One run of test_tcp_low_not_starved: HIGH writes of 1 MiB kept queued
- * (TCP_NHIGH in flight, each that completes replaced at once: about 40 ms
- * of work queued here, so that a feeder thread the scheduler holds back
- * for a while leaves no gap) for up to secs seconds, and a LOW write of 1
- * MiB submitted after them.  The HIGH writes go to TCP_NDST places (the
- * same bytes to each place).  Returns the seconds after which the LOW
- * write completed while the stream still ran, or -1 when it had not when
- * the stream stopped (it completes after: nothing is lost). */
+/* One run of test_tcp_low_not_starved (ps_run_fn; ctx: the fixture):
+ * HIGH writes of 1 MiB, TCP_NHIGH in flight (about 40 ms of work queued
+ * here, so that a feeder thread the scheduler holds back for a while
+ * leaves no gap: with 48 the control run failed 2 times in 3), and a LOW
+ * write of 1 MiB after them.  The HIGH writes go to TCP_NDST places (the
+ * same bytes to each place). */
 #define TCP_NHIGH 128
 #define TCP_NDST  48
-static double tcp_low_under_high(struct fixture *f, const char *promo_us,
-                                 double secs, int *nhigh)
+static double tcp_low_under_high(void *ctx, const char *promo_us, double secs,
+                                 int *nhigh)
 {
+    struct fixture *f = ctx;
     const size_t mib = (size_t)1 << 20, len = (TCP_NDST + 1) * mib;
     uint8_t *mem;
     tent_segment_id_t seg;
@@ -691,7 +691,6 @@ static double tcp_low_under_high(struct fixture *f, const char *promo_us,
                     promo_us, len, &mem, &seg);
     for (size_t i = 0; i < len; i++)
         mem[i] = (uint8_t)(i * 11 + 1);
-    tent_batch_id_t hb[TCP_NHIGH];
     tent_request_t hr[TCP_NHIGH];
     for (int i = 0; i < TCP_NHIGH; i++) {
         const size_t at = (size_t)(i % TCP_NDST + 1) * mib;
@@ -701,8 +700,6 @@ static double tcp_low_under_high(struct fixture *f, const char *promo_us,
                                  .target_offset = f->peer.rw_base + at,
                                  .length = mib,
                                  .priority = TENT_PRIO_HIGH};
-        hb[i] = tent_allocate_batch(e, 1);
-        assert_int_equal(tent_submit(e, hb[i], &hr[i], 1), 0);
     }
     tent_request_t lr = {.opcode = OPCODE_WRITE,
                          .source = mem,
@@ -710,73 +707,23 @@ static double tcp_low_under_high(struct fixture *f, const char *promo_us,
                          .target_offset = f->peer.rw_base,
                          .length = mib,
                          .priority = TENT_PRIO_LOW};
-    tent_batch_id_t lb = tent_allocate_batch(e, 1);
-    assert_int_equal(tent_submit(e, lb, &lr, 1), 0);
-    long t0 = e2e_now_ms();
-    double done_at = -1;
-    *nhigh = 0;
-    tent_status_t st;
-    while (e2e_now_ms() - t0 < (long)(secs * 1000)) {
-        for (int i = 0; i < TCP_NHIGH; i++) {
-            assert_int_equal(tent_task_status(e, hb[i], 0, &st), 0);
-            if (st.status == STATUS_PENDING || st.status == STATUS_WAITING)
-                continue;
-            assert_int_equal(st.status, STATUS_COMPLETED);
-            assert_int_equal(tent_free_batch(e, hb[i]), 0);
-            ++*nhigh;
-            hb[i] = tent_allocate_batch(e, 1);
-            assert_int_equal(tent_submit(e, hb[i], &hr[i], 1), 0);
-        }
-        assert_int_equal(tent_task_status(e, lb, 0, &st), 0);
-        if (st.status != STATUS_PENDING && st.status != STATUS_WAITING) {
-            assert_int_equal(st.status, STATUS_COMPLETED);
-            done_at = (double)(e2e_now_ms() - t0) / 1e3;
-            break;
-        }
-    }
-    assert_int_equal(e2e_wait(e, lb, 30000, &st), 0);
-    assert_int_equal(st.status, STATUS_COMPLETED);
-    assert_int_equal(st.transferred_bytes, mib);
-    assert_int_equal(tent_free_batch(e, lb), 0);
-    for (int i = 0; i < TCP_NHIGH; i++) {
-        assert_int_equal(e2e_wait(e, hb[i], 30000, &st), 0);
-        assert_int_equal(st.status, STATUS_COMPLETED);
-        assert_int_equal(tent_free_batch(e, hb[i]), 0);
-    }
+    double done_at = ps_low_under_high(e, hr, TCP_NHIGH, &lr, secs, nhigh);
     assert_true(e2e_peer_hash(&f->peer, false, 0, len) == e2e_fnv(mem, len));
     prio_engine_end(e, mem, len);
     return done_at;
 }
 
-/* tcp promotion keeps LOW from starving: under a stream of HIGH writes
- * that keeps the rail's queue full, a LOW write completes while the stream
- * runs (priority_promotion_timeout_us, 10 ms), and with promotion off (0)
- * it is still not done after a second of the stream -- so the first run
- * shows promotion, not gaps in the stream.  Under TSan the run without
- * promotion met a window with no answer for 30 s (3 runs of 3), which
- * failed the rail's queue, the LOW write with it: not understood yet, and
- * this mode is not in the TSan leg until it is. */
+/* tcp promotion keeps LOW from starving (ps_check_promotion): under a
+ * stream of HIGH writes that keeps the rail's queue full, a LOW write
+ * completes while the stream runs (priority_promotion_timeout_us, 10 ms),
+ * and with promotion off (0) it is still not done after a second of the
+ * stream.  Under TSan the run without promotion met a window with no
+ * answer for 30 s (3 runs of 3), which failed the rail's queue, the LOW
+ * write with it: not understood yet, and this mode is not in the TSan leg
+ * until it is. */
 static void test_tcp_low_not_starved(void **state)
 {
-    struct fixture *f = *state;
-    int nhigh = 0;
-    double at = tcp_low_under_high(f, "10000", 20, &nhigh);
-    print_message("tcp, promotion on: LOW 1 MiB completed after %.3f s of "
-                  "the HIGH stream (%d HIGH writes)\n",
-                  at, nhigh);
-    if (at < 0)
-        fail_msg("the LOW write did not complete within 20 s of HIGH writes "
-                 "(%d of them completed): starved",
-                 nhigh);
-    double off = tcp_low_under_high(f, "0", 1, &nhigh);
-    print_message("tcp, promotion off: LOW %s within 1 s of the HIGH stream "
-                  "(%d HIGH writes)\n",
-                  off < 0 ? "not completed" : "completed", nhigh);
-    if (off >= 0)
-        fail_msg("with promotion off the LOW write completed after %.3f s of "
-                 "HIGH writes: the stream left gaps, so the run with "
-                 "promotion proves nothing",
-                 off);
+    ps_check_promotion(tcp_low_under_high, *state, "tcp, LOW 1 MiB");
 }
 
 /* A 1 MiB read that tcp sends from this thread over a borrowed connection

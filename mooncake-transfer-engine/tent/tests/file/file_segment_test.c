@@ -4,6 +4,7 @@
  * byte for byte against the file itself, long requests, more requests than
  * the ring holds, short transfers continued, sync mode, close and reopen,
  * and which segments the file transports may serve. */
+#include "../common/prio_stream.h"
 #include "file_test_util.h"
 #include "runtime/engine.h"
 #include "transport/file_io.h"
@@ -466,15 +467,14 @@ static void test_priority(void **state)
     tent_destroy_engine(e);
 }
 
-/* One run of test_low_not_starved: HIGH writes of 1 MiB kept queued without
- * a pause (NHIGH in flight, each that completes replaced at once) for up to
- * secs seconds, and a LOW write of 16 MiB submitted after the first of
- * them.  Returns the seconds after which the LOW write completed while the
- * stream still ran, or -1 when it had not when the stream stopped (it then
- * completes after: nothing is lost).  *nhigh: the HIGH writes completed. */
+/* One run of test_low_not_starved (ps_run_fn): HIGH writes of 1 MiB,
+ * NHIGH of them in flight, and a LOW write of 16 MiB after them, through
+ * one worker of transport X. */
 #define NHIGH 64
-static double low_under_high(const char *promo_us, double secs, int *nhigh)
+static double low_under_high(void *ctx, const char *promo_us, double secs,
+                             int *nhigh)
 {
+    (void)ctx;
     tent_engine_t e =
         is_uring()
             ? ft_engine(X, "transports/io_uring/workers", "1",
@@ -489,53 +489,15 @@ static double low_under_high(const char *promo_us, double secs, int *nhigh)
     tent_segment_id_t h = open_file(e, "starve", size, 0);
     uint8_t *src = ft_mem(e, size);
     ft_fill(src, size, 43, 0);
-    tent_batch_id_t hb[NHIGH];
     tent_request_t hr[NHIGH];
     for (int i = 0; i < NHIGH; i++) {
         hr[i] = ft_req(OPCODE_WRITE, src + low_len + i * mib, h,
                        low_len + i * mib, mib);
         hr[i].priority = TENT_PRIO_HIGH;
-        hb[i] = tent_allocate_batch(e, 1);
-        assert_true(hb[i] != TENT_INVALID_BATCH_ID);
-        assert_int_equal(tent_submit(e, hb[i], &hr[i], 1), TENT_OK);
     }
     tent_request_t lr = ft_req(OPCODE_WRITE, src, h, 0, low_len);
     lr.priority = TENT_PRIO_LOW;
-    tent_batch_id_t lb = tent_allocate_batch(e, 1);
-    assert_int_equal(tent_submit(e, lb, &lr, 1), TENT_OK);
-    double t0 = ft_now(), done_at = -1;
-    *nhigh = 0;
-    while (ft_now() - t0 < secs) {
-        for (int i = 0; i < NHIGH; i++) {
-            tent_status_t st;
-            assert_int_equal(tent_task_status(e, hb[i], 0, &st), TENT_OK);
-            if (st.status == STATUS_PENDING || st.status == STATUS_WAITING)
-                continue;
-            assert_int_equal(st.status, STATUS_COMPLETED);
-            assert_int_equal(tent_free_batch(e, hb[i]), TENT_OK);
-            ++*nhigh;
-            hb[i] = tent_allocate_batch(e, 1);
-            assert_true(hb[i] != TENT_INVALID_BATCH_ID);
-            assert_int_equal(tent_submit(e, hb[i], &hr[i], 1), TENT_OK);
-        }
-        tent_status_t st;
-        assert_int_equal(tent_task_status(e, lb, 0, &st), TENT_OK);
-        if (st.status != STATUS_PENDING && st.status != STATUS_WAITING) {
-            assert_int_equal(st.status, STATUS_COMPLETED);
-            done_at = ft_now() - t0;
-            break;
-        }
-    }
-    ft_wait(e, lb, 1);
-    tent_status_t st;
-    assert_int_equal(tent_task_status(e, lb, 0, &st), TENT_OK);
-    assert_int_equal(st.status, STATUS_COMPLETED);
-    assert_int_equal(st.transferred_bytes, low_len);
-    assert_int_equal(tent_free_batch(e, lb), TENT_OK);
-    for (int i = 0; i < NHIGH; i++) {
-        ft_wait(e, hb[i], 1);
-        assert_int_equal(tent_free_batch(e, hb[i]), TENT_OK);
-    }
+    double done_at = ps_low_under_high(e, hr, NHIGH, &lr, secs, nhigh);
     uint8_t *got = ft_read_file(ft_path("starve"), 0, size);
     assert_memory_equal(got, src, size);
     free(got);
@@ -544,35 +506,19 @@ static double low_under_high(const char *promo_us, double secs, int *nhigh)
     return done_at;
 }
 
-/* Promotion keeps LOW from starving: under a stream of HIGH writes that
- * never lets the HIGH queue run dry, a LOW write completes while the stream
- * still runs (priority_promotion_timeout_us, 10 ms: a LOW queue not served
- * for two timeouts counts as HIGH, and the one that waited longer goes
- * first).  With promotion off (0) the same LOW write is still not done
- * after a second of the stream: what the first run shows is promotion, not
- * gaps in the stream. */
+/* Promotion keeps LOW from starving (ps_check_promotion): under a stream
+ * of HIGH writes that never lets the HIGH queue run dry (64 in flight: one
+ * bufio worker takes 16 at a time, and with 32 the queue ran dry between
+ * takes), a LOW write completes while the stream still runs
+ * (priority_promotion_timeout_us, 10 ms: a LOW queue not served for two
+ * timeouts counts as HIGH, and the one that waited longer goes first);
+ * with promotion off it is still not done after a second of the stream. */
 static void test_low_not_starved(void **state)
 {
     (void)state;
-    int nhigh = 0;
-    double at = low_under_high("10000", 20, &nhigh);
-    print_message("promotion on: LOW 16 MiB completed after %.3f s of the "
-                  "HIGH stream (%d HIGH writes)\n",
-                  at, nhigh);
-    if (at < 0)
-        fail_msg("the LOW write did not complete within 20 s of HIGH "
-                 "writes (%d of them completed): starved",
-                 nhigh);
-    assert_true(nhigh > 0);
-    double off = low_under_high("0", 1, &nhigh);
-    print_message("promotion off: LOW %s within 1 s of the HIGH stream "
-                  "(%d HIGH writes)\n",
-                  off < 0 ? "not completed" : "completed", nhigh);
-    if (off >= 0)
-        fail_msg("with promotion off the LOW write completed after %.3f s "
-                 "of HIGH writes: the stream left gaps, so the run with "
-                 "promotion proves nothing",
-                 off);
+    char what[64];
+    snprintf(what, sizeof(what), "%s, LOW 16 MiB", X);
+    ps_check_promotion(low_under_high, NULL, what);
 }
 
 int main(int argc, char **argv)
