@@ -28,6 +28,7 @@
 #define TENT_MF_HOST_H
 
 #include "common/log.h"
+#include "common/tsan.h"
 #include "mf_host/mf_host_ctl.h"
 #include "net/net.h"
 #include "transport/memfabric/smem_trans_abi.h"
@@ -71,40 +72,8 @@ extern atomic_int mfh_log_level;
 #define MFH_WARN(...)  MFH_LOG(MFH_LOG_WARN, "WARN", __VA_ARGS__)
 #define MFH_ERROR(...) MFH_LOG(MFH_LOG_ERROR, "ERROR", __VA_ARGS__)
 
-/* ---- ThreadSanitizer ----------------------------------------------------
- * User buffers go to send()/recv(); whoever uses those bytes next learns
- * they are complete from a later message (the reply, then the batch
- * result), an ordering TSan cannot see - across processes not at all.  The
- * kernel's copies of user buffers are therefore hidden from TSan. */
-#if defined(__SANITIZE_THREAD__)
-#define MFH_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define MFH_TSAN 1
-#endif
-#endif
-#ifdef MFH_TSAN
-void AnnotateIgnoreReadsBegin(const char *file, int line);
-void AnnotateIgnoreReadsEnd(const char *file, int line);
-void AnnotateIgnoreWritesBegin(const char *file, int line);
-void AnnotateIgnoreWritesEnd(const char *file, int line);
-#define MFH_USER_IO_BEGIN()                                                    \
-    do {                                                                       \
-        AnnotateIgnoreReadsBegin(__FILE__, __LINE__);                          \
-        AnnotateIgnoreWritesBegin(__FILE__, __LINE__);                         \
-    } while (0)
-#define MFH_USER_IO_END()                                                      \
-    do {                                                                       \
-        AnnotateIgnoreWritesEnd(__FILE__, __LINE__);                           \
-        AnnotateIgnoreReadsEnd(__FILE__, __LINE__);                            \
-    } while (0)
-#else
-#define MFH_USER_IO_BEGIN() ((void)0)
-#define MFH_USER_IO_END()   ((void)0)
-#endif
-
-/* net.c: the socket calls of net/net.h on user memory (see above); 0 or
- * -1 with errno. */
+/* net.c: the socket calls of net/net.h on user memory, hidden from TSan
+ * (common/tsan.h); 0 or -1 with errno. */
 int mfh_sendv_user(int fd, struct iovec *iov, int n);
 /* Receives exactly the bytes of iov[0..n) (user memory; consumes iov). */
 int mfh_recvv_user(int fd, struct iovec *iov, int n);

@@ -179,12 +179,12 @@ static int32_t copy_cma(struct mfh_batch *b, const struct mfh_slice *s)
         struct iovec r = {.iov_base = (void *)(uintptr_t)(s->remote + done),
                           .iov_len = s->len - done};
         /* the kernel copies user memory: hidden from TSan (mf_host.h) */
-        MFH_USER_IO_BEGIN();
+        TENT_USER_IO_BEGIN();
         ssize_t n = b->opcode == SMEM_TRANS_OP_WRITE
                         ? process_vm_writev(p->pid, &l, 1, &r, 1, 0)
                         : process_vm_readv(p->pid, &l, 1, &r, 1, 0);
         int cma_err = errno;
-        MFH_USER_IO_END();
+        TENT_USER_IO_END();
         if (n <= 0) {
             int err = n < 0 ? cma_err : EFAULT;
             if (err == EINTR)

@@ -1,7 +1,6 @@
 /* mf_host's use of libtent's shared layer (tent_base): the log level its
  * lines are filtered by, and of net/net.h its errno convention, peer urls,
- * and transfers of user memory hidden from TSan (see MFH_USER_IO_BEGIN in
- * mf_host.h). */
+ * and transfers of user memory hidden from TSan (common/tsan.h). */
 #include "mf_host.h"
 
 #include <errno.h>
@@ -32,10 +31,10 @@ int mfh_connect_url(const char *url, int io_ms)
 
 int mfh_sendv_user(int fd, struct iovec *iov, int n)
 {
-    MFH_USER_IO_BEGIN();
+    TENT_USER_IO_BEGIN();
     int rc = tent_net_sendv_all(fd, iov, n, 0, NULL, NULL) ? -1 : 0;
     int err = errno;
-    MFH_USER_IO_END();
+    TENT_USER_IO_END();
     errno = err;
     return rc;
 }
@@ -43,7 +42,7 @@ int mfh_sendv_user(int fd, struct iovec *iov, int n)
 int mfh_recvv_user(int fd, struct iovec *iov, int n)
 {
     int rc = 0, err = 0;
-    MFH_USER_IO_BEGIN();
+    TENT_USER_IO_BEGIN();
     while (n > 0) {
         struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
         ssize_t r = recvmsg(fd, &mh, 0);
@@ -65,7 +64,7 @@ int mfh_recvv_user(int fd, struct iovec *iov, int n)
             iov->iov_len -= got;
         }
     }
-    MFH_USER_IO_END();
+    TENT_USER_IO_END();
     errno = err;
     return rc;
 }

@@ -279,7 +279,7 @@ static int recv_payload(struct mfh_handle *h, struct srv_io *io,
         }
         ssize_t r;
         int err = 0;
-        MFH_USER_IO_BEGIN();
+        TENT_USER_IO_BEGIN();
         if (buffered) {
             memcpy(dst, io->in + io->in_pos, k);
             io->in_pos += k;
@@ -288,7 +288,7 @@ static int recv_payload(struct mfh_handle *h, struct srv_io *io,
             r = recv(io->fd, dst, k, MSG_DONTWAIT);
             err = errno;
         }
-        MFH_USER_IO_END();
+        TENT_USER_IO_END();
         if (!mfh_win_close(w))
             *revoked = true;
         if (r > 0) {
@@ -336,7 +336,7 @@ static int send_payload(struct mfh_handle *h, struct srv_io *io,
         }
         ssize_t r;
         int err = 0;
-        MFH_USER_IO_BEGIN();
+        TENT_USER_IO_BEGIN();
         if (small) {
             memcpy(io->out + io->out_len, src, n);
             io->out_len += n;
@@ -345,7 +345,7 @@ static int send_payload(struct mfh_handle *h, struct srv_io *io,
             r = send(io->fd, src, n, MSG_DONTWAIT | MSG_NOSIGNAL);
             err = errno;
         }
-        MFH_USER_IO_END();
+        TENT_USER_IO_END();
         if (!mfh_win_close(w))
             *revoked = true;
         if (r > 0) {

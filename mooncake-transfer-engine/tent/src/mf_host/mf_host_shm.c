@@ -232,12 +232,12 @@ int32_t mfh_shm_copy(struct mfh_peer *p, smem_trans_opcode_t op,
     char *r = (char *)m->mem + m->delta + (size_t)(s->remote - m->base);
     /* The peer writes or reads these bytes only after the batch's result,
      * in another process: hidden from TSan like the kernel's copies. */
-    MFH_USER_IO_BEGIN();
+    TENT_USER_IO_BEGIN();
     if (op == SMEM_TRANS_OP_WRITE)
         memcpy(r, (const void *)s->local, s->len);
     else
         memcpy((void *)s->local, r, s->len);
-    MFH_USER_IO_END();
+    TENT_USER_IO_END();
     pthread_rwlock_unlock(&p->map_lock);
     return SM_OK;
 }
