@@ -468,9 +468,13 @@ static void test_priority(void **state)
 }
 
 /* One run of test_low_not_starved (ps_run_fn): HIGH writes of 1 MiB,
- * NHIGH of them in flight, and a LOW write of 16 MiB after them, through
- * one worker of transport X. */
-#define NHIGH 64
+ * NHIGH of them in flight, to NDST places (the same bytes to each place),
+ * and a LOW write of 16 MiB after them, through one worker of transport X.
+ * NHIGH is a deep backlog (about 0.1 s of work here) so that a feeder
+ * thread the scheduler holds back leaves no gap: with 64, two CPU hogs
+ * made the run without promotion fail 4 times in 4. */
+#define NHIGH 256
+#define NDST  64
 static double low_under_high(void *ctx, const char *promo_us, double secs,
                              int *nhigh)
 {
@@ -485,14 +489,14 @@ static double low_under_high(void *ctx, const char *promo_us, double secs,
                         "transports/bufio/priority_promotion_timeout_us",
                         promo_us, "merge_requests", "false", NULL);
     const uint64_t mib = 1 << 20, low_len = 16 * mib;
-    const uint64_t size = low_len + NHIGH * mib;
+    const uint64_t size = low_len + NDST * mib;
     tent_segment_id_t h = open_file(e, "starve", size, 0);
     uint8_t *src = ft_mem(e, size);
     ft_fill(src, size, 43, 0);
     tent_request_t hr[NHIGH];
     for (int i = 0; i < NHIGH; i++) {
-        hr[i] = ft_req(OPCODE_WRITE, src + low_len + i * mib, h,
-                       low_len + i * mib, mib);
+        const uint64_t at = low_len + (uint64_t)(i % NDST) * mib;
+        hr[i] = ft_req(OPCODE_WRITE, src + at, h, at, mib);
         hr[i].priority = TENT_PRIO_HIGH;
     }
     tent_request_t lr = ft_req(OPCODE_WRITE, src, h, 0, low_len);
@@ -507,9 +511,9 @@ static double low_under_high(void *ctx, const char *promo_us, double secs,
 }
 
 /* Promotion keeps LOW from starving (ps_check_promotion): under a stream
- * of HIGH writes that never lets the HIGH queue run dry (64 in flight: one
- * bufio worker takes 16 at a time, and with 32 the queue ran dry between
- * takes), a LOW write completes while the stream still runs
+ * of HIGH writes that never lets the HIGH queue run dry (NHIGH in flight:
+ * one bufio worker takes 16 at a time, and with 32 the queue ran dry
+ * between takes), a LOW write completes while the stream still runs
  * (priority_promotion_timeout_us, 10 ms: a LOW queue not served for two
  * timeouts counts as HIGH, and the one that waited longer goes first);
  * with promotion off it is still not done after a second of the stream. */
