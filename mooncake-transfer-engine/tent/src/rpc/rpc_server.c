@@ -103,6 +103,8 @@
 
 #define IOBUF      65536 /* per-connection input and output buffers */
 #define DIRECT_MIN 16384 /* larger reads bypass the input buffer */
+/* a frame's header and a READ/WRITE prefix */
+#define FIRST_READ (TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN)
 
 /* What a connection is doing, for the choice of whom to replace. */
 enum conn_state {
@@ -330,8 +332,14 @@ static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n)
             return -1;
         }
         bool direct = n - got >= DIRECT_MIN;
+        /* the tail of a large body: what follows it is most likely the
+         * next large frame, of which only the header and READ/WRITE prefix
+         * belong in in[] (FIRST_READ) */
+        size_t cap = n >= DIRECT_MIN && n - got + FIRST_READ < sizeof(c->in)
+                         ? n - got + FIRST_READ
+                         : sizeof(c->in);
         ssize_t r = direct ? recv(c->fd, p + got, n - got, 0)
-                           : recv(c->fd, c->in, sizeof(c->in), 0);
+                           : recv(c->fd, c->in, cap, 0);
         if (r > 0) {
             add_bytes(c, (uint64_t)r);
             if (direct) {
@@ -358,6 +366,18 @@ static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n)
 /* Reads what the socket has now into in[] without waiting; the first byte
  * of a frame starts its deadline.  Returns the bytes read (0: none now),
  * or -1 when the peer closed the connection or it failed. */
+/* Whether in[] starts with the whole header of a frame whose body is large
+ * enough for srv_recv's direct reads (or more than the buffer holds). */
+static bool large_frame_first(const struct tent_rpc_conn *c)
+{
+    if (c->in_len - c->in_pos < TENT_WIRE_HDR_LEN)
+        return false;
+    const uint8_t *h = c->in + c->in_pos;
+    uint32_t len = (uint32_t)h[12] | (uint32_t)h[13] << 8 |
+                   (uint32_t)h[14] << 16 | (uint32_t)h[15] << 24;
+    return len >= DIRECT_MIN + TENT_WIRE_RW_LEN;
+}
+
 static long read_some(struct tent_rpc_conn *c)
 {
     size_t have = c->in_len - c->in_pos;
@@ -368,14 +388,19 @@ static long read_some(struct tent_rpc_conn *c)
     }
     long total = 0;
     while (c->in_len < sizeof(c->in)) {
-        ssize_t r = recv(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len,
-                         MSG_DONTWAIT);
+        /* Into an empty buffer, one frame's header and READ/WRITE prefix
+         * first: when the body that follows is large, srv_recv reads it
+         * straight into its destination, and none of it is copied twice. */
+        size_t want = c->in_len ? sizeof(c->in) - c->in_len : FIRST_READ;
+        ssize_t r = recv(c->fd, c->in + c->in_len, want, MSG_DONTWAIT);
         if (r > 0) {
             if (c->in_len == 0)
                 frame_begin(c, tent_now_ms());
             c->in_len += (size_t)r;
             add_bytes(c, (uint64_t)r);
             total += r;
+            if (c->in_len == (size_t)r && large_frame_first(c))
+                return total;
             continue;
         }
         if (r < 0 && errno == EINTR)
