@@ -1161,25 +1161,34 @@ static void test_two_engines_one_process(void **state)
     free(src);
 }
 
-/* The congestion control of fd when it is a connected TCP socket whose local
- * or peer port is port ("l" or "p" in *side), else "". */
-static void cc_on_port(int fd, uint16_t port, char *cc, size_t cap, char *side)
+/* Whether fd is a connected TCP socket whose local or peer port is port
+ * ('l' or 'p' in *side). */
+static bool tcp_on_port(int fd, uint16_t port, char *side)
 {
     struct sockaddr_storage me, peer;
     socklen_t ml = sizeof(me), pl = sizeof(peer);
     int type = 0;
     socklen_t tl = sizeof(type);
-    cc[0] = 0;
     if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) || type != SOCK_STREAM ||
         getsockname(fd, (struct sockaddr *)&me, &ml) ||
         getpeername(fd, (struct sockaddr *)&peer, &pl) ||
         me.ss_family != AF_INET)
-        return;
+        return false;
     uint16_t lp = ntohs(((struct sockaddr_in *)&me)->sin_port);
     uint16_t pp = ntohs(((struct sockaddr_in *)&peer)->sin_port);
     if (lp != port && pp != port)
-        return;
+        return false;
     *side = lp == port ? 'l' : 'p';
+    return true;
+}
+
+/* The congestion control of fd when it is a connected TCP socket whose local
+ * or peer port is port ("l" or "p" in *side), else "". */
+static void cc_on_port(int fd, uint16_t port, char *cc, size_t cap, char *side)
+{
+    cc[0] = 0;
+    if (!tcp_on_port(fd, port, side))
+        return;
     socklen_t l = (socklen_t)cap;
     if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, &l))
         cc[0] = 0;
@@ -1287,6 +1296,112 @@ static void test_loopback_congestion(void **state)
     assert_int_equal(tent_free_memory(owner, mem), 0);
     tent_destroy_engine(owner);
     free(src);
+}
+
+/* How many of this process's connections to port (opened by it) have
+ * SO_PRIORITY prio. */
+static int conns_with_prio(uint16_t port, int prio)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    for (struct dirent *de; (de = readdir(d));) {
+        int fd = atoi(de->d_name), p = -1;
+        socklen_t l = sizeof(p);
+        char side = 0;
+        if (tcp_on_port(fd, port, &side) && side == 'p' &&
+            !getsockopt(fd, SOL_SOCKET, SO_PRIORITY, &p, &l) && p == prio)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* One run of test_tcp_socket_priority: a LOW write, then a HIGH read, from
+ * an engine with transports/tcp/socket_priority = mark to another in this
+ * process; after each, how many of the initiator's connections carry the
+ * class's SO_PRIORITY (the kernel's TC_PRIO_BULK, 2, and
+ * TC_PRIO_INTERACTIVE, 6).  Every byte is checked. */
+static void socket_priority_run(const char *mark, int *low_after_low,
+                                int *high_after_low, int *high_after_high)
+{
+    e2e_config(false, true);
+    tent_set_config("transports/tcp/socket_priority", mark);
+    tent_engine_t owner = tent_create_engine();
+    tent_engine_t user = tent_create_engine();
+    assert_non_null(owner);
+    assert_non_null(user);
+    const size_t len = (size_t)1 << 20;
+    void *mem;
+    assert_int_equal(tent_allocate_memory(owner, &mem, len, "cpu"), 0);
+    assert_int_equal(tent_register_memory(owner, mem, len), 0);
+    uint8_t *src = malloc(len), *dst = calloc(1, 4096);
+    assert_non_null(src);
+    assert_non_null(dst);
+    for (size_t i = 0; i < len; i++)
+        src[i] = e2e_pattern(i + 9);
+    assert_int_equal(tent_register_memory(user, src, len), 0);
+    assert_int_equal(tent_register_memory(user, dst, 4096), 0);
+    char name[256];
+    assert_int_equal(tent_segment_name(owner, name, sizeof(name)), 0);
+    const char *colon = strrchr(name, ':');
+    assert_non_null(colon);
+    uint16_t port = (uint16_t)atoi(colon + 1);
+    tent_segment_id_t seg;
+    assert_int_equal(tent_open_segment(user, &seg, name), 0);
+    tent_request_t r = {.opcode = OPCODE_WRITE,
+                        .source = src,
+                        .target_id = seg,
+                        .target_offset = (uintptr_t)mem,
+                        .length = len,
+                        .priority = TENT_PRIO_LOW};
+    tent_status_t st;
+    assert_int_equal(e2e_run_one(user, &r, 10000, &st), 0);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_memory_equal(mem, src, len);
+    *low_after_low = conns_with_prio(port, 2);
+    *high_after_low = conns_with_prio(port, 6);
+    r = (tent_request_t){.opcode = OPCODE_READ,
+                         .source = dst,
+                         .target_id = seg,
+                         .target_offset = (uintptr_t)mem + 4096,
+                         .length = 4096,
+                         .priority = TENT_PRIO_HIGH};
+    assert_int_equal(e2e_run_one(user, &r, 10000, &st), 0);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_memory_equal(dst, src + 4096, 4096);
+    *high_after_high = conns_with_prio(port, 6);
+    assert_int_equal(tent_unregister_memory(user, dst, 4096), 0);
+    assert_int_equal(tent_unregister_memory(user, src, len), 0);
+    tent_destroy_engine(user);
+    assert_int_equal(tent_unregister_memory(owner, mem, len), 0);
+    assert_int_equal(tent_free_memory(owner, mem), 0);
+    tent_destroy_engine(owner);
+    free(dst);
+    free(src);
+}
+
+/* transports/tcp/socket_priority: a window goes out with its class as the
+ * socket's SO_PRIORITY, so that a priority-aware qdisc (a Linux host's
+ * default pfifo_fast, prio, mqprio) sends HIGH's packets ahead of LOW's;
+ * LOW windows mark their connection TC_PRIO_BULK and a HIGH one
+ * TC_PRIO_INTERACTIVE.  With the key false no connection is marked. */
+static void test_tcp_socket_priority(void **state)
+{
+    (void)state;
+    int low, high0, high;
+    socket_priority_run("true", &low, &high0, &high);
+    print_message("socket_priority on: %d connection(s) at TC_PRIO_BULK after "
+                  "the LOW write, %d at TC_PRIO_INTERACTIVE after the HIGH "
+                  "read\n",
+                  low, high);
+    assert_true(low > 0);
+    assert_int_equal(high0, 0);
+    assert_true(high > 0);
+    socket_priority_run("false", &low, &high0, &high);
+    assert_int_equal(low, 0);
+    assert_int_equal(high0, 0);
+    assert_int_equal(high, 0);
 }
 
 /* True when a socket can bind ::1 (the kernel has IPv6 and lo carries ::1). */
@@ -1528,6 +1643,7 @@ int main(int argc, char **argv)
         CASE(test_lent_read_lands_unpolled, setup, X_TCP),
         CASE(test_tcp_high_ahead_of_low, setup, X_PRIO),
         CASE(test_tcp_low_not_starved, setup, X_PRIO),
+        {cmocka_unit_test(test_tcp_socket_priority), X_PRIO},
         CASE(test_failover_tcp_to_shm, setup_both, X_TCP | X_SHM),
 #ifdef E2E_MEMFABRIC
         CASE(test_failover_memfabric_to_tcp, setup_with_tcp, X_MF),

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "rpc/rpc.h"
 #include "tent/transfer_engine.h"
+#include "transport/transport.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 struct tcp_conn *tcp_conn_new(void)
@@ -72,7 +74,31 @@ int tcp_conn_open(struct tcp_conn *c, const char *host, uint16_t port,
     }
     c->fd = fd;
     c->nb.pos = c->nb.len = 0;
+    c->sock_prio = 0; /* a new socket's */
     return TENT_OK;
+}
+
+int tcp_conn_sock_prio(int prio)
+{
+    switch (prio) {
+    case TENT_PRIO_HIGH:
+        return 6; /* TC_PRIO_INTERACTIVE */
+    case TENT_PRIO_LOW:
+        return 2; /* TC_PRIO_BULK */
+    default:
+        return 0; /* TC_PRIO_BESTEFFORT */
+    }
+}
+
+/* A socket that refuses a priority keeps its own: the window goes anyway,
+ * and the attempt is not repeated for that priority. */
+static void mark_window(struct tcp_conn *c, int prio)
+{
+    int p = tcp_conn_sock_prio(prio);
+    if (c->fd < 0 || p == c->sock_prio)
+        return;
+    (void)setsockopt(c->fd, SOL_SOCKET, SO_PRIORITY, &p, sizeof(p));
+    c->sock_prio = p;
 }
 
 static void note_progress(struct tcp_conn *c)
@@ -87,6 +113,8 @@ void tcp_conn_window(struct tcp_conn *c, struct slice **w, int n,
                      int timeout_ms)
 {
     int k = 0;
+    if (c->mark_prio && n > 0)
+        mark_window(c, w[0]->prio);
     if (c->hello_due) {
         tent_wire_encode_hdr(c->hello, TENT_WIRE_HELLO, TCP_HELLO_SEQ,
                              TENT_WIRE_TOKEN_LEN);

@@ -72,6 +72,12 @@ struct tcp_conn {
     bool hello_due, hello_wait;
     uint8_t hello[TENT_WIRE_HDR_LEN + TENT_WIRE_TOKEN_LEN];
     struct iovec iov_hello;
+    /* Each window's class as the socket's SO_PRIORITY (mark_prio, set by
+     * the owner), so that a priority-aware qdisc on the way out (pfifo_fast,
+     * prio, mqprio) sends HIGH's packets ahead of LOW's queued ones;
+     * sock_prio is what the socket has now. */
+    bool mark_prio;
+    int sock_prio;
 };
 
 struct tcp_conn *tcp_conn_new(void);
@@ -84,8 +90,9 @@ bool tcp_conn_closed_while_idle(struct tcp_conn *c);
  * control cc (tent_rpc_tune_loopback).  On failure *native is the errno. */
 int tcp_conn_open(struct tcp_conn *c, const char *host, uint16_t port,
                   const char *src, const char *cc, int timeout_ms, int *native);
-/* Puts slices w[0..n) on c as its window: the frames to send and the
- * deadline of the send. */
+/* Puts slices w[0..n) (one class) on c as its window: the frames to send
+ * and the deadline of the send; with mark_prio, the socket's priority
+ * becomes the class's (tcp_conn_sock_prio). */
 void tcp_conn_window(struct tcp_conn *c, struct slice **w, int n,
                      int timeout_ms);
 /* Moves the window forward: sends what the socket takes, receives the
@@ -96,6 +103,10 @@ void tcp_conn_window(struct tcp_conn *c, struct slice **w, int n,
  * [0, c->ri) are in even then. */
 int tcp_conn_step(struct tcp_conn *c, const char *addr, bool block,
                   int timeout_ms, int *native);
+/* The SO_PRIORITY a window of class prio (TENT_PRIO_*) goes out with:
+ * Linux's TC_PRIO_INTERACTIVE for HIGH, TC_PRIO_BESTEFFORT for MEDIUM,
+ * TC_PRIO_BULK for LOW (pfifo_fast's bands 0, 1 and 2). */
+int tcp_conn_sock_prio(int prio);
 /* After a failed step: whether no byte of slice i's frame left this host
  * (a write that may go elsewhere without a fence). */
 bool tcp_conn_unsent(const struct tcp_conn *c, int i);

@@ -26,8 +26,9 @@
  * requests are cut into slices of low_slice_size (64 KiB, at most
  * slice_size) and LOW windows on the wire are held to about the rail's
  * bandwidth-delay product (at least one such slice), so that they do not
- * build queues in the kernel,
- * where no priority reaches, in front of a HIGH request.
+ * build queues in the kernel in front of a HIGH request.  What they do queue
+ * there a priority-aware qdisc can still pass: each window goes out with
+ * its class as the socket's SO_PRIORITY (socket_priority; tcp_conn.h).
  *
  * Faults: when a window fails on a rail (connection lost, no answer in
  * time, or no byte moved -- or no connection made -- for rail_stall_ms
@@ -156,6 +157,7 @@ struct tcp_transport {
     int nconns;
     uint32_t slice_size;
     uint32_t low_slice; /* LOW's slices and windows: low_slice_size */
+    bool sock_prio;     /* socket_priority: windows marked by class */
     char loopback_cc[TENT_RPC_CC_MAX]; /* tcp_loopback_congestion */
     int stall_ms;
     uint64_t promo_ns;
@@ -900,6 +902,7 @@ static int rail_new(struct tcp_peer *p, int idx, const struct tent_rail *d,
         if (!c)
             break;
         c->path_progress_ms = &r->progress_ms;
+        c->mark_prio = t->sock_prio;
         r->conns[i] = c;
     }
     if (!r->conns[0]) {
@@ -1162,6 +1165,9 @@ static int tcp_install(struct tent_transport *base)
         rc = tent_config_get_int_range(
             env->cfg, "transports/tcp/priority_promotion_timeout_us", 10000, 0,
             60000000, &promo);
+    if (!rc)
+        rc = tent_config_get_bool(env->cfg, "transports/tcp/socket_priority",
+                                  true, &t->sock_prio);
     if (!rc)
         rc = tent_sched_params_load(env->cfg, "transports/tcp", &t->sp);
     if (rc)
