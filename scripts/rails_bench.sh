@@ -31,10 +31,14 @@
 #       p99 of fewer samples is noisier; on both rails D_PAIRS unloaded
 #       and loaded runs alternate, and the table gives the medians), LOW
 #       GB/s against the raw streams; and the same with priorities ignored
-#       (both streams HIGH, the class requests have by default).
+#       (both streams HIGH, the class requests have by default).  (d) runs
+#       once for each qdisc in D_QDISCS (default "fifo pfifo_fast") behind
+#       the shapers: tbf's own FIFO, which no priority reaches, and a Linux
+#       host's default qdisc, whose bands follow the SO_PRIORITY each tcp
+#       window goes out with (transports/tcp/socket_priority).
 # A task latency is from its batch's submit to its completion.  Each
 # figure is printed next to its ceiling or reference and the issue's goal,
-# whether met or not.  GB = 1e9 bytes.  About 3 minutes.
+# whether met or not.  GB = 1e9 bytes.  About 4 minutes.
 #
 # RAILS_BENCH_CASES (default "a b b2 c d") runs some of the cases only
 # (the ceilings and (a)'s single-rail run always run: the others refer to
@@ -234,53 +238,66 @@ row "    GB/s after" "$C_RATE" @C1 "" "" "$A1"
 fi
 
 # ---- (d) priorities ----------------------------------------------------------
-if want d; then
-stamp "(d) HIGH 4 KiB reads under LOW 64 MiB writes"
-HI=(--lat-block 4096 --lat-op read --lat-prio 0)
-BULK=(--threads 2 --block 64M --batch 2)
-# The 2-rail reference and load alternate D_PAIRS times (default 3) and
-# the table gives the medians (of an even count, the lower middle one): an
-# unloaded p99 here moves between about 120 and 650 us from one run to the
-# next, which alone can move the ratio past 2.  p50 and the count of reads
-# are the last pair's.
-D_PAIRS=${D_PAIRS:-3}
-[[ "$D_PAIRS" =~ ^[1-9][0-9]*$ ]] || die "D_PAIRS must be a count (1 or more), not '$D_PAIRS'"
-U2S="" P2S="" G2S="" PAIRS=""
-for i in $(seq "$D_PAIRS"); do
-    run du2.$i T2 --seconds 8 --after-ms 2000 --threads 0 "${HI[@]}"
-    run dp2.$i T2 --seconds 8 --after-ms 2000 "${BULK[@]}" --prio 2 "${HI[@]}"
-    u=$(res du2.$i lat_p99_us)
-    h=$(res dp2.$i lat_p99_us)
-    U2S+=" $u" P2S+=" $h" G2S+=" $(res dp2.$i gbps)"
-    PAIRS+=" $h/$u=$(ratio "$h" "$u")"
-done
+# d_case <qdisc>: the (d) rows with that qdisc behind every shaper
+# (rails_net_child); the issue's setup is tbf's own FIFO.
+d_case() {
+    local q=$1 tag=""
+    rails_net_child "$q" || die "cannot put $q behind the shapers"
+    [ "$q" = fifo ] || tag=" [$q]"
+    stamp "(d)$tag HIGH 4 KiB reads under LOW 64 MiB writes"
+    local HI=(--lat-block 4096 --lat-op read --lat-prio 0)
+    local BULK=(--threads 2 --block 64M --batch 2)
+    # The 2-rail reference and load alternate D_PAIRS times (default 3) and
+    # the table gives the medians (of an even count, the lower middle one):
+    # an unloaded p99 here moves between about 120 and 650 us from one run
+    # to the next, which alone can move the ratio past 2.  p50 and the count
+    # of reads are the last pair's.
+    local U2S="" P2S="" G2S="" PAIRS="" i u h
+    for i in $(seq "$D_PAIRS"); do
+        run du2.$q.$i T2 --seconds 8 --after-ms 2000 --threads 0 "${HI[@]}"
+        run dp2.$q.$i T2 --seconds 8 --after-ms 2000 "${BULK[@]}" --prio 2 "${HI[@]}"
+        u=$(res du2.$q.$i lat_p99_us)
+        h=$(res dp2.$q.$i lat_p99_us)
+        U2S+=" $u" P2S+=" $h" G2S+=" $(res dp2.$q.$i gbps)"
+        PAIRS+=" $h/$u=$(ratio "$h" "$u")"
+    done
+    cp "$RAILS_WORK/dp2.$q.$D_PAIRS" "$RAILS_WORK/dp2.$q" # p50 and count: the last pair
+    run du1.$q T1 --seconds 8 --after-ms 2000 --threads 0 "${HI[@]}"
+    run dp1.$q T1 --seconds 8 --after-ms 2000 "${BULK[@]}" --prio 2 "${HI[@]}"
+    run dn2.$q T2 --seconds 8 --after-ms 2000 "${BULK[@]}" --prio 0 "${HI[@]}"
+    run dn1.$q T1 --seconds 8 --after-ms 2000 "${BULK[@]}" --prio 0 "${HI[@]}"
+    local U2 U1 m label h2 h1 g2 g1 last
+    U2=$(echo "$U2S" | median)
+    U1=$(res du1.$q lat_p99_us)
+    row "(d)$tag unloaded: 4 KiB read p99, us (median)" "$U2" "" "" "" "$U1"
+    for m in p n; do
+        if [ $m = p ]; then label="(d)$tag HIGH reads, LOW writes"; else label="(d')$tag one class (HIGH) for both"; fi
+        h2=$(res d${m}2.$q lat_p99_us)
+        h1=$(res d${m}1.$q lat_p99_us)
+        g2=$(res d${m}2.$q gbps)
+        last=""
+        if [ $m = p ]; then
+            last=" (last pair)"
+            h2=$(echo "$P2S" | median)
+            g2=$(echo "$G2S" | median)
+        fi
+        g1=$(res d${m}1.$q gbps)
+        row "$label: read p99, us" "$h2" "$U2" "$(ratio "$h2" "$U2")" "<=2.00" "$h1"
+        row "    read p50, us${last}" "$(res d${m}2.$q lat_p50_us)" "" "" "" "$(res d${m}1.$q lat_p50_us)"
+        row "    reads done in 6 s${last}" "$(res d${m}2.$q lat_n)" "" "" "" "$(res d${m}1.$q lat_n)"
+        row "    64 MiB writes, GB/s" "$g2" @C12 "" ">=0.80" "$g1"
+    done
+    D_PAIRS_LINES+=("(d)$tag loaded/unloaded p99 (us) of each of the $D_PAIRS pairs:$PAIRS")
+    rails_net_child fifo || die "cannot take $q from behind the shapers"
+}
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-cp "$RAILS_WORK/dp2.$D_PAIRS" "$RAILS_WORK/dp2" # p50 and count: the last pair
-run du1 T1 --seconds 8 --after-ms 2000 --threads 0 "${HI[@]}"
-run dp1 T1 --seconds 8 --after-ms 2000 "${BULK[@]}" --prio 2 "${HI[@]}"
-run dn2 T2 --seconds 8 --after-ms 2000 "${BULK[@]}" --prio 0 "${HI[@]}"
-run dn1 T1 --seconds 8 --after-ms 2000 "${BULK[@]}" --prio 0 "${HI[@]}"
-U2=$(echo "$U2S" | median)
-U1=$(res du1 lat_p99_us)
-row "(d) unloaded: 4 KiB read p99, us (median)" "$U2" "" "" "" "$U1"
-for m in p n; do
-    if [ $m = p ]; then label="(d) HIGH reads, LOW writes"; else label="(d') one class (HIGH) for both"; fi
-    h2=$(res d${m}2 lat_p99_us)
-    h1=$(res d${m}1 lat_p99_us)
-    g2=$(res d${m}2 gbps)
-    last=""
-    if [ $m = p ]; then
-        last=" (last pair)"
-        h2=$(echo "$P2S" | median)
-        g2=$(echo "$G2S" | median)
-    fi
-    g1=$(res d${m}1 gbps)
-    row "$label: read p99, us" "$h2" "$U2" "$(ratio "$h2" "$U2")" "<=2.00" "$h1"
-    row "    read p50, us${last}" "$(res d${m}2 lat_p50_us)" "" "" "" "$(res d${m}1 lat_p50_us)"
-    row "    reads done in 6 s${last}" "$(res d${m}2 lat_n)" "" "" "" "$(res d${m}1 lat_n)"
-    row "    64 MiB writes, GB/s" "$g2" @C12 "" ">=0.80" "$g1"
-done
-D_PAIRS_LINE="(d) loaded/unloaded p99 (us) of each of the $D_PAIRS pairs:$PAIRS"
+D_PAIRS_LINES=()
+if want d; then
+    D_PAIRS=${D_PAIRS:-3}
+    [[ "$D_PAIRS" =~ ^[1-9][0-9]*$ ]] || die "D_PAIRS must be a count (1 or more), not '$D_PAIRS'"
+    for q in ${D_QDISCS:-fifo pfifo_fast}; do
+        d_case "$q"
+    done
 fi
 
 # ---- the table -------------------------------------------------------------
@@ -305,4 +322,4 @@ done
 echo "ceil/ref: the raw TCP write streams over the same rails (GB/s; the higher"
 echo "of the two measurements), or for a latency the reference the header names;"
 echo "load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"
-[ -z "${D_PAIRS_LINE:-}" ] || echo "$D_PAIRS_LINE"
+for l in "${D_PAIRS_LINES[@]}"; do echo "$l"; done

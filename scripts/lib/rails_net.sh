@@ -4,6 +4,10 @@
 #   rails_net_down
 #   rails_net_shape <rail 1|2> <rate>      reshape one rail (both directions)
 #   rails_net_link <rail 1|2> <up|down>    set the initiator's end down/up
+#   rails_net_child <kind>                 the qdisc behind every shaper:
+#       fifo (tbf's own byte FIFO, the default) or a qdisc tc knows by name
+#       with no options, e.g. pfifo_fast (a Linux host's default: three
+#       bands by SO_PRIORITY) or fq_codel
 # Host T (the target) is namespace $RN_T, host I (the initiator) $RN_I.
 # Rail r joins $RN_I's 10.77.r.1 to $RN_T's 10.77.r.2 (/24), on veth pairs
 # ${RN_PFX}ir / ${RN_PFX}tr.  Every address exists only inside the
@@ -42,7 +46,7 @@ rails_net_burst() {
 }
 
 rails_net_qdisc() { # rails_net_qdisc <ns> <dev> <rate> <add|change>
-    tc -n "$1" qdisc "$4" dev "$2" root tbf rate "$3" \
+    tc -n "$1" qdisc "$4" dev "$2" root handle 1: tbf rate "$3" \
         burst "$(rails_net_burst "$3")" latency "${RN_LATENCY:-20ms}"
 }
 
@@ -51,6 +55,7 @@ rails_net_up() {
     RN_T=tent-rt-$RN_TAG
     RN_I=tent-ri-$RN_TAG
     RN_PFX=rn${RN_TAG}
+    RN_RATE1=$2 RN_RATE2=$3
     ip netns add "$RN_T" || return 1
     ip netns add "$RN_I" || return 1
     ip -n "$RN_T" link set lo up
@@ -72,8 +77,31 @@ rails_net_up() {
 }
 
 rails_net_shape() {
+    printf -v "RN_RATE$1" '%s' "$2"
     rails_net_qdisc "$RN_I" "${RN_PFX}i$1" "$2" change &&
         rails_net_qdisc "$RN_T" "${RN_PFX}t$1" "$2" change
+}
+
+rails_net_child() {
+    local r ns dev
+    for r in 1 2; do
+        for ns in I T; do
+            if [ $ns = I ]; then ns=$RN_I dev=${RN_PFX}i$r; else ns=$RN_T dev=${RN_PFX}t$r; fi
+            if [ "$1" = fifo ]; then
+                # a child deleted leaves tbf with one that drops everything:
+                # the shaper is made again, with its own FIFO
+                tc -n "$ns" qdisc del dev "$dev" root 2>/dev/null
+                rails_net_qdisc "$ns" "$dev" "$(rails_net_rate $r)" add || return 1
+            else
+                tc -n "$ns" qdisc replace dev "$dev" parent 1:1 handle 10: "$1" || return 1
+            fi
+        done
+    done
+    return 0
+}
+
+rails_net_rate() { # the rate rail $1 is shaped to now
+    if [ "$1" = 1 ]; then echo "$RN_RATE1"; else echo "$RN_RATE2"; fi
 }
 
 rails_net_link() {
