@@ -670,12 +670,13 @@ static void test_tcp_high_ahead_of_low(void **state)
 }
 
 /* One run of test_tcp_low_not_starved (ps_run_fn; ctx: the fixture):
- * HIGH writes of 1 MiB, TCP_NHIGH in flight (about 40 ms of work queued
+ * HIGH writes of 1 MiB, TCP_NHIGH in flight (about 70 ms of work queued
  * here, so that a feeder thread the scheduler holds back for a while
- * leaves no gap: with 48 the control run failed 2 times in 3), and a LOW
- * write of 1 MiB after them.  The HIGH writes go to TCP_NDST places (the
- * same bytes to each place). */
-#define TCP_NHIGH 128
+ * leaves no gap: with 48 the control run failed 2 times in 3, and with 128
+ * -- 17 ms at 7.5 GB/s -- once in a parallel ctest run), and a LOW write of
+ * 1 MiB after them.  The HIGH writes go to TCP_NDST places (the same bytes
+ * to each place). */
+#define TCP_NHIGH 512
 #define TCP_NDST  48
 static double tcp_low_under_high(void *ctx, const char *promo_us, double secs,
                                  int *nhigh)
