@@ -1162,6 +1162,51 @@ static void test_two_engines_one_process(void **state)
     free(src);
 }
 
+/* Two engines in this process, configured as the caller left the global
+ * config: owner with len bytes of registered memory at mem, user with len
+ * bytes at src (filled with e2e_pattern from seed) and owner's segment
+ * open as seg; port is owner's RPC port. */
+struct local_pair {
+    tent_engine_t owner, user;
+    void *mem;
+    uint8_t *src;
+    size_t len;
+    tent_segment_id_t seg;
+    uint16_t port;
+};
+
+static void local_pair_open(struct local_pair *lp, size_t len, size_t seed)
+{
+    lp->owner = tent_create_engine();
+    lp->user = tent_create_engine();
+    assert_non_null(lp->owner);
+    assert_non_null(lp->user);
+    lp->len = len;
+    assert_int_equal(tent_allocate_memory(lp->owner, &lp->mem, len, "cpu"), 0);
+    assert_int_equal(tent_register_memory(lp->owner, lp->mem, len), 0);
+    lp->src = malloc(len);
+    assert_non_null(lp->src);
+    for (size_t i = 0; i < len; i++)
+        lp->src[i] = e2e_pattern(i + seed);
+    assert_int_equal(tent_register_memory(lp->user, lp->src, len), 0);
+    char name[256];
+    assert_int_equal(tent_segment_name(lp->owner, name, sizeof(name)), 0);
+    const char *colon = strrchr(name, ':');
+    assert_non_null(colon);
+    lp->port = (uint16_t)atoi(colon + 1);
+    assert_int_equal(tent_open_segment(lp->user, &lp->seg, name), 0);
+}
+
+static void local_pair_close(struct local_pair *lp)
+{
+    assert_int_equal(tent_unregister_memory(lp->user, lp->src, lp->len), 0);
+    tent_destroy_engine(lp->user);
+    assert_int_equal(tent_unregister_memory(lp->owner, lp->mem, lp->len), 0);
+    assert_int_equal(tent_free_memory(lp->owner, lp->mem), 0);
+    tent_destroy_engine(lp->owner);
+    free(lp->src);
+}
+
 /* Whether fd is a connected TCP socket whose local or peer port is port
  * ('l' or 'p' in *side). */
 static bool tcp_on_port(int fd, uint16_t port, char *side)
@@ -1243,35 +1288,18 @@ static void test_loopback_congestion(void **state)
     assert_true(cc_other(want)); /* main checked */
     e2e_config(false, true);
     tent_set_config("tcp_loopback_congestion", want);
-    tent_engine_t owner = tent_create_engine();
-    tent_engine_t user = tent_create_engine();
-    assert_non_null(owner);
-    assert_non_null(user);
-    const size_t len = (size_t)1 << 20;
-    void *mem;
-    assert_int_equal(tent_allocate_memory(owner, &mem, len, "cpu"), 0);
-    assert_int_equal(tent_register_memory(owner, mem, len), 0);
-    uint8_t *src = malloc(len);
-    assert_non_null(src);
-    for (size_t i = 0; i < len; i++)
-        src[i] = e2e_pattern(i + 5);
-    assert_int_equal(tent_register_memory(user, src, len), 0);
-    char name[256];
-    assert_int_equal(tent_segment_name(owner, name, sizeof(name)), 0);
-    const char *colon = strrchr(name, ':');
-    assert_non_null(colon);
-    uint16_t port = (uint16_t)atoi(colon + 1);
-    tent_segment_id_t seg;
-    assert_int_equal(tent_open_segment(user, &seg, name), 0);
+    struct local_pair lp;
+    local_pair_open(&lp, (size_t)1 << 20, 5);
     tent_request_t r = {.opcode = OPCODE_WRITE,
-                        .source = src,
-                        .target_id = seg,
-                        .target_offset = (uintptr_t)mem,
-                        .length = len};
+                        .source = lp.src,
+                        .target_id = lp.seg,
+                        .target_offset = (uintptr_t)lp.mem,
+                        .length = lp.len};
     tent_status_t st;
-    assert_int_equal(e2e_run_one(user, &r, 10000, &st), 0);
+    assert_int_equal(e2e_run_one(lp.user, &r, 10000, &st), 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
-    assert_memory_equal(mem, src, len);
+    assert_memory_equal(lp.mem, lp.src, lp.len);
+    uint16_t port = lp.port;
     int accepted = 0, set_out = 0;
     DIR *d = opendir("/proc/self/fd");
     assert_non_null(d);
@@ -1291,12 +1319,7 @@ static void test_loopback_congestion(void **state)
     closedir(d);
     assert_true(accepted > 0);
     assert_true(set_out > 0);
-    assert_int_equal(tent_unregister_memory(user, src, len), 0);
-    tent_destroy_engine(user);
-    assert_int_equal(tent_unregister_memory(owner, mem, len), 0);
-    assert_int_equal(tent_free_memory(owner, mem), 0);
-    tent_destroy_engine(owner);
-    free(src);
+    local_pair_close(&lp);
 }
 
 /* How many of this process's connections to port (opened by it) have
@@ -1328,58 +1351,36 @@ static void socket_priority_run(const char *mark, int *low_after_low,
 {
     e2e_config(false, true);
     tent_set_config("transports/tcp/socket_priority", mark);
-    tent_engine_t owner = tent_create_engine();
-    tent_engine_t user = tent_create_engine();
-    assert_non_null(owner);
-    assert_non_null(user);
-    const size_t len = (size_t)1 << 20;
-    void *mem;
-    assert_int_equal(tent_allocate_memory(owner, &mem, len, "cpu"), 0);
-    assert_int_equal(tent_register_memory(owner, mem, len), 0);
-    uint8_t *src = malloc(len), *dst = calloc(1, 4096);
-    assert_non_null(src);
+    struct local_pair lp;
+    local_pair_open(&lp, (size_t)1 << 20, 9);
+    uint8_t *dst = calloc(1, 4096);
     assert_non_null(dst);
-    for (size_t i = 0; i < len; i++)
-        src[i] = e2e_pattern(i + 9);
-    assert_int_equal(tent_register_memory(user, src, len), 0);
-    assert_int_equal(tent_register_memory(user, dst, 4096), 0);
-    char name[256];
-    assert_int_equal(tent_segment_name(owner, name, sizeof(name)), 0);
-    const char *colon = strrchr(name, ':');
-    assert_non_null(colon);
-    uint16_t port = (uint16_t)atoi(colon + 1);
-    tent_segment_id_t seg;
-    assert_int_equal(tent_open_segment(user, &seg, name), 0);
+    assert_int_equal(tent_register_memory(lp.user, dst, 4096), 0);
     tent_request_t r = {.opcode = OPCODE_WRITE,
-                        .source = src,
-                        .target_id = seg,
-                        .target_offset = (uintptr_t)mem,
-                        .length = len,
+                        .source = lp.src,
+                        .target_id = lp.seg,
+                        .target_offset = (uintptr_t)lp.mem,
+                        .length = lp.len,
                         .priority = TENT_PRIO_LOW};
     tent_status_t st;
-    assert_int_equal(e2e_run_one(user, &r, 10000, &st), 0);
+    assert_int_equal(e2e_run_one(lp.user, &r, 10000, &st), 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
-    assert_memory_equal(mem, src, len);
-    *low_after_low = conns_with_prio(port, 2);
-    *high_after_low = conns_with_prio(port, 6);
+    assert_memory_equal(lp.mem, lp.src, lp.len);
+    *low_after_low = conns_with_prio(lp.port, 2);
+    *high_after_low = conns_with_prio(lp.port, 6);
     r = (tent_request_t){.opcode = OPCODE_READ,
                          .source = dst,
-                         .target_id = seg,
-                         .target_offset = (uintptr_t)mem + 4096,
+                         .target_id = lp.seg,
+                         .target_offset = (uintptr_t)lp.mem + 4096,
                          .length = 4096,
                          .priority = TENT_PRIO_HIGH};
-    assert_int_equal(e2e_run_one(user, &r, 10000, &st), 0);
+    assert_int_equal(e2e_run_one(lp.user, &r, 10000, &st), 0);
     assert_int_equal(st.status, STATUS_COMPLETED);
-    assert_memory_equal(dst, src + 4096, 4096);
-    *high_after_high = conns_with_prio(port, 6);
-    assert_int_equal(tent_unregister_memory(user, dst, 4096), 0);
-    assert_int_equal(tent_unregister_memory(user, src, len), 0);
-    tent_destroy_engine(user);
-    assert_int_equal(tent_unregister_memory(owner, mem, len), 0);
-    assert_int_equal(tent_free_memory(owner, mem), 0);
-    tent_destroy_engine(owner);
+    assert_memory_equal(dst, lp.src + 4096, 4096);
+    *high_after_high = conns_with_prio(lp.port, 6);
+    assert_int_equal(tent_unregister_memory(lp.user, dst, 4096), 0);
     free(dst);
-    free(src);
+    local_pair_close(&lp);
 }
 
 /* transports/tcp/socket_priority: a window goes out with its class as the
