@@ -119,7 +119,10 @@ enum conn_state {
  * closes it.  Small requests are read many at a time into in[] and their
  * small answers gathered in out[], which is flushed before the holder would
  * wait for input (so a client waiting for answers always gets them) and
- * before any answer that carries data (so answers stay in order). */
+ * before any answer that carries data (so answers stay in order).  A large
+ * body (DIRECT_MIN or more) is received straight into its destination:
+ * of its data in[] holds at most the last DIRECT_MIN bytes, whatever the
+ * socket had of them when the rest was in (read_some, srv_recv). */
 struct tent_rpc_conn {
     struct tent_rpc_server *srv;
     int fd;
@@ -363,9 +366,6 @@ static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n)
     return 0;
 }
 
-/* Reads what the socket has now into in[] without waiting; the first byte
- * of a frame starts its deadline.  Returns the bytes read (0: none now),
- * or -1 when the peer closed the connection or it failed. */
 /* Whether in[] starts with the whole header of a frame whose body is large
  * enough for srv_recv's direct reads (or more than the buffer holds). */
 static bool large_frame_first(const struct tent_rpc_conn *c)
@@ -378,6 +378,9 @@ static bool large_frame_first(const struct tent_rpc_conn *c)
     return len >= DIRECT_MIN + TENT_WIRE_RW_LEN;
 }
 
+/* Reads what the socket has now into in[] without waiting; the first byte
+ * of a frame starts its deadline.  Returns the bytes read (0: none now),
+ * or -1 when the peer closed the connection or it failed. */
 static long read_some(struct tent_rpc_conn *c)
 {
     size_t have = c->in_len - c->in_pos;
