@@ -105,6 +105,8 @@
 #define DIRECT_MIN 16384 /* larger reads bypass the input buffer */
 /* a frame's header and a READ/WRITE prefix */
 #define FIRST_READ (TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN)
+/* a large body's buffered tail (under DIRECT_MIN) and the next header */
+_Static_assert(DIRECT_MIN + FIRST_READ <= IOBUF, "in[] holds a tail");
 
 /* What a connection is doing, for the choice of whom to replace. */
 enum conn_state {
@@ -335,12 +337,10 @@ static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n)
             return -1;
         }
         bool direct = n - got >= DIRECT_MIN;
-        /* the tail of a large body: what follows it is most likely the
-         * next large frame, of which only the header and READ/WRITE prefix
-         * belong in in[] (FIRST_READ) */
-        size_t cap = n >= DIRECT_MIN && n - got + FIRST_READ < sizeof(c->in)
-                         ? n - got + FIRST_READ
-                         : sizeof(c->in);
+        /* the tail of a large body (under DIRECT_MIN): what follows it is
+         * most likely the next large frame, of which only the header and
+         * READ/WRITE prefix belong in in[] (FIRST_READ) */
+        size_t cap = n >= DIRECT_MIN ? n - got + FIRST_READ : sizeof(c->in);
         ssize_t r = direct ? recv(c->fd, p + got, n - got, 0)
                            : recv(c->fd, c->in, cap, 0);
         if (r > 0) {
@@ -370,12 +370,11 @@ static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n)
  * enough for srv_recv's direct reads (or more than the buffer holds). */
 static bool large_frame_first(const struct tent_rpc_conn *c)
 {
-    if (c->in_len - c->in_pos < TENT_WIRE_HDR_LEN)
-        return false;
-    const uint8_t *h = c->in + c->in_pos;
-    uint32_t len = (uint32_t)h[12] | (uint32_t)h[13] << 8 |
-                   (uint32_t)h[14] << 16 | (uint32_t)h[15] << 24;
-    return len >= DIRECT_MIN + TENT_WIRE_RW_LEN;
+    struct tent_wire_hdr h;
+    /* a header that does not decode is serve_frame's to refuse */
+    return c->in_len - c->in_pos >= TENT_WIRE_HDR_LEN &&
+           !tent_wire_decode_hdr(c->in + c->in_pos, TENT_WIRE_HDR_LEN, &h) &&
+           h.len >= DIRECT_MIN + TENT_WIRE_RW_LEN;
 }
 
 /* Reads what the socket has now into in[] without waiting; the first byte

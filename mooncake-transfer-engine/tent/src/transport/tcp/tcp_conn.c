@@ -78,7 +78,10 @@ int tcp_conn_open(struct tcp_conn *c, const char *host, uint16_t port,
     return TENT_OK;
 }
 
-int tcp_conn_sock_prio(int prio)
+/* The SO_PRIORITY a window of class prio (TENT_PRIO_*) goes out with:
+ * Linux's TC_PRIO_INTERACTIVE for HIGH, TC_PRIO_BESTEFFORT for MEDIUM,
+ * TC_PRIO_BULK for LOW (pfifo_fast's bands 0, 1 and 2). */
+static int sock_prio_of(int prio)
 {
     switch (prio) {
     case TENT_PRIO_HIGH:
@@ -94,7 +97,7 @@ int tcp_conn_sock_prio(int prio)
  * and the attempt is not repeated for that priority. */
 static void mark_window(struct tcp_conn *c, int prio)
 {
-    int p = tcp_conn_sock_prio(prio);
+    int p = sock_prio_of(prio);
     if (c->fd < 0 || p == c->sock_prio)
         return;
     (void)setsockopt(c->fd, SOL_SOCKET, SO_PRIORITY, &p, sizeof(p));

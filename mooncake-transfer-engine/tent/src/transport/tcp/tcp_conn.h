@@ -92,7 +92,7 @@ int tcp_conn_open(struct tcp_conn *c, const char *host, uint16_t port,
                   const char *src, const char *cc, int timeout_ms, int *native);
 /* Puts slices w[0..n) (one class) on c as its window: the frames to send
  * and the deadline of the send; with mark_prio, the socket's priority
- * becomes the class's (tcp_conn_sock_prio). */
+ * becomes the class's (tcp_conn.c: sock_prio_of). */
 void tcp_conn_window(struct tcp_conn *c, struct slice **w, int n,
                      int timeout_ms);
 /* Moves the window forward: sends what the socket takes, receives the
@@ -103,10 +103,6 @@ void tcp_conn_window(struct tcp_conn *c, struct slice **w, int n,
  * [0, c->ri) are in even then. */
 int tcp_conn_step(struct tcp_conn *c, const char *addr, bool block,
                   int timeout_ms, int *native);
-/* The SO_PRIORITY a window of class prio (TENT_PRIO_*) goes out with:
- * Linux's TC_PRIO_INTERACTIVE for HIGH, TC_PRIO_BESTEFFORT for MEDIUM,
- * TC_PRIO_BULK for LOW (pfifo_fast's bands 0, 1 and 2). */
-int tcp_conn_sock_prio(int prio);
 /* After a failed step: whether no byte of slice i's frame left this host
  * (a write that may go elsewhere without a fence). */
 bool tcp_conn_unsent(const struct tcp_conn *c, int i);
