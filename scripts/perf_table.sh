@@ -116,16 +116,16 @@ for label, name, kind, target in TABLE:
     for buf in ("256M", "exact"):
         print(f"| {label} | {buf} | " + " | ".join(KINDS[kind](name, buf, w) for w in builds) + f" | {target} |")
 if {"mft4Kx1", "tcp4Kx1", "mft4Kx32", "tcp4Kx32", "mfs4Kx32", "shm4Kx32"} <= have:
-  print()
-  print("| memfabric over mf_host | buffer | " + " | ".join(builds) + " | target |")
-  print("|---|---|" + "---|" * len(builds) + "---|")
-  for buf in ("256M", "exact"):
-    cells = [f"{col('mft4Kx1', buf, w, 'tx') / col('tcp4Kx1', buf, w, 'tx'):.2f}x ({col('mft4Kx1', buf, w, 'tx'):.1f} vs {col('tcp4Kx1', buf, w, 'tx'):.1f} us)" for w in builds]
-    print(f"| host_tcp 4 KiB batch 1: Avg Tx / tcp's | {buf} | " + " | ".join(cells) + " | <= 1.2x |")
-    for mf, other, label in (("mft4Kx32", "tcp4Kx32", "host_tcp 4 KiB x 32: BW / tcp's"),
-                             ("mfs4Kx32", "shm4Kx32", "host_shm 4 KiB x 32: BW / shm's")):
-        cells = [f"{col(mf, buf, w, 'bw') / col(other, buf, w, 'bw'):.2f} ({col(mf, buf, w, 'bw'):.2f} vs {col(other, buf, w, 'bw'):.2f} GB/s)" for w in builds]
-        print(f"| {label} | {buf} | " + " | ".join(cells) + " | >= 0.9 |")
+    print()
+    print("| memfabric over mf_host | buffer | " + " | ".join(builds) + " | target |")
+    print("|---|---|" + "---|" * len(builds) + "---|")
+    for buf in ("256M", "exact"):
+        cells = [f"{col('mft4Kx1', buf, w, 'tx') / col('tcp4Kx1', buf, w, 'tx'):.2f}x ({col('mft4Kx1', buf, w, 'tx'):.1f} vs {col('tcp4Kx1', buf, w, 'tx'):.1f} us)" for w in builds]
+        print(f"| host_tcp 4 KiB batch 1: Avg Tx / tcp's | {buf} | " + " | ".join(cells) + " | <= 1.2x |")
+        for mf, other, label in (("mft4Kx32", "tcp4Kx32", "host_tcp 4 KiB x 32: BW / tcp's"),
+                                 ("mfs4Kx32", "shm4Kx32", "host_shm 4 KiB x 32: BW / shm's")):
+            cells = [f"{col(mf, buf, w, 'bw') / col(other, buf, w, 'bw'):.2f} ({col(mf, buf, w, 'bw'):.2f} vs {col(other, buf, w, 'bw'):.2f} GB/s)" for w in builds]
+            print(f"| {label} | {buf} | " + " | ".join(cells) + " | >= 0.9 |")
 print()
 print("| 2 threads / 1 thread, BW | buffer | " + " | ".join(builds) + " |")
 print("|---|---|" + "---|" * len(builds))

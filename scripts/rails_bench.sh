@@ -242,8 +242,10 @@ fi
 # (rails_net_child); the setup is tbf's own FIFO.
 d_case() {
     local q=$1 tag=""
-    rails_net_child "$q" || die "cannot put $q behind the shapers"
-    [ "$q" = fifo ] || tag=" [$q]"
+    if [ "$q" != fifo ]; then # the shapers are made with their own FIFO
+        rails_net_child "$q" || die "cannot put $q behind the shapers"
+        tag=" [$q]"
+    fi
     stamp "(d)$tag HIGH 4 KiB reads under LOW 64 MiB writes"
     local HI=(--lat-block 4096 --lat-op read --lat-prio 0)
     local BULK=(--threads 2 --block 64M --batch 2)
@@ -288,7 +290,7 @@ d_case() {
         row "    64 MiB writes, GB/s" "$g2" @C12 "" ">=0.80" "$g1"
     done
     D_PAIRS_LINES+=("(d)$tag loaded/unloaded p99 (us) of each of the $D_PAIRS pairs:$PAIRS")
-    rails_net_child fifo || die "cannot take $q from behind the shapers"
+    [ "$q" = fifo ] || rails_net_child fifo || die "cannot take $q from behind the shapers"
 }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 D_PAIRS_LINES=()

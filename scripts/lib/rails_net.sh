@@ -7,7 +7,8 @@
 #   rails_net_child <kind>                 the qdisc behind every shaper:
 #       fifo (tbf's own byte FIFO, the default) or a qdisc tc knows by name
 #       with no options, e.g. pfifo_fast (a Linux host's default: three
-#       bands by SO_PRIORITY) or fq_codel
+#       bands by SO_PRIORITY); which exist depends on the kernel (this VM's
+#       has no prio or fq_codel).
 # Host T (the target) is namespace $RN_T, host I (the initiator) $RN_I.
 # Rail r joins $RN_I's 10.77.r.1 to $RN_T's 10.77.r.2 (/24), on veth pairs
 # ${RN_PFX}ir / ${RN_PFX}tr.  Every address exists only inside the
