@@ -35,7 +35,10 @@
 #       once for each qdisc in D_QDISCS (default "fifo pfifo_fast") behind
 #       the shapers: tbf's own FIFO, which no priority reaches, and a Linux
 #       host's default qdisc, whose bands follow the SO_PRIORITY each tcp
-#       window goes out with (transports/tcp/socket_priority).
+#       window goes out with (transports/tcp/socket_priority).  Beside
+#       them, the floor: the same latency stream over plain sockets
+#       (tent_tcp_stream ping, SO_PRIORITY 6) alone and under plain LOW
+#       write streams (SO_PRIORITY 2) on both rails.
 # A task latency is from its batch's submit to its completion.  Each
 # figure is printed next to its ceiling or reference and the issue's goal,
 # whether met or not.  GB = 1e9 bytes.  About 4 minutes.
@@ -289,8 +292,33 @@ d_case() {
         row "    reads done in 6 s${last}" "$(res d${m}2.$q lat_n)" "" "" "" "$(res d${m}1.$q lat_n)"
         row "    64 MiB writes, GB/s" "$g2" @C12 "" ">=0.80" "$g1"
     done
+    # the floor: what plain sockets get for the same latency stream (marked
+    # HIGH, answers unmarked, as the engine's) alone and under plain LOW
+    # streams over both rails
+    local RU RL
+    RU=$(raw_ping_p99 "")
+    RL=$(raw_ping_p99 bulk)
+    row "(d)$tag raw sockets: 4 KiB ping p99, us" "$RL" "$RU" "$(ratio "$RL" "$RU")" "(floor)" ""
     D_PAIRS_LINES+=("(d)$tag loaded/unloaded p99 (us) of each of the $D_PAIRS pairs:$PAIRS")
     [ "$q" = fifo ] || rails_net_child fifo || die "cannot take $q from behind the shapers"
+}
+# raw_ping_p99 [bulk]: tent_tcp_stream's 4 KiB ping over both rails (7 s),
+# alone or under LOW (SO_PRIORITY 2) write streams on both; its p99 in us
+raw_ping_p99() {
+    local paths=(10.77.1.1=10.77.1.2:5201 10.77.2.1=10.77.2.2:5201) bp="" p99
+    if [ -n "$1" ]; then
+        ip netns exec "$RN_I" "$STREAM" run --prio 2 9 write "${paths[@]}" \
+            >"$RAILS_WORK/ping_bulk.out" 2>&1 &
+        bp=$!
+        sleep 1
+    fi
+    ip netns exec "$RN_I" "$STREAM" run --prio 6 7 ping "${paths[@]}" \
+        >"$RAILS_WORK/ping.out" 2>"$RAILS_WORK/ping.err" ||
+        die "tent_tcp_stream ping failed"
+    if [ -n "$bp" ]; then wait "$bp" || die "tent_tcp_stream's LOW streams failed"; fi
+    p99=$(sed -n 's/.*p99_us=\([0-9]*\).*/\1/p' "$RAILS_WORK/ping.out")
+    [ -n "$p99" ] || die "tent_tcp_stream ping printed no p99"
+    echo "$p99"
 }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 D_PAIRS_LINES=()

@@ -5,21 +5,37 @@
  *   tent_tcp_stream serve <host> <port>
  *       accepts connections and discards (or, for "read" clients, sends)
  *       bytes until killed;
- *   tent_tcp_stream run <seconds> <write|read> <src>=<dst>:<port> ...
+ *   tent_tcp_stream run [--prio P] <seconds> <write|read>
+ *           <src>=<dst>:<port> ...
  *       one stream per path at once (src: the local address to bind,
  *       "-" for the kernel's choice), 1 MiB send/recv calls; prints
- *       "<path> <GB/s>" per path and "total <GB/s>" (GB = 1e9 bytes).
+ *       "<path> <GB/s>" per path and "total <GB/s>" (GB = 1e9 bytes);
+ *   tent_tcp_stream run [--prio P] [--bytes B] [--gap-us U] <seconds> ping
+ *           <src>=<dst>:<port> ...
+ *       the latency reference of the engine's HIGH stream: one request at
+ *       a time, U us apart (1000), to each path in turn; the server answers
+ *       B bytes (4096); the client waits for the answer the way
+ *       tent_rails_tool's latency stream does (non-blocking receives, a
+ *       sched_yield() between them); prints "latency n=.. p50_us=..
+ *       p99_us=.." over the requests after the warm-up.
+ * --prio sets SO_PRIORITY on the client's sockets (the server's answers
+ * keep 0, as the engine's target's do).  Every case measures after one
+ * second of warm-up (slow start, tbf's burst).
  *
  * The first byte a client sends says what it wants ('w': it writes, the
- * server reads; 'r': the server writes). */
+ * server reads; 'r': the server writes; 'p': the server answers each 4-byte
+ * request, the answer's length in network order, with that many bytes). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +43,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BUF (1u << 20)
+#define BUF       (1u << 20)
+#define MAX_PINGS (1u << 20)
 
 static double now_s(void)
 {
@@ -55,7 +72,16 @@ static void *serve_one(void *arg)
     char mode;
     if (buf && recv(fd, &mode, 1, MSG_WAITALL) == 1) {
         memset(buf, 0x5a, BUF);
-        for (;;) {
+        while (mode == 'p') {
+            uint32_t want;
+            if (recv(fd, &want, sizeof(want), MSG_WAITALL) != sizeof(want))
+                break;
+            want = ntohl(want);
+            if (want > BUF ||
+                send(fd, buf, want, MSG_NOSIGNAL) != (ssize_t)want)
+                break;
+        }
+        while (mode != 'p') {
             ssize_t r = mode == 'r' ? send(fd, buf, BUF, MSG_NOSIGNAL)
                                     : recv(fd, buf, BUF, 0);
             if (r <= 0)
@@ -102,19 +128,20 @@ struct stream {
     char spec[160];
     char src[64], dst[64], port[8];
     char mode;
+    int prio;
     double seconds;
     double gbps;
+    int fd;
     int err;
 };
 
-static void *run_one(void *arg)
+/* Connects s->fd along the path and says what it wants; 0 or -1. */
+static int stream_open(struct stream *s)
 {
-    struct stream *s = arg;
     struct addrinfo *ai;
-    if (resolve(s->dst, s->port, 0, &ai)) {
-        s->err = 1;
-        return NULL;
-    }
+    s->fd = -1;
+    if (resolve(s->dst, s->port, 0, &ai))
+        return -1;
     int fd = socket(ai->ai_family, SOCK_STREAM, 0);
     if (fd >= 0 && strcmp(s->src, "-") != 0) {
         struct addrinfo *la;
@@ -125,22 +152,36 @@ static void *run_one(void *arg)
             freeaddrinfo(la);
         }
     }
-    if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen)) {
+    if (fd >= 0 && s->prio &&
+        setsockopt(fd, SOL_SOCKET, SO_PRIORITY, &s->prio, sizeof(s->prio)))
+        fprintf(stderr, "tent_tcp_stream: SO_PRIORITY %d: %s\n", s->prio,
+                strerror(errno));
+    int one = 1;
+    if (fd >= 0 && s->mode == 'p')
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (fd < 0 || connect(fd, ai->ai_addr, ai->ai_addrlen) ||
+        send(fd, &s->mode, 1, MSG_NOSIGNAL) != 1) {
         fprintf(stderr, "tent_tcp_stream: connect %s: %s\n", s->spec,
                 strerror(errno));
         freeaddrinfo(ai);
-        s->err = 1;
-        return NULL;
+        if (fd >= 0)
+            close(fd);
+        return -1;
     }
     freeaddrinfo(ai);
+    s->fd = fd;
+    return 0;
+}
+
+static void *run_one(void *arg)
+{
+    struct stream *s = arg;
     char *buf = calloc(1, BUF);
-    if (!buf || send(fd, &s->mode, 1, MSG_NOSIGNAL) != 1) {
+    if (!buf || stream_open(s)) {
         s->err = 1;
         free(buf);
-        close(fd);
         return NULL;
     }
-    /* a second of warm-up (slow start, tbf's burst), then the measurement */
     double t0 = now_s(), start = 0, end = t0 + 1.0 + s->seconds;
     unsigned long long bytes = 0;
     for (;;) {
@@ -151,8 +192,8 @@ static void *run_one(void *arg)
         }
         if (t >= end)
             break;
-        ssize_t r = s->mode == 'w' ? send(fd, buf, BUF, MSG_NOSIGNAL)
-                                   : recv(fd, buf, BUF, 0);
+        ssize_t r = s->mode == 'w' ? send(s->fd, buf, BUF, MSG_NOSIGNAL)
+                                   : recv(s->fd, buf, BUF, 0);
         if (r <= 0) {
             s->err = 1;
             break;
@@ -162,8 +203,75 @@ static void *run_one(void *arg)
     double el = now_s() - start;
     s->gbps = start && el > 0 ? (double)bytes / el / 1e9 : 0;
     free(buf);
-    close(fd);
+    close(s->fd);
     return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One request at a time, gap_us apart, to each of the n paths in turn. */
+static int run_ping(struct stream *ss, int n, uint32_t bytes, long gap_us)
+{
+    for (int i = 0; i < n; i++)
+        if (stream_open(&ss[i]))
+            return 1;
+    double *lat = malloc(MAX_PINGS * sizeof(*lat));
+    char *buf = malloc(BUF);
+    if (!lat || !buf)
+        return 1;
+    size_t nlat = 0;
+    int err = 0;
+    double t0 = now_s(), end = t0 + 1.0 + ss[0].seconds;
+    for (unsigned k = 0; !err; k++) {
+        struct stream *s = &ss[k % (unsigned)n];
+        struct timespec gap = {gap_us / 1000000, gap_us % 1000000 * 1000};
+        nanosleep(&gap, NULL);
+        double t = now_s();
+        if (t >= end)
+            break;
+        uint32_t want = htonl(bytes);
+        if (send(s->fd, &want, sizeof(want), MSG_NOSIGNAL) != sizeof(want)) {
+            err = 1;
+            break;
+        }
+        for (uint32_t got = 0; got < bytes;) {
+            ssize_t r = recv(s->fd, buf + got, bytes - got, MSG_DONTWAIT);
+            if (r > 0)
+                got += (uint32_t)r;
+            else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+                err = 1;
+                break;
+            } else
+                sched_yield();
+        }
+        if (t >= t0 + 1.0 && nlat < MAX_PINGS)
+            lat[nlat++] = (now_s() - t) * 1e6;
+    }
+    for (int i = 0; i < n; i++)
+        close(ss[i].fd);
+    if (err)
+        fprintf(stderr, "tent_tcp_stream: ping: the connection failed\n");
+    qsort(lat, nlat, sizeof(*lat), cmp_double);
+    printf("latency n=%zu p50_us=%.0f p99_us=%.0f\n", nlat,
+           nlat ? lat[nlat / 2] : 0, nlat ? lat[nlat * 99 / 100] : 0);
+    free(lat);
+    free(buf);
+    return err;
+}
+
+static int usage(void)
+{
+    fprintf(stderr,
+            "usage: tent_tcp_stream serve <host> <port>\n"
+            "       tent_tcp_stream run [--prio P] <seconds> <write|read> "
+            "<src>=<dst>:<port> ...\n"
+            "       tent_tcp_stream run [--prio P] [--bytes B] [--gap-us U] "
+            "<seconds> ping <src>=<dst>:<port> ...\n");
+    return 2;
 }
 
 int main(int argc, char **argv)
@@ -171,21 +279,33 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     if (argc == 4 && strcmp(argv[1], "serve") == 0)
         return serve(argv[2], argv[3]);
-    if (argc < 5 || strcmp(argv[1], "run") != 0 ||
-        (strcmp(argv[3], "write") && strcmp(argv[3], "read"))) {
-        fprintf(stderr, "usage: tent_tcp_stream serve <host> <port>\n"
-                        "       tent_tcp_stream run <seconds> <write|read> "
-                        "<src>=<dst>:<port> ...\n");
-        return 2;
+    if (argc < 2 || strcmp(argv[1], "run") != 0)
+        return usage();
+    int prio = 0, a = 2;
+    long bytes = 4096, gap_us = 1000;
+    for (; a + 1 < argc && strncmp(argv[a], "--", 2) == 0; a += 2) {
+        long v = atol(argv[a + 1]);
+        if (strcmp(argv[a], "--prio") == 0 && v >= 0 && v <= 6)
+            prio = (int)v;
+        else if (strcmp(argv[a], "--bytes") == 0 && v > 0 && v <= (long)BUF)
+            bytes = v;
+        else if (strcmp(argv[a], "--gap-us") == 0 && v >= 0)
+            gap_us = v;
+        else
+            return usage();
     }
-    int n = argc - 4;
+    if (argc - a < 3 ||
+        (strcmp(argv[a + 1], "write") && strcmp(argv[a + 1], "read") &&
+         strcmp(argv[a + 1], "ping")))
+        return usage();
+    int n = argc - a - 2;
     struct stream *ss = calloc((size_t)n, sizeof(*ss));
     pthread_t *th = calloc((size_t)n, sizeof(*th));
     if (!ss || !th)
         return 1;
     for (int i = 0; i < n; i++) {
         struct stream *s = &ss[i];
-        snprintf(s->spec, sizeof(s->spec), "%s", argv[4 + i]);
+        snprintf(s->spec, sizeof(s->spec), "%s", argv[a + 2 + i]);
         char *eq = strchr(s->spec, '='), *colon = strrchr(s->spec, ':');
         if (!eq || !colon || colon < eq) {
             fprintf(stderr, "tent_tcp_stream: '%s' is not src=dst:port\n",
@@ -195,19 +315,25 @@ int main(int argc, char **argv)
         snprintf(s->src, sizeof(s->src), "%.*s", (int)(eq - s->spec), s->spec);
         snprintf(s->dst, sizeof(s->dst), "%.*s", (int)(colon - eq - 1), eq + 1);
         snprintf(s->port, sizeof(s->port), "%s", colon + 1);
-        s->mode = argv[3][0];
-        s->seconds = atof(argv[2]);
-        pthread_create(&th[i], NULL, run_one, s);
+        s->mode = argv[a + 1][0];
+        s->prio = prio;
+        s->seconds = atof(argv[a]);
     }
-    double total = 0;
     int err = 0;
-    for (int i = 0; i < n; i++) {
-        pthread_join(th[i], NULL);
-        printf("%s %.4f\n", ss[i].spec, ss[i].gbps);
-        total += ss[i].gbps;
-        err |= ss[i].err;
+    if (ss[0].mode == 'p') {
+        err = run_ping(ss, n, (uint32_t)bytes, gap_us);
+    } else {
+        for (int i = 0; i < n; i++)
+            pthread_create(&th[i], NULL, run_one, &ss[i]);
+        double total = 0;
+        for (int i = 0; i < n; i++) {
+            pthread_join(th[i], NULL);
+            printf("%s %.4f\n", ss[i].spec, ss[i].gbps);
+            total += ss[i].gbps;
+            err |= ss[i].err;
+        }
+        printf("total %.4f\n", total);
     }
-    printf("total %.4f\n", total);
     free(ss);
     free(th);
     return err;
