@@ -41,7 +41,7 @@
 #       write streams (SO_PRIORITY 2) on both rails.
 # A task latency is from its batch's submit to its completion.  Each
 # figure is printed next to its ceiling or reference and the issue's goal,
-# whether met or not.  GB = 1e9 bytes.  About 4 minutes.
+# whether met or not.  GB = 1e9 bytes.  About 5 minutes.
 #
 # RAILS_BENCH_CASES (default "a b b2 c d") runs some of the cases only
 # (the ceilings and (a)'s single-rail run always run: the others refer to
@@ -121,10 +121,14 @@ for r in 1 2; do
     SERVERS+=($!)
 done
 sleep 0.3
+rail_paths() { # rail_paths <rails...>: tent_tcp_stream's path per rail
+    local r
+    for r in "$@"; do echo "10.77.$r.1=10.77.$r.2:5201"; done
+}
 stream() { # stream <seconds> <op> <rails...>: the total GB/s
-    local secs=$1 op=$2 paths=() r
+    local secs=$1 op=$2 paths
     shift 2
-    for r in "$@"; do paths+=("10.77.$r.1=10.77.$r.2:5201"); done
+    mapfile -t paths < <(rail_paths "$@")
     ip netns exec "$RN_I" "$STREAM" run "$secs" "$op" "${paths[@]}" \
         >"$RAILS_WORK/stream.out" 2>"$RAILS_WORK/stream.err" ||
         die "tent_tcp_stream run $op ${paths[*]} failed"
@@ -254,8 +258,9 @@ d_case() {
     local BULK=(--threads 2 --block 64M --batch 2)
     # The 2-rail reference and load alternate D_PAIRS times (default 3) and
     # the table gives the medians (of an even count, the lower middle one):
-    # an unloaded p99 here moves between about 120 and 650 us from one run
-    # to the next, which alone can move the ratio past 2.  p50 and the count
+    # an unloaded p99 here once moved between about 90 and 650 us from one
+    # run to the next (54-75 us since the lend thread stopped being woken per
+    # request), which alone could move the ratio past 2.  p50 and the count
     # of reads are the last pair's.
     local U2S="" P2S="" G2S="" PAIRS="" i u h
     for i in $(seq "$D_PAIRS"); do
@@ -305,7 +310,8 @@ d_case() {
 # raw_ping_p99 [bulk]: tent_tcp_stream's 4 KiB ping over both rails (7 s),
 # alone or under LOW (SO_PRIORITY 2) write streams on both; its p99 in us
 raw_ping_p99() {
-    local paths=(10.77.1.1=10.77.1.2:5201 10.77.2.1=10.77.2.2:5201) bp="" p99
+    local paths bp="" p99
+    mapfile -t paths < <(rail_paths 1 2)
     if [ -n "$1" ]; then
         ip netns exec "$RN_I" "$STREAM" run --prio 2 9 write "${paths[@]}" \
             >"$RAILS_WORK/ping_bulk.out" 2>&1 &
