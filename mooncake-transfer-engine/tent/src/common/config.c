@@ -286,8 +286,7 @@ int tent_config_snapshot(struct tent_config **out)
     const struct staged *st = staged(false);
     if (rc == TENT_OK && st && st->overrides) {
         const cJSON *pair;
-        cJSON_ArrayForEach(pair, st->overrides)
-        {
+        cJSON_ArrayForEach(pair, st->overrides) {
             const cJSON *k = cJSON_GetArrayItem(pair, 0);
             cJSON *v = cJSON_Duplicate(cJSON_GetArrayItem(pair, 1), 1);
             rc = set_path(cfg->root, k->valuestring, v);
@@ -372,8 +371,7 @@ const cJSON *tent_config_node(const struct tent_config *cfg, const char *path)
         const cJSON *child = NULL;
         if (cJSON_IsObject(node)) {
             const cJSON *it;
-            cJSON_ArrayForEach(it, node)
-            {
+            cJSON_ArrayForEach(it, node) {
                 if (it->string && strlen(it->string) == len &&
                     memcmp(it->string, p, len) == 0) {
                     child = it;

@@ -62,8 +62,8 @@ bool tent_log_ratelimit_ok(struct tent_log_ratelimit *rl, int interval_ms,
 
 #define LOG_TRACE(...) TENT_LOG(TENT_LOG_TRACE, __VA_ARGS__)
 #define LOG_DEBUG(...) TENT_LOG(TENT_LOG_DEBUG, __VA_ARGS__)
-#define LOG_INFO(...) TENT_LOG(TENT_LOG_INFO, __VA_ARGS__)
-#define LOG_WARN(...) TENT_LOG(TENT_LOG_WARNING, __VA_ARGS__)
+#define LOG_INFO(...)  TENT_LOG(TENT_LOG_INFO, __VA_ARGS__)
+#define LOG_WARN(...)  TENT_LOG(TENT_LOG_WARNING, __VA_ARGS__)
 #define LOG_ERROR(...) TENT_LOG(TENT_LOG_ERROR, __VA_ARGS__)
 
 #endif

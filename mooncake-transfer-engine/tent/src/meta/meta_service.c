@@ -128,8 +128,7 @@ static int read_endpoints(const struct tent_config *cfg, const char *type,
         }
     } else if (cJSON_IsArray(n)) {
         const cJSON *it;
-        cJSON_ArrayForEach(it, n)
-        {
+        cJSON_ArrayForEach(it, n) {
             if (!cJSON_IsString(it)) {
                 rc = tent_set_error(TENT_ECONFIG,
                                     "config key 'metadata_servers': every "

@@ -706,20 +706,17 @@ static void put_number(struct out *o, double v)
 static void render_dyn_text(const cJSON *fams, struct out *o)
 {
     const cJSON *f;
-    cJSON_ArrayForEach(f, fams)
-    {
+    cJSON_ArrayForEach(f, fams) {
         const char *name = cJSON_GetObjectItem(f, "name")->valuestring;
         put(o, "# HELP %s %s\n# TYPE %s %s\n", name,
             cJSON_GetObjectItem(f, "help")->valuestring, name,
             cJSON_GetObjectItem(f, "type")->valuestring);
         const cJSON *s;
-        cJSON_ArrayForEach(s, cJSON_GetObjectItem(f, "series"))
-        {
+        cJSON_ArrayForEach(s, cJSON_GetObjectItem(f, "series")) {
             put(o, "%s", name);
             const cJSON *l = cJSON_GetObjectItem(s, "labels"), *kv;
             const char *sep = "{";
-            cJSON_ArrayForEach(kv, l)
-            {
+            cJSON_ArrayForEach(kv, l) {
                 put(o, "%s%s=\"", sep, kv->string);
                 put_escaped(o, kv->valuestring);
                 put(o, "\"");
@@ -850,8 +847,7 @@ static int render_json(const struct snap *sn, cJSON *dyn, struct out *o)
     }
     /* the dynamic families, with their totals as the others have */
     const cJSON *df;
-    cJSON_ArrayForEach(df, dyn)
-    {
+    cJSON_ArrayForEach(df, dyn) {
         double total = 0;
         const cJSON *s;
         cJSON_ArrayForEach(s, cJSON_GetObjectItem(df, "series"))

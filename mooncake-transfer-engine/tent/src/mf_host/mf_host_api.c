@@ -4,9 +4,8 @@
  * Every handle passed in is looked up in the registry (g_lock) and pinned by
  * api_refs for the call, so a stale or foreign handle gets an error instead
  * of a crash, and smem_trans_destroy waits for calls still using it. */
-#include "mf_host.h"
-
 #include "common/compiler.h"
+#include "mf_host.h"
 
 #include <errno.h>
 #include <stdio.h>

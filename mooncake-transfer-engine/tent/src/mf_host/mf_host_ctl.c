@@ -39,8 +39,8 @@ static void ctl_init(struct mfh_ctl *c)
     c->nlog = MFH_CTL_LOG;
     atomic_store(&c->mem_gen, 0);
     atomic_store(&c->rev_gen, 1); /* 0 means "no check" on the wire */
-    c->magic = MFH_CTL_MAGIC; /* peers learn of the page only later, from
-                                 a HELLO answered after this */
+    /* peers learn of the page only later, from a HELLO answered after this */
+    c->magic = MFH_CTL_MAGIC;
 }
 
 int32_t mfh_ctl_create(struct mfh_handle *h)

@@ -352,8 +352,7 @@ static int decode_buf_attrs(const cJSON *o, struct tent_wire_buf *b,
     if (!b->attrs)
         return tent_set_error(TENT_ENOMEM, "descriptor: out of memory");
     const cJSON *it;
-    cJSON_ArrayForEach(it, ba)
-    {
+    cJSON_ArrayForEach(it, ba) {
         struct tent_wire_kv *kv = &b->attrs[b->nattrs];
         if (!it->string || !*it->string ||
             strlen(it->string) >= sizeof(kv->key))
@@ -444,8 +443,7 @@ int tent_wire_decode_desc(const char *in, size_t n, struct tent_wire_desc *out)
     }
     const cJSON *it;
     if (!rc) {
-        cJSON_ArrayForEach(it, arr)
-        {
+        cJSON_ArrayForEach(it, arr) {
             rc = decode_buf(it, d.nbufs, &d.bufs[d.nbufs]);
             d.nbufs++; /* its attrs are freed with it, even on failure */
             if (rc)
@@ -468,8 +466,7 @@ int tent_wire_decode_desc(const char *in, size_t n, struct tent_wire_desc *out)
         rc =
             tent_set_error(TENT_EPROTO, "descriptor: 'attrs' is not an object");
     if (!rc) {
-        cJSON_ArrayForEach(it, attrs)
-        {
+        cJSON_ArrayForEach(it, attrs) {
             if (d.nattrs == TENT_WIRE_MAX_ATTRS) {
                 rc = tent_set_error(TENT_EPROTO,
                                     "descriptor has more than %d attributes",

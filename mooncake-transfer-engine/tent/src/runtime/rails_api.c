@@ -86,8 +86,8 @@ void tent_rails_metrics(void *arg, struct tm_dyn_sink *k)
         tm_dyn_family(k, fams[f].name, fams[f].type, fams[f].help);
         for (size_t i = 0; i < l.n; i++) {
             const struct tent_rail_load *r = &l.v[i];
-            const char *labels[] = {"transport", r->owner, "nic",
-                                    r->local_nic, "peer", r->peer, NULL};
+            const char *labels[] = {"transport", r->owner, "nic", r->local_nic,
+                                    "peer",      r->peer,  NULL};
             double v = f == 0   ? (double)r->inflight_bytes
                        : f == 1 ? r->ewma_bps
                        : f == 2 ? (double)r->bytes_total

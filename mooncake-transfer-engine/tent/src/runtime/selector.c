@@ -63,8 +63,7 @@ int tent_policies_load(struct tent_engine *e)
                               "config key 'policy' must be an array of rules");
     int idx = 0;
     const cJSON *rule;
-    cJSON_ArrayForEach(rule, list)
-    {
+    cJSON_ArrayForEach(rule, list) {
         if (e->npolicies == TENT_MAX_POLICIES)
             return tent_set_error(TENT_ECONFIG,
                                   "config key 'policy' has more than %d rules",
@@ -141,8 +140,7 @@ int tent_policies_load(struct tent_engine *e)
                 "array of transport names",
                 idx);
         const cJSON *t;
-        cJSON_ArrayForEach(t, n)
-        {
+        cJSON_ArrayForEach(t, n) {
             int type = cJSON_IsString(t)
                            ? tent_transport_type_from_name(t->valuestring)
                            : -1;

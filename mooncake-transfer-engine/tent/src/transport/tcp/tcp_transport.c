@@ -1079,10 +1079,10 @@ static bool nic_wanted(const cJSON *want, const struct tent_nic *n)
         return false;
     }
     const cJSON *it;
-    cJSON_ArrayForEach(
-        it, want) if (cJSON_IsString(it) &&
-                      (strcmp(it->valuestring, n->name) == 0 ||
-                       strcmp(it->valuestring, n->addr) == 0)) return true;
+    cJSON_ArrayForEach(it, want)
+        if (cJSON_IsString(it) && (strcmp(it->valuestring, n->name) == 0 ||
+                                   strcmp(it->valuestring, n->addr) == 0))
+            return true;
     return false;
 }
 
