@@ -15,8 +15,8 @@
  * changes). */
 #define MIN_LAT_WINDOW_NS (10ull * 1000000000ull)
 /* share_bw, the estimate that decides whether a rail is slow, is metered
- * from the rail's busy time: the bytes of slices >= TENT_RAIL_SAMPLE_MIN it
- * completed over the time it had >= TENT_RAIL_SAMPLE_MIN in flight, a
+ * from the rail's busy time: the bytes of slices >= the set's sample_min it
+ * completed over the time it had >= sample_min in flight, a
  * sample per SHARE_METER_NS of busy time, the estimate so far weighing as
  * much as that span.
  * The EWMA that ranks picks follows single slices (TENT's rate) and swings
@@ -52,7 +52,7 @@ struct rail_state {
     double share_bw;  /* busy-time meter (SHARE_METER_NS): decides slow */
     uint64_t busy_ns; /* busy time (set_inflight), ever, to busy_since */
     uint64_t busy_since_ns;
-    uint64_t bulk_delivered; /* of slices >= TENT_RAIL_SAMPLE_MIN, ever */
+    uint64_t bulk_delivered;                 /* of slices >= sample_min, ever */
     uint64_t meter_busy_ns, meter_delivered; /* at the last sample */
     uint64_t meter_at_ns;                    /* when it was */
     uint64_t delivered;                      /* bytes completed, ever */
@@ -71,6 +71,9 @@ struct tent_railset {
     char owner[16];
     char peer[256];
     struct tent_sched_params p;
+    /* the smallest slice that measures bandwidth: p.sample_min, at most
+     * TENT_RAIL_SAMPLE_MIN */
+    uint64_t sample_min;
     pthread_mutex_t lock;
     size_t n;
     uint64_t picks;
@@ -98,7 +101,7 @@ int tent_sched_params_load(const struct tent_config *cfg, const char *prefix,
     char k[160];
     int64_t v;
     int rc;
-    /* what a transport sets itself (yield_wire_floor, probe_min) is 0 */
+    /* what a transport sets itself (yield_wire_floor, sample_min) is 0 */
     *out = (struct tent_sched_params){0};
 #define KEY(name) (snprintf(k, sizeof(k), "%s/%s", prefix, name), k)
     rc = tent_config_get_bool(cfg, KEY("enable_smart_scheduling"), true,
@@ -192,6 +195,9 @@ int tent_railset_new(struct tent_sched *s, const struct tent_sched_params *p,
         return tent_set_error(TENT_ENOMEM, "sched: out of memory");
     rs->s = s;
     rs->p = *p;
+    rs->sample_min = p->sample_min && p->sample_min < TENT_RAIL_SAMPLE_MIN
+                         ? p->sample_min
+                         : TENT_RAIL_SAMPLE_MIN;
     snprintf(rs->owner, sizeof(rs->owner), "%s", owner ? owner : "");
     snprintf(rs->peer, sizeof(rs->peer), "%s", peer ? peer : "");
     rs->n = n;
@@ -294,13 +300,14 @@ static uint64_t less(uint64_t a, uint64_t b)
 }
 
 /* Sets x's in-flight bytes, keeping its busy time: the time it had at least
- * TENT_RAIL_SAMPLE_MIN in flight (small slices alone measure a round trip,
- * not the link, and the meter leaves them out as the EWMA does).  Caller
- * holds rs->lock. */
-static void set_inflight(struct rail_state *x, uint64_t v, uint64_t now)
+ * rs->sample_min in flight (small slices alone measure a round trip, not
+ * the link, and the meter leaves them out as the EWMA does).  Caller holds
+ * rs->lock. */
+static void set_inflight(const struct tent_railset *rs, struct rail_state *x,
+                         uint64_t v, uint64_t now)
 {
-    bool was = x->inflight >= TENT_RAIL_SAMPLE_MIN;
-    bool is = v >= TENT_RAIL_SAMPLE_MIN;
+    bool was = x->inflight >= rs->sample_min;
+    bool is = v >= rs->sample_min;
     if (!was && is)
         x->busy_since_ns = now;
     else if (was && !is && now > x->busy_since_ns)
@@ -310,10 +317,12 @@ static void set_inflight(struct rail_state *x, uint64_t v, uint64_t now)
 
 /* Counts bytes in (add) or out of x's in flight, for a slice of ticket
  * tk.  Caller holds rs->lock. */
-static void count_locked(struct rail_state *x, uint64_t bytes, bool add,
+static void count_locked(const struct tent_railset *rs, struct rail_state *x,
+                         uint64_t bytes, bool add,
                          const struct tent_rail_ticket *tk, uint64_t now)
 {
-    set_inflight(x, add ? x->inflight + bytes : less(x->inflight, bytes), now);
+    set_inflight(rs, x, add ? x->inflight + bytes : less(x->inflight, bytes),
+                 now);
     if (tk && tk->yields)
         x->inflight_yield =
             add ? x->inflight_yield + bytes : less(x->inflight_yield, bytes);
@@ -347,10 +356,11 @@ static double clamp_bw(const struct rail_state *x, double v)
 }
 
 /* x's busy time, ever, to now.  Caller holds rs->lock. */
-static uint64_t busy_to(const struct rail_state *x, uint64_t now)
+static uint64_t busy_to(const struct tent_railset *rs,
+                        const struct rail_state *x, uint64_t now)
 {
     uint64_t busy = x->busy_ns;
-    if (x->inflight >= TENT_RAIL_SAMPLE_MIN && now > x->busy_since_ns)
+    if (x->inflight >= rs->sample_min && now > x->busy_since_ns)
         busy += now - x->busy_since_ns;
     return busy;
 }
@@ -360,11 +370,12 @@ static uint64_t busy_to(const struct rail_state *x, uint64_t now)
  * has nothing in flight: it carries one probe at a time, a probe in a
  * hundred picks, and would otherwise wait seconds for a sample that lets
  * it rejoin.  Caller holds rs->lock. */
-static void share_meter(struct rail_state *x, uint64_t now)
+static void share_meter(const struct tent_railset *rs, struct rail_state *x,
+                        uint64_t now)
 {
-    uint64_t busy = busy_to(x, now);
+    uint64_t busy = busy_to(rs, x, now);
     uint64_t span = busy - x->meter_busy_ns;
-    bool probed = x->slow && x->inflight < TENT_RAIL_SAMPLE_MIN && span > 0;
+    bool probed = x->slow && x->inflight < rs->sample_min && span > 0;
     if (span < SHARE_METER_NS && !probed)
         return;
     double sample =
@@ -402,18 +413,14 @@ int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, bool yields,
         }
     }
     /* The periodic probe is taken by the first slice from the due pick on
-     * that can measure bandwidth (TENT_RAIL_SAMPLE_MIN, or probe_min): a
+     * that can measure bandwidth (rs->sample_min): a
      * smaller one would learn nothing there, and a 4 KiB latency-critical
      * read sent round robin waits behind a bulk window on the slowest rail
      * -- one pick in probe_every is just where a p99 lies. */
     if (rs->p.probe_every > 0 && rs->n > 1 &&
         rs->picks % (uint64_t)rs->p.probe_every == 0)
         rs->probe_due = true;
-    uint64_t probe_min =
-        rs->p.probe_min && rs->p.probe_min < TENT_RAIL_SAMPLE_MIN
-            ? rs->p.probe_min
-            : TENT_RAIL_SAMPLE_MIN;
-    bool probe = rs->probe_due && bytes >= probe_min;
+    bool probe = rs->probe_due && bytes >= rs->sample_min;
     if (pick < 0 && (probe || !rs->p.smart)) {
         /* round robin over the rails that are up */
         for (size_t k = 0; k < rs->n && pick < 0; k++) {
@@ -457,7 +464,7 @@ int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, bool yields,
     }
     if (pick >= 0) {
         tk->yields = yields;
-        count_locked(&rs->rails[pick], bytes, true, tk, now);
+        count_locked(rs, &rs->rails[pick], bytes, true, tk, now);
         tk->start_ns = now;
         tk->delivered = rs->rails[pick].delivered;
         tk->inflight = rs->rails[pick].inflight;
@@ -474,7 +481,7 @@ void tent_rail_complete(struct tent_railset *rs, int i, uint64_t bytes,
     uint64_t now = rails_clock();
     pthread_mutex_lock(&rs->lock);
     struct rail_state *x = &rs->rails[i];
-    count_locked(x, bytes, false, tk, now);
+    count_locked(rs, x, bytes, false, tk, now);
     x->bytes_total += bytes;
     if (x->state != RAIL_UP) {
         if (x->state == RAIL_PROBING)
@@ -485,9 +492,9 @@ void tent_rail_complete(struct tent_railset *rs, int i, uint64_t bytes,
         x->backoff_ms = rs->p.backoff_min_ms;
     }
     x->delivered += bytes;
-    if (bytes >= TENT_RAIL_SAMPLE_MIN) {
+    if (bytes >= rs->sample_min) {
         x->bulk_delivered += bytes;
-        share_meter(x, now);
+        share_meter(rs, x, now);
     }
     uint64_t lat = now > tk->start_ns ? now - tk->start_ns : 1;
     if (!x->min_lat_ns || lat < x->min_lat_ns ||
@@ -497,7 +504,7 @@ void tent_rail_complete(struct tent_railset *rs, int i, uint64_t bytes,
     }
     /* delivery rate over the slice's life: everything the rail completed
      * since it was picked */
-    if (bytes >= TENT_RAIL_SAMPLE_MIN) {
+    if (bytes >= rs->sample_min) {
         uint64_t moved = x->delivered - tk->delivered;
         /* alone on the rail, its time includes a round trip in which the
          * link idled: without it, when small slices told what it is */
@@ -524,13 +531,13 @@ void tent_rail_fail(struct tent_railset *rs, int i, uint64_t bytes,
     uint64_t now = rails_clock();
     pthread_mutex_lock(&rs->lock);
     struct rail_state *x = &rs->rails[i];
-    count_locked(x, bytes, false, tk, now);
+    count_locked(rs, x, bytes, false, tk, now);
     x->failures++;
     /* The time its slices waited on a dead path measured no bandwidth:
      * the meter's next span starts here.  Folded in, an outage of seconds
      * read as a rail near zero, which then took seconds of probes to
      * rejoin once the path was back. */
-    x->meter_busy_ns = busy_to(x, now);
+    x->meter_busy_ns = busy_to(rs, x, now);
     x->meter_delivered = x->bulk_delivered;
     x->meter_at_ns = now;
     if (x->state != RAIL_PAUSED) {
@@ -560,7 +567,7 @@ void tent_rail_release(struct tent_railset *rs, int i, uint64_t bytes,
     uint64_t now = rails_clock();
     pthread_mutex_lock(&rs->lock);
     struct rail_state *x = &rs->rails[i];
-    count_locked(x, bytes, false, tk, now);
+    count_locked(rs, x, bytes, false, tk, now);
     pthread_mutex_unlock(&rs->lock);
 }
 
@@ -594,8 +601,8 @@ void tent_rail_move(struct tent_railset *rs, int from, int to, uint64_t bytes,
     uint64_t now = rails_clock();
     pthread_mutex_lock(&rs->lock);
     struct rail_state *a = &rs->rails[from], *b = &rs->rails[to];
-    count_locked(a, bytes, false, tk, now);
-    count_locked(b, bytes, true, tk, now);
+    count_locked(rs, a, bytes, false, tk, now);
+    count_locked(rs, b, bytes, true, tk, now);
     tk->start_ns = now;
     tk->delivered = b->delivered;
     tk->inflight = b->inflight;

@@ -8,7 +8,8 @@
  * the least predicted completion time, (in-flight bytes + slice) / EWMA
  * bandwidth, with one pick in probe_every going round robin so every rail
  * keeps a fresh estimate (the first slice from that pick on large enough
- * to measure bandwidth: TENT_RAIL_SAMPLE_MIN).  A rail much slower than the
+ * to measure bandwidth: TENT_RAIL_SAMPLE_MIN, or the transport's smaller
+ * sample_min).  A rail much slower than the
  * best (below min_share of its bandwidth, by a steadier meter of busy time than
  * the EWMA: see share_meter in rails.c) gets probe slices only, until it is
  * back above 1.3 times that line.  A rail whose slice
@@ -26,9 +27,9 @@
  * connections do not read as a burst of speed -- folded into the EWMA with
  * TENT's rule ewma = a * ewma + (1 - a) * sample, a =
  * bandwidth_learning_rate (0: the newest sample only; 1: never learn).
- * A slice smaller than TENT_RAIL_SAMPLE_MIN says nothing about bandwidth
- * (a 4 KiB read takes its round trip, whatever the link's speed) and would
- * drag the estimate down -- with TENT's a = 0.01 one sample is nearly all
+ * A slice smaller than TENT_RAIL_SAMPLE_MIN (or sample_min) says nothing about
+ * bandwidth (a 4 KiB read takes its round trip, whatever the link's speed) and
+ * would drag the estimate down -- with TENT's a = 0.01 one sample is nearly all
  * of it, and latency-critical small reads on an idle fast rail made it look
  * slower than a loaded slow one, so bulk work left it: such completions
  * leave the estimate alone and measure the rail's round trip instead.  A
@@ -67,11 +68,14 @@ struct tent_sched_params {
      * many (tcp: low_slice_size); 0: it does not, and they count in full
      * for every pick. */
     uint64_t yield_wire_floor;
-    /* A slice smaller than this takes no periodic probe (see
-     * tent_rail_pick); 0 = TENT_RAIL_SAMPLE_MIN.  A transport whose
-     * slices may all be smaller (tcp: slice_size) sets it to its slice
-     * size, so that its rails keep being probed. */
-    uint64_t probe_min;
+    /* The smallest slice whose completion measures bandwidth (the EWMA,
+     * the busy-time meter) and that may take a periodic probe:
+     * TENT_RAIL_SAMPLE_MIN, or this when smaller (0: that).  A transport
+     * that cuts bulk transfers into smaller slices (tcp: low_slice_size
+     * or slice_size below 64 KiB) sets it to its smallest bulk slice, or
+     * its rails would never learn their speed and would stay at the
+     * initial estimate. */
+    uint64_t sample_min;
 };
 
 /* Reads the parameters under prefix ("transports/tcp"); defaults for the
@@ -120,7 +124,8 @@ struct tent_rail_ticket {
 };
 
 /* A slice smaller than this measures the path's delay, not its bandwidth:
- * its completion leaves the estimate alone. */
+ * its completion leaves the estimate alone (unless the transport's slices
+ * are all smaller: sample_min). */
 #define TENT_RAIL_SAMPLE_MIN (64u << 10)
 
 /* Picks the rail for a slice of bytes, avoiding the rails of mask avoid

@@ -1200,7 +1200,9 @@ static int tcp_install(struct tent_transport *base)
     /* the HIGH pick counts a rail's LOW bytes only up to what low_budget()
      * lets onto its wire: the rest waits behind HIGH in our queues */
     t->sp.yield_wire_floor = t->low_slice;
-    t->sp.probe_min = t->slice_size; /* slices may all be below 64 KiB */
+    /* bulk comes in slices of low_slice (LOW) or slice_size, either of which
+     * may be below 64 KiB: the smaller one must still measure the rails */
+    t->sp.sample_min = t->low_slice;
     t->stall_ms = (int)st;
     t->promo_ns = (uint64_t)promo * 1000u;
     /* The target half: peers' reads and writes of our memory. */
