@@ -32,6 +32,15 @@
  * 0.25) = 1.33, so a rail with a third of the best one's bandwidth is never
  * held out by it. */
 #define SHARE_REJOIN 1.3
+/* Pacing of the yielding class (tent_rail_yield_pace): it is paced while
+ * another class's slice was picked this recently (a HIGH request now and
+ * then finds no queue either), once this many unpaced
+ * meter samples measured the rail's capacity (the first, which includes
+ * the connections' start, read 0.72 of rails_bench's 3 Gbit/s rail), the
+ * highest of a group of CAP_GROUP. */
+#define PACE_HOLD_NS    (1000ull * 1000000ull)
+#define CAP_MIN_SAMPLES 3
+#define CAP_GROUP       8
 
 enum { RAIL_UP, RAIL_PAUSED, RAIL_PROBING };
 
@@ -63,6 +72,10 @@ struct rail_state {
     uint64_t paused_until_ns;
     int backoff_ms;
     uint64_t bytes_total, failures, probes;
+    double cap;       /* capacity, bytes/s (see cap_learn) */
+    double cap_group; /* the highest sample of the group under way */
+    uint64_t cap_n;   /* unpaced samples, ever */
+    bool span_paced;  /* the meter's current span had paced windows */
 };
 
 struct tent_railset {
@@ -77,6 +90,7 @@ struct tent_railset {
     pthread_mutex_t lock;
     size_t n;
     uint64_t picks;
+    uint64_t fg_ns; /* a slice not of the yielding class was last picked */
     bool probe_due; /* the next slice that can measure bandwidth probes */
     unsigned rr;
     uint64_t rng;
@@ -134,6 +148,9 @@ int tent_sched_params_load(const struct tent_config *cfg, const char *prefix,
         rc = tent_config_get_double_range(cfg,
                                           KEY("ewma_max_bandwidth_multiplier"),
                                           10.0, 1.0, 1e6, &out->ewma_max_mult);
+    if (!rc)
+        rc = tent_config_get_double_range(cfg, KEY("low_pacing_gain"), 0.95,
+                                          0.0, 1.0, &out->yield_pace_gain);
 #undef KEY
     if (!rc && out->backoff_max_ms < out->backoff_min_ms)
         rc = tent_set_error(TENT_ECONFIG,
@@ -365,6 +382,26 @@ static uint64_t busy_to(const struct tent_railset *rs,
     return busy;
 }
 
+/* A busy-time meter sample of x's delivery rate, for its capacity (see
+ * tent_rail_yield_pace).  The capacity is the highest unpaced sample of
+ * the last complete group of CAP_GROUP and of the group under way: one
+ * span that stalled (a retransmission timeout) does not lower it, a group
+ * of slower ones does.  Caller holds the set's lock. */
+static void cap_learn(struct rail_state *x, double sample)
+{
+    if (!x->span_paced) {
+        if (sample > x->cap)
+            x->cap = sample;
+        if (sample > x->cap_group)
+            x->cap_group = sample;
+        if (++x->cap_n % CAP_GROUP == 0) {
+            x->cap = x->cap_group;
+            x->cap_group = 0;
+        }
+    }
+    x->span_paced = false;
+}
+
 /* Folds the bytes x completed into share_bw once it was busy for
  * SHARE_METER_NS since the last sample -- or, for a slow rail, whenever it
  * has nothing in flight: it carries one probe at a time, a probe in a
@@ -381,6 +418,8 @@ static void share_meter(const struct tent_railset *rs, struct rail_state *x,
     double sample =
         (double)(x->bulk_delivered - x->meter_delivered) * 1e9 / (double)span;
     sample = clamp_bw(x, sample);
+    if (!probed)
+        cap_learn(x, sample);
     /* The old estimate weighs as much as SHARE_METER_NS of busy time --
      * for a probed rail, of the time since its last sample: its probes
      * are all it gets, milliseconds of busy time a second, and a rail
@@ -463,6 +502,8 @@ int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, bool yields,
                 pick = (int)i;
     }
     if (pick >= 0) {
+        if (!yields)
+            rs->fg_ns = now;
         tk->yields = yields;
         count_locked(rs, &rs->rails[pick], bytes, true, tk, now);
         tk->start_ns = now;
@@ -607,6 +648,25 @@ void tent_rail_move(struct tent_railset *rs, int from, int to, uint64_t bytes,
     tk->delivered = b->delivered;
     tk->inflight = b->inflight;
     pthread_mutex_unlock(&rs->lock);
+}
+
+double tent_rail_yield_pace(struct tent_railset *rs, int i, bool sending)
+{
+    if (i < 0 || (size_t)i >= rs->n || rs->p.yield_pace_gain <= 0)
+        return 0;
+    uint64_t now = rails_clock();
+    pthread_mutex_lock(&rs->lock);
+    struct rail_state *x = &rs->rails[i];
+    double cap = x->cap_n >= CAP_MIN_SAMPLES ? x->cap : 0;
+    if (x->r.link_bw > 0 && x->r.link_bw < cap)
+        cap = x->r.link_bw;
+    double pace = 0;
+    if (rs->fg_ns && now - rs->fg_ns <= PACE_HOLD_NS && cap > 0) {
+        pace = rs->p.yield_pace_gain * cap;
+        x->span_paced |= sending;
+    }
+    pthread_mutex_unlock(&rs->lock);
+    return pace;
 }
 
 bool tent_railset_any_usable(struct tent_railset *rs)

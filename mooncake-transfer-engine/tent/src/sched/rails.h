@@ -76,6 +76,10 @@ struct tent_sched_params {
      * its rails would never learn their speed and would stay at the
      * initial estimate. */
     uint64_t sample_min;
+    /* low_pacing_gain (0.95): while latency-critical slices go to a peer,
+     * the yielding class is paced at this fraction of each rail's capacity
+     * (tent_rail_yield_pace; 0: never paced). */
+    double yield_pace_gain;
 };
 
 /* Reads the parameters under prefix ("transports/tcp"); defaults for the
@@ -168,6 +172,24 @@ void tent_rail_move(struct tent_railset *rs, int from, int to, uint64_t bytes,
 /* Bytes to keep in flight on rail i to fill it without queueing: its
  * bandwidth times the shortest slice time seen lately, at least floor. */
 uint64_t tent_rail_bdp(struct tent_railset *rs, int i, uint64_t floor);
+/* The rate (bytes/s, all its windows together) at which the yielding
+ * class should go onto rail i's wire now; 0: unpaced.  While slices of
+ * another class were picked in the set within the last second, it is
+ * yield_pace_gain times the rail's capacity: so the yielding class never
+ * fills the queues of a link -- a shaper's FIFO, a NIC's ring, where no
+ * priority reaches a packet -- in front of a latency-critical request, yet
+ * keeps nearly all of the link.  The capacity is what the busy-time meter
+ * measured in spans in which nothing was paced (the highest of the last
+ * eight such spans and those since), at most the rail's link_bw when
+ * known.  Paced spans read the pace, not the link, and are not learned
+ * from: following them would drag the pace down with them.  So a rail is
+ * paced only once it was measured unpaced (three spans of 100 ms busy),
+ * and a capacity that changes while latency-critical traffic never pauses
+ * for a second is learned when it does (a link that slowed meanwhile is no
+ * worse off than unpaced: its queue builds as it would have).  sending: a
+ * window of the yielding class goes out at that pace now (the meter's
+ * current span is marked paced). */
+double tent_rail_yield_pace(struct tent_railset *rs, int i, bool sending);
 /* Whether some rail of the set is usable. */
 bool tent_railset_any_usable(struct tent_railset *rs);
 

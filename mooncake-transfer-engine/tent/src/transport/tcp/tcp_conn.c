@@ -75,6 +75,7 @@ int tcp_conn_open(struct tcp_conn *c, const char *host, uint16_t port,
     c->fd = fd;
     c->nb.pos = c->nb.len = 0;
     c->sock_prio = 0; /* a new socket's */
+    c->pace = 0;
     return TENT_OK;
 }
 
@@ -104,6 +105,18 @@ static void mark_window(struct tcp_conn *c, int prio)
     c->sock_prio = p;
 }
 
+/* The kernel paces the socket's packets at pace bytes/s (0: as fast as
+ * congestion control lets it).  A socket that refuses goes unpaced, and
+ * the attempt is not repeated for that rate. */
+static void pace_window(struct tcp_conn *c, uint64_t pace)
+{
+    if (c->fd < 0 || pace == c->pace)
+        return;
+    unsigned long v = pace ? (unsigned long)pace : ~0UL;
+    (void)setsockopt(c->fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof(v));
+    c->pace = pace;
+}
+
 static void note_progress(struct tcp_conn *c)
 {
     long long now = tent_now_ms();
@@ -113,11 +126,12 @@ static void note_progress(struct tcp_conn *c)
 }
 
 void tcp_conn_window(struct tcp_conn *c, struct slice **w, int n,
-                     int timeout_ms)
+                     int timeout_ms, uint64_t pace)
 {
     int k = 0;
     if (c->mark_prio && n > 0)
         mark_window(c, w[0]->prio);
+    pace_window(c, pace);
     if (c->hello_due) {
         tent_wire_encode_hdr(c->hello, TENT_WIRE_HELLO, TCP_HELLO_SEQ,
                              TENT_WIRE_TOKEN_LEN);

@@ -78,6 +78,9 @@ struct tcp_conn {
      * sock_prio is what the socket has now. */
     bool mark_prio;
     int sock_prio;
+    /* The socket's SO_MAX_PACING_RATE, bytes/s (0: none): a LOW window
+     * may go out paced (tcp_conn_window). */
+    uint64_t pace;
 };
 
 struct tcp_conn *tcp_conn_new(void);
@@ -92,9 +95,10 @@ int tcp_conn_open(struct tcp_conn *c, const char *host, uint16_t port,
                   const char *src, const char *cc, int timeout_ms, int *native);
 /* Puts slices w[0..n) (one class) on c as its window: the frames to send
  * and the deadline of the send; with mark_prio, the socket's priority
- * becomes the class's (tcp_conn.c: sock_prio_of). */
+ * becomes the class's (tcp_conn.c: sock_prio_of).  pace: the rate (bytes/s)
+ * the kernel sends the window at (SO_MAX_PACING_RATE), 0 for none. */
 void tcp_conn_window(struct tcp_conn *c, struct slice **w, int n,
-                     int timeout_ms);
+                     int timeout_ms, uint64_t pace);
 /* Moves the window forward: sends what the socket takes, receives the
  * answers there are.  block: waits in poll() until the window is done;
  * else returns at the first EAGAIN.  1 when every answer is in, 0 when not

@@ -294,12 +294,40 @@ static bool queued_locked(const struct tcp_rail *r)
     return r->q[0].head || r->q[1].head || r->q[2].head;
 }
 
+/* LOW windows a rail may keep on its wire at least (more when its
+ * bandwidth-delay product is larger): while one waits for its answer the
+ * others keep the link busy (with one, the link idled for the answers'
+ * round trips: what LOW alone measured of rails_bench's 3 Gbit/s rail, the
+ * capacity its pace is learned from, read 0.73 of it).  One connection
+ * stays free for the other classes. */
+#define LOW_WINDOWS 3
+
+static int low_windows(const struct tcp_transport *t)
+{
+    int k = t->nconns - 1;
+    return k > LOW_WINDOWS ? LOW_WINDOWS : k < 1 ? 1 : k;
+}
+
 /* LOW bytes the rail may have on the wire: its bandwidth-delay product, at
- * least one slice. */
+ * least low_windows slices.  While other classes go to the peer they are
+ * paced (low_window_pace) just below the link's capacity: they wait in
+ * their sockets, not in the link's queues in front of a HIGH request. */
 static uint64_t low_budget(struct tcp_rail *r)
 {
     struct tcp_transport *t = r->peer->t;
-    return tent_rail_bdp(r->peer->rs, r->idx, t->low_slice);
+    return tent_rail_bdp(r->peer->rs, r->idx,
+                         t->low_slice * (uint64_t)low_windows(t));
+}
+
+/* The pacing rate (bytes/s, 0: none) of a LOW window going out on r now:
+ * the rail's pace for LOW (tent_rail_yield_pace), shared by the windows its
+ * budget lets onto the wire. */
+static uint64_t low_window_pace(struct tcp_rail *r)
+{
+    struct tcp_transport *t = r->peer->t;
+    double pace = tent_rail_yield_pace(r->peer->rs, r->idx, true);
+    uint64_t windows = (low_budget(r) + t->low_slice - 1) / t->low_slice;
+    return (uint64_t)(pace / (double)windows);
 }
 
 /* The queue a worker serves next (-1: nothing it may take now).  Caller
@@ -660,7 +688,7 @@ static void *worker_main(void *arg)
             rc = tcp_conn_open(c, r->host, r->port, r->src, t->loopback_cc,
                                open_ms, &native);
         }
-        tcp_conn_window(c, w, n, t->timeout_ms);
+        tcp_conn_window(c, w, n, t->timeout_ms, low ? low_window_pace(r) : 0);
         c->stall_ms = r->peer->nrails > 1 ? t->stall_ms : 0;
         if (!rc)
             rc = tcp_conn_step(c, r->addr, true, t->timeout_ms, &native);
@@ -807,7 +835,7 @@ static bool run_lent(struct tcp_rail *r, struct slice *head)
     int n = 0;
     for (struct slice *s = head; s; s = s->next)
         win[n++] = s;
-    tcp_conn_window(c, win, n, r->peer->t->timeout_ms);
+    tcp_conn_window(c, win, n, r->peer->t->timeout_ms, 0); /* never LOW */
     c->stall_ms = r->peer->nrails > 1 ? r->peer->t->stall_ms : 0;
     int native;
     int rc = tcp_conn_step(c, r->addr, false, r->peer->t->timeout_ms, &native);
@@ -1199,7 +1227,7 @@ static int tcp_install(struct tent_transport *base)
     t->low_slice = (uint32_t)(lss < ss ? lss : ss);
     /* the HIGH pick counts a rail's LOW bytes only up to what low_budget()
      * lets onto its wire: the rest waits behind HIGH in our queues */
-    t->sp.yield_wire_floor = t->low_slice;
+    t->sp.yield_wire_floor = t->low_slice * (uint64_t)low_windows(t);
     /* bulk comes in slices of low_slice (LOW) or slice_size, either of which
      * may be below 64 KiB: the smaller one must still measure the rails */
     t->sp.sample_min = t->low_slice;
