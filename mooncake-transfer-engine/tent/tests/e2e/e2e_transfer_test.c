@@ -29,6 +29,7 @@
 // clang-format on
 
 #include "../common/prio_stream.h"
+#include "common/clock.h"
 #include "e2e_peer.h"
 #include "runtime/batch.h"
 #include "runtime/engine.h"
@@ -1406,6 +1407,106 @@ static void test_tcp_socket_priority(void **state)
     assert_int_equal(high, 0);
 }
 
+/* How many of this process's connections to port (opened by it) are paced
+ * (SO_MAX_PACING_RATE set), and the lowest rate among them (bytes/s). */
+static int conns_paced(uint16_t port, unsigned long *lowest)
+{
+    int n = 0;
+    *lowest = ~0UL;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    for (struct dirent *de; (de = readdir(d));) {
+        int fd = atoi(de->d_name);
+        unsigned long v = ~0UL;
+        socklen_t l = sizeof(v);
+        char side = 0;
+        if (tcp_on_port(fd, port, &side) && side == 'p' &&
+            !getsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v, &l) &&
+            v != ~0UL && v != 0xffffffffUL) {
+            n++;
+            if (v < *lowest)
+                *lowest = v;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* One run of test_tcp_low_pacing with transports/tcp/low_pacing_gain =
+ * gain: LOW 1 MiB writes for 600 ms (the rail learns its capacity, nothing
+ * paced: no other class went to the peer), then a HIGH 4 KiB read and a
+ * LOW 1 MiB write; how many connections were paced before the HIGH read
+ * and after the last write, and the lowest rate.  Every byte is checked. */
+static void low_pacing_run(const char *gain, int *before, int *after,
+                           unsigned long *rate)
+{
+    e2e_config(false, true);
+    tent_set_config("transports/tcp/low_pacing_gain", gain);
+    struct local_pair lp;
+    local_pair_open(&lp, (size_t)1 << 20, 11);
+    uint8_t *dst = calloc(1, 4096);
+    assert_non_null(dst);
+    assert_int_equal(tent_register_memory(lp.user, dst, 4096), 0);
+    tent_request_t low = {.opcode = OPCODE_WRITE,
+                          .source = lp.src,
+                          .target_id = lp.seg,
+                          .target_offset = (uintptr_t)lp.mem,
+                          .length = lp.len,
+                          .priority = TENT_PRIO_LOW};
+    tent_status_t st;
+    uint64_t t0 = tent_now_ns();
+    int writes = 0;
+    while (tent_now_ns() - t0 < 600000000ull) {
+        assert_int_equal(e2e_run_one(lp.user, &low, 10000, &st), 0);
+        assert_int_equal(st.status, STATUS_COMPLETED);
+        writes++;
+    }
+    assert_memory_equal(lp.mem, lp.src, lp.len);
+    unsigned long lowest;
+    *before = conns_paced(lp.port, &lowest);
+    tent_request_t high = {.opcode = OPCODE_READ,
+                           .source = dst,
+                           .target_id = lp.seg,
+                           .target_offset = (uintptr_t)lp.mem + 8192,
+                           .length = 4096,
+                           .priority = TENT_PRIO_HIGH};
+    assert_int_equal(e2e_run_one(lp.user, &high, 10000, &st), 0);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_memory_equal(dst, lp.src + 8192, 4096);
+    memset(lp.mem, 0, lp.len);
+    assert_int_equal(e2e_run_one(lp.user, &low, 10000, &st), 0);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_memory_equal(lp.mem, lp.src, lp.len);
+    *after = conns_paced(lp.port, rate);
+    print_message("low_pacing_gain %s: %d LOW writes in 600 ms; paced "
+                  "connections %d before the HIGH read, %d after (lowest "
+                  "%.3f GB/s)\n",
+                  gain, writes, *before, *after,
+                  *after ? (double)*rate / 1e9 : 0.0);
+    assert_int_equal(tent_unregister_memory(lp.user, dst, 4096), 0);
+    free(dst);
+    local_pair_close(&lp);
+}
+
+/* LOW windows go out paced (SO_MAX_PACING_RATE) just under the rail's
+ * capacity while another class goes to the peer, so that they build no
+ * queue in the kernel in front of a HIGH request; alone they are not
+ * paced.  low_pacing_gain 0 turns it off. */
+static void test_tcp_low_pacing(void **state)
+{
+    (void)state;
+    int before, after;
+    unsigned long rate;
+    low_pacing_run("0.9", &before, &after, &rate);
+    assert_int_equal(before, 0);
+    assert_true(after > 0);
+    /* a real rate: at least 10 MB/s (the capacity of loopback is GB/s) */
+    assert_true(rate >= 10000000ul);
+    low_pacing_run("0", &before, &after, &rate);
+    assert_int_equal(before, 0);
+    assert_int_equal(after, 0);
+}
+
 /* True when a socket can bind ::1 (the kernel has IPv6 and lo carries ::1). */
 static bool have_ipv6_loopback(void)
 {
@@ -1646,6 +1747,7 @@ int main(int argc, char **argv)
         CASE(test_tcp_high_ahead_of_low, setup, X_PRIO),
         CASE(test_tcp_low_not_starved, setup, X_PRIO),
         {cmocka_unit_test(test_tcp_socket_priority), X_PRIO},
+        {cmocka_unit_test(test_tcp_low_pacing), X_PRIO},
         CASE(test_failover_tcp_to_shm, setup_both, X_TCP | X_SHM),
 #ifdef E2E_MEMFABRIC
         CASE(test_failover_memfabric_to_tcp, setup_with_tcp, X_MF),
