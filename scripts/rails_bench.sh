@@ -38,7 +38,9 @@
 #       window goes out with (transports/tcp/socket_priority).  Beside
 #       them, the floor: the same latency stream over plain sockets
 #       (tent_tcp_stream ping, SO_PRIORITY 6) alone and under plain LOW
-#       write streams (SO_PRIORITY 2) on both rails.
+#       write streams (SO_PRIORITY 2) on both rails, unpaced and paced at
+#       0.95 of each rail's raw stream (as the engine paces LOW under HIGH:
+#       transports/tcp/low_pacing_gain).
 # A task latency is from its batch's submit to its completion.  Each
 # figure is printed next to its ceiling or reference and the issue's goal,
 # whether met or not.  GB = 1e9 bytes.  About 5 minutes.
@@ -300,20 +302,30 @@ d_case() {
     # the floor: what plain sockets get for the same latency stream (marked
     # HIGH, answers unmarked, as the engine's) alone and under plain LOW
     # streams over both rails
-    local RU RL
+    local RU RL RP
     RU=$(raw_ping_p99 "")
     RL=$(raw_ping_p99 bulk)
+    RP=$(raw_ping_p99 paced)
     row "(d)$tag raw sockets: 4 KiB ping p99, us" "$RL" "$RU" "$(ratio "$RL" "$RU")" "(floor)" ""
+    row "    LOW streams paced at 0.95 of each rail" "$RP" "$RU" "$(ratio "$RP" "$RU")" "(floor)" ""
+    row "    those paced streams, GB/s" "$(awk '$1 == "total" { print $2 }' "$RAILS_WORK/ping_bulk.out")" @C12 "" "" ""
     D_PAIRS_LINES+=("(d)$tag loaded/unloaded p99 (us) of each of the $D_PAIRS pairs:$PAIRS")
     [ "$q" = fifo ] || rails_net_child fifo || die "cannot take $q from behind the shapers"
 }
-# raw_ping_p99 [bulk]: tent_tcp_stream's 4 KiB ping over both rails (7 s),
-# alone or under LOW (SO_PRIORITY 2) write streams on both; its p99 in us
+# raw_ping_p99 [bulk|paced]: tent_tcp_stream's 4 KiB ping over both rails
+# (7 s), alone or under LOW (SO_PRIORITY 2) write streams on both -- paced
+# at 0.95 of each rail's raw stream (SO_MAX_PACING_RATE), as the engine
+# paces LOW under HIGH; its p99 in us
 raw_ping_p99() {
-    local paths bp="" p99
+    local paths lows bp="" p99
     mapfile -t paths < <(rail_paths 1 2)
+    lows=("${paths[@]}")
+    if [ "$1" = paced ]; then
+        lows=("${paths[0]}/$(awk -v c="$C1_FIRST" 'BEGIN { printf "%.0f", 0.95 * c * 1e9 }')"
+              "${paths[1]}/$(awk -v c="$C2_FIRST" 'BEGIN { printf "%.0f", 0.95 * c * 1e9 }')")
+    fi
     if [ -n "$1" ]; then
-        ip netns exec "$RN_I" "$STREAM" run --prio 2 9 write "${paths[@]}" \
+        ip netns exec "$RN_I" "$STREAM" run --prio 2 9 write "${lows[@]}" \
             >"$RAILS_WORK/ping_bulk.out" 2>&1 &
         bp=$!
         sleep 1

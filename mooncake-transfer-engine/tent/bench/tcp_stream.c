@@ -6,10 +6,12 @@
  *       accepts connections and discards (or, for "read" clients, sends)
  *       bytes until killed;
  *   tent_tcp_stream run [--prio P] <seconds> <write|read>
- *           <src>=<dst>:<port> ...
+ *           <src>=<dst>:<port>[/<rate>] ...
  *       one stream per path at once (src: the local address to bind,
  *       "-" for the kernel's choice), 1 MiB send/recv calls; prints
  *       "<path> <GB/s>" per path and "total <GB/s>" (GB = 1e9 bytes);
+ *       a path's /<rate> (bytes/s) paces its socket there
+ *       (SO_MAX_PACING_RATE), as the engine paces LOW under HIGH;
  *   tent_tcp_stream run [--prio P] [--bytes B] [--gap-us U] <seconds> ping
  *           <src>=<dst>:<port> ...
  *       the latency reference of the engine's HIGH stream: one request at
@@ -128,6 +130,7 @@ struct stream {
     char src[64], dst[64], port[8];
     char mode;
     int prio;
+    unsigned long pace; /* SO_MAX_PACING_RATE, 0: none */
     double seconds;
     double gbps;
     int fd;
@@ -155,6 +158,11 @@ static int stream_open(struct stream *s)
         setsockopt(fd, SOL_SOCKET, SO_PRIORITY, &s->prio, sizeof(s->prio)))
         fprintf(stderr, "tent_tcp_stream: SO_PRIORITY %d: %s\n", s->prio,
                 strerror(errno));
+    if (fd >= 0 && s->pace &&
+        setsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &s->pace,
+                   sizeof(s->pace)))
+        fprintf(stderr, "tent_tcp_stream: SO_MAX_PACING_RATE %lu: %s\n",
+                s->pace, strerror(errno));
     int one = 1;
     if (fd >= 0 && s->mode == 'p')
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -267,7 +275,7 @@ static int usage(void)
     fprintf(stderr,
             "usage: tent_tcp_stream serve <host> <port>\n"
             "       tent_tcp_stream run [--prio P] <seconds> <write|read> "
-            "<src>=<dst>:<port> ...\n"
+            "<src>=<dst>:<port>[/<rate>] ...\n"
             "       tent_tcp_stream run [--prio P] [--bytes B] [--gap-us U] "
             "<seconds> ping <src>=<dst>:<port> ...\n");
     return 2;
@@ -305,6 +313,11 @@ int main(int argc, char **argv)
     for (int i = 0; i < n; i++) {
         struct stream *s = &ss[i];
         snprintf(s->spec, sizeof(s->spec), "%s", argv[a + 2 + i]);
+        char *slash = strchr(s->spec, '/');
+        if (slash) {
+            s->pace = strtoul(slash + 1, NULL, 10);
+            *slash = 0;
+        }
         char *eq = strchr(s->spec, '='), *colon = strrchr(s->spec, ':');
         if (!eq || !colon || colon < eq) {
             fprintf(stderr, "tent_tcp_stream: '%s' is not src=dst:port\n",

@@ -11,8 +11,8 @@
 #include <string.h>
 
 #define MAX_NICS 64
-/* The shortest slice time is forgotten after this long (a path's delay
- * changes). */
+/* The shortest small slice's time (the round trip) is forgotten after this
+ * long (a path's delay changes). */
 #define MIN_LAT_WINDOW_NS (10ull * 1000000000ull)
 /* share_bw, the estimate that decides whether a rail is slow, is metered
  * from the rail's busy time: the bytes of slices >= the set's sample_min it
@@ -33,14 +33,18 @@
  * held out by it. */
 #define SHARE_REJOIN 1.3
 /* Pacing of the yielding class (tent_rail_yield_pace): it is paced while
- * another class's slice was picked this recently (a HIGH request now and
- * then finds no queue either), once this many unpaced
- * meter samples measured the rail's capacity (the first, which includes
- * the connections' start, read 0.72 of rails_bench's 3 Gbit/s rail), the
- * highest of a group of CAP_GROUP. */
+ * another class's slice was picked within PACE_HOLD_NS (so a HIGH request
+ * now and then finds no queue either), once CAP_MIN_SAMPLES unpaced meter
+ * samples measured the rail's capacity (0.8 s of busy time: the first few,
+ * with the connections and the application starting, read 0.55-0.72 of
+ * rails_bench's 3 Gbit/s rail); the capacity is the highest sample of a
+ * group of CAP_GROUP; and every RELEARN_NS of pacing one span goes unpaced
+ * to measure the link again (one or two tenths of a second in ten: the
+ * latency traffic meets the old queues 1-2% of the time). */
 #define PACE_HOLD_NS    (1000ull * 1000000ull)
-#define CAP_MIN_SAMPLES 3
+#define CAP_MIN_SAMPLES 8
 #define CAP_GROUP       8
+#define RELEARN_NS      (10000ull * 1000000ull)
 
 enum { RAIL_UP, RAIL_PAUSED, RAIL_PROBING };
 
@@ -65,17 +69,18 @@ struct rail_state {
     uint64_t meter_busy_ns, meter_delivered; /* at the last sample */
     uint64_t meter_at_ns;                    /* when it was */
     uint64_t delivered;                      /* bytes completed, ever */
-    uint64_t min_lat_ns, min_lat_at_ns;
     uint64_t rtt_ns, rtt_at_ns; /* shortest small slice: the round trip */
     bool slow;                  /* below min_share: probes only */
     int state;
     uint64_t paused_until_ns;
     int backoff_ms;
     uint64_t bytes_total, failures, probes;
-    double cap;       /* capacity, bytes/s (see cap_learn) */
-    double cap_group; /* the highest sample of the group under way */
-    uint64_t cap_n;   /* unpaced samples, ever */
-    bool span_paced;  /* the meter's current span had paced windows */
+    double cap;              /* capacity, bytes/s (see cap_learn) */
+    double cap_group;        /* the highest sample of the group under way */
+    uint64_t cap_n;          /* unpaced samples, ever */
+    bool span_paced;         /* the meter's current span had paced windows */
+    uint64_t paced_since_ns; /* the last unpaced sample, when paced since */
+    bool relearn;            /* unpaced until the next unpaced sample */
 };
 
 struct tent_railset {
@@ -115,7 +120,7 @@ int tent_sched_params_load(const struct tent_config *cfg, const char *prefix,
     char k[160];
     int64_t v;
     int rc;
-    /* what a transport sets itself (yield_wire_floor, sample_min) is 0 */
+    /* what a transport sets itself (yield_wire_max, sample_min) is 0 */
     *out = (struct tent_sched_params){0};
 #define KEY(name) (snprintf(k, sizeof(k), "%s/%s", prefix, name), k)
     rc = tent_config_get_bool(cfg, KEY("enable_smart_scheduling"), true,
@@ -149,8 +154,8 @@ int tent_sched_params_load(const struct tent_config *cfg, const char *prefix,
                                           KEY("ewma_max_bandwidth_multiplier"),
                                           10.0, 1.0, 1e6, &out->ewma_max_mult);
     if (!rc)
-        rc = tent_config_get_double_range(cfg, KEY("low_pacing_gain"), 0.95,
-                                          0.0, 1.0, &out->yield_pace_gain);
+        rc = tent_config_get_double_range(cfg, KEY("low_pacing_gain"), 0.9, 0.0,
+                                          1.0, &out->yield_pace_gain);
 #undef KEY
     if (!rc && out->backoff_max_ms < out->backoff_min_ms)
         rc = tent_set_error(TENT_ECONFIG,
@@ -345,24 +350,16 @@ static void count_locked(const struct tent_railset *rs, struct rail_state *x,
             add ? x->inflight_yield + bytes : less(x->inflight_yield, bytes);
 }
 
-/* x's bandwidth-delay product (its estimate times the shortest slice time
- * seen lately), at least floor.  Caller holds the railset's lock. */
-static uint64_t bdp_locked(const struct rail_state *x, uint64_t floor)
-{
-    double bdp = x->ewma * (double)x->min_lat_ns / 1e9;
-    return bdp > (double)floor ? (uint64_t)bdp : floor;
-}
-
 /* The bytes on x a slice waits behind (see tent_rail_pick).  Caller holds
  * rs->lock. */
 static uint64_t ahead_locked(const struct tent_railset *rs,
                              const struct rail_state *x, bool yields)
 {
-    if (yields || !rs->p.yield_wire_floor)
+    if (yields || !rs->p.yield_wire_max)
         return x->inflight;
     uint64_t y =
         x->inflight_yield < x->inflight ? x->inflight_yield : x->inflight;
-    uint64_t wire = bdp_locked(x, rs->p.yield_wire_floor);
+    uint64_t wire = rs->p.yield_wire_max;
     return x->inflight - y + (y < wire ? y : wire);
 }
 
@@ -398,6 +395,10 @@ static void cap_learn(struct rail_state *x, double sample)
             x->cap = x->cap_group;
             x->cap_group = 0;
         }
+    }
+    if (!x->span_paced) {
+        x->relearn = false;
+        x->paced_since_ns = 0;
     }
     x->span_paced = false;
 }
@@ -538,11 +539,6 @@ void tent_rail_complete(struct tent_railset *rs, int i, uint64_t bytes,
         share_meter(rs, x, now);
     }
     uint64_t lat = now > tk->start_ns ? now - tk->start_ns : 1;
-    if (!x->min_lat_ns || lat < x->min_lat_ns ||
-        now - x->min_lat_at_ns > MIN_LAT_WINDOW_NS) {
-        x->min_lat_ns = lat;
-        x->min_lat_at_ns = now;
-    }
     /* delivery rate over the slice's life: everything the rail completed
      * since it was picked */
     if (bytes >= rs->sample_min) {
@@ -662,8 +658,14 @@ double tent_rail_yield_pace(struct tent_railset *rs, int i, bool sending)
         cap = x->r.link_bw;
     double pace = 0;
     if (rs->fg_ns && now - rs->fg_ns <= PACE_HOLD_NS && cap > 0) {
-        pace = rs->p.yield_pace_gain * cap;
-        x->span_paced |= sending;
+        if (!x->paced_since_ns)
+            x->paced_since_ns = now;
+        else if (now - x->paced_since_ns > RELEARN_NS)
+            x->relearn = true;
+        if (!x->relearn) {
+            pace = rs->p.yield_pace_gain * cap;
+            x->span_paced |= sending;
+        }
     }
     pthread_mutex_unlock(&rs->lock);
     return pace;
@@ -679,16 +681,6 @@ bool tent_railset_any_usable(struct tent_railset *rs)
               now >= rs->rails[i].paused_until_ns;
     pthread_mutex_unlock(&rs->lock);
     return any;
-}
-
-uint64_t tent_rail_bdp(struct tent_railset *rs, int i, uint64_t floor)
-{
-    if (i < 0 || (size_t)i >= rs->n)
-        return floor;
-    pthread_mutex_lock(&rs->lock);
-    uint64_t bdp = bdp_locked(&rs->rails[i], floor);
-    pthread_mutex_unlock(&rs->lock);
-    return bdp;
 }
 
 size_t tent_sched_nic_loads(struct tent_sched *s, struct tent_nic_load *out,

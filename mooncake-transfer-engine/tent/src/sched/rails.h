@@ -64,10 +64,9 @@ struct tent_sched_params {
     double ewma_min_mult; /* ewma_min_bandwidth_multiplier */
     double ewma_max_mult; /* ewma_max_bandwidth_multiplier */
     /* Set by a transport that holds the bytes of its yielding class (LOW)
-     * on the wire to about a rail's bandwidth-delay product, at least this
-     * many (tcp: low_slice_size); 0: it does not, and they count in full
-     * for every pick. */
-    uint64_t yield_wire_floor;
+     * on a rail's wire to at most this many (tcp: three low_slice_size
+     * windows); 0: it does not, and they count in full for every pick. */
+    uint64_t yield_wire_max;
     /* The smallest slice whose completion measures bandwidth (the EWMA,
      * the busy-time meter) and that may take a periodic probe:
      * TENT_RAIL_SAMPLE_MIN, or this when smaller (0: that).  A transport
@@ -76,7 +75,7 @@ struct tent_sched_params {
      * its rails would never learn their speed and would stay at the
      * initial estimate. */
     uint64_t sample_min;
-    /* low_pacing_gain (0.95): while latency-critical slices go to a peer,
+    /* low_pacing_gain (0.9): while latency-critical slices go to a peer,
      * the yielding class is paced at this fraction of each rail's capacity
      * (tent_rail_yield_pace; 0: never paced). */
     double yield_pace_gain;
@@ -139,11 +138,11 @@ struct tent_rail_ticket {
  * paused, the one whose pause ends first).
  *
  * yields: the slice is of the class the transport serves last and holds
- * on the wire (LOW; see yield_wire_floor).  Its predicted time counts
+ * on the wire (LOW; see yield_wire_max).  Its predicted time counts
  * every byte in flight on a rail; that of any other slice counts the
  * rail's other bytes in full but its yielding bytes only up to what may
- * be on the wire (the rail's bandwidth-delay product, at least
- * yield_wire_floor): the rest waits behind it in the rail's queues.  So a
+ * be on the wire (yield_wire_max): the rest waits behind it in the rail's
+ * queues.  So a
  * latency-critical slice goes to the rail where it waits least, not to
  * the one with the least bulk queued per unit of bandwidth -- which, with
  * bulk spread in proportion to speed, is either rail at random. */
@@ -169,9 +168,6 @@ bool tent_rail_may_take(struct tent_railset *rs, int i);
  * to: counted there with a fresh ticket. */
 void tent_rail_move(struct tent_railset *rs, int from, int to, uint64_t bytes,
                     struct tent_rail_ticket *tk);
-/* Bytes to keep in flight on rail i to fill it without queueing: its
- * bandwidth times the shortest slice time seen lately, at least floor. */
-uint64_t tent_rail_bdp(struct tent_railset *rs, int i, uint64_t floor);
 /* The rate (bytes/s, all its windows together) at which the yielding
  * class should go onto rail i's wire now; 0: unpaced.  While slices of
  * another class were picked in the set within the last second, it is
@@ -180,14 +176,16 @@ uint64_t tent_rail_bdp(struct tent_railset *rs, int i, uint64_t floor);
  * priority reaches a packet -- in front of a latency-critical request, yet
  * keeps nearly all of the link.  The capacity is what the busy-time meter
  * measured in spans in which nothing was paced (the highest of the last
- * eight such spans and those since), at most the rail's link_bw when
- * known.  Paced spans read the pace, not the link, and are not learned
- * from: following them would drag the pace down with them.  So a rail is
- * paced only once it was measured unpaced (three spans of 100 ms busy),
- * and a capacity that changes while latency-critical traffic never pauses
- * for a second is learned when it does (a link that slowed meanwhile is no
- * worse off than unpaced: its queue builds as it would have).  sending: a
- * window of the yielding class goes out at that pace now (the meter's
+ * eight such spans and those since, so one stalled span does not lower
+ * it), at most the rail's link_bw when known.  Paced spans read the pace,
+ * not the link, and are not learned from: following them would drag the
+ * pace down with them.  So a rail is paced once eight spans of 100 ms busy
+ * measured it unpaced; every 10 s of pacing one span goes unpaced to
+ * measure it again (a capacity measured low, or a link that got faster, is
+ * corrected under continuous latency-critical traffic); and a link that
+ * slowed is learned when that traffic pauses for a second (meanwhile it is
+ * no worse off than unpaced: its queue builds as it would have).  sending:
+ * a window of the yielding class goes out at that pace now (the meter's
  * current span is marked paced). */
 double tent_rail_yield_pace(struct tent_railset *rs, int i, bool sending);
 /* Whether some rail of the set is usable. */

@@ -294,12 +294,12 @@ static bool queued_locked(const struct tcp_rail *r)
     return r->q[0].head || r->q[1].head || r->q[2].head;
 }
 
-/* LOW windows a rail may keep on its wire at least (more when its
- * bandwidth-delay product is larger): while one waits for its answer the
- * others keep the link busy (with one, the link idled for the answers'
- * round trips: what LOW alone measured of rails_bench's 3 Gbit/s rail, the
- * capacity its pace is learned from, read 0.73 of it).  One connection
- * stays free for the other classes. */
+/* LOW windows a rail keeps on its wire at most: while one waits for its
+ * answer the others keep the link busy (with one, the link idled for the
+ * answers' round trips: what LOW alone measured of rails_bench's 3 Gbit/s
+ * rail, the capacity its pace is learned from, read 0.73 of it), and one
+ * connection stays free for a HIGH request (it is lent, no LOW window
+ * ahead of it on its socket). */
 #define LOW_WINDOWS 3
 
 static int low_windows(const struct tcp_transport *t)
@@ -308,26 +308,22 @@ static int low_windows(const struct tcp_transport *t)
     return k > LOW_WINDOWS ? LOW_WINDOWS : k < 1 ? 1 : k;
 }
 
-/* LOW bytes the rail may have on the wire: its bandwidth-delay product, at
- * least low_windows slices.  While other classes go to the peer they are
- * paced (low_window_pace) just below the link's capacity: they wait in
- * their sockets, not in the link's queues in front of a HIGH request. */
+/* LOW bytes the rail may have on the wire: low_windows slices.  While
+ * other classes go to the peer they are paced (low_window_pace) just below
+ * the link's capacity: they wait in their sockets, not in the link's
+ * queues in front of a HIGH request. */
 static uint64_t low_budget(struct tcp_rail *r)
 {
     struct tcp_transport *t = r->peer->t;
-    return tent_rail_bdp(r->peer->rs, r->idx,
-                         t->low_slice * (uint64_t)low_windows(t));
+    return t->low_slice * (uint64_t)low_windows(t);
 }
 
 /* The pacing rate (bytes/s, 0: none) of a LOW window going out on r now:
- * the rail's pace for LOW (tent_rail_yield_pace), shared by the windows its
- * budget lets onto the wire. */
+ * its share of the rail's pace for LOW (tent_rail_yield_pace). */
 static uint64_t low_window_pace(struct tcp_rail *r)
 {
-    struct tcp_transport *t = r->peer->t;
     double pace = tent_rail_yield_pace(r->peer->rs, r->idx, true);
-    uint64_t windows = (low_budget(r) + t->low_slice - 1) / t->low_slice;
-    return (uint64_t)(pace / (double)windows);
+    return (uint64_t)(pace / low_windows(r->peer->t));
 }
 
 /* The queue a worker serves next (-1: nothing it may take now).  Caller
@@ -1227,7 +1223,7 @@ static int tcp_install(struct tent_transport *base)
     t->low_slice = (uint32_t)(lss < ss ? lss : ss);
     /* the HIGH pick counts a rail's LOW bytes only up to what low_budget()
      * lets onto its wire: the rest waits behind HIGH in our queues */
-    t->sp.yield_wire_floor = t->low_slice * (uint64_t)low_windows(t);
+    t->sp.yield_wire_max = t->low_slice * (uint64_t)low_windows(t);
     /* bulk comes in slices of low_slice (LOW) or slice_size, either of which
      * may be below 64 KiB: the smaller one must still measure the rails */
     t->sp.sample_min = t->low_slice;
