@@ -1323,23 +1323,91 @@ static void test_loopback_congestion(void **state)
     local_pair_close(&lp);
 }
 
-/* How many of this process's connections to port (opened by it) have
- * SO_PRIORITY prio. */
-static int conns_with_prio(uint16_t port, int prio)
+/* How many of this process's connections to port (opened by it) want(fd,
+ * arg) says yes to. */
+static int conns_where(uint16_t port, bool (*want)(int fd, void *arg),
+                       void *arg)
 {
     int n = 0;
     DIR *d = opendir("/proc/self/fd");
     assert_non_null(d);
     for (struct dirent *de; (de = readdir(d));) {
-        int fd = atoi(de->d_name), p = -1;
-        socklen_t l = sizeof(p);
+        int fd = atoi(de->d_name);
         char side = 0;
-        if (tcp_on_port(fd, port, &side) && side == 'p' &&
-            !getsockopt(fd, SOL_SOCKET, SO_PRIORITY, &p, &l) && p == prio)
+        if (tcp_on_port(fd, port, &side) && side == 'p' && want(fd, arg))
             n++;
     }
     closedir(d);
     return n;
+}
+
+static bool has_prio(int fd, void *arg)
+{
+    int p = -1;
+    socklen_t l = sizeof(p);
+    return !getsockopt(fd, SOL_SOCKET, SO_PRIORITY, &p, &l) &&
+           p == *(int *)arg;
+}
+
+/* How many of this process's connections to port have SO_PRIORITY prio. */
+static int conns_with_prio(uint16_t port, int prio)
+{
+    return conns_where(port, has_prio, &prio);
+}
+
+/* An engine pair (local_pair) for the priority tests, with key = value
+ * set: a registered 4 KiB buffer dst, the LOW write of the whole source to
+ * the owner's memory and the HIGH read of its second 4 KiB into dst. */
+struct prio_pair {
+    struct local_pair lp;
+    uint8_t *dst;
+    tent_request_t low, high;
+};
+
+static void prio_pair_open(struct prio_pair *pp, const char *key,
+                           const char *value, size_t seed)
+{
+    e2e_config(false, true);
+    tent_set_config(key, value);
+    local_pair_open(&pp->lp, (size_t)1 << 20, seed);
+    pp->dst = calloc(1, 4096);
+    assert_non_null(pp->dst);
+    assert_int_equal(tent_register_memory(pp->lp.user, pp->dst, 4096), 0);
+    pp->low = (tent_request_t){.opcode = OPCODE_WRITE,
+                               .source = pp->lp.src,
+                               .target_id = pp->lp.seg,
+                               .target_offset = (uintptr_t)pp->lp.mem,
+                               .length = pp->lp.len,
+                               .priority = TENT_PRIO_LOW};
+    pp->high = (tent_request_t){.opcode = OPCODE_READ,
+                                .source = pp->dst,
+                                .target_id = pp->lp.seg,
+                                .target_offset = (uintptr_t)pp->lp.mem + 4096,
+                                .length = 4096,
+                                .priority = TENT_PRIO_HIGH};
+}
+
+/* Runs r (pp->low or pp->high) to completion and checks its bytes. */
+static void prio_pair_run(struct prio_pair *pp, tent_request_t *r)
+{
+    tent_status_t st;
+    if (r == &pp->low)
+        memset(pp->lp.mem, 0, pp->lp.len);
+    else
+        memset(pp->dst, 0, 4096);
+    assert_int_equal(e2e_run_one(pp->lp.user, r, 10000, &st), 0);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    if (r == &pp->low)
+        assert_memory_equal(pp->lp.mem, pp->lp.src, pp->lp.len);
+    else
+        assert_memory_equal(pp->dst, pp->lp.src + 4096, 4096);
+}
+
+static void prio_pair_close(struct prio_pair *pp)
+{
+    assert_int_equal(tent_unregister_memory(pp->lp.user, pp->dst, 4096), 0);
+    free(pp->dst);
+    local_pair_close(&pp->lp);
 }
 
 /* One run of test_tcp_socket_priority: a LOW write, then a HIGH read, from
@@ -1350,38 +1418,14 @@ static int conns_with_prio(uint16_t port, int prio)
 static void socket_priority_run(const char *mark, int *low_after_low,
                                 int *high_after_low, int *high_after_high)
 {
-    e2e_config(false, true);
-    tent_set_config("transports/tcp/socket_priority", mark);
-    struct local_pair lp;
-    local_pair_open(&lp, (size_t)1 << 20, 9);
-    uint8_t *dst = calloc(1, 4096);
-    assert_non_null(dst);
-    assert_int_equal(tent_register_memory(lp.user, dst, 4096), 0);
-    tent_request_t r = {.opcode = OPCODE_WRITE,
-                        .source = lp.src,
-                        .target_id = lp.seg,
-                        .target_offset = (uintptr_t)lp.mem,
-                        .length = lp.len,
-                        .priority = TENT_PRIO_LOW};
-    tent_status_t st;
-    assert_int_equal(e2e_run_one(lp.user, &r, 10000, &st), 0);
-    assert_int_equal(st.status, STATUS_COMPLETED);
-    assert_memory_equal(lp.mem, lp.src, lp.len);
-    *low_after_low = conns_with_prio(lp.port, 2);
-    *high_after_low = conns_with_prio(lp.port, 6);
-    r = (tent_request_t){.opcode = OPCODE_READ,
-                         .source = dst,
-                         .target_id = lp.seg,
-                         .target_offset = (uintptr_t)lp.mem + 4096,
-                         .length = 4096,
-                         .priority = TENT_PRIO_HIGH};
-    assert_int_equal(e2e_run_one(lp.user, &r, 10000, &st), 0);
-    assert_int_equal(st.status, STATUS_COMPLETED);
-    assert_memory_equal(dst, lp.src + 4096, 4096);
-    *high_after_high = conns_with_prio(lp.port, 6);
-    assert_int_equal(tent_unregister_memory(lp.user, dst, 4096), 0);
-    free(dst);
-    local_pair_close(&lp);
+    struct prio_pair pp;
+    prio_pair_open(&pp, "transports/tcp/socket_priority", mark, 9);
+    prio_pair_run(&pp, &pp.low);
+    *low_after_low = conns_with_prio(pp.lp.port, 2);
+    *high_after_low = conns_with_prio(pp.lp.port, 6);
+    prio_pair_run(&pp, &pp.high);
+    *high_after_high = conns_with_prio(pp.lp.port, 6);
+    prio_pair_close(&pp);
 }
 
 /* transports/tcp/socket_priority: a window goes out with its class as the
@@ -1407,85 +1451,47 @@ static void test_tcp_socket_priority(void **state)
     assert_int_equal(high, 0);
 }
 
-/* How many of this process's connections to port (opened by it) are paced
- * (SO_MAX_PACING_RATE set), and the lowest rate among them (bytes/s). */
-static int conns_paced(uint16_t port, unsigned long *lowest)
+/* Whether fd is paced (SO_MAX_PACING_RATE set); *lowest (arg) keeps the
+ * lowest rate seen, bytes/s. */
+static bool is_paced(int fd, void *arg)
 {
-    int n = 0;
-    *lowest = ~0UL;
-    DIR *d = opendir("/proc/self/fd");
-    assert_non_null(d);
-    for (struct dirent *de; (de = readdir(d));) {
-        int fd = atoi(de->d_name);
-        unsigned long v = ~0UL;
-        socklen_t l = sizeof(v);
-        char side = 0;
-        if (tcp_on_port(fd, port, &side) && side == 'p' &&
-            !getsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v, &l) &&
-            v != ~0UL && v != 0xffffffffUL) {
-            n++;
-            if (v < *lowest)
-                *lowest = v;
-        }
-    }
-    closedir(d);
-    return n;
+    unsigned long v = ~0UL, *lowest = arg;
+    socklen_t l = sizeof(v);
+    if (getsockopt(fd, SOL_SOCKET, SO_MAX_PACING_RATE, &v, &l) ||
+        v == ~0UL || v == 0xffffffffUL)
+        return false;
+    if (v < *lowest)
+        *lowest = v;
+    return true;
 }
 
 /* One run of test_tcp_low_pacing with transports/tcp/low_pacing_gain =
  * gain: LOW 1 MiB writes for 2 s (the rail learns its capacity from 0.8 s
- * of busy time, nothing paced: no other class went to the peer), then a HIGH 4 KiB read and a
- * LOW 1 MiB write; how many connections were paced before the HIGH read
- * and after the last write, and the lowest rate.  Every byte is checked. */
+ * of busy time, nothing paced: no other class went to the peer), then a
+ * HIGH 4 KiB read and a LOW 1 MiB write; how many connections were paced
+ * before the HIGH read and after the last write, and the lowest rate.
+ * Every byte is checked. */
 static void low_pacing_run(const char *gain, int *before, int *after,
                            unsigned long *rate)
 {
-    e2e_config(false, true);
-    tent_set_config("transports/tcp/low_pacing_gain", gain);
-    struct local_pair lp;
-    local_pair_open(&lp, (size_t)1 << 20, 11);
-    uint8_t *dst = calloc(1, 4096);
-    assert_non_null(dst);
-    assert_int_equal(tent_register_memory(lp.user, dst, 4096), 0);
-    tent_request_t low = {.opcode = OPCODE_WRITE,
-                          .source = lp.src,
-                          .target_id = lp.seg,
-                          .target_offset = (uintptr_t)lp.mem,
-                          .length = lp.len,
-                          .priority = TENT_PRIO_LOW};
-    tent_status_t st;
+    struct prio_pair pp;
+    prio_pair_open(&pp, "transports/tcp/low_pacing_gain", gain, 11);
     uint64_t t0 = tent_now_ns();
     int writes = 0;
-    while (tent_now_ns() - t0 < 2000000000ull) {
-        assert_int_equal(e2e_run_one(lp.user, &low, 10000, &st), 0);
-        assert_int_equal(st.status, STATUS_COMPLETED);
-        writes++;
-    }
-    assert_memory_equal(lp.mem, lp.src, lp.len);
-    unsigned long lowest;
-    *before = conns_paced(lp.port, &lowest);
-    tent_request_t high = {.opcode = OPCODE_READ,
-                           .source = dst,
-                           .target_id = lp.seg,
-                           .target_offset = (uintptr_t)lp.mem + 8192,
-                           .length = 4096,
-                           .priority = TENT_PRIO_HIGH};
-    assert_int_equal(e2e_run_one(lp.user, &high, 10000, &st), 0);
-    assert_int_equal(st.status, STATUS_COMPLETED);
-    assert_memory_equal(dst, lp.src + 8192, 4096);
-    memset(lp.mem, 0, lp.len);
-    assert_int_equal(e2e_run_one(lp.user, &low, 10000, &st), 0);
-    assert_int_equal(st.status, STATUS_COMPLETED);
-    assert_memory_equal(lp.mem, lp.src, lp.len);
-    *after = conns_paced(lp.port, rate);
+    for (; tent_now_ns() - t0 < 2000000000ull; writes++)
+        prio_pair_run(&pp, &pp.low);
+    *rate = ~0UL;
+    *before = conns_where(pp.lp.port, is_paced, rate);
+    prio_pair_run(&pp, &pp.high);
+    prio_pair_run(&pp, &pp.low);
+    *rate = ~0UL;
+    *after = conns_where(pp.lp.port, is_paced, rate);
     print_message("low_pacing_gain %s: %d LOW writes in 2 s; paced "
                   "connections %d before the HIGH read, %d after (lowest "
                   "%.3f GB/s)\n",
                   gain, writes, *before, *after,
                   *after ? (double)*rate / 1e9 : 0.0);
-    assert_int_equal(tent_unregister_memory(lp.user, dst, 4096), 0);
-    free(dst);
-    local_pair_close(&lp);
+    prio_pair_close(&pp);
 }
 
 /* LOW windows go out paced (SO_MAX_PACING_RATE) just under the rail's
