@@ -383,7 +383,8 @@ static uint64_t busy_to(const struct tent_railset *rs,
  * tent_rail_yield_pace).  The capacity is the highest unpaced sample of
  * the last complete group of CAP_GROUP and of the group under way: one
  * span that stalled (a retransmission timeout) does not lower it, a group
- * of slower ones does.  Caller holds the set's lock. */
+ * of slower ones does.  An unpaced sample also ends a relearn and starts
+ * the next RELEARN_NS of pacing.  Caller holds the set's lock. */
 static void cap_learn(struct rail_state *x, double sample)
 {
     if (!x->span_paced) {
@@ -395,8 +396,6 @@ static void cap_learn(struct rail_state *x, double sample)
             x->cap = x->cap_group;
             x->cap_group = 0;
         }
-    }
-    if (!x->span_paced) {
         x->relearn = false;
         x->paced_since_ns = 0;
     }

@@ -24,11 +24,13 @@
  * served in that order; a queue not served for priority_promotion_timeout_us
  * counts one class higher per timeout, so LOW is never starved.  LOW
  * requests are cut into slices of low_slice_size (64 KiB, at most
- * slice_size) and LOW windows on the wire are held to about the rail's
- * bandwidth-delay product (at least one such slice), so that they do not
- * build queues in the kernel in front of a HIGH request.  What they do queue
- * there a priority-aware qdisc can still pass: each window goes out with
- * its class as the socket's SO_PRIORITY (socket_priority; tcp_conn.h).
+ * slice_size), a rail keeps at most three LOW windows on its wire, and
+ * while other classes go to the peer each goes out paced just below the
+ * link's capacity (low_pacing_gain; sched/rails.h: tent_rail_yield_pace),
+ * so that LOW does not build queues in the kernel or the link in front of
+ * a HIGH request.  What it does queue there a priority-aware qdisc can
+ * still pass: each window goes out with its class as the socket's
+ * SO_PRIORITY (socket_priority; tcp_conn.h).
  *
  * Faults: when a window fails on a rail (connection lost, no answer in
  * time, or no byte moved -- or no connection made -- for rail_stall_ms
