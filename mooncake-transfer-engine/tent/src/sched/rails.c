@@ -75,12 +75,13 @@ struct rail_state {
     uint64_t paused_until_ns;
     int backoff_ms;
     uint64_t bytes_total, failures, probes;
-    double cap;              /* capacity, bytes/s (see cap_learn) */
-    double cap_group;        /* the highest sample of the group under way */
-    uint64_t cap_n;          /* unpaced samples, ever */
-    bool span_paced;         /* the meter's current span had paced windows */
-    uint64_t paced_since_ns; /* the last unpaced sample, when paced since */
-    bool relearn;            /* unpaced until the next unpaced sample */
+    double cap;       /* capacity, bytes/s (see cap_learn) */
+    double cap_group; /* the highest sample of the group under way */
+    uint64_t cap_n;   /* unpaced samples, ever */
+    bool span_paced;  /* the meter's current span had paced windows */
+    /* when pacing started after the last unpaced sample (0: not since);
+     * RELEARN_NS after it the rail goes unpaced until the next one */
+    uint64_t paced_since_ns;
 };
 
 struct tent_railset {
@@ -396,7 +397,6 @@ static void cap_learn(struct rail_state *x, double sample)
             x->cap = x->cap_group;
             x->cap_group = 0;
         }
-        x->relearn = false;
         x->paced_since_ns = 0;
     }
     x->span_paced = false;
@@ -659,9 +659,7 @@ double tent_rail_yield_pace(struct tent_railset *rs, int i, bool sending)
     if (rs->fg_ns && now - rs->fg_ns <= PACE_HOLD_NS && cap > 0) {
         if (!x->paced_since_ns)
             x->paced_since_ns = now;
-        else if (now - x->paced_since_ns > RELEARN_NS)
-            x->relearn = true;
-        if (!x->relearn) {
+        if (now - x->paced_since_ns <= RELEARN_NS) {
             pace = rs->p.yield_pace_gain * cap;
             x->span_paced |= sending;
         }

@@ -316,8 +316,7 @@ static int low_windows(const struct tcp_transport *t)
  * queues in front of a HIGH request. */
 static uint64_t low_budget(struct tcp_rail *r)
 {
-    struct tcp_transport *t = r->peer->t;
-    return t->low_slice * (uint64_t)low_windows(t);
+    return r->peer->t->sp.yield_wire_max; /* set once: tcp_install */
 }
 
 /* The pacing rate (bytes/s, 0: none) of a LOW window going out on r now:
@@ -1223,8 +1222,9 @@ static int tcp_install(struct tent_transport *base)
     t->nconns = (int)nc;
     t->slice_size = (uint32_t)ss;
     t->low_slice = (uint32_t)(lss < ss ? lss : ss);
-    /* the HIGH pick counts a rail's LOW bytes only up to what low_budget()
-     * lets onto its wire: the rest waits behind HIGH in our queues */
+    /* low_budget(): the LOW bytes a rail lets onto its wire; the HIGH pick
+     * counts a rail's LOW bytes only that far: the rest waits behind HIGH in
+     * our queues */
     t->sp.yield_wire_max = t->low_slice * (uint64_t)low_windows(t);
     /* bulk comes in slices of low_slice (LOW) or slice_size, either of which
      * may be below 64 KiB: the smaller one must still measure the rails */
