@@ -166,8 +166,7 @@ static void assert_untouched(struct fixture *f, uint64_t off, uint64_t len)
 {
     uint8_t *want = malloc(len);
     assert_non_null(want);
-    for (uint64_t i = 0; i < len; i++)
-        want[i] = e2e_pattern(off + i);
+    e2e_pattern_fill(want, len, off);
     assert_int_equal(e2e_peer_hash(&f->peer, false, off, len),
                      e2e_fnv(want, len));
     free(want);

@@ -33,6 +33,24 @@ uint8_t e2e_pattern(uint64_t i)
     return (uint8_t)((i * 2654435761u) >> 13);
 }
 
+/* e2e_pattern(i) is bits 13..20 of i * K, which depend on the low 21 bits
+ * of i only: a period of 2 MiB. */
+#define PATTERN_PERIOD ((size_t)1 << 21)
+
+void e2e_pattern_fill(void *buf, size_t n, uint64_t seed)
+{
+    uint8_t *b = buf;
+    size_t done = n < PATTERN_PERIOD ? n : PATTERN_PERIOD;
+    for (size_t i = 0; i < done; i++)
+        b[i] = e2e_pattern(seed + i);
+    /* done stays a multiple of the period while it doubles */
+    while (done < n) {
+        size_t k = n - done < done ? n - done : done;
+        memcpy(b + done, b, k);
+        done += k;
+    }
+}
+
 uint64_t e2e_fnv(const void *p, size_t n)
 {
     const uint8_t *b = p;
@@ -225,8 +243,7 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
         tent_register_memory(eh, rw, rw_len))
         _exit(3);
     uint8_t *plain = malloc(SMALL), *ro = malloc(SMALL), *loc = malloc(SMALL);
-    for (size_t i = 0; i < rw_len; i++)
-        ((uint8_t *)rw)[i] = e2e_pattern(i);
+    e2e_pattern_fill(rw, rw_len, 0);
     for (size_t i = 0; i < SMALL; i++)
         plain[i] = ro[i] = loc[i] = e2e_pattern(i);
     if (tent_register_memory_with_perm(eh, ro, SMALL, PERM_GLOBAL_READ_ONLY) ||
@@ -262,9 +279,14 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
         } else if (c.op == 'R') {
             /* Registers one more buffer (filled with the pattern). */
             uint8_t *m = malloc(c.len);
-            for (size_t i = 0; i < c.len; i++)
-                m[i] = e2e_pattern(i);
-            uint64_t a = tent_register_memory(eh, m, c.len) ? 0 : (uintptr_t)m;
+            uint64_t a = 0;
+            if (m) {
+                e2e_pattern_fill(m, c.len, 0);
+                if (tent_register_memory(eh, m, c.len) == 0)
+                    a = (uintptr_t)m;
+                else
+                    free(m);
+            }
             tc_write_all(afd, &a, sizeof(a));
         } else if (c.op == 'A') {
             void *m = NULL;
@@ -432,8 +454,12 @@ int e2e_peer_start(struct e2e_peer *p, size_t rw_len, bool shm, bool tcp)
     pid_t pid = tc_fork_child(child_main, &args, &cmd_fd, &ans_fd);
     if (pid < 0)
         return -1;
+    /* A child that fails exits, and its answer pipe reads end of file at
+     * once; the bound only catches one that hangs.  It is generous: under
+     * ThreadSanitizer on a slow machine, a child that registers a large
+     * buffer can take several seconds to answer. */
     struct pollfd pf = {.fd = ans_fd, .events = POLLIN};
-    if (poll(&pf, 1, 10000) != 1 || tc_read_all(ans_fd, p, sizeof(*p))) {
+    if (poll(&pf, 1, 60000) != 1 || tc_read_all(ans_fd, p, sizeof(*p))) {
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         close(cmd_fd);

@@ -100,6 +100,10 @@ void e2e_peer_kill(struct e2e_peer *p);
 void e2e_peer_quit(struct e2e_peer *p);
 
 uint8_t e2e_pattern(uint64_t i);
+/* Fills buf[0, n) with e2e_pattern(seed + i): the pattern repeats every
+ * 2 MiB, so it computes one period and copies it, which keeps filling a
+ * large buffer quick under the sanitizers. */
+void e2e_pattern_fill(void *buf, size_t n, uint64_t seed);
 uint64_t e2e_fnv(const void *p, size_t n);
 /* Polls the batch until no task is pending or timeout; returns overall. */
 int e2e_wait(tent_engine_t e, tent_batch_id_t b, int timeout_ms,

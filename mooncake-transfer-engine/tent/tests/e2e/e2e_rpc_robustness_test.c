@@ -152,8 +152,7 @@ static void engine_roundtrip(void)
 static bool target_intact_but_partial(const uint8_t *partial, size_t n)
 {
     uint8_t *exp = malloc(1 << 20);
-    for (size_t i = 0; i < (1 << 20); i++)
-        exp[i] = e2e_pattern(i);
+    e2e_pattern_fill(exp, 1u << 20, 0);
     uint64_t h = e2e_peer_hash(&g_peer, false, 0, 1 << 20);
     bool ok = h == e2e_fnv(exp, 1 << 20);
     memcpy(exp + 8192, partial, n);
@@ -488,8 +487,7 @@ static void target_start(struct target *t, const char *const *kv)
     t->e = tent_create_engine();
     assert_non_null(t->e);
     t->buf = alloc_registered(t->e, 1 << 20);
-    for (size_t i = 0; i < (1 << 20); i++)
-        t->buf[i] = e2e_pattern(i);
+    e2e_pattern_fill(t->buf, 1u << 20, 0);
     assert_int_equal(tent_segment_name(t->e, t->name, sizeof(t->name)), 0);
     assert_int_equal(
         tent_rpc_parse_addr(t->name, t->host, sizeof(t->host), &t->port), 0);

@@ -134,8 +134,7 @@ static int setup_common(void **state, size_t len, bool shm, bool tcp,
     f->mirror = malloc(len);
     if (!f->mirror)
         return -1;
-    for (size_t i = 0; i < len; i++)
-        f->mirror[i] = e2e_pattern(i);
+    e2e_pattern_fill(f->mirror, len, 0);
     if (tent_open_segment(f->e, &f->seg, f->peer.name))
         return -1;
     return 0;
@@ -1047,8 +1046,7 @@ static void test_single_process_local_segment(void **state)
     assert_int_equal(tent_register_memory(e, a, len), 0);
     assert_int_equal(tent_allocate_memory(e, &b, len, "cpu"), 0);
     assert_int_equal(tent_register_memory(e, b, len), 0);
-    for (size_t i = 0; i < len; i++)
-        ((uint8_t *)a)[i] = e2e_pattern(i + 5);
+    e2e_pattern_fill(a, len, 5);
     tent_request_t r = {.opcode = OPCODE_WRITE,
                         .source = a,
                         .target_id = LOCAL_SEGMENT_ID,
@@ -1121,8 +1119,7 @@ static void test_two_engines_one_process(void **state)
     assert_int_equal(memfds_locked_by_parent(), 1);
     uint8_t *src = malloc(len); /* plain memory: no memfd of its own */
     assert_non_null(src);
-    for (size_t i = 0; i < len; i++)
-        src[i] = e2e_pattern(i + 11);
+    e2e_pattern_fill(src, len, 11);
     assert_int_equal(tent_register_memory(user, src, len), 0);
     char name[256];
     assert_int_equal(tent_segment_name(owner, name, sizeof(name)), 0);
@@ -1187,8 +1184,7 @@ static void local_pair_open(struct local_pair *lp, size_t len, size_t seed)
     assert_int_equal(tent_register_memory(lp->owner, lp->mem, len), 0);
     lp->src = malloc(len);
     assert_non_null(lp->src);
-    for (size_t i = 0; i < len; i++)
-        lp->src[i] = e2e_pattern(i + seed);
+    e2e_pattern_fill(lp->src, len, seed);
     assert_int_equal(tent_register_memory(lp->user, lp->src, len), 0);
     char name[256];
     assert_int_equal(tent_segment_name(lp->owner, name, sizeof(name)), 0);

@@ -207,8 +207,7 @@ static void target_main(int cfd, int afd, const char *segname)
     if (tent_allocate_memory(e, &buf, BUF_LEN, "cpu") ||
         tent_register_memory(e, buf, BUF_LEN))
         _exit(3);
-    for (size_t i = 0; i < BUF_LEN; i++)
-        ((uint8_t *)buf)[i] = e2e_pattern(i);
+    e2e_pattern_fill(buf, BUF_LEN, 0);
     struct target t = {0};
     tent_segment_name(e, t.name, sizeof(t.name));
     char host[64];
@@ -226,8 +225,7 @@ static void target_main(int cfd, int afd, const char *segname)
                 break;
         } else if (c.op == 'R') {
             uint8_t *m = malloc(c.len);
-            for (size_t i = 0; i < c.len; i++)
-                m[i] = e2e_pattern(i + 7);
+            e2e_pattern_fill(m, c.len, 7);
             uint64_t a = tent_register_memory(e, m, c.len) ? 0 : (uintptr_t)m;
             if (write(afd, &a, sizeof(a)) != sizeof(a))
                 break;
@@ -331,8 +329,7 @@ static void init_open(struct init *in, const char *servers, struct target *t)
     assert_int_equal(tent_register_memory(in->e, p, BUF_LEN), 0);
     in->dst = p;
     in->mirror = malloc(BUF_LEN);
-    for (size_t i = 0; i < BUF_LEN; i++)
-        in->mirror[i] = e2e_pattern(i);
+    e2e_pattern_fill(in->mirror, BUF_LEN, 0);
     in->rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
     int rc = tent_open_segment(in->e, &in->seg, t->name);
     if (rc)
