@@ -224,9 +224,16 @@ static void target_main(int cfd, int afd, const char *segname)
             if (write(afd, &h, sizeof(h)) != sizeof(h))
                 break;
         } else if (c.op == 'R') {
+            /* as e2e_peer's 'R': 0 answers a failure, and leaks nothing */
             uint8_t *m = malloc(c.len);
-            e2e_pattern_fill(m, c.len, 7);
-            uint64_t a = tent_register_memory(e, m, c.len) ? 0 : (uintptr_t)m;
+            uint64_t a = 0;
+            if (m) {
+                e2e_pattern_fill(m, c.len, 7);
+                if (tent_register_memory(e, m, c.len) == 0)
+                    a = (uintptr_t)m;
+                else
+                    free(m);
+            }
             if (write(afd, &a, sizeof(a)) != sizeof(a))
                 break;
         } else {
