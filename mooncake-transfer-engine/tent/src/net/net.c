@@ -121,15 +121,18 @@ static bool sockaddr_is_loopback(const struct sockaddr_storage *a)
     return false;
 }
 
-int tent_net_set_loopback_cc(int fd, const char *cc)
+bool tent_net_is_loopback_pair(int fd)
 {
-    if (!cc || !*cc)
-        return 0;
     struct sockaddr_storage me, peer;
     socklen_t ml = sizeof(me), pl = sizeof(peer);
-    if (getsockname(fd, (struct sockaddr *)&me, &ml) ||
-        getpeername(fd, (struct sockaddr *)&peer, &pl) ||
-        !sockaddr_is_loopback(&me) || !sockaddr_is_loopback(&peer))
+    return !getsockname(fd, (struct sockaddr *)&me, &ml) &&
+           !getpeername(fd, (struct sockaddr *)&peer, &pl) &&
+           sockaddr_is_loopback(&me) && sockaddr_is_loopback(&peer);
+}
+
+int tent_net_set_loopback_cc(int fd, const char *cc)
+{
+    if (!cc || !*cc || !tent_net_is_loopback_pair(fd))
         return 0;
     if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, (socklen_t)strlen(cc)))
         return -errno;

@@ -55,6 +55,10 @@ int tent_net_format_hostport(char *buf, size_t len, const char *host,
 void tent_net_set_timeouts(int fd, int timeout_ms);
 void tent_net_set_nodelay(int fd);
 
+/* Whether both ends of the connected socket fd are loopback addresses
+ * (127.0.0.0/8, ::1, v4-mapped 127/8): a peer on this host. */
+bool tent_net_is_loopback_pair(int fd);
+
 /* When both ends of the connected TCP socket fd are loopback addresses and
  * cc is not empty, sets its congestion control to cc (TCP_CONGESTION).
  * Returns 1 when it did, 0 when fd is not loopback to loopback (or cc is

@@ -94,6 +94,12 @@ void tent_rpc_conn_abort(struct tent_rpc_conn *c);
 #define TENT_RPC_CC_DEFAULT "reno"
 #define TENT_RPC_CC_MAX     16 /* the kernel's TCP_CA_NAME_MAX, NUL included */
 
+/* Whether the server's workers run large same-host data frames on the CPU
+ * their sender used while the CPUs are crowded (config key
+ * tcp_loopback_follow_cpu; rpc_server.c says when and why). */
+#define TENT_RPC_FOLLOW_KEY     "tcp_loopback_follow_cpu"
+#define TENT_RPC_FOLLOW_DEFAULT true
+
 /* Checks the value cc of tcp_loopback_congestion and copies it into
  * out[TENT_RPC_CC_MAX]: TENT_OK, or TENT_ECONFIG naming the key (not a
  * name, too long). */
@@ -119,6 +125,11 @@ struct tent_rpc_limits {
      * struct zeroed by its caller gets; NULL limits give the key's
      * default) */
     char loopback_cc[TENT_RPC_CC_MAX];
+    /* tcp_loopback_follow_cpu: a worker serving a large READ or WRITE from
+     * loopback to loopback while more such frames are in progress than
+     * half the CPUs can run side by side moves to the CPU the client sent
+     * from (SO_INCOMING_CPU), and back after (rpc_server.c) */
+    bool loopback_follow_cpu;
 };
 #define TENT_RPC_DEFAULT_MAX_CONNS 1024
 #define TENT_RPC_DEFAULT_IDLE_MS   300000

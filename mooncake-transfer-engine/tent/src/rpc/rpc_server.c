@@ -57,10 +57,27 @@
  * again and again; the cap drops below the connections open, so that later
  * newcomers replace connections instead of meeting the limit; accepting
  * pauses (BACKOFF_MIN_MS, doubling to BACKOFF_MAX_MS while the shortage
- * lasts); and the cap comes back FD_RECOVER_MS after the last shortage. */
+ * lasts); and the cap comes back FD_RECOVER_MS after the last shortage.
+ *
+ * CPUs (tcp_loopback_follow_cpu).  A client on this host sends from one of
+ * our CPUs: the kernel processes its segments there, in its thread, and
+ * they are warm in that CPU's cache.  The worker that copies them out (or,
+ * for a READ, the data in) on another CPU pulls every line across.  While
+ * spare CPUs run the two sides side by side, that costs less than sharing
+ * one; when they do not, it costs the most.  So a worker serving a READ or
+ * WRITE of FOLLOW_MIN or more bytes on a loopback-to-loopback connection,
+ * while such frames were in progress in more than half the CPUs' number
+ * (each has a sender on this host too) within CROWD_HOLD_MS, runs on the
+ * CPU the frame came in on (SO_INCOMING_CPU, when the process may use it);
+ * a frame that does not qualify, or the connection going back to the
+ * loop, gives the worker its CPUs back.  On this project's 2-core VM, tcp
+ * 1 MiB writes with 2 threads went from 4.2-5.9 to 9.6-10.0 GB/s (p99 1.5-
+ * 1.8 ms to 0.4 ms); one thread, where a CPU is spare, is left alone, as
+ * following cost it a fifth. */
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "net/net.h"
 #include "rpc/rpc.h"
 
 #include <errno.h>
@@ -70,6 +87,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,6 +119,9 @@
 #define MAX_EVENTS        256
 #define NOFILE_CEILING    (1u << 20) /* raise no further than this */
 
+#define FOLLOW_MIN    65536 /* data frames that follow their sender's CPU */
+#define CROWD_HOLD_MS 50    /* crowded this long after the last sign of it */
+
 #define IOBUF      65536 /* per-connection input and output buffers */
 #define DIRECT_MIN 16384 /* larger reads bypass the input buffer */
 /* a frame's header and a READ/WRITE prefix */
@@ -131,6 +152,7 @@ struct tent_rpc_conn {
     char peer[64];         /* "<ip>:<port>" of the client */
     long long deadline_ms; /* of the frame under way */
     bool frame_failed;     /* the frame under way was answered an error */
+    bool loopback;         /* both ends loopback addresses (set at accept) */
     /* Published by the holder (one writer) for the loop's choice. */
     atomic_int state;            /* enum conn_state */
     atomic_llong frame_start_ms; /* first byte of the frame under way */
@@ -215,6 +237,12 @@ struct tent_rpc_server {
     int backoff_ms;        /* the last pause, 0 after an accept succeeded */
     long long fd_short_ms; /* accept() last ran out of descriptors */
     struct tent_log_ratelimit refuse_rl, evict_rl, fd_rl;
+    /* CPUs (tcp_loopback_follow_cpu): the process's at start, the large
+     * loopback frames in progress, and until when the CPUs count as
+     * crowded (tent_now_ms) */
+    int ncpus;
+    atomic_int big_frames;
+    atomic_llong crowded_until_ms;
 };
 
 /* ---- frames and their accounting ---------------------------------------- */
@@ -737,25 +765,119 @@ static void give_back(struct tent_rpc_server *s, struct tent_rpc_conn *c)
         conn_close(c, false);
 }
 
+/* ---- following a same-host sender's CPU --------------------------------- */
+
+/* A worker's CPU while it serves one connection: cpu it was moved to (-1:
+ * none), and the CPUs it had before. */
+struct follow {
+    int cpu;
+    cpu_set_t home;
+};
+
+/* The data bytes of the READ or WRITE frame whose header is whole in in[]
+ * (a READ's only when its prefix is in too), else 0. */
+static uint64_t frame_data_len(const struct tent_rpc_conn *c)
+{
+    struct tent_wire_hdr h;
+    struct tent_wire_rw rw;
+    const uint8_t *p = c->in + c->in_pos;
+    size_t have = c->in_len - c->in_pos;
+    if (tent_wire_decode_hdr(p, TENT_WIRE_HDR_LEN, &h))
+        return 0;
+    if (h.type == TENT_WIRE_WRITE)
+        return h.len >= TENT_WIRE_RW_LEN ? h.len - TENT_WIRE_RW_LEN : 0;
+    if (h.type == TENT_WIRE_READ && have >= FIRST_READ &&
+        !tent_wire_decode_rw(p + TENT_WIRE_HDR_LEN, TENT_WIRE_RW_LEN, &rw))
+        return rw.length;
+    return 0;
+}
+
+static void follow_leave(struct follow *f)
+{
+    if (f->cpu < 0)
+        return;
+    int e = pthread_setaffinity_np(pthread_self(), sizeof(f->home), &f->home);
+    if (e)
+        LOG_DEBUG("rpc: a worker keeps CPU %d: restoring its CPUs failed: %s",
+                  f->cpu, strerror(e));
+    f->cpu = -1;
+}
+
+static void follow_to(struct tent_rpc_conn *c, struct follow *f)
+{
+    int cpu = -1;
+    socklen_t len = sizeof(cpu);
+    if (getsockopt(c->fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &len) || cpu < 0 ||
+        cpu >= CPU_SETSIZE || cpu == f->cpu)
+        return;
+    if (f->cpu < 0 &&
+        pthread_getaffinity_np(pthread_self(), sizeof(f->home), &f->home))
+        return;
+    if (!CPU_ISSET(cpu, &f->home)) /* a CPU this process may not use */
+        return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (!pthread_setaffinity_np(pthread_self(), sizeof(one), &one))
+        f->cpu = cpu;
+}
+
+/* Before the frame whose header is in: moves the worker to the frame's
+ * CPU or back to its own.  True when the frame counts in big_frames (the
+ * caller then calls follow_frame_end after it). */
+static bool follow_frame_begin(struct tent_rpc_conn *c, struct follow *f)
+{
+    struct tent_rpc_server *s = c->srv;
+    if (!c->loopback || frame_data_len(c) < FOLLOW_MIN) {
+        follow_leave(f);
+        return false;
+    }
+    int n = atomic_fetch_add(&s->big_frames, 1) + 1;
+    long long now = tent_now_ms();
+    if (2 * n > s->ncpus)
+        atomic_store(&s->crowded_until_ms, now + CROWD_HOLD_MS);
+    if (now < atomic_load(&s->crowded_until_ms))
+        follow_to(c, f);
+    else
+        follow_leave(f);
+    return true;
+}
+
+static void follow_frame_end(struct tent_rpc_conn *c)
+{
+    atomic_fetch_sub(&c->srv->big_frames, 1);
+}
+
+static int serve_counted(struct tent_rpc_conn *c, struct follow *f)
+{
+    bool counted = follow_frame_begin(c, f);
+    int rc = serve_frame(c);
+    if (counted)
+        follow_frame_end(c);
+    return rc;
+}
+
 /* A worker serves frames on c (a whole header is in) while they come. */
 static void serve_conn(struct tent_rpc_server *s, struct tent_rpc_conn *c)
 {
+    struct follow f = {.cpu = -1};
     for (;;) {
         if (atomic_load(&c->closing) || atomic_load(&s->stop) ||
-            serve_frame(c)) {
+            serve_counted(c, &f)) {
             conn_close(c, true);
-            return;
+            break;
         }
         int r = await_header(c);
         if (r < 0) {
             conn_close(c, true);
-            return;
+            break;
         }
         if (r == 0) {
             give_back(s, c);
-            return;
+            break;
         }
     }
+    follow_leave(&f);
 }
 
 static void idle_push(struct tent_rpc_server *s, struct worker *w)
@@ -1011,6 +1133,7 @@ static void admit(struct tent_rpc_server *s, int fd)
     c->srv = s;
     c->fd = fd;
     tent_rpc_tune_loopback(fd, s->lim.loopback_cc);
+    c->loopback = s->lim.loopback_follow_cpu && tent_net_is_loopback_pair(fd);
     peer_name(fd, c->peer, sizeof(c->peer));
     atomic_init(&c->state, CS_IDLE);
     atomic_init(&c->last_ms, now);
@@ -1349,6 +1472,7 @@ int tent_rpc_server_start(const struct tent_rpc_handlers *h,
         .frame_timeout_ms = TENT_RPC_DEFAULT_FRAME_MS,
         .min_frame_rate = TENT_RPC_DEFAULT_MIN_RATE,
         .loopback_cc = TENT_RPC_CC_DEFAULT,
+        .loopback_follow_cpu = TENT_RPC_FOLLOW_DEFAULT,
     };
     if (!lim)
         lim = &defaults;
@@ -1384,6 +1508,12 @@ int tent_rpc_server_start(const struct tent_rpc_handlers *h,
     s->h = *h;
     s->lim = *lim;
     s->lim.loopback_cc[TENT_RPC_CC_MAX - 1] = 0;
+    cpu_set_t cpus;
+    s->ncpus = sched_getaffinity(0, sizeof(cpus), &cpus) == 0
+                   ? CPU_COUNT(&cpus)
+                   : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (s->ncpus < 1)
+        s->ncpus = 1;
     s->lfds[0] = lfd;
     s->nlfd = 1;
     pthread_mutex_init(&s->lock, NULL);

@@ -160,6 +160,10 @@ int tent_ctrl_start(struct tent_engine *e)
         rc = tent_config_get_int_range(e->cfg, "rpc_frame_min_rate",
                                        TENT_RPC_DEFAULT_MIN_RATE, 0, 1 << 30,
                                        &rate);
+    bool follow = TENT_RPC_FOLLOW_DEFAULT;
+    if (!rc)
+        rc = tent_config_get_bool(e->cfg, TENT_RPC_FOLLOW_KEY,
+                                  TENT_RPC_FOLLOW_DEFAULT, &follow);
     const char *mtype = NULL, *lname = NULL;
     if (!rc)
         rc = tent_config_get_string(e->cfg, "metadata_type", "p2p", &mtype);
@@ -180,7 +184,8 @@ int tent_ctrl_start(struct tent_engine *e)
     struct tent_rpc_limits lim = {.max_conns = (int)maxc,
                                   .idle_timeout_ms = (int)idle,
                                   .frame_timeout_ms = (int)frame,
-                                  .min_frame_rate = (int)rate};
+                                  .min_frame_rate = (int)rate,
+                                  .loopback_follow_cpu = follow};
     snprintf(lim.loopback_cc, sizeof(lim.loopback_cc), "%s", e->loopback_cc);
     int pmin = 0, pmax = 0;
     rc = port_range(e, &pmin, &pmax);
