@@ -81,6 +81,7 @@
 #include <net/if.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1588,6 +1589,34 @@ static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
     return first;
 }
 
+/* A status poll that finds a task of POLL_YIELD_MIN bytes or more still on
+ * its way gives up the CPU (sched_yield), at most once every
+ * POLL_YIELD_GAP_NS per thread (a batch's status polls each of its tasks).
+ * Its bytes are being copied by a thread that needs a CPU: our workers, or
+ * on this host the peer's server, which runs beside its sender while the
+ * CPUs are crowded (rpc_server.c, tcp_loopback_follow_cpu).  A caller that
+ * polls without pause, as Mooncake's benchmark does, otherwise holds that
+ * CPU until the scheduler takes it away.  On this project's 2-core VM, with
+ * such a caller and 2 threads, 1 MiB writes went from 5.1-5.5 to 8.9-9.6
+ * GB/s (p99 3.1-3.4 ms to 0.40-0.46) and 64 KiB x 32 from 4.0-4.7 to
+ * 6.2-7.0; a caller that yields itself (tebench) is unchanged.  A gap of
+ * 10 us cost that caller 6% on 64 KiB x 32.  With nothing else to run the
+ * yield returns at once. */
+#define POLL_YIELD_MIN    65536
+#define POLL_YIELD_GAP_NS 50000
+
+static void poll_yield(const struct tcp_task *k)
+{
+    static _Thread_local uint64_t last_ns;
+    if (k->length < POLL_YIELD_MIN)
+        return;
+    uint64_t now = tent_now_ns();
+    if (now - last_ns < POLL_YIELD_GAP_NS)
+        return;
+    last_ns = now;
+    sched_yield();
+}
+
 static int tcp_status(TENT_UNUSED struct tent_transport *t,
                       struct tent_sub_batch *sbb, uint32_t slot,
                       struct tent_xfer_status *out)
@@ -1601,6 +1630,7 @@ static int tcp_status(TENT_UNUSED struct tent_transport *t,
     if (atomic_load(&k->remaining) > 0 && k->peer) {
         peer_progress(k->peer);
         if (atomic_load(&k->remaining) > 0) {
+            poll_yield(k);
             out->state = TENT_XFER_PENDING;
             return TENT_OK;
         }
