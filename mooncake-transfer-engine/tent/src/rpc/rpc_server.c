@@ -651,9 +651,90 @@ static int serve_fence(struct tent_rpc_conn *c, const struct tent_wire_hdr *h)
     return send_resp(c, h->seq, st, NULL, 0);
 }
 
-/* Serves the frame whose header is whole in in[].  0 keeps the connection,
- * -1 drops it. */
-static int serve_frame(struct tent_rpc_conn *c)
+/* ---- following a same-host sender's CPU --------------------------------- */
+
+/* A worker's CPU while it serves one connection: cpu it was moved to (-1:
+ * none), and the CPUs it had before. */
+struct follow {
+    int cpu;
+    cpu_set_t home;
+};
+
+/* The data bytes of the READ or WRITE frame with header h, whose body
+ * starts at in[in_pos] (a READ's only when its prefix is in), else 0. */
+static uint64_t frame_data_len(const struct tent_rpc_conn *c,
+                               const struct tent_wire_hdr *h)
+{
+    struct tent_wire_rw rw;
+    if (h->type == TENT_WIRE_WRITE)
+        return h->len >= TENT_WIRE_RW_LEN ? h->len - TENT_WIRE_RW_LEN : 0;
+    if (h->type == TENT_WIRE_READ &&
+        c->in_len - c->in_pos >= TENT_WIRE_RW_LEN &&
+        !tent_wire_decode_rw(c->in + c->in_pos, TENT_WIRE_RW_LEN, &rw))
+        return rw.length;
+    return 0;
+}
+
+static void follow_leave(struct follow *f)
+{
+    if (f->cpu < 0)
+        return;
+    int e = pthread_setaffinity_np(pthread_self(), sizeof(f->home), &f->home);
+    if (e)
+        LOG_DEBUG("rpc: a worker keeps CPU %d: restoring its CPUs failed: %s",
+                  f->cpu, strerror(e));
+    f->cpu = -1;
+}
+
+static void follow_to(struct tent_rpc_conn *c, struct follow *f)
+{
+    int cpu = -1;
+    socklen_t len = sizeof(cpu);
+    if (getsockopt(c->fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &len) || cpu < 0 ||
+        cpu >= CPU_SETSIZE || cpu == f->cpu)
+        return;
+    if (f->cpu < 0 &&
+        pthread_getaffinity_np(pthread_self(), sizeof(f->home), &f->home))
+        return;
+    if (!CPU_ISSET(cpu, &f->home)) /* a CPU this process may not use */
+        return;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (!pthread_setaffinity_np(pthread_self(), sizeof(one), &one))
+        f->cpu = cpu;
+}
+
+/* Before serving the frame with header h: moves the worker to the frame's
+ * CPU or back to its own.  True when the frame counts in big_frames (the
+ * caller then calls follow_frame_end after it). */
+static bool follow_frame_begin(struct tent_rpc_conn *c,
+                               const struct tent_wire_hdr *h, struct follow *f)
+{
+    struct tent_rpc_server *s = c->srv;
+    if (!c->loopback || frame_data_len(c, h) < FOLLOW_MIN) {
+        follow_leave(f);
+        return false;
+    }
+    int n = atomic_fetch_add(&s->big_frames, 1) + 1;
+    long long now = tent_now_ms();
+    if (2 * n > s->ncpus)
+        atomic_store(&s->crowded_until_ms, now + CROWD_HOLD_MS);
+    if (now < atomic_load(&s->crowded_until_ms))
+        follow_to(c, f);
+    else
+        follow_leave(f);
+    return true;
+}
+
+static void follow_frame_end(struct tent_rpc_conn *c)
+{
+    atomic_fetch_sub(&c->srv->big_frames, 1);
+}
+
+/* Serves the frame whose header is whole in in[], on the CPU f chooses.
+ * 0 keeps the connection, -1 drops it. */
+static int serve_frame(struct tent_rpc_conn *c, struct follow *f)
 {
     struct tent_wire_hdr h;
     if (tent_wire_decode_hdr(c->in + c->in_pos, TENT_WIRE_HDR_LEN, &h)) {
@@ -663,6 +744,7 @@ static int serve_frame(struct tent_rpc_conn *c)
     }
     c->in_pos += TENT_WIRE_HDR_LEN;
     atomic_store(&c->state, CS_FRAME);
+    bool counted = follow_frame_begin(c, &h, f);
     int rc;
     switch (h.type) {
     case TENT_WIRE_DESC_REQ:
@@ -687,6 +769,8 @@ static int serve_frame(struct tent_rpc_conn *c)
                  c->peer, h.type);
         rc = -1;
     }
+    if (counted)
+        follow_frame_end(c);
     if (rc) {
         LOG_DEBUG("rpc: connection from %s closed after frame type %u", c->peer,
                   h.type);
@@ -765,105 +849,13 @@ static void give_back(struct tent_rpc_server *s, struct tent_rpc_conn *c)
         conn_close(c, false);
 }
 
-/* ---- following a same-host sender's CPU --------------------------------- */
-
-/* A worker's CPU while it serves one connection: cpu it was moved to (-1:
- * none), and the CPUs it had before. */
-struct follow {
-    int cpu;
-    cpu_set_t home;
-};
-
-/* The data bytes of the READ or WRITE frame whose header is whole in in[]
- * (a READ's only when its prefix is in too), else 0. */
-static uint64_t frame_data_len(const struct tent_rpc_conn *c)
-{
-    struct tent_wire_hdr h;
-    struct tent_wire_rw rw;
-    const uint8_t *p = c->in + c->in_pos;
-    size_t have = c->in_len - c->in_pos;
-    if (tent_wire_decode_hdr(p, TENT_WIRE_HDR_LEN, &h))
-        return 0;
-    if (h.type == TENT_WIRE_WRITE)
-        return h.len >= TENT_WIRE_RW_LEN ? h.len - TENT_WIRE_RW_LEN : 0;
-    if (h.type == TENT_WIRE_READ && have >= FIRST_READ &&
-        !tent_wire_decode_rw(p + TENT_WIRE_HDR_LEN, TENT_WIRE_RW_LEN, &rw))
-        return rw.length;
-    return 0;
-}
-
-static void follow_leave(struct follow *f)
-{
-    if (f->cpu < 0)
-        return;
-    int e = pthread_setaffinity_np(pthread_self(), sizeof(f->home), &f->home);
-    if (e)
-        LOG_DEBUG("rpc: a worker keeps CPU %d: restoring its CPUs failed: %s",
-                  f->cpu, strerror(e));
-    f->cpu = -1;
-}
-
-static void follow_to(struct tent_rpc_conn *c, struct follow *f)
-{
-    int cpu = -1;
-    socklen_t len = sizeof(cpu);
-    if (getsockopt(c->fd, SOL_SOCKET, SO_INCOMING_CPU, &cpu, &len) || cpu < 0 ||
-        cpu >= CPU_SETSIZE || cpu == f->cpu)
-        return;
-    if (f->cpu < 0 &&
-        pthread_getaffinity_np(pthread_self(), sizeof(f->home), &f->home))
-        return;
-    if (!CPU_ISSET(cpu, &f->home)) /* a CPU this process may not use */
-        return;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    if (!pthread_setaffinity_np(pthread_self(), sizeof(one), &one))
-        f->cpu = cpu;
-}
-
-/* Before the frame whose header is in: moves the worker to the frame's
- * CPU or back to its own.  True when the frame counts in big_frames (the
- * caller then calls follow_frame_end after it). */
-static bool follow_frame_begin(struct tent_rpc_conn *c, struct follow *f)
-{
-    struct tent_rpc_server *s = c->srv;
-    if (!c->loopback || frame_data_len(c) < FOLLOW_MIN) {
-        follow_leave(f);
-        return false;
-    }
-    int n = atomic_fetch_add(&s->big_frames, 1) + 1;
-    long long now = tent_now_ms();
-    if (2 * n > s->ncpus)
-        atomic_store(&s->crowded_until_ms, now + CROWD_HOLD_MS);
-    if (now < atomic_load(&s->crowded_until_ms))
-        follow_to(c, f);
-    else
-        follow_leave(f);
-    return true;
-}
-
-static void follow_frame_end(struct tent_rpc_conn *c)
-{
-    atomic_fetch_sub(&c->srv->big_frames, 1);
-}
-
-static int serve_counted(struct tent_rpc_conn *c, struct follow *f)
-{
-    bool counted = follow_frame_begin(c, f);
-    int rc = serve_frame(c);
-    if (counted)
-        follow_frame_end(c);
-    return rc;
-}
-
 /* A worker serves frames on c (a whole header is in) while they come. */
 static void serve_conn(struct tent_rpc_server *s, struct tent_rpc_conn *c)
 {
     struct follow f = {.cpu = -1};
     for (;;) {
         if (atomic_load(&c->closing) || atomic_load(&s->stop) ||
-            serve_counted(c, &f)) {
+            serve_frame(c, &f)) {
             conn_close(c, true);
             break;
         }

@@ -9,19 +9,17 @@
  * the server's socket).  The WRITE handler waits until every client's frame
  * is in progress, then records the CPUs its thread may run on. */
 #include "common/error.h"
+#include "net/net.h"
 #include "rpc/rpc.h"
 #include "rpc/wire.h"
 #include "tu_assert.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -163,36 +161,6 @@ struct client {
     char *buf;
 };
 
-static int send_all(int fd, const void *p, size_t n)
-{
-    const char *b = p;
-    while (n) {
-        ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        b += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int recv_all(int fd, void *p, size_t n)
-{
-    char *b = p;
-    while (n) {
-        ssize_t r = recv(fd, b, n, 0);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        b += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 /* Sends its WRITE frames one after the other on one connection, each
  * answered before the next. */
 static void *client_main(void *arg)
@@ -205,13 +173,10 @@ static void *client_main(void *arg)
         cl->failed = 1;
         return NULL;
     }
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons(cl->f->port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+    int fd = -1;
+    if (tent_net_connect("127.0.0.1", cl->f->port, 5000, 30000, &fd)) {
         cl->failed = 2;
-        goto out;
+        return NULL;
     }
     for (int i = 0; i < cl->nlens; i++) {
         uint8_t pre[TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN];
@@ -220,9 +185,9 @@ static void *client_main(void *arg)
         tent_wire_encode_rw(pre + TENT_WIRE_HDR_LEN, 0x1000, cl->lens[i]);
         uint8_t resp[TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN];
         int32_t st = -1;
-        if (send_all(fd, pre, sizeof(pre)) ||
-            send_all(fd, cl->buf, cl->lens[i]) ||
-            recv_all(fd, resp, sizeof(resp)) ||
+        if (tent_net_send_all(fd, pre, sizeof(pre), NULL) ||
+            tent_net_send_all(fd, cl->buf, cl->lens[i], NULL) ||
+            tent_net_recv_all(fd, resp, sizeof(resp), NULL) ||
             tent_wire_decode_resp(resp + TENT_WIRE_HDR_LEN, TENT_WIRE_RESP_LEN,
                                   &st) ||
             st != 0) {
@@ -230,9 +195,7 @@ static void *client_main(void *arg)
             break;
         }
     }
-out:
-    if (fd >= 0)
-        close(fd);
+    close(fd);
     return NULL;
 }
 
