@@ -25,8 +25,8 @@
 
 #define BIG      (1u << 20) /* follows (FOLLOW_MIN is 64 KiB) */
 #define SMALL    4096       /* does not */
-#define MAX_CLI  8
-#define GATHER_S 10 /* how long a handler waits for the others */
+#define MAX_CLI  129        /* crowds up to 256 CPUs */
+#define GATHER_S 10         /* how long a handler waits for the others */
 
 /* What one handler call saw. */
 struct seen {
@@ -44,7 +44,7 @@ struct fixture {
     pthread_cond_t cv;
     int arrived; /* in the current round */
     int round;
-    struct seen seen[64]; /* by arrival, over all rounds */
+    struct seen seen[3 * MAX_CLI]; /* by arrival, over all rounds */
     int nseen;
 };
 
@@ -226,6 +226,10 @@ static int crowd(int home)
     return n > MAX_CLI ? MAX_CLI : n;
 }
 
+/* Set by a test that cannot run on this machine: main then exits 77, which
+ * CTest reports as skipped (cmocka alone would count it as passed). */
+static bool skipped;
+
 static void test_crowded_frames_follow_their_sender(void **state)
 {
     (void)state;
@@ -234,6 +238,7 @@ static void test_crowded_frames_follow_their_sender(void **state)
     int n = crowd(f.home);
     if (n > MAX_CLI || 2 * n <= f.home) {
         stop(&f);
+        skipped = true;
         skip(); /* more CPUs than this test's clients can crowd */
     }
     f.nclients = n;
@@ -291,6 +296,7 @@ static void test_spare_cpus_nothing_moves(void **state)
     start(&f, true, 1);
     if (f.home < 2) {
         stop(&f);
+        skipped = true;
         skip(); /* one CPU: a single sender already crowds it */
     }
     struct client cl[1];
@@ -309,5 +315,6 @@ int main(void)
         cmocka_unit_test(test_turned_off_nothing_moves),
         cmocka_unit_test(test_spare_cpus_nothing_moves),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    return failed ? failed : skipped ? 77 : 0;
 }
