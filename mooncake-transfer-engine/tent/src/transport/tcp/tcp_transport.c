@@ -802,6 +802,51 @@ static void lend_thread_poke(struct tcp_transport *t)
     }
 }
 
+/* The connection each thread last lent, per rail (a few rails per thread;
+ * a hint only: the rail may be gone and its address reused). */
+#define LEND_HINTS 4
+struct lend_hint {
+    const struct tcp_rail *r;
+    int w;
+};
+static _Thread_local struct lend_hint lend_hints[LEND_HINTS];
+static _Thread_local unsigned lend_hint_next;
+
+/* The place on r's idle stack of the connection this thread lends next:
+ * the one it lent last on r while that one is idle and connected, else the
+ * most recently idle one.  A connection that keeps carrying the same
+ * thread's requests keeps the peer's worker serving it on one CPU: on a
+ * loopback peer that worker runs beside its sender (rpc_server.c,
+ * tcp_loopback_follow_cpu), and two threads that took whichever connection
+ * was on top swapped their workers' CPUs every few requests (1,600 forced
+ * migrations in 3 s of 1 MiB writes from 2 threads).  Caller holds lock;
+ * r->nidle > 0. */
+static int lend_pick_locked(const struct tcp_rail *r)
+{
+    for (int h = 0; h < LEND_HINTS; h++) {
+        if (lend_hints[h].r != r)
+            continue;
+        for (int i = r->nidle - 1; i >= 0; i--)
+            if (r->idle[i] == lend_hints[h].w &&
+                r->conns[lend_hints[h].w]->fd >= 0)
+                return i;
+        break;
+    }
+    return r->nidle - 1;
+}
+
+/* Remembers that this thread lent w of r. */
+static void lend_hint_set(const struct tcp_rail *r, int w)
+{
+    for (int h = 0; h < LEND_HINTS; h++) {
+        if (lend_hints[h].r == r) {
+            lend_hints[h].w = w;
+            return;
+        }
+    }
+    lend_hints[lend_hint_next++ % LEND_HINTS] = (struct lend_hint){r, w};
+}
+
 /* Sends the slices list (one opcode, one class, at most WINDOW_SLICES) from
  * this thread over an idle worker's connection without blocking; false
  * (nothing done) when none can be had now, or when queued work that a worker
@@ -815,9 +860,12 @@ static bool run_lent(struct tcp_rail *r, struct slice *head)
     uint64_t low_cap = low_budget(r);
     pthread_mutex_lock(&r->lock);
     if (r->nidle > 0 && !r->stop && next_queue_locked(r, low_cap) < 0) {
-        int cand = r->idle[r->nidle - 1];
+        int at = lend_pick_locked(r);
+        int cand = r->idle[at];
         if (r->conns[cand]->fd >= 0) {
             w = cand;
+            memmove(&r->idle[at], &r->idle[at + 1],
+                    (size_t)(r->nidle - 1 - at) * sizeof(r->idle[0]));
             r->nidle--;
             atomic_fetch_or(&r->lent, 1u << w);
         }
@@ -825,6 +873,7 @@ static bool run_lent(struct tcp_rail *r, struct slice *head)
     pthread_mutex_unlock(&r->lock);
     if (w < 0)
         return false;
+    lend_hint_set(r, w);
     /* a thread that just gave w back may still hold its lock */
     pthread_mutex_lock(&r->lend_lock[w]);
     atomic_fetch_add(&t->nlent, 1);
