@@ -53,7 +53,8 @@
  * blocking and returns; status calls on the peer's tasks (and quiesce) move the
  * borrowed windows on with the same non-blocking steps until their answers are
  * in, then give the connections back.  Every idle connection can be lent, so
- * each thread of a multi-threaded caller drives its own.  The lend thread moves
+ * each thread of a multi-threaded caller drives its own (and keeps to the one
+ * it lent last: lend_pick_locked).  The lend thread moves
  * them on every LEND_TICK_MS while any is out, so bytes keep flowing (and
  * deadlines keep being checked) for a caller that polls late or not at all; it
  * keeps ticking for LEND_LINGER_MS after the last one, so a stream of lends
