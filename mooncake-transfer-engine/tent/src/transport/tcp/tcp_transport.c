@@ -442,6 +442,19 @@ static void window_finish(struct tcp_rail *r, struct tcp_conn *c, int rc,
     rail_mark(r, rc != 0);
 }
 
+/* The slices queued on r when one of its windows failed, which follow that
+ * window's slices elsewhere (or fail with them).  Taken before the window's
+ * own slices end: once they end, their caller may submit again, and what it
+ * submits then must not fail with the window that failed before it (it
+ * did, now and then, when the ending thread took the queue after them). */
+static struct slice *take_queue_at_failure(struct tcp_rail *r)
+{
+    pthread_mutex_lock(&r->lock);
+    struct slice *rest = take_all_locked(r);
+    pthread_mutex_unlock(&r->lock);
+    return rest;
+}
+
 /* Moves the slices of a rail that failed elsewhere (or fails them). */
 static void reroute_list(struct tcp_rail *r, struct slice *s, int code,
                          int native, const char *why)
@@ -706,11 +719,9 @@ static void *worker_main(void *arg)
             char why[512];
             snprintf(why, sizeof(why), "%s", tent_last_error());
             tcp_conn_close(c);
+            struct slice *rest = take_queue_at_failure(r);
             struct slice *fence = NULL;
             window_finish(r, c, rc, native, low, wbytes, &fence, false);
-            pthread_mutex_lock(&r->lock);
-            struct slice *rest = take_all_locked(r);
-            pthread_mutex_unlock(&r->lock);
             reroute_list(r, rest, rc, native, why);
             if (fence)
                 fence_and_move(r, c->token, fence, rc, native, why);
@@ -755,17 +766,14 @@ static void lend_finish(struct tcp_rail *r, int w, int rc, int native)
                  tent_last_error(), c->n);
         snprintf(why, sizeof(why), "%s", tent_last_error());
         tcp_conn_close(c);
+        rest = take_queue_at_failure(r);
     }
     /* lent windows to a peer with several rails are reads (pend_flush):
      * nothing here needs a fence */
     window_finish(r, c, rc < 0 ? rc : TENT_OK, native, false, 0, NULL, false);
     lend_return(r, w);
-    if (rc < 0) {
-        pthread_mutex_lock(&r->lock);
-        rest = take_all_locked(r);
-        pthread_mutex_unlock(&r->lock);
+    if (rc < 0)
         reroute_list(r, rest, rc, native, why);
-    }
 }
 
 /* Moves r's lent windows on, those no other thread is moving. */
