@@ -261,32 +261,63 @@ static void test_malformed_frames_drop_only_their_connection(void **state)
     assert_true(target_intact_but_partial(partial, sizeof(partial)));
 }
 
-/* Sends one well-formed request; returns the answer's status. */
-static int32_t raw_rw(int fd, int type, uint64_t addr, uint32_t len)
+/* Reads the head of the next answer (header and status; any data it
+ * carries stays on fd), which must be an answer; returns its status. */
+static int32_t read_answer(int fd, struct tent_wire_hdr *hdr)
 {
-    uint8_t h[32];
-    tent_wire_encode_hdr(h, (uint8_t)type, 3,
-                         16 + (type == TENT_WIRE_WRITE ? len : 0));
-    tent_wire_encode_rw(h + 16, addr, len);
-    send_bytes(fd, h, sizeof(h));
-    if (type == TENT_WIRE_WRITE) {
-        uint8_t *junk = calloc(1, len);
-        send_bytes(fd, junk, len);
-        free(junk);
-    }
-    uint8_t a[24];
-    struct tent_wire_hdr hdr;
+    uint8_t a[TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN];
     int32_t st = 1;
     assert_int_equal(tent_rpc_recv_all(fd, a, sizeof(a)), 0);
-    assert_int_equal(tent_wire_decode_hdr(a, 16, &hdr), 0);
-    assert_int_equal(hdr.type, TENT_WIRE_RESP);
-    assert_int_equal(tent_wire_decode_resp(a + 16, 8, &st), 0);
+    assert_int_equal(tent_wire_decode_hdr(a, TENT_WIRE_HDR_LEN, hdr), 0);
+    assert_int_equal(hdr->type, TENT_WIRE_RESP);
+    assert_int_equal(
+        tent_wire_decode_resp(a + TENT_WIRE_HDR_LEN, TENT_WIRE_RESP_LEN, &st),
+        0);
+    return st;
+}
+
+/* Appends a READ or WRITE request (a WRITE with its len bytes of data) to
+ * out; returns its length. */
+static size_t put_rw(uint8_t *out, int type, uint32_t seq, uint64_t addr,
+                     uint32_t len, const uint8_t *data)
+{
+    bool w = type == TENT_WIRE_WRITE;
+    tent_wire_encode_hdr(out, (uint8_t)type, seq, 16 + (w ? len : 0));
+    tent_wire_encode_rw(out + 16, addr, len);
+    if (w)
+        memcpy(out + 32, data, len);
+    return 32 + (w ? len : 0);
+}
+
+/* Sends one well-formed request (a WRITE's data: zeros); returns the
+ * answer's status. */
+static int32_t raw_rw(int fd, int type, uint64_t addr, uint32_t len)
+{
+    uint8_t *zeros = calloc(1, len), *req = malloc(32 + (size_t)len);
+    send_bytes(fd, req, put_rw(req, type, 3, addr, len, zeros));
+    free(req);
+    free(zeros);
+    struct tent_wire_hdr hdr;
+    int32_t st = read_answer(fd, &hdr);
     if (hdr.len > 8) {
         uint8_t *d = malloc(hdr.len - 8);
         assert_int_equal(tent_rpc_recv_all(fd, d, hdr.len - 8), 0);
         free(d);
     }
     return st;
+}
+
+/* Reads the next answer: it must be seq's, a success, carrying data[0, n). */
+static void expect_answer(int fd, uint32_t seq, const uint8_t *data, size_t n)
+{
+    struct tent_wire_hdr hdr;
+    assert_int_equal(read_answer(fd, &hdr), 0);
+    assert_int_equal(hdr.seq, seq);
+    assert_int_equal(hdr.len, 8 + n);
+    uint8_t got[64];
+    assert_true(n <= sizeof(got));
+    assert_int_equal(tent_rpc_recv_all(fd, got, n), 0);
+    assert_memory_equal(got, data, n);
 }
 
 static void test_server_enforces_bounds_and_permissions(void **state)
@@ -309,38 +340,6 @@ static void test_server_enforces_bounds_and_permissions(void **state)
     close(fd);
     const uint8_t partial[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
     assert_true(target_intact_but_partial(partial, sizeof(partial)));
-}
-
-/* Appends a READ or WRITE request (a WRITE with its len bytes of data) to
- * out; returns its length. */
-static size_t put_rw(uint8_t *out, int type, uint32_t seq, uint64_t addr,
-                     uint32_t len, const uint8_t *data)
-{
-    bool w = type == TENT_WIRE_WRITE;
-    tent_wire_encode_hdr(out, (uint8_t)type, seq, 16 + (w ? len : 0));
-    tent_wire_encode_rw(out + 16, addr, len);
-    if (w)
-        memcpy(out + 32, data, len);
-    return 32 + (w ? len : 0);
-}
-
-/* Reads the next answer: it must be seq's, a success, carrying data[0, n). */
-static void expect_answer(int fd, uint32_t seq, const uint8_t *data, size_t n)
-{
-    uint8_t a[24];
-    struct tent_wire_hdr hdr;
-    int32_t st = 1;
-    assert_int_equal(tent_rpc_recv_all(fd, a, sizeof(a)), 0);
-    assert_int_equal(tent_wire_decode_hdr(a, 16, &hdr), 0);
-    assert_int_equal(hdr.type, TENT_WIRE_RESP);
-    assert_int_equal(hdr.seq, seq);
-    assert_int_equal(tent_wire_decode_resp(a + 16, 8, &st), 0);
-    assert_int_equal(st, 0);
-    assert_int_equal(hdr.len, 8 + n);
-    uint8_t got[64];
-    assert_true(n <= sizeof(got));
-    assert_int_equal(tent_rpc_recv_all(fd, got, n), 0);
-    assert_memory_equal(got, data, n);
 }
 
 /* Requests sent back to back: two large writes (the server receives their
@@ -399,14 +398,9 @@ static int32_t raw_token(int fd, int type, uint64_t token)
     tent_wire_encode_hdr(h, (uint8_t)type, 9, TENT_WIRE_TOKEN_LEN);
     tent_wire_encode_token(h + TENT_WIRE_HDR_LEN, token);
     send_bytes(fd, h, sizeof(h));
-    uint8_t a[24];
     struct tent_wire_hdr hdr;
-    int32_t st = 1;
-    assert_int_equal(tent_rpc_recv_all(fd, a, sizeof(a)), 0);
-    assert_int_equal(tent_wire_decode_hdr(a, 16, &hdr), 0);
-    assert_int_equal(hdr.type, TENT_WIRE_RESP);
+    int32_t st = read_answer(fd, &hdr);
     assert_int_equal(hdr.seq, 9);
-    assert_int_equal(tent_wire_decode_resp(a + 16, 8, &st), 0);
     return st;
 }
 
@@ -831,13 +825,8 @@ static void test_notification_queue_bounded(void **state)
     assert_true(bl > 0);
     tent_wire_encode_hdr(frame, TENT_WIRE_NOTIFY, 5, (uint32_t)bl);
     send_bytes(fd, frame, TENT_WIRE_HDR_LEN + (size_t)bl);
-    uint8_t a[TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN];
-    int32_t status = 1;
-    assert_int_equal(tent_rpc_recv_all(fd, a, sizeof(a)), 0);
-    assert_int_equal(tent_wire_decode_resp(a + TENT_WIRE_HDR_LEN,
-                                           TENT_WIRE_RESP_LEN, &status),
-                     0);
-    assert_int_equal(status, 0);
+    struct tent_wire_hdr hdr;
+    assert_int_equal(read_answer(fd, &hdr), 0);
     close(fd);
     assert_int_equal(tent_engine_recv_notifs(te, &ni, &peers), 0);
     assert_int_equal(ni.num_records, 1);
