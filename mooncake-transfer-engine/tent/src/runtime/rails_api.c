@@ -81,6 +81,8 @@ void tent_rails_metrics(void *arg, struct tm_dyn_sink *k)
          TM_COUNTER},
         {"tent_rail_paused", "1 while the rail is paused after a failure",
          TM_GAUGE},
+        {"tent_rail_capacity_bytes_per_second",
+         "The capacity LOW is paced below (0 until learned)", TM_GAUGE},
     };
     for (size_t f = 0; f < sizeof(fams) / sizeof(fams[0]); f++) {
         tm_dyn_family(k, fams[f].name, fams[f].type, fams[f].help);
@@ -93,7 +95,8 @@ void tent_rails_metrics(void *arg, struct tm_dyn_sink *k)
                        : f == 2 ? (double)r->bytes_total
                        : f == 3 ? (double)r->failures_total
                        : f == 4 ? (double)r->probes_total
-                                : (r->paused ? 1.0 : 0.0);
+                       : f == 5 ? (r->paused ? 1.0 : 0.0)
+                                : r->capacity_bps;
             tm_dyn_sample(k, labels, v);
         }
     }

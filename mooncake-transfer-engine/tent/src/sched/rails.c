@@ -745,6 +745,7 @@ void tent_sched_foreach_rail(struct tent_sched *s,
             l.bytes_total = x->bytes_total;
             l.failures_total = x->failures;
             l.probes_total = x->probes;
+            l.capacity_bps = x->cap_n >= CAP_MIN_SAMPLES ? x->cap : 0;
             l.paused = x->state == RAIL_PAUSED;
             fn(arg, &l);
         }

@@ -222,6 +222,9 @@ struct tent_rail_load {
     uint64_t bytes_total;
     uint64_t failures_total;
     uint64_t probes_total;
+    /* the learned capacity that paces the yielding class, bytes/s; 0 until
+     * CAP_MIN_SAMPLES unpaced samples measured it */
+    double capacity_bps;
     bool paused;
 };
 /* Calls fn for every rail of every set, under the scheduler's lock (fn must
