@@ -1,0 +1,51 @@
+# CTest labels for every test, so that a subset can be run by kind
+# (ctest -L e2e, ctest -LE 'perf|slow') and README's test command can run
+# the suite in parallel.  Each CMakeLists.txt that adds tests calls
+# tent_label_tests() at its end; a test that already carries one of the
+# kind labels (set where it is added) keeps it.
+#   unit         one process, no server of its own, seconds
+#   e2e          two engines or processes, or a server the test starts
+#   conformance  the per-transport conformance suite (tests/conformance)
+#   netns        builds network namespaces (root, iproute2)
+#   valgrind     runs under valgrind
+#   perf         timing guards that want a quiet machine (not in test.sh)
+# and "slow" on top for the few that take more than half a minute alone.
+set(TENT_TEST_KINDS unit e2e conformance netns valgrind perf)
+set(TENT_SLOW_TESTS tent_e2e_revoke_tcp_test tent_py_torch_test
+    tent_py_transfer_test)
+
+function(tent_label_tests)
+  get_directory_property(_tests TESTS)
+  foreach(t ${_tests})
+    get_test_property(${t} LABELS _labels)
+    if(NOT _labels)
+      set(_labels "")
+    endif()
+    set(_have FALSE)
+    foreach(k ${TENT_TEST_KINDS})
+      if(k IN_LIST _labels)
+        set(_have TRUE)
+      endif()
+    endforeach()
+    set(_add "")
+    if(NOT _have)
+      if(t MATCHES "valgrind")
+        list(APPEND _add valgrind)
+      elseif(t MATCHES "netns")
+        list(APPEND _add netns)
+      elseif(t MATCHES "(_e2e_|two_process|peer_down|shm_map|revoke|nixl|_meta_|tent_py_|tebench_|_install_|metrics_(e2e|prometheus|promtool|slowloris)|bench_smoke|file_two)")
+        list(APPEND _add e2e)
+      else()
+        list(APPEND _add unit)
+      endif()
+    endif()
+    if(t IN_LIST TENT_SLOW_TESTS)
+      list(APPEND _add slow)
+      # started first by ctest -j, so that they do not finish alone
+      set_property(TEST ${t} PROPERTY COST 1000)
+    endif()
+    if(_add)
+      set_property(TEST ${t} APPEND PROPERTY LABELS ${_add})
+    endif()
+  endforeach()
+endfunction()
