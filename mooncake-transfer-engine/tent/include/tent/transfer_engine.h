@@ -44,6 +44,15 @@ extern "C" {
 #define OPCODE_READ  (0)
 #define OPCODE_WRITE (1)
 
+/** A request's intent (TENT's IntentType), for policy rules. */
+#define TENT_INTENT_UNSPEC              (0)
+#define TENT_INTENT_FOREGROUND_GET      (1)
+#define TENT_INTENT_BACKGROUND_PREFETCH (2)
+#define TENT_INTENT_MIGRATION           (3)
+#define TENT_INTENT_CHECKPOINT          (4)
+#define TENT_INTENT_WEIGHT_LOADING      (5)
+#define TENT_INTENT_STAGING_INTERNAL    (6)
+
 /**
  * One transfer.  Zero-initialise it (`tent_request_t r = {0};`): a zero
  * transport_hint means "follow the policy".
@@ -59,6 +68,15 @@ struct tent_request {
     uint64_t length;             /**< bytes, > 0 */
     int priority;                /**< 0 high, 1 medium, 2 low */
     int transport_hint; /**< TRANSPORT_UNSPEC or a pinned TRANSPORT_* */
+    /* Beyond TENT's C struct: the fields of TENT's C++ Request.  Zero
+     * (the default of a zero-initialised request) changes nothing. */
+    /** Absolute deadline, CLOCK_MONOTONIC nanoseconds (tent_now_ns's
+     *  clock, TENT's steady_clock); 0: none. */
+    uint64_t deadline_ns;
+    int intent_type; /**< TENT_INTENT_*: matched by policy rules */
+    /** The policy rule to use, by name, ahead of every filter of the rules
+     *  (NULL: match the rules).  Read during tent_submit only. */
+    const char *policy_name;
 };
 typedef struct tent_request tent_request_t;
 

@@ -822,7 +822,12 @@ static int req_u64(PyObject *q, Py_ssize_t i, const char *name, bool required,
 #define INTENT_MAX 6
 
 /* Reads request i into *r; every field is checked, none truncated. */
-static int read_request(PyObject *q, Py_ssize_t i, tent_request_t *r)
+/* Policy names are copied next to the requests (the call may release the
+ * GIL while the engine reads them): at most this long. */
+#define POLICY_NAME_MAX 64
+
+static int read_request(PyObject *q, Py_ssize_t i, tent_request_t *r,
+                        char name[POLICY_NAME_MAX])
 {
     char what[64];
     snprintf(what, sizeof(what), "request %zd: source", i);
@@ -850,7 +855,17 @@ static int read_request(PyObject *q, Py_ssize_t i, tent_request_t *r)
     PyObject *pol = req_field(q, "policy_name", false);
     if (pol) {
         snprintf(what, sizeof(what), "request %zd: policy_name", i);
-        bad = pol != Py_None && !tentpy_str(pol, what);
+        const char *s = pol != Py_None ? tentpy_str(pol, what) : "";
+        bad = !s;
+        if (s && strlen(s) >= POLICY_NAME_MAX) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: longer than %d characters (no policy rule has "
+                         "such a name)",
+                         what, POLICY_NAME_MAX - 1);
+            bad = 1;
+        } else if (s) {
+            snprintf(name, POLICY_NAME_MAX, "%s", s);
+        }
         Py_DECREF(pol);
         if (bad)
             return -1;
@@ -864,6 +879,9 @@ static int read_request(PyObject *q, Py_ssize_t i, tent_request_t *r)
     r->length = len;
     r->priority = prio;
     r->transport_hint = hint;
+    r->intent_type = intent;
+    r->deadline_ns = deadline;
+    r->policy_name = name[0] ? name : NULL;
     return 0;
 }
 
@@ -874,14 +892,16 @@ static tent_request_t *read_requests(PyObject *list, Py_ssize_t *count)
     if (!f)
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(f);
-    tent_request_t *r = PyMem_Calloc(n ? n : 1, sizeof(*r));
+    /* the requests, then their policy names */
+    tent_request_t *r = PyMem_Calloc(n ? n : 1, sizeof(*r) + POLICY_NAME_MAX);
     if (!r) {
         Py_DECREF(f);
         PyErr_NoMemory();
         return NULL;
     }
+    char(*names)[POLICY_NAME_MAX] = (void *)(r + (n ? n : 1));
     for (Py_ssize_t i = 0; i < n; i++)
-        if (read_request(PyTuple_GET_ITEM(f, i), i, &r[i]) < 0)
+        if (read_request(PyTuple_GET_ITEM(f, i), i, &r[i], names[i]) < 0)
             goto fail;
     if (tentpy_seq_unchanged(list, f, "request_list") < 0)
         goto fail;

@@ -128,10 +128,11 @@ class Request:
     """One transfer, with TENT's fields and defaults: ``source`` is a local
     registered address (or an object with the buffer protocol or
     data_ptr()), ``target_offset`` an address inside the target segment's
-    buffers.  ``policy_name``, ``deadline_ns`` and ``intent_type`` are
-    checked and accepted; this engine has no named policies and, as TENT
-    today, no deadline scheduling, so they do not change how the request
-    runs."""
+    buffers.  ``policy_name`` picks the configured policy rule of that
+    name ahead of every filter (a name no rule has fails the submit);
+    ``intent_type`` (an IntentType) is matched by rules that name an
+    intent; ``deadline_ns`` (an absolute time.monotonic_ns() value, 0 for
+    none) is carried to the engine."""
 
     __slots__ = ("opcode", "source", "target_id", "target_offset", "length",
                  "priority", "transport_hint", "policy_name", "deadline_ns",

@@ -281,6 +281,43 @@ def test_guards_and_ex_methods(peer_factory):
     eng.close()
 
 
+def test_request_policy_name_reaches_the_engine(peer_factory):
+    """policy_name selects a rule by name (a name no rule has fails the
+    submit, naming it); intent_type is matched by rules that name one."""
+    peer = peer_factory(api="tent", proto="tcp", size=1 << 20)
+    peer.fill(43)
+    eng = tent_engine("tcp", {"policy": [
+        {"name": "tiny", "segment_type": "memory", "max_size": 1,
+         "transports": ["tcp"]},
+        {"name": "fg", "segment_type": "memory",
+         "intent_type": "foreground_get", "transports": ["tcp"]}]})
+    h = eng.open_segment(peer.session)
+    with eng.allocate_memory_guard(1 << 16) as addr:
+        eng.register_local_memory(addr, 1 << 16)
+        for name, intent in (("tiny", tent.IntentType.INTENT_UNSPEC),
+                             (None, tent.IntentType.FOREGROUND_GET)):
+            with eng.allocate_batch_guard(1) as bid:
+                eng.submit_transfer(bid, [tent.Request(
+                    tent.READ, addr, h, peer.addr, 4096, tent.PRIO_HIGH,
+                    tent.UNSPEC, name, 0, intent)])
+                while (eng.get_transfer_status(bid, 0).state ==
+                       tent.TransferStatusEnum.PENDING):
+                    pass
+                assert (eng.get_transfer_status(bid, 0).state ==
+                        tent.COMPLETED)
+        with eng.allocate_batch_guard(1) as bid:
+            with pytest.raises(tent.TentException) as err:
+                eng.submit_transfer(bid, [tent.Request(
+                    tent.READ, addr, h, peer.addr, 4096, tent.PRIO_HIGH,
+                    tent.UNSPEC, "nope")])
+            assert "policy_name 'nope'" in str(err.value)
+        with pytest.raises(ValueError):
+            eng.submit_transfer(1, [tent.Request(
+                tent.READ, addr, h, peer.addr, 4096, policy_name="x" * 64)])
+        eng.unregister_local_memory(addr, 1 << 16)
+    eng.close()
+
+
 def test_local_topology():
     eng = tent_engine("tcp")
     topo = json.loads(eng.get_local_topology())

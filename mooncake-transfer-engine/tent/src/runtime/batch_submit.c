@@ -324,12 +324,31 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
     t->needs_refetch = t->refetched = false;
     t->xport = t->last_xport = -1;
     t->attempts = 0;
+    t->req.policy_name = NULL; /* the caller's string: resolved below */
+    t->policy = -1;
     struct tent_segment *seg = seg_lookup(e, c, r->target_id);
     if (!seg)
         return tent_set_error(
             TENT_ENOSEGMENT,
             "tent_submit: request %zu: unknown segment id %llu", i,
             (unsigned long long)r->target_id);
+    if (r->policy_name && r->policy_name[0]) {
+        int k = tent_policy_named(e, r->policy_name, seg->type);
+        if (k < 0)
+            return tent_set_error(TENT_EINVAL,
+                                  "tent_submit: request %zu: policy_name "
+                                  "'%.64s' names no policy rule for %s "
+                                  "segments",
+                                  i, r->policy_name,
+                                  seg->type == TYPE_FILE ? "file" : "memory");
+        t->policy = (int8_t)k;
+    }
+    if (r->intent_type < TENT_INTENT_UNSPEC ||
+        r->intent_type > TENT_INTENT_STAGING_INTERNAL)
+        return tent_set_error(TENT_EINVAL,
+                              "tent_submit: request %zu: intent_type %d is "
+                              "not a TENT_INTENT_* value",
+                              i, r->intent_type);
     bool write = r->opcode == OPCODE_WRITE;
     /* the request before, same direction, found the range granting it */
     bool same = prev && prev->req.opcode == r->opcode;
@@ -394,8 +413,9 @@ static int select_for(struct tent_engine *e, struct seg_cache *c, size_t i,
     if (prev && prev->dst_buf == dst && prev->src_buf == t->src_buf &&
         prev->req.target_id == t->req.target_id &&
         prev->req.transport_hint == t->req.transport_hint &&
-        prev->req.priority == t->req.priority &&
-        (e->npolicies == 0 || prev->req.length == t->req.length)) {
+        prev->req.priority == t->req.priority && prev->policy == t->policy &&
+        (e->npolicies == 0 || (prev->req.length == t->req.length &&
+                               prev->req.intent_type == t->req.intent_type))) {
         memcpy(t->cands, prev->cands, sizeof(t->cands));
         t->ncand = prev->ncand;
         t->cand_pos = 0;

@@ -78,12 +78,22 @@ struct tent_segment {
     struct tent_file_seg *file;
 };
 
+/* One rule of TENT's transport selector (selector.c).  A filter left out
+ * of the rule matches anything: -1 for the ints, "" for the patterns. */
+#define TENT_POLICY_DEVICES 8
 struct tent_policy {
     char name[64];
     int segment_type; /* TYPE_MEMORY / TYPE_FILE */
-    int priority;     /* -1 any */
+    int priority;     /* TENT_PRIO_*, -1 any */
+    int intent;       /* TENT_INTENT_*, -1 any */
+    int same_machine; /* 0 / 1, -1 any */
     uint64_t min_size, max_size;
-    int local_kind, remote_kind;         /* -1 any, 0 dram, 1 device */
+    /* memory type of the local and the remote buffer: "cpu", "cuda",
+     * "npu", "rocm" ... as a buffer's location names it before ':' */
+    char local_mem[16], remote_mem[16];
+    /* NICs the request's rails may use (none listed: every one) */
+    char devices[TENT_POLICY_DEVICES][32];
+    int ndevices;
     int transports[TENT_MAX_TRANSPORTS]; /* TRANSPORT_* in order */
     int ntransports;
 };
@@ -112,6 +122,9 @@ struct tent_task {
     bool needs_refetch, refetched;
     uint8_t ncand, cand_pos;
     uint8_t cands[TENT_MAX_TRANSPORTS];
+    /* The rule req.policy_name named (its index), or -1: follow the rules.
+     * The caller's string is not kept (req.policy_name is NULL). */
+    int8_t policy;
     /* metrics: submit and attempt start (ns) of a timed task; 0 = untimed */
     uint64_t t_submit, t_attempt;
     /* The task whose transport slot carries this one: its own index, or,
@@ -351,6 +364,9 @@ bool tent_location_is_device(const char *location);
 /* selector.c */
 int tent_policies_load(struct tent_engine *e);
 /* Fills task->cands with engine transport indices, best first. */
+/* The index of the rule named name for segments of type seg_type, or -1. */
+int tent_policy_named(const struct tent_engine *e, const char *name,
+                      int seg_type);
 void tent_select_candidates(struct tent_engine *e, struct tent_task *task,
                             const struct tent_segment *target,
                             const struct tent_buffer *target_buf);

@@ -1,7 +1,14 @@
-/* Transport selection: TENT's "policy" list (first matching rule gives the
- * transport order), else the order from buffer registration; only installed
- * transports able to serve the request are candidates; a transport_hint pins
- * the first attempt. */
+/* Transport selection as TENT's TransportSelector does it: the "policy" list
+ * of rules, evaluated in order, the first that matches a request giving the
+ * transport order (the first tried first, the rest its failover order); a
+ * request's policy_name picks a rule by name ahead of every filter.  With
+ * no rule matching (or none configured, or a rule without a transports
+ * list) the order is that of buffer registration.  Only installed
+ * transports able to serve the request are candidates.  A transport_hint
+ * that can serve the request goes first; one that cannot is passed over
+ * (TENT fails such a request, and one that no rule matches: README's
+ * differences say so).  A rule TENT would skip (bad segment_type,
+ * intent_type, priority ...) is skipped with a warning naming it. */
 #include "common/error.h"
 #include "common/log.h"
 #include "runtime/engine.h"
@@ -21,7 +28,8 @@ static int parse_priority(const cJSON *n, int *out)
     if (cJSON_IsString(n)) {
         const char *names[] = {"high", "medium", "low"};
         for (int i = 0; i < 3; i++)
-            if (strcasecmp(n->valuestring, names[i]) == 0) {
+            if (strcasecmp(n->valuestring, names[i]) == 0 ||
+                (n->valuestring[0] == '0' + i && !n->valuestring[1])) {
                 *out = i;
                 return 0;
             }
@@ -29,17 +37,47 @@ static int parse_priority(const cJSON *n, int *out)
     return -1;
 }
 
-static int parse_kind(const cJSON *n, int *out)
+/* TENT's IntentType names (and "unspec"), or their numbers. */
+static int parse_intent(const cJSON *n, int *out)
 {
+    static const char *const names[] = {
+        "intent_unspec", "foreground_get", "background_prefetch", "migration",
+        "checkpoint",    "weight_loading", "staging_internal"};
+    if (cJSON_IsNumber(n) && n->valuedouble >= 0 && n->valuedouble <= 6 &&
+        n->valuedouble == (int)n->valuedouble) {
+        *out = (int)n->valuedouble;
+        return 0;
+    }
     if (!cJSON_IsString(n))
         return -1;
+    if (strcasecmp(n->valuestring, "unspec") == 0) {
+        *out = TENT_INTENT_UNSPEC;
+        return 0;
+    }
+    for (int i = 0; i < 7; i++)
+        if (strcasecmp(n->valuestring, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    return -1;
+}
+
+/* A memory-type pattern: "*" or a type a buffer's location starts with
+ * (cpu, cuda, npu, rocm ...); "dram" is cpu and "hip" rocm. */
+static int parse_mem(const cJSON *n, char out[16])
+{
+    if (!cJSON_IsString(n) || !n->valuestring[0] ||
+        strlen(n->valuestring) >= 16)
+        return -1;
     const char *s = n->valuestring;
-    if (strcmp(s, "*") == 0)
-        *out = -1;
-    else if (strcasecmp(s, "cpu") == 0 || strcasecmp(s, "dram") == 0)
-        *out = 0;
-    else
-        *out = 1; /* npu, cuda, hip...: accelerator memory */
+    if (strcasecmp(s, "dram") == 0)
+        s = "cpu";
+    else if (strcasecmp(s, "hip") == 0)
+        s = "rocm";
+    snprintf(out, 16, "%s", s);
+    for (char *p = out; *p; p++)
+        if (*p >= 'A' && *p <= 'Z')
+            *p = (char)(*p - 'A' + 'a');
     return 0;
 }
 
@@ -49,6 +87,83 @@ static int parse_size(const cJSON *n, uint64_t *out)
         !(n->valuedouble >= 0 && n->valuedouble <= 1.8e19))
         return -1;
     *out = (uint64_t)n->valuedouble;
+    return 0;
+}
+
+/* Parses rule into p; on a rule TENT would not use, the reason (why) and
+ * -1. */
+static int parse_rule(const cJSON *rule, struct tent_policy *p,
+                      const char **why)
+{
+    memset(p, 0, sizeof(*p));
+    p->priority = p->intent = p->same_machine = -1;
+    p->max_size = UINT64_MAX;
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(rule, "name");
+    snprintf(p->name, sizeof(p->name), "%s",
+             cJSON_IsString(n) ? n->valuestring : "unnamed");
+    n = cJSON_GetObjectItemCaseSensitive(rule, "segment_type");
+    if (!cJSON_IsString(n) || (strcmp(n->valuestring, "memory") != 0 &&
+                               strcmp(n->valuestring, "file") != 0))
+        return *why = "segment_type must be \"memory\" or \"file\"", -1;
+    p->segment_type =
+        strcmp(n->valuestring, "file") == 0 ? TYPE_FILE : TYPE_MEMORY;
+    if ((n = cJSON_GetObjectItemCaseSensitive(rule, "same_machine"))) {
+        if (!cJSON_IsBool(n))
+            return *why = "same_machine must be true or false", -1;
+        p->same_machine = cJSON_IsTrue(n);
+    }
+    if ((n = cJSON_GetObjectItemCaseSensitive(rule, "priority")) &&
+        parse_priority(n, &p->priority))
+        return *why = "priority must be high/medium/low or 0..2", -1;
+    if ((n = cJSON_GetObjectItemCaseSensitive(rule, "intent_type")) &&
+        parse_intent(n, &p->intent))
+        return *why = "intent_type is not one of TENT's intents", -1;
+    if ((n = cJSON_GetObjectItemCaseSensitive(rule, "min_size")) &&
+        parse_size(n, &p->min_size))
+        return *why = "min_size must be a non-negative number", -1;
+    if ((n = cJSON_GetObjectItemCaseSensitive(rule, "max_size")) &&
+        parse_size(n, &p->max_size))
+        return *why = "max_size must be a non-negative number", -1;
+    if (p->min_size > p->max_size)
+        return *why = "min_size is larger than max_size", -1;
+    if ((n = cJSON_GetObjectItemCaseSensitive(rule, "local_memory")) &&
+        parse_mem(n, p->local_mem))
+        return *why = "local_memory must be a memory type or \"*\"", -1;
+    if ((n = cJSON_GetObjectItemCaseSensitive(rule, "remote_memory")) &&
+        parse_mem(n, p->remote_mem))
+        return *why = "remote_memory must be a memory type or \"*\"", -1;
+    if ((n = cJSON_GetObjectItemCaseSensitive(rule, "devices"))) {
+        if (!cJSON_IsArray(n))
+            return *why = "devices must be an array of NIC names", -1;
+        const cJSON *d;
+        cJSON_ArrayForEach(d, n) {
+            if (!cJSON_IsString(d) || !d->valuestring[0] ||
+                strlen(d->valuestring) >= sizeof(p->devices[0]))
+                return *why = "devices must name NICs (1-31 characters)", -1;
+            if (p->ndevices == TENT_POLICY_DEVICES)
+                return *why = "devices names more than 8 NICs", -1;
+            snprintf(p->devices[p->ndevices++], sizeof(p->devices[0]), "%s",
+                     d->valuestring);
+        }
+    }
+    n = cJSON_GetObjectItemCaseSensitive(rule, "transports");
+    if (n && !cJSON_IsArray(n))
+        return *why = "transports must be an array of transport names", -1;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, n) {
+        /* as TENT: an unknown name is left out of the list, with a
+         * warning; the rule stays */
+        int type = cJSON_IsString(t)
+                       ? tent_transport_type_from_name(t->valuestring)
+                       : -1;
+        if (type <= 0) {
+            LOG_WARN("policy rule '%s': unknown transport '%s' left out",
+                     p->name, cJSON_IsString(t) ? t->valuestring : "?");
+            continue;
+        }
+        if (p->ntransports < TENT_MAX_TRANSPORTS)
+            p->transports[p->ntransports++] = type;
+    }
     return 0;
 }
 
@@ -69,99 +184,71 @@ int tent_policies_load(struct tent_engine *e)
                                   "config key 'policy' has more than %d rules",
                                   TENT_MAX_POLICIES);
         struct tent_policy *p = &e->policies[e->npolicies];
-        memset(p, 0, sizeof(*p));
-        p->priority = -1;
-        p->local_kind = p->remote_kind = -1;
-        p->max_size = UINT64_MAX;
-        if (!cJSON_IsObject(rule))
-            return tent_set_error(
-                TENT_ECONFIG, "config key 'policy[%d]' must be an object", idx);
-        const cJSON *n = cJSON_GetObjectItemCaseSensitive(rule, "name");
-        if (n && !cJSON_IsString(n))
-            return tent_set_error(
-                TENT_ECONFIG, "config key 'policy[%d]/name' must be a string",
-                idx);
-        snprintf(p->name, sizeof(p->name), "%s",
-                 n ? n->valuestring : "(unnamed)");
-        n = cJSON_GetObjectItemCaseSensitive(rule, "segment_type");
-        if (!n || !cJSON_IsString(n) ||
-            (strcmp(n->valuestring, "memory") != 0 &&
-             strcmp(n->valuestring, "file") != 0))
-            return tent_set_error(
-                TENT_ECONFIG,
-                "config key 'policy[%d]/segment_type' must be "
-                "\"memory\" or \"file\"",
-                idx);
-        p->segment_type =
-            strcmp(n->valuestring, "file") == 0 ? TYPE_FILE : TYPE_MEMORY;
-        if ((n = cJSON_GetObjectItemCaseSensitive(rule, "priority")) &&
-            parse_priority(n, &p->priority))
-            return tent_set_error(TENT_ECONFIG,
-                                  "config key 'policy[%d]/priority' must be "
-                                  "high/medium/low or 0..2",
-                                  idx);
-        if ((n = cJSON_GetObjectItemCaseSensitive(rule, "min_size")) &&
-            parse_size(n, &p->min_size))
-            return tent_set_error(TENT_ECONFIG,
-                                  "config key 'policy[%d]/min_size' must be a "
-                                  "non-negative number",
-                                  idx);
-        if ((n = cJSON_GetObjectItemCaseSensitive(rule, "max_size")) &&
-            parse_size(n, &p->max_size))
-            return tent_set_error(TENT_ECONFIG,
-                                  "config key 'policy[%d]/max_size' must be a "
-                                  "non-negative number",
-                                  idx);
-        if (p->min_size > p->max_size)
-            return tent_set_error(TENT_ECONFIG,
-                                  "config key 'policy[%d]/min_size' (%llu) is "
-                                  "larger than its max_size (%llu)",
-                                  idx, (unsigned long long)p->min_size,
-                                  (unsigned long long)p->max_size);
-        if ((n = cJSON_GetObjectItemCaseSensitive(rule, "local_memory")) &&
-            parse_kind(n, &p->local_kind))
-            return tent_set_error(
-                TENT_ECONFIG,
-                "config key 'policy[%d]/local_memory' must be "
-                "a string",
-                idx);
-        if ((n = cJSON_GetObjectItemCaseSensitive(rule, "remote_memory")) &&
-            parse_kind(n, &p->remote_kind))
-            return tent_set_error(
-                TENT_ECONFIG,
-                "config key 'policy[%d]/remote_memory' must be "
-                "a string",
-                idx);
-        n = cJSON_GetObjectItemCaseSensitive(rule, "transports");
-        if (n && !cJSON_IsArray(n))
-            return tent_set_error(
-                TENT_ECONFIG,
-                "config key 'policy[%d]/transports' must be an "
-                "array of transport names",
-                idx);
-        const cJSON *t;
-        cJSON_ArrayForEach(t, n) {
-            int type = cJSON_IsString(t)
-                           ? tent_transport_type_from_name(t->valuestring)
-                           : -1;
-            if (type <= 0)
-                return tent_set_error(
-                    TENT_ECONFIG,
-                    "config key 'policy[%d]/transports' names "
-                    "an unknown transport '%s'",
-                    idx, cJSON_IsString(t) ? t->valuestring : "?");
-            if (p->ntransports < TENT_MAX_TRANSPORTS)
-                p->transports[p->ntransports++] = type;
-        }
-        e->npolicies++;
+        const char *why = "a rule must be an object";
+        if (cJSON_IsObject(rule) && parse_rule(rule, p, &why) == 0)
+            e->npolicies++;
+        else
+            LOG_WARN("policy[%d] ('%s') skipped: %s", idx,
+                     cJSON_IsObject(rule) ? p->name : "?", why);
         idx++;
     }
     return TENT_OK;
 }
 
-static bool kind_matches(int want, bool is_device)
+int tent_policy_named(const struct tent_engine *e, const char *name,
+                      int seg_type)
 {
-    return want < 0 || want == (is_device ? 1 : 0);
+    for (int i = 0; i < e->npolicies; i++)
+        if (e->policies[i].segment_type == seg_type &&
+            strcmp(e->policies[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+/* Whether a buffer at location (e.g. "cuda:0", "cpu") is of type pat. */
+static bool mem_matches(const char *pat, const char *location)
+{
+    if (!pat[0] || strcmp(pat, "*") == 0)
+        return true;
+    size_t n = strcspn(location, ":");
+    const char *loc = location;
+    if (n == 0 || strcmp(location, "*") == 0) {
+        loc = "cpu";
+        n = 3;
+    }
+    if (strncasecmp(loc, "hip", n) == 0 && n == 3)
+        loc = "rocm", n = 4;
+    return strlen(pat) == n && strncasecmp(pat, loc, n) == 0;
+}
+
+static bool same_machine(struct tent_engine *e,
+                         const struct tent_segment *target)
+{
+    if (target->v.local || target->type == TYPE_FILE)
+        return true;
+    return e->xenv.seg_on_host(e->xenv.ctx, &target->v);
+}
+
+static bool rule_matches(struct tent_engine *e, const struct tent_policy *p,
+                         const struct tent_task *task,
+                         const struct tent_segment *target,
+                         const struct tent_buffer *target_buf)
+{
+    const tent_request_t *r = &task->req;
+    if (p->segment_type != target->type)
+        return false;
+    if (p->priority >= 0 && p->priority != r->priority)
+        return false;
+    if (p->intent >= 0 && p->intent != r->intent_type)
+        return false;
+    if (r->length < p->min_size || r->length > p->max_size)
+        return false;
+    if (!mem_matches(p->local_mem, task->src_buf->location) ||
+        !mem_matches(p->remote_mem, target_buf->location))
+        return false;
+    if (p->same_machine >= 0 && p->same_machine != same_machine(e, target))
+        return false;
+    return true;
 }
 
 static bool usable(struct tent_engine *e, int xi, const struct tent_task *task,
@@ -211,27 +298,19 @@ void tent_select_candidates(struct tent_engine *e, struct tent_task *task,
 {
     task->ncand = 0;
     task->cand_pos = 0;
-    const tent_request_t *r = &task->req;
-    if (r->transport_hint != TRANSPORT_UNSPEC) {
-        int xi = index_of_type(e, r->transport_hint);
+    int hint = task->req.transport_hint;
+    if (hint != TRANSPORT_UNSPEC) {
+        int xi = index_of_type(e, hint);
         if (xi >= 0 && usable(e, xi, task, target, target_buf))
             add_cand(task, xi);
     }
     const struct tent_policy *match = NULL;
-    for (int i = 0; i < e->npolicies && !match; i++) {
-        const struct tent_policy *p = &e->policies[i];
-        if (p->segment_type != target->type)
-            continue;
-        if (p->priority >= 0 && p->priority != r->priority)
-            continue;
-        if (r->length < p->min_size || r->length > p->max_size)
-            continue;
-        if (!kind_matches(p->local_kind, task->src_buf->is_device) ||
-            !kind_matches(p->remote_kind, target_buf->is_device))
-            continue;
-        match = p;
-    }
-    if (match) {
+    if (task->policy >= 0 && task->policy < e->npolicies)
+        match = &e->policies[task->policy];
+    for (int i = 0; i < e->npolicies && !match; i++)
+        if (rule_matches(e, &e->policies[i], task, target, target_buf))
+            match = &e->policies[i];
+    if (match && match->ntransports) {
         for (int i = 0; i < match->ntransports; i++) {
             int xi = index_of_type(e, match->transports[i]);
             if (xi >= 0 && usable(e, xi, task, target, target_buf))

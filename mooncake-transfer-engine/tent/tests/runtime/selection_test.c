@@ -303,6 +303,176 @@ static void test_only_capable_transports(void **state)
     tu_fx_close(&f);
 }
 
+/* intent_type: a rule with an intent matches only requests of that intent
+ * (names or numbers); a rule without one matches every intent. */
+static void test_policy_by_intent(void **state)
+{
+    (void)state;
+    struct tu_fx f = open_with_policy(
+        "[{\"name\":\"fg\",\"segment_type\":\"memory\",\"intent_type\":"
+        "\"foreground_get\",\"transports\":[\"fake_c\"]},"
+        "{\"name\":\"ckpt\",\"segment_type\":\"memory\",\"intent_type\":4,"
+        "\"transports\":[\"fake_b\"]},"
+        "{\"name\":\"rest\",\"segment_type\":\"memory\","
+        "\"transports\":[\"fake_a\"]}]");
+    tent_request_t r = tu_write(&f.p, 0, LEN);
+    r.intent_type = TENT_INTENT_FOREGROUND_GET;
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
+    assert_int_equal(fake_stats[2].submitted, 1);
+    r.intent_type = TENT_INTENT_CHECKPOINT;
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
+    assert_int_equal(fake_stats[1].submitted, 1);
+    r.intent_type = TENT_INTENT_UNSPEC;
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
+    r.intent_type = TENT_INTENT_MIGRATION;
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
+    assert_int_equal(fake_stats[0].submitted, 2);
+    /* not an intent: refused at submit, naming the field */
+    r.intent_type = 7;
+    tent_batch_id_t b = tent_allocate_batch(f.e, 1);
+    assert_int_equal(tent_submit(f.e, b, &r, 1), TENT_EINVAL);
+    assert_contains(tent_last_error(), "intent_type");
+    assert_int_equal(tent_free_batch(f.e, b), TENT_OK);
+    tu_fx_close(&f);
+}
+
+/* policy_name picks its rule ahead of every filter (here the size and
+ * priority of the rule would not match); a name that no rule of the
+ * segment's type has fails the request at submit. */
+static void test_policy_name_overrides_filters(void **state)
+{
+    (void)state;
+    struct tu_fx f = open_with_policy(
+        "[{\"name\":\"tiny\",\"segment_type\":\"memory\",\"max_size\":16,"
+        "\"priority\":\"low\",\"transports\":[\"fake_c\"]},"
+        "{\"name\":\"files\",\"segment_type\":\"file\","
+        "\"transports\":[\"fake_b\"]},"
+        "{\"name\":\"rest\",\"segment_type\":\"memory\","
+        "\"transports\":[\"fake_b\"]}]");
+    tent_request_t r = tu_write(&f.p, 0, LEN);
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
+    assert_int_equal(fake_stats[1].submitted, 1);
+    char name[8] = "tiny";
+    r.policy_name = name;
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
+    assert_int_equal(fake_stats[2].submitted, 1);
+    r.policy_name = "files"; /* a file rule, not one for memory */
+    tent_batch_id_t b = tent_allocate_batch(f.e, 1);
+    assert_int_equal(tent_submit(f.e, b, &r, 1), TENT_EINVAL);
+    assert_contains(tent_last_error(), "policy_name 'files'");
+    r.policy_name = "nope";
+    assert_int_equal(tent_submit(f.e, b, &r, 1), TENT_EINVAL);
+    assert_int_equal(tent_free_batch(f.e, b), TENT_OK);
+    r.policy_name = "";
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
+    assert_int_equal(fake_stats[1].submitted, 2);
+    tu_fx_close(&f);
+}
+
+/* Rules TENT would not use are skipped, with the engine still created: the
+ * rules after them apply.  An unknown transport is left out of its rule's
+ * list, the rule stays. */
+static void test_invalid_rules_skipped(void **state)
+{
+    (void)state;
+    struct tu_fx f = open_with_policy(
+        "[3,"
+        "{\"name\":\"no_type\",\"transports\":[\"fake_c\"]},"
+        "{\"name\":\"bad_intent\",\"segment_type\":\"memory\","
+        "\"intent_type\":\"gossip\",\"transports\":[\"fake_c\"]},"
+        "{\"name\":\"bad_prio\",\"segment_type\":\"memory\","
+        "\"priority\":\"urgent\",\"transports\":[\"fake_c\"]},"
+        "{\"name\":\"bad_size\",\"segment_type\":\"memory\",\"min_size\":4096,"
+        "\"max_size\":1024,\"transports\":[\"fake_c\"]},"
+        "{\"name\":\"good\",\"segment_type\":\"memory\","
+        "\"transports\":[\"bogus\",\"fake_b\"]}]");
+    tent_request_t r = tu_write(&f.p, 0, LEN);
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
+    assert_int_equal(fake_stats[2].submitted, 0);
+    assert_int_equal(fake_stats[1].submitted, 1);
+    tu_fx_close(&f);
+}
+
+/* local_memory / remote_memory match the memory type a buffer's location
+ * names ("cpu" here), "*" any; same_machine: the local segment is on this
+ * machine. */
+static void test_policy_memory_type_and_machine(void **state)
+{
+    (void)state;
+    struct tu_fx f = open_with_policy(
+        "[{\"segment_type\":\"memory\",\"local_memory\":\"cuda\","
+        "\"transports\":[\"fake_c\"]},"
+        "{\"segment_type\":\"memory\",\"same_machine\":false,"
+        "\"transports\":[\"fake_c\"]},"
+        "{\"segment_type\":\"memory\",\"local_memory\":\"cpu\","
+        "\"remote_memory\":\"*\",\"same_machine\":true,"
+        "\"transports\":[\"fake_b\"]}]");
+    tent_request_t r = tu_write(&f.p, 0, LEN);
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
+    assert_int_equal(fake_stats[2].submitted, 0);
+    assert_int_equal(fake_stats[1].submitted, 1);
+    tu_fx_close(&f);
+}
+
+/* The configurations of TENT's transport-selector document load as they
+ * are (their transports, devices and QoS fields included), with the
+ * selections the document gives; the fakes stand in for rdma and tcp
+ * (unknown to this build's fakes, so a rule's list falls back to the
+ * registration order). */
+static void test_tent_doc_examples(void **state)
+{
+    (void)state;
+    static const char intent_doc[] =
+        "[{\"name\":\"foreground-kv\",\"segment_type\":\"memory\","
+        "\"intent_type\":\"foreground_get\",\"qp_pool\":\"foreground\","
+        "\"service_level\":3,\"traffic_class\":96,"
+        "\"transports\":[\"fake_c\"]},"
+        "{\"name\":\"memory-fallback\",\"segment_type\":\"memory\","
+        "\"transports\":[\"fake_b\",\"tcp\"]}]";
+    struct tu_fx f = open_with_policy(intent_doc);
+    tent_request_t r = tu_write(&f.p, 0, LEN);
+    r.intent_type = TENT_INTENT_FOREGROUND_GET;
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
+    assert_int_equal(fake_stats[2].submitted, 1);
+    r.intent_type = TENT_INTENT_UNSPEC; /* as before intents existed */
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
+    assert_int_equal(fake_stats[1].submitted, 1);
+    /* policy_name bypasses the intent filter */
+    r.policy_name = "foreground-kv";
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
+    assert_int_equal(fake_stats[2].submitted, 2);
+    tu_fx_close(&f);
+
+    static const char complete_doc[] =
+        "[{\"name\":\"high_priority_local\",\"segment_type\":\"memory\","
+        "\"same_machine\":true,\"priority\":\"high\","
+        "\"transports\":[\"nvlink\",\"fake_c\"]},"
+        "{\"name\":\"high_priority_remote\",\"segment_type\":\"memory\","
+        "\"same_machine\":false,\"priority\":\"high\",\"local_memory\":"
+        "\"cuda\",\"remote_memory\":\"cuda\",\"devices\":[\"mlx5_0\","
+        "\"mlx5_1\",\"mlx5_2\"],\"transports\":[\"rdma\"]},"
+        "{\"name\":\"medium_priority\",\"segment_type\":\"memory\","
+        "\"priority\":\"medium\",\"transports\":[\"fake_b\"]},"
+        "{\"name\":\"bulk_transfer\",\"segment_type\":\"memory\","
+        "\"priority\":\"low\",\"min_size\":104857600,"
+        "\"transports\":[\"rdma\",\"tcp\"]},"
+        "{\"name\":\"file_ops\",\"segment_type\":\"file\","
+        "\"transports\":[\"gds\",\"io_uring\"]}]";
+    fake_transports_reset();
+    f = open_with_policy(complete_doc);
+    r = tu_write(&f.p, 0, LEN);
+    r.priority = TENT_PRIO_HIGH; /* local: high_priority_local */
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
+    assert_int_equal(fake_stats[2].submitted, 1);
+    r.priority = TENT_PRIO_MEDIUM;
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
+    assert_int_equal(fake_stats[1].submitted, 1);
+    r.priority = TENT_PRIO_LOW; /* below bulk's min_size: no rule */
+    run_one_ends(f.e, &r, STATUS_COMPLETED);
+    assert_int_equal(fake_stats[0].submitted, 1);
+    tu_fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -318,6 +488,11 @@ int main(void)
         TU_TEST(test_only_installed_transports),
         TU_TEST(test_disabled_transport_is_no_candidate),
         TU_TEST(test_only_capable_transports),
+        TU_TEST(test_policy_by_intent),
+        TU_TEST(test_policy_name_overrides_filters),
+        TU_TEST(test_invalid_rules_skipped),
+        TU_TEST(test_policy_memory_type_and_machine),
+        TU_TEST(test_tent_doc_examples),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
