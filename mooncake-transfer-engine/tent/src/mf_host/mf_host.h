@@ -279,9 +279,10 @@ struct mfh_handle {
     int reserve_fd; /* /dev/null, given up when accept() runs out */
     pthread_t accept_thread;
     bool accept_started;
-    pthread_mutex_t srv_lock; /* srv_conns, n_srv_conns */
+    pthread_mutex_t srv_lock; /* srv_conns, n_srv_conns, n_srv_listed */
     struct mfh_srv_conn *srv_conns;
-    int n_srv_conns;
+    int n_srv_conns;  /* listed and not evicted */
+    int n_srv_listed; /* listed: not yet joined and closed */
     /* counters, for the tests and the log */
     atomic_ulong srv_refused, srv_evicted, srv_idle_closed, srv_no_fd;
 

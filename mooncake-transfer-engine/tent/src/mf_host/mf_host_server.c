@@ -11,8 +11,11 @@
  * when every connection is inside a request it is refused.  A connection
  * waiting for a request longer than h->idle_timeout_ms is closed by its
  * own thread (a peer pings its control connection sooner, mf_host_peers.c).
- * The accept thread wakes every SRV_TICK_MS, and joins and closes the
- * connections that ended whether or not anyone connects.  When accept()
+ * An evicted connection counts until its thread has ended: newcomers wait
+ * in the backlog meanwhile, so the server never holds more than
+ * max_conns + 1 connections.  The accept thread wakes every SRV_TICK_MS,
+ * and joins and closes the connections that ended whether or not anyone
+ * connects.  When accept()
  * runs out of descriptors (EMFILE, ENFILE), a reserve descriptor is given
  * up to accept the waiting connection and close it at once, the longest
  * idle connection is evicted, and accepting pauses (SRV_BACKOFF_MIN_MS,
@@ -33,6 +36,7 @@
 #define SRV_TICK_MS        100
 #define SRV_BACKOFF_MIN_MS 10
 #define SRV_BACKOFF_MAX_MS 1000
+#define SRV_EVICT_WAIT_MS  2    /* for an evicted connection to end */
 #define SRV_LOG_EVERY_MS   5000 /* rate of refusal and shortage warnings */
 #define SRV_STACK_BYTES    (1u << 20)
 
@@ -535,6 +539,7 @@ static void reap_conns(struct mfh_handle *h, bool all)
             dead = c;
             if (!atomic_load(&c->evicted))
                 h->n_srv_conns--;
+            h->n_srv_listed--;
         } else {
             pp = &c->next;
         }
@@ -618,6 +623,7 @@ static void admit_conn(struct mfh_handle *h, int fd)
         c->next = h->srv_conns;
         h->srv_conns = c;
         h->n_srv_conns++;
+        h->n_srv_listed++;
     }
     pthread_mutex_unlock(&h->srv_lock);
     if (attr_ok)
@@ -664,6 +670,17 @@ static void out_of_fds(struct mfh_handle *h, int err)
                  h->uid, strerror(err), held);
 }
 
+/* Whether the server is full and connections it evicted have not ended
+ * yet: their descriptors count until they are reaped. */
+static bool evictions_pending(struct mfh_handle *h)
+{
+    pthread_mutex_lock(&h->srv_lock);
+    bool pending =
+        h->n_srv_listed >= h->max_conns && h->n_srv_listed > h->n_srv_conns;
+    pthread_mutex_unlock(&h->srv_lock);
+    return pending;
+}
+
 static void *accept_main(void *arg)
 {
     struct mfh_handle *h = arg;
@@ -678,6 +695,10 @@ static void *accept_main(void *arg)
             break;
         if (r <= 0 && !backoff)
             continue; /* a tick, or EINTR */
+        if (evictions_pending(h)) {
+            backoff = SRV_EVICT_WAIT_MS; /* newcomers wait in the backlog */
+            continue;
+        }
         int fd = tent_net_accept(h->listen_fd, h->io_timeout_ms);
         if (fd >= 0) {
             backoff = 0;
