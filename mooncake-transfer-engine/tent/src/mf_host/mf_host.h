@@ -3,10 +3,12 @@
  * libmf_smem.so so the memfabric transport moves real bytes without an NPU.
  *
  * Pieces (each instance = one "handle"):
- *   - an rpc server (accept thread + one thread per incoming connection)
- *     bound to the config url "<host>:0"; it serves HELLO (identity, pid),
- *     CHECK (are these ranges registered here?), WRITE and READ requests and
- *     validates every request against the registered ranges;
+ *   - an rpc server (accept thread + one thread per incoming connection,
+ *     capped, idle ones closed: mf_host_server.c) bound to the config url
+ *     "<host>:0"; it serves HELLO (identity, pid; said first on every
+ *     connection), CHECK (are these ranges registered here?), RANGES,
+ *     WRITE, READ and PING requests and validates every request against
+ *     the registered ranges;
  *   - peers: for each destUrl a control connection (HELLO, then watched by
  *     the monitor thread for EOF = peer down) and a small pool of data
  *     connections; host_shm peers on the same host are copied with
