@@ -49,9 +49,63 @@ struct srv_io {
     struct mfh_srv_conn *c;
     int fd;
     size_t in_pos, in_len, out_len;
-    uint8_t in[65536];
-    uint8_t out[8192];
+    size_t in_cap, out_cap;
+    uint8_t *in, *out;
 };
+
+/* Buffer sizes before HELLO (enough for it and its answer), so that
+ * connections that never say it cost little, and after. */
+#define SRV_IN_FIRST  256
+#define SRV_OUT_FIRST 256
+#define SRV_IN_CAP    65536
+#define SRV_OUT_CAP   8192
+
+static struct srv_io *io_new(struct mfh_srv_conn *c)
+{
+    struct srv_io *io = calloc(1, sizeof(*io));
+    if (!io)
+        return NULL;
+    io->c = c;
+    io->fd = c->fd;
+    io->in_cap = SRV_IN_FIRST;
+    io->out_cap = SRV_OUT_FIRST;
+    io->in = malloc(io->in_cap);
+    io->out = malloc(io->out_cap);
+    if (!io->in || !io->out) {
+        free(io->in);
+        free(io->out);
+        free(io);
+        return NULL;
+    }
+    return io;
+}
+
+/* After HELLO: the full buffers; what they hold is kept.  0 or -1. */
+static int io_grow(struct srv_io *io)
+{
+    if (io->in_cap == SRV_IN_CAP)
+        return 0;
+    uint8_t *in = realloc(io->in, SRV_IN_CAP);
+    if (in)
+        io->in = in;
+    uint8_t *out = in ? realloc(io->out, SRV_OUT_CAP) : NULL;
+    if (out)
+        io->out = out;
+    if (!in || !out)
+        return -1;
+    io->in_cap = SRV_IN_CAP;
+    io->out_cap = SRV_OUT_CAP;
+    return 0;
+}
+
+static void io_free(struct srv_io *io)
+{
+    if (!io)
+        return;
+    free(io->in);
+    free(io->out);
+    free(io);
+}
 
 /* Payloads of at least this many bytes are received straight into place. */
 #define SRV_DIRECT_MIN 16384
@@ -111,7 +165,7 @@ static int io_fill(struct mfh_handle *h, struct srv_io *io, bool idle)
     if (idle && wait_request(h, io) != 0)
         return -1;
     for (;;) {
-        ssize_t r = recv(io->fd, io->in, sizeof(io->in), 0);
+        ssize_t r = recv(io->fd, io->in, io->in_cap, 0);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0) {
@@ -156,7 +210,7 @@ static int io_read(struct mfh_handle *h, struct srv_io *io, void *dst, size_t n,
 /* Sends len bytes of our own memory after what is pending. */
 static int io_send(struct srv_io *io, const void *buf, size_t len)
 {
-    if (len <= sizeof(io->out) - io->out_len) {
+    if (len <= io->out_cap - io->out_len) {
         memcpy(io->out + io->out_len, buf, len);
         io->out_len += len;
         return 0;
@@ -388,8 +442,8 @@ static int send_payload(struct mfh_handle *h, struct srv_io *io,
             continue;
         }
         /* small: into the output buffer, with the answers around it */
-        bool small = n <= sizeof(io->out) - io->out_len;
-        if (!small && n <= sizeof(io->out)) {
+        bool small = n <= io->out_cap - io->out_len;
+        if (!small && n <= io->out_cap) {
             if (io_flush(io) != 0)
                 return -1;
             continue;
@@ -474,12 +528,7 @@ static void *srv_conn_main(void *arg)
 {
     struct mfh_srv_conn *c = arg;
     struct mfh_handle *h = c->h;
-    struct srv_io *io = malloc(sizeof(*io));
-    if (io) {
-        io->c = c;
-        io->fd = c->fd;
-        io->in_pos = io->in_len = io->out_len = 0;
-    }
+    struct srv_io *io = io_new(c);
     while (io) {
         struct mfh_msg m;
         if (io_read(h, io, &m, sizeof(m), true) != 0)
@@ -495,6 +544,8 @@ static void *srv_conn_main(void *arg)
         switch (m.type) {
         case MFH_MSG_HELLO:
             rc = serve_hello(h, c, io);
+            if (rc == 0 && atomic_load(&c->greeted))
+                rc = io_grow(io);
             break;
         case MFH_MSG_CHECK:
             rc = serve_check(h, io, &m);
@@ -519,7 +570,7 @@ static void *srv_conn_main(void *arg)
             break;
         atomic_store(&c->last_ms, tent_now_ms());
     }
-    free(io);
+    io_free(io);
     shutdown(c->fd, SHUT_RDWR);
     atomic_store(&c->finished, true);
     return NULL;
