@@ -285,8 +285,6 @@ struct mfh_handle {
     struct mfh_srv_conn *srv_conns;
     int n_srv_conns;  /* listed and not evicted */
     int n_srv_listed; /* listed: not yet joined and closed */
-    /* counters, for the tests and the log */
-    atomic_ulong srv_refused, srv_evicted, srv_idle_closed, srv_no_fd;
 
     pthread_mutex_t connect_lock; /* serializes peer creation */
     pthread_mutex_t peer_lock;    /* peers list */

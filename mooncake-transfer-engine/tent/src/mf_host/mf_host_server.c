@@ -9,8 +9,9 @@
  * them takes the place of a connection that never said HELLO (the oldest
  * first), else of one waiting between requests (the longest idle first);
  * when every connection is inside a request it is refused.  A connection
- * waiting for a request longer than h->idle_timeout_ms is closed by its
- * own thread (a peer pings its control connection sooner, mf_host_peers.c).
+ * waiting for a request longer than h->idle_timeout_ms (before its HELLO:
+ * h->io_timeout_ms, when shorter) is closed by its own thread (a peer
+ * pings its control connection sooner, mf_host_peers.c).
  * An evicted connection counts until its thread has ended: newcomers wait
  * in the backlog meanwhile, so the server never holds more than
  * max_conns + 1 connections.  The accept thread wakes every SRV_TICK_MS,
@@ -127,15 +128,18 @@ static int wait_request(struct mfh_handle *h, struct srv_io *io)
     struct mfh_srv_conn *c = io->c;
     atomic_store(&c->between, true);
     int rc = 0;
+    /* a connection says HELLO at once: until it has, the socket timeout
+     * bounds its wait too */
+    int limit = h->idle_timeout_ms;
+    if (!atomic_load(&c->greeted) && (limit == 0 || h->io_timeout_ms < limit))
+        limit = h->io_timeout_ms;
     for (;;) {
         int wait = -1;
-        if (h->idle_timeout_ms > 0) {
-            long long left =
-                atomic_load(&c->last_ms) + h->idle_timeout_ms - tent_now_ms();
+        if (limit > 0) {
+            long long left = atomic_load(&c->last_ms) + limit - tent_now_ms();
             if (left <= 0) {
-                atomic_fetch_add(&h->srv_idle_closed, 1);
                 MFH_DEBUG("%s: closing a connection idle for %d ms", h->uid,
-                          h->idle_timeout_ms);
+                          limit);
                 errno = ETIMEDOUT;
                 rc = -1;
                 break;
@@ -636,7 +640,6 @@ static void evict_locked(struct mfh_handle *h, struct mfh_srv_conn *v)
 {
     atomic_store(&v->evicted, true);
     h->n_srv_conns--;
-    atomic_fetch_add(&h->srv_evicted, 1);
     shutdown(v->fd, SHUT_RDWR);
 }
 
@@ -681,7 +684,6 @@ static void admit_conn(struct mfh_handle *h, int fd)
         pthread_attr_destroy(&attr);
     if (why) {
         unsigned long held = 0;
-        atomic_fetch_add(&h->srv_refused, 1);
         if (!atomic_load(&h->stopping) &&
             tent_log_ratelimit_ok(&refuse_rl, SRV_LOG_EVERY_MS, &held))
             MFH_WARN("%s: refusing a connection: %s (at most %d, "
@@ -699,15 +701,12 @@ static void admit_conn(struct mfh_handle *h, int fd)
 static void out_of_fds(struct mfh_handle *h, int err)
 {
     static struct tent_log_ratelimit fd_rl;
-    atomic_fetch_add(&h->srv_no_fd, 1);
     if (h->reserve_fd >= 0) {
         close(h->reserve_fd);
         h->reserve_fd = -1;
         int fd = accept4(h->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd >= 0) {
-            atomic_fetch_add(&h->srv_refused, 1);
+        if (fd >= 0)
             close(fd);
-        }
     }
     pthread_mutex_lock(&h->srv_lock);
     struct mfh_srv_conn *v = pick_victim_locked(h);

@@ -5,7 +5,8 @@
  *    descriptors come back and a normal transfer is served;
  *  - more idle connections than the cap: a transfer is served meanwhile;
  *  - an idle connection is closed after MF_HOST_IDLE_TIMEOUT_MS, while a
- *    peer's own connections stay usable across several timeouts;
+ *    peer's own connections stay usable across several timeouts; one that
+ *    never says HELLO is closed after the socket timeout even without;
  *  - the HELLO answer holds no value inside any mapping of the target;
  *  - READ, WRITE and RANGES before a HELLO close the connection, unserved.
  */
@@ -325,6 +326,29 @@ static void test_idle_timeout(void **state)
     assert_int_equal(mfh_child_stop(&c, false), 0);
 }
 
+/* With no idle timeout, a connection that never says HELLO is still
+ * closed, after the socket timeout (MF_TRANSFER_TIMEOUT). */
+static void test_silent_before_hello_closed(void **state)
+{
+    (void)state;
+    static const char *const env[] = {"MF_HOST_IDLE_TIMEOUT_MS=0",
+                                      "MF_TRANSFER_TIMEOUT=400", NULL};
+    struct mfh_child c;
+    target_start(&c, SMEMB_DATA_OP_HOST_TCP, 0, env);
+    int fd = raw_connect(c.uid, false, 5000);
+    double t0 = mfh_now();
+    uint8_t b[16];
+    bool eof = false;
+    size_t got = read_until_close(fd, b, sizeof(b), &eof);
+    double waited = mfh_now() - t0;
+    print_message("silent connection closed after %.3f s\n", waited);
+    assert_int_equal(got, 0);
+    assert_true(eof);
+    assert_true(waited >= 0.35 && waited < 4.0);
+    close(fd);
+    assert_int_equal(mfh_child_stop(&c, false), 0);
+}
+
 struct range {
     uint64_t lo, hi;
 };
@@ -455,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_hello_no_addresses_tcp),
         cmocka_unit_test(test_hello_no_addresses_shm),
         cmocka_unit_test(test_idle_timeout),
+        cmocka_unit_test(test_silent_before_hello_closed),
         cmocka_unit_test(test_capped_serves_while_attacked),
         cmocka_unit_test(test_fd_exhaustion_recovers),
     };
