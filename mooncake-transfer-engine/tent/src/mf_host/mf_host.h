@@ -3,10 +3,12 @@
  * libmf_smem.so so the memfabric transport moves real bytes without an NPU.
  *
  * Pieces (each instance = one "handle"):
- *   - an rpc server (accept thread + one thread per incoming connection)
- *     bound to the config url "<host>:0"; it serves HELLO (identity, pid),
- *     CHECK (are these ranges registered here?), WRITE and READ requests and
- *     validates every request against the registered ranges;
+ *   - an rpc server (accept thread + one thread per incoming connection,
+ *     capped, idle ones closed: mf_host_server.c) bound to the config url
+ *     "<host>:0"; it serves HELLO (identity, pid; said first on every
+ *     connection), CHECK (are these ranges registered here?), RANGES,
+ *     WRITE, READ and PING requests and validates every request against
+ *     the registered ranges;
  *   - peers: for each destUrl a control connection (HELLO, then watched by
  *     the monitor thread for EOF = peer down) and a small pool of data
  *     connections; host_shm peers on the same host are copied with
@@ -51,6 +53,10 @@
 #define MFH_IO_TIMEOUT_MS      10000 /* default bound on a blocking socket call */
 #define MFH_IO_TIMEOUT_MAX_MS  86400000 /* one day, as the transport accepts */
 #define MFH_CONNECT_TIMEOUT_MS 3000     /* bound on connect() */
+#define MFH_IDLE_TIMEOUT_MS    60000    /* server: default idle timeout */
+#define MFH_MAX_CONNS_DEFAULT  1024     /* server: default cap, at most */
+#define MFH_MAX_CONNS_MIN      16       /* and at least */
+#define MFH_MAX_CONNS_MAX      65536
 #define MFH_MAX_BATCH          (1u << 20)
 #define MFH_RUN_MAX            64         /* slices a worker takes at once */
 #define MFH_RUN_BYTES          (4u << 20) /* and at most this many bytes */
@@ -80,7 +86,7 @@ int mfh_recvv_user(int fd, struct iovec *iov, int n);
 
 /* ---- wire format (both ends are this library on one byte order) ------- */
 #define MFH_MAGIC   0x3148464du /* "MFH1" */
-#define MFH_VERSION 3u
+#define MFH_VERSION 4u
 
 enum mfh_msg_type {
     MFH_MSG_HELLO = 1,
@@ -90,6 +96,8 @@ enum mfh_msg_type {
     MFH_MSG_REPLY = 5,
     MFH_MSG_RANGES = 6, /* reply: addr = mem_gen, gen = rev_gen, count
                            ranges follow */
+    MFH_MSG_PING = 7,   /* no payload, no reply: keeps an idle connection
+                           (a peer's control connection) open */
 };
 
 /* A READ answered SM_OK is its len bytes followed by a second REPLY header
@@ -112,12 +120,12 @@ struct mfh_hello {
     uint32_t version;
     uint32_t pid;
     uint32_t proto;
-    int32_t ctl_fd;    /* the sender's descriptor of its control page, or -1 */
-    uint64_t ctl_ino;  /* and that page's inode */
-    uint64_t gen_addr; /* address of the sender's mem_gen */
-    uint64_t probe_addr;  /* address of a token in the sender's memory */
-    uint64_t probe_value; /* its value: a successful CMA read proves we
-                             can reach the sender's address space */
+    int32_t ctl_fd;   /* the sender's descriptor of its control page, or -1 */
+    uint64_t ctl_ino; /* and that page's inode */
+    /* answers: the server closes connections idle this long (0: never);
+     * a peer pings its control connection and drops pooled ones sooner */
+    uint32_t idle_timeout_ms;
+    uint32_t pad;
     char uid[MFH_UID_MAX];
 };
 
@@ -136,6 +144,7 @@ struct mfh_conn {
     struct mfh_conn *next;
     int fd;
     bool busy;
+    long long last_ms; /* when it was last released */
 };
 
 struct mfh_map;
@@ -153,6 +162,8 @@ struct mfh_peer {
     char uid[MFH_UID_MAX];
     pid_t pid;
     bool use_cma;
+    int srv_idle_ms;     /* its server's idle timeout (0: none) */
+    long long ping_ms;   /* monitor: when its control connection was pinged */
     uint64_t gen_addr;   /* cma peers: where to read their mem_gen */
     struct mfh_ctl *ctl; /* cma peers: their control page, mapped */
     struct mfh_win *slots[MFH_WORKERS];
@@ -217,7 +228,11 @@ struct mfh_srv_conn {
     int fd;
     pthread_t thread;
     atomic_bool finished;
-    struct mfh_win win; /* the request this thread copies for */
+    atomic_bool evicted;       /* shut down by the server to make room */
+    atomic_bool between;       /* waiting for a request header */
+    atomic_bool greeted;       /* said HELLO */
+    _Atomic long long last_ms; /* when a request last arrived or ended */
+    struct mfh_win win;        /* the request this thread copies for */
     /* srv_lock: who said HELLO on this connection (a peer's control
      * connection), to name it */
     char peer_uid[MFH_UID_MAX];
@@ -238,7 +253,6 @@ struct mfh_handle {
     char host[MFH_UID_MAX];
     uint16_t port;
     char uid[MFH_UID_MAX];
-    volatile uint64_t probe_value;
     /* Bound on every blocking socket call of this instance:
      * MF_TRANSFER_TIMEOUT (ms) when set at create, else MFH_IO_TIMEOUT_MS. */
     int io_timeout_ms;
@@ -258,11 +272,19 @@ struct mfh_handle {
     smem_trans_peer_down_callback_t cb;
     void *cb_user;
 
+    /* The server's limits (server.c), read at create: at most max_conns
+     * connections are served, one closed after idle_timeout_ms without a
+     * request (0: never). */
+    int max_conns;
+    int idle_timeout_ms;
     int listen_fd;
+    int reserve_fd; /* /dev/null, given up when accept() runs out */
     pthread_t accept_thread;
     bool accept_started;
-    pthread_mutex_t srv_lock; /* srv_conns */
+    pthread_mutex_t srv_lock; /* srv_conns, n_srv_conns, n_srv_listed */
     struct mfh_srv_conn *srv_conns;
+    int n_srv_conns;  /* listed and not evicted */
+    int n_srv_listed; /* listed: not yet joined and closed */
 
     pthread_mutex_t connect_lock; /* serializes peer creation */
     pthread_mutex_t peer_lock;    /* peers list */
@@ -341,9 +363,12 @@ struct mfh_conn *mfh_conn_acquire(struct mfh_peer *p);
 void mfh_conn_release(struct mfh_peer *p, struct mfh_conn *c, bool broken);
 
 /* wire.c: checks of received messages, no I/O (fuzz/fuzz_mf_host_wire.c) */
-/* A request header as the server read it: 0 if it may be served (its
- * payload length fits its type), else -1 with *why saying what is wrong. */
-int mfh_wire_check_request(const struct mfh_msg *m, const char **why);
+/* A request header as the server read it on a connection that has
+ * (greeted) or has not yet said a HELLO of our version: 0 if it may be
+ * served (a HELLO comes first; its payload length fits its type), else -1
+ * with *why saying what is wrong. */
+int mfh_wire_check_request(const struct mfh_msg *m, bool greeted,
+                           const char **why);
 /* The reply header to our HELLO: 0 if a hello of ours follows. */
 int mfh_wire_check_hello_reply(const struct mfh_msg *m);
 /* A received hello: terminates uid; 0 if its version is ours, else -1. */

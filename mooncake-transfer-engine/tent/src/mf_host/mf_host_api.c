@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -167,24 +167,55 @@ MFH_EXPORT int32_t smem_trans_config_init(smem_trans_config_t *config)
     return SM_OK;
 }
 
-/* MF_TRANSFER_TIMEOUT, the seed's transfer timeout in milliseconds, also
- * bounds this instance's socket calls, so a stalled peer fails a batch
- * after the configured time.  Read once, at create.  -1 when malformed. */
-static int io_timeout_from_env(void)
+/* An integer environment variable in [lo, hi], def when unset; false (logged)
+ * when malformed.  Read once, at create. */
+static bool int_from_env(const char *name, long long def, long long lo,
+                         long long hi, int *out)
 {
-    const char *to = getenv("MF_TRANSFER_TIMEOUT");
-    if (!to)
-        return MFH_IO_TIMEOUT_MS;
+    const char *s = getenv(name);
+    if (!s) {
+        *out = (int)def;
+        return true;
+    }
     char *end = NULL;
     errno = 0;
-    long long v = strtoll(to, &end, 10);
-    if (!*to || *end || errno || v <= 0 || v > MFH_IO_TIMEOUT_MAX_MS) {
-        MFH_ERROR("create: MF_TRANSFER_TIMEOUT='%s' is not a positive number "
-                  "of milliseconds (1..%d)",
-                  to, MFH_IO_TIMEOUT_MAX_MS);
-        return -1;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || errno || v < lo || v > hi) {
+        MFH_ERROR("create: %s='%s' is not a number in %lld..%lld", name, s, lo,
+                  hi);
+        return false;
     }
-    return (int)v;
+    *out = (int)v;
+    return true;
+}
+
+/* The server's cap by default: a quarter of the descriptors this process
+ * may open, leaving the rest to the engine around it. */
+static long long default_max_conns(void)
+{
+    struct rlimit rl;
+    long long n =
+        getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY
+            ? (long long)rl.rlim_cur / 4
+            : MFH_MAX_CONNS_DEFAULT;
+    return n < MFH_MAX_CONNS_MIN       ? MFH_MAX_CONNS_MIN
+           : n > MFH_MAX_CONNS_DEFAULT ? MFH_MAX_CONNS_DEFAULT
+                                       : n;
+}
+
+/* MF_TRANSFER_TIMEOUT, the seed's transfer timeout in milliseconds, also
+ * bounds this instance's socket calls, so a stalled peer fails a batch
+ * after the configured time.  MF_HOST_MAX_CONNECTIONS and
+ * MF_HOST_IDLE_TIMEOUT_MS are the server's limits (mf_host_server.c). */
+static bool limits_from_env(int *io_timeout_ms, int *max_conns,
+                            int *idle_timeout_ms)
+{
+    return int_from_env("MF_TRANSFER_TIMEOUT", MFH_IO_TIMEOUT_MS, 1,
+                        MFH_IO_TIMEOUT_MAX_MS, io_timeout_ms) &&
+           int_from_env("MF_HOST_MAX_CONNECTIONS", default_max_conns(), 1,
+                        MFH_MAX_CONNS_MAX, max_conns) &&
+           int_from_env("MF_HOST_IDLE_TIMEOUT_MS", MFH_IDLE_TIMEOUT_MS, 0,
+                        MFH_IO_TIMEOUT_MAX_MS, idle_timeout_ms);
 }
 
 MFH_EXPORT smem_trans_t smem_trans_create(const smem_trans_config_t *config,
@@ -218,8 +249,8 @@ MFH_EXPORT smem_trans_t smem_trans_create(const smem_trans_config_t *config,
         MFH_ERROR("create: bad role %d", (int)config->role);
         return NULL;
     }
-    int io_timeout_ms = io_timeout_from_env();
-    if (io_timeout_ms < 0)
+    int io_timeout_ms, max_conns, idle_timeout_ms;
+    if (!limits_from_env(&io_timeout_ms, &max_conns, &idle_timeout_ms))
         return NULL;
     char url[sizeof(config->url) + 1];
     memcpy(url, config->url, sizeof(config->url));
@@ -245,10 +276,9 @@ MFH_EXPORT smem_trans_t smem_trans_create(const smem_trans_config_t *config,
     h->monitor_efd = -1;
     h->ctl_fd = -1;
     atomic_init(&h->stopping, false);
-    uint64_t token = 0;
-    if (getrandom(&token, sizeof(token), GRND_NONBLOCK) != sizeof(token))
-        token = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    h->probe_value = token | 1;
+    h->reserve_fd = -1;
+    h->max_conns = max_conns;
+    h->idle_timeout_ms = idle_timeout_ms;
     pthread_mutex_init(&h->reg_lock, NULL);
     pthread_rwlock_init(&h->mem_lock, NULL);
     pthread_mutex_init(&h->cb_lock, NULL);
@@ -269,8 +299,9 @@ MFH_EXPORT smem_trans_t smem_trans_create(const smem_trans_config_t *config,
     h->next = g_handles;
     g_handles = h;
     pthread_mutex_unlock(&g_lock);
-    MFH_INFO("created instance %s (%s, socket timeout %d ms)", h->uid,
-             proto_name(op), io_timeout_ms);
+    MFH_INFO("created instance %s (%s, socket timeout %d ms, at most %d "
+             "connections, idle timeout %d ms)",
+             h->uid, proto_name(op), io_timeout_ms, max_conns, idle_timeout_ms);
     return h;
 }
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -34,6 +35,11 @@ static double now_s(void)
 
 static void ctl_init(struct mfh_ctl *c)
 {
+    uint64_t token = 0;
+    if (getrandom(&token, sizeof(token), GRND_NONBLOCK) != sizeof(token))
+        token = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    c->self_addr = (uint64_t)(uintptr_t)c;
+    c->probe = token | 1;
     c->version = MFH_CTL_VERSION;
     c->nslots = MFH_CTL_SLOTS;
     c->nlog = MFH_CTL_LOG;

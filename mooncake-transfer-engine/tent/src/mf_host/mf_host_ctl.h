@@ -4,6 +4,7 @@
  *
  * Every instance keeps one page (a memfd; its descriptor number and inode
  * travel in the HELLO answer) that same-host peers map read-write:
+ *  - self_addr and probe, how a peer tests cross-memory attach;
  *  - mem_gen, bumped on every change of the registered ranges (the range
  *    cache of a host_shm peer is current while it is unchanged);
  *  - rev_gen, the number of removals so far (it starts at 1), and a ring of
@@ -45,7 +46,7 @@
 #include <stdint.h>
 
 #define MFH_CTL_MAGIC   0x314c5443484d464dull /* "MFHMCTL1" */
-#define MFH_CTL_VERSION 1u
+#define MFH_CTL_VERSION 2u
 #define MFH_CTL_SLOTS   1024u /* initiator workers that can map the page */
 #define MFH_CTL_LOG     256u  /* removals remembered */
 
@@ -70,7 +71,14 @@ struct mfh_ctl {
     uint32_t version, nslots, nlog, pad0;
     _Atomic uint64_t mem_gen;
     _Atomic uint64_t rev_gen;
-    uint8_t pad1[24];
+    /* Where the owner maps this page, and a random token in it: a peer
+     * that can read the token at self_addr + offsetof(probe) with
+     * process_vm_readv may copy with cross-memory attach.  Only processes
+     * that may open the owner's /proc/<pid>/fd see them (its HELLO answer
+     * carries no address). */
+    uint64_t self_addr;
+    uint64_t probe;
+    uint8_t pad1[8];
     struct mfh_ctl_removal log[MFH_CTL_LOG];
     struct mfh_win slots[MFH_CTL_SLOTS];
 };

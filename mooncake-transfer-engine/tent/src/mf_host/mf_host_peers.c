@@ -1,10 +1,15 @@
 /* mf_host peers: for each destUrl a control connection (HELLO, then
  * watched by the monitor thread: EOF there = peer down, reported to the
- * handle's peer-down callback) and a pool of data connections. */
+ * handle's peer-down callback; pinged every third of the peer server's
+ * idle timeout, so that it stays open) and a pool of data connections
+ * (each begins with a HELLO; one idle for half that timeout is closed
+ * before reuse). */
+#include "common/clock.h"
 #include "mf_host.h"
 
 #include <errno.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,7 +105,10 @@ void mfh_peer_mark_down(struct mfh_peer *p, const char *why)
         mfh_peer_put(p);
 }
 
-static int handshake(struct mfh_handle *h, struct mfh_peer *p)
+/* Says HELLO on a new connection fd and takes the answer into *in; 0, or
+ * -1 with errno.  Every connection, control or data, begins with it: the
+ * server serves nothing before. */
+static int hello(struct mfh_handle *h, int fd, struct mfh_hello *in)
 {
     struct mfh_hello out = {.version = MFH_VERSION,
                             .pid = (uint32_t)getpid(),
@@ -109,47 +117,67 @@ static int handshake(struct mfh_handle *h, struct mfh_peer *p)
     snprintf(out.uid, sizeof(out.uid), "%s", h->uid);
     struct mfh_msg m = {
         .magic = MFH_MAGIC, .type = MFH_MSG_HELLO, .len = sizeof(out)};
-    struct mfh_hello in;
-    if (mfh_send_full(p->ctrl_fd, &m, sizeof(m)) != 0 ||
-        mfh_send_full(p->ctrl_fd, &out, sizeof(out)) != 0 ||
-        mfh_recv_full(p->ctrl_fd, &m, sizeof(m)) != 0)
+    if (mfh_send_full(fd, &m, sizeof(m)) != 0 ||
+        mfh_send_full(fd, &out, sizeof(out)) != 0 ||
+        mfh_recv_full(fd, &m, sizeof(m)) != 0)
         return -1;
     if (mfh_wire_check_hello_reply(&m) != 0) {
         errno = EPROTO;
         return -1;
     }
-    if (mfh_recv_full(p->ctrl_fd, &in, sizeof(in)) != 0)
+    if (mfh_recv_full(fd, in, sizeof(*in)) != 0)
         return -1;
-    if (mfh_wire_take_hello(&in) != 0) {
+    if (mfh_wire_take_hello(in) != 0) {
         errno = EPROTO;
         return -1;
     }
+    return 0;
+}
+
+/* host_shm: maps the peer's control page, then reads the token it holds
+ * from the peer's memory with cross-memory attach, at the address the page
+ * names; true when both work. */
+static bool attach_cma(struct mfh_handle *h, struct mfh_peer *p,
+                       const struct mfh_hello *in)
+{
+    const char *why = NULL;
+    if (mfh_ctl_attach(p, in->ctl_fd, in->ctl_ino, &why) != 0) {
+        MFH_WARN("%s: host_shm: cannot map the control page of %s (pid %d): "
+                 "%s; copying over the tcp data path",
+                 h->uid, p->uid, (int)p->pid, why);
+        return false;
+    }
+    uint64_t base = p->ctl->self_addr, want = p->ctl->probe, v = 0;
+    struct iovec l = {.iov_base = &v, .iov_len = sizeof(v)};
+    struct iovec r = {
+        .iov_base = (void *)(uintptr_t)(base + offsetof(struct mfh_ctl, probe)),
+        .iov_len = sizeof(v)};
+    ssize_t n = process_vm_readv(p->pid, &l, 1, &r, 1, 0);
+    if (n == (ssize_t)sizeof(v) && v == want) {
+        p->gen_addr = base + offsetof(struct mfh_ctl, mem_gen);
+        return true;
+    }
+    MFH_WARN("%s: host_shm: cross-memory attach to %s (pid %d) failed (%s); "
+             "copying over the tcp data path",
+             h->uid, p->uid, (int)p->pid,
+             n < 0 ? strerror(errno) : "not the same process");
+    mfh_ctl_detach(p);
+    return false;
+}
+
+static int handshake(struct mfh_handle *h, struct mfh_peer *p)
+{
+    struct mfh_hello in;
+    if (hello(h, p->ctrl_fd, &in) != 0)
+        return -1;
     snprintf(p->uid, sizeof(p->uid), "%s", in.uid[0] ? in.uid : p->url);
     p->pid = (pid_t)in.pid;
-    p->gen_addr = in.gen_addr;
-    if (h->proto == SMEMB_DATA_OP_HOST_SHM) {
-        uint64_t v = 0;
-        struct iovec l = {.iov_base = &v, .iov_len = sizeof(v)};
-        struct iovec r = {.iov_base = (void *)(uintptr_t)in.probe_addr,
-                          .iov_len = sizeof(v)};
-        ssize_t n = process_vm_readv(p->pid, &l, 1, &r, 1, 0);
-        const char *why = NULL;
-        if (n == (ssize_t)sizeof(v) && v == in.probe_value) {
-            /* copies of our own need the peer's control page, through
-             * which it revokes what it deregisters */
-            if (mfh_ctl_attach(p, in.ctl_fd, in.ctl_ino, &why) == 0)
-                p->use_cma = true;
-            else
-                MFH_WARN("%s: host_shm: cannot map the control page of %s "
-                         "(pid %d): %s; copying over the tcp data path",
-                         h->uid, p->uid, (int)p->pid, why);
-        } else {
-            MFH_WARN("%s: host_shm: cross-memory attach to %s (pid %d) "
-                     "failed (%s); copying over the tcp data path",
-                     h->uid, p->uid, (int)p->pid,
-                     n < 0 ? strerror(errno) : "not the same host");
-        }
-    }
+    p->srv_idle_ms =
+        (int)(in.idle_timeout_ms > MFH_IO_TIMEOUT_MAX_MS ? MFH_IO_TIMEOUT_MAX_MS
+                                                         : in.idle_timeout_ms);
+    p->ping_ms = tent_now_ms();
+    if (h->proto == SMEMB_DATA_OP_HOST_SHM)
+        p->use_cma = attach_cma(h, p, &in);
     return 0;
 }
 
@@ -266,12 +294,25 @@ struct mfh_conn *mfh_conn_acquire(struct mfh_peer *p)
             pthread_mutex_unlock(&p->lock);
             return NULL;
         }
-        for (struct mfh_conn *c = p->conns; c; c = c->next) {
+        /* a pooled connection idle for half the server's idle timeout is
+         * closed here, before the server closes it under a request */
+        long long now = tent_now_ms();
+        for (struct mfh_conn **pp = &p->conns; *pp;) {
+            struct mfh_conn *c = *pp;
+            if (!c->busy && p->srv_idle_ms > 0 &&
+                now - c->last_ms >= p->srv_idle_ms / 2) {
+                *pp = c->next;
+                p->n_conns--;
+                close(c->fd);
+                free(c);
+                continue;
+            }
             if (!c->busy) {
                 c->busy = true;
                 pthread_mutex_unlock(&p->lock);
                 return c;
             }
+            pp = &c->next;
         }
         if (p->n_conns < MFH_POOL_MAX)
             break;
@@ -297,11 +338,21 @@ struct mfh_conn *mfh_conn_acquire(struct mfh_peer *p)
         free(c);
         return NULL;
     }
+    /* listed (busy) before its HELLO, so that a shutdown of the peer's
+     * connections interrupts the exchange */
     c->fd = fd;
     c->busy = true;
     c->next = p->conns;
     p->conns = c;
     pthread_mutex_unlock(&p->lock);
+    struct mfh_hello in;
+    if (hello(h, fd, &in) != 0) {
+        if (!atomic_load(&p->down) && !atomic_load(&h->stopping))
+            MFH_WARN("%s: data connection to %s failed: HELLO: %s", h->uid,
+                     p->uid, strerror(errno));
+        mfh_conn_release(p, c, true);
+        return NULL;
+    }
     return c;
 }
 
@@ -318,6 +369,7 @@ void mfh_conn_release(struct mfh_peer *p, struct mfh_conn *c, bool broken)
         p->n_conns--;
     } else {
         c->busy = false;
+        c->last_ms = tent_now_ms();
     }
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
@@ -328,6 +380,33 @@ void mfh_conn_release(struct mfh_peer *p, struct mfh_conn *c, bool broken)
 }
 
 /* ---- monitor ------------------------------------------------------------ */
+
+/* Pings the control connections of snap[1..n) that are due; returns the
+ * milliseconds until the next is due (-1: none ever is).  Only this
+ * thread writes a listed peer's control connection.  A ping that does not
+ * fit the socket's buffer is skipped: the connection is then busy enough
+ * to break for other reasons. */
+static int ping_due(struct mfh_peer **snap, size_t n)
+{
+    long long now = tent_now_ms(), next = -1;
+    for (size_t i = 1; i < n; i++) {
+        struct mfh_peer *p = snap[i];
+        if (p->srv_idle_ms <= 0)
+            continue;
+        long long every = p->srv_idle_ms / 3 > 0 ? p->srv_idle_ms / 3 : 1;
+        if (now - p->ping_ms >= every) {
+            struct mfh_msg m = {.magic = MFH_MAGIC, .type = MFH_MSG_PING};
+            ssize_t r =
+                send(p->ctrl_fd, &m, sizeof(m), MSG_DONTWAIT | MSG_NOSIGNAL);
+            (void)r; /* a broken connection shows in the poll */
+            p->ping_ms = now;
+        }
+        long long left = p->ping_ms + every - now;
+        if (next < 0 || left < next)
+            next = left;
+    }
+    return next < 0 ? -1 : next > INT32_MAX ? INT32_MAX : (int)next;
+}
 
 /* Peers never send anything unsolicited on the control connection, so any
  * readiness there means it was closed or broke: the peer is down. */
@@ -368,7 +447,7 @@ static void *monitor_main(void *arg)
         }
         pthread_mutex_unlock(&h->peer_lock);
 
-        int rc = poll(fds, n, -1);
+        int rc = poll(fds, n, ping_due(snap, n));
         if (rc > 0 && (fds[0].revents & POLLIN)) {
             uint64_t v;
             ssize_t r = read(h->monitor_efd, &v, sizeof(v));

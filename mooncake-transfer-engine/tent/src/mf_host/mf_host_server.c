@@ -1,11 +1,32 @@
 /* mf_host's rpc server: an accept thread and one thread per incoming
- * connection, serving HELLO, CHECK, RANGES, WRITE and READ.  Every request
- * is checked against the handle's registered ranges (ranges.c), and its
- * copy into or out of them runs inside the connection's window, which a
- * deregistration waits for (mf_host_ctl.h). */
+ * connection, serving HELLO, CHECK, RANGES, WRITE, READ and PING.  A
+ * connection says HELLO first; any other request before it closes the
+ * connection.  Every request is checked against the handle's registered
+ * ranges (ranges.c), and its copy into or out of them runs inside the
+ * connection's window, which a deregistration waits for (mf_host_ctl.h).
+ *
+ * Limits.  At most h->max_conns connections are served: a newcomer beyond
+ * them takes the place of a connection that never said HELLO (the oldest
+ * first), else of one waiting between requests (the longest idle first);
+ * when every connection is inside a request it is refused.  A connection
+ * waiting for a request longer than h->idle_timeout_ms (before its HELLO:
+ * h->io_timeout_ms, when shorter) is closed by its own thread (a peer
+ * pings its control connection sooner, mf_host_peers.c).
+ * An evicted connection counts until its thread has ended: newcomers wait
+ * in the backlog meanwhile, so the server never holds more than
+ * max_conns + 1 connections.  The accept thread wakes every SRV_TICK_MS,
+ * and joins and closes the connections that ended whether or not anyone
+ * connects.  When accept()
+ * runs out of descriptors (EMFILE, ENFILE), a reserve descriptor is given
+ * up to accept the waiting connection and close it at once, the longest
+ * idle connection is evicted, and accepting pauses (SRV_BACKOFF_MIN_MS,
+ * doubling to SRV_BACKOFF_MAX_MS while the shortage lasts); the accept
+ * thread ends only when the handle stops. */
+#include "common/clock.h"
 #include "mf_host.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,17 +34,79 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#define SRV_TICK_MS        100
+#define SRV_BACKOFF_MIN_MS 10
+#define SRV_BACKOFF_MAX_MS 1000
+#define SRV_EVICT_WAIT_MS  2    /* for an evicted connection to end */
+#define SRV_LOG_EVERY_MS   5000 /* rate of refusal and shortage warnings */
+#define SRV_STACK_BYTES    (1u << 20)
+
 /* A served connection's buffered input and output.  Requests of a
  * pipelined run arrive together: they are read with one receive call and
  * their small answers leave with one send, instead of one system call per
  * header and per answer.  Pending answers are flushed before every
  * blocking receive, so a peer waiting for them is never kept waiting. */
 struct srv_io {
+    struct mfh_srv_conn *c;
     int fd;
     size_t in_pos, in_len, out_len;
-    uint8_t in[65536];
-    uint8_t out[8192];
+    size_t in_cap, out_cap;
+    uint8_t *in, *out;
 };
+
+/* Buffer sizes before HELLO (enough for it and its answer), so that
+ * connections that never say it cost little, and after. */
+#define SRV_IN_FIRST  256
+#define SRV_OUT_FIRST 256
+#define SRV_IN_CAP    65536
+#define SRV_OUT_CAP   8192
+
+static struct srv_io *io_new(struct mfh_srv_conn *c)
+{
+    struct srv_io *io = calloc(1, sizeof(*io));
+    if (!io)
+        return NULL;
+    io->c = c;
+    io->fd = c->fd;
+    io->in_cap = SRV_IN_FIRST;
+    io->out_cap = SRV_OUT_FIRST;
+    io->in = malloc(io->in_cap);
+    io->out = malloc(io->out_cap);
+    if (!io->in || !io->out) {
+        free(io->in);
+        free(io->out);
+        free(io);
+        return NULL;
+    }
+    return io;
+}
+
+/* After HELLO: the full buffers; what they hold is kept.  0 or -1. */
+static int io_grow(struct srv_io *io)
+{
+    if (io->in_cap == SRV_IN_CAP)
+        return 0;
+    uint8_t *in = realloc(io->in, SRV_IN_CAP);
+    if (in)
+        io->in = in;
+    uint8_t *out = in ? realloc(io->out, SRV_OUT_CAP) : NULL;
+    if (out)
+        io->out = out;
+    if (!in || !out)
+        return -1;
+    io->in_cap = SRV_IN_CAP;
+    io->out_cap = SRV_OUT_CAP;
+    return 0;
+}
+
+static void io_free(struct srv_io *io)
+{
+    if (!io)
+        return;
+    free(io->in);
+    free(io->out);
+    free(io);
+}
 
 /* Payloads of at least this many bytes are received straight into place. */
 #define SRV_DIRECT_MIN 16384
@@ -37,19 +120,58 @@ static int io_flush(struct srv_io *io)
     return mfh_send_full(io->fd, io->out, n);
 }
 
+/* Waits between requests until the connection can be read: -1 with
+ * errno ETIMEDOUT once it has been idle for the handle's idle timeout.  An
+ * eviction or the server's stop shuts the socket down, which wakes us. */
+static int wait_request(struct mfh_handle *h, struct srv_io *io)
+{
+    struct mfh_srv_conn *c = io->c;
+    atomic_store(&c->between, true);
+    int rc = 0;
+    /* a connection says HELLO at once: until it has, the socket timeout
+     * bounds its wait too */
+    int limit = h->idle_timeout_ms;
+    if (!atomic_load(&c->greeted) && (limit == 0 || h->io_timeout_ms < limit))
+        limit = h->io_timeout_ms;
+    for (;;) {
+        int wait = -1;
+        if (limit > 0) {
+            long long left = atomic_load(&c->last_ms) + limit - tent_now_ms();
+            if (left <= 0) {
+                MFH_DEBUG("%s: closing a connection idle for %d ms", h->uid,
+                          limit);
+                errno = ETIMEDOUT;
+                rc = -1;
+                break;
+            }
+            wait = (int)left;
+        }
+        struct pollfd pfd = {.fd = io->fd, .events = POLLIN};
+        int r = poll(&pfd, 1, wait);
+        if (r > 0)
+            break; /* data, or a hang-up the receive reports */
+        if (r < 0 && errno != EINTR) {
+            rc = -1;
+            break;
+        }
+    }
+    atomic_store(&c->between, false);
+    return rc;
+}
+
 /* Fills the input buffer with one blocking receive (flushing first).
- * idle: nothing of the current message was read yet, so a receive timeout
- * only means an idle connection: keep waiting. */
+ * idle: nothing of the current message was read yet, so the connection
+ * waits for a request, bounded by the idle timeout (wait_request). */
 static int io_fill(struct mfh_handle *h, struct srv_io *io, bool idle)
 {
     if (io_flush(io) != 0)
         return -1;
+    if (idle && wait_request(h, io) != 0)
+        return -1;
     for (;;) {
-        ssize_t r = recv(io->fd, io->in, sizeof(io->in), 0);
+        ssize_t r = recv(io->fd, io->in, io->in_cap, 0);
         if (r < 0 && errno == EINTR)
             continue;
-        if (r < 0 && errno == EAGAIN && idle && !atomic_load(&h->stopping))
-            continue; /* idle connection: keep waiting */
         if (r <= 0) {
             if (r == 0)
                 errno = ECONNRESET;
@@ -92,7 +214,7 @@ static int io_read(struct mfh_handle *h, struct srv_io *io, void *dst, size_t n,
 /* Sends len bytes of our own memory after what is pending. */
 static int io_send(struct srv_io *io, const void *buf, size_t len)
 {
-    if (len <= sizeof(io->out) - io->out_len) {
+    if (len <= io->out_cap - io->out_len) {
         memcpy(io->out + io->out_len, buf, len);
         io->out_len += len;
         return 0;
@@ -148,18 +270,20 @@ static int drain(struct mfh_handle *h, struct srv_io *io, uint64_t len)
 static int serve_hello(struct mfh_handle *h, struct mfh_srv_conn *c,
                        struct srv_io *io)
 {
+    /* Nothing here is an address of ours: a peer on this host that may
+     * map the control page finds what cross-memory attach needs there. */
     struct mfh_hello in,
         out = {.version = MFH_VERSION,
                .pid = (uint32_t)getpid(),
                .proto = h->proto,
                .ctl_fd = h->ctl_fd,
                .ctl_ino = h->ctl_ino,
-               .gen_addr = (uint64_t)(uintptr_t)&h->ctl->mem_gen,
-               .probe_addr = (uint64_t)(uintptr_t)&h->probe_value,
-               .probe_value = h->probe_value};
+               .idle_timeout_ms = (uint32_t)h->idle_timeout_ms};
     if (io_read(h, io, &in, sizeof(in), false) != 0)
         return -1;
     bool same_version = mfh_wire_take_hello(&in) == 0;
+    if (same_version)
+        atomic_store(&c->greeted, true);
     snprintf(out.uid, sizeof(out.uid), "%s", h->uid);
     MFH_DEBUG("%s: hello from %s (pid %u)", h->uid, in.uid, in.pid);
     pthread_mutex_lock(&h->srv_lock); /* who copies: named on a revocation */
@@ -322,8 +446,8 @@ static int send_payload(struct mfh_handle *h, struct srv_io *io,
             continue;
         }
         /* small: into the output buffer, with the answers around it */
-        bool small = n <= sizeof(io->out) - io->out_len;
-        if (!small && n <= sizeof(io->out)) {
+        bool small = n <= io->out_cap - io->out_len;
+        if (!small && n <= io->out_cap) {
             if (io_flush(io) != 0)
                 return -1;
             continue;
@@ -408,17 +532,13 @@ static void *srv_conn_main(void *arg)
 {
     struct mfh_srv_conn *c = arg;
     struct mfh_handle *h = c->h;
-    struct srv_io *io = malloc(sizeof(*io));
-    if (io) {
-        io->fd = c->fd;
-        io->in_pos = io->in_len = io->out_len = 0;
-    }
+    struct srv_io *io = io_new(c);
     while (io) {
         struct mfh_msg m;
         if (io_read(h, io, &m, sizeof(m), true) != 0)
             break;
         const char *why;
-        if (mfh_wire_check_request(&m, &why) != 0) {
+        if (mfh_wire_check_request(&m, atomic_load(&c->greeted), &why) != 0) {
             MFH_WARN("%s: %s (magic 0x%x, type %u, len %llu), closing "
                      "connection",
                      h->uid, why, m.magic, m.type, (unsigned long long)m.len);
@@ -428,6 +548,8 @@ static void *srv_conn_main(void *arg)
         switch (m.type) {
         case MFH_MSG_HELLO:
             rc = serve_hello(h, c, io);
+            if (rc == 0 && atomic_load(&c->greeted))
+                rc = io_grow(io);
             break;
         case MFH_MSG_CHECK:
             rc = serve_check(h, io, &m);
@@ -441,19 +563,25 @@ static void *srv_conn_main(void *arg)
         case MFH_MSG_RANGES:
             rc = serve_ranges(h, io);
             break;
+        case MFH_MSG_PING:
+            rc = 0; /* the connection is in use: its idle time restarts */
+            break;
         default:
             MFH_WARN("%s: unknown request type %u", h->uid, m.type);
             rc = -1;
         }
         if (rc != 0)
             break;
+        atomic_store(&c->last_ms, tent_now_ms());
     }
-    free(io);
+    io_free(io);
     shutdown(c->fd, SHUT_RDWR);
     atomic_store(&c->finished, true);
     return NULL;
 }
 
+/* Joins and closes the connections that ended (all: every one, after they
+ * were shut down). */
 static void reap_conns(struct mfh_handle *h, bool all)
 {
     pthread_mutex_lock(&h->srv_lock);
@@ -464,6 +592,9 @@ static void reap_conns(struct mfh_handle *h, bool all)
             *pp = c->next;
             c->next = dead;
             dead = c;
+            if (!atomic_load(&c->evicted))
+                h->n_srv_conns--;
+            h->n_srv_listed--;
         } else {
             pp = &c->next;
         }
@@ -478,37 +609,169 @@ static void reap_conns(struct mfh_handle *h, bool all)
     }
 }
 
+/* The connection a newcomer replaces: one that never said HELLO (the
+ * oldest first), else one waiting between requests (the longest idle
+ * first); NULL when every one is inside a request.  Caller holds
+ * srv_lock. */
+static struct mfh_srv_conn *pick_victim_locked(struct mfh_handle *h)
+{
+    struct mfh_srv_conn *best = NULL;
+    bool best_greeted = true;
+    long long best_ms = 0;
+    for (struct mfh_srv_conn *c = h->srv_conns; c; c = c->next) {
+        if (atomic_load(&c->finished) || atomic_load(&c->evicted))
+            continue;
+        bool greeted = atomic_load(&c->greeted);
+        if (greeted && !atomic_load(&c->between))
+            continue;
+        long long ms = atomic_load(&c->last_ms);
+        if (!best || (best_greeted && !greeted) ||
+            (best_greeted == greeted && ms < best_ms)) {
+            best = c;
+            best_greeted = greeted;
+            best_ms = ms;
+        }
+    }
+    return best;
+}
+
+/* Shuts v down (its thread ends; the reaper closes it).  srv_lock held. */
+static void evict_locked(struct mfh_handle *h, struct mfh_srv_conn *v)
+{
+    atomic_store(&v->evicted, true);
+    h->n_srv_conns--;
+    shutdown(v->fd, SHUT_RDWR);
+}
+
+/* Serves fd on a thread of its own, in the place of another connection
+ * when the server is full, or refuses it. */
+static void admit_conn(struct mfh_handle *h, int fd)
+{
+    static struct tent_log_ratelimit refuse_rl;
+    struct mfh_srv_conn *c = calloc(1, sizeof(*c));
+    if (!c) {
+        close(fd);
+        return;
+    }
+    c->h = h;
+    c->fd = fd;
+    atomic_init(&c->last_ms, tent_now_ms());
+    const char *why = NULL;
+    pthread_attr_t attr;
+    bool attr_ok = pthread_attr_init(&attr) == 0;
+    if (attr_ok)
+        pthread_attr_setstacksize(&attr, SRV_STACK_BYTES);
+    pthread_mutex_lock(&h->srv_lock);
+    if (h->n_srv_conns >= h->max_conns) {
+        struct mfh_srv_conn *v = pick_victim_locked(h);
+        if (v)
+            evict_locked(h, v);
+        else
+            why = "every connection is inside a request";
+    }
+    if (!why && (atomic_load(&h->stopping) ||
+                 pthread_create(&c->thread, attr_ok ? &attr : NULL,
+                                srv_conn_main, c) != 0))
+        why = "no thread for it";
+    if (!why) {
+        c->next = h->srv_conns;
+        h->srv_conns = c;
+        h->n_srv_conns++;
+        h->n_srv_listed++;
+    }
+    pthread_mutex_unlock(&h->srv_lock);
+    if (attr_ok)
+        pthread_attr_destroy(&attr);
+    if (why) {
+        unsigned long held = 0;
+        if (!atomic_load(&h->stopping) &&
+            tent_log_ratelimit_ok(&refuse_rl, SRV_LOG_EVERY_MS, &held))
+            MFH_WARN("%s: refusing a connection: %s (at most %d, "
+                     "MF_HOST_MAX_CONNECTIONS) (%lu more refusals not "
+                     "logged)",
+                     h->uid, why, h->max_conns, held);
+        close(fd);
+        free(c);
+    }
+}
+
+/* accept() ran out of descriptors (err): gives up the reserve descriptor
+ * to take the waiting connection and close it, so it does not wake us
+ * again and again, and evicts the longest idle connection. */
+static void out_of_fds(struct mfh_handle *h, int err)
+{
+    static struct tent_log_ratelimit fd_rl;
+    if (h->reserve_fd >= 0) {
+        close(h->reserve_fd);
+        h->reserve_fd = -1;
+        int fd = accept4(h->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0)
+            close(fd);
+    }
+    pthread_mutex_lock(&h->srv_lock);
+    struct mfh_srv_conn *v = pick_victim_locked(h);
+    if (v)
+        evict_locked(h, v);
+    pthread_mutex_unlock(&h->srv_lock);
+    unsigned long held = 0;
+    if (tent_log_ratelimit_ok(&fd_rl, SRV_LOG_EVERY_MS, &held))
+        MFH_WARN("%s: accept: %s: refusing connections until descriptors "
+                 "free up (%lu more not logged)",
+                 h->uid, strerror(err), held);
+}
+
+/* Whether the server is full and connections it evicted have not ended
+ * yet: their descriptors count until they are reaped. */
+static bool evictions_pending(struct mfh_handle *h)
+{
+    pthread_mutex_lock(&h->srv_lock);
+    bool pending =
+        h->n_srv_listed >= h->max_conns && h->n_srv_listed > h->n_srv_conns;
+    pthread_mutex_unlock(&h->srv_lock);
+    return pending;
+}
+
 static void *accept_main(void *arg)
 {
     struct mfh_handle *h = arg;
+    int backoff = 0;
     while (!atomic_load(&h->stopping)) {
-        int fd = tent_net_accept(h->listen_fd, h->io_timeout_ms);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED || errno == EAGAIN)
-                continue;
-            if (!atomic_load(&h->stopping))
-                MFH_ERROR("%s: accept: %s", h->uid, strerror(errno));
-            break;
-        }
+        struct pollfd pfd = {.fd = h->listen_fd, .events = POLLIN};
+        int r = poll(&pfd, 1, backoff ? backoff : SRV_TICK_MS);
         reap_conns(h, false);
-        struct mfh_srv_conn *c = calloc(1, sizeof(*c));
-        if (!c) {
-            close(fd);
+        if (h->reserve_fd < 0)
+            h->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (atomic_load(&h->stopping))
+            break;
+        if (r <= 0 && !backoff)
+            continue; /* a tick, or EINTR */
+        if (evictions_pending(h)) {
+            backoff = SRV_EVICT_WAIT_MS; /* newcomers wait in the backlog */
             continue;
         }
-        c->h = h;
-        c->fd = fd;
-        pthread_mutex_lock(&h->srv_lock);
-        if (atomic_load(&h->stopping) ||
-            pthread_create(&c->thread, NULL, srv_conn_main, c) != 0) {
-            pthread_mutex_unlock(&h->srv_lock);
-            close(fd);
-            free(c);
+        int fd = tent_net_accept(h->listen_fd, h->io_timeout_ms);
+        if (fd >= 0) {
+            backoff = 0;
+            admit_conn(h, fd);
             continue;
         }
-        c->next = h->srv_conns;
-        h->srv_conns = c;
-        pthread_mutex_unlock(&h->srv_lock);
+        int err = -fd;
+        if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+            out_of_fds(h, err);
+            backoff = backoff ? backoff * 2 : SRV_BACKOFF_MIN_MS;
+            if (backoff > SRV_BACKOFF_MAX_MS)
+                backoff = SRV_BACKOFF_MAX_MS;
+        } else if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR ||
+                   err == ECONNABORTED || err == EPROTO) {
+            backoff = 0; /* nothing waiting, or it left already */
+        } else if (!atomic_load(&h->stopping)) {
+            static struct tent_log_ratelimit err_rl;
+            unsigned long held = 0;
+            if (tent_log_ratelimit_ok(&err_rl, SRV_LOG_EVERY_MS, &held))
+                MFH_ERROR("%s: accept: %s (%lu more not logged)", h->uid,
+                          strerror(err), held);
+            backoff = SRV_BACKOFF_MAX_MS;
+        }
     }
     return NULL;
 }
@@ -516,7 +779,7 @@ static void *accept_main(void *arg)
 int mfh_server_start(struct mfh_handle *h)
 {
     int fd = -1;
-    int rc = tent_net_listen(h->host, h->port, false, &fd, &h->port);
+    int rc = tent_net_listen(h->host, h->port, true, &fd, &h->port);
     if (tent_net_is_resolve_error(rc)) {
         MFH_ERROR("cannot resolve host '%s' of url: %s", h->host,
                   tent_net_strerror(rc));
@@ -528,6 +791,7 @@ int mfh_server_start(struct mfh_handle *h)
         return SM_ERROR;
     }
     h->listen_fd = fd;
+    h->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     /* The unique id peers use as destUrl; set before anyone can ask. */
     tent_net_format_hostport(h->uid, sizeof(h->uid), h->host, h->port);
     if (pthread_create(&h->accept_thread, NULL, accept_main, h) != 0) {
@@ -547,13 +811,17 @@ void mfh_server_stop(struct mfh_handle *h)
         pthread_join(h->accept_thread, NULL);
         h->accept_started = false;
     }
+    if (h->listen_fd >= 0) { /* refuses who waits in the backlog */
+        close(h->listen_fd);
+        h->listen_fd = -1;
+    }
     pthread_mutex_lock(&h->srv_lock);
     for (struct mfh_srv_conn *c = h->srv_conns; c; c = c->next)
         shutdown(c->fd, SHUT_RDWR);
     pthread_mutex_unlock(&h->srv_lock);
     reap_conns(h, true);
-    if (h->listen_fd >= 0) {
-        close(h->listen_fd);
-        h->listen_fd = -1;
+    if (h->reserve_fd >= 0) {
+        close(h->reserve_fd);
+        h->reserve_fd = -1;
     }
 }

@@ -5,11 +5,14 @@
 
 #include <string.h>
 
-int mfh_wire_check_request(const struct mfh_msg *m, const char **why)
+int mfh_wire_check_request(const struct mfh_msg *m, bool greeted,
+                           const char **why)
 {
     const char *bad = NULL;
     if (m->magic != MFH_MAGIC) {
         bad = "bad magic";
+    } else if (!greeted && m->type != MFH_MSG_HELLO) {
+        bad = "request before HELLO";
     } else {
         switch (m->type) {
         case MFH_MSG_HELLO:
@@ -24,6 +27,10 @@ int mfh_wire_check_request(const struct mfh_msg *m, const char **why)
         case MFH_MSG_RANGES:
             if (m->len != 0)
                 bad = "ranges request with a payload";
+            break;
+        case MFH_MSG_PING:
+            if (m->len != 0)
+                bad = "ping with a payload";
             break;
         case MFH_MSG_WRITE:
         case MFH_MSG_READ:
