@@ -305,6 +305,26 @@ static double file_ceiling(const struct tb_ctx *c, uint64_t threads,
     return g;
 }
 
+/* --baseline: what the engines cost with nothing to move, CPU % over half
+ * a second (the target's only when --loopback started it). */
+static void print_idle_cpu(const struct tb_opts *o)
+{
+    double i0 = tb_cpu_seconds(0);
+    double t0 = o->target_pid > 0 ? tb_cpu_seconds(o->target_pid) : -1;
+    double w0 = tb_now();
+    struct timespec ts = {0, 500000000};
+    nanosleep(&ts, NULL);
+    double w = tb_now() - w0;
+    double i1 = tb_cpu_seconds(0);
+    double t1 = o->target_pid > 0 ? tb_cpu_seconds(o->target_pid) : -1;
+    FILE *f = o->json ? stderr : stdout;
+    fprintf(f, "# idle engines, %.1f s: initiator %.1f%% CPU", w,
+            i0 >= 0 && i1 >= 0 ? (i1 - i0) * 100 / w : -1.0);
+    if (t0 >= 0 && t1 >= 0)
+        fprintf(f, ", target %.1f%% CPU", (t1 - t0) * 100 / w);
+    fputc('\n', f);
+}
+
 int tb_run_initiator(struct tb_opts *o, const char *xport)
 {
     tent_engine_t e = tb_make_engine(o, xport);
@@ -408,6 +428,8 @@ int tb_run_initiator(struct tb_opts *o, const char *xport)
 
     size_t ncases = o->threads.n * o->blocks.n * o->batches.n, idx = 0;
     size_t nskipped = 0;
+    if (ret == TB_EXIT_OK && o->baseline)
+        print_idle_cpu(o);
     if (ret == TB_EXIT_OK)
         tb_print_header(stdout, o);
     for (size_t ti = 0; ti < o->threads.n && ret == TB_EXIT_OK; ti++)

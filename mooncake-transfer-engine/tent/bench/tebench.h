@@ -79,6 +79,8 @@ struct tb_opts {
 
     /* Which flags were given on the command line. */
     bool set_metadata_type, set_xport_type;
+    /* --loopback: the target process, whose CPU time is read from /proc */
+    int target_pid;
 };
 
 /* tebench_flags.c */
@@ -114,6 +116,10 @@ struct tb_result {
     double memcpy_gbs, socket_gbs; /* --baseline, else 0 */
     double pingpong_us; /* --baseline: C request/response of one block */
     double fio_gbs;     /* --baseline, file target: fio on the same file */
+    /* CPU seconds (user + system, every thread) spent in the measured
+     * window by this process and by the target (< 0: not known, a target
+     * in another process not started by --loopback) */
+    double cpu_init_s, cpu_tgt_s;
     bool skipped;
 };
 
@@ -130,6 +136,10 @@ struct tb_ctx {
     bool verify_reads;     /* compare every byte read */
     bool readback_writes;  /* read every write back and compare */
 };
+
+/* CPU seconds (user + system) this process (pid 0) or process pid has
+ * used so far; < 0 when it cannot be read. */
+double tb_cpu_seconds(int pid);
 
 /* Runs one case.  Returns TB_EXIT_OK, TB_EXIT_ERROR or TB_EXIT_MISMATCH
  * (after printing the reason on stderr). */

@@ -193,7 +193,9 @@ int tb_run_loopback(struct tb_opts *o)
     snprintf(o->target_seg_name, sizeof(o->target_seg_name), "%s", line + 3);
     fprintf(stderr, "tebench: loopback target pid %d serves segment '%s'\n",
             (int)pid, o->target_seg_name);
+    o->target_pid = (int)pid;
     int rc = tb_run_initiator(o, xport);
+    o->target_pid = 0;
     reap_child(pid);
     return rc;
 }

@@ -120,6 +120,7 @@ void tb_print_header(FILE *f, const struct tb_opts *o)
         n += fprintf(f, " %13s %13s %10s %10s %14s %9s", "Memcpy (GB/S)",
                      "Socket (GB/S)", "BW/Memcpy", "BW/Socket", "PingPong (us)",
                      "PP/AvgTx");
+    n += fprintf(f, " %13s %13s", "CPU-I (s/GiB)", "CPU-T (s/GiB)");
     fputc('\n', f);
     for (int i = 0; i < n; i++)
         fputc('-', f);
@@ -130,6 +131,21 @@ void tb_print_header(FILE *f, const struct tb_opts *o)
 static double ratio(double a, double b)
 {
     return b > 0 ? a / b : 0;
+}
+
+/* CPU seconds per GiB moved, or < 0 when not known. */
+static double cpu_per_gib(double cpu_s, uint64_t bytes)
+{
+    return cpu_s >= 0 && bytes ? cpu_s / ((double)bytes / (1u << 30)) : -1;
+}
+
+/* A CPU-per-GiB cell: the figure, or "-" when not known. */
+static void cpu_cell(FILE *f, double v)
+{
+    if (v >= 0)
+        fprintf(f, " %13.3f", v);
+    else
+        fprintf(f, " %13s", "-");
 }
 
 void tb_print_row(FILE *f, const struct tb_opts *o, const struct tb_result *r)
@@ -161,6 +177,12 @@ void tb_print_row(FILE *f, const struct tb_opts *o, const struct tb_result *r)
                     ratio(r->bw_gbs, r->memcpy_gbs),
                     ratio(r->bw_gbs, r->socket_gbs), r->pingpong_us,
                     ratio(r->pingpong_us, r->avg_tx_us));
+        double ci = cpu_per_gib(r->cpu_init_s, r->bytes);
+        double ct = cpu_per_gib(r->cpu_tgt_s, r->bytes);
+        if (ci >= 0)
+            fprintf(f, ", \"cpu_s_per_gib_initiator\": %.6f", ci);
+        if (ct >= 0)
+            fprintf(f, ", \"cpu_s_per_gib_target\": %.6f", ct);
         fprintf(f, "}\n");
         fflush(f);
         return;
@@ -178,6 +200,8 @@ void tb_print_row(FILE *f, const struct tb_opts *o, const struct tb_result *r)
                 r->socket_gbs, ratio(r->bw_gbs, r->memcpy_gbs),
                 ratio(r->bw_gbs, r->socket_gbs), r->pingpong_us,
                 ratio(r->pingpong_us, r->avg_tx_us));
+    cpu_cell(f, cpu_per_gib(r->cpu_init_s, r->bytes));
+    cpu_cell(f, cpu_per_gib(r->cpu_tgt_s, r->bytes));
     fputc('\n', f);
     fflush(f);
 }

@@ -9,7 +9,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 /* A batch that has not finished after this long is reported as stuck. */
 #define TB_BATCH_DEADLINE_S 30.0
@@ -405,6 +407,34 @@ static void wait_phase(struct case_state *cs, double seconds)
     }
 }
 
+double tb_cpu_seconds(int pid)
+{
+    if (pid <= 0) {
+        struct rusage ru;
+        if (getrusage(RUSAGE_SELF, &ru))
+            return -1;
+        return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+               (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+    }
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    /* after the command's ')': state is field 3, utime 14, stime 15 */
+    const char *p = strrchr(buf, ')');
+    unsigned long long ut, st;
+    if (!p ||
+        sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
+               &ut, &st) != 2)
+        return -1;
+    long hz = sysconf(_SC_CLK_TCK);
+    return hz > 0 ? (double)(ut + st) / (double)hz : -1;
+}
+
 int tb_run_case(struct tb_ctx *c, int case_idx, uint64_t threads,
                 uint64_t block, uint64_t batch, struct tb_result *res)
 {
@@ -483,11 +513,17 @@ int tb_run_case(struct tb_ctx *c, int case_idx, uint64_t threads,
             break;
         }
     wait_phase(&cs, case_warmup(o));
+    double cpu_i0 = tb_cpu_seconds(0);
+    double cpu_t0 = o->target_pid > 0 ? tb_cpu_seconds(o->target_pid) : -1;
     cs.t_measure = tb_now();
     int expect = PH_WARMUP;
     atomic_compare_exchange_strong(&cs.phase, &expect, PH_MEASURE);
     wait_phase(&cs, o->duration);
     double t_stop = tb_now();
+    double cpu_i1 = tb_cpu_seconds(0);
+    double cpu_t1 = o->target_pid > 0 ? tb_cpu_seconds(o->target_pid) : -1;
+    res->cpu_init_s = cpu_i0 >= 0 && cpu_i1 >= 0 ? cpu_i1 - cpu_i0 : -1;
+    res->cpu_tgt_s = cpu_t0 >= 0 && cpu_t1 >= 0 ? cpu_t1 - cpu_t0 : -1;
     stop_all(&cs);
     for (uint64_t t = 0; t < started; t++)
         pthread_join(ws[t].tid, NULL);

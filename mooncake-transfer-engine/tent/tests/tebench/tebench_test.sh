@@ -56,7 +56,13 @@ check_table() {
         *) fail "header lacks column '$col'" ;;
         esac
     done
-    local nfields=10
+    for col in 'CPU-I (s/GiB)' 'CPU-T (s/GiB)'; do
+        case $header in
+        *"$col"*) ;;
+        *) fail "header lacks column '$col'" ;;
+        esac
+    done
+    local nfields=12
     if [ -n "$baseline" ]; then
         for col in 'Memcpy (GB/S)' 'Socket (GB/S)' 'BW/Memcpy' 'BW/Socket' \
             'PingPong (us)' 'PP/AvgTx'; do
@@ -65,7 +71,7 @@ check_table() {
             *) fail "header lacks column '$col'" ;;
             esac
         done
-        nfields=16
+        nfields=18
     fi
     local got
     got=$(grep -cE '^ *[0-9]+ +[0-9]+ ' "$OUT")
@@ -81,7 +87,12 @@ check_table() {
                 print "transport " $10 ", expected " x; bad = 1
             }
             if ($3 + 0 <= 0) { print "BW not > 0: " $0; bad = 1 }
-            for (i = 11; i <= NF; i++)
+            # the CPU cost per GiB: a number, or - when not known
+            for (i = NF - 1; i <= NF; i++)
+                if ($i !~ /^([0-9]+(\.[0-9]+)?|-)$/) {
+                    print "CPU field " i " not a number: " $0; bad = 1
+                }
+            for (i = 11; i <= NF - 2; i++)
                 if ($i !~ /^[0-9]+(\.[0-9]+)?$/ || $i + 0 <= 0) {
                     print "baseline field " i " not a positive number: " $0
                     bad = 1
@@ -181,6 +192,9 @@ for line in open(sys.argv[1]):
         assert r[k] > 0, (k, r)
     assert abs(r["ratio_pingpong"] - r["pingpong_us"] / r["avg_tx_us"]) \
         < 1e-3 * r["ratio_pingpong"] + 1e-6, r
+    # --loopback: the CPU cost of both processes per GiB moved
+    for k in ("cpu_s_per_gib_initiator", "cpu_s_per_gib_target"):
+        assert r[k] >= 0, (k, r)
 ' "$OUT" "$XPORT" || fail "JSON rows malformed"
     fi
     ;;
