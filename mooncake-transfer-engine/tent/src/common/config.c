@@ -532,7 +532,7 @@ static void value_text(const cJSON *n, char *buf, size_t cap)
 /* A value of the wrong kind fails the engine naming key and value: a
  * mistyped setting taken silently as its default is found only much
  * later, if at all. */
-static int wrong_kind(const char *path, const cJSON *n, const char *want)
+int tent_config_wrong_kind(const char *path, const cJSON *n, const char *want)
 {
     char v[80];
     value_text(n, v, sizeof(v));
@@ -549,7 +549,7 @@ int tent_config_get_bool(const struct tent_config *cfg, const char *path,
         return TENT_OK;
     }
     if (!cJSON_IsBool(n))
-        return wrong_kind(path, n, "a boolean (true or false)");
+        return tent_config_wrong_kind(path, n, "a boolean (true or false)");
     *out = cJSON_IsTrue(n);
     return TENT_OK;
 }
@@ -563,7 +563,7 @@ int tent_config_get_int(const struct tent_config *cfg, const char *path,
         return TENT_OK;
     }
     if (!cJSON_IsNumber(n))
-        return wrong_kind(path, n, "an integer");
+        return tent_config_wrong_kind(path, n, "an integer");
     /* Range first: converting an out-of-range double is undefined. */
     if (!(n->valuedouble >= -9.2e18 && n->valuedouble <= 9.2e18) ||
         n->valuedouble != (double)(int64_t)n->valuedouble)
@@ -599,7 +599,7 @@ int tent_config_get_double_range(const struct tent_config *cfg,
         return TENT_OK;
     }
     if (!cJSON_IsNumber(n))
-        return wrong_kind(path, n, "a number");
+        return tent_config_wrong_kind(path, n, "a number");
     if (!(n->valuedouble >= lo && n->valuedouble <= hi))
         return tent_set_error(TENT_ECONFIG,
                               "config key '%s' = %g is outside %g..%g", path,
@@ -623,7 +623,7 @@ int tent_config_get_string(const struct tent_config *cfg, const char *path,
         return TENT_OK;
     }
     if (!cJSON_IsString(n))
-        return wrong_kind(path, n, "a string");
+        return tent_config_wrong_kind(path, n, "a string");
     *out = n->valuestring;
     return TENT_OK;
 }

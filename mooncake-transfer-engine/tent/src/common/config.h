@@ -54,6 +54,10 @@ int tent_config_get_double_range(const struct tent_config *cfg,
                                  double hi, double *out);
 int tent_config_get_string(const struct tent_config *cfg, const char *path,
                            const char *def, const char **out);
+/* TENT_ECONFIG: "config key '<path>' = <value> is a <kind>, not <want>",
+ * for readers of tent_config_node whose key has a kind of its own. */
+int tent_config_wrong_kind(const char *path, const struct cJSON *n,
+                           const char *want);
 
 /* Resets the calling thread's staged file and overrides (tests). */
 void tent_config_reset_global(void);

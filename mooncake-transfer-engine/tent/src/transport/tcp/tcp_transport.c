@@ -1280,12 +1280,9 @@ static int tcp_install(struct tent_transport *base)
     const cJSON *nics = tent_config_node(env->cfg, "transports/tcp/nics");
     if (!rc && nics && !cJSON_IsNull(nics) && !cJSON_IsString(nics) &&
         !cJSON_IsArray(nics))
-        rc = tent_set_error(TENT_ECONFIG,
-                            "config key 'transports/tcp/nics' is a %s, not a "
-                            "string (comma list) or an array of names",
-                            cJSON_IsBool(nics)     ? "boolean"
-                            : cJSON_IsNumber(nics) ? "number"
-                                                   : "object");
+        rc = tent_config_wrong_kind("transports/tcp/nics", nics,
+                                    "a string (comma list) or an array of "
+                                    "names");
     if (rc)
         return rc;
     /* checked by the engine; absent (an environment built without one):
