@@ -276,7 +276,7 @@ static void test_every_key_refuses_bad_values(void **state)
 {
     (void)state;
     parse_doc();
-    int checked = 0, skipped = 0;
+    int checked = 0, skipped = 0, failed = 0;
     for (size_t i = 0; i < nrows; i++) {
         const struct row *r = &rows[i];
         if (!transport_built(r->key, r->when)) {
@@ -307,25 +307,31 @@ static void test_every_key_refuses_bad_values(void **state)
             unlink(conf_path);
             for (int k = 0; k < nenv; k++)
                 unsetenv(envs[k]);
+            checked++;
             if (e) {
                 tent_destroy_engine(e);
-                fail_msg("%s = %s: the engine was created", r->key,
-                         bad[b].value);
+                print_error("%s = %s: the engine was created\n", r->key,
+                            bad[b].value);
+                failed++;
+                continue;
             }
             const char *err = tent_last_error();
             if (strstr(err, "is not built in")) { /* a metadata backend */
+                checked--;
                 skipped++;
                 break;
             }
-            if (!strstr(err, r->key) || !strstr(err, bad[b].expect))
-                fail_msg("%s = %s: \"%s\" lacks '%s' or '%s'", r->key,
-                         bad[b].value, err, r->key, bad[b].expect);
-            checked++;
+            if (!strstr(err, r->key) || !strstr(err, bad[b].expect)) {
+                print_error("%s = %s: \"%s\" lacks '%s' or '%s'\n", r->key,
+                            bad[b].value, err, r->key, bad[b].expect);
+                failed++;
+            }
         }
     }
-    print_message("%d bad values of %zu keys refused, %d keys skipped (not "
-                  "built)\n",
-                  checked, nrows, skipped);
+    print_message("%d bad values of %zu keys tried, %d not refused naming key "
+                  "and value; %d keys skipped (not built)\n",
+                  checked, nrows, failed, skipped);
+    assert_int_equal(failed, 0);
     assert_true(checked > 100);
 }
 
