@@ -70,8 +70,7 @@ static void position_of(const char *text, const char *at, int *line, int *col)
     }
 }
 
-static int find_duplicates(const cJSON *node, const char *path,
-                           const char *source);
+static int find_duplicates(const cJSON *root, const char *source);
 
 int tent_config_parse_text(const char *text, const char *source, cJSON **out)
 {
@@ -89,7 +88,7 @@ int tent_config_parse_text(const char *text, const char *source, cJSON **out)
         return tent_set_error(
             TENT_ECONFIG, "config %s: top level must be a JSON object", source);
     }
-    int rc = find_duplicates(root, "", source);
+    int rc = find_duplicates(root, source);
     if (rc) {
         cJSON_Delete(root);
         return rc;
@@ -189,24 +188,14 @@ static int cmp_names(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Names path/name (or path[i]) into buf. */
-static void child_path(char *buf, size_t cap, const char *path,
-                       const cJSON *parent, const cJSON *child, int index)
-{
-    if (cJSON_IsObject(parent))
-        snprintf(buf, cap, "%s%s%s", path, *path ? "/" : "", child->string);
-    else
-        snprintf(buf, cap, "%s[%d]", path, index);
-}
-
 /* cJSON keeps every member of an object, and lookups find the first: a key
  * given twice would silently lose its second value.  Sorting the names
- * keeps a large object cheap to check. */
-static int find_duplicates(const cJSON *node, const char *path,
-                           const char *source)
+ * keeps a large object cheap to check.  path holds the node's own path
+ * (len bytes of a buffer of cap), extended in place for its children so
+ * that deep nesting costs little stack. */
+static int find_dups_at(const cJSON *node, char *path, size_t len, size_t cap,
+                        const char *source)
 {
-    if (!cJSON_IsObject(node) && !cJSON_IsArray(node))
-        return TENT_OK;
     int n = cJSON_GetArraySize(node);
     if (cJSON_IsObject(node) && n > 1) {
         const char **names = malloc((size_t)n * sizeof(*names));
@@ -220,11 +209,10 @@ static int find_duplicates(const cJSON *node, const char *path,
         qsort(names, (size_t)k, sizeof(*names), cmp_names);
         for (int i = 1; i < k; i++)
             if (strcmp(names[i - 1], names[i]) == 0) {
-                int rc =
-                    tent_set_error(TENT_ECONFIG,
-                                   "config %s: key '%s%s%.200s' is given "
-                                   "more than once",
-                                   source, path, *path ? "/" : "", names[i]);
+                int rc = tent_set_error(
+                    TENT_ECONFIG,
+                    "config %s: key '%s%s%.200s' is given more than once",
+                    source, path, len ? "/" : "", names[i]);
                 free(names);
                 return rc;
             }
@@ -234,15 +222,26 @@ static int find_duplicates(const cJSON *node, const char *path,
     const cJSON *it;
     cJSON_ArrayForEach(it, node) {
         if (cJSON_IsObject(it) || cJSON_IsArray(it)) {
-            char sub[512];
-            child_path(sub, sizeof(sub), path, node, it, i);
-            int rc = find_duplicates(it, sub, source);
+            if (cJSON_IsObject(node))
+                snprintf(path + len, cap - len, "%s%s", len ? "/" : "",
+                         it->string);
+            else
+                snprintf(path + len, cap - len, "[%d]", i);
+            size_t sub = strlen(path);
+            int rc = find_dups_at(it, path, sub, cap, source);
+            path[len] = '\0';
             if (rc)
                 return rc;
         }
         i++;
     }
     return TENT_OK;
+}
+
+static int find_duplicates(const cJSON *root, const char *source)
+{
+    char path[512] = "";
+    return find_dups_at(root, path, 0, sizeof(path), source);
 }
 
 static cJSON *parse_value_text(const char *text)

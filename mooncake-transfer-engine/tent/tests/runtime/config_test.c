@@ -371,6 +371,8 @@ static void test_duplicate_key(void **state)
         {"{\"policy\": [{\"segment_type\": \"memory\"}, {\"segment_type\": "
          "\"memory\", \"max_size\": 1, \"max_size\": 2}]}",
          "'policy[1]/max_size' is given more than once"},
+        {"{\"x\": [[{\"b\": {\"c\": 1, \"d\": 0, \"c\": 2}}]]}",
+         "'x[0][0]/b/c' is given more than once"},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         tent_config_reset_global();
