@@ -132,7 +132,8 @@ static int read_file(const char *path, char **out)
                               "allowed",
                               path, (long long)st.st_size, MAX_CONFIG_FILE);
     }
-    /* One byte more than the limit shows a file that grew meanwhile. */
+    /* Room for the NUL and one byte more: EOF shows without growing, and a
+     * file that grew meanwhile still meets the bound below. */
     size_t cap = (size_t)st.st_size + 2, len = 0;
     char *buf = malloc(cap);
     if (!buf) {
