@@ -193,9 +193,11 @@ TENT_API const char *tent_last_error(void);
 
 /* ---- configuration ---------------------------------------------------- */
 
-/** Load a JSON config file for engines created afterwards.  A file that
- *  cannot be read or parsed makes the next tent_create_engine() fail with the
- *  file name and the position of the error. */
+/** Load a JSON config file for engines created afterwards.  A file that is
+ *  not there is a warning and the defaults; one that is not a regular file,
+ *  is larger than 16 MiB, does not parse or gives a key twice makes the next
+ *  tent_create_engine() fail naming the file and the position or key.  Every
+ *  key: docs/configuration.md. */
 TENT_API void tent_load_config_from_file(const char *path);
 
 /** Override one key ("transports/tcp/enable", "log_level"...).  value is
@@ -204,6 +206,10 @@ TENT_API void tent_load_config_from_file(const char *path);
 TENT_API void tent_set_config(const char *key, const char *value);
 
 /* ---- engine ----------------------------------------------------------- */
+/** NULL when the configuration is wrong: a value out of range or of the
+ *  wrong kind (an enabled transport's too) fails it with tent_last_error()
+ *  naming the key and the value.  A transport that is not available here
+ *  (no device, library missing) is left out with a warning instead. */
 TENT_API tent_engine_t tent_create_engine(void);
 TENT_API void tent_destroy_engine(tent_engine_t engine);
 /** 1 when the engine has a transport for memory segments installed (the

@@ -5,10 +5,12 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* What tent_load_config_from_file and tent_set_config staged for the
@@ -68,6 +70,8 @@ static void position_of(const char *text, const char *at, int *line, int *col)
     }
 }
 
+static int find_duplicates(const cJSON *root, const char *source);
+
 int tent_config_parse_text(const char *text, const char *source, cJSON **out)
 {
     const char *end = NULL;
@@ -84,55 +88,161 @@ int tent_config_parse_text(const char *text, const char *source, cJSON **out)
         return tent_set_error(
             TENT_ECONFIG, "config %s: top level must be a JSON object", source);
     }
+    int rc = find_duplicates(root, source);
+    if (rc) {
+        cJSON_Delete(root);
+        return rc;
+    }
     *out = root;
     return TENT_OK;
 }
 
+/* Reads a configuration file whole.  Opened without blocking and checked
+ * before the first read: a FIFO, a device or a directory named by mistake
+ * would otherwise hang or fail obscurely, and a huge file would be read
+ * into memory. */
 static int read_file(const char *path, char **out)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
         return tent_set_error(TENT_ECONFIG, "config %s: cannot open: %s", path,
                               strerror(errno));
-    size_t cap = 4096, len = 0;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int err = errno;
+        close(fd);
+        return tent_set_error(TENT_ECONFIG, "config %s: cannot stat: %s", path,
+                              strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return tent_set_error(TENT_ECONFIG,
+                              "config %s: not a regular file (%s)", path,
+                              S_ISDIR(st.st_mode)    ? "a directory"
+                              : S_ISFIFO(st.st_mode) ? "a FIFO"
+                              : S_ISSOCK(st.st_mode) ? "a socket"
+                              : S_ISCHR(st.st_mode)  ? "a character device"
+                              : S_ISBLK(st.st_mode)  ? "a block device"
+                                                     : "not a file");
+    }
+    if (st.st_size > (off_t)MAX_CONFIG_FILE) {
+        close(fd);
+        return tent_set_error(TENT_ECONFIG,
+                              "config %s: %lld bytes, larger than the %u "
+                              "allowed",
+                              path, (long long)st.st_size, MAX_CONFIG_FILE);
+    }
+    /* Room for the NUL and one byte more: EOF shows without growing, and a
+     * file that grew meanwhile still meets the bound below. */
+    size_t cap = (size_t)st.st_size + 2, len = 0;
     char *buf = malloc(cap);
     if (!buf) {
-        fclose(f);
+        close(fd);
         return tent_set_error(TENT_ENOMEM, "config %s: out of memory", path);
     }
     for (;;) {
-        if (len + 1 >= cap) {
-            if (cap >= MAX_CONFIG_FILE) {
+        if (len + 1 == cap) {
+            size_t ncap =
+                cap * 2 > MAX_CONFIG_FILE + 2 ? MAX_CONFIG_FILE + 2 : cap * 2;
+            if (ncap <= cap) {
                 free(buf);
-                fclose(f);
+                close(fd);
                 return tent_set_error(TENT_ECONFIG,
-                                      "config %s: larger than %u bytes", path,
-                                      MAX_CONFIG_FILE);
+                                      "config %s: larger than the %u bytes "
+                                      "allowed",
+                                      path, MAX_CONFIG_FILE);
             }
-            char *nb = realloc(buf, cap * 2);
+            char *nb = realloc(buf, ncap);
             if (!nb) {
                 free(buf);
-                fclose(f);
+                close(fd);
                 return tent_set_error(TENT_ENOMEM, "config %s: out of memory",
                                       path);
             }
             buf = nb;
-            cap *= 2;
+            cap = ncap;
         }
-        size_t n = fread(buf + len, 1, cap - len - 1, f);
+        ssize_t n = read(fd, buf + len, cap - len - 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int err = errno;
+            free(buf);
+            close(fd);
+            return tent_set_error(TENT_ECONFIG, "config %s: read error: %s",
+                                  path, strerror(err));
+        }
         if (n == 0)
             break;
-        len += n;
+        len += (size_t)n;
     }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(buf);
-        return tent_set_error(TENT_ECONFIG, "config %s: read error", path);
-    }
+    close(fd);
     buf[len] = '\0';
     *out = buf;
     return TENT_OK;
+}
+
+/* ---- keys given twice ---------------------------------------------------- */
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* cJSON keeps every member of an object, and lookups find the first: a key
+ * given twice would silently lose its second value.  Sorting the names
+ * keeps a large object cheap to check.  path holds the node's own path
+ * (len bytes of a buffer of cap), extended in place for its children so
+ * that deep nesting costs little stack. */
+static int find_dups_at(const cJSON *node, char *path, size_t len, size_t cap,
+                        const char *source)
+{
+    int n = cJSON_GetArraySize(node);
+    if (cJSON_IsObject(node) && n > 1) {
+        const char **names = malloc((size_t)n * sizeof(*names));
+        if (!names)
+            return tent_set_error(TENT_ENOMEM, "config %s: out of memory",
+                                  source);
+        int k = 0;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, node)
+            names[k++] = it->string ? it->string : "";
+        qsort(names, (size_t)k, sizeof(*names), cmp_names);
+        for (int i = 1; i < k; i++)
+            if (strcmp(names[i - 1], names[i]) == 0) {
+                int rc = tent_set_error(
+                    TENT_ECONFIG,
+                    "config %s: key '%s%s%.200s' is given more than once",
+                    source, path, len ? "/" : "", names[i]);
+                free(names);
+                return rc;
+            }
+        free(names);
+    }
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, node) {
+        if (cJSON_IsObject(it) || cJSON_IsArray(it)) {
+            if (cJSON_IsObject(node))
+                snprintf(path + len, cap - len, "%s%s", len ? "/" : "",
+                         it->string);
+            else
+                snprintf(path + len, cap - len, "[%d]", i);
+            size_t sub = strlen(path);
+            int rc = find_dups_at(it, path, sub, cap, source);
+            path[len] = '\0';
+            if (rc)
+                return rc;
+        }
+        i++;
+    }
+    return TENT_OK;
+}
+
+static int find_duplicates(const cJSON *root, const char *source)
+{
+    char path[512] = "";
+    return find_dups_at(root, path, 0, sizeof(path), source);
 }
 
 static cJSON *parse_value_text(const char *text)
@@ -147,6 +257,15 @@ static cJSON *parse_value_text(const char *text)
         strcmp(p, "null") == 0 || *p == '"') {
         const char *end = NULL;
         cJSON *v = cJSON_ParseWithOpts(text, &end, 1);
+        /* A number keeps its text as well, for keys that want a string:
+         * cJSON frees and duplicates valuestring whatever the type. */
+        if (v && cJSON_IsNumber(v) && !v->valuestring) {
+            v->valuestring = strdup(text);
+            if (!v->valuestring) {
+                cJSON_Delete(v);
+                return NULL;
+            }
+        }
         if (v)
             return v;
     }
@@ -385,7 +504,7 @@ const cJSON *tent_config_node(const struct tent_config *cfg, const char *path)
     return node;
 }
 
-/* What a value is, for the wrong-type warning. */
+/* What a value is, for the wrong-kind error. */
 static const char *kind_of(const cJSON *n)
 {
     return cJSON_IsBool(n)     ? "boolean"
@@ -395,12 +514,30 @@ static const char *kind_of(const cJSON *n)
                                : "object";
 }
 
-/* A value of the wrong type is the default, as in TENT, with a warning. */
-static void wrong_type(const char *path, const cJSON *n, const char *want,
-                       const char *def)
+/* The value as JSON text, shortened, for error messages. */
+static void value_text(const cJSON *n, char *buf, size_t cap)
 {
-    LOG_WARN("config key '%s' is a %s, not a %s: using the default %s", path,
-             kind_of(n), want, def);
+    char *t = cJSON_PrintUnformatted(n);
+    if (!t) {
+        snprintf(buf, cap, "(%s)", kind_of(n));
+        return;
+    }
+    if (strlen(t) >= cap && cap > 4)
+        snprintf(buf, cap, "%.*s...", (int)(cap - 4), t);
+    else
+        snprintf(buf, cap, "%s", t);
+    free(t);
+}
+
+/* A value of the wrong kind fails the engine naming key and value: a
+ * mistyped setting taken silently as its default is found only much
+ * later, if at all. */
+int tent_config_wrong_kind(const char *path, const cJSON *n, const char *want)
+{
+    char v[80];
+    value_text(n, v, sizeof(v));
+    return tent_set_error(TENT_ECONFIG, "config key '%s' = %s is a %s, not %s",
+                          path, v, kind_of(n), want);
 }
 
 int tent_config_get_bool(const struct tent_config *cfg, const char *path,
@@ -411,11 +548,8 @@ int tent_config_get_bool(const struct tent_config *cfg, const char *path,
         *out = def;
         return TENT_OK;
     }
-    if (!cJSON_IsBool(n)) {
-        wrong_type(path, n, "boolean (true/false)", def ? "true" : "false");
-        *out = def;
-        return TENT_OK;
-    }
+    if (!cJSON_IsBool(n))
+        return tent_config_wrong_kind(path, n, "a boolean (true or false)");
     *out = cJSON_IsTrue(n);
     return TENT_OK;
 }
@@ -428,18 +562,14 @@ int tent_config_get_int(const struct tent_config *cfg, const char *path,
         *out = def;
         return TENT_OK;
     }
-    if (!cJSON_IsNumber(n)) {
-        char d[32];
-        snprintf(d, sizeof(d), "%lld", (long long)def);
-        wrong_type(path, n, "integer", d);
-        *out = def;
-        return TENT_OK;
-    }
+    if (!cJSON_IsNumber(n))
+        return tent_config_wrong_kind(path, n, "an integer");
     /* Range first: converting an out-of-range double is undefined. */
     if (!(n->valuedouble >= -9.2e18 && n->valuedouble <= 9.2e18) ||
         n->valuedouble != (double)(int64_t)n->valuedouble)
         return tent_set_error(TENT_ECONFIG,
-                              "config key '%s' must be an integer", path);
+                              "config key '%s' = %.17g must be an integer",
+                              path, n->valuedouble);
     *out = (int64_t)n->valuedouble;
     return TENT_OK;
 }
@@ -468,13 +598,8 @@ int tent_config_get_double_range(const struct tent_config *cfg,
         *out = def;
         return TENT_OK;
     }
-    if (!cJSON_IsNumber(n)) {
-        char d[32];
-        snprintf(d, sizeof(d), "%g", def);
-        wrong_type(path, n, "number", d);
-        *out = def;
-        return TENT_OK;
-    }
+    if (!cJSON_IsNumber(n))
+        return tent_config_wrong_kind(path, n, "a number");
     if (!(n->valuedouble >= lo && n->valuedouble <= hi))
         return tent_set_error(TENT_ECONFIG,
                               "config key '%s' = %g is outside %g..%g", path,
@@ -491,11 +616,14 @@ int tent_config_get_string(const struct tent_config *cfg, const char *path,
         *out = def;
         return TENT_OK;
     }
-    if (!cJSON_IsString(n)) {
-        wrong_type(path, n, "string", def ? def : "(none)");
-        *out = def;
+    /* A number given through tent_set_config keeps its text (see
+     * parse_value_text): "12345" is also a fine name or password. */
+    if (cJSON_IsNumber(n) && n->valuestring) {
+        *out = n->valuestring;
         return TENT_OK;
     }
+    if (!cJSON_IsString(n))
+        return tent_config_wrong_kind(path, n, "a string");
     *out = n->valuestring;
     return TENT_OK;
 }

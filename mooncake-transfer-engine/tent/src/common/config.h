@@ -18,24 +18,25 @@ struct tent_config {
 };
 
 /* Builds the snapshot: file (explicit, else $MC_TENT_CONF), then overrides.
- * A file that cannot be opened is a warning and the defaults; a parse error
- * fails with TENT_ECONFIG naming the file and line:column. */
+ * A file that is not there is a warning and the defaults; one that is not a
+ * regular file, is larger than 16 MiB, does not parse or gives a key twice
+ * fails with TENT_ECONFIG naming the file (and line:column, or the key). */
 int tent_config_snapshot(struct tent_config **out);
 /* An empty configuration (tests, tools). */
 int tent_config_new_empty(struct tent_config **out);
 void tent_config_free(struct tent_config *cfg);
 
-/* Parses JSON text; on error the message names source and line:column. */
+/* Parses JSON text; on error the message names source and line:column, or
+ * a key given twice at any level. */
 int tent_config_parse_text(const char *text, const char *source,
                            struct cJSON **out);
 /* Sets path (creating objects on the way) to the typed value of text. */
 int tent_config_set(struct tent_config *cfg, const char *path,
                     const char *text);
 
-/* Getters: a missing key yields def, and so does a value of the wrong type
- * (with a warning naming the key), as in TENT; a value out of range, or a
- * number that is not an integer where one is wanted, is TENT_ECONFIG naming
- * the key. */
+/* Getters: a missing key (or null) yields def; a value of the wrong kind,
+ * out of range, or a number that is not an integer where one is wanted, is
+ * TENT_ECONFIG naming the key and the value (TENT would take the default). */
 const struct cJSON *tent_config_node(const struct tent_config *cfg,
                                      const char *path);
 int tent_config_get_bool(const struct tent_config *cfg, const char *path,
@@ -53,6 +54,10 @@ int tent_config_get_double_range(const struct tent_config *cfg,
                                  double hi, double *out);
 int tent_config_get_string(const struct tent_config *cfg, const char *path,
                            const char *def, const char **out);
+/* TENT_ECONFIG: "config key '<path>' = <value> is a <kind>, not <want>",
+ * for readers of tent_config_node whose key has a kind of its own. */
+int tent_config_wrong_kind(const char *path, const struct cJSON *n,
+                           const char *want);
 
 /* Resets the calling thread's staged file and overrides (tests). */
 void tent_config_reset_global(void);

@@ -140,9 +140,9 @@ static int read_endpoints(const struct tent_config *cfg, const char *type,
                 break;
         }
     } else if (n) {
-        rc = tent_set_error(TENT_ECONFIG,
-                            "config key 'metadata_servers' must be a string "
-                            "(comma list) or an array of strings");
+        rc = tent_config_wrong_kind("metadata_servers", n,
+                                    "a string (comma list) or an array of "
+                                    "strings");
     }
     if (!rc && c->nendpoints == 0)
         rc = tent_set_error(TENT_ECONFIG,

@@ -127,8 +127,11 @@ static int port_range(struct tent_engine *e, int *min, int *max)
     *min = *max = 0;
     if (!n || cJSON_IsNull(n))
         return TENT_OK;
+    if (!cJSON_IsArray(n))
+        return tent_config_wrong_kind("rpc_server_port_range", n,
+                                      "an array [min, max]");
     const cJSON *a = cJSON_GetArrayItem(n, 0), *b = cJSON_GetArrayItem(n, 1);
-    if (!cJSON_IsArray(n) || cJSON_GetArraySize(n) != 2 || !cJSON_IsNumber(a) ||
+    if (cJSON_GetArraySize(n) != 2 || !cJSON_IsNumber(a) ||
         !cJSON_IsNumber(b) || a->valuedouble < 1 || b->valuedouble > 65535 ||
         a->valuedouble > b->valuedouble)
         return tent_set_error(TENT_ECONFIG,

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 static int load_settings(struct tent_engine *e)
@@ -94,9 +95,17 @@ static int load_settings(struct tent_engine *e)
         snprintf(e->segment_name, sizeof(e->segment_name), "%s:%u", e->hostname,
                  (unsigned)e->rpc_port);
 
-    /* Hugepages for tent_allocate_memory, from the environment of the seed. */
+    /* Hugepages for tent_allocate_memory, from the environment of the seed.
+     * A value that says neither yes nor no fails rather than guessing. */
     const char *use = getenv("MC_STORE_USE_HUGEPAGE");
-    e->use_hugepage = use && strcmp(use, "1") == 0;
+    if (use && *use && strcmp(use, "0") != 0 && strcmp(use, "1") != 0 &&
+        strcasecmp(use, "true") != 0 && strcasecmp(use, "false") != 0)
+        return tent_set_error(TENT_ECONFIG,
+                              "MC_STORE_USE_HUGEPAGE='%s' is not supported "
+                              "(accepted: 1, true, 0, false)",
+                              use);
+    e->use_hugepage =
+        use && (strcmp(use, "1") == 0 || strcasecmp(use, "true") == 0);
     if (e->use_hugepage) {
         const char *size = getenv("MC_STORE_HUGEPAGE_SIZE");
         if (!size || !*size || strcmp(size, "2MB") == 0)
@@ -111,13 +120,24 @@ static int load_settings(struct tent_engine *e)
                                   "supported (accepted: 2MB, 512MB, 1GB)",
                                   size);
     }
+    /* Read when a file segment is opened: checked now, so that a mistyped
+     * value fails here rather than at the first file. */
+    const char *base = NULL;
+    rc = tent_config_get_string(e->cfg, "file_desc_basepath", "", &base);
+    if (rc)
+        return rc;
     rc = tent_notifs_load_settings(e);
     if (rc)
         return rc;
     return tent_policies_load(e);
 }
 
-static void install_transports(struct tent_engine *e)
+/* Installs every enabled transport.  One that is not available here (no
+ * device or library, TENT_ENODEV and the like) is left out with a warning;
+ * one whose configuration is wrong (TENT_ECONFIG, TENT_EINVAL) fails the
+ * engine, naming the key and value: an engine without the transport it was
+ * configured for would fail every submission later instead. */
+static int install_transports(struct tent_engine *e)
 {
     const struct tent_transport_ops *ops[TENT_MAX_TRANSPORTS];
     size_t n = tent_transport_registry_snapshot(ops, TENT_MAX_TRANSPORTS);
@@ -125,16 +145,20 @@ static void install_transports(struct tent_engine *e)
         char key[128];
         snprintf(key, sizeof(key), "transports/%s/enable", ops[i]->name);
         bool enabled;
-        if (tent_config_get_bool(e->cfg, key, ops[i]->default_enabled,
-                                 &enabled) != TENT_OK) {
-            LOG_WARN("%s; transport '%s' left disabled", tent_last_error(),
-                     ops[i]->name);
-            continue;
-        }
+        int rc = tent_config_get_bool(e->cfg, key, ops[i]->default_enabled,
+                                      &enabled);
+        if (rc != TENT_OK)
+            return rc;
         if (!enabled)
             continue;
         struct tent_transport *t;
-        int rc = tent_transport_instance_new(ops[i], &e->xenv, e->nxports, &t);
+        rc = tent_transport_instance_new(ops[i], &e->xenv, e->nxports, &t);
+        if (rc == TENT_ECONFIG || rc == TENT_EINVAL) {
+            char msg[512];
+            snprintf(msg, sizeof(msg), "%s", tent_last_error());
+            return tent_set_error(rc, "transport '%s' is misconfigured: %s",
+                                  ops[i]->name, msg);
+        }
         if (rc != TENT_OK) {
             LOG_WARN("transport '%s' not installed: %s (%s)", ops[i]->name,
                      tent_last_error(), tent_strerror(rc));
@@ -143,6 +167,7 @@ static void install_transports(struct tent_engine *e)
         LOG_INFO("transport '%s' installed", ops[i]->name);
         e->xports[e->nxports++] = t;
     }
+    return TENT_OK;
 }
 
 tent_engine_t tent_create_engine(void)
@@ -203,14 +228,17 @@ tent_engine_t tent_create_engine(void)
     if (rc)
         goto fail_rpc;
     tent_xport_env_init(e);
-    install_transports(e);
-    for (int i = 0; i < e->nxports; i++)
-        tent_metrics_set_transport(
-            e->metrics, i, tent_transport_type_name(e->xports[i]->ops->type));
-    tent_metrics_set_name(e->metrics, e->segment_name);
-    rc = tent_metrics_start(e->metrics);
-    if (rc) {
+    rc = install_transports(e);
+    if (rc == TENT_OK) {
+        for (int i = 0; i < e->nxports; i++)
+            tent_metrics_set_transport(
+                e->metrics, i,
+                tent_transport_type_name(e->xports[i]->ops->type));
+        tent_metrics_set_name(e->metrics, e->segment_name);
         /* metrics/http_required: the endpoint could not be bound. */
+        rc = tent_metrics_start(e->metrics);
+    }
+    if (rc) {
         char msg[512];
         snprintf(msg, sizeof(msg), "%s", tent_last_error());
         tent_destroy_engine(e);

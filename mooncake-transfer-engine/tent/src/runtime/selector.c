@@ -174,8 +174,7 @@ int tent_policies_load(struct tent_engine *e)
     if (!list || cJSON_IsNull(list))
         return TENT_OK;
     if (!cJSON_IsArray(list))
-        return tent_set_error(TENT_ECONFIG,
-                              "config key 'policy' must be an array of rules");
+        return tent_config_wrong_kind("policy", list, "an array of rules");
     int idx = 0;
     const cJSON *rule;
     cJSON_ArrayForEach(rule, list) {

@@ -5,6 +5,8 @@
 #include "runtime/engine.h"
 #include "test_util.h"
 
+#include <sys/stat.h>
+
 #define LEN 8192
 
 static char conf_path[64];
@@ -234,6 +236,213 @@ static void test_malformed_file(void **state)
     unsetenv("MC_TENT_CONF");
 }
 
+/* tent_create_engine on a thread of its own, so that a test can bound how
+ * long it takes. */
+struct timed_create {
+    pthread_mutex_t lock;
+    pthread_cond_t done_cv;
+    bool done;
+    tent_engine_t e;
+    char err[512];
+};
+
+static void *timed_create_main(void *arg)
+{
+    struct timed_create *tc = arg;
+    tent_engine_t e = tent_create_engine();
+    pthread_mutex_lock(&tc->lock);
+    tc->e = e;
+    snprintf(tc->err, sizeof(tc->err), "%s", tent_last_error());
+    tc->done = true;
+    pthread_cond_signal(&tc->done_cv);
+    pthread_mutex_unlock(&tc->lock);
+    return NULL;
+}
+
+/* Creates an engine from the configuration file path on another thread;
+ * fails unless it returns within a second, NULL, naming path and fragment.
+ * A FIFO left blocking is released by opening its writing end. */
+static void expect_file_refused_fast(const char *path, const char *fragment,
+                                     bool fifo)
+{
+    static struct timed_create tc;
+    memset(&tc, 0, sizeof(tc));
+    pthread_mutex_init(&tc.lock, NULL);
+    pthread_cond_init(&tc.done_cv, NULL);
+    setenv("MC_TENT_CONF", path, 1);
+    struct tu_capture cap;
+    tu_capture_begin(&cap);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, timed_create_main, &tc), 0);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 1;
+    pthread_mutex_lock(&tc.lock);
+    while (!tc.done)
+        if (pthread_cond_timedwait(&tc.done_cv, &tc.lock, &until) != 0)
+            break;
+    bool done = tc.done;
+    pthread_mutex_unlock(&tc.lock);
+    if (!done && fifo) {
+        /* unblock the reader, then let it finish before failing */
+        int wfd = open(path, O_WRONLY | O_NONBLOCK);
+        if (wfd >= 0)
+            close(wfd);
+    }
+    pthread_join(th, NULL);
+    free(tu_capture_end(&cap));
+    unsetenv("MC_TENT_CONF");
+    if (!done) {
+        if (tc.e)
+            tent_destroy_engine(tc.e);
+        fail_msg("tent_create_engine on %s did not return within a second",
+                 path);
+    }
+    if (tc.e) {
+        tent_destroy_engine(tc.e);
+        fail_msg("tent_create_engine on %s succeeded", path);
+    }
+    if (!strstr(tc.err, path) || !strstr(tc.err, fragment))
+        fail_msg("\"%s\" lacks %s or %s", tc.err, path, fragment);
+}
+
+/* A configuration path that is not a regular file, or is huge, is refused
+ * at once naming it: a FIFO hung create, a device would be read forever. */
+static void test_config_not_a_regular_file(void **state)
+{
+    (void)state;
+    char dir[64];
+    snprintf(dir, sizeof(dir), "/tmp/tent_conf_dir_XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    char fifo[96];
+    snprintf(fifo, sizeof(fifo), "%s/fifo.json", dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    expect_file_refused_fast(fifo, "not a regular file (a FIFO)", true);
+    expect_file_refused_fast(dir, "not a regular file (a directory)", false);
+    expect_file_refused_fast("/dev/zero", "not a regular file", false);
+    /* Just over 16 MiB: refused from its size, before reading. */
+    char big[96];
+    snprintf(big, sizeof(big), "%s/big.json", dir);
+    int fd = open(big, O_CREAT | O_WRONLY, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (16 << 20) + 1), 0);
+    close(fd);
+    expect_file_refused_fast(big, "larger than the 16777216", false);
+    /* Exactly 16 MiB is still read: an object, then blanks. */
+    fd = open(big, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "{\"max_failover_attempts\": 6}", 28), 28);
+    char blanks[65536];
+    memset(blanks, ' ', sizeof(blanks));
+    for (off_t off = 28; off < (16 << 20); off += (off_t)sizeof(blanks)) {
+        size_t n = sizeof(blanks);
+        if (off + (off_t)n > (16 << 20))
+            n = (size_t)((16 << 20) - off);
+        assert_int_equal(pwrite(fd, blanks, n, off), (ssize_t)n);
+    }
+    close(fd);
+    tent_load_config_from_file(big);
+    tent_set_config("log_level", "error");
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    assert_int_equal(internal(e)->max_failover_attempts, 6);
+    tent_destroy_engine(e);
+    tent_config_reset_global();
+    unlink(big);
+    unlink(fifo);
+    rmdir(dir);
+}
+
+/* A key given twice, at any depth, is an error naming it and the file
+ * (cJSON would keep both and lookups take the first). */
+static void test_duplicate_key(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *json, *key;
+    } rows[] = {
+        {"{\"max_failover_attempts\": 1, \"max_failover_attempts\": 2}",
+         "'max_failover_attempts' is given more than once"},
+        {"{\"transports\": {\"tcp\": {\"connections\": 2, \"timeout_ms\": "
+         "5, \"connections\": 8}}}",
+         "'transports/tcp/connections' is given more than once"},
+        {"{\"transports\": {\"tcp\": {}}, \"transports\": {\"shm\": {}}}",
+         "'transports' is given more than once"},
+        {"{\"policy\": [{\"segment_type\": \"memory\"}, {\"segment_type\": "
+         "\"memory\", \"max_size\": 1, \"max_size\": 2}]}",
+         "'policy[1]/max_size' is given more than once"},
+        {"{\"x\": [[{\"b\": {\"c\": 1, \"d\": 0, \"c\": 2}}]]}",
+         "'x[0][0]/b/c' is given more than once"},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        tent_config_reset_global();
+        const char *path = write_conf(rows[i].json);
+        tent_load_config_from_file(path);
+        tent_engine_t e = create_quietly();
+        if (e) {
+            tent_destroy_engine(e);
+            fail_msg("%s: engine created", rows[i].json);
+        }
+        if (!strstr(tent_last_error(), rows[i].key) ||
+            !strstr(tent_last_error(), path))
+            fail_msg("%s: \"%s\" lacks %s or the path", rows[i].json,
+                     tent_last_error(), rows[i].key);
+    }
+    /* Inline JSON in MC_TENT_CONF too; the same name in different objects
+     * is fine. */
+    tent_config_reset_global();
+    setenv("MC_TENT_CONF", "{\"log_level\": \"error\", \"log_level\": \"info\"}",
+           1);
+    expect_create_fails("MC_TENT_CONF (inline JSON)", "'log_level'");
+    setenv("MC_TENT_CONF",
+           "{\"log_level\": \"error\", \"metrics\": {\"enabled\": true}, "
+           "\"transports\": {\"tcp\": {\"enabled\": true}}}",
+           1);
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    tent_destroy_engine(e);
+    unsetenv("MC_TENT_CONF");
+}
+
+/* A transport whose install fails on a bad value fails the engine naming
+ * key and value (it used to come up without the transport); one that is
+ * not available here is left out as before. */
+static void test_misconfigured_transport_fails_create(void **state)
+{
+    (void)state;
+    tent_set_config("log_level", "error");
+    tent_set_config("transports/tcp/connections", "1000000");
+    expect_create_fails("transport 'tcp' is misconfigured",
+                        "'transports/tcp/connections' = 1000000");
+    tent_config_reset_global();
+    tent_set_config("log_level", "error");
+    tent_set_config("transports/memfabric/enable", "true");
+    setenv("MF_PROTOCOL", "host_tcp", 1);
+    setenv("MF_TRANSFER_TIMEOUT", "-1", 1);
+    expect_create_fails("transport 'memfabric' is misconfigured",
+                        "MF_TRANSFER_TIMEOUT='-1'");
+    /* A good value, and no libmf_smem.so here: memfabric is left out. */
+    setenv("MF_TRANSFER_TIMEOUT", "1000", 1);
+    setenv("MF_SMEM_LIBRARY", "/nonexistent/libmf_smem.so", 1);
+    tent_engine_t e = create_quietly();
+    unsetenv("MF_PROTOCOL");
+    unsetenv("MF_TRANSFER_TIMEOUT");
+    unsetenv("MF_SMEM_LIBRARY");
+    assert_non_null(e);
+    assert_true(tent_available(e));
+    tent_destroy_engine(e);
+    /* The seed's hugepage variables. */
+    tent_config_reset_global();
+    tent_set_config("log_level", "error");
+    setenv("MC_STORE_USE_HUGEPAGE", "yes", 1);
+    expect_create_fails("MC_STORE_USE_HUGEPAGE='yes'", "accepted");
+    setenv("MC_STORE_USE_HUGEPAGE", "1", 1);
+    setenv("MC_STORE_HUGEPAGE_SIZE", "4MB", 1);
+    expect_create_fails("MC_STORE_HUGEPAGE_SIZE='4MB'", "accepted");
+    unsetenv("MC_STORE_USE_HUGEPAGE");
+    unsetenv("MC_STORE_HUGEPAGE_SIZE");
+}
+
 /* A value that is wrong (out of range, not an integer, a policy list that
  * is not a list) fails the engine, naming the key: stricter than TENT,
  * which would ignore it.  A bad policy rule is skipped as TENT skips it
@@ -278,59 +487,49 @@ static void test_wrong_values_name_the_key(void **state)
     }
 }
 
-/* A value of the wrong type is the default plus a warning naming the key,
- * as TENT takes it (it never fails the engine): in the file, and through
- * tent_set_config, where "10" is a number and "abc" a string. */
-static void test_wrong_types_are_defaults(void **state)
+/* A value of the wrong kind fails the engine naming the key and the value
+ * (TENT would take the default): in the file, and through tent_set_config,
+ * where "abc" is a string, while "10" is a number that a key wanting a
+ * string also takes as its text. */
+static void test_wrong_types_fail(void **state)
 {
     (void)state;
     static const struct {
-        const char *json, *key;
+        const char *json, *key, *value;
     } rows[] = {
-        {"{\"max_failover_attempts\": \"three\"}", "'max_failover_attempts'"},
+        {"{\"max_failover_attempts\": \"three\"}", "'max_failover_attempts'",
+         "\"three\""},
         {"{\"enable_auto_failover_on_poll\": 1}",
-         "'enable_auto_failover_on_poll'"},
-        {"{\"log_level\": 3}", "'log_level'"},
-        {"{\"rpc_server_hostname\": false}", "'rpc_server_hostname'"},
-        {"{\"local_segment_name\": []}", "'local_segment_name'"},
+         "'enable_auto_failover_on_poll'", "= 1"},
+        {"{\"log_level\": 3}", "'log_level'", "= 3"},
+        {"{\"rpc_server_hostname\": false}", "'rpc_server_hostname'",
+         "= false"},
+        {"{\"local_segment_name\": []}", "'local_segment_name'", "= []"},
     };
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         tent_config_reset_global();
         tent_load_config_from_file(write_conf(rows[i].json));
-        tent_log_set_level(TENT_LOG_WARNING);
-        struct tu_capture cap;
-        tu_capture_begin(&cap);
-        tent_engine_t e = tent_create_engine();
-        char *log = tu_capture_end(&cap);
-        if (!e)
-            fail_msg("%s: engine not created: %s", rows[i].json,
-                     tent_last_error());
-        if (!strstr(log, rows[i].key) || !strstr(log, "using the default"))
-            fail_msg("%s: the log lacks %s: %s", rows[i].json, rows[i].key,
-                     log);
-        free(log);
-        struct tent_engine *ie = internal(e);
-        assert_int_equal(ie->max_failover_attempts, 3);
-        assert_true(ie->auto_failover_on_poll);
-        assert_string_equal(ie->hostname, "127.0.0.1");
-        tent_destroy_engine(e);
+        tent_engine_t e = create_quietly();
+        if (e) {
+            tent_destroy_engine(e);
+            fail_msg("%s: engine created", rows[i].json);
+        }
+        if (!strstr(tent_last_error(), rows[i].key) ||
+            !strstr(tent_last_error(), rows[i].value))
+            fail_msg("%s: \"%s\" lacks %s or %s", rows[i].json,
+                     tent_last_error(), rows[i].key, rows[i].value);
     }
     tent_config_reset_global();
     tent_set_config("max_failover_attempts", "abc");
+    expect_create_fails("'max_failover_attempts' = \"abc\"", "not an integer");
+    tent_config_reset_global();
+    tent_set_config("log_level", "error");
     tent_set_config("local_segment_name", "10");
-    tent_log_set_level(TENT_LOG_WARNING);
-    struct tu_capture cap;
-    tu_capture_begin(&cap);
     tent_engine_t e = tent_create_engine();
-    char *log = tu_capture_end(&cap);
     assert_non_null(e);
-    assert_contains(log, "'max_failover_attempts' is a string, not a integer");
-    assert_contains(log, "'local_segment_name' is a number, not a string");
-    free(log);
-    assert_int_equal(internal(e)->max_failover_attempts, 3);
     char name[64];
     assert_int_equal(tent_segment_name(e, name, sizeof(name)), 0);
-    assert_non_null(strstr(name, "127.0.0.1:")); /* the default name */
+    assert_string_equal(name, "10");
     tent_destroy_engine(e);
 }
 
@@ -361,24 +560,15 @@ static void test_config_staged_per_thread(void **state)
     assert_int_equal((int)(intptr_t)ret, 3);
 }
 
-/* A transport enable flag of the wrong type names the key and leaves that
- * transport out; the engine still comes up. */
+/* A transport enable flag of the wrong kind fails the engine naming the
+ * key. */
 static void test_wrong_typed_enable_flag(void **state)
 {
     (void)state;
     tu_config((const char *const[]){"fake_b", NULL});
     tent_set_config("transports/fake_a/enable", "yes");
-    tent_set_config("log_level", "warning");
-    struct tu_capture cap;
-    tu_capture_begin(&cap);
-    tent_engine_t e = tent_create_engine();
-    char *log = tu_capture_end(&cap);
-    assert_non_null(e);
-    assert_contains(log, "'transports/fake_a/enable'");
-    free(log);
+    expect_create_fails("'transports/fake_a/enable' = \"yes\"", "boolean");
     assert_int_equal(fake_stats[0].installs, 0);
-    assert_int_equal(internal(e)->nxports, 1);
-    tent_destroy_engine(e);
 }
 
 /* A key that can never be applied is refused by tent_set_config itself
@@ -495,15 +685,21 @@ static void test_config_getters(void **state)
     assert_int_equal(
         tent_config_get_bool(cfg, "transports/tcp/enable", true, &bv), TENT_OK);
     assert_true(bv);
-    /* Wrong type: the default (and a warning naming the key). */
+    /* Wrong kind: an error naming the key and the value. */
     iv = 5;
-    assert_int_equal(tent_config_get_int(cfg, "a/b/s", 42, &iv), TENT_OK);
-    assert_int_equal(iv, 42);
-    bv = true;
-    assert_int_equal(tent_config_get_bool(cfg, "a/b/n", false, &bv), TENT_OK);
-    assert_false(bv);
-    assert_int_equal(tent_config_get_string(cfg, "a/b", "dflt", &sv), TENT_OK);
-    assert_string_equal(sv, "dflt");
+    assert_int_equal(tent_config_get_int(cfg, "a/b/s", 42, &iv), TENT_ECONFIG);
+    assert_contains(tent_last_error(), "'a/b/s' = \"hello world\"");
+    assert_int_equal(iv, 5);
+    assert_int_equal(tent_config_get_bool(cfg, "a/b/n", false, &bv),
+                     TENT_ECONFIG);
+    assert_contains(tent_last_error(), "'a/b/n' = 12");
+    assert_int_equal(tent_config_get_string(cfg, "a/b", "dflt", &sv),
+                     TENT_ECONFIG);
+    assert_contains(tent_last_error(), "'a/b'");
+    /* A number set through tent_config_set is also its text, for a key that
+     * wants a string (a segment name or password of digits). */
+    assert_int_equal(tent_config_get_string(cfg, "a/b/n", NULL, &sv), TENT_OK);
+    assert_string_equal(sv, "12");
     /* A number that is not an integer is an error naming the key. */
     assert_int_equal(tent_config_set(cfg, "a/b/f", "1.5"), TENT_OK);
     assert_int_equal(tent_config_get_int(cfg, "a/b/f", 0, &iv), TENT_ECONFIG);
@@ -635,7 +831,10 @@ int main(void)
         T(test_defaults),
         T(test_malformed_file),
         T(test_wrong_values_name_the_key),
-        T(test_wrong_types_are_defaults),
+        T(test_wrong_types_fail),
+        T(test_config_not_a_regular_file),
+        T(test_duplicate_key),
+        T(test_misconfigured_transport_fails_create),
         T(test_config_staged_per_thread),
         T(test_wrong_typed_enable_flag),
         T(test_set_config_bad_key),

@@ -1187,12 +1187,10 @@ static int nics_setup(struct tcp_transport *t)
     const struct tent_xport_env *env = t->base.env;
     struct tent_nic all[MAX_NICS * 2];
     size_t nall = tent_nics_list(all, MAX_NICS * 2);
+    /* its kind was checked by tcp_install */
     const cJSON *want = tent_config_node(env->cfg, "transports/tcp/nics");
-    if (want && !cJSON_IsString(want) && !cJSON_IsArray(want)) {
-        LOG_WARN("config key 'transports/tcp/nics' is neither a string nor "
-                 "an array: using every interface");
+    if (want && !cJSON_IsString(want) && !cJSON_IsArray(want))
         want = NULL;
-    }
     const struct tent_nic *own = tent_nic_by_addr(all, nall, env->hostname);
     t->nnics = 0;
     if (tent_addr_is_loopback(env->hostname) || !own) {
@@ -1279,6 +1277,12 @@ static int tcp_install(struct tent_transport *base)
                                   true, &t->sock_prio);
     if (!rc)
         rc = tent_sched_params_load(env->cfg, "transports/tcp", &t->sp);
+    const cJSON *nics = tent_config_node(env->cfg, "transports/tcp/nics");
+    if (!rc && nics && !cJSON_IsNull(nics) && !cJSON_IsString(nics) &&
+        !cJSON_IsArray(nics))
+        rc = tent_config_wrong_kind("transports/tcp/nics", nics,
+                                    "a string (comma list) or an array of "
+                                    "names");
     if (rc)
         return rc;
     /* checked by the engine; absent (an environment built without one):
