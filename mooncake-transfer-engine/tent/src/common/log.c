@@ -9,7 +9,9 @@
 #include <strings.h>
 #include <time.h>
 
-atomic_int tent_log_threshold = TENT_LOG_INFO;
+/* warnings and errors until an engine's log_level (or MC_LOG_LEVEL) says
+ * otherwise */
+atomic_int tent_log_threshold = TENT_LOG_WARNING;
 
 static const char *const level_names[] = {"TRACE",   "DEBUG", "INFO",
                                           "WARNING", "ERROR", "OFF"};

@@ -823,9 +823,47 @@ static void test_submit_notif_dropped_on_failure(void **state)
     tent_destroy_engine(e);
 }
 
+/* The library logs warnings and errors by default; Mooncake's MC_LOG_LEVEL
+ * sets the threshold when the configuration has no log_level, which wins
+ * over it. */
+static void test_log_level_default_and_mc_log_level(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *conf_level, *mc;
+        int want;
+    } rows[] = {
+        {NULL, NULL, TENT_LOG_WARNING},
+        {NULL, "INFO", TENT_LOG_INFO},
+        {NULL, "TRACE", TENT_LOG_TRACE},
+        {NULL, "ERROR", TENT_LOG_ERROR},
+        {"error", "INFO", TENT_LOG_ERROR},
+        {"info", NULL, TENT_LOG_INFO},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        tent_config_reset_global();
+        tent_log_set_level(TENT_LOG_WARNING); /* the process's default */
+        if (rows[i].conf_level)
+            tent_set_config("log_level", rows[i].conf_level);
+        if (rows[i].mc)
+            setenv("MC_LOG_LEVEL", rows[i].mc, 1);
+        tent_engine_t e = tent_create_engine();
+        unsetenv("MC_LOG_LEVEL");
+        assert_non_null(e);
+        if (atomic_load(&tent_log_threshold) != rows[i].want)
+            fail_msg("log_level %s, MC_LOG_LEVEL %s: threshold %d, want %d",
+                     rows[i].conf_level ? rows[i].conf_level : "unset",
+                     rows[i].mc ? rows[i].mc : "unset",
+                     atomic_load(&tent_log_threshold), rows[i].want);
+        tent_destroy_engine(e);
+    }
+    tent_log_set_level(TENT_LOG_WARNING);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        T(test_log_level_default_and_mc_log_level),
         T(test_file_from_env),
         T(test_precedence_and_typed_overrides),
         T(test_defaults),
