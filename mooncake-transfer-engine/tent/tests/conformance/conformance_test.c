@@ -494,6 +494,14 @@ static void test_fail_unregistered(void **state)
               "read of an address nobody registered");
     must_fail(f, req(f, OPCODE_WRITE, f->src, 0x1000, 16), TENT_ERANGE,
               "write to an address nobody registered");
+    /* this side's memory must be registered too */
+    uint8_t *plain = malloc(4096);
+    assert_non_null(plain);
+    memset(plain, 0x5c, 4096);
+    must_fail(f, req(f, OPCODE_WRITE, plain, f->peer.rw_base, 4096),
+              TENT_ENOTREG, "write from unregistered local memory");
+    free(plain);
+    assert_peer(f, 0, 4096);
     /* between two of the peer's buffers: past rw's end, before the next */
     must_fail(f,
               req(f, OPCODE_READ, f->dst, f->peer.rw_base + RW_LEN + 4096, 16),
@@ -814,6 +822,12 @@ struct looper {
     int last_code;
     char last_msg[256];
     int error; /* a call that should not fail did */
+    /* per task k: the last round whose write k COMPLETED (its data is
+     * fill_data of that round), and the rounds since whose write k was
+     * submitted before the flag and FAILED (it may have landed in part) */
+    long last_ok[4];
+    long torn[4][4];
+    int ntorn[4];
 };
 
 static void *loop_main(void *arg)
@@ -849,7 +863,11 @@ static void *loop_main(void *arg)
                         l->completed_after++;
                     else
                         l->completed_before++;
+                    l->last_ok[k] = i;
+                    l->ntorn[k] = 0;
                 } else {
+                    if (!after && l->ntorn[k] < 4)
+                        l->torn[k][l->ntorn[k]++] = i;
                     int native;
                     tent_task_error(f->e, b, k, &l->last_code, &native,
                                     l->last_msg, sizeof(l->last_msg));
@@ -881,7 +899,7 @@ static void wait_batches(struct looper *l, long want, const char *when)
 static void test_revocation(void **state)
 {
     struct fx *f = *state;
-    struct looper l = {.f = f};
+    struct looper l = {.f = f, .last_ok = {-1, -1, -1, -1}};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, loop_main, &l), 0);
     wait_batches(&l, 20, "before the unregister");
@@ -909,6 +927,41 @@ static void test_revocation(void **state)
     if (h0 != h1)
         fail_msg("the revoked range changed after tent_unregister_memory "
                  "returned at the peer");
+    /* Each byte holds the last write to it that COMPLETED, or one that
+     * FAILED after it, in flight at the unregister: registered again, the
+     * range is read back and checked byte by byte. */
+    assert_int_equal(e2e_peer_reregister_rw(&f->peer, PERM_GLOBAL_READ_WRITE),
+                     0);
+    memset(f->dst, 0, 16384);
+    must_complete(f, req(f, OPCODE_READ, f->dst, f->peer.rw_base, 16384));
+    assert_int_equal(e2e_fnv(f->dst, 16384), h1);
+    uint8_t *cand = malloc(5 * 16384);
+    assert_non_null(cand);
+    int torn = 0;
+    for (size_t k = 0; k < 4; k++) {
+        assert_true(l.last_ok[k] >= 0);
+        long rounds[5] = {l.last_ok[k]};
+        int nr = 1;
+        for (int t = 0; t < l.ntorn[k]; t++)
+            rounds[nr++] = l.torn[k][t];
+        torn += nr > 1;
+        for (int c = 0; c < nr; c++)
+            fill_data(cand + c * 16384, 16384, (uint64_t)rounds[c],
+                      (uint8_t)(rounds[c] + 1));
+        for (size_t j = k * 4096; j < (k + 1) * 4096; j++) {
+            bool ok = false;
+            for (int c = 0; c < nr && !ok; c++)
+                ok = f->dst[j] == cand[c * 16384 + j];
+            if (!ok)
+                fail_msg("byte %zu of the revoked range is from no write "
+                         "that COMPLETED or was in flight at the unregister",
+                         j);
+        }
+    }
+    free(cand);
+    print_message("    the range holds the last completed writes (%d of 4 "
+                  "torn by a write in flight at the unregister)\n",
+                  torn);
     /* the bytes outside the range were never touched */
     assert_peer(f, 16384, RW_LEN - 16384);
 }
