@@ -285,9 +285,12 @@ static void must_fail(struct fx *f, tent_request_t r, int want,
 {
     struct outcome o;
     run(f, &r, 1, &o);
-    print_message("    %s: %s%s: %s\n", what,
-                  o.submit_rc ? "refused, " : "FAILED, ", tent_strerror(o.code),
-                  o.msg);
+    print_message("    %s: %s, %s: %s\n", what,
+                  o.submit_rc                    ? "refused"
+                  : o.status == STATUS_COMPLETED ? "COMPLETED"
+                  : o.status == STATUS_FAILED    ? "FAILED"
+                                                 : "not ended",
+                  tent_strerror(o.code), o.msg);
     if (o.status == STATUS_COMPLETED)
         fail_msg("%s over %s: COMPLETED", what, g_x);
     assert_int_equal(o.status, STATUS_FAILED);
