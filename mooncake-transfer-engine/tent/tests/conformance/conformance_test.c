@@ -12,7 +12,7 @@
  * (tent_available() is 0 with it alone: the file transports) exits 77.
  *
  * The peer is tests/e2e's forked target (e2e_peer.h): an rw buffer of
- * RW_LEN bytes filled with e2e_pattern, a read-only, a LOCAL-only and a
+ * f->len bytes filled with e2e_pattern, a read-only, a LOCAL-only and a
  * plain (malloc) registered buffer.  This process keeps a mirror of the
  * peer's rw buffer: every write is checked by the peer's own hash of the
  * range, every read byte by byte against the mirror, and a failed request
@@ -49,10 +49,12 @@ const char *__tsan_default_options(void)
 }
 #endif
 
-/* The peer's rw buffer, and this process's src and dst: the largest request
- * (64 MiB) at an unaligned offset fits. */
-#define RW_LEN ((size_t)66 << 20)
-#define BIG    ((size_t)64 << 20)
+/* The peer's rw buffer, and this process's src and dst: BIG_LEN for the
+ * sizes case (the largest request, 64 MiB, at an unaligned offset fits),
+ * RW_LEN for the others (cheaper to set up). */
+#define BIG_LEN ((size_t)66 << 20)
+#define RW_LEN  ((size_t)32 << 20)
+#define BIG     ((size_t)64 << 20)
 /* The bound on one wait: a transfer that takes longer failed. */
 #define WAIT_MS 30000
 
@@ -139,6 +141,7 @@ struct fx {
     tent_segment_id_t seg;
     uint8_t *src, *dst;
     uint8_t *mirror; /* the peer's rw buffer as it must be */
+    size_t len;      /* of the peer's rw buffer, src, dst and mirror */
     uint64_t rng;
 };
 
@@ -160,37 +163,48 @@ static void fill_data(uint8_t *buf, size_t n, uint64_t seed, uint8_t x)
         buf[i] ^= x;
 }
 
-static int setup(void **state)
+static int setup_len(void **state, size_t len)
 {
     struct fx *f = calloc(1, sizeof(*f));
     if (!f)
         return -1;
     *state = f;
     f->rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+    f->len = len;
     config();
-    if (e2e_peer_start(&f->peer, RW_LEN, false, false) != 0) {
+    if (e2e_peer_start(&f->peer, len, false, false) != 0) {
         print_error("the peer did not start\n");
         return -1;
     }
     f->e = tent_create_engine();
     void *p;
-    if (!f->e || tent_allocate_memory(f->e, &p, RW_LEN, "cpu") ||
-        tent_register_memory(f->e, p, RW_LEN))
+    if (!f->e || tent_allocate_memory(f->e, &p, len, "cpu") ||
+        tent_register_memory(f->e, p, len))
         return -1;
     f->src = p;
-    if (tent_allocate_memory(f->e, &p, RW_LEN, "cpu") ||
-        tent_register_memory(f->e, p, RW_LEN))
+    if (tent_allocate_memory(f->e, &p, len, "cpu") ||
+        tent_register_memory(f->e, p, len))
         return -1;
     f->dst = p;
-    f->mirror = malloc(RW_LEN);
+    f->mirror = malloc(len);
     if (!f->mirror)
         return -1;
-    e2e_pattern_fill(f->mirror, RW_LEN, 0);
+    e2e_pattern_fill(f->mirror, len, 0);
     if (tent_open_segment(f->e, &f->seg, f->peer.name)) {
         print_error("open %s: %s\n", f->peer.name, tent_last_error());
         return -1;
     }
     return 0;
+}
+
+static int setup(void **state)
+{
+    return setup_len(state, RW_LEN);
+}
+
+static int setup_big(void **state)
+{
+    return setup_len(state, BIG_LEN);
 }
 
 static int teardown(void **state)
@@ -376,7 +390,7 @@ static void test_sizes(void **state)
                                    BIG};
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         size_t len = sizes[i];
-        size_t room = RW_LEN - len; /* at least 2 MiB */
+        size_t room = f->len - len; /* at least 2 MiB */
         /* odd remote and source offsets, a destination at 3 mod 4 */
         uint64_t roff = (rnd(f) % (room / 2)) * 2 + 1;
         size_t soff = (rnd(f) % (room / 2)) * 2 + 1;
@@ -389,7 +403,7 @@ static void test_sizes(void **state)
                           len, (unsigned long long)roff, e2e_now_ms() - t0);
     }
     /* the peer's whole buffer is still the mirror */
-    assert_peer(f, 0, RW_LEN);
+    assert_peer(f, 0, f->len);
 }
 
 /* Every misalignment of local and remote address (0..7 each) with lengths
@@ -399,7 +413,7 @@ static void test_unaligned(void **state)
 {
     struct fx *f = *state;
     static const size_t lens[] = {1, 5, 13, 4099, 65531};
-    const size_t lane = 128 << 10;
+    const size_t lane = 96 << 10; /* 5 x 64 lanes fit RW_LEN */
     tent_request_t r[64];
     struct outcome o[64];
     for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
@@ -447,7 +461,7 @@ static void test_batches(void **state)
     tent_request_t r[128];
     struct outcome o[128];
     for (size_t bi = 0; bi < sizeof(ns) / sizeof(ns[0]); bi++) {
-        size_t n = ns[bi], lane = RW_LEN / n;
+        size_t n = ns[bi], lane = f->len / n;
         for (int round = 0; round < 3; round++) {
             size_t maxlen = lane < ((size_t)1 << 20) ? lane : (size_t)1 << 20;
             for (size_t i = 0; i < n; i++) {
@@ -483,7 +497,7 @@ static void test_batches(void **state)
                 print_message("    batch of %zu: %d read(s), %zu write(s)\n", n,
                               reads, n - reads);
         }
-        assert_peer(f, 0, RW_LEN);
+        assert_peer(f, 0, f->len);
     }
 }
 
@@ -507,9 +521,9 @@ static void test_fail_unregistered(void **state)
     assert_peer(f, 0, 4096);
     /* between two of the peer's buffers: past rw's end, before the next */
     must_fail(f,
-              req(f, OPCODE_READ, f->dst, f->peer.rw_base + RW_LEN + 4096, 16),
+              req(f, OPCODE_READ, f->dst, f->peer.rw_base + f->len + 4096, 16),
               TENT_ERANGE, "read of a gap between buffers");
-    assert_peer(f, RW_LEN - 4096, 4096);
+    assert_peer(f, f->len - 4096, 4096);
 }
 
 /* A range the peer unregistered after this engine fetched its descriptor
@@ -536,7 +550,7 @@ static void test_fail_unregistered_since(void **state)
               TENT_ERANGE, "read of a buffer the peer unregistered");
     must_fail(f, req(f, OPCODE_WRITE, f->src + 1, f->peer.rw_base + 4097, 99),
               TENT_ERANGE, "write to a buffer the peer unregistered");
-    assert_peer(f, 0, RW_LEN);
+    assert_peer(f, 0, f->len);
     end_case();
 }
 
@@ -545,7 +559,7 @@ static void test_fail_unregistered_since(void **state)
 static void test_fail_out_of_bounds(void **state)
 {
     struct fx *f = *state;
-    uint64_t end = f->peer.rw_base + RW_LEN;
+    uint64_t end = f->peer.rw_base + f->len;
     fill_data(f->src, 4096, 3, 0x33);
     must_fail(f, req(f, OPCODE_WRITE, f->src, end - 8, 16), TENT_ERANGE,
               "write straddling the end");
@@ -557,10 +571,10 @@ static void test_fail_out_of_bounds(void **state)
         f,
         req(f, OPCODE_WRITE, f->src, f->peer.rw_base + 4096, UINT64_MAX - 4095),
         TENT_EINVAL, "write whose length wraps");
-    assert_peer(f, RW_LEN - 4096, 4096);
+    assert_peer(f, f->len - 4096, 4096);
     assert_peer(f, 0, 8192);
     /* the last byte itself is in bounds */
-    write_read(f, 1, RW_LEN - 1, 3, 1);
+    write_read(f, 1, f->len - 1, 3, 1);
 }
 
 /* The read-only buffer's n bytes, read here, are still the pattern. */
@@ -700,7 +714,7 @@ static void test_peer_killed_mid_transfer(void **state)
 {
     struct fx *f = *state;
     enum { N = 64 };
-    const size_t len = (size_t)1 << 20;
+    const size_t len = (size_t)512 << 10; /* N of them fit RW_LEN */
     tent_request_t r[N];
     for (size_t i = 0; i < N; i++) {
         int op = i % 4 == 3 ? OPCODE_WRITE : OPCODE_READ;
@@ -796,9 +810,9 @@ static void test_peer_death(void **state)
     tent_segment_id_t s;
     assert_true(tent_open_segment(f->e, &s, name) < 0);
     /* a new peer: served as the first was */
-    assert_int_equal(e2e_peer_start(&f->peer, RW_LEN, false, false), 0);
+    assert_int_equal(e2e_peer_start(&f->peer, f->len, false, false), 0);
     assert_int_equal(tent_open_segment(f->e, &f->seg, f->peer.name), 0);
-    e2e_pattern_fill(f->mirror, RW_LEN, 0);
+    e2e_pattern_fill(f->mirror, f->len, 0);
     write_read(f, 1, 7, 3, 65536);
 }
 
@@ -966,7 +980,7 @@ static void test_revocation(void **state)
                   "torn by a write in flight at the unregister)\n",
                   torn);
     /* the bytes outside the range were never touched */
-    assert_peer(f, 16384, RW_LEN - 16384);
+    assert_peer(f, 16384, f->len - 16384);
 }
 
 /* ---- churn --------------------------------------------------------------- */
@@ -988,7 +1002,7 @@ static void test_churn_segment(void **state)
     print_message("    200 open/transfer/close cycles in %ld ms\n",
                   e2e_now_ms() - t0);
     assert_int_equal(tent_open_segment(f->e, &f->seg, f->peer.name), 0);
-    assert_peer(f, 0, RW_LEN);
+    assert_peer(f, 0, f->len);
 }
 
 /* Peers come and go around one long-lived engine: eight in turn, each
@@ -1036,7 +1050,7 @@ static void test_churn_peers(void **state)
     }
     print_message("    8 peers came and went in %ld ms\n", e2e_now_ms() - t0);
     free(want);
-    assert_peer(f, 0, RW_LEN);
+    assert_peer(f, 0, f->len);
 }
 
 /* ---- main ---------------------------------------------------------------- */
@@ -1096,7 +1110,7 @@ int main(int argc, char **argv)
         return 77;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_sizes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sizes, setup_big, teardown),
         cmocka_unit_test_setup_teardown(test_unaligned, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fail_unregistered, setup,
