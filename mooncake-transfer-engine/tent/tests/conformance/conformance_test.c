@@ -91,8 +91,9 @@ static const struct {
      * after the descriptor was fetched as the vendor's refusal
      * (TENT_EVENDOR, "smem_trans result -2000"), where tcp and shm fetch
      * the descriptor again and report TENT_ERANGE / TENT_EPERM: the
-     * runtime refetches only for those causes, and the vendor ABI returns
-     * a bare code. */
+     * runtime refetches only for a stale-range cause (batch_poll.c's
+     * stale_descriptor_cause), which TENT_EVENDOR is not, and the
+     * transport maps every failed vendor batch to TENT_EVENDOR. */
     {"memfabric", "test_fail_unregistered_since",
      "memfabric: a range unregistered since fails with TENT_EVENDOR, not "
      "TENT_ERANGE after a refetch"},
@@ -153,8 +154,9 @@ static uint64_t rnd(struct fx *f)
     return f->rng;
 }
 
-/* n bytes of data at buf that differ from e2e_pattern wherever it lands:
- * the pattern from seed, every byte xor-ed with a nonzero x. */
+/* n bytes of fresh data at buf: the pattern from seed, every byte xor-ed
+ * with a nonzero x, so that even data written where the peer's pattern has
+ * the same seed changes every byte. */
 static void fill_data(uint8_t *buf, size_t n, uint64_t seed, uint8_t x)
 {
     e2e_pattern_fill(buf, n, seed);
@@ -171,6 +173,8 @@ static int setup_len(void **state, size_t len)
     *state = f;
     f->rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
     f->len = len;
+    g_bug = NULL; /* until the case names its known bug */
+    g_bug_seen = false;
     config();
     if (e2e_peer_start(&f->peer, len, false, false) != 0) {
         print_error("the peer did not start\n");
