@@ -742,6 +742,7 @@ static void test_peer_killed_mid_transfer(void **state)
         if (e2e_now_ms() > end)
             fail_msg("the first of %d reads over %s still pending after %d ms",
                      N / 2, g_x, WAIT_MS);
+        usleep(100);
     }
     e2e_peer_kill(&f->peer);
     long t0 = e2e_now_ms();
@@ -777,7 +778,6 @@ static void test_peer_killed_mid_transfer(void **state)
                   "submit %s\n",
                   completed, N / 2, took,
                   rc2 ? tent_strerror(rc2) : "was accepted");
-    assert_true(rc2 == 0 || rc2 < 0);
     assert_int_equal(tent_free_batch(f->e, b), 0);
     /* later requests to the dead peer */
     for (int op = OPCODE_READ; op <= OPCODE_WRITE; op++) {
@@ -820,13 +820,17 @@ static void test_peer_death(void **state)
     write_read(f, 1, 7, 3, 65536);
 }
 
-/* PEER RESTART (new incarnation) -- to be added with incarnations (issue 41,
- * item 3): the peer quits and a new process starts under the same name
- * (rpc_server_port) with its buffer at the same address; a request
- * addressed to the old incarnation must fail with a cause that says so, or
- * complete into the new process only after the descriptor was fetched
- * again -- never COMPLETED through the old descriptor -- and the new
- * process's bytes are checked. */
+/* ==== TO ADD: test_peer_restart_new_incarnation =========================
+ * With incarnations (issue 41, item 3; being implemented separately), and
+ * registered in main's table after test_peer_death: the peer quits and a
+ * new process starts under the same name (e2e_set_child_config with
+ * rpc_server_port) with its rw buffer at the same address.  A request
+ * addressed through the old descriptor must never be COMPLETED into the
+ * new process as if it were the old one: it fails with a cause that names
+ * the incarnation, or completes only after the descriptor was fetched
+ * again; reads and writes after the refetch are checked byte by byte, and
+ * a task addressed to the old process that no longer exists fails saying
+ * so.  Today tcp and memfabric complete such writes (issue 41). */
 
 /* ---- revocation ---------------------------------------------------------- */
 
@@ -1136,6 +1140,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_peer_killed_mid_transfer, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_peer_death, setup, teardown),
+        /* TO ADD: test_peer_restart_new_incarnation (see its comment) */
         cmocka_unit_test_setup_teardown(test_revocation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_churn_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_churn_peers, setup, teardown),
