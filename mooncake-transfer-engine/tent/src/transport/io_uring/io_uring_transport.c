@@ -29,9 +29,11 @@
  *     the file and fails the task (the file shrank); EAGAIN/EINTR are
  *     retried; a direct SQE refused with EINVAL/EOPNOTSUPP goes again
  *     through the page cache;
- *   - with transports/io_uring/sync, a WRITE is COMPLETED only after an
- *     fdatasync of its file that began after the write finished (one per
- *     file per round of completions, shared by every write it covers);
+ *   - with transports/io_uring/sync, or when the request says so
+ *     (tent_xfer.durable: a failover from a durable transport), a WRITE is
+ *     COMPLETED only after an fdatasync of its file that began after the
+ *     write finished (one per file per round of completions, shared by
+ *     every write it covers);
  *   - before any task is published, one fstat per file and round checks
  *     that the file is still linked and no shorter than when the segment was
  *     opened (file_io.h).
@@ -87,6 +89,8 @@ struct iou_task {
     struct tent_xerr *err;
     /* the request */
     int opcode;
+    bool durable;    /* WRITE: fdatasync before COMPLETED (sync, or the
+                        request's tent_xfer.durable) */
     int prio;        /* TENT_PRIO_* of the request */
     uint64_t enq_ns; /* when it was handed to the ring (promotion) */
     char *local;
@@ -451,7 +455,7 @@ static void on_io(struct iou_ring *r, struct iou_task *k, int res)
         start_or_queue(r, k);
         return;
     }
-    if (k->opcode == OPCODE_WRITE && tp->sync) {
+    if (k->durable) {
         struct iou_sync *s = &((struct iou_file *)f->xport)->sync[r->idx];
         s->file = f;
         tl_push(&s->waiting, k);
@@ -802,6 +806,7 @@ static int iou_install(struct tent_transport *t)
                               "io_uring_queue_init failed: %s",
                               strerror(-err));
     io_uring_queue_exit(&probe);
+    t->durable = tp->sync;
     tp->nworkers = (int)workers;
     tp->depth = (unsigned)depth;
     tp->low_slice = (uint64_t)lss;
@@ -929,6 +934,7 @@ static int iou_submit(struct tent_transport *t, struct tent_sub_batch *base,
         k->err = NULL;
         k->bytes = 0;
         k->opcode = x->opcode;
+        k->durable = x->opcode == OPCODE_WRITE && (tp->sync || x->durable);
         k->prio = tent_prio_class(x->priority);
         k->local = x->local;
         k->off = x->remote;
