@@ -162,8 +162,9 @@ static void finish(struct bufio_transport *bt, struct bufio_task *k, bool ok,
 
 /* The tasks taken together: move each, then per file one fdatasync (when
  * a durable write went to it) and one check, then publish.  A failed
- * fdatasync fails every write to that file among them: which bytes it
- * lost is not known. */
+ * fdatasync fails every write to that file among them (which bytes it
+ * lost is not known) and marks the file (tent_fio_sync_failed): a durable
+ * write is not COMPLETED on a marked file. */
 static void run_taken(struct bufio_transport *bt, struct bufio_task **v,
                       size_t n)
 {
@@ -183,10 +184,12 @@ static void run_taken(struct bufio_transport *bt, struct bufio_task **v,
         struct tent_xerr *serr = NULL;
         bool synced = true;
         if (wrote && fdatasync(f->fd) != 0) {
+            int err = errno;
             synced = false;
-            serr = tent_xerr_new(TENT_EIO, errno,
+            tent_fio_sync_failed(f, err);
+            serr = tent_xerr_new(TENT_EIO, err,
                                  "bufio: fdatasync of file '%s' failed: %s",
-                                 f->path, strerror(errno));
+                                 f->path, strerror(err));
         }
         struct tent_xerr *cerr = tent_fio_check(BUFIO, f);
         for (size_t j = i; j < n; j++) {
@@ -195,8 +198,13 @@ static void run_taken(struct bufio_transport *bt, struct bufio_task **v,
             const struct tent_xerr *why = cerr;
             if (!why && !synced && v[j]->opcode == OPCODE_WRITE)
                 why = serr;
-            if (!why && !(!synced && v[j]->opcode == OPCODE_WRITE))
+            if (!why && !(!synced && v[j]->opcode == OPCODE_WRITE)) {
+                /* synced: unless an earlier fdatasync lost pages */
+                if (v[j]->durable && (errs[j] = tent_fio_sync_check(
+                                          BUFIO, f, v[j]->off, v[j]->len)))
+                    ok[j] = false;
                 continue;
+            }
             ok[j] = false;
             errs[j] =
                 why ? tent_xerr_new(why->code, why->native, "%s", why->msg)

@@ -472,9 +472,15 @@ static void on_io(struct iou_ring *r, struct iou_task *k, int res)
 static void on_sync(struct iou_ring *r, struct iou_sync *s, int res)
 {
     s->busy = false;
+    if (res < 0)
+        tent_fio_sync_failed(s->file, -res);
     while (s->flying.head) {
         struct iou_task *k = tl_pop(&s->flying);
-        if (res < 0)
+        struct tent_xerr *lost =
+            res < 0 ? NULL : tent_fio_sync_check(IOU, s->file, k->off, k->len);
+        if (lost)
+            fail_task(r, k, lost); /* an earlier fdatasync lost pages */
+        else if (res < 0)
             fail_task(r, k,
                       tent_xerr_new(TENT_EIO, -res,
                                     "io_uring: fdatasync of file '%s' after "
