@@ -123,13 +123,15 @@ struct tent_fio_file *tent_fio_table_find(const struct tent_fio_table *t,
 
 /* ---- fault injection (tests) ----------------------------------------------
  * Process-wide and off unless a test arms it: the transports ask at each
- * completed I/O (and io_uring at install) whether to turn it into a fault.
+ * completed I/O and fdatasync (and io_uring at install) whether to turn it
+ * into a fault.
  * A fault applies to transport xport ("io_uring", "bufio") after skip
  * matching events, to count of them. */
 enum tent_fio_fault_kind {
     TENT_FIO_FAULT_ERRNO = 1, /* the I/O fails with errno err */
     TENT_FIO_FAULT_SHORT = 2, /* the I/O moves half its bytes (short) */
     TENT_FIO_FAULT_SETUP = 3, /* install fails with errno err */
+    TENT_FIO_FAULT_SYNC = 4,  /* an fdatasync fails with errno err */
 };
 void tent_fio_fault_set(const char *xport, int kind, int err, unsigned skip,
                         unsigned count);

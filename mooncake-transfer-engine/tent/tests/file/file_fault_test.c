@@ -10,6 +10,8 @@
  *     device-mapper error target); with both transports the runtime fails
  *     a READ over and the data still lands, and a WRITE fails at once
  *     (a device error on a WRITE is permanent: docs/durability.md);
+ *   - a failed fdatasync (the hook) with transports/<x>/sync: that write
+ *     and every later durable one fail until the segment is reopened;
  *   - io_uring refused (the hook makes its install fail): bufio serves;
  *   - a path outside file_desc_basepath through ".." or a symlink;
  *   - a read-only file and a write;
@@ -207,6 +209,52 @@ static void test_failover(void **state)
     tent_destroy_engine(e);
 }
 
+/* transports/<x>/sync and a failed fdatasync (injected): the write FAILED
+ * with its cause; the next one is not COMPLETED either, though its own
+ * fdatasync succeeds (the failed one may have dropped pages the next one
+ * cannot see); once the segment is closed and opened again, writes are. */
+static void test_sync_failure_sticks(void **state)
+{
+    (void)state;
+    char key[64];
+    snprintf(key, sizeof(key), "transports/%s/sync", X);
+    tent_engine_t e = ft_engine(X, key, "true", NULL);
+    tent_segment_id_t h = open_file(e, "syncfail", 1 << 20);
+    uint8_t *m = ft_mem(e, 1 << 20);
+    char msg[512];
+    int native = 0;
+    tent_fio_fault_set(X, TENT_FIO_FAULT_SYNC, EIO, 0, 1);
+    int code = ft_run_fail(e, ft_req(OPCODE_WRITE, m, h, 0, 65536), &native,
+                           msg, sizeof(msg));
+    tent_fio_fault_clear();
+    assert_int_equal(code, TENT_EIO);
+    assert_int_equal(native, EIO);
+    ft_assert_contains(msg, "fdatasync");
+    ft_assert_contains(msg, ft_path("syncfail"));
+    code = ft_run_fail(e, ft_req(OPCODE_WRITE, m, h, 65536, 4096), &native,
+                       msg, sizeof(msg));
+    assert_int_equal(code, TENT_EIO);
+    assert_int_equal(native, EIO);
+    ft_assert_contains(msg, "not known to be on storage");
+    ft_assert_contains(msg, "offset 65536");
+    /* reads are not affected */
+    ft_run_ok(e, &(tent_request_t){.opcode = OPCODE_READ,
+                                   .source = m,
+                                   .target_id = h,
+                                   .length = 4096},
+              1);
+    assert_int_equal(tent_close_segment(e, h), TENT_OK);
+    assert_int_equal(tent_open_segment(e, &h, ft_seg(ft_path("syncfail"))),
+                     TENT_OK);
+    ft_run_ok(e, &(tent_request_t){.opcode = OPCODE_WRITE,
+                                   .source = m,
+                                   .target_id = h,
+                                   .length = 4096},
+              1);
+    ft_mem_free(e, m, 1 << 20);
+    tent_destroy_engine(e);
+}
+
 /* A kernel or sandbox that refuses io_uring: the transport is not
  * installed, bufio serves the file. */
 static void test_uring_refused(void **state)
@@ -356,6 +404,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_deleted),
         cmocka_unit_test(test_eio),
         cmocka_unit_test(test_failover),
+        cmocka_unit_test(test_sync_failure_sticks),
         cmocka_unit_test(test_uring_refused),
         cmocka_unit_test(test_basepath),
         cmocka_unit_test(test_read_only),

@@ -183,8 +183,9 @@ static void run_taken(struct bufio_transport *bt, struct bufio_task **v,
             wrote |= v[j]->file == f && ok[j] && v[j]->durable;
         struct tent_xerr *serr = NULL;
         bool synced = true;
-        if (wrote && fdatasync(f->fd) != 0) {
-            int err = errno;
+        int fe = wrote ? tent_fio_fault_take(BUFIO, TENT_FIO_FAULT_SYNC) : 0;
+        if (wrote && (fe || fdatasync(f->fd) != 0)) {
+            int err = fe ? fe : errno;
             synced = false;
             tent_fio_sync_failed(f, err);
             serr = tent_xerr_new(TENT_EIO, err,

@@ -472,6 +472,9 @@ static void on_io(struct iou_ring *r, struct iou_task *k, int res)
 static void on_sync(struct iou_ring *r, struct iou_sync *s, int res)
 {
     s->busy = false;
+    int fe = tent_fio_fault_take(IOU, TENT_FIO_FAULT_SYNC);
+    if (fe)
+        res = -fe;
     if (res < 0)
         tent_fio_sync_failed(s->file, -res);
     while (s->flying.head) {
