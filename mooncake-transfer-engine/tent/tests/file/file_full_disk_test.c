@@ -4,11 +4,12 @@
  *
  * The disk is a thin one, as a thin-provisioned volume or an overcommitted
  * image is: an ext4 filesystem of 64 MiB (journal of 1 MiB) on a loop
- * device whose backing file lies on a tmpfs of 4 MiB.  ext4 believes it has room, so a buffered
- * write lands in the page cache and only its writeback (a later fsync)
- * meets ENOSPC, while an O_DIRECT write meets it at once: the case where a
- * failover into the page cache hid the loss.  (A full tmpfs, as in
- * file_enospc_test.c, refuses buffered writes at once too.)
+ * device whose backing file lies on a tmpfs of 4 MiB.  ext4 believes it has
+ * room, so a buffered write lands in the page cache and only its writeback
+ * (a later fsync) meets the full device, while an O_DIRECT write meets
+ * ENOSPC at once: the case where a failover into the page cache hid the
+ * loss.  (A full tmpfs, as in file_enospc_test.c, refuses buffered writes
+ * at once too.)
  *
  * Everything is made by the test in a mount namespace of its own (the loop
  * device detaches itself when the filesystem goes).  Without the privilege
@@ -159,8 +160,9 @@ static void test_device_full(void **state)
 
 /* Every io_uring write fails with a transient cause (injected ECANCELED),
  * so each fails over to bufio: bufio must make it durable as io_uring
- * would have (fdatasync), and those beyond the disk's room fail with the
- * ENOSPC that fdatasync meets instead of staying in the page cache. */
+ * would have (fdatasync), and those beyond the disk's room fail with what
+ * that fdatasync meets (ext4 aborts its journal: EIO, then EROFS) instead
+ * of staying in the page cache. */
 static void test_failover_keeps_durability(void **state)
 {
     (void)state;
