@@ -2,6 +2,7 @@
 
 #include "common/log.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -63,6 +64,24 @@ bool tent_error_is_transient(int code)
         return false;
     default:
         return code != TENT_OK;
+    }
+}
+
+bool tent_attempt_is_transient(int code, int native, int opcode,
+                               bool file_target)
+{
+    if (!tent_error_is_transient(code))
+        return false;
+    if (opcode != OPCODE_WRITE || !file_target)
+        return true;
+    switch (native) {
+    case EIO:
+    case ENOSPC:
+    case EDQUOT:
+    case EROFS:
+        return false;
+    default:
+        return true;
     }
 }
 

@@ -27,4 +27,13 @@ void tent_clear_error(void);
  * bad argument), which fails at once with its cause. */
 bool tent_error_is_transient(int code);
 
+/* Whether a failed attempt of a request may succeed on another transport:
+ * tent_error_is_transient(code), except that a WRITE to a file whose
+ * native cause is the storage refusing it (EIO, ENOSPC, EDQUOT, EROFS) is
+ * permanent.  Every file transport writes to the same device, and one that
+ * goes through the page cache would report COMPLETED for bytes that a later
+ * fsync loses (docs/durability.md). */
+bool tent_attempt_is_transient(int code, int native, int opcode,
+                               bool file_target);
+
 #endif

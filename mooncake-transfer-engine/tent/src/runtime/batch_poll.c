@@ -64,9 +64,14 @@ bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code,
         tent_task_fail(t, code, native, t->error_msg);
         return false;
     }
-    if (!tent_error_is_transient(code) && try_refetch(e, t, code, from))
+    /* a file's buffer carries its descriptor (transport.h, file segments) */
+    bool file = t->dst_buf &&
+                tent_attrs_get(t->dst_buf->attrs, TENT_FILE_ATTR_FD) != NULL;
+    bool transient =
+        tent_attempt_is_transient(code, native, t->req.opcode, file);
+    if (!transient && try_refetch(e, t, code, from))
         return true;
-    if (!tent_error_is_transient(code)) {
+    if (!transient) {
         /* Another transport would meet the same refusal: fail at once. */
         LOG_DEBUG("task failed on %s with %s; no failover for this cause",
                   tent_xport_name(e, from), tent_strerror(code));

@@ -40,6 +40,19 @@ static struct tent_segment *seg_lookup(struct tent_engine *e,
     return c->seg;
 }
 
+/* Whether WRITE t must reach stable storage: a transport it was routed to
+ * so far (the one now, or one it failed over from) is durable.  The
+ * stricter durability applies; a failover never lowers it. */
+static bool task_durable(const struct tent_engine *e, const struct tent_task *t)
+{
+    if (t->req.opcode != OPCODE_WRITE)
+        return false;
+    for (int i = 0; i <= t->cand_pos && i < t->ncand; i++)
+        if (e->xports[t->cands[i]]->durable)
+            return true;
+    return false;
+}
+
 static void fill_xfer(struct tent_engine *e, struct seg_cache *c,
                       struct tent_task *t, uint32_t slot, struct tent_xfer *x)
 {
@@ -51,6 +64,7 @@ static void fill_xfer(struct tent_engine *e, struct seg_cache *c,
     x->length = t->req.length;
     x->target = &seg_lookup(e, c, t->req.target_id)->v;
     x->target_buf = t->dst_buf; /* pinned by resolve() until terminal */
+    x->durable = task_durable(e, t);
 }
 
 /* One group for one transport: the requests handed over in one submit call
@@ -215,6 +229,7 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                 if (e->merge_requests && g->k > 0 && i > first &&
                     mergeable(e, b, i, t, &g->x[g->k - 1])) {
                     g->x[g->k - 1].length += t->req.length;
+                    g->x[g->k - 1].durable |= task_durable(e, t);
                     g->ntasks[g->k - 1]++;
                     t->lead = g->x[g->k - 1].slot;
                     tent_slot_claim(b, t);

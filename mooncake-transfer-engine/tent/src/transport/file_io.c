@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,78 @@ static void dio_align(int fd, uint32_t *mem, uint32_t *off)
         *mem = sx.stx_dio_mem_align;
         *off = sx.stx_dio_offset_align;
     }
+}
+
+/* ---- files by inode
+ * ---------------------------------------------------------- One record per
+ * (device, inode) open in any file transport of the process, counted by the
+ * tent_fio_file records that share it. */
+struct tent_fio_inode {
+    dev_t dev;
+    ino_t ino;
+    int refs;            /* under inode_lock */
+    atomic_int sync_err; /* errno of the first failed fdatasync, or 0 */
+    struct tent_fio_inode *next;
+};
+
+static pthread_mutex_t inode_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tent_fio_inode *inodes;
+
+static struct tent_fio_inode *inode_get(dev_t dev, ino_t ino)
+{
+    pthread_mutex_lock(&inode_lock);
+    struct tent_fio_inode *n = inodes;
+    while (n && (n->dev != dev || n->ino != ino))
+        n = n->next;
+    if (!n && (n = calloc(1, sizeof(*n)))) {
+        n->dev = dev;
+        n->ino = ino;
+        atomic_init(&n->sync_err, 0);
+        n->next = inodes;
+        inodes = n;
+    }
+    if (n)
+        n->refs++;
+    pthread_mutex_unlock(&inode_lock);
+    return n;
+}
+
+static void inode_put(struct tent_fio_inode *n)
+{
+    if (!n)
+        return;
+    pthread_mutex_lock(&inode_lock);
+    if (--n->refs == 0) {
+        struct tent_fio_inode **pp = &inodes;
+        while (*pp != n)
+            pp = &(*pp)->next;
+        *pp = n->next;
+        free(n);
+    }
+    pthread_mutex_unlock(&inode_lock);
+}
+
+void tent_fio_sync_failed(struct tent_fio_file *f, int err)
+{
+    int none = 0;
+    atomic_compare_exchange_strong(&f->inode->sync_err, &none,
+                                   err > 0 ? err : EIO);
+}
+
+struct tent_xerr *tent_fio_sync_check(const char *xport,
+                                      const struct tent_fio_file *f,
+                                      uint64_t off, uint64_t len)
+{
+    int err = atomic_load(&f->inode->sync_err);
+    if (!err)
+        return NULL;
+    return tent_xerr_new(TENT_EIO, err,
+                         "%s: write of %llu bytes at offset %llu of file '%s' "
+                         "is not known to be on storage: an fdatasync of the "
+                         "file failed (%s), and writes to it are not durable "
+                         "until its segment is closed and opened again",
+                         xport, (unsigned long long)len,
+                         (unsigned long long)off, f->path, strerror(err));
 }
 
 int tent_fio_open(const char *xport, const struct tent_buffer *buf, bool direct,
@@ -71,6 +144,18 @@ int tent_fio_open(const char *xport, const struct tent_buffer *buf, bool direct,
         free(f);
         return TENT_EIO;
     }
+    struct stat st;
+    int err = fstat(f->fd, &st) != 0 ? errno : 0;
+    if (!err && !(f->inode = inode_get(st.st_dev, st.st_ino)))
+        err = ENOMEM;
+    if (err) {
+        int code = err == ENOMEM ? TENT_ENOMEM : TENT_EIO;
+        tent_set_error(code, "%s: cannot record file '%s': %s", xport, f->path,
+                       strerror(err));
+        close(f->fd);
+        free(f);
+        return code;
+    }
     if (direct) {
         /* A new open file description of the same inode, with O_DIRECT:
          * never a path walk, so it is the file the runtime checked. */
@@ -94,6 +179,7 @@ void tent_fio_close(struct tent_fio_file *f)
     if (f->dfd >= 0)
         close(f->dfd);
     close(f->fd);
+    inode_put(f->inode);
     free(f);
 }
 

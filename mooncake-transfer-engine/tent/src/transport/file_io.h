@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct tent_fio_inode;
+
 /* One file segment as a transport serves it. */
 struct tent_fio_file {
     const struct tent_buffer *buf; /* the segment's buffer: the lookup key */
@@ -24,6 +26,9 @@ struct tent_fio_file {
     uint64_t size;                 /* the segment's length: the size at open */
     bool writable;
     void *xport; /* the transport's own per-file state */
+    /* what every file transport of the process knows of this file (by
+     * device and inode): tent_fio_sync_failed */
+    struct tent_fio_inode *inode;
 };
 
 /* Whether buf is a file segment's buffer. */
@@ -61,6 +66,23 @@ struct tent_xerr *tent_fio_io_error(const char *xport,
 struct tent_xerr *tent_fio_eof_error(const char *xport,
                                      const struct tent_fio_file *f,
                                      uint64_t off);
+
+/* ---- durable writes ---------------------------------------------------------
+ * Linux reports a failed writeback of a file once, to one fdatasync (of
+ * whichever descriptor, transport or worker asks first; ext4 reports a
+ * failed metadata write once per filesystem), and drops the pages it could
+ * not write: a later fdatasync that succeeds says nothing about them.  So
+ * the first failed fdatasync of a file marks it, for every file transport
+ * of the process, until every segment of the file is closed: from then on
+ * no durable WRITE to it is COMPLETED (docs/durability.md). */
+
+/* Records that an fdatasync of f failed with errno err. */
+void tent_fio_sync_failed(struct tent_fio_file *f, int err);
+/* NULL when a durable WRITE of len bytes at off whose fdatasync succeeded
+ * may be COMPLETED; else its cause (heap): the file is marked. */
+struct tent_xerr *tent_fio_sync_check(const char *xport,
+                                      const struct tent_fio_file *f,
+                                      uint64_t off, uint64_t len);
 
 /* ---- what both transports' ops share --------------------------------------
  * A task's outcome as each keeps it (state: enum tent_xfer_state, loaded
@@ -101,13 +123,15 @@ struct tent_fio_file *tent_fio_table_find(const struct tent_fio_table *t,
 
 /* ---- fault injection (tests) ----------------------------------------------
  * Process-wide and off unless a test arms it: the transports ask at each
- * completed I/O (and io_uring at install) whether to turn it into a fault.
+ * completed I/O and fdatasync (and io_uring at install) whether to turn it
+ * into a fault.
  * A fault applies to transport xport ("io_uring", "bufio") after skip
  * matching events, to count of them. */
 enum tent_fio_fault_kind {
     TENT_FIO_FAULT_ERRNO = 1, /* the I/O fails with errno err */
     TENT_FIO_FAULT_SHORT = 2, /* the I/O moves half its bytes (short) */
     TENT_FIO_FAULT_SETUP = 3, /* install fails with errno err */
+    TENT_FIO_FAULT_SYNC = 4,  /* an fdatasync fails with errno err */
 };
 void tent_fio_fault_set(const char *xport, int kind, int err, unsigned skip,
                         unsigned count);

@@ -209,6 +209,13 @@ struct tent_xfer {
     uint64_t length;
     const struct tent_seg_view *target;
     const struct tent_buffer *target_buf; /* the target buffer holding remote */
+    /* WRITE: COMPLETED only once the bytes are on stable storage (a file
+     * transport's fdatasync), whatever this transport's own configuration
+     * says.  The runtime sets it when a transport the task was routed to
+     * (this one or one it failed over from) is durable: a failover never
+     * lowers the durability a request was first given.  Transports that
+     * write no file ignore it. */
+    bool durable;
 };
 
 /* ---- results and causes ---------------------------------------------------
@@ -371,6 +378,10 @@ struct tent_transport {
      * may only use what the instance copied or owns itself. */
     const struct tent_xport_env *env;
     int index; /* position in the engine's transport list */
+    /* Set by install: every WRITE this transport completes is on stable
+     * storage (a file transport's transports/<name>/sync).  The runtime
+     * passes it on to a failover target (tent_xfer.durable). */
+    bool durable;
 };
 
 struct tent_transport_ops {

@@ -4,8 +4,11 @@
  * to the machine), a tmpfs of 1 MiB holding a sparse file of 8 MiB; writing
  * 4 MiB into it fails with ENOSPC.  The task is FAILED with TENT_EIO and
  * native ENOSPC, the message names the file; never COMPLETED.  With both
- * file transports the runtime tries the other (ENOSPC is an I/O error like
- * any other to it), which fails the same way.  Without the privilege to
+ * file transports it fails on the first one, not failed over (a device
+ * error on a WRITE is permanent: docs/durability.md).  (A full tmpfs
+ * refuses a buffered write at once too; file_full_disk_test.c has a disk
+ * whose page cache takes what the device then refuses.)  Without the
+ * privilege to
  * mount (not root, no CAP_SYS_ADMIN, a sandbox) the test exits 77:
  * skipped. */
 #include "file_test_util.h"
@@ -17,7 +20,7 @@
 static const char *X;
 static char mnt[600];
 
-static void expect_enospc(const char *xports)
+static void expect_enospc(const char *xports, const char *fails_on)
 {
     tent_engine_t e = ft_engine(xports, NULL);
     char path[700];
@@ -28,9 +31,18 @@ static void expect_enospc(const char *xports)
     uint8_t *m = ft_mem(e, 4 << 20);
     ft_fill(m, 4 << 20, 1, 0);
     char msg[512];
-    int native = 0;
-    int code = ft_run_fail(e, ft_req(OPCODE_WRITE, m, h, 0, 4 << 20), &native,
-                           msg, sizeof(msg));
+    int native = 0, code = 0;
+    tent_request_t r = ft_req(OPCODE_WRITE, m, h, 0, 4 << 20);
+    tent_batch_id_t b = ft_run(e, &r, 1);
+    tent_status_t st;
+    assert_int_equal(tent_task_status(e, b, 0, &st), TENT_OK);
+    assert_int_equal(st.status, STATUS_FAILED);
+    assert_int_equal(
+        tent_task_error(e, b, 0, &code, &native, msg, sizeof(msg)), TENT_OK);
+    char by[32];
+    assert_int_equal(tent_task_transport(e, b, 0, by, sizeof(by)), TENT_OK);
+    assert_string_equal(by, fails_on);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
     assert_int_equal(code, TENT_EIO);
     assert_int_equal(native, ENOSPC);
     ft_assert_contains(msg, path);
@@ -49,7 +61,7 @@ static void expect_enospc(const char *xports)
 static void test_enospc(void **state)
 {
     (void)state;
-    expect_enospc(X);
+    expect_enospc(X, X);
 }
 
 static void test_enospc_both(void **state)
@@ -58,7 +70,7 @@ static void test_enospc_both(void **state)
 #ifndef TENT_HAVE_IO_URING
     skip();
 #endif
-    expect_enospc("io_uring,bufio");
+    expect_enospc("io_uring,bufio", "io_uring");
 }
 
 int main(int argc, char **argv)

@@ -2,9 +2,15 @@
  * whose transport fails at completion moves to the next candidate
  * (max_failover_attempts, budget per task), enable_auto_failover_on_poll
  * = false only observes; and beyond TENT, requests a transport refuses at
- * submit move on without resubmitting the ones that started.  Faults come
+ * submit move on without resubmitting the ones that started; a failover
+ * keeps a WRITE's durability, and a device error on a file WRITE does not
+ * fail over (docs/durability.md).  Faults come
  * from the fakes and from the "fault" decorator (wrapping fake_c). */
 #include "test_util.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #define LEN 16384
 
@@ -412,6 +418,114 @@ static void test_status_query_error(void **state)
     tu_fx_close(&f);
 }
 
+/* Durability (docs/durability.md): a WRITE is durable on the transport it
+ * fails over to when a transport it was routed to before is; never raised
+ * on its first transport by a later candidate; never asked of a READ. */
+static void test_failover_keeps_durability(void **state)
+{
+    (void)state;
+    fake_behavior[0].durable = true; /* read at install */
+    struct tu_fx f = tu_fx_open(TU_LIST("fake_a", "fake_b"), NULL, LEN);
+    fake_behavior[0].fail_completion = true;
+    tent_status_t st;
+    submit_wait(&f, 1, LEN, &st);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(fake_stats[0].durable_writes, 1);
+    assert_int_equal(fake_stats[1].submitted, 1);
+    assert_int_equal(fake_stats[1].durable_writes, 1);
+    assert_int_equal(tent_free_batch(f.e, f.b), TENT_OK);
+    /* a READ is never durable, wherever it goes */
+    f.b = tent_allocate_batch(f.e, 1);
+    tent_request_t r = tu_write(&f.p, 0, LEN);
+    r.opcode = OPCODE_READ;
+    assert_int_equal(tent_submit(f.e, f.b, &r, 1), TENT_OK);
+    assert_int_equal(tu_wait_task(f.e, f.b, 0, &st, 2000), TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(fake_stats[1].submitted, 2);
+    assert_int_equal(fake_stats[1].durable_writes, 1);
+    tu_fx_close(&f);
+}
+
+static void test_durability_not_raised_before_failover(void **state)
+{
+    (void)state;
+    fake_behavior[1].durable = true; /* only the second candidate */
+    struct tu_fx f = tu_fx_open(TU_LIST("fake_a", "fake_b"), NULL, LEN);
+    fake_behavior[0].fail_completion = true;
+    tent_status_t st;
+    submit_wait(&f, 1, LEN, &st);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(fake_stats[0].submitted, 1);
+    assert_int_equal(fake_stats[0].durable_writes, 0);
+    assert_int_equal(fake_stats[1].durable_writes, 1); /* its own */
+    tu_fx_close(&f);
+}
+
+/* A WRITE to a file whose native cause is the device's (EIO, ENOSPC,
+ * EDQUOT, EROFS) fails where it was met: no failover; a READ with the same
+ * cause, or a WRITE to memory, fails over as before. */
+static void test_device_error_on_file_write_is_permanent(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/tent_failover_file.XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, LEN), 0);
+    close(fd);
+    struct tu_fx f = tu_fx_open(TU_LIST("fake_a", "fake_b"), NULL, LEN);
+    for (int i = 0; i < 2; i++) {
+        fake_behavior[i].caps = TENT_CAP_FILE | TENT_CAP_DRAM_TO_DRAM;
+        fake_behavior[i].copy_bytes = false; /* remote is a file offset */
+    }
+    char name[300];
+    snprintf(name, sizeof(name), "file://%s", path);
+    tent_segment_id_t h;
+    assert_int_equal(tent_open_segment(f.e, &h, name), TENT_OK);
+    fake_behavior[0].fail_completion = true;
+    const int device[] = {EIO, ENOSPC, EDQUOT, EROFS};
+    for (size_t k = 0; k < sizeof(device) / sizeof(device[0]); k++) {
+        fake_behavior[0].fail_native = device[k];
+        for (int op = OPCODE_READ; op <= OPCODE_WRITE; op++) {
+            int before = fake_stats[1].submitted;
+            tent_batch_id_t b = tent_allocate_batch(f.e, 1);
+            tent_request_t r = {.opcode = op,
+                                .source = f.p.src,
+                                .target_id = h,
+                                .target_offset = 0,
+                                .length = LEN};
+            assert_int_equal(tent_submit(f.e, b, &r, 1), TENT_OK);
+            tent_status_t st;
+            assert_int_equal(tu_wait_task(f.e, b, 0, &st, 2000), TENT_OK);
+            if (op == OPCODE_READ) {
+                assert_int_equal(st.status, STATUS_COMPLETED);
+                assert_int_equal(fake_stats[1].submitted, before + 1);
+            } else {
+                assert_int_equal(st.status, STATUS_FAILED);
+                assert_int_equal(fake_stats[1].submitted, before);
+                int code = 0, native = 0;
+                assert_int_equal(
+                    tent_task_error(f.e, b, 0, &code, &native, NULL, 0),
+                    TENT_OK);
+                assert_int_equal(code, TENT_EIO);
+                assert_int_equal(native, device[k]);
+            }
+            assert_int_equal(tent_free_batch(f.e, b), TENT_OK);
+        }
+    }
+    assert_int_equal(tent_close_segment(f.e, h), TENT_OK);
+    unlink(path);
+    /* memory: the same native code is no device's */
+    for (int i = 0; i < 2; i++) {
+        fake_behavior[i].caps = TENT_CAP_ALL;
+        fake_behavior[i].copy_bytes = true;
+    }
+    fake_behavior[0].fail_native = ENOSPC;
+    tent_status_t st;
+    submit_wait(&f, 1, LEN, &st);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    tu_fx_close(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -431,6 +545,9 @@ int main(void)
         TU_TEST(test_delayed_completion),
         TU_TEST(test_never_complete_keeps_busy),
         TU_TEST(test_status_query_error),
+        TU_TEST(test_failover_keeps_durability),
+        TU_TEST(test_durability_not_raised_before_failover),
+        TU_TEST(test_device_error_on_file_write_is_permanent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

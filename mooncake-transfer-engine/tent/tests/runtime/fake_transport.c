@@ -45,6 +45,7 @@ static int fake_install(struct tent_transport *t)
     atomic_fetch_add(&fake_stats[f->which].installs, 1);
     if (fake_behavior[f->which].fail_install)
         return TENT_ENODEV;
+    t->durable = fake_behavior[f->which].durable;
     return TENT_OK;
 }
 
@@ -123,6 +124,8 @@ static int fake_submit(struct tent_transport *t, struct tent_sub_batch *sb,
                 memmove(reqs[i].local, remote, reqs[i].length);
         }
         atomic_fetch_add(&fake_stats[w].submitted, 1);
+        if (reqs[i].opcode == OPCODE_WRITE && reqs[i].durable)
+            atomic_fetch_add(&fake_stats[w].durable_writes, 1);
         res[i].code = TENT_OK;
     }
     return first;
@@ -145,7 +148,7 @@ static int fake_status(struct tent_transport *t, struct tent_sub_batch *sb,
         return TENT_OK;
     }
     if (slot->fail) {
-        tent_xstatus_failed(out, NULL, b->fail_code, -1);
+        tent_xstatus_failed(out, NULL, b->fail_code, b->fail_native);
         atomic_fetch_add(&fake_stats[w].failed, 1);
     } else {
         out->state = TENT_XFER_COMPLETED;
@@ -203,6 +206,7 @@ void fake_transports_reset(void)
         fake_behavior[i].caps = TENT_CAP_ALL;
         fake_behavior[i].fail_code = TENT_EIO;
         fake_behavior[i].refuse_code = TENT_EIO;
+        fake_behavior[i].fail_native = -1;
         memset(&fake_stats[i], 0, sizeof(fake_stats[i]));
     }
 }

@@ -34,6 +34,8 @@ struct fake_behavior {
     uint32_t caps;                /* capabilities (TENT_CAP_ALL via reset) */
     bool unreachable;             /* can_reach answers false */
     uintptr_t refuse_buffer_base; /* add_buffer of a buffer here: TENT_EIO */
+    int fail_native;              /* native of a failed completion (-1) */
+    bool durable; /* read at install: the instance's tent_transport.durable */
 };
 
 struct fake_stats {
@@ -44,6 +46,7 @@ struct fake_stats {
     atomic_int failed;
     atomic_int installs;
     atomic_int buffers; /* add_buffer - remove_buffer */
+    atomic_int durable_writes; /* accepted WRITEs with tent_xfer.durable */
 };
 
 extern struct fake_behavior fake_behavior[3];

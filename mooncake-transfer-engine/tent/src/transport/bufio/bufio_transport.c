@@ -10,7 +10,9 @@
  * with pread/pwrite through the page cache (a short transfer continues from
  * where it stopped; a read that meets the end of the file fails: the file
  * shrank), then, for the tasks they took together: one fdatasync per file
- * when transports/bufio/sync asks for stable storage, one fstat per file to
+ * when a write to it is to reach stable storage (transports/bufio/sync, or
+ * the request's tent_xfer.durable: a failover from a durable transport,
+ * docs/durability.md), one fstat per file to
  * see that it was neither deleted nor truncated, and only then the tasks
  * become COMPLETED.  A task that failed anywhere is FAILED with its cause;
  * none is ever COMPLETED with fewer bytes than asked.  Status reads an
@@ -47,6 +49,8 @@ struct bufio_task {
     uint64_t bytes;
     struct tent_xerr *err;
     int opcode;
+    bool durable;    /* WRITE: fdatasync before COMPLETED (sync, or the
+                        request's tent_xfer.durable) */
     int prio;        /* TENT_PRIO_* of the request */
     uint64_t enq_ns; /* when it was queued (promotion) */
     char *local;
@@ -156,8 +160,11 @@ static void finish(struct bufio_transport *bt, struct bufio_task *k, bool ok,
     }
 }
 
-/* The tasks taken together: move each, then per file one fdatasync (sync
- * mode, when it wrote) and one check, then publish. */
+/* The tasks taken together: move each, then per file one fdatasync (when
+ * a durable write went to it) and one check, then publish.  A failed
+ * fdatasync fails every write to that file among them (which bytes it
+ * lost is not known) and marks the file (tent_fio_sync_failed): a durable
+ * write is not COMPLETED on a marked file. */
 static void run_taken(struct bufio_transport *bt, struct bufio_task **v,
                       size_t n)
 {
@@ -173,14 +180,17 @@ static void run_taken(struct bufio_transport *bt, struct bufio_task **v,
         if (seen)
             continue;
         for (size_t j = i; j < n; j++)
-            wrote |= v[j]->file == f && ok[j] && v[j]->opcode == OPCODE_WRITE;
+            wrote |= v[j]->file == f && ok[j] && v[j]->durable;
         struct tent_xerr *serr = NULL;
         bool synced = true;
-        if (bt->sync && wrote && fdatasync(f->fd) != 0) {
+        int fe = wrote ? tent_fio_fault_take(BUFIO, TENT_FIO_FAULT_SYNC) : 0;
+        if (wrote && (fe || fdatasync(f->fd) != 0)) {
+            int err = fe ? fe : errno;
             synced = false;
-            serr = tent_xerr_new(TENT_EIO, errno,
+            tent_fio_sync_failed(f, err);
+            serr = tent_xerr_new(TENT_EIO, err,
                                  "bufio: fdatasync of file '%s' failed: %s",
-                                 f->path, strerror(errno));
+                                 f->path, strerror(err));
         }
         struct tent_xerr *cerr = tent_fio_check(BUFIO, f);
         for (size_t j = i; j < n; j++) {
@@ -189,8 +199,13 @@ static void run_taken(struct bufio_transport *bt, struct bufio_task **v,
             const struct tent_xerr *why = cerr;
             if (!why && !synced && v[j]->opcode == OPCODE_WRITE)
                 why = serr;
-            if (!why && !(!synced && v[j]->opcode == OPCODE_WRITE))
+            if (!why && !(!synced && v[j]->opcode == OPCODE_WRITE)) {
+                /* synced: unless an earlier fdatasync lost pages */
+                if (v[j]->durable && (errs[j] = tent_fio_sync_check(
+                                          BUFIO, f, v[j]->off, v[j]->len)))
+                    ok[j] = false;
                 continue;
+            }
             ok[j] = false;
             errs[j] =
                 why ? tent_xerr_new(why->code, why->native, "%s", why->msg)
@@ -308,6 +323,7 @@ static int bufio_install(struct tent_transport *t)
             0, 60000000, &promo);
     if (rc)
         return rc;
+    t->durable = bt->sync;
     bt->nworkers = (int)workers;
     bt->low_slice = (uint64_t)lss;
     bt->promo_ns = (uint64_t)promo * 1000u;
@@ -414,6 +430,7 @@ static int bufio_submit(struct tent_transport *t, struct tent_sub_batch *base,
         k->err = NULL;
         k->bytes = 0;
         k->opcode = x->opcode;
+        k->durable = x->opcode == OPCODE_WRITE && (bt->sync || x->durable);
         k->prio = tent_prio_class(x->priority);
         k->local = x->local;
         k->off = x->remote;

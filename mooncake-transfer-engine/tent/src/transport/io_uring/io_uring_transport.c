@@ -29,9 +29,11 @@
  *     the file and fails the task (the file shrank); EAGAIN/EINTR are
  *     retried; a direct SQE refused with EINVAL/EOPNOTSUPP goes again
  *     through the page cache;
- *   - with transports/io_uring/sync, a WRITE is COMPLETED only after an
- *     fdatasync of its file that began after the write finished (one per
- *     file per round of completions, shared by every write it covers);
+ *   - with transports/io_uring/sync, or when the request says so
+ *     (tent_xfer.durable: a failover from a durable transport), a WRITE is
+ *     COMPLETED only after an fdatasync of its file that began after the
+ *     write finished (one per file per round of completions, shared by
+ *     every write it covers);
  *   - before any task is published, one fstat per file and round checks
  *     that the file is still linked and no shorter than when the segment was
  *     opened (file_io.h).
@@ -87,6 +89,8 @@ struct iou_task {
     struct tent_xerr *err;
     /* the request */
     int opcode;
+    bool durable;    /* WRITE: fdatasync before COMPLETED (sync, or the
+                        request's tent_xfer.durable) */
     int prio;        /* TENT_PRIO_* of the request */
     uint64_t enq_ns; /* when it was handed to the ring (promotion) */
     char *local;
@@ -451,7 +455,7 @@ static void on_io(struct iou_ring *r, struct iou_task *k, int res)
         start_or_queue(r, k);
         return;
     }
-    if (k->opcode == OPCODE_WRITE && tp->sync) {
+    if (k->durable) {
         struct iou_sync *s = &((struct iou_file *)f->xport)->sync[r->idx];
         s->file = f;
         tl_push(&s->waiting, k);
@@ -468,9 +472,18 @@ static void on_io(struct iou_ring *r, struct iou_task *k, int res)
 static void on_sync(struct iou_ring *r, struct iou_sync *s, int res)
 {
     s->busy = false;
+    int fe = tent_fio_fault_take(IOU, TENT_FIO_FAULT_SYNC);
+    if (fe)
+        res = -fe;
+    if (res < 0)
+        tent_fio_sync_failed(s->file, -res);
     while (s->flying.head) {
         struct iou_task *k = tl_pop(&s->flying);
-        if (res < 0)
+        struct tent_xerr *lost =
+            res < 0 ? NULL : tent_fio_sync_check(IOU, s->file, k->off, k->len);
+        if (lost)
+            fail_task(r, k, lost); /* an earlier fdatasync lost pages */
+        else if (res < 0)
             fail_task(r, k,
                       tent_xerr_new(TENT_EIO, -res,
                                     "io_uring: fdatasync of file '%s' after "
@@ -802,6 +815,7 @@ static int iou_install(struct tent_transport *t)
                               "io_uring_queue_init failed: %s",
                               strerror(-err));
     io_uring_queue_exit(&probe);
+    t->durable = tp->sync;
     tp->nworkers = (int)workers;
     tp->depth = (unsigned)depth;
     tp->low_slice = (uint64_t)lss;
@@ -929,6 +943,7 @@ static int iou_submit(struct tent_transport *t, struct tent_sub_batch *base,
         k->err = NULL;
         k->bytes = 0;
         k->opcode = x->opcode;
+        k->durable = x->opcode == OPCODE_WRITE && (tp->sync || x->durable);
         k->prio = tent_prio_class(x->priority);
         k->local = x->local;
         k->off = x->remote;
