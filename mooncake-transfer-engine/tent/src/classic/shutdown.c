@@ -101,7 +101,7 @@ static void *watcher(void *arg)
         _exit(128 + signo);
     }
     pthread_detach(thr);
-    long long until = tent_now_ms() + 3 * GRACE_MS;
+    long long until = tent_now_ms() + 3LL * GRACE_MS;
     while (!atomic_load(&g_stopped) && tent_now_ms() < until) {
         struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000};
         nanosleep(&ms, NULL);

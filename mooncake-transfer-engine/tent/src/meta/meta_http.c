@@ -91,10 +91,9 @@ static int http_call(const char *method, const char *url, const char *body,
     CURLcode cc = curl_easy_perform(h);
     int rc = TENT_OK;
     if (cc != CURLE_OK) {
-        rc = tent_set_error(
-            cc == CURLE_OPERATION_TIMEDOUT ? TENT_EPEER : TENT_EPEER,
-            "metadata server %s: %s%s", url, curl_easy_strerror(cc),
-            rb.overflow ? " (response too large)" : "");
+        rc = tent_set_error(TENT_EPEER, "metadata server %s: %s%s", url,
+                            curl_easy_strerror(cc),
+                            rb.overflow ? " (response too large)" : "");
     } else {
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
         if (!rb.p && !(rb.p = calloc(1, 1)))

@@ -124,7 +124,8 @@ static int raw_cmd(struct rkv *s, int argc, const char **argv,
 
 static int connect_one(struct rkv *s, int i)
 {
-    struct timeval tv = {s->timeout_ms / 1000, (s->timeout_ms % 1000) * 1000};
+    struct timeval tv = {s->timeout_ms / 1000,
+                         (suseconds_t)(s->timeout_ms % 1000) * 1000};
     redisContext *c = redisConnectWithTimeout(s->host[i], s->port[i], tv);
     if (!c || c->err) {
         int rc = tent_set_error(TENT_EPEER, "redis %s:%d: %s", s->host[i],

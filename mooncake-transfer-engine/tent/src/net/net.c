@@ -95,7 +95,7 @@ int tent_net_format_hostport(char *buf, size_t len, const char *host,
 void tent_net_set_timeouts(int fd, int timeout_ms)
 {
     struct timeval tv = {.tv_sec = timeout_ms / 1000,
-                         .tv_usec = (timeout_ms % 1000) * 1000};
+                         .tv_usec = (suseconds_t)(timeout_ms % 1000) * 1000};
     (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
