@@ -4,7 +4,7 @@
 # offload round through a file segment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh
+scripts/deps.sh runtime
 BUILD_DIR=${BUILD_DIR:-build-demo}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD_DIR" --parallel "$(nproc)"

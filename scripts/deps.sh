@@ -1,13 +1,25 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the build, the tests and the tools need.
-# Skips apt entirely when everything is already there.
+# Installs the Debian packages the build needs and, unless told "runtime",
+# what the tests and tools need too.  Skips apt entirely when everything is
+# already there.
+#   scripts/deps.sh [all|runtime]   (runtime: build the library, tebench and
+#                                    the demo; all, the default: also test)
 set -euo pipefail
-PKGS=(build-essential cmake ninja-build pkg-config libcjson-dev libcmocka-dev
-      clang libclang-rt-14-dev valgrind iproute2 procps
-      etcd-server redis-server libhiredis-dev libcurl4-openssl-dev python3
-      python3-dev python3-pytest python3-numpy python3-torch
+# the library, its tools and the demo's baselines (fio)
+RUNTIME=(build-essential cmake ninja-build pkg-config libcjson-dev
+         libhiredis-dev libcurl4-openssl-dev libmicrohttpd-dev liburing-dev
+         python3 python3-dev fio procps)
+# the tests: cmocka, sanitizers and fuzzers, valgrind, the servers they
+# start, the Python suites, the netns tests, the comparison benchmarks
+TEST=(libcmocka-dev clang libclang-rt-14-dev valgrind iproute2
+      etcd-server redis-server python3-pytest python3-numpy python3-torch
       python3-pip python3-setuptools python3-wheel python3-venv
-      libmicrohttpd-dev prometheus liburing-dev fio ucx-utils)
+      prometheus ucx-utils clang-format clang-tidy)
+case ${1:-all} in
+runtime) PKGS=("${RUNTIME[@]}") ;;
+all) PKGS=("${RUNTIME[@]}" "${TEST[@]}") ;;
+*) echo "deps.sh: unknown set '$1' (all or runtime)" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
