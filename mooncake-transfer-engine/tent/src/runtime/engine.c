@@ -29,23 +29,14 @@ static int load_settings(struct tent_engine *e)
                                   level);
         tent_log_set_level(l);
     } else if ((level = getenv("MC_LOG_LEVEL")) && *level) {
-        /* Mooncake's variable and its names (glog's severities) */
-        static const struct {
-            const char *name;
-            int level;
-        } mc[] = {{"TRACE", TENT_LOG_TRACE},
-                  {"INFO", TENT_LOG_INFO},
-                  {"WARNING", TENT_LOG_WARNING},
-                  {"ERROR", TENT_LOG_ERROR}};
-        int l = -1;
-        for (size_t i = 0; i < sizeof(mc) / sizeof(mc[0]); i++)
-            if (strcasecmp(level, mc[i].name) == 0)
-                l = mc[i].level;
+        /* Mooncake's variable: its names (TRACE, INFO, WARNING, ERROR) and
+         * this library's, any case */
+        int l = tent_log_level_parse(level);
         if (l < 0)
             return tent_set_error(TENT_ECONFIG,
                                   "environment variable MC_LOG_LEVEL has "
                                   "unknown value '%s' (accepted: TRACE, "
-                                  "INFO, WARNING, ERROR)",
+                                  "DEBUG, INFO, WARNING, ERROR, OFF)",
                                   level);
         tent_log_set_level(l);
     }
