@@ -117,7 +117,9 @@ static int load_settings(struct tent_engine *e)
     return tent_policies_load(e);
 }
 
-static void install_transports(struct tent_engine *e)
+/* TENT_OK, or the install error of a transport that is off by default and
+ * was enabled by name (memfabric): the engine does not start without it. */
+static int install_transports(struct tent_engine *e)
 {
     const struct tent_transport_ops *ops[TENT_MAX_TRANSPORTS];
     size_t n = tent_transport_registry_snapshot(ops, TENT_MAX_TRANSPORTS);
@@ -138,11 +140,14 @@ static void install_transports(struct tent_engine *e)
         if (rc != TENT_OK) {
             LOG_WARN("transport '%s' not installed: %s (%s)", ops[i]->name,
                      tent_last_error(), tent_strerror(rc));
+            if (!ops[i]->default_enabled)
+                return rc;
             continue;
         }
         LOG_INFO("transport '%s' installed", ops[i]->name);
         e->xports[e->nxports++] = t;
     }
+    return TENT_OK;
 }
 
 tent_engine_t tent_create_engine(void)
@@ -203,7 +208,15 @@ tent_engine_t tent_create_engine(void)
     if (rc)
         goto fail_rpc;
     tent_xport_env_init(e);
-    install_transports(e);
+    rc = install_transports(e);
+    if (rc) {
+        char msg[768];
+        snprintf(msg, sizeof(msg), "%s", tent_last_error());
+        tent_destroy_engine(e);
+        tent_set_error(rc, "tent_create_engine: %s", msg);
+        LOG_ERROR("tent_create_engine failed: %s", tent_last_error());
+        return NULL;
+    }
     for (int i = 0; i < e->nxports; i++)
         tent_metrics_set_transport(
             e->metrics, i, tent_transport_type_name(e->xports[i]->ops->type));
