@@ -290,9 +290,9 @@ static int add_transport(struct classic_engine *ce, int kind, const char *proto)
         detect_transports(ce);
         return 0;
     }
-    CLASSIC_ERROR("installTransport('%s'): the engine could not be restarted "
-                  "with it: %s",
-                  proto, why);
+    CLASSIC_ERROR("installTransport('%s'): the %s transport could not be "
+                  "installed: %s",
+                  proto, classic_kind_names[kind], why);
     ce->te = classic_settings_start(&ce->set, why, sizeof(why));
     if (ce->te)
         detect_transports(ce);
@@ -301,47 +301,6 @@ static int add_transport(struct classic_engine *ce, int kind, const char *proto)
                       "restarted as it was either (%s); it is unusable",
                       proto, why);
     return -1;
-}
-
-/* proto_kind() of a protocol whose devices (RDMA NICs, GPUs, EFA, CXL ...)
- * are not available here (tcp runs instead), and of an unknown name. */
-#define KIND_NO_DEVICE (-1)
-#define KIND_UNKNOWN   (-2)
-
-/* The transport kind of a protocol name Mooncake or TENT knows. */
-static int proto_kind(const char *proto)
-{
-    static const struct {
-        const char *name;
-        int kind;
-    } table[] = {
-        {"tcp", CLASSIC_TCP},
-        {"shm", CLASSIC_SHM},
-        {"memfabric", CLASSIC_MEMFABRIC},
-        {"ascend", CLASSIC_MEMFABRIC},
-        {"rdma", KIND_NO_DEVICE},
-        {"efa", KIND_NO_DEVICE},
-        {"cxi", KIND_NO_DEVICE},
-        {"barex", KIND_NO_DEVICE},
-        {"ub", KIND_NO_DEVICE},
-        {"ubshmem", KIND_NO_DEVICE},
-        {"nvlink", KIND_NO_DEVICE},
-        {"nvlink_intra", KIND_NO_DEVICE},
-        {"mnnvl", KIND_NO_DEVICE},
-        {"hip", KIND_NO_DEVICE},
-        {"maca", KIND_NO_DEVICE},
-        {"musa", KIND_NO_DEVICE},
-        {"cxl", KIND_NO_DEVICE},
-        {"nvmeof", KIND_NO_DEVICE},
-        {"nccl", KIND_NO_DEVICE},
-        {"sunrise_link", KIND_NO_DEVICE},
-        {"gds", KIND_NO_DEVICE},
-        {"io_uring", KIND_NO_DEVICE},
-    };
-    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
-        if (strcmp(proto, table[i].name) == 0)
-            return table[i].kind;
-    return KIND_UNKNOWN;
 }
 
 /* One warning per protocol and engine.  Caller holds ce->lock. */
@@ -369,25 +328,28 @@ CLASSIC_API transport_t installTransport(transfer_engine_t engine,
         CLASSIC_WARN("installTransport: proto is NULL");
         return NULL;
     }
-    int kind = proto_kind(proto);
-    if (kind == KIND_UNKNOWN) {
-        CLASSIC_WARN("installTransport: unsupported transport '%s' (tcp, "
-                     "shm, ascend/memfabric; device protocols such as rdma "
-                     "run as tcp)",
-                     proto);
+    struct classic_protocol pr;
+    if (classic_protocol_find(proto, &pr) != 0) {
+        char list[512];
+        classic_protocol_list(list, sizeof(list));
+        CLASSIC_WARN("installTransport: unsupported transport '%s' (one of "
+                     "%s; those without a transport here run as tcp)",
+                     proto, list);
         return NULL;
     }
+    int kind = pr.kind;
     bool counted;
     if (!classic_enter(ce, &counted))
         return NULL;
     pthread_mutex_lock(&ce->lock);
     int target = kind;
-    if (kind == KIND_NO_DEVICE) {
+    if (kind < 0) {
         target = CLASSIC_TCP;
         if (first_warning(ce, proto))
             CLASSIC_WARN("installTransport: protocol '%s' has no device "
-                         "here; installing tcp instead",
-                         proto);
+                         "here (this engine has no %s transport); installing "
+                         "tcp instead",
+                         proto, pr.xport);
     } else if (ce->set.force_tcp && kind != CLASSIC_TCP) {
         target = CLASSIC_TCP;
         if (first_warning(ce, proto))
@@ -395,18 +357,12 @@ CLASSIC_API transport_t installTransport(transfer_engine_t engine,
                          "'%s' runs as tcp",
                          proto);
     }
+    /* A transport asked for by name that cannot be installed fails the
+     * call with its cause (add_transport logs it); tcp does not quietly
+     * stand in for it. */
     transport_t out = NULL;
     if (ce->te && !ce->have[target] && add_transport(ce, target, proto) != 0)
         goto done;
-    if (ce->te && !ce->have[target] && target != CLASSIC_TCP &&
-        ce->have[CLASSIC_TCP]) {
-        if (first_warning(ce, proto))
-            CLASSIC_WARN("installTransport: the %s transport for protocol "
-                         "'%s' could not be installed here (see the engine's "
-                         "warning above); installing tcp instead",
-                         classic_kind_names[target], proto);
-        target = CLASSIC_TCP;
-    }
     if (!ce->te || !ce->have[target]) {
         CLASSIC_WARN("installTransport('%s'): the %s transport is not "
                      "available",

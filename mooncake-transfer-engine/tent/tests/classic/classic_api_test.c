@@ -393,22 +393,45 @@ static void test_force_tcp(void **state)
     destroyTransferEngine(e);
 }
 
-/* "ascend" without a libmf_smem.so: tcp runs, with a warning. */
+/* "ascend" on a broken Ascend setup fails installTransport (NULL) with the
+ * seed's words in the log; tcp does not quietly stand in, and the engine
+ * keeps running what it ran. */
 static void test_ascend_without_library(void **state)
 {
     (void)state;
     setenv("MF_SMEM_LIBRARY", "/nonexistent/libmf_smem.so", 1);
     setenv("MF_PROTOCOL", "host_tcp", 1);
-    transfer_engine_t e = p2p(0);
+    transfer_engine_t e = p2p(1);
+    transport_t tcp = installTransport(e, "tcp", NULL);
+    assert_non_null(tcp);
     capture_begin();
     transport_t asc = installTransport(e, "ascend", NULL);
     char *log = capture_end();
-    assert_ptr_equal(asc, installTransport(e, "tcp", NULL));
-    assert_int_equal(lines_with(log, "'ascend'", "installing tcp"), 1);
+    assert_null(asc);
+    assert_int_equal(lines_with(log, "installTransport('ascend')",
+                                "DeviceNotFound: "),
+                     1);
+    assert_int_equal(lines_with(log, "installTransport('ascend')",
+                                "libmf_smem.so unavailable"),
+                     1);
+    assert_int_equal(lines_with(log, "'ascend'", "installing tcp"), 0);
     free(log);
+
+    /* MF_PROTOCOL unset (and no MF_DATA_OP_TYPE): InvalidArgument */
+    unsetenv("MF_PROTOCOL");
+    unsetenv("MF_DATA_OP_TYPE");
+    capture_begin();
+    transport_t mf = installTransport(e, "memfabric", NULL);
+    log = capture_end();
+    assert_null(mf);
+    assert_int_equal(lines_with(log, "installTransport('memfabric')",
+                                "InvalidArgument: MF_PROTOCOL must be set"),
+                     1);
+    free(log);
+    /* still the engine it was: tcp runs */
+    assert_ptr_equal(installTransport(e, "tcp", NULL), tcp);
     destroyTransferEngine(e);
     unsetenv("MF_SMEM_LIBRARY");
-    unsetenv("MF_PROTOCOL");
 }
 
 /* "ascend" with mf_host as libmf_smem.so: the memfabric transport runs. */
