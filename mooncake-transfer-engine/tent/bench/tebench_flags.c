@@ -83,8 +83,9 @@ static const struct flag g_flags[] = {
     {"rpc_server_port", F_PORT, OPT(rpc_server_port), 0,
      "p2p RPC port (0 = pick one)"},
     STRF("xport_type", xport_type,
-         "auto, tcp, shm, memfabric, io_uring (or iouring), bufio: enables "
-         "only that transport"),
+         "auto, tcp, shm, memfabric, io_uring (or iouring), bufio, or a "
+         "Mooncake protocol name (ascend = memfabric): enables only that "
+         "transport"),
     STRF("tent_transport_hint", transport_hint,
          "per-request transport hint: unspec, tcp, shm, memfabric, io_uring, "
          "bufio"),
@@ -298,9 +299,11 @@ static int set_flag(const struct flag *f, const char *val, const char *arg,
 }
 
 /* The transports.def name of a --xport_type / --tent_transport_hint
- * value: a transport's own name, Mooncake's spelling "iouring", or one of
- * Mooncake's protocol names (ascend, efa ...) through the classic API's
- * table; "" for auto; NULL if none.  Case does not matter. */
+ * value, "" for auto, NULL if none; case does not matter.  A transport
+ * this build has, by its own name; else one of Mooncake's protocol names
+ * through the classic API's table (ascend -> memfabric, as installTransport
+ * and initialize take it; efa -> rdma); else any other transports.def
+ * name (refused later as not built); Mooncake's spelling "iouring". */
 const char *tb_transport_canonical(const char *name)
 {
     char low[64];
@@ -313,12 +316,18 @@ const char *tb_transport_canonical(const char *name)
         return "";
     if (strcmp(low, "iouring") == 0)
         return "io_uring";
+#define TENT_XPORT(xname, suffix)                                              \
+    if (strcmp(low, #xname) == 0)                                              \
+        return #xname;
+#include "transport/transports.def"
+    const char *x = classic_protocol_xport(low);
+    if (x && strcmp(x, "unspec") != 0)
+        return x;
 #define TENT_XPORT_TYPE(suffix, value, tname, py)                              \
     if (strcmp(low, tname) == 0)                                               \
         return tname;
 #include "transport/transports.def"
-    const char *x = classic_protocol_xport(low);
-    return x && strcmp(x, "unspec") != 0 ? x : NULL;
+    return NULL;
 }
 
 bool tb_transport_built(const char *tname)
