@@ -152,7 +152,10 @@ int warmupEfaSegment(transfer_engine_t engine, const char *segment_name);
  *  (the entry goes with destroyTransferEngine): ERR_NOT_IMPLEMENTED. */
 int removeLocalSegment(transfer_engine_t engine, const char *segment_name);
 
-/** Stops the engine and frees it; NULL is ignored. */
+/** Stops the engine and frees it; NULL is ignored.  Calls already inside
+ *  the engine on other threads finish first, and a call that begins while
+ *  it runs fails; once it has returned the handle is gone, and no thread
+ *  may use it again. */
 void destroyTransferEngine(transfer_engine_t engine);
 
 /** Registers [addr, addr + length).  location: "*" (any), "cpu:<node>",

@@ -1961,7 +1961,10 @@ static PyMethodDef mc_methods[] = {
      "not in its Python module)."},
     {"last_error", (PyCFunction)mc_last_error, METH_NOARGS,
      "Message of this thread's last failed call on this engine."},
-    {"close", (PyCFunction)mc_close, METH_NOARGS, NULL},
+    {"close", (PyCFunction)mc_close, METH_NOARGS,
+     "close(): destroy the engine.  Safe while other threads use it: calls "
+     "already inside the engine (transfer_sync_*, ...) finish first, later "
+     "calls fail (-1, last_error() says the engine is closed)."},
     {"__enter__", (PyCFunction)mc_enter_ctx, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)mc_exit_ctx, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};

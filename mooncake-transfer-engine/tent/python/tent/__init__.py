@@ -275,7 +275,19 @@ class TransferEngine(_tent.TransferEngine):
     """TransferEngine(config_path=None): TENT's transfer engine.
 
     config_path names a JSON config for this engine; without it the engine
-    reads MC_TENT_CONF (or runs on defaults)."""
+    reads MC_TENT_CONF (or runs on defaults).  A transport the config
+    enables that cannot install (memfabric without libmf_smem.so or
+    MF_PROTOCOL) makes the constructor raise with its cause.
+
+    Threads: methods may be called from several threads at once, and
+    close() may race them: calls already inside the engine finish first,
+    later ones raise RuntimeError.  (The C API's tent_destroy_engine has
+    no such guard.)
+
+    free_transfer_batch() is TENT's lazy free: it succeeds while tasks are
+    still in flight, and they may still write into the destination memory
+    after it returns; wait for every task to finish before reusing or
+    releasing that memory."""
 
     def allocate_memory_guard(self, size, location=kWildcardLocation):
         return MemoryGuard(self, size, location)

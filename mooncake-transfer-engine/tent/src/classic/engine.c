@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 /* ---- handles and call brackets ------------------------------------------ */
 
@@ -30,14 +31,14 @@ struct classic_engine *classic_engine_of(transfer_engine_t engine,
 
 bool classic_enter(struct classic_engine *ce, bool *counted)
 {
-    *counted = false;
-    if (!atomic_load_explicit(&ce->guarded, memory_order_relaxed))
-        return true;
-    /* Pairs with the shutdown's store of closing and load of active: either
-     * it sees this call or this call sees closing. */
+    /* Every call counts itself, so that destroyTransferEngine and graceful
+     * shutdown can wait for the calls inside.  Pairs with their store of
+     * closing and load of active: either they see this call or this call
+     * sees closing. */
     atomic_fetch_add(&ce->active, 1);
     if (atomic_load(&ce->closing)) {
         atomic_fetch_sub(&ce->active, 1);
+        *counted = false;
         CLASSIC_WARN("transfer engine %p is shutting down", (void *)ce);
         return false;
     }
@@ -245,6 +246,14 @@ CLASSIC_API void destroyTransferEngine(transfer_engine_t engine)
     if (!ce)
         return;
     classic_shutdown_forget(ce);
+    /* Calls already inside finish first; calls that begin from now on
+     * fail.  A call that begins after this returns uses freed memory: the
+     * caller must not make one (transfer_engine_c.h). */
+    atomic_store(&ce->closing, true);
+    while (atomic_load(&ce->active) > 0) {
+        struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000};
+        nanosleep(&ms, NULL);
+    }
     classic_engine_stop(ce);
     tent_free_notifs(&ce->stash);
     free(ce->regions);
