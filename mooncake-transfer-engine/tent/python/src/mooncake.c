@@ -1964,7 +1964,7 @@ static PyMethodDef mc_methods[] = {
     {"close", (PyCFunction)mc_close, METH_NOARGS,
      "close(): destroy the engine.  Safe while other threads use it: calls "
      "already inside the engine (transfer_sync_*, ...) finish first, later "
-     "calls fail (-1, last_error() says the engine is closed)."},
+     "calls raise RuntimeError ('the transfer engine is closed')."},
     {"__enter__", (PyCFunction)mc_enter_ctx, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)mc_exit_ctx, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};

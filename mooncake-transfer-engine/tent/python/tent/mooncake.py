@@ -66,7 +66,7 @@ class TransferEngine(_Engine):
 
     Threads: every method may be called from several threads at once, and
     close() may race the others: it waits for the calls already inside the
-    engine, and later calls fail (-1; last_error() names the cause).
+    engine, and later calls raise RuntimeError.
 
     Batches: a batch whose tasks are still in flight is released lazily
     (TENT's rule): its tasks may keep reading the source and writing into
