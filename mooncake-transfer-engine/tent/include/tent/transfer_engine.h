@@ -187,11 +187,12 @@ TENT_API void tent_set_config(const char *key, const char *value);
 
 /* ---- engine ----------------------------------------------------------- */
 /** Creates an engine from the staged configuration; NULL with the reason
- *  in tent_last_error().  A transport that is off by default and that the
- *  configuration enables (transports/memfabric/enable: true) must install,
- *  or creation fails with its cause (for memfabric, the seed's
- *  "InvalidArgument: MF_PROTOCOL must be set" or "DeviceNotFound: ...
- *  libmf_smem.so unavailable"). */
+ *  in tent_last_error().  A transport that fails to install is left out
+ *  (the log says why); but when one that is off by default and that the
+ *  configuration enables (transports/memfabric/enable: true) fails and no
+ *  memory transport is left, creation fails with its cause (for memfabric,
+ *  the seed's "InvalidArgument: MF_PROTOCOL must be set" or
+ *  "DeviceNotFound: ... libmf_smem.so unavailable"). */
 TENT_API tent_engine_t tent_create_engine(void);
 /** Destroys the engine.  Not safe against other calls on the same engine:
  *  as in TENT, the caller must make sure that no other thread is inside a

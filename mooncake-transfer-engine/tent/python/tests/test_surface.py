@@ -331,8 +331,9 @@ def test_broken_ascend_setup_fails_initialize_in_seed_words(
 
 def test_broken_ascend_setup_fails_tent_engine_in_seed_words(
         monkeypatch, tmp_path):
-    """The tent module: a configuration that enables memfabric on a broken
-    setup fails TransferEngine() with the same words."""
+    """The tent module: the seed's configuration (memfabric enabled, tcp
+    left on by default) on a broken setup fails TransferEngine() with the
+    same words, rather than running tcp alone."""
     conf = tmp_path / "mf.json"
     conf.write_text(json.dumps({"transports": {"memfabric": {
         "enable": True}}}))

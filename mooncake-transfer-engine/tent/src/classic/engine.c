@@ -312,6 +312,31 @@ static int add_transport(struct classic_engine *ce, int kind, const char *proto)
     return -1;
 }
 
+/* Why transport `kind` does not run in the engine: an engine with that
+ * transport alone (p2p, an ephemeral port, so nothing is published or
+ * taken from the running engine) fails with the transport's install error
+ * (tent_create_engine fails when no memory transport installs).  0 if it
+ * runs there after all. */
+static int probe_transport(const struct classic_engine *ce, int kind, char *why,
+                           size_t len)
+{
+    struct classic_settings p = ce->set;
+    snprintf(p.meta_type, sizeof(p.meta_type), "p2p");
+    p.meta_servers[0] = '\0';
+    p.port = p.port_min = p.port_max = 0;
+    p.segment_name[0] = '\0';
+    p.redis_password[0] = '\0';
+    p.redis_db = -1;
+    p.nics[0] = '\0';
+    for (int k = 0; k < CLASSIC_NKINDS; k++)
+        p.xport[k] = k == kind ? CLASSIC_ON : CLASSIC_OFF;
+    tent_engine_t te = classic_settings_start(&p, why, len);
+    if (!te)
+        return -1;
+    tent_destroy_engine(te);
+    return 0;
+}
+
 /* One warning per protocol and engine.  Caller holds ce->lock. */
 static bool first_warning(struct classic_engine *ce, const char *proto)
 {
@@ -372,6 +397,18 @@ CLASSIC_API transport_t installTransport(transfer_engine_t engine,
     transport_t out = NULL;
     if (ce->te && !ce->have[target] && add_transport(ce, target, proto) != 0)
         goto done;
+    if (ce->te && !ce->have[target] && target != CLASSIC_TCP) {
+        char why[768];
+        if (probe_transport(ce, target, why, sizeof(why)) != 0)
+            CLASSIC_ERROR("installTransport('%s'): the %s transport could "
+                          "not be installed: %s",
+                          proto, classic_kind_names[target], why);
+        else
+            CLASSIC_ERROR("installTransport('%s'): the %s transport could "
+                          "not be installed (see the engine's log above)",
+                          proto, classic_kind_names[target]);
+        goto done;
+    }
     if (!ce->te || !ce->have[target]) {
         CLASSIC_WARN("installTransport('%s'): the %s transport is not "
                      "available",

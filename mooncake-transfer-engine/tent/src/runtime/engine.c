@@ -118,9 +118,14 @@ static int load_settings(struct tent_engine *e)
 }
 
 /* TENT_OK, or the install error of a transport that is off by default and
- * was enabled by name (memfabric): the engine does not start without it. */
+ * was enabled by name (memfabric, shm) when no memory transport could be
+ * installed: an engine without one serves nobody, and its caller should
+ * learn why (the seed's "InvalidArgument: MF_PROTOCOL must be set"), not
+ * find out at the first request. */
 static int install_transports(struct tent_engine *e)
 {
+    int failed = TENT_OK;
+    char why[768] = "";
     const struct tent_transport_ops *ops[TENT_MAX_TRANSPORTS];
     size_t n = tent_transport_registry_snapshot(ops, TENT_MAX_TRANSPORTS);
     for (size_t i = 0; i < n && e->nxports < TENT_MAX_TRANSPORTS; i++) {
@@ -140,13 +145,17 @@ static int install_transports(struct tent_engine *e)
         if (rc != TENT_OK) {
             LOG_WARN("transport '%s' not installed: %s (%s)", ops[i]->name,
                      tent_last_error(), tent_strerror(rc));
-            if (!ops[i]->default_enabled)
-                return rc;
+            if (!ops[i]->default_enabled && failed == TENT_OK) {
+                failed = rc;
+                snprintf(why, sizeof(why), "%s", tent_last_error());
+            }
             continue;
         }
         LOG_INFO("transport '%s' installed", ops[i]->name);
         e->xports[e->nxports++] = t;
     }
+    if (failed != TENT_OK && !tent_available(e))
+        return tent_set_error(failed, "%s", why);
     return TENT_OK;
 }
 

@@ -1226,6 +1226,7 @@ static tent_engine_t host_engine_at(struct tu_at at)
     tent_engine_t e = tent_create_engine();
     at_non_null(at, e);
     tent_set_config("transports/memfabric/enable", "true");
+    tent_set_config("transports/fake_a/enable", "false");
     return e;
 }
 
@@ -1266,8 +1267,9 @@ static void test_note1_missing_library_is_device_not_found(void **s)
     assert_non_null(strstr(tent_last_error(), "DeviceNotFound: "));
     direct_uninstall(mf);
     tent_destroy_engine(host);
-    /* Through the engine: memfabric was enabled by name, so the engine does
-     * not start without it, and says why in the seed's words. */
+    /* Through the engine: memfabric, enabled by name, was its only memory
+     * transport, so the engine does not start, and says why in the seed's
+     * words. */
     struct tu_capture cap;
     tu_capture_begin(&cap);
     tent_engine_t e = tent_create_engine();
@@ -1320,8 +1322,9 @@ static void test_note2_unset_mf_protocol_is_invalid_argument(void **s)
     assert_non_null(strstr(tent_last_error(), seed));
     direct_uninstall(mf);
     tent_destroy_engine(host);
-    /* Through the engine: create fails with the seed's words, also in the
-     * log (not "invalid argument" alone). */
+    /* Through the engine (memfabric its only memory transport): create
+     * fails with the seed's words, also in the log (not "invalid argument"
+     * alone). */
     struct tu_capture cap;
     tu_capture_begin(&cap);
     tent_engine_t e = tent_create_engine();
@@ -1569,7 +1572,7 @@ static void test_install_failure_unwinds_every_step(void **s)
     for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
         mk.mock_reset();
         mk.mock_fail_next(steps[i], SM_ERROR);
-        /* memfabric was enabled by name: the engine does not start */
+        /* memfabric, its only memory transport, failed: no engine */
         assert_null(tent_create_engine());
         assert_non_null(strstr(tent_last_error(), steps[i]));
         assert_int_equal(mk.mock_call_count(steps[i]), 1);

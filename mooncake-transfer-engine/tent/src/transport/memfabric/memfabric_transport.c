@@ -15,6 +15,10 @@
  *    until every vendor batch has a result or MF_TRANSFER_TIMEOUT expires;
  *    a timeout completes nothing and cancels nothing.
  *
+ * transports/memfabric/status_query_abi = 3 calls the fork's three-argument
+ * query instead (0 done, 1 pending, else failed): there a query error
+ * cannot be told from a failed batch, and both fail its tasks.
+ *
  * Direction convention of smem_trans_batch_copy (see smem_trans_abi.h):
  * srcList always holds local addresses and destList remote addresses of the
  * peer named by destUrl; WRITE copies srcList[i] -> destList[i], READ copies
