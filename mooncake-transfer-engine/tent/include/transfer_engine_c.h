@@ -125,8 +125,13 @@ int discoverTopology(transfer_engine_t engine);
 int getLocalIpAndPort(transfer_engine_t engine, char *buf_out, size_t buf_len);
 
 /** Installs a transport: "tcp", "shm", "ascend"/"memfabric".  A protocol
- *  whose devices are absent here ("rdma", "efa", "nvlink", ...) installs tcp
- *  and logs one warning.  args (a NIC priority matrix) is not used. */
+ *  whose devices are absent here ("rdma", "efa", "nvlink", "gds", ...: the
+ *  names of Mooncake's protocol table) installs tcp and logs one warning.
+ *  A transport of this engine that cannot run (ascend without
+ *  libmf_smem.so or MF_PROTOCOL) returns NULL and logs the cause in the
+ *  seed's words ("InvalidArgument: MF_PROTOCOL must be set",
+ *  "DeviceNotFound: ... libmf_smem.so unavailable"); tcp does not stand in.
+ *  args (a NIC priority matrix) is not used. */
 transport_t installTransport(transfer_engine_t engine, const char *proto,
                              void **args);
 
