@@ -17,8 +17,11 @@
 
 static const char *g_prog = "tebench";
 
-static const char *xport_names[] = {"tcp", "shm", "memfabric", "io_uring",
-                                    "bufio"};
+/* The transports this engine implements (transports.def). */
+static const char *xport_names[] = {
+#define TENT_XPORT(name, suffix) #name,
+#include "transport/transports.def"
+};
 
 /* Applies the flags that map to TENT configuration keys, enables only
  * xport when it names a transport, and creates the engine. */

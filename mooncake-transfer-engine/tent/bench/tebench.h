@@ -93,6 +93,11 @@ void tb_usage(FILE *f, const char *prog);
 /* TRANSPORT_* for a name ("tcp"), TRANSPORT_UNSPEC for ""/"auto"/"unspec",
  * -1 for a name this build does not know. */
 int tb_transport_from_name(const char *name);
+/* name's transports.def name ("" = auto), NULL if unknown; whether this
+ * build has that transport; the built ones, ", "-separated. */
+const char *tb_transport_canonical(const char *name);
+bool tb_transport_built(const char *tname);
+void tb_transport_built_list(char *buf, size_t len);
 const char *tb_op_name(int op);
 
 /* ---- run: one initiator engine running every case ---------------------- */

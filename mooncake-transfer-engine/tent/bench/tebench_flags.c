@@ -1,7 +1,9 @@
 /* tebench flags: gflags syntax (--name=value, --name value, -name=value;
  * booleans as --flag, --flag=true|false, --noflag). */
+#include "classic/protocols.h"
 #include "tebench.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -81,8 +83,9 @@ static const struct flag g_flags[] = {
     {"rpc_server_port", F_PORT, OPT(rpc_server_port), 0,
      "p2p RPC port (0 = pick one)"},
     STRF("xport_type", xport_type,
-         "auto, tcp, shm, memfabric, io_uring (or iouring), bufio: enables "
-         "only that transport"),
+         "auto, tcp, shm, memfabric, io_uring (or iouring), bufio, or a "
+         "Mooncake protocol name (ascend = memfabric): enables only that "
+         "transport"),
     STRF("tent_transport_hint", transport_hint,
          "per-request transport hint: unspec, tcp, shm, memfabric, io_uring, "
          "bufio"),
@@ -295,21 +298,68 @@ static int set_flag(const struct flag *f, const char *val, const char *arg,
     return fail(err, errlen, "internal: flag kind of %s", arg);
 }
 
+/* The transports.def name of a --xport_type / --tent_transport_hint
+ * value, "" for auto, NULL if none; case does not matter.  A transport
+ * this build has, by its own name; else one of Mooncake's protocol names
+ * through the classic API's table (ascend -> memfabric, as installTransport
+ * and initialize take it; efa -> rdma); else any other transports.def
+ * name (refused later as not built); Mooncake's spelling "iouring". */
+const char *tb_transport_canonical(const char *name)
+{
+    char low[64];
+    size_t n = strlen(name);
+    if (n >= sizeof(low))
+        return NULL;
+    for (size_t i = 0; i <= n; i++)
+        low[i] = (char)tolower((unsigned char)name[i]);
+    if (!*low || strcmp(low, "auto") == 0 || strcmp(low, "unspec") == 0)
+        return "";
+    if (strcmp(low, "iouring") == 0)
+        return "io_uring";
+#define TENT_XPORT(xname, suffix)                                              \
+    if (strcmp(low, #xname) == 0)                                              \
+        return #xname;
+#include "transport/transports.def"
+    const char *x = classic_protocol_xport(low);
+    if (x && strcmp(x, "unspec") != 0)
+        return x;
+#define TENT_XPORT_TYPE(suffix, value, tname, py)                              \
+    if (strcmp(low, tname) == 0)                                               \
+        return tname;
+#include "transport/transports.def"
+    return NULL;
+}
+
+bool tb_transport_built(const char *tname)
+{
+#define TENT_XPORT(xname, suffix)                                              \
+    if (strcmp(tname, #xname) == 0)                                            \
+        return true;
+#include "transport/transports.def"
+    return false;
+}
+
+void tb_transport_built_list(char *buf, size_t len)
+{
+    size_t l = 0;
+    buf[0] = '\0';
+#define TENT_XPORT(xname, suffix)                                              \
+    if (l < len)                                                               \
+        l += (size_t)snprintf(buf + l, len - l, "%s" #xname, l ? ", " : "");
+#include "transport/transports.def"
+}
+
 int tb_transport_from_name(const char *name)
 {
-    static const struct {
-        const char *name;
-        int type;
-    } map[] = {
-        {"", TRANSPORT_UNSPEC},          {"auto", TRANSPORT_UNSPEC},
-        {"unspec", TRANSPORT_UNSPEC},    {"tcp", TRANSPORT_TCP},
-        {"shm", TRANSPORT_SHM},          {"memfabric", TRANSPORT_MEMFABRIC},
-        {"io_uring", TRANSPORT_IOURING}, {"iouring", TRANSPORT_IOURING},
-        {"bufio", TRANSPORT_BUFIO},
-    };
-    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-        if (strcasecmp(name, map[i].name) == 0)
-            return map[i].type;
+    const char *c = tb_transport_canonical(name);
+    if (!c)
+        return -1;
+    if (!*c)
+        return TRANSPORT_UNSPEC;
+#define TENT_XPORT_TYPE(suffix, value, tname, py)                              \
+    if (strcmp(c, tname) == 0)                                                 \
+        return value;
+#include "transport/transports.def"
     return -1;
 }
 
@@ -411,16 +461,30 @@ static int validate(struct tb_opts *o, char *err, size_t errlen)
         return fail(err, errlen,
                     "bad value in --metadata_type=%s (p2p, etcd, redis, http)",
                     o->metadata_type);
-    if (tb_transport_from_name(o->xport_type) < 0)
+    char built[256];
+    tb_transport_built_list(built, sizeof(built));
+    const char *xc = tb_transport_canonical(o->xport_type);
+    if (!xc)
         return fail(err, errlen,
-                    "bad value in --xport_type=%s (auto, tcp, shm, memfabric, "
-                    "io_uring, bufio)",
-                    o->xport_type);
-    if (tb_transport_from_name(o->transport_hint) < 0)
+                    "bad value in --xport_type=%s (auto, %s, or one of "
+                    "Mooncake's protocol names)",
+                    o->xport_type, built);
+    if (*xc && !tb_transport_built(xc))
         return fail(err, errlen,
-                    "bad value in --tent_transport_hint=%s (unspec, tcp, shm, "
-                    "memfabric, io_uring, bufio)",
-                    o->transport_hint);
+                    "bad value in --xport_type=%s: this engine has no %s "
+                    "transport (it has %s)",
+                    o->xport_type, xc, built);
+    const char *hc = tb_transport_canonical(o->transport_hint);
+    if (!hc)
+        return fail(err, errlen,
+                    "bad value in --tent_transport_hint=%s (unspec, %s, or "
+                    "one of Mooncake's protocol names)",
+                    o->transport_hint, built);
+    if (*hc && !tb_transport_built(hc))
+        return fail(err, errlen,
+                    "bad value in --tent_transport_hint=%s: this engine has "
+                    "no %s transport (it has %s)",
+                    o->transport_hint, hc, built);
     static const char *const levels[] = {"trace", "debug", "info", "warning",
                                          "warn",  "error", "off"};
     bool level_ok = false;
@@ -431,11 +495,12 @@ static int validate(struct tb_opts *o, char *err, size_t errlen)
                     "bad value in --log_level=%s (trace, debug, info, "
                     "warning, error, off)",
                     o->log_level);
-    /* Mooncake's tebench spells io_uring "iouring" */
-    if (strcasecmp(o->xport_type, "iouring") == 0)
-        snprintf(o->xport_type, sizeof(o->xport_type), "io_uring");
-    if (strcasecmp(o->transport_hint, "iouring") == 0)
-        snprintf(o->transport_hint, sizeof(o->transport_hint), "io_uring");
+    /* From here on the transports.def names ("iouring" -> io_uring, ascend
+     * -> memfabric); "auto" stays as given */
+    if (*xc)
+        snprintf(o->xport_type, sizeof(o->xport_type), "%s", xc);
+    if (*hc)
+        snprintf(o->transport_hint, sizeof(o->transport_hint), "%s", hc);
     if (o->config[0] && access(o->config, R_OK) != 0)
         return fail(err, errlen, "bad value in --config=%s: %s", o->config,
                     strerror(errno));

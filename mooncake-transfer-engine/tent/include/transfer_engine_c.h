@@ -125,8 +125,13 @@ int discoverTopology(transfer_engine_t engine);
 int getLocalIpAndPort(transfer_engine_t engine, char *buf_out, size_t buf_len);
 
 /** Installs a transport: "tcp", "shm", "ascend"/"memfabric".  A protocol
- *  whose devices are absent here ("rdma", "efa", "nvlink", ...) installs tcp
- *  and logs one warning.  args (a NIC priority matrix) is not used. */
+ *  whose devices are absent here ("rdma", "efa", "nvlink", "gds", ...: the
+ *  names of Mooncake's protocol table) installs tcp and logs one warning.
+ *  A transport of this engine that cannot run (ascend without
+ *  libmf_smem.so or MF_PROTOCOL) returns NULL and logs the cause in the
+ *  seed's words ("InvalidArgument: MF_PROTOCOL must be set",
+ *  "DeviceNotFound: ... libmf_smem.so unavailable"); tcp does not stand in.
+ *  args (a NIC priority matrix) is not used. */
 transport_t installTransport(transfer_engine_t engine, const char *proto,
                              void **args);
 
@@ -152,7 +157,10 @@ int warmupEfaSegment(transfer_engine_t engine, const char *segment_name);
  *  (the entry goes with destroyTransferEngine): ERR_NOT_IMPLEMENTED. */
 int removeLocalSegment(transfer_engine_t engine, const char *segment_name);
 
-/** Stops the engine and frees it; NULL is ignored. */
+/** Stops the engine and frees it; NULL is ignored.  Calls already inside
+ *  the engine on other threads finish first, and a call that begins while
+ *  it runs fails; once it has returned the handle is gone, and no thread
+ *  may use it again. */
 void destroyTransferEngine(transfer_engine_t engine);
 
 /** Registers [addr, addr + length).  location: "*" (any), "cpu:<node>",

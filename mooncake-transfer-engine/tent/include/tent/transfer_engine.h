@@ -206,11 +206,22 @@ TENT_API void tent_load_config_from_file(const char *path);
 TENT_API void tent_set_config(const char *key, const char *value);
 
 /* ---- engine ----------------------------------------------------------- */
-/** NULL when the configuration is wrong: a value out of range or of the
- *  wrong kind (an enabled transport's too) fails it with tent_last_error()
- *  naming the key and the value.  A transport that is not available here
- *  (no device, library missing) is left out with a warning instead. */
+/** Creates an engine from the staged configuration; NULL with the reason
+ *  in tent_last_error().  A wrong configuration fails it: a value out of
+ *  range or of the wrong kind (an enabled transport's too) names the key
+ *  and the value (for memfabric, the seed's "InvalidArgument: MF_PROTOCOL
+ *  must be set").  A transport that is not available here (no device,
+ *  library missing) is left out with a warning, unless it is off by
+ *  default, the configuration enables it and no memory transport is left:
+ *  then creation fails with its cause ("DeviceNotFound: ... libmf_smem.so
+ *  unavailable"). */
 TENT_API tent_engine_t tent_create_engine(void);
+/** Destroys the engine.  Not safe against other calls on the same engine:
+ *  as in TENT, the caller must make sure that no other thread is inside a
+ *  call on it (submit, status, register, ...) or will start one, and that
+ *  no tent_engine_t copy is used afterwards; a racing call may crash.  The
+ *  Python module and the classic C API serialise this for their callers
+ *  (close() / destroyTransferEngine wait for the calls in progress). */
 TENT_API void tent_destroy_engine(tent_engine_t engine);
 /** 1 when the engine has a transport for memory segments installed (the
  *  file transports io_uring and bufio alone do not count), else 0. */
@@ -256,6 +267,14 @@ TENT_API int tent_register_memory_batch_ex(tent_engine_t engine, void **addrs,
 /** Returns a batch id, or TENT_INVALID_BATCH_ID (0) on failure. */
 TENT_API tent_batch_id_t tent_allocate_batch(tent_engine_t engine,
                                              size_t batch_size);
+/** Frees a batch id.  As TENT's lazy free, it returns 0 even while tasks
+ *  of the batch are still in flight: the id is gone at once, but the batch
+ *  is released only when they end, and until then the transports may
+ *  still read the requests' source memory and WRITE INTO their
+ *  destination memory (a READ keeps landing in the local buffer after the
+ *  call).  Wait for every task to leave STATUS_PENDING (tent_task_status,
+ *  tent_overall_status) before reusing, unregistering or freeing that
+ *  memory. */
 TENT_API int tent_free_batch(tent_engine_t engine, tent_batch_id_t batch_id);
 
 /** Validates every request first: on error nothing is submitted.  Task ids

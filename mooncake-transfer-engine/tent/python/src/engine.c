@@ -1256,7 +1256,9 @@ static PyObject *engine_metrics_http_address(EngineObject *self,
 
 static PyMethodDef engine_methods[] = {
     {"close", (PyCFunction)engine_close, METH_NOARGS,
-     "Destroy the engine (after calls in flight end); later calls raise."},
+     "close(): destroy the engine.  Safe while other threads use it: calls "
+     "already inside the engine finish first, later calls raise "
+     "RuntimeError (the C API's tent_destroy_engine has no such guard)."},
     {"__enter__", (PyCFunction)engine_enter_ctx, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)engine_exit_ctx, METH_VARARGS, NULL},
     {"available", (PyCFunction)engine_available, METH_NOARGS,
@@ -1303,7 +1305,12 @@ static PyMethodDef engine_methods[] = {
      METH_VARARGS | METH_KEYWORDS, NULL},
     {"allocate_transfer_batch", (PyCFunction)engine_alloc_batch, METH_O,
      "allocate_transfer_batch(batch_size) -> batch id"},
-    {"free_transfer_batch", (PyCFunction)engine_free_batch, METH_O, NULL},
+    {"free_transfer_batch", (PyCFunction)engine_free_batch, METH_O,
+     "free_transfer_batch(batch_id): free the id.  As TENT's lazy free it "
+     "succeeds while tasks are still in flight, and those tasks may still "
+     "read the sources and WRITE INTO the destination memory after it "
+     "returns: wait until every task left PENDING before reusing or "
+     "releasing that memory."},
     {"submit_transfer", (PyCFunction)engine_submit, METH_VARARGS,
      "submit_transfer(batch_id, request_list[, notifi])"},
     {"submit_transfer_notif", (PyCFunction)engine_submit_notif, METH_VARARGS,

@@ -284,14 +284,6 @@ static PyObject *mc_last_error(MCObject *self, PyObject *unused TENTPY_UNUSED)
 
 /* ---- initialize --------------------------------------------------------- */
 
-/* Protocols Mooncake's initialize() knows that need a device this engine
- * has no transport for: as Mooncake on a host without such a device, the
- * engine runs tcp instead. */
-static const char *const device_protocols[] = {
-    "rdma",    "efa",          "cxi",  "nvlink", "nvlink_intra", "mnnvl",
-    "hip",     "musa",         "maca", "barex",  "cxl",          "ub",
-    "ubshmem", "sunrise_link", "tpu",  "mpcomm"};
-
 /* The transport initialize() installs for `asked`: tcp, shm or memfabric
  * (ascend means memfabric).  MC_FORCE_TCP set (to anything, as Mooncake
  * reads it) means tcp whatever was asked.  A protocol with no device here
@@ -307,33 +299,32 @@ static const char *choose_protocol(MCObject *self, const char *asked,
                      asked);
         return "tcp";
     }
-    if (strcmp(asked, "tcp") == 0 || strcmp(asked, "shm") == 0 ||
-        strcmp(asked, "memfabric") == 0)
-        return asked;
-    if (strcmp(asked, "ascend") == 0)
-        return "memfabric";
     if (!asked[0])
         return "tcp"; /* nothing asked: what Mooncake discovers here */
-    for (size_t i = 0; i < sizeof(device_protocols) / sizeof(*device_protocols);
-         i++)
-        if (strcmp(asked, device_protocols[i]) == 0) {
-            snprintf(note, note_len,
-                     "protocol '%s' has no device on this host; the engine "
-                     "runs tcp instead (this engine moves host memory over "
-                     "tcp, shm and memfabric)",
-                     asked);
-            *warning = true;
-            return "tcp";
-        }
+    /* The classic API's table (classic/settings.c): one list of names. */
+    struct classic_protocol pr;
+    if (classic_protocol_find(asked, &pr) == 0) {
+        if (pr.kind >= 0)
+            return classic_kind_names[pr.kind];
+        snprintf(note, note_len,
+                 "protocol '%s' has no device on this host (this engine has "
+                 "no %s transport); the engine runs tcp instead (it moves "
+                 "host memory over tcp, shm and memfabric)",
+                 asked, pr.xport);
+        *warning = true;
+        return "tcp";
+    }
     if (strcmp(asked, "xgmi") == 0)
         set_last(self, "initialize: protocol 'xgmi' is not exposed in the "
                        "Python API; use 'hip'");
-    else
+    else {
+        char list[512];
+        classic_protocol_list(list, sizeof(list));
         set_last(self,
-                 "initialize: protocol '%s' is unknown (tcp, shm, memfabric, "
-                 "ascend, or one of Mooncake's device protocols such as rdma, "
-                 "efa, nvlink, which run tcp here)",
-                 asked);
+                 "initialize: protocol '%s' is unknown (one of %s; those "
+                 "without a transport here run tcp)",
+                 asked, list);
+    }
     return NULL;
 }
 
@@ -447,7 +438,13 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
     e = classic_settings_start(&set, msg, sizeof(msg));
     Py_END_ALLOW_THREADS;
     if (!e) {
+        /* the cause (for a broken Ascend setup, the seed's words) in
+         * last_error() and in the application's log */
         set_last(self, "initialize: %s", msg);
+        char line[1200];
+        snprintf(line, sizeof(line), "initialize(protocol '%s') failed: %s",
+                 proto_in, msg);
+        log_to_python("error", line);
         return -1;
     }
     char addr[256];
@@ -1964,7 +1961,10 @@ static PyMethodDef mc_methods[] = {
      "not in its Python module)."},
     {"last_error", (PyCFunction)mc_last_error, METH_NOARGS,
      "Message of this thread's last failed call on this engine."},
-    {"close", (PyCFunction)mc_close, METH_NOARGS, NULL},
+    {"close", (PyCFunction)mc_close, METH_NOARGS,
+     "close(): destroy the engine.  Safe while other threads use it: calls "
+     "already inside the engine (transfer_sync_*, ...) finish first, later "
+     "calls raise RuntimeError ('the transfer engine is closed')."},
     {"__enter__", (PyCFunction)mc_enter_ctx, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)mc_exit_ctx, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};

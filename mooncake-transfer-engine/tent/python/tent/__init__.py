@@ -272,11 +272,87 @@ def _local_topology():
     return _json.dumps({"nics": [], "mems": mems}, indent=4)
 
 
+def _memfabric_asked(config_path):
+    """The configuration (config_path, else MC_TENT_CONF: the only ways
+    this module enables a transport) and whether it enables memfabric."""
+    import os
+    path = config_path or os.environ.get("MC_TENT_CONF")
+    try:
+        with open(path) as f:
+            conf = _json.load(f)
+        asked = conf["transports"]["memfabric"]["enable"] is True
+    except (TypeError, OSError, ValueError, KeyError):
+        return None, False
+    return conf, asked
+
+
+def _require_memfabric(eng, config_path):
+    """A configuration that enables memfabric fails the constructor when
+    memfabric did not install (tcp running beside it hid that), with the
+    transport's own error (the seed's words), as mooncake.engine's
+    initialize and the classic API do.  The cause comes from an engine
+    with memfabric alone (p2p, an ephemeral port, no metrics endpoint);
+    with metrics disabled the engine's log is the only word."""
+    import os
+    import tempfile
+    conf, asked = _memfabric_asked(config_path)
+    if not asked:
+        return
+    try:
+        fam = {f["name"]: f for f in eng.metrics_json()["families"]}
+        have = {s["labels"]["transport"]
+                for s in fam["tent_tasks_in_flight"]["series"]}
+    except Exception:
+        return  # metrics disabled: nothing tells which transports run
+    if "memfabric" in have:
+        return
+    probe = dict(conf)
+    xports = dict(probe.get("transports") or {})
+    for name in ("tcp", "shm"):
+        xports[name] = dict(xports.get(name) or {}, enable=False)
+    probe["transports"] = xports
+    probe["metadata_type"] = "p2p"
+    probe["rpc_server_port"] = 0
+    probe["metrics"] = {"enabled": False}
+    for key in ("metadata_servers", "local_segment_name",
+                "rpc_server_port_range"):
+        probe.pop(key, None)
+    why = "transport 'memfabric' could not be installed (see the engine log)"
+    fd, tmp = tempfile.mkstemp(suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            _json.dump(probe, f)
+        try:
+            _tent.TransferEngine(tmp).close()
+        except Exception as e:  # the transport's error
+            why = str(e)
+    finally:
+        os.unlink(tmp)
+    eng.close()
+    raise InternalError("TransferEngine(): " + why)
+
+
 class TransferEngine(_tent.TransferEngine):
     """TransferEngine(config_path=None): TENT's transfer engine.
 
     config_path names a JSON config for this engine; without it the engine
-    reads MC_TENT_CONF (or runs on defaults)."""
+    reads MC_TENT_CONF (or runs on defaults).  A transport the config
+    enables that cannot install (memfabric without libmf_smem.so or
+    MF_PROTOCOL) makes the constructor raise with its cause.
+
+    Threads: methods may be called from several threads at once, and
+    close() may race them: calls already inside the engine finish first,
+    later ones raise RuntimeError.  (The C API's tent_destroy_engine has
+    no such guard.)
+
+    free_transfer_batch() is TENT's lazy free: it succeeds while tasks are
+    still in flight, and they may still write into the destination memory
+    after it returns; wait for every task to finish before reusing or
+    releasing that memory."""
+
+    def __init__(self, config_path=None):
+        super().__init__(config_path)
+        _require_memfabric(self, config_path)
 
     def allocate_memory_guard(self, size, location=kWildcardLocation):
         return MemoryGuard(self, size, location)

@@ -62,7 +62,20 @@ class InnerTransferEngine:
 
 
 class TransferEngine(_Engine):
-    """Mooncake's classic TransferEngine over TENT in C."""
+    """Mooncake's classic TransferEngine over TENT in C.
+
+    Threads: every method may be called from several threads at once, and
+    close() may race the others: it waits for the calls already inside the
+    engine, and later calls raise RuntimeError.
+
+    Batches: a batch whose tasks are still in flight is released lazily
+    (TENT's rule): its tasks may keep reading the source and writing into
+    the destination memory after the call that gave the batch up returned.
+    Keep registered memory alive until every task is done.
+
+    A protocol that cannot run (ascend/memfabric without libmf_smem.so or
+    MF_PROTOCOL) makes initialize() return -1 with the cause, in the seed's
+    words, in last_error() and in the "tent.mooncake" log."""
 
     TransferOpcode = TransferOpcode
 

@@ -139,3 +139,83 @@ def test_close_races_with_calls(peer_factory):
     with pytest.raises(RuntimeError):
         eng.get_rpc_port()
 
+
+
+def _in_flight(eng):
+    fam = {f["name"]: f for f in eng.metrics_json()["families"]}
+    return sum(s["value"] for s in fam["tent_tasks_in_flight"]["series"])
+
+
+def test_close_waits_for_a_call_inside_the_engine(peer_factory, long_conf):
+    """close() from one thread while another is provably inside
+    transfer_sync_write (its tasks in flight, the peer stopped): close()
+    begins at once (new calls fail) but returns only after the call inside
+    has returned, with every byte delivered; nothing crashes.  This is the
+    Python layer serialising tent_destroy_engine, which the C API leaves to
+    its caller (issue 43, item 6)."""
+    size = 8 << 20
+    peer = peer_factory(proto="tcp", size=size)
+    eng = mooncake_engine("tcp")
+    local = np.full(size, 0x5a, dtype=np.uint8)
+    assert eng.register_memory(local, size) == 0
+    # the peer's segment is known and connected before it stops
+    assert eng.transfer_sync_write(peer.session, local, peer.addr,
+                                   4096) == 0, eng.last_error()
+    order, rcs = [], []
+    lock = threading.Lock()
+
+    def call():
+        rc = eng.transfer_sync_write(peer.session, local, peer.addr, size)
+        with lock:
+            order.append("call")
+            rcs.append(rc)
+
+    def close():
+        eng.close()
+        with lock:
+            order.append("close")
+
+    os.kill(peer.pid, signal.SIGSTOP)
+    try:
+        a = threading.Thread(target=call)
+        a.start()
+        deadline = time.monotonic() + 30
+        while _in_flight(eng) == 0:
+            assert time.monotonic() < deadline, "the call never submitted"
+            time.sleep(0.001)
+        b = threading.Thread(target=close)
+        b.start()
+        # close() has begun once the engine refuses new calls
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                eng.get_rpc_port()
+            except RuntimeError:
+                break
+            assert time.monotonic() < deadline, "close() never began"
+            time.sleep(0.001)
+        with lock:
+            assert order == [], order  # both still waiting on the peer
+    finally:
+        os.kill(peer.pid, signal.SIGCONT)
+    a.join(60)
+    b.join(60)
+    assert not a.is_alive() and not b.is_alive()
+    assert order == ["call", "close"], order
+    assert rcs == [0]
+    assert peer.sha() == sha(local)
+    with pytest.raises(RuntimeError):
+        eng.get_rpc_port()
+
+
+def test_docstrings_say_close_and_lazy_free_rules():
+    """The rules are written where Python callers read them."""
+    import tent
+    from tent.mooncake import TransferEngine
+    assert "close() may race" in TransferEngine.__doc__
+    assert "lazily" in TransferEngine.__doc__
+    assert "finish first" in TransferEngine.close.__doc__
+    assert "finish first" in tent.TransferEngine.close.__doc__
+    assert "tent_destroy_engine" in tent.TransferEngine.__doc__
+    free_doc = tent.TransferEngine.free_transfer_batch.__doc__
+    assert "lazy" in free_doc and "WRITE INTO" in free_doc

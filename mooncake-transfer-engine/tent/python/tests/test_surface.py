@@ -327,3 +327,76 @@ def test_local_topology():
     eng.close()
     with pytest.raises(RuntimeError):
         eng.get_local_topology()
+
+
+# ---- one answer to a broken Ascend setup (issue 43, item 4) -------------
+
+SEED_NO_PROTOCOL = "InvalidArgument: MF_PROTOCOL must be set"
+SEED_NO_LIBRARY = ("DeviceNotFound: MemFabricUnderApi::LoadLibrary failed, "
+                   "libmf_smem.so unavailable")
+
+
+def _errors_of(caplog):
+    return [r.getMessage() for r in caplog.records
+            if r.name == "tent.mooncake" and r.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("proto", ["ascend", "memfabric"])
+def test_broken_ascend_setup_fails_initialize_in_seed_words(
+        proto, caplog, monkeypatch, tmp_path):
+    """Protocol ascend/memfabric without libmf_smem.so, or without
+    MF_PROTOCOL: initialize returns -1 and last_error() and the
+    application's log carry the seed's words, not only 'could not be
+    installed (see the engine log)'."""
+    monkeypatch.delenv("MC_FORCE_TCP", raising=False)
+    monkeypatch.setenv("MF_SMEM_LIBRARY", str(tmp_path / "libmf_smem.so"))
+    monkeypatch.setenv("MF_PROTOCOL", "host_tcp")
+    caplog.set_level(logging.INFO, logger="tent.mooncake")
+    eng = TransferEngine()
+    assert eng.initialize("127.0.0.1", "P2PHANDSHAKE", proto, "") == -1
+    assert SEED_NO_LIBRARY in eng.last_error(), eng.last_error()
+    assert any(SEED_NO_LIBRARY in m for m in _errors_of(caplog))
+    caplog.clear()
+
+    monkeypatch.delenv("MF_PROTOCOL")
+    monkeypatch.delenv("MF_DATA_OP_TYPE", raising=False)
+    eng = TransferEngine()
+    assert eng.initialize("127.0.0.1", "P2PHANDSHAKE", proto, "") == -1
+    assert SEED_NO_PROTOCOL in eng.last_error(), eng.last_error()
+    assert any(SEED_NO_PROTOCOL in m for m in _errors_of(caplog))
+
+
+def test_broken_ascend_setup_fails_tent_engine_in_seed_words(
+        monkeypatch, tmp_path):
+    """The tent module: the seed's configuration (memfabric enabled, tcp
+    left on by default) on a broken setup fails TransferEngine() with the
+    same words, rather than running tcp alone."""
+    conf = tmp_path / "mf.json"
+    conf.write_text(json.dumps({"transports": {"memfabric": {
+        "enable": True}}}))
+    monkeypatch.setenv("MF_SMEM_LIBRARY", str(tmp_path / "libmf_smem.so"))
+    monkeypatch.setenv("MF_PROTOCOL", "host_tcp")
+    with pytest.raises(Exception) as exc:
+        tent.TransferEngine(str(conf))
+    assert SEED_NO_LIBRARY in str(exc.value)
+    monkeypatch.delenv("MF_PROTOCOL")
+    monkeypatch.delenv("MF_DATA_OP_TYPE", raising=False)
+    with pytest.raises(Exception) as exc:
+        tent.TransferEngine(str(conf))
+    assert SEED_NO_PROTOCOL in str(exc.value)
+
+
+@pytest.mark.parametrize("proto", ["gds", "nvmeof", "nccl", "io_uring",
+                                   "tpu", "mpcomm"])
+def test_protocol_names_are_the_classic_apis(proto, caplog, monkeypatch):
+    """mooncake.engine takes the same protocol names as the classic C API
+    (one table): each of these runs tcp here, with one warning."""
+    monkeypatch.delenv("MC_FORCE_TCP", raising=False)
+    caplog.set_level(logging.INFO, logger="tent.mooncake")
+    eng = TransferEngine()
+    assert eng.initialize("127.0.0.1", "P2PHANDSHAKE", proto, "") == 0, \
+        eng.last_error()
+    assert installed(eng) == {"tcp"}
+    assert len([w for w in warnings_of(caplog)
+                if proto in w.getMessage()]) == 1
+    eng.close()

@@ -111,8 +111,8 @@ struct classic_engine {
     size_t nsegs, segs_cap;
     tent_notifi_info stash; /* taken from a replaced tent engine */
 
-    /* enableGracefulShutdown: calls count themselves in `active` while
-     * `guarded`; shutdown sets `closing` and waits for them. */
+    /* Calls count themselves in `active`; destroyTransferEngine and
+     * enableGracefulShutdown's stop set `closing` and wait for them. */
     atomic_bool guarded, closing;
     atomic_int active;
     struct classic_engine *next_guarded;
@@ -124,7 +124,8 @@ struct classic_engine *classic_engine_of(transfer_engine_t engine,
                                          const char *fn);
 
 /* Brackets every call that uses the tent engine: fails (false) once
- * graceful shutdown has begun.  `counted` goes to classic_leave. */
+ * destroyTransferEngine or graceful shutdown has begun.  `counted` goes to
+ * classic_leave. */
 bool classic_enter(struct classic_engine *ce, bool *counted);
 void classic_leave(struct classic_engine *ce, bool counted);
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 /* ---- handles and call brackets ------------------------------------------ */
 
@@ -30,14 +31,14 @@ struct classic_engine *classic_engine_of(transfer_engine_t engine,
 
 bool classic_enter(struct classic_engine *ce, bool *counted)
 {
-    *counted = false;
-    if (!atomic_load_explicit(&ce->guarded, memory_order_relaxed))
-        return true;
-    /* Pairs with the shutdown's store of closing and load of active: either
-     * it sees this call or this call sees closing. */
+    /* Every call counts itself, so that destroyTransferEngine and graceful
+     * shutdown can wait for the calls inside.  Pairs with their store of
+     * closing and load of active: either they see this call or this call
+     * sees closing. */
     atomic_fetch_add(&ce->active, 1);
     if (atomic_load(&ce->closing)) {
         atomic_fetch_sub(&ce->active, 1);
+        *counted = false;
         CLASSIC_WARN("transfer engine %p is shutting down", (void *)ce);
         return false;
     }
@@ -245,6 +246,14 @@ CLASSIC_API void destroyTransferEngine(transfer_engine_t engine)
     if (!ce)
         return;
     classic_shutdown_forget(ce);
+    /* Calls already inside finish first; calls that begin from now on
+     * fail.  A call that begins after this returns uses freed memory: the
+     * caller must not make one (transfer_engine_c.h). */
+    atomic_store(&ce->closing, true);
+    while (atomic_load(&ce->active) > 0) {
+        struct timespec ms = {.tv_sec = 0, .tv_nsec = 1000000};
+        nanosleep(&ms, NULL);
+    }
     classic_engine_stop(ce);
     tent_free_notifs(&ce->stash);
     free(ce->regions);
@@ -290,9 +299,9 @@ static int add_transport(struct classic_engine *ce, int kind, const char *proto)
         detect_transports(ce);
         return 0;
     }
-    CLASSIC_ERROR("installTransport('%s'): the engine could not be restarted "
-                  "with it: %s",
-                  proto, why);
+    CLASSIC_ERROR("installTransport('%s'): the %s transport could not be "
+                  "installed: %s",
+                  proto, classic_kind_names[kind], why);
     ce->te = classic_settings_start(&ce->set, why, sizeof(why));
     if (ce->te)
         detect_transports(ce);
@@ -303,45 +312,29 @@ static int add_transport(struct classic_engine *ce, int kind, const char *proto)
     return -1;
 }
 
-/* proto_kind() of a protocol whose devices (RDMA NICs, GPUs, EFA, CXL ...)
- * are not available here (tcp runs instead), and of an unknown name. */
-#define KIND_NO_DEVICE (-1)
-#define KIND_UNKNOWN   (-2)
-
-/* The transport kind of a protocol name Mooncake or TENT knows. */
-static int proto_kind(const char *proto)
+/* Why transport `kind` does not run in the engine: an engine with that
+ * transport alone (p2p, an ephemeral port, so nothing is published or
+ * taken from the running engine) fails with the transport's install error
+ * (tent_create_engine fails when no memory transport installs).  0 if it
+ * runs there after all. */
+static int probe_transport(const struct classic_engine *ce, int kind, char *why,
+                           size_t len)
 {
-    static const struct {
-        const char *name;
-        int kind;
-    } table[] = {
-        {"tcp", CLASSIC_TCP},
-        {"shm", CLASSIC_SHM},
-        {"memfabric", CLASSIC_MEMFABRIC},
-        {"ascend", CLASSIC_MEMFABRIC},
-        {"rdma", KIND_NO_DEVICE},
-        {"efa", KIND_NO_DEVICE},
-        {"cxi", KIND_NO_DEVICE},
-        {"barex", KIND_NO_DEVICE},
-        {"ub", KIND_NO_DEVICE},
-        {"ubshmem", KIND_NO_DEVICE},
-        {"nvlink", KIND_NO_DEVICE},
-        {"nvlink_intra", KIND_NO_DEVICE},
-        {"mnnvl", KIND_NO_DEVICE},
-        {"hip", KIND_NO_DEVICE},
-        {"maca", KIND_NO_DEVICE},
-        {"musa", KIND_NO_DEVICE},
-        {"cxl", KIND_NO_DEVICE},
-        {"nvmeof", KIND_NO_DEVICE},
-        {"nccl", KIND_NO_DEVICE},
-        {"sunrise_link", KIND_NO_DEVICE},
-        {"gds", KIND_NO_DEVICE},
-        {"io_uring", KIND_NO_DEVICE},
-    };
-    for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
-        if (strcmp(proto, table[i].name) == 0)
-            return table[i].kind;
-    return KIND_UNKNOWN;
+    struct classic_settings p = ce->set;
+    snprintf(p.meta_type, sizeof(p.meta_type), "p2p");
+    p.meta_servers[0] = '\0';
+    p.port = p.port_min = p.port_max = 0;
+    p.segment_name[0] = '\0';
+    p.redis_password[0] = '\0';
+    p.redis_db = -1;
+    p.nics[0] = '\0';
+    for (int k = 0; k < CLASSIC_NKINDS; k++)
+        p.xport[k] = k == kind ? CLASSIC_ON : CLASSIC_OFF;
+    tent_engine_t te = classic_settings_start(&p, why, len);
+    if (!te)
+        return -1;
+    tent_destroy_engine(te);
+    return 0;
 }
 
 /* One warning per protocol and engine.  Caller holds ce->lock. */
@@ -369,25 +362,28 @@ CLASSIC_API transport_t installTransport(transfer_engine_t engine,
         CLASSIC_WARN("installTransport: proto is NULL");
         return NULL;
     }
-    int kind = proto_kind(proto);
-    if (kind == KIND_UNKNOWN) {
-        CLASSIC_WARN("installTransport: unsupported transport '%s' (tcp, "
-                     "shm, ascend/memfabric; device protocols such as rdma "
-                     "run as tcp)",
-                     proto);
+    struct classic_protocol pr;
+    if (classic_protocol_find(proto, &pr) != 0) {
+        char list[512];
+        classic_protocol_list(list, sizeof(list));
+        CLASSIC_WARN("installTransport: unsupported transport '%s' (one of "
+                     "%s; those without a transport here run as tcp)",
+                     proto, list);
         return NULL;
     }
+    int kind = pr.kind;
     bool counted;
     if (!classic_enter(ce, &counted))
         return NULL;
     pthread_mutex_lock(&ce->lock);
     int target = kind;
-    if (kind == KIND_NO_DEVICE) {
+    if (kind < 0) {
         target = CLASSIC_TCP;
         if (first_warning(ce, proto))
             CLASSIC_WARN("installTransport: protocol '%s' has no device "
-                         "here; installing tcp instead",
-                         proto);
+                         "here (this engine has no %s transport); installing "
+                         "tcp instead",
+                         proto, pr.xport);
     } else if (ce->set.force_tcp && kind != CLASSIC_TCP) {
         target = CLASSIC_TCP;
         if (first_warning(ce, proto))
@@ -395,17 +391,23 @@ CLASSIC_API transport_t installTransport(transfer_engine_t engine,
                          "'%s' runs as tcp",
                          proto);
     }
+    /* A transport asked for by name that cannot be installed fails the
+     * call with its cause (add_transport logs it); tcp does not quietly
+     * stand in for it. */
     transport_t out = NULL;
     if (ce->te && !ce->have[target] && add_transport(ce, target, proto) != 0)
         goto done;
-    if (ce->te && !ce->have[target] && target != CLASSIC_TCP &&
-        ce->have[CLASSIC_TCP]) {
-        if (first_warning(ce, proto))
-            CLASSIC_WARN("installTransport: the %s transport for protocol "
-                         "'%s' could not be installed here (see the engine's "
-                         "warning above); installing tcp instead",
-                         classic_kind_names[target], proto);
-        target = CLASSIC_TCP;
+    if (ce->te && !ce->have[target] && target != CLASSIC_TCP) {
+        char why[768];
+        if (probe_transport(ce, target, why, sizeof(why)) != 0)
+            CLASSIC_ERROR("installTransport('%s'): the %s transport could "
+                          "not be installed: %s",
+                          proto, classic_kind_names[target], why);
+        else
+            CLASSIC_ERROR("installTransport('%s'): the %s transport could "
+                          "not be installed (see the engine's log above)",
+                          proto, classic_kind_names[target]);
+        goto done;
     }
     if (!ce->te || !ce->have[target]) {
         CLASSIC_WARN("installTransport('%s'): the %s transport is not "

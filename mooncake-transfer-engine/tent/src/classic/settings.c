@@ -23,6 +23,19 @@
 const char *const classic_kind_names[CLASSIC_NKINDS] = {"tcp", "shm",
                                                         "memfabric"};
 
+int classic_protocol_find(const char *proto, struct classic_protocol *out)
+{
+    const char *xport = classic_protocol_xport(proto);
+    if (!xport)
+        return -1;
+    out->xport = xport;
+    out->kind = -1;
+    for (int k = 0; k < CLASSIC_NKINDS; k++)
+        if (strcmp(xport, classic_kind_names[k]) == 0)
+            out->kind = k;
+    return 0;
+}
+
 static int fail(char *err, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t len, const char *fmt, ...)

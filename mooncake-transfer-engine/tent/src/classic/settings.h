@@ -10,6 +10,7 @@
 #ifndef TENT_CLASSIC_SETTINGS_H
 #define TENT_CLASSIC_SETTINGS_H
 
+#include "classic/protocols.h"
 #include "tent/transfer_engine.h"
 
 #include <stdbool.h>
@@ -25,6 +26,18 @@ enum classic_kind {
 
 /* Their tent names ("tcp", "shm", "memfabric"). */
 extern const char *const classic_kind_names[CLASSIC_NKINDS];
+
+/* A Mooncake protocol name, as both Mooncake surfaces take it (the
+ * classic API's installTransport, mooncake.engine's initialize). */
+struct classic_protocol {
+    const char *xport; /* its transport in transports.def ("rdma", ...) */
+    int kind; /* the enum classic_kind that runs it, or -1: this engine has
+               * no such transport and tcp runs instead (a warning) */
+};
+
+/* Looks proto up in the one table of Mooncake protocol names
+ * (classic/protocols.h): 0, or -1 for a name Mooncake does not have. */
+int classic_protocol_find(const char *proto, struct classic_protocol *out);
 
 /* What transports/<kind>/enable is staged as. */
 enum classic_enable {

@@ -6,8 +6,8 @@
  * thread, which never takes the signals itself, reads it, stops the
  * engines and exits with 128 + the signal (after a deadline even if they
  * did not stop).  An engine is destroyed only
- * once no call is inside it (calls count themselves while the engine is
- * guarded); one still busy after a grace period is left alone. */
+ * once no call is inside it (every call counts itself); one still busy
+ * after a grace period is left alone. */
 #include "classic/classic.h"
 #include "common/clock.h"
 

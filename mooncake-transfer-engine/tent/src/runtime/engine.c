@@ -147,9 +147,15 @@ static int load_settings(struct tent_engine *e)
  * device or library, TENT_ENODEV and the like) is left out with a warning;
  * one whose configuration is wrong (TENT_ECONFIG, TENT_EINVAL) fails the
  * engine, naming the key and value: an engine without the transport it was
- * configured for would fail every submission later instead. */
+ * configured for would fail every submission later instead.  So does a
+ * transport that is off by default and was enabled by name (memfabric,
+ * shm) when no memory transport could be installed: its caller should
+ * learn why (the seed's "DeviceNotFound: ..."), not find out at the first
+ * request. */
 static int install_transports(struct tent_engine *e)
 {
+    int failed = TENT_OK;
+    char why[768] = "";
     const struct tent_transport_ops *ops[TENT_MAX_TRANSPORTS];
     size_t n = tent_transport_registry_snapshot(ops, TENT_MAX_TRANSPORTS);
     for (size_t i = 0; i < n && e->nxports < TENT_MAX_TRANSPORTS; i++) {
@@ -173,11 +179,17 @@ static int install_transports(struct tent_engine *e)
         if (rc != TENT_OK) {
             LOG_WARN("transport '%s' not installed: %s (%s)", ops[i]->name,
                      tent_last_error(), tent_strerror(rc));
+            if (!ops[i]->default_enabled && failed == TENT_OK) {
+                failed = rc;
+                snprintf(why, sizeof(why), "%s", tent_last_error());
+            }
             continue;
         }
         LOG_INFO("transport '%s' installed", ops[i]->name);
         e->xports[e->nxports++] = t;
     }
+    if (failed != TENT_OK && !tent_available(e))
+        return tent_set_error(failed, "%s", why);
     return TENT_OK;
 }
 
@@ -250,7 +262,7 @@ tent_engine_t tent_create_engine(void)
         rc = tent_metrics_start(e->metrics);
     }
     if (rc) {
-        char msg[512];
+        char msg[768];
         snprintf(msg, sizeof(msg), "%s", tent_last_error());
         tent_destroy_engine(e);
         tent_set_error(rc, "tent_create_engine: %s", msg);

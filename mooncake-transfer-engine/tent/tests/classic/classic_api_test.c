@@ -290,6 +290,76 @@ static void test_ipv6(void **state)
     destroyTransferEngine(b);
 }
 
+/* ---- destroy while another thread is inside a call ---------------------- */
+
+struct blocked_open {
+    transfer_engine_t e;
+    char name[64];
+    atomic_int open_done, destroy_done; /* order of return: 1 = first */
+    atomic_int next;
+};
+
+static void *blocked_open_thread(void *arg)
+{
+    struct blocked_open *b = arg;
+    (void)openSegment(b->e, b->name); /* fails once the peer hangs up */
+    atomic_store(&b->open_done, atomic_fetch_add(&b->next, 1) + 1);
+    return NULL;
+}
+
+static void *destroy_thread(void *arg)
+{
+    struct blocked_open *b = arg;
+    destroyTransferEngine(b->e);
+    atomic_store(&b->destroy_done, atomic_fetch_add(&b->next, 1) + 1);
+    return NULL;
+}
+
+/* destroyTransferEngine from one thread while another is inside openSegment
+ * (its peer accepted the connection and says nothing): destroy begins at
+ * once (new calls fail) and returns only after the call inside returned;
+ * nothing crashes (the classic layer serialises what tent_destroy_engine
+ * leaves to its caller; issue 43, item 6). */
+static void test_destroy_waits_for_a_call_inside(void **state)
+{
+    (void)state;
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(lfd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    socklen_t sl = sizeof(sa);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+    assert_int_equal(listen(lfd, 4), 0);
+
+    static struct blocked_open b;
+    memset(&b, 0, sizeof(b));
+    b.e = p2p(1);
+    snprintf(b.name, sizeof(b.name), "127.0.0.1:%u", ntohs(sa.sin_port));
+    pthread_t ta, tb;
+    assert_int_equal(pthread_create(&ta, NULL, blocked_open_thread, &b), 0);
+    /* the call is inside the engine once its connection arrives */
+    int cfd = accept(lfd, NULL, NULL);
+    assert_true(cfd >= 0);
+    struct classic_engine *ce = b.e;
+    assert_int_equal(pthread_create(&tb, NULL, destroy_thread, &b), 0);
+    long until = now_ms() + 10000;
+    while (!atomic_load(&ce->closing)) {
+        assert_true(now_ms() < until); /* destroy never began */
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+    /* destroy has begun: it waits while the call is inside */
+    assert_int_equal(atomic_load(&b.open_done), 0);
+    assert_int_equal(atomic_load(&b.destroy_done), 0);
+    close(cfd); /* the peer hangs up: openSegment fails and returns */
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    assert_int_equal(atomic_load(&b.open_done), 1);
+    assert_int_equal(atomic_load(&b.destroy_done), 2);
+    close(lfd);
+}
+
 /* ---- installTransport --------------------------------------------------- */
 
 static void test_install_transport(void **state)
@@ -393,22 +463,45 @@ static void test_force_tcp(void **state)
     destroyTransferEngine(e);
 }
 
-/* "ascend" without a libmf_smem.so: tcp runs, with a warning. */
+/* "ascend" on a broken Ascend setup fails installTransport (NULL) with the
+ * seed's words in the log; tcp does not quietly stand in, and the engine
+ * keeps running what it ran. */
 static void test_ascend_without_library(void **state)
 {
     (void)state;
     setenv("MF_SMEM_LIBRARY", "/nonexistent/libmf_smem.so", 1);
     setenv("MF_PROTOCOL", "host_tcp", 1);
-    transfer_engine_t e = p2p(0);
+    transfer_engine_t e = p2p(1);
+    transport_t tcp = installTransport(e, "tcp", NULL);
+    assert_non_null(tcp);
     capture_begin();
     transport_t asc = installTransport(e, "ascend", NULL);
     char *log = capture_end();
-    assert_ptr_equal(asc, installTransport(e, "tcp", NULL));
-    assert_int_equal(lines_with(log, "'ascend'", "installing tcp"), 1);
+    assert_null(asc);
+    assert_int_equal(lines_with(log, "installTransport('ascend')",
+                                "DeviceNotFound: "),
+                     1);
+    assert_int_equal(lines_with(log, "installTransport('ascend')",
+                                "libmf_smem.so unavailable"),
+                     1);
+    assert_int_equal(lines_with(log, "'ascend'", "installing tcp"), 0);
     free(log);
+
+    /* MF_PROTOCOL unset (and no MF_DATA_OP_TYPE): InvalidArgument */
+    unsetenv("MF_PROTOCOL");
+    unsetenv("MF_DATA_OP_TYPE");
+    capture_begin();
+    transport_t mf = installTransport(e, "memfabric", NULL);
+    log = capture_end();
+    assert_null(mf);
+    assert_int_equal(lines_with(log, "installTransport('memfabric')",
+                                "InvalidArgument: MF_PROTOCOL must be set"),
+                     1);
+    free(log);
+    /* still the engine it was: tcp runs */
+    assert_ptr_equal(installTransport(e, "tcp", NULL), tcp);
     destroyTransferEngine(e);
     unsetenv("MF_SMEM_LIBRARY");
-    unsetenv("MF_PROTOCOL");
 }
 
 /* "ascend" with mf_host as libmf_smem.so: the memfabric transport runs. */
@@ -1085,6 +1178,7 @@ int main(void)
         cmocka_unit_test(test_create_p2p_names),
         cmocka_unit_test(test_local_ip_and_port),
         cmocka_unit_test(test_ipv6),
+        cmocka_unit_test(test_destroy_waits_for_a_call_inside),
         cmocka_unit_test(test_install_transport),
         cmocka_unit_test(test_install_shm_restarts),
         cmocka_unit_test(test_force_tcp),

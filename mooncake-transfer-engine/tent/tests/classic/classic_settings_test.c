@@ -398,6 +398,54 @@ static void test_start(void **state)
     unsetenv("MC_MAX_RPC_PORT");
 }
 
+/* Every Mooncake protocol name maps to a transport of transports.def, and
+ * a transport this engine implements is what the classic API and
+ * mooncake.engine run for it; the others run tcp (kind -1). */
+static void test_protocol_table_names_transports_def(void **state)
+{
+    (void)state;
+    static const char *const types[] = {
+#define TENT_XPORT_TYPE(suffix, value, name, pyname) name,
+#include "transport/transports.def"
+    };
+    size_t n = 0;
+    const char *xport;
+    for (const char *p; (p = classic_protocol_at(n, &xport)) != NULL; n++) {
+        bool known = false;
+        for (size_t t = 0; t < sizeof(types) / sizeof(*types); t++)
+            known |= strcmp(xport, types[t]) == 0;
+        if (!known)
+            fail_msg("protocol '%s' maps to '%s', not in transports.def", p,
+                     xport);
+        struct classic_protocol pr;
+        assert_int_equal(classic_protocol_find(p, &pr), 0);
+        assert_string_equal(pr.xport, xport);
+        if (pr.kind >= 0)
+            assert_string_equal(classic_kind_names[pr.kind], xport);
+    }
+    assert_true(n >= 20);
+    /* Mooncake's names, both APIs alike (the lists used to differ) */
+    const struct {
+        const char *proto;
+        int kind;
+    } want[] = {{"tcp", CLASSIC_TCP},     {"shm", CLASSIC_SHM},
+                {"ascend", CLASSIC_MEMFABRIC}, {"memfabric", CLASSIC_MEMFABRIC},
+                {"rdma", -1},             {"efa", -1},
+                {"nvlink", -1},           {"gds", -1},
+                {"io_uring", -1},         {"nvmeof", -1},
+                {"nccl", -1},             {"tpu", -1},
+                {"mpcomm", -1}};
+    for (size_t i = 0; i < sizeof(want) / sizeof(*want); i++) {
+        struct classic_protocol pr;
+        assert_int_equal(classic_protocol_find(want[i].proto, &pr), 0);
+        assert_int_equal(pr.kind, want[i].kind);
+    }
+    struct classic_protocol pr;
+    assert_int_equal(classic_protocol_find("carrier-pigeon", &pr), -1);
+    assert_int_equal(classic_protocol_find("RDMA", &pr), -1);
+    assert_int_equal(classic_protocol_find(NULL, &pr), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -408,6 +456,7 @@ int main(void)
         cmocka_unit_test_setup(test_port_range_variables, clean_env),
         cmocka_unit_test_setup(test_other_variables, clean_env),
         cmocka_unit_test_setup(test_start, clean_env),
+        cmocka_unit_test(test_protocol_table_names_transports_def),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -45,12 +45,27 @@
 
 /* ---- the mock's controls, found with dlsym ------------------------------ */
 
-static struct {
+struct mock_table {
 #define MOCK_MEMBER(ret, name, params) ret(*name) params;
     MOCK_CONTROLS(MOCK_MEMBER)
 #undef MOCK_MEMBER
-} mk;
+};
+static struct mock_table mk;
 static void *mock_dl;
+
+/* The controls of the mock loaded as dl; -1 if one is missing. */
+static int mock_resolve(void *dl, struct mock_table *t)
+{
+    void *sym;
+#define MOCK_RESOLVE(ret, name, params)                                        \
+    sym = dlsym(dl, #name);                                                    \
+    if (!sym)                                                                  \
+        return -1;                                                             \
+    memcpy(&t->name, &sym, sizeof(sym));
+    MOCK_CONTROLS(MOCK_RESOLVE)
+#undef MOCK_RESOLVE
+    return 0;
+}
 
 static int group_setup(void **state)
 {
@@ -63,15 +78,7 @@ static int group_setup(void **state)
                 dlerror());
         return -1;
     }
-    void *sym;
-#define MOCK_RESOLVE(ret, name, params)                                        \
-    sym = dlsym(mock_dl, #name);                                               \
-    if (!sym)                                                                  \
-        return -1;                                                             \
-    memcpy(&mk.name, &sym, sizeof(sym));
-    MOCK_CONTROLS(MOCK_RESOLVE)
-#undef MOCK_RESOLVE
-    return 0;
+    return mock_resolve(mock_dl, &mk);
 }
 
 static int group_teardown(void **state)
@@ -89,6 +96,7 @@ static int setup(void **state)
     fake_transports_setup();
     mk.mock_reset();
     setenv("MF_PROTOCOL", "device_rdma", 1);
+    unsetenv("MF_DATA_OP_TYPE");
     unsetenv("MF_TRANSFER_TIMEOUT");
     unsetenv("MF_SMEM_LIBRARY");
     tent_set_config("transports/memfabric/enable", "true");
@@ -1218,6 +1226,7 @@ static tent_engine_t host_engine_at(struct tu_at at)
     tent_engine_t e = tent_create_engine();
     at_non_null(at, e);
     tent_set_config("transports/memfabric/enable", "true");
+    tent_set_config("transports/fake_a/enable", "false");
     return e;
 }
 
@@ -1255,13 +1264,22 @@ static void test_note1_missing_library_is_device_not_found(void **s)
     assert_non_null(strstr(tent_last_error(), line));
     assert_non_null(strstr(tent_last_error(), "No such file"));
     assert_int_equal(memfabric_api_refcount(), 0);
+    assert_non_null(strstr(tent_last_error(), "DeviceNotFound: "));
     direct_uninstall(mf);
     tent_destroy_engine(host);
-    /* Through the engine: memfabric is simply not installed. */
+    /* Through the engine: memfabric, enabled by name, was its only memory
+     * transport, so the engine does not start, and says why in the seed's
+     * words. */
+    struct tu_capture cap;
+    tu_capture_begin(&cap);
     tent_engine_t e = tent_create_engine();
-    assert_non_null(e);
-    assert_null(mf_in(e));
-    tent_destroy_engine(e);
+    char *log = tu_capture_end(&cap);
+    assert_null(e);
+    assert_non_null(strstr(tent_last_error(), "DeviceNotFound: "));
+    assert_non_null(strstr(tent_last_error(), line));
+    assert_non_null(strstr(log, "DeviceNotFound: "));
+    assert_non_null(strstr(log, line));
+    free(log);
 }
 
 /* Note 1, a library without one of the 13 symbols: DeviceNotFound naming
@@ -1294,15 +1312,27 @@ static void test_note2_unset_mf_protocol_is_invalid_argument(void **s)
     unsetenv("MF_PROTOCOL");
     tent_engine_t host = host_engine();
     struct memfabric_transport *mf;
+    const char *seed = "InvalidArgument: MF_PROTOCOL must be set";
     assert_int_equal(direct_install(host, &mf), TENT_EINVAL);
-    assert_string_equal(tent_last_error(), "MF_PROTOCOL must be set");
+    assert_non_null(strstr(tent_last_error(), seed));
     assert_int_equal(memfabric_api_refcount(), 0);
     direct_uninstall(mf);
     setenv("MF_PROTOCOL", "", 1);
     assert_int_equal(direct_install(host, &mf), TENT_EINVAL);
-    assert_string_equal(tent_last_error(), "MF_PROTOCOL must be set");
+    assert_non_null(strstr(tent_last_error(), seed));
     direct_uninstall(mf);
     tent_destroy_engine(host);
+    /* Through the engine (memfabric its only memory transport): create
+     * fails with the seed's words, also in the log (not "invalid argument"
+     * alone). */
+    struct tu_capture cap;
+    tu_capture_begin(&cap);
+    tent_engine_t e = tent_create_engine();
+    char *log = tu_capture_end(&cap);
+    assert_null(e);
+    assert_non_null(strstr(tent_last_error(), seed));
+    assert_non_null(strstr(log, seed));
+    free(log);
 }
 
 /* Note 2: an unknown value is InvalidArgument naming it and the list. */
@@ -1542,9 +1572,9 @@ static void test_install_failure_unwinds_every_step(void **s)
     for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
         mk.mock_reset();
         mk.mock_fail_next(steps[i], SM_ERROR);
-        tent_engine_t e = tent_create_engine();
-        assert_non_null(e);
-        assert_null(mf_in(e));
+        /* memfabric, its only memory transport, failed: no engine */
+        assert_null(tent_create_engine());
+        assert_non_null(strstr(tent_last_error(), steps[i]));
         assert_int_equal(mk.mock_call_count(steps[i]), 1);
         assert_int_equal(mk.mock_live_handles(), 0);
         assert_int_equal(mk.mock_init_refs(), 0);
@@ -1552,8 +1582,6 @@ static void test_install_failure_unwinds_every_step(void **s)
                          mk.mock_call_count("smem_trans_destroy") +
                              (i == 2 ? 1 : 0));
         assert_int_equal(memfabric_api_refcount(), 0);
-        assert_null(tent_segment_attr(E(e)->local, "memfabric_unique_id"));
-        tent_destroy_engine(e);
     }
 }
 
@@ -2131,6 +2159,139 @@ static void test_hundred_down_peers_first_stays_down(void **s)
     peer_pair_close(&f);
 }
 
+
+/* ---- MemFabric libraries as they exist ---------------------------------- */
+
+/* MF_DATA_OP_TYPE (the fork's name) is read where MF_PROTOCOL is unset;
+ * MF_PROTOCOL wins when both are set, and the log says so. */
+static void test_mf_data_op_type_accepted_mf_protocol_wins(void **s)
+{
+    (void)s;
+    unsetenv("MF_PROTOCOL");
+    setenv("MF_DATA_OP_TYPE", "device_sdma", 1);
+    tent_engine_t e = new_engine();
+    smem_trans_config_t c;
+    assert_true(mk.mock_last_config(&c));
+    assert_int_equal(c.dataOpType, SMEMB_DATA_OP_SDMA);
+    assert_string_equal(mf_in(e)->set.protocol_var, "MF_DATA_OP_TYPE");
+    tent_destroy_engine(e);
+
+    setenv("MF_PROTOCOL", "host_rdma", 1);
+    tent_engine_t host = host_engine();
+    struct memfabric_transport *mf;
+    char *log;
+    tent_log_set_level(TENT_LOG_WARNING);
+    assert_int_equal(direct_install_logged(host, &mf, &log), 0);
+    tent_log_set_level(TENT_LOG_ERROR);
+    assert_int_equal(mf->set.op_type, SMEMB_DATA_OP_HOST_RDMA);
+    assert_string_equal(mf->set.protocol_var, "MF_PROTOCOL");
+    assert_non_null(strstr(log, "MF_PROTOCOL=host_rdma"));
+    assert_non_null(strstr(log, "MF_DATA_OP_TYPE=device_sdma"));
+    assert_non_null(strstr(log, "MF_PROTOCOL is used"));
+    free(log);
+    direct_uninstall(mf);
+
+    /* an unknown value names the variable it came from */
+    unsetenv("MF_PROTOCOL");
+    setenv("MF_DATA_OP_TYPE", "warp_drive", 1);
+    assert_int_equal(direct_install(host, &mf), TENT_EINVAL);
+    assert_non_null(strstr(tent_last_error(), "MF_DATA_OP_TYPE='warp_drive'"));
+    direct_uninstall(mf);
+    tent_destroy_engine(host);
+}
+
+/* transports/memfabric/status_query_abi: 4 or 3; anything else fails
+ * install with TENT_EINVAL naming the key (and so fails create). */
+static void test_status_query_abi_bad_values_name_the_key(void **s)
+{
+    (void)s;
+    struct memfabric_transport *mf;
+    const char *bad[] = {"5", "0", "-3", "3.5", "\"three\"", "true"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        tent_set_config("transports/memfabric/status_query_abi", bad[i]);
+        tent_engine_t host = host_engine(); /* its configuration has it */
+        assert_int_equal(direct_install(host, &mf), TENT_EINVAL);
+        assert_non_null(
+            strstr(tent_last_error(), "transports/memfabric/status_query_abi"));
+        assert_int_equal(memfabric_api_refcount(), 0);
+        direct_uninstall(mf);
+        tent_destroy_engine(host);
+    }
+    tent_set_config("transports/memfabric/status_query_abi", "4");
+    tent_engine_t host = host_engine();
+    assert_int_equal(direct_install(host, &mf), 0);
+    assert_int_equal(mf->set.status_query_abi, 4);
+    direct_uninstall(mf);
+    tent_destroy_engine(host);
+    tent_set_config("transports/memfabric/status_query_abi", "7");
+    assert_null(tent_create_engine());
+    assert_non_null(
+        strstr(tent_last_error(), "transports/memfabric/status_query_abi"));
+}
+
+/* The default is the seed's four-argument form (the default mock). */
+static void test_status_query_abi_default_is_four(void **s)
+{
+    (void)s;
+    struct pair f = pair_open(0x5a, 0);
+    assert_int_equal(mf_in(f.e)->set.status_query_abi, 4);
+    pair_write(&f);
+    assert_int_equal(poll_task(f.e, f.b, 0).status, STATUS_COMPLETED);
+    assert_int_equal(mk.mock_bad_queries(), 0);
+    assert_memory_equal(f.src, f.dst, LEN);
+    pair_close(&f);
+}
+
+/* With status_query_abi = 3, the fork's three-argument library: 1 pending,
+ * 0 done (bytes counted), anything else failed with that code. */
+static void test_status_query_abi_three_against_three_argument_mock(void **s)
+{
+    (void)s;
+    void *dl = dlopen(MOCK_QUERY3_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    assert_non_null(dl);
+    struct mock_table m3;
+    assert_int_equal(mock_resolve(dl, &m3), 0);
+    m3.mock_reset();
+    setenv("MF_SMEM_LIBRARY", MOCK_QUERY3_LIBRARY, 1);
+    tent_set_config("transports/memfabric/status_query_abi", "3");
+    struct pair f = pair_open(0x3c, 0);
+    assert_int_equal(mf_in(f.e)->set.status_query_abi, 3);
+
+    m3.mock_set_pending_polls(2);
+    pair_write(&f);
+    tent_status_t st;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(tent_task_status(f.e, f.b, 0, &st), 0);
+        assert_int_equal(st.status, STATUS_PENDING);
+    }
+    st = poll_task(f.e, f.b, 0);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(st.transferred_bytes, LEN);
+    assert_memory_equal(f.src, f.dst, LEN);
+    assert_int_equal(m3.mock_call_count("smem_trans_batch_status_query"), 3);
+    assert_int_equal(tent_free_batch(f.e, f.b), 0);
+
+    m3.mock_set_pending_polls(0);
+    m3.mock_set_result(SM_PARTIAL_FAILED);
+    pair_write(&f);
+    st = poll_task(f.e, f.b, 0);
+    assert_int_equal(st.status, STATUS_FAILED);
+    assert_int_equal(st.transferred_bytes, 0);
+    char why[512];
+    int code = 0, native = 0;
+    assert_int_equal(
+        tent_task_error(f.e, f.b, 0, &code, &native, why, sizeof(why)), 0);
+    assert_int_equal(code, TENT_EVENDOR);
+    assert_int_equal(native, SM_PARTIAL_FAILED);
+
+    assert_int_equal(m3.mock_bad_queries(), 0);
+    assert_int_equal(m3.mock_stale_queries(), 0);
+    pair_close(&f);
+    assert_int_equal(m3.mock_live_handles(), 0);
+    m3.mock_reset();
+    dlclose(dl);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -2195,6 +2356,11 @@ int main(void)
         T(test_vendor_refused_overlap_left_to_others),
         T(test_teardown_fails_no_task_over),
         T(test_hundred_down_peers_first_stays_down),
+        /* MemFabric libraries as they exist */
+        T(test_mf_data_op_type_accepted_mf_protocol_wins),
+        T(test_status_query_abi_bad_values_name_the_key),
+        T(test_status_query_abi_default_is_four),
+        T(test_status_query_abi_three_against_three_argument_mock),
     };
     const char *filter = getenv("TENT_TEST_FILTER");
     if (filter)

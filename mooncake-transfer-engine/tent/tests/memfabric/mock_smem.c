@@ -1,4 +1,12 @@
-/* Test-only libmf_smem.so: see mock_smem.h. */
+/* Test-only libmf_smem.so: see mock_smem.h.
+ *
+ * Built with MOCK_STATUS_QUERY_3ARG, smem_trans_batch_status_query has the
+ * fork's three-argument shape (handle, batchId, flags) and answers 0 done,
+ * 1 pending, else the failed batch's result (or the query error): the
+ * four-argument query below is renamed and wrapped. */
+#ifdef MOCK_STATUS_QUERY_3ARG
+#define smem_trans_batch_status_query mock_status_query4
+#endif
 #include "mock_smem.h"
 
 #include <pthread.h>
@@ -382,7 +390,8 @@ int32_t smem_trans_batch_status_query(smem_trans_t handle, uint64_t batchId,
                                       int32_t *result, uint32_t flags)
 {
     pthread_mutex_lock(&g_lock);
-    int32_t rc = enter_locked(__func__) ? k_fail_code : SM_OK;
+    int32_t rc =
+        enter_locked("smem_trans_batch_status_query") ? k_fail_code : SM_OK;
     if (!result || flags != 0)
         g_bad_queries++;
     g_blocked++;
@@ -420,6 +429,22 @@ int32_t smem_trans_batch_status_query(smem_trans_t handle, uint64_t batchId,
     pthread_mutex_unlock(&g_lock);
     return rc;
 }
+
+#ifdef MOCK_STATUS_QUERY_3ARG
+#undef smem_trans_batch_status_query
+int32_t smem_trans_batch_status_query(smem_trans_t handle, uint64_t batchId,
+                                      uint32_t flags);
+int32_t smem_trans_batch_status_query(smem_trans_t handle, uint64_t batchId,
+                                      uint32_t flags)
+{
+    int32_t result = 0;
+    int32_t rc = mock_status_query4(handle, batchId, &result, flags);
+    if (rc != SM_OK)
+        return rc; /* SM_NEED_RETRY is 1, pending; errors stay errors */
+    /* a failure result of 1 would read as pending in this form */
+    return result == SM_NEED_RETRY ? SM_ERROR : result;
+}
+#endif
 #endif
 
 int32_t smem_trans_set_peer_down_callback(smem_trans_t handle,

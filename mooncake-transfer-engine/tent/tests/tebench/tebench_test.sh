@@ -138,6 +138,31 @@ flags)
     run 0 --nojson --check_consistency=false -loopback=true --duration 3 --help
     grep -q -- '--xport_type' "$OUT" || fail "--help lacks flags"
     ;;
+broken_ascend)
+    # names from transports.def (and Mooncake's through the classic table);
+    # a transport this build lacks is refused by name
+    run 2 --xport_type=rdma --loopback
+    grep -q 'this engine has no rdma transport' "$ERR" || fail "rdma not refused by name"
+    run 2 --xport_type=efa --loopback
+    grep -q 'this engine has no rdma transport' "$ERR" || fail "efa is not rdma"
+    # ascend/memfabric on a broken setup fails with the seed's words, as the
+    # classic API and mooncake.engine do
+    for x in ascend memfabric; do
+        env -u MF_PROTOCOL -u MF_DATA_OP_TYPE "$TEBENCH" --xport_type=$x \
+            --metadata_type=p2p >"$OUT" 2>"$ERR" </dev/null
+        RC=$?
+        [ "$RC" -ne 0 ] || fail "$x without MF_PROTOCOL exited 0"
+        grep -q 'InvalidArgument: MF_PROTOCOL must be set' "$ERR" ||
+            fail "$x without MF_PROTOCOL: no seed words"
+        MF_PROTOCOL=host_tcp MF_SMEM_LIBRARY=$WORK/libmf_smem.so \
+            "$TEBENCH" --xport_type=$x --metadata_type=p2p \
+            >"$OUT" 2>"$ERR" </dev/null
+        RC=$?
+        [ "$RC" -ne 0 ] || fail "$x without libmf_smem.so exited 0"
+        grep -q 'DeviceNotFound: .*libmf_smem.so unavailable' "$ERR" ||
+            fail "$x without libmf_smem.so: no seed words"
+    done
+    ;;
 metrics)
     # --metrics: after each case, the transport's cumulative counters
     run 0 --loopback --xport_type="$XPORT" --op_type=write \

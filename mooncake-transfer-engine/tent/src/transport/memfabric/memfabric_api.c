@@ -14,6 +14,7 @@
 #define MEMFABRIC_LIBRARY "libmf_smem.so"
 
 struct memfabric_api_table memfabric_api;
+smem_trans_status_query3_fn memfabric_status_query3;
 
 /* Guards everything below and memfabric_api.  Taken by load/unload only,
  * never while calling into the vendor library. */
@@ -54,6 +55,8 @@ int memfabric_api_load(void)
     SMEM_TRANS_SYMBOLS(MEMFABRIC_API_RESOLVE)
 #undef MEMFABRIC_API_RESOLVE
     memfabric_api = table;
+    sym = tent_dl_resolve(h, "smem_trans_batch_status_query", err, sizeof(err));
+    memcpy(&memfabric_status_query3, &sym, sizeof(sym));
     api_handle = h;
     api_refs = 1;
     pthread_mutex_unlock(&api_lock);
@@ -64,15 +67,10 @@ fail_close:
     dlclose(h);
 fail:
     memset(&memfabric_api, 0, sizeof(memfabric_api));
+    memfabric_status_query3 = NULL;
     pthread_mutex_unlock(&api_lock);
-    LOG_ERROR("MemFabricUnderApi::LoadLibrary failed, libmf_smem.so "
-              "unavailable: %s",
-              err);
-    return tent_set_error(
-        TENT_ENODEV,
-        "MemFabricUnderApi::LoadLibrary failed, libmf_smem.so "
-        "unavailable: %s",
-        err);
+    LOG_ERROR("%s: %s", MEMFABRIC_MSG_NO_LIBRARY, err);
+    return tent_set_error(TENT_ENODEV, "%s: %s", MEMFABRIC_MSG_NO_LIBRARY, err);
 }
 
 void memfabric_api_unload(void)
@@ -80,6 +78,7 @@ void memfabric_api_unload(void)
     pthread_mutex_lock(&api_lock);
     if (api_refs > 0 && --api_refs == 0) {
         memset(&memfabric_api, 0, sizeof(memfabric_api));
+        memfabric_status_query3 = NULL;
         dlclose(api_handle);
         api_handle = NULL;
     }

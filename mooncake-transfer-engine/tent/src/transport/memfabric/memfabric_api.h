@@ -26,11 +26,22 @@ struct memfabric_api_table {
 
 /* Filled while the library is loaded, all NULL otherwise. */
 extern struct memfabric_api_table memfabric_api;
+/* The same smem_trans_batch_status_query symbol, typed as the fork's
+ * three-argument form; call it only when the library has that shape
+ * (transports/memfabric/status_query_abi = 3). */
+extern smem_trans_status_query3_fn memfabric_status_query3;
+
+/* The seed's words for a broken setup, as every front-end shows them
+ * (its Troubleshooting headings; the second carries its log line too). */
+#define MEMFABRIC_MSG_NO_PROTOCOL "InvalidArgument: MF_PROTOCOL must be set"
+#define MEMFABRIC_MSG_NO_LIBRARY                                               \
+    "DeviceNotFound: MemFabricUnderApi::LoadLibrary failed, libmf_smem.so "    \
+    "unavailable"
 
 /* Loads (or takes another reference on) the library.  TENT_OK, or
- * TENT_ENODEV (DeviceNotFound) after logging "MemFabricUnderApi::LoadLibrary
- * failed, libmf_smem.so unavailable" followed by dlerror()'s text, which
- * names the missing file or symbol; nothing stays loaded then. */
+ * TENT_ENODEV after logging MEMFABRIC_MSG_NO_LIBRARY followed by
+ * dlerror()'s text, which names the missing file or symbol; nothing stays
+ * loaded then. */
 int memfabric_api_load(void);
 /* Drops one reference; the last one dlclose()s the library. */
 void memfabric_api_unload(void);
@@ -106,6 +117,13 @@ static inline int32_t memfabric_smem_trans_set_peer_down_callback(
 static inline int32_t memfabric_smem_set_log_level(int level)
 {
     return memfabric_api.smem_set_log_level(level);
+}
+
+static inline int32_t memfabric_smem_trans_batch_status_query3(smem_trans_t h,
+                                                               uint64_t batchId,
+                                                               uint32_t flags)
+{
+    return memfabric_status_query3(h, batchId, flags);
 }
 
 /* Every forwarder exists and has exactly the type of its ABI symbol: a

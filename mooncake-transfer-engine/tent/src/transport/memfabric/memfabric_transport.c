@@ -15,6 +15,10 @@
  *    until every vendor batch has a result or MF_TRANSFER_TIMEOUT expires;
  *    a timeout completes nothing and cancels nothing.
  *
+ * transports/memfabric/status_query_abi = 3 calls the fork's three-argument
+ * query instead (0 done, 1 pending, else failed): there a query error
+ * cannot be told from a failed batch, and both fail its tasks.
+ *
  * Direction convention of smem_trans_batch_copy (see smem_trans_abi.h):
  * srcList always holds local addresses and destList remote addresses of the
  * peer named by destUrl; WRITE copies srcList[i] -> destList[i], READ copies
@@ -31,6 +35,7 @@
 #include "platform/acl.h"
 #include "transport/memfabric/memfabric_api.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,18 +132,69 @@ static void trans_uninit_ref(void)
 
 /* ---- settings ----------------------------------------------------------- */
 
+/* The protocol: MF_PROTOCOL (the seed's name), else MF_DATA_OP_TYPE (the
+ * fork's); MF_PROTOCOL wins when both are set. */
+static int parse_protocol(struct memfabric_settings *s)
+{
+    const char *proto = getenv("MF_PROTOCOL");
+    const char *alt = getenv("MF_DATA_OP_TYPE");
+    const char *var = "MF_PROTOCOL";
+    if (!proto || !*proto) {
+        proto = alt;
+        var = "MF_DATA_OP_TYPE";
+    } else if (alt && *alt && strcmp(alt, proto) != 0) {
+        LOG_WARN("memfabric: MF_PROTOCOL=%s and MF_DATA_OP_TYPE=%s are both "
+                 "set; MF_PROTOCOL is used",
+                 proto, alt);
+    }
+    if (!proto || !*proto)
+        return tent_set_error(TENT_EINVAL,
+                              "%s (one of %s; MF_DATA_OP_TYPE is read when it "
+                              "is unset)",
+                              MEMFABRIC_MSG_NO_PROTOCOL, protocol_list + 2);
+    s->op_type = memfabric_protocol_bit(proto);
+    if (!s->op_type)
+        return tent_set_error(TENT_EINVAL,
+                              "InvalidArgument: %s='%s' is not supported "
+                              "(accepted: %s)",
+                              var, proto, protocol_list + 2);
+    s->protocol = smem_data_op_name(s->op_type);
+    s->protocol_var = var;
+    return TENT_OK;
+}
+
+/* transports/memfabric/status_query_abi: 4 (default) or 3, a number. */
+static int parse_query_abi(struct tent_transport *t,
+                           struct memfabric_settings *s)
+{
+    s->status_query_abi = 4;
+    const cJSON *n = tent_config_node(t->env->cfg, MEMFABRIC_STATUS_QUERY_ABI);
+    if (!n || cJSON_IsNull(n))
+        return TENT_OK;
+    if (!cJSON_IsNumber(n) || (n->valuedouble != 3 && n->valuedouble != 4)) {
+        char *text = cJSON_PrintUnformatted(n);
+        int rc = tent_set_error(TENT_EINVAL,
+                                "config key '%s' = %s: accepted values are 4 "
+                                "(smem_trans_batch_status_query with a result "
+                                "output, the default) and 3 (the three-"
+                                "argument form)",
+                                MEMFABRIC_STATUS_QUERY_ABI, text ? text : "?");
+        cJSON_free(text);
+        return rc;
+    }
+    s->status_query_abi = (int)n->valuedouble;
+    return TENT_OK;
+}
+
 static int parse_settings(struct tent_transport *t,
                           struct memfabric_settings *s)
 {
-    const char *proto = getenv("MF_PROTOCOL");
-    if (!proto || !*proto)
-        return tent_set_error(TENT_EINVAL, "MF_PROTOCOL must be set");
-    s->op_type = memfabric_protocol_bit(proto);
-    if (!s->op_type)
-        return tent_set_error(
-            TENT_EINVAL, "MF_PROTOCOL='%s' is not supported (accepted: %s)",
-            proto, protocol_list + 2);
-    s->protocol = smem_data_op_name(s->op_type);
+    int rc = parse_protocol(s);
+    if (rc)
+        return rc;
+    rc = parse_query_abi(t, s);
+    if (rc)
+        return rc;
 
     s->timeout_ms = MEMFABRIC_DEFAULT_TIMEOUT_MS;
     const char *to = getenv("MF_TRANSFER_TIMEOUT");
@@ -155,7 +211,7 @@ static int parse_settings(struct tent_transport *t,
     }
 
     int64_t dev;
-    int rc = tent_config_get_int_range(
+    rc = tent_config_get_int_range(
         t->env->cfg, "transports/memfabric/device_id", 0, 0, INT32_MAX, &dev);
     if (rc)
         return rc;
@@ -283,8 +339,10 @@ static int mf_install(struct tent_transport *t)
     struct memfabric_transport *mf = mf_of(t);
     struct memfabric_settings set = {0};
     int rc = parse_settings(t, &set);
-    if (rc)
+    if (rc) {
+        LOG_ERROR("memfabric install failed: %s", tent_last_error());
         return rc;
+    }
     mf->metrics = t->env->metrics;
 
     pthread_mutex_init(&mf->lock, NULL);
@@ -368,8 +426,10 @@ static int mf_install(struct tent_transport *t)
     mf->handle = handle;
     memcpy(mf->unique_id, id, sizeof(id));
     mf->accepting = true;
-    LOG_INFO("memfabric: unique id %s, protocol %s, device %u, timeout %u ms",
-             mf->unique_id, set.protocol, set.device_id, set.timeout_ms);
+    LOG_INFO("memfabric: unique id %s, protocol %s (from %s), device %u, "
+             "timeout %u ms, %d-argument status query",
+             mf->unique_id, set.protocol, set.protocol_var, set.device_id,
+             set.timeout_ms, set.status_query_abi);
     return TENT_OK;
 
 fail_publish:
@@ -383,7 +443,7 @@ fail_init:
 fail_load:
     pthread_mutex_destroy(&mf->lock);
     pthread_mutex_destroy(&mf->peer_lock);
-    LOG_WARN("memfabric install failed: %s", tent_last_error());
+    LOG_ERROR("memfabric install failed: %s", tent_last_error());
     return rc;
 }
 
@@ -467,8 +527,20 @@ static int poll_vendor_batch_locked(struct memfabric_transport *mf,
     if (vb->state == MEMFABRIC_VB_DONE)
         return TENT_OK;
     int32_t result = 0;
-    int32_t rc = memfabric_smem_trans_batch_status_query(
-        mf->handle, vb->batch_id, &result, 0);
+    int32_t rc;
+    if (mf->set.status_query_abi == 3) {
+        /* 0 done, 1 pending, else failed: the code is the batch's result
+         * (this form cannot tell a query error from a failed batch). */
+        rc = memfabric_smem_trans_batch_status_query3(mf->handle, vb->batch_id,
+                                                      0);
+        if (rc != SM_QUERY3_DONE && rc != SM_QUERY3_PENDING) {
+            result = rc;
+            rc = SM_OK;
+        }
+    } else {
+        rc = memfabric_smem_trans_batch_status_query(mf->handle, vb->batch_id,
+                                                     &result, 0);
+    }
     if (rc == SM_NEED_RETRY)
         return TENT_OK;
     if (rc != SM_OK) {

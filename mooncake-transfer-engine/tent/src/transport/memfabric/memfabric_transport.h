@@ -20,11 +20,14 @@
 
 #define MEMFABRIC_UNIQUE_ID_ATTR     "memfabric_unique_id"
 #define MEMFABRIC_DEFAULT_TIMEOUT_MS 10000u
+#define MEMFABRIC_STATUS_QUERY_ABI   "transports/memfabric/status_query_abi"
 
 /* Everything the environment and configuration say, read once at install. */
 struct memfabric_settings {
-    const char *protocol;         /* MF_PROTOCOL, one of the accepted names */
+    const char *protocol;         /* one of the accepted names */
+    const char *protocol_var;     /* MF_PROTOCOL, else MF_DATA_OP_TYPE */
     smem_bm_data_op_type op_type; /* its smem_bm_data_op_type bit */
+    int status_query_abi;         /* 4 (the seed's) or 3 (the fork's) */
     uint32_t timeout_ms;          /* MF_TRANSFER_TIMEOUT, default 10000 */
     uint32_t device_id;           /* aclrtGetDevice, else config, default 0 */
     int vendor_log_level;         /* TENT's log level in the vendor's scale */

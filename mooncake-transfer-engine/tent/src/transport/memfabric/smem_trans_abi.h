@@ -6,11 +6,18 @@
  * vendor is needed at build time.
  *
  * Return codes: SM_OK (0) success; SM_NEED_RETRY (1) pending; anything else
- * is an error (the vendor's own codes are negative).  The batch status query
- * takes four arguments: on SM_OK it writes the execution result to *result
- * (0 = the whole batch succeeded, anything else = failed, a vendor code) and
- * guarantees that the batch no longer accesses memory; the result is
- * consumed by that query. */
+ * is an error (the vendor's own codes are negative, named below after the
+ * public memfabric_hybrid sources).  The batch status query takes four
+ * arguments (the seed's contract, SMEM_TRANS_SYMBOLS): on SM_OK it writes
+ * the execution result to *result (0 = the whole batch succeeded, anything
+ * else = failed, a vendor code) and guarantees that the batch no longer
+ * accesses memory; the result is consumed by that query.
+ *
+ * Some library revisions (the fork this transport comes from) export the
+ * same symbol with three arguments instead, smem_trans_status_query3_fn:
+ * 0 = done, 1 = pending, anything else = failed.  The transport calls that
+ * form only when transports/memfabric/status_query_abi is 3
+ * (docs/memfabric.md). */
 #ifndef TENT_SMEM_TRANS_ABI_H
 #define TENT_SMEM_TRANS_ABI_H
 
@@ -52,6 +59,8 @@ typedef enum {
     SMEMB_DATA_OP_HOST_SHM = 1U << 5,
     SMEMB_DATA_OP_DEVICE_URMA = 1U << 6,
     SMEMB_DATA_OP_DEVICE_UBOE = 1U << 7,
+    /* later public releases; no MF_PROTOCOL name selects it yet */
+    SMEMB_DATA_OP_HOST_DEVICE_URMA = 1U << 8,
     SMEMB_DATA_OP_BUTT
 } smem_bm_data_op_type;
 
@@ -163,6 +172,13 @@ typedef void (*smem_trans_peer_down_callback_t)(const char *peerUniqueId,
       (smem_trans_t handle, smem_trans_peer_down_callback_t callback,          \
        void *userData))                                                        \
     X(int32_t, smem_set_log_level, (int level))
+
+/* The three-argument status query of the fork's revisions (see above). */
+typedef int32_t (*smem_trans_status_query3_fn)(smem_trans_t handle,
+                                               uint64_t batchId,
+                                               uint32_t flags);
+#define SM_QUERY3_DONE    0
+#define SM_QUERY3_PENDING 1
 
 /* Prototypes, for libraries that implement the ABI (mock, mf_host). */
 #define SMEM_TRANS_PROTOTYPE(ret, name, params) ret name params;
