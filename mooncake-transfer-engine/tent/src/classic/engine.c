@@ -295,8 +295,11 @@ static int add_transport(struct classic_engine *ce, int kind, const char *proto)
     char why[768];
     ce->te = classic_settings_start(&next, why, sizeof(why));
     if (ce->te) {
-        ce->set = next;
         detect_transports(ce);
+        /* kept only when it runs: a transport left out (its library is
+         * missing) would otherwise be asked for again at every restart */
+        if (ce->have[kind])
+            ce->set = next;
         return 0;
     }
     CLASSIC_ERROR("installTransport('%s'): the %s transport could not be "
