@@ -11,6 +11,14 @@
  *   - TRANSPORT_MEMFABRIC selects the MemFabric (libmf_smem.so) transport,
  *     TRANSPORT_BUFIO the buffered file transport;
  *   - tent_task_error() gives the cause of a failed task.
+ *
+ * Thread safety: every call may be made from any thread and concurrently
+ * with others on the same engine, except tent_destroy_engine (below).  A
+ * batch may be polled from several threads; its tasks are best submitted
+ * from one.  Ownership: memory the caller registers stays the caller's and
+ * must outlive its registration; what a call allocates for the caller
+ * (segment info, notifications) is freed with the matching tent_free_*.
+ * A NULL engine or output pointer is TENT_ENULL, never a crash.
  */
 #ifndef TENT_TRANSFER_ENGINE_H
 #define TENT_TRANSFER_ENGINE_H
@@ -226,38 +234,89 @@ TENT_API void tent_destroy_engine(tent_engine_t engine);
 /** 1 when the engine has a transport for memory segments installed (the
  *  file transports io_uring and bufio alone do not count), else 0. */
 TENT_API int tent_available(tent_engine_t engine);
+/** Copies the name peers open this engine by (tent_open_segment) into buf:
+ *  "<host>:<port>" in p2p mode, else local_segment_name.  TENT_EOVERFLOW
+ *  when buf_len cannot hold it with its NUL, TENT_ENULL for a NULL
+ *  argument. */
 TENT_API int tent_segment_name(tent_engine_t engine, char *buf, size_t buf_len);
+/** The address and port the engine's RPC server listens on (the p2p
+ *  endpoint peers connect to): addr_buf gets the host as a string (as
+ *  tent_segment_name, TENT_EOVERFLOW when too small), *port the port. */
 TENT_API int tent_rpc_server_addr_port(tent_engine_t engine, char *addr_buf,
                                        size_t buf_len, uint16_t *port);
 
 /* ---- segments --------------------------------------------------------- */
+/** Opens a peer's segment by name ("host:port" in p2p mode, a name in the
+ *  metadata service, or "file://<path>" for a file segment) and fetches its
+ *  descriptor; *handle names it in requests.  Opening a name that is open
+ *  returns the same handle.  TENT_ENOSEGMENT when no such segment answers,
+ *  TENT_EPEER when the peer or metadata service cannot be reached. */
 TENT_API int tent_open_segment(tent_engine_t engine, tent_segment_id_t *handle,
                                const char *segment_name);
+/** Closes a segment: the handle is invalid afterwards (TENT_ENOSEGMENT), and
+ *  opening the name again fetches a fresh descriptor under a new handle.
+ *  TENT_EBUSY while a task still uses it (a file segment). */
 TENT_API int tent_close_segment(tent_engine_t engine, tent_segment_id_t handle);
+/** Fills *info with the segment's type (TYPE_MEMORY / TYPE_FILE) and its
+ *  buffers as last fetched; the caller frees it with
+ *  tent_free_segment_info. */
 TENT_API int tent_get_segment_info(tent_engine_t engine,
                                    tent_segment_id_t handle,
                                    tent_segment_info_t *info);
+/** Frees what tent_get_segment_info allocated in *info (not info itself). */
 TENT_API void tent_free_segment_info(tent_segment_info_t *info);
 
 /* ---- memory ----------------------------------------------------------- */
+/** Allocates size bytes at location ("cpu", "cpu:<numa node>", "npu:<N>")
+ *  into *addr.  It only allocates, as in TENT: peers see nothing until the
+ *  memory is registered.  Host memory is memfd-backed (a same-host peer can
+ *  map it once registered); "npu:<N>" is Ascend device memory through ACL
+ *  (TENT_ENODEV naming libascendcl.so when it cannot be loaded). */
 TENT_API int tent_allocate_memory(tent_engine_t engine, void **addr,
                                   size_t size, const char *location);
+/** Frees memory from tent_allocate_memory[_ex].  Registrations inside it
+ *  are unregistered first; TENT_EBUSY while tasks use it, and a transport's
+ *  failure to release a range is returned with the memory kept (no
+ *  registration ever points at freed memory). */
 TENT_API int tent_free_memory(tent_engine_t engine, void *addr);
+/** Registers [addr, addr+size) with every installed transport and
+ *  publishes it (PERM_GLOBAL_READ_WRITE).  Registering the same range again
+ *  raises a reference count; overlapping different ranges are separate
+ *  entries.  The memory must stay valid until it is unregistered. */
 TENT_API int tent_register_memory(tent_engine_t engine, void *addr,
                                   size_t size);
+/** Drops one reference to the range (size 0: the first range registered
+ *  at addr); the last one removes it.  When it returns 0 no peer's copy
+ *  touches the range any more: copies in flight finished before or are
+ *  reported FAILED; a peer that cannot be stopped within revoke_timeout_ms
+ *  fails the call and the range stays registered.  TENT_ENOTREG for a
+ *  range that is not registered (TENT returns success). */
 TENT_API int tent_unregister_memory(tent_engine_t engine, void *addr,
                                     size_t size);
+/** tent_register_memory with a permission: PERM_LOCAL_READ_WRITE (no peer
+ *  may touch it), PERM_GLOBAL_READ_ONLY (peers may read it) or
+ *  PERM_GLOBAL_READ_WRITE. */
 TENT_API int tent_register_memory_with_perm(tent_engine_t engine, void *addr,
                                             size_t size, int permission);
+/** Registers count ranges with one permission.  All or nothing: a failure
+ *  part-way gives back every entry it added or counted. */
 TENT_API int tent_register_memory_batch(tent_engine_t engine, void **addrs,
                                         size_t *sizes, size_t count,
                                         int permission);
+/** tent_unregister_memory for count ranges; the first failure is
+ *  returned. */
 TENT_API int tent_unregister_memory_batch(tent_engine_t engine, void **addrs,
                                           size_t *sizes, size_t count);
+/** tent_allocate_memory with options: opts->location (and the rest of
+ *  tent_memory_options_t as TENT reads them). */
 TENT_API int tent_allocate_memory_ex(tent_engine_t engine, void **addr,
                                      size_t size, tent_memory_options_t *opts);
+/** tent_register_memory with options: opts->permission and
+ *  opts->transport_type (TRANSPORT_UNSPEC: every installed transport; else
+ *  that one only). */
 TENT_API int tent_register_memory_ex(tent_engine_t engine, void *addr,
                                      size_t size, tent_memory_options_t *opts);
+/** tent_register_memory_batch with options, all or nothing. */
 TENT_API int tent_register_memory_batch_ex(tent_engine_t engine, void **addrs,
                                            size_t *sizes, size_t count,
                                            tent_memory_options_t *opts);
@@ -281,12 +340,21 @@ TENT_API int tent_free_batch(tent_engine_t engine, tent_batch_id_t batch_id);
  *  continue from the batch's previous submissions. */
 TENT_API int tent_submit(tent_engine_t engine, tent_batch_id_t batch_id,
                          tent_request_t *entries, size_t count);
+/** tent_submit, then a notification (name, message) to the target segment
+ *  of the entries once every task of the batch has COMPLETED; it is dropped
+ *  (with a warning) when a task fails or is cancelled. */
 TENT_API int tent_submit_notif(tent_engine_t engine, tent_batch_id_t batch_id,
                                tent_request_t *entries, size_t count,
                                const char *name, const char *message);
+/** Sends a notification (name, message) to the segment's engine now;
+ *  its receive queue is bounded in total and per sender
+ *  (notify_max_queued_bytes[_per_sender]). */
 TENT_API int tent_send_notifs(tent_engine_t engine, tent_segment_id_t handle,
                               const char *name, const char *message);
+/** Takes every queued notification into *info (num_records may be 0); the
+ *  caller frees it with tent_free_notifs. */
 TENT_API int tent_recv_notifs(tent_engine_t engine, tent_notifi_info *info);
+/** Frees the records tent_recv_notifs allocated in *info. */
 TENT_API void tent_free_notifs(tent_notifi_info *info);
 
 /** Polls the task (and may fail it over to the next transport).  A transport
@@ -294,8 +362,15 @@ TENT_API void tent_free_notifs(tent_notifi_info *info);
  *  status->status = STATUS_PENDING: the task may still be running. */
 TENT_API int tent_task_status(tent_engine_t engine, tent_batch_id_t batch_id,
                               size_t task_id, tent_status_t *status);
+/** Cancels a task not yet on the wire (it becomes STATUS_CANCELED and never
+ *  runs); TENT_ERUNNING for one a transport is executing, which cannot be
+ *  taken back: poll it until it is terminal. */
 TENT_API int tent_cancel_task(tent_engine_t engine, tent_batch_id_t batch_id,
                               size_t task_id);
+/** Polls every task of the batch (failing over where needed) and sums
+ *  them up: PENDING while any task is, else FAILED if one failed, else
+ *  CANCELED if one was, else COMPLETED; transferred_bytes is the sum of the
+ *  completed tasks'.  STATUS_WAITING for a batch with no task. */
 TENT_API int tent_overall_status(tent_engine_t engine, tent_batch_id_t batch_id,
                                  tent_status_t *status);
 /** *count: in, capacity of statuses; out, number of tasks written. */
