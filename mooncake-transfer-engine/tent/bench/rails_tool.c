@@ -3,56 +3,14 @@
  * only.
  *
  *   tent_rails_tool target --host H [--port P] [--mib M] [--set k=v]...
- *       an engine bound to H with M MiB registered; prints
- *       "segment <name> <buffer address>" and serves until stdin closes.
+ *       an engine with M MiB registered; prints its segment and buffer
+ *       address and serves until stdin closes;
  *   tent_rails_tool run --host H --target NAME --addr A [options]
- *       an engine bound to H moves data to segment NAME at address A:
- *       --op write|read     the bulk stream (default write)
- *       --block B --batch K requests of B bytes, K per batch (1 MiB, 32)
- *       --threads N         bulk threads (1), each with its own range; 0:
- *                           the latency stream alone
- *       --prio P            the bulk stream's priority (0 high .. 2 low)
- *       --seconds S         how long (10)
- *       --lat-block B       also a latency stream: one request of B bytes
- *       --lat-op, --lat-prio, --lat-gap-us   (read, 0, 1000)
- *       --lat-log F         every latency request as a line "t_ms us"
- *                           (its submit, ms of the run; its latency) in F
- *       --lat-spin 0|1      the latency stream polls its request's status
- *                           with a sched_yield() between calls (0, the
- *                           default), or spins (1): on a host with few
- *                           cores a spinning poller holds the CPU that the
- *                           engine's woken threads need, and the figure
- *                           then measures the scheduler, not the engine
- *       --poll-us U         a bulk thread whose pass over its batch found
- *                           nothing done sleeps U us (20; 0: spins), so
- *                           that its polling does not take the engine's
- *                           CPU
- *       --interval-ms T     a "tick" line every T ms (200)
- *       --after-ms T        the summary counts what completes after T ms
- *       --set k=v           a configuration key (tent_set_config)
- *       --mib M             local buffer (default: enough for the bulk)
- *       --check             every byte checked: each bulk round writes a
- *                           pattern of its own and reads it back (--op
- *                           write), or reads a pattern written once at the
- *                           start (--op read), and compares; a read latency
- *                           stream is checked the same way
- *       --event T=CMD       runs CMD (system(3)) at T ms, e.g. a script
- *                           that sets a link down; repeatable (8)
- *     Lines: "tick t_ms=.. bytes=.. failed=.. nic=<name>:<inflight>:<bps>
- *     link=<name>:<tx bytes>:<rx bytes>" (one nic= per NIC, one link= per
- *     NIC whose kernel counters /sys/class/net/<name>/statistics can be
- *     read: the bytes the interface sent and received so far, headers
- *     included), "event t_ms=.. end_ms=.. rc=.. cmd=.." per event and, at
- *     the end, "result gbps=.. tasks=.. failed=.. p50_us=.. p99_us=..
- *     gap_max_ms=.. lat_n=.. lat_p50_us=.. lat_p99_us=.. check_bytes=..
- *     check_bad=.." where gbps (the bulk bytes completed from the first
- *     completion past --after-ms to the last, over that time; GB = 1e9
- *     bytes), the per-task latencies (from the batch's submit) and
- *     gap_max_ms (the longest time without a bulk task completing, the end
- *     of the run included) count what completes after --after-ms, the lat_
- *     figures the latency stream's requests and the check_ figures the
- *     bytes compared and those that differed.
- *     Exit 0 when no task failed and no byte differed, 1 otherwise. */
+ *       bulk threads (and optionally a latency stream) move data to
+ *       segment NAME at address A, printing "tick" lines while they run and
+ *       a "result" line at the end; exit 0 when no task failed and no
+ *       checked byte differed, 1 otherwise.
+ * Every option and every output field: docs/tebench.md (tent_rails_tool). */
 #define _GNU_SOURCE
 #include "tent/transfer_engine.h"
 
@@ -421,6 +379,8 @@ static int move_blocks(struct shared *sh, int op, char *local, uint64_t remote,
                 bulk_done(sh, now, o->block);
             }
         }
+        /* Nothing finished in this pass: sleep --poll-us so that polling
+         * does not take the CPU the engine's threads need. */
         if (left == before && left && o->poll_us > 0)
             usleep((useconds_t)o->poll_us);
     }
@@ -541,6 +501,9 @@ static int lat_one(struct shared *sh, int op, char *local, uint64_t remote,
         tent_task_status(sh->e, b, 0, &st);
         if (st.status != STATUS_PENDING && st.status != STATUS_WAITING)
             break;
+        /* On a host with few cores a spinning poller holds the CPU the
+         * engine's woken threads need, and the figure measures the
+         * scheduler: yield unless --lat-spin 1 asks to spin. */
         if (!o->lat_spin)
             sched_yield();
     }

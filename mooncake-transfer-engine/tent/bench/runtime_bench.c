@@ -1,23 +1,13 @@
-/* Runtime cost per request: allocate a batch, submit N requests, poll every
- * task until it is complete, free the batch -- all through the public API,
- * with an in-bench transport that completes each request at submit and copies
- * nothing.  What remains is the runtime's own work (validation, selection,
- * task records, dispatch, status, batch lifecycle).
- *
- * Two engines run side by side in one process, one with metrics on (the
- * default) and one with metrics/enabled = false, in alternating rounds: the
- * "overhead" column is what the metrics cost per request: the median, over
- * 30 back-to-back pairs of rounds, of the on/off ratio.  Times are the
- * thread's CPU time, so that load from other processes does not show up as
- * cost; ns/request is each engine's best round.
- *
- * Then the same figure through the real transports, so that the runtime's
- * headline cannot hide transport cost: 8-byte writes at the same batch sizes
- * from an engine in this process to a target engine in a second process
- * (bench_target.h), over tcp and over shm, each batch through the shared
- * loop of bench_batch.h.  These are wall-clock ns/request (the transports'
- * workers and the peer do part of the work), the median of 5 rounds, with
- * their ratio to the in-bench figure (metrics on) of the same batch size.
+/* tent_runtime_bench: the runtime's own cost per request.  A cycle
+ * allocates a batch, submits N requests, polls every task until it is
+ * complete and frees the batch, through the public API, with an in-bench
+ * transport that completes each request at submit and copies nothing:
+ * what remains is validation, selection, task records, dispatch, status
+ * and the batch lifecycle.  Two engines, metrics on and off, run in
+ * alternating rounds, so that the "overhead" column is what the metrics
+ * cost.  Then the same figure for 8-byte writes through tcp and shm to a
+ * target in a second process, so that the runtime's headline cannot hide
+ * transport cost.
  *
  * Usage: tent_runtime_bench [seconds per size and engine (default 1)] */
 #include "bench_target.h"
@@ -220,7 +210,10 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Through the real transports: a target engine in a second process. */
+/* Through the real transports: a target engine in a second process
+ * (bench_target.h), each batch through bench_batch.h's shared loop.  These
+ * are wall-clock times (the transports' workers and the peer do part of the
+ * work), printed with their ratio to the in-bench figure (metrics on). */
 #define XP_REGION ((size_t)1 << 20)
 #define XP_LEN    8
 #define XP_ROUNDS 5

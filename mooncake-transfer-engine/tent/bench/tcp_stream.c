@@ -1,28 +1,15 @@
 /* tent_tcp_stream: the raw TCP ceiling of a set of paths, measured with
- * plain sockets, for the rail benchmark (scripts/rails_bench.sh) to print
- * the engine's figures against.
+ * plain sockets, for scripts/rails_bench.sh to print the engine's figures
+ * against.
  *
  *   tent_tcp_stream serve <host> <port>
- *       accepts connections and discards (or, for "read" clients, sends)
- *       bytes until killed;
- *   tent_tcp_stream run [--prio P] <seconds> <write|read>
- *           <src>=<dst>:<port>[/<rate>] ...
- *       one stream per path at once (src: the local address to bind,
- *       "-" for the kernel's choice), 1 MiB send/recv calls; prints
- *       "<path> <GB/s>" per path and "total <GB/s>" (GB = 1e9 bytes);
- *       a path's /<rate> (bytes/s) paces its socket there
- *       (SO_MAX_PACING_RATE), as the engine paces LOW under HIGH;
+ *   tent_tcp_stream run [--prio P] <seconds> <write|read> <paths>
  *   tent_tcp_stream run [--prio P] [--bytes B] [--gap-us U] <seconds> ping
- *           <src>=<dst>:<port> ...
- *       the latency reference of the engine's HIGH stream: one request at
- *       a time, U us apart (1000), to each path in turn; the server answers
- *       B bytes (4096); the client waits for the answer the way
- *       tent_rails_tool's latency stream does (non-blocking receives, a
- *       sched_yield() between them); prints "latency n=.. p50_us=..
- *       p99_us=.." over the requests after the warm-up.
- * --prio sets SO_PRIORITY on the client's sockets (the server's answers
- * keep 0, as the engine's target's do).  Every case measures after one
- * second of warm-up (slow start, tbf's burst).
+ *       <paths>
+ * A path is <src>=<dst>:<port>[/<rate>].  write/read runs one stream per
+ * path at once; ping is the latency reference of the engine's HIGH stream.
+ * Every case measures after one second of warm-up (slow start, tbf's
+ * burst).  Options and output: docs/tebench.md (tent_tcp_stream).
  *
  * The first byte a client sends says what it wants ('w': it writes, the
  * server reads; 'r': the server writes; 'p': the server answers each 4-byte
@@ -154,6 +141,9 @@ static int stream_open(struct stream *s)
             freeaddrinfo(la);
         }
     }
+    /* --prio is the client's only: the server's answers keep 0, as the
+     * engine's target's do.  A /<rate> paces the path as the engine paces
+     * LOW under HIGH. */
     if (fd >= 0 && s->prio &&
         setsockopt(fd, SOL_SOCKET, SO_PRIORITY, &s->prio, sizeof(s->prio)))
         fprintf(stderr, "tent_tcp_stream: SO_PRIORITY %d: %s\n", s->prio,
@@ -253,7 +243,7 @@ static int run_ping(struct stream *ss, int n, uint32_t bytes, long gap_us)
                 err = 1;
                 break;
             } else
-                sched_yield();
+                sched_yield(); /* as tent_rails_tool's latency stream waits */
         }
         if (t >= t0 + 1.0 && nlat < MAX_PINGS)
             lat[nlat++] = (now_s() - t) * 1e6;

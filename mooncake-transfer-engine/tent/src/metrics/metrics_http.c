@@ -7,36 +7,12 @@
  * internal polling thread (epoll), or a pool of them, and every response is
  * rendered from a snapshot, so scrapes never block transfers.
  *
- * Slow clients.  A connection silent for metrics/http_timeout_seconds is
- * dropped (libmicrohttpd's MHD_OPTION_CONNECTION_TIMEOUT), but a client that
- * sends a header line now and then is never silent, so timeouts alone
- * cannot stop slowloris: 4,200 such connections from one address held
- * every slot of a 4,096-connection limit and every scrape timed out.  Nor
- * can libmicrohttpd's limits alone (measured with 4,200 trickling
- * connections that reopen what is closed): with MHD_OPTION_CONNECTION_LIMIT
- * at 64 to 256 and timeouts of 1 to 3 s every scrape still waited behind the
- * attacker's connections in the listen queue, and MHD_OPTION_PER_IP_
- * CONNECTION_LIMIT refuses a newcomer outright -- on loopback, or behind a
- * NAT, the scraper shares the attacker's address and was refused every
- * time.  So this endpoint keeps its own account of the connections (MHD's
- * connection notifications): at most metrics/http_max_connections, and
- * metrics/http_max_connections_per_address from one address; beyond either,
- * a newcomer takes the place of the connection that has waited longest for
- * a request -- from the newcomer's own address when that address is over
- * its share, else from the address holding the most -- by shutting its
- * socket down, after which libmicrohttpd closes it.  A connection younger
- * than GRACE_MS (SILENT_GRACE_MS while its client has sent nothing at all),
- * or with request bytes not yet read, is never the one (a burst of real
- * scrapes replaces nobody); one whose answer has not been taken for
- * BUSY_MAX_MS may be.  These choices are made in libmicrohttpd's own
- * thread (its connection notification), where no request can be half-way
- * between being read and being handed to us.  A sweeper thread, awake only
- * while a count is exceeded, replaces later the trickling connections that
- * were too young when newcomers came.
- * libmicrohttpd's own limit is BACKSTOP times the count, beyond which
- * newcomers wait in the listen queue: descriptors stay bounded whatever a
- * client opens, and a burst of real scrapes still fits.  Its per-address
- * limit stays off, for the reason above. */
+ * Slow clients: timeouts alone cannot stop slowloris (a client that sends a
+ * header line now and then is never silent), and libmicrohttpd's own
+ * limits refuse the scraper with the attacker (docs/security.md).  So this
+ * endpoint keeps its own account of the connections, per address and in
+ * total, and a newcomer beyond either count replaces the connection that
+ * has waited longest for a request (make_room_locked). */
 #include "common/clock.h"
 #include "common/compiler.h"
 #include "common/error.h"
@@ -245,6 +221,7 @@ static void evict_locked(struct tm_http *h, struct tm_conn *v, long long now,
 /* Replaces connections, those that waited longest first, until every
  * address keeps to its share and the endpoint to its count (from the
  * address that holds the most), from d's thread or the sweeper (d NULL).
+ * Replacing is shutting the socket down; libmicrohttpd then closes it.
  * Returns whether some count is still exceeded with nobody replaceable
  * yet.  Caller holds lock. */
 static bool make_room_locked(struct tm_http *h, const struct MHD_Daemon *d,
@@ -380,6 +357,9 @@ static void conn_closed(struct tm_http *h, struct tm_conn *c)
     free(c);
 }
 
+/* libmicrohttpd's connection notification: the choices of replacement are
+ * made here, in its own thread, where no request can be half-way between
+ * being read and being handed to us. */
 static void conn_notify(void *cls, struct MHD_Connection *mc,
                         void **socket_context,
                         enum MHD_ConnectionNotificationCode code)
@@ -590,7 +570,11 @@ int tm_http_start(struct tent_metrics *m, const struct tent_metrics_config *cfg,
     }
     unsigned threads =
         (unsigned)(cfg->http_threads > 1 ? cfg->http_threads : 0);
-    /* the backstop for bursts of real scrapes (which replace nobody) */
+    /* the backstop for bursts of real scrapes (which replace nobody):
+     * beyond it newcomers wait in the listen queue, so descriptors stay
+     * bounded whatever a client opens.  libmicrohttpd's per-address limit
+     * stays off: it would refuse a scraper sharing the attacker's address
+     * (loopback, NAT). */
     unsigned limit = (unsigned)cfg->http_max_conns * BACKSTOP;
     if (limit > 65536)
         limit = 65536;

@@ -2,30 +2,14 @@
  * (src/transport/memfabric/smem_trans_abi.h), built as its own
  * libmf_smem.so so the memfabric transport moves real bytes without an NPU.
  *
- * Pieces (each instance = one "handle"):
- *   - an rpc server (accept thread + one thread per incoming connection,
- *     capped, idle ones closed: mf_host_server.c) bound to the config url
- *     "<host>:0"; it serves HELLO (identity, pid; said first on every
- *     connection), CHECK (are these ranges registered here?), RANGES,
- *     WRITE, READ and PING requests and validates every request against
- *     the registered ranges;
- *   - peers: for each destUrl a control connection (HELLO, then watched by
- *     the monitor thread for EOF = peer down) and a small pool of data
- *     connections; host_shm peers on the same host are copied with
- *     process_vm_readv/writev instead of the data connections;
- *   - batches: smem_trans_batch_copy queues a batch; worker threads first
- *     CHECK every remote range with the peer (nothing is copied when one is
- *     outside the peer's registered memory), then copy the batch in slices;
- *   - a control page (mf_host_ctl.h) through which deregistration revokes:
- *     every copy into or out of registered memory, by a server thread or
- *     by a host_shm peer's worker, runs inside a window the owner waits
- *     for.
- *
- * Lock order (outer first): g_lock (api.c) > h->connect_lock >
- * h->peer_lock > p->lock; h->reg_lock > h->mem_lock and h->srv_lock;
- * h->q_lock, h->batch_lock, h->mem_lock, h->cb_lock and h->srv_lock are
- * leaves (nothing else is taken while they are held).  The peer-down
- * callback is called with no lock held. */
+ * Each instance ("handle") has an rpc server that validates every request
+ * against its registered ranges (mf_host_server.c), peers reached by a
+ * control connection and a pool of data connections (or, for host_shm on
+ * the same host, by cross-memory attach and shared mappings), worker
+ * threads that CHECK a batch's remote ranges before copying it in slices
+ * (mf_host_batch.c), and a control page through which deregistration
+ * revokes a range from every copier (mf_host_ctl.h).  The lock order is
+ * given above struct mfh_handle.  More: docs/mf_host.md (Internals). */
 #ifndef TENT_MF_HOST_H
 #define TENT_MF_HOST_H
 
@@ -245,6 +229,11 @@ struct mfh_worker {
     int idx;
 };
 
+/* Lock order (outer first): g_lock (api.c) > h->connect_lock >
+ * h->peer_lock > p->lock; h->reg_lock > h->mem_lock and h->srv_lock;
+ * h->q_lock, h->batch_lock, h->mem_lock, h->cb_lock and h->srv_lock are
+ * leaves (nothing else is taken while they are held).  The peer-down
+ * callback is called with no lock held. */
 struct mfh_handle {
     struct mfh_handle *next; /* g_lock: registry of live handles */
     int api_refs;            /* g_lock: API calls using this handle */

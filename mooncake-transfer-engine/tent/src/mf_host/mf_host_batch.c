@@ -8,13 +8,9 @@
  * the head batch, so one large batch is spread over all workers and the
  * peer's connection pool.  The worker finishing the last slice publishes
  * the result; only then does a query answer SM_OK, so no memory of the
- * batch is accessed after its result is seen.
- *
- * The check is made as of the peer's rev_gen (mf_host_ctl.h), which the
- * batch keeps (rev_snap): a cross-memory slice is copied inside one of our
- * windows in the peer's control page, and only if nothing overlapping it
- * was deregistered since; a tcp slice carries rev_snap for the peer's
- * server to do the same. */
+ * batch is accessed after its result is seen.  The check is made as of the
+ * peer's rev_gen (b->rev_snap), against which every slice is admitted
+ * (copy_cma_slice; a tcp slice carries it to the peer's server). */
 #include "mf_host.h"
 
 #include <errno.h>

@@ -3,41 +3,17 @@
  * their own memcpy or process_vm_writev and never ask the owner.
  *
  * Every instance keeps one page (a memfd; its descriptor number and inode
- * travel in the HELLO answer) that same-host peers map read-write:
- *  - self_addr and probe, how a peer tests cross-memory attach;
- *  - mem_gen, bumped on every change of the registered ranges (the range
- *    cache of a host_shm peer is current while it is unchanged);
- *  - rev_gen, the number of removals so far (it starts at 1), and a ring of
- *    the last MFH_CTL_LOG removals: removal g is entry g % MFH_CTL_LOG,
- *    holding g and the removed range;
- *  - one window per initiator worker (MFH_WORKERS slots per peer instance
- *    that maps the page): the holder's pid, the range its current copy
- *    touches, and a sequence number that is odd during the copy.
- * The owner's own server threads (host_tcp, and the tcp data path of
- * host_shm) keep the same kind of window in their connection, not in the
- * page.
- *
- * A copy is admitted against the owner's ranges as of some rev_gen (the
- * batch's check: its snapshot).  Before each piece it touches, the copier
- * opens its window over the piece (range, then an odd sequence) and reads
- * rev_gen: unchanged, or no removal since the snapshot overlaps the piece,
- * and it may copy; otherwise it closes the window and fails the copy.  The
- * owner deregistering a range first removes it and logs the removal
- * (rev_gen last), then waits until no window shows an odd sequence over a
- * range that overlaps it.  All of these are sequentially consistent, so
- * either the copier sees the removal and touches nothing, or the owner
- * sees the open window and waits for it to close: once the deregistration
- * returns, no copy into or out of the range runs or can start, and a copy
- * in flight across it fails, even if the range is registered again
- * meanwhile.  A window whose holder has died is closed by the owner; a
- * window still open after the owner's timeout (its holder stalled inside
- * the copy) is marked broken, the range registered again and the
- * deregistration failed: the holder reports that copy failed when it ends.
+ * travel in the HELLO answer) that same-host peers map read-write.  A copier
+ * opens a window over each piece before touching it and checks the log of
+ * removals; the owner removes and logs a range, then waits until no open
+ * window overlaps it (mfh_win_open says why that is enough).  The owner's
+ * own server threads keep the same kind of window in their connection.
  *
  * Peers can write this page, but they can write the memory it guards too:
  * the trust boundary is the same user on the same host, as for
  * cross-memory attach.  Everything read from a peer's page is
- * bounds-checked; a page that makes no sense revokes rather than admits. */
+ * bounds-checked; a page that makes no sense revokes rather than admits.
+ * The whole protocol: docs/mf_host.md (Internals). */
 #ifndef TENT_MF_HOST_CTL_H
 #define TENT_MF_HOST_CTL_H
 
@@ -50,7 +26,11 @@
 #define MFH_CTL_SLOTS   1024u /* initiator workers that can map the page */
 #define MFH_CTL_LOG     256u  /* removals remembered */
 
-/* A copier's window: [addr, addr+len) is being touched while seq is odd. */
+/* A copier's window: [addr, addr+len) is being touched while seq is odd.
+ * The page holds one per initiator worker (MFH_WORKERS slots per peer
+ * instance that maps it).  A window whose holder has died is closed by the
+ * owner; one still open after the owner's timeout (its holder stalled
+ * inside the copy) is marked broken, and that copy fails when it ends. */
 struct mfh_win {
     _Atomic int64_t pid;     /* page slots: the holder (0: free) */
     _Atomic uint64_t seq;    /* odd while the holder copies */
@@ -69,7 +49,10 @@ struct mfh_ctl_removal {
 struct mfh_ctl {
     uint64_t magic;
     uint32_t version, nslots, nlog, pad0;
+    /* bumped on every change of the registered ranges: a host_shm peer's
+     * range cache is current while it is unchanged */
     _Atomic uint64_t mem_gen;
+    /* removals so far (it starts at 1); removal g is log[g % MFH_CTL_LOG] */
     _Atomic uint64_t rev_gen;
     /* Where the owner maps this page, and a random token in it: a peer
      * that can read the token at self_addr + offsetof(probe) with
@@ -110,7 +93,13 @@ static inline bool mfh_ctl_revoked(const struct mfh_ctl *c, uint64_t since,
 /* Opens window w over [addr, addr+len) for a copy admitted as of rev_gen
  * snap: true when it may run (the caller copies, then calls
  * mfh_win_close), false when the owner has removed an overlapping range
- * since (the window is closed again: touch nothing). */
+ * since (the window is closed again: touch nothing).
+ * The owner removes a range and logs it (rev_gen last), then waits for
+ * every odd window over it; the copier opens its window (range, then an
+ * odd seq), then reads rev_gen.  All are sequentially consistent, so either
+ * the copier sees the removal or the owner sees the window: once a
+ * deregistration returns no copy of the range runs or can start, and one
+ * in flight across it fails even if the range is registered again. */
 static inline bool mfh_win_open(struct mfh_win *w, const struct mfh_ctl *c,
                                 uint64_t snap, uint64_t addr, uint64_t len)
 {

@@ -5,23 +5,11 @@
  * ranges (ranges.c), and its copy into or out of them runs inside the
  * connection's window, which a deregistration waits for (mf_host_ctl.h).
  *
- * Limits.  At most h->max_conns connections are served: a newcomer beyond
- * them takes the place of a connection that never said HELLO (the oldest
- * first), else of one waiting between requests (the longest idle first);
- * when every connection is inside a request it is refused.  A connection
- * waiting for a request longer than h->idle_timeout_ms (before its HELLO:
- * h->io_timeout_ms, when shorter) is closed by its own thread (a peer
- * pings its control connection sooner, mf_host_peers.c).
- * An evicted connection counts until its thread has ended: newcomers wait
- * in the backlog meanwhile, so the server never holds more than
- * max_conns + 1 connections.  The accept thread wakes every SRV_TICK_MS,
- * and joins and closes the connections that ended whether or not anyone
- * connects.  When accept()
- * runs out of descriptors (EMFILE, ENFILE), a reserve descriptor is given
- * up to accept the waiting connection and close it at once, the longest
- * idle connection is evicted, and accepting pauses (SRV_BACKOFF_MIN_MS,
- * doubling to SRV_BACKOFF_MAX_MS while the shortage lasts); the accept
- * thread ends only when the handle stops. */
+ * Limits, so that clients that open connections and never use them cannot
+ * lock peers out: at most h->max_conns connections, a newcomer beyond them
+ * replacing an idle one (pick_victim_locked); a connection idle longer than
+ * h->idle_timeout_ms is closed by its own thread (wait_request); running
+ * out of descriptors evicts and backs off (out_of_fds, accept_main). */
 #include "common/clock.h"
 #include "mf_host.h"
 
@@ -121,7 +109,9 @@ static int io_flush(struct srv_io *io)
 }
 
 /* Waits between requests until the connection can be read: -1 with
- * errno ETIMEDOUT once it has been idle for the handle's idle timeout.  An
+ * errno ETIMEDOUT once it has been idle for the handle's idle timeout
+ * (before its HELLO: h->io_timeout_ms, when shorter; a peer pings its
+ * control connection sooner, mf_host_peers.c).  An
  * eviction or the server's stop shuts the socket down, which wakes us. */
 static int wait_request(struct mfh_handle *h, struct srv_io *io)
 {
@@ -611,7 +601,8 @@ static void reap_conns(struct mfh_handle *h, bool all)
 
 /* The connection a newcomer replaces: one that never said HELLO (the
  * oldest first), else one waiting between requests (the longest idle
- * first); NULL when every one is inside a request.  Caller holds
+ * first); NULL when every one is inside a request (the newcomer is then
+ * refused).  Caller holds
  * srv_lock. */
 static struct mfh_srv_conn *pick_victim_locked(struct mfh_handle *h)
 {
@@ -731,6 +722,12 @@ static bool evictions_pending(struct mfh_handle *h)
     return pending;
 }
 
+/* Wakes every SRV_TICK_MS to join and close the connections that ended,
+ * whether or not anyone connects.  An evicted connection counts until then,
+ * so newcomers wait in the backlog meanwhile and the server never holds
+ * more than max_conns + 1 connections.  After out_of_fds it pauses
+ * SRV_BACKOFF_MIN_MS, doubling to SRV_BACKOFF_MAX_MS while the shortage
+ * lasts; it ends only when the handle stops. */
 static void *accept_main(void *arg)
 {
     struct mfh_handle *h = arg;

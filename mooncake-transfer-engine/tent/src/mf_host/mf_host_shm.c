@@ -8,19 +8,8 @@
  * opened through /proc/<pid>/fd/<n> (the peer holds it open), which needs
  * the same permission as reading the peer's memory.  Any step that fails
  * leaves the range unmapped and its copies go through cross-memory attach
- * as before.
- *
- * Rules that keep this as safe as the attach path:
- *  - a slice is copied through a mapping only when its remote range lies in
- *    one range the peer registered (the batch was checked against those
- *    before any byte moved) and its local range lies in memory registered
- *    with this instance, so a bad local buffer still fails with an error
- *    rather than a fault;
- *  - the mappings of a peer are dropped whenever its registrations change
- *    (mfh_shm_invalidate, called when the range cache is refreshed);
- *  - a mapping keeps the file alive after the peer dies, so a batch that
- *    copied through one completes only if the peer is still alive after
- *    its last byte (mfh_shm_peer_alive). */
+ * as before.  The rules that keep this as safe as the attach path are on
+ * mfh_shm_copy, mfh_shm_invalidate and mfh_shm_peer_alive. */
 #include "mf_host.h"
 
 #include <dirent.h>
@@ -206,6 +195,11 @@ static bool peer_range_of(struct mfh_peer *p, uint64_t addr, size_t len,
     return found;
 }
 
+/* Copies slice s through a mapping, or MFH_SHM_NOMAP (then cross-memory
+ * attach).  Only when its remote range lies in one range the peer
+ * registered (the batch was checked against those before any byte moved)
+ * and its local range in memory registered with this instance, so that a
+ * bad local buffer still fails with an error rather than a fault. */
 int32_t mfh_shm_copy(struct mfh_peer *p, smem_trans_opcode_t op,
                      const struct mfh_slice *s)
 {
@@ -242,6 +236,8 @@ int32_t mfh_shm_copy(struct mfh_peer *p, smem_trans_opcode_t op,
     return SM_OK;
 }
 
+/* A mapping keeps the file alive after the peer dies, so a batch that
+ * copied through one completes only if this is true after its last byte. */
 bool mfh_shm_peer_alive(struct mfh_peer *p)
 {
     uint64_t gen = 0;
@@ -260,6 +256,8 @@ static void unmap_all_locked(struct mfh_peer *p)
     p->n_maps = 0;
 }
 
+/* Drops p's mappings; called whenever its registrations change (the range
+ * cache is refreshed). */
 void mfh_shm_invalidate(struct mfh_peer *p)
 {
     pthread_rwlock_wrlock(&p->map_lock);

@@ -7,16 +7,11 @@
  * that sends a frame that does not validate is closed; other connections are
  * not affected.
  *
- * Connections are bounded (tent_rpc_limits): a frame must arrive whole
- * within frame_timeout_ms of its first byte, a connection idle between
- * frames for idle_timeout_ms is closed, and at most max_conns are open
- * (fewer when the process's descriptor limit cannot hold them).  When
- * full, a newcomer takes the place of the connection that has done the
- * least useful work: never-used, idle, trickling and parked connections go
- * before a peer's pooled connections that moved data; only when every
- * connection is a working peer inside a frame is it refused (counted,
- * logged rate-limited).  rpc_server.c's header comment gives the ranking.
- * So idle or slow clients cannot lock real peers out. */
+ * Connections are bounded (tent_rpc_limits: frame and idle timeouts, at most
+ * max_conns open).  When full, a newcomer takes the place of the connection
+ * that has done the least useful work, and is refused only when every
+ * connection is a working peer inside a frame (rpc_server.c gives the
+ * ranking), so idle or slow clients cannot lock real peers out. */
 #ifndef TENT_RPC_RPC_H
 #define TENT_RPC_RPC_H
 
@@ -84,12 +79,10 @@ void tent_rpc_conn_abort(struct tent_rpc_conn *c);
 
 /* Congestion control for TCP connections between two loopback addresses:
  * config key tcp_loopback_congestion, "" for the kernel's default.  Over
- * loopback there is no network to share, yet the choice moves throughput
- * by half.  On this project's 2-core VM, tcp 1 MiB x 1
- * with 2 threads moved 6.1-7.1 GB/s under BBR (the system default there,
- * pacing every flow), 5.2-12.7 under cubic (its runs split in two, the slow
- * ones full of spurious fast retransmits: segments of one flow reordered
- * between the two CPUs' backlogs), and 12.0-13.4 in every run under reno. */
+ * loopback there is no network to share, yet the choice moves throughput a
+ * lot: BBR paces every flow, and cubic meets spurious fast retransmits when
+ * segments of one flow are reordered between CPUs' backlogs; reno has
+ * neither (docs/performance.md has the figures). */
 #define TENT_RPC_CC_KEY     "tcp_loopback_congestion"
 #define TENT_RPC_CC_DEFAULT "reno"
 #define TENT_RPC_CC_MAX     16 /* the kernel's TCP_CA_NAME_MAX, NUL included */
@@ -114,9 +107,9 @@ void tent_rpc_tune_loopback(int fd, const char *cc);
 /* Bounds on the server's connections (config keys rpc_max_connections,
  * rpc_idle_timeout_ms, rpc_frame_timeout_ms, rpc_frame_min_rate). */
 struct tent_rpc_limits {
-    int max_conns;
-    int idle_timeout_ms;
-    int frame_timeout_ms;
+    int max_conns;        /* fewer when the fd limit cannot hold them */
+    int idle_timeout_ms;  /* idle between frames this long: closed */
+    int frame_timeout_ms; /* a frame must arrive whole within this */
     /* bytes per second below which a frame in progress for over a second
      * counts as slow (first to be replaced by a newcomer); 0 = no floor */
     int min_frame_rate;

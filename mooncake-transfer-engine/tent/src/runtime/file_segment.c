@@ -5,18 +5,7 @@
  * one buffer [0, file size) whose addresses are file offsets (location "*").
  * Beyond TENT, the file is checked and opened here, at open, so that a bad
  * name is an error of tent_open_segment naming the file rather than of every
- * later request:
- *   - with file_desc_basepath the path is resolved beneath it (openat2 with
- *     RESOLVE_BENEATH): "..", an absolute symlink or one whose target leaves
- *     the base is refused (TENT_EPERM);
- *   - it must be a regular file (a directory, device, FIFO or socket is
- *     TENT_EINVAL; it is looked at through an O_PATH descriptor, so a device
- *     or FIFO is never opened);
- *   - a file with no write bit in its mode, or one the kernel refuses to
- *     open for writing (EACCES, EROFS ...), is opened read-only and its
- *     buffer is PERM_GLOBAL_READ_ONLY: a WRITE to it fails at tent_submit
- *     with TENT_EPERM naming the segment.  (Root would otherwise write to a
- *     0444 file without a word.)
+ * later request (the rules: open_file, and docs/file-segments.md).
  * The runtime keeps one descriptor for the segment's lifetime; the file
  * transports (io_uring, bufio) get the buffer through add_buffer, with the
  * descriptor's number in its attributes, and open descriptors of their own
@@ -126,7 +115,16 @@ static int open_beneath(const char *base, const char *rel)
 }
 
 /* Opens the file of name into *fd (read-write when it can be written, else
- * read-only: *writable says which) and *st. */
+ * read-only: *writable says which) and *st:
+ *   - with file_desc_basepath the path is resolved beneath it
+ *     (open_beneath): "..", an absolute symlink or one whose target leaves
+ *     the base is refused (TENT_EPERM);
+ *   - it must be a regular file (else TENT_EINVAL); it is looked at through
+ *     an O_PATH descriptor, so a device or FIFO is never opened;
+ *   - a file with no write bit in its mode, or one the kernel refuses to
+ *     open for writing (EACCES, EROFS ...), is opened read-only and its
+ *     buffer is PERM_GLOBAL_READ_ONLY, so a WRITE fails at tent_submit
+ *     (root would otherwise write to a 0444 file without a word). */
 static int open_file(struct tent_engine *e, const char *name, int *fd,
                      bool *writable, struct stat *st, char *path,
                      size_t pathlen)

@@ -3,25 +3,14 @@
  * submit, and is not loaded by its runtime).
  *
  * Submit puts the requests on their class's queue (the request's priority)
- * and wakes a worker; workers (transports/bufio/workers) take a share of
- * the highest class queued (a class queue not served for
- * priority_promotion_timeout_us counts one class higher per timeout, so LOW
- * is never starved), move each request
- * with pread/pwrite through the page cache (a short transfer continues from
- * where it stopped; a read that meets the end of the file fails: the file
- * shrank), then, for the tasks they took together: one fdatasync per file
- * when a write to it is to reach stable storage (transports/bufio/sync, or
- * the request's tent_xfer.durable: a failover from a durable transport,
- * docs/durability.md), one fstat per file to
- * see that it was neither deleted nor truncated, and only then the tasks
- * become COMPLETED.  A task that failed anywhere is FAILED with its cause;
- * none is ever COMPLETED with fewer bytes than asked.  Status reads an
- * atomic word: it never waits.
- *
- * A LOW request is moved low_slice_size bytes at a time, and between two
- * pieces its worker first serves the HIGH and MEDIUM requests queued
- * meanwhile: a HIGH request waits behind at most one piece of a LOW one,
- * even when every worker is busy with LOW. */
+ * and wakes a worker (transports/bufio/workers); workers move them with
+ * pread/pwrite through the page cache, then, for the tasks they took
+ * together, fdatasync (when a write must be durable) and fstat each file
+ * once before any task becomes COMPLETED.  No task is ever COMPLETED with
+ * fewer bytes than asked, and status reads an atomic word: it never waits.
+ * A LOW request moves in pieces with the HIGH and MEDIUM requests queued
+ * meanwhile served between two, so a HIGH request waits behind at most one
+ * piece of a LOW one.  More: docs/file-segments.md. */
 #include "common/clock.h"
 #include "common/compiler.h"
 #include "common/config.h"
@@ -96,7 +85,9 @@ static struct bufio_transport *bt_of(struct tent_transport *t)
 static void serve_urgent(struct bufio_transport *bt);
 
 /* Moves one task's bytes; false, with its cause in *err (NULL when even
- * that could not be allocated), when it failed.  A LOW task goes in pieces
+ * that could not be allocated), when it failed.  A short transfer continues
+ * from where it stopped; a read that meets the end of the file fails (the
+ * file shrank).  A LOW task goes in pieces
  * of low_slice bytes, with the HIGH and MEDIUM tasks queued meanwhile
  * served between two. */
 static bool move(struct bufio_transport *bt, struct bufio_task *k,
@@ -161,7 +152,9 @@ static void finish(struct bufio_transport *bt, struct bufio_task *k, bool ok,
 }
 
 /* The tasks taken together: move each, then per file one fdatasync (when
- * a durable write went to it) and one check, then publish.  A failed
+ * a durable write went to it: transports/bufio/sync, or the request's
+ * tent_xfer.durable, docs/durability.md) and one fstat that it was neither
+ * deleted nor truncated, then publish.  A failed
  * fdatasync fails every write to that file among them (which bytes it
  * lost is not known) and marks the file (tent_fio_sync_failed): a durable
  * write is not COMPLETED on a marked file. */
@@ -218,9 +211,10 @@ static void run_taken(struct bufio_transport *bt, struct bufio_task **v,
         finish(bt, v[i], ok[i], errs[i]);
 }
 
-/* The class a worker serves next: the best effective one queued (LOW
- * promoted by its wait), or -1.  urgent_only: HIGH and MEDIUM only (a LOW
- * task's worker between two pieces).  Caller holds lock. */
+/* The class a worker serves next: the best effective one queued (a class
+ * not served for priority_promotion_timeout_us counts one class higher per
+ * timeout, so LOW is never starved), or -1.  urgent_only: HIGH and MEDIUM only
+ * (a LOW task's worker between two pieces).  Caller holds lock. */
 static int next_class_locked(struct bufio_transport *bt, bool urgent_only)
 {
     uint64_t since[TENT_NPRIO];

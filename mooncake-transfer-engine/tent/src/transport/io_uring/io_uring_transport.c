@@ -8,46 +8,9 @@
  * tasks into SQEs, submits and waits in one io_uring_enter, reaps
  * completions, continues short transfers, and publishes outcomes, so submit
  * and status never wait and a thread that submitted may exit at any time.
- *
- * Per request (each SQE moves at most 1 GiB; a longer request continues
- * from where the last SQE stopped):
- *   - the O_DIRECT descriptor when the local address, the file offset and
- *     the length are aligned as the file's filesystem asks (statx
- *     STATX_DIOALIGN, else 4096), else the buffered descriptor: the page
- *     cache is the bounce buffer, so nothing is allocated or copied here
- *     (TENT allocates and copies a bounce buffer for every unaligned
- *     request).  The kernel keeps the two coherent (a direct read writes
- *     back cached dirty pages of its range first, a direct write drops
- *     them);
- *   - registered memory is a registered buffer of every ring (READ_FIXED /
- *     WRITE_FIXED), in slots of at most 1 GiB; a file segment's two
- *     descriptors are registered files (IOSQE_FIXED_FILE).  Where the kernel
- *     refuses a registration (RLIMIT_MEMLOCK, memory it cannot pin) the plain
- *     forms are used;
- *   - a short transfer continues (on the buffered descriptor if what is
- *     left is no longer aligned); a read that returns 0 bytes met the end of
- *     the file and fails the task (the file shrank); EAGAIN/EINTR are
- *     retried; a direct SQE refused with EINVAL/EOPNOTSUPP goes again
- *     through the page cache;
- *   - with transports/io_uring/sync, or when the request says so
- *     (tent_xfer.durable: a failover from a durable transport), a WRITE is
- *     COMPLETED only after an fdatasync of its file that began after the
- *     write finished (one per file per round of completions, shared by
- *     every write it covers);
- *   - before any task is published, one fstat per file and round checks
- *     that the file is still linked and no shorter than when the segment was
- *     opened (file_io.h).
  * A task is COMPLETED with all its bytes or FAILED with its cause (file,
  * offset, length, errno), never partly COMPLETED.
- *
- * Priorities: a ring's backlog has a list per class (the request's
- * priority), drained in that order; a class not served for
- * priority_promotion_timeout_us counts one class higher per timeout.  A LOW
- * task's SQEs move at most low_slice_size bytes and at most low_depth of
- * them are in flight per ring, so that LOW leaves room in the ring and
- * builds no deep queue in the kernel in front of a HIGH request.
- * transports/io_uring/sqpoll makes the rings poll their submission queues from
- * a kernel thread. */
+ * The rules per request and per priority: docs/file-segments.md. */
 #include "transport/io_uring/io_uring_transport.h"
 
 #include "common/clock.h"
@@ -281,7 +244,10 @@ static void arm_wake(struct iou_ring *r)
     r->wake_armed = true;
 }
 
-/* The bytes of task k's next SQE (that of its SQE in flight). */
+/* The bytes of task k's next SQE (that of its SQE in flight): a longer
+ * request continues from where the last SQE stopped.  A LOW task's SQEs move
+ * at most low_slice_size bytes, so that LOW builds no deep queue in the
+ * kernel in front of a HIGH request. */
 static uint64_t sqe_bytes(const struct iou_transport *tp,
                           const struct iou_task *k)
 {
@@ -290,8 +256,15 @@ static uint64_t sqe_bytes(const struct iou_transport *tp,
     return want < cap ? want : cap;
 }
 
-/* Turns the next part of task k into an SQE; false when the ring is full
- * (k goes to the backlog). */
+/* Turns the next part of task k into an SQE; false when the ring is full,
+ * or k is LOW and low_depth LOW SQEs are in flight (k goes to the backlog).
+ * The O_DIRECT descriptor when memory, offset and length are aligned as the
+ * filesystem asks (tent_fio_direct_ok), else the buffered one: the page
+ * cache is the bounce buffer, so nothing is allocated or copied here, and
+ * the kernel keeps the two views coherent.  Registered memory goes as a
+ * registered buffer (READ_FIXED/WRITE_FIXED) when the piece lies in one
+ * slot; the file's descriptors as registered files where the kernel took
+ * them, the plain forms otherwise. */
 static bool prep_io(struct iou_ring *r, struct iou_task *k)
 {
     struct iou_transport *tp = r->tp;
@@ -353,9 +326,9 @@ static void start_or_queue(struct iou_ring *r, struct iou_task *k)
         tl_push(&r->backlog[k->prio], k);
 }
 
-/* Into the ring from the backlog, the best class first (a LOW task
- * promoted by its wait counts as the class it reached); a LOW task held
- * by low_depth lets the others pass. */
+/* Into the ring from the backlog, the best class first (a class not served
+ * for priority_promotion_timeout_us counts one class higher per timeout);
+ * a LOW task held by low_depth lets the others pass. */
 static void drain_backlog(struct iou_ring *r)
 {
     const struct iou_transport *tp = r->tp;
@@ -391,7 +364,13 @@ static void fail_task(struct iou_ring *r, struct iou_task *k,
     publish(r->tp, k, false, err);
 }
 
-/* One I/O CQE of task k. */
+/* One I/O CQE of task k.  A short transfer continues (on the buffered
+ * descriptor if what is left is no longer aligned); a read of 0 bytes met
+ * the end of the file (it shrank) and fails the task; EAGAIN/EINTR are
+ * retried; a direct SQE refused with EINVAL/EOPNOTSUPP goes again through
+ * the page cache.  A durable WRITE (transports/io_uring/sync, or the
+ * request's tent_xfer.durable: a failover from a durable transport) waits
+ * for an fdatasync of its file that begins after it finished. */
 static void on_io(struct iou_ring *r, struct iou_task *k, int res)
 {
     struct iou_transport *tp = r->tp;
@@ -502,7 +481,8 @@ static void on_sync(struct iou_ring *r, struct iou_sync *s, int res)
     }
 }
 
-/* Starts one fdatasync per file with writes waiting for one. */
+/* Starts one fdatasync per file with writes waiting for one: one per file
+ * per round of completions, shared by every write it covers. */
 static void start_syncs(struct iou_ring *r)
 {
     struct iou_sync **pp = &r->dirty;
@@ -525,7 +505,8 @@ static void start_syncs(struct iou_ring *r)
     }
 }
 
-/* Publishes the transfers done this round, after one check per file. */
+/* Publishes the transfers done this round, after one fstat per file that
+ * checks it is still linked and no shorter than at open (file_io.h). */
 static void publish_ready(struct iou_ring *r)
 {
     struct {
@@ -664,7 +645,8 @@ static void ring_stop(struct iou_ring *r)
     pthread_mutex_destroy(&r->qlock);
 }
 
-/* Creates ring r, trying the most useful flags this kernel accepts. */
+/* Creates ring r, trying the most useful flags this kernel accepts
+ * (transports/io_uring/sqpoll: a kernel thread polls the SQ). */
 static int ring_init(struct iou_transport *tp, struct iou_ring *r)
 {
     static const unsigned extra[] = {
@@ -1033,6 +1015,9 @@ static int set_buf_slot(struct iou_transport *tp, int slot,
     return i;
 }
 
+/* Makes m registered buffers of every ring, in slots of at most 1 GiB;
+ * where the kernel refuses (RLIMIT_MEMLOCK, memory it cannot pin) m keeps
+ * slot -1 and is served by plain reads and writes. */
 static void mem_register(struct iou_transport *tp, struct iou_mem *m)
 {
     m->slot = -1;
