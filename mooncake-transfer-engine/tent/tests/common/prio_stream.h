@@ -123,14 +123,24 @@ static inline void ps_check_promotion(ps_run_fn run, void *ctx,
                  "requests (%d of them completed): starved",
                  what, nhigh);
     assert_true(nhigh > 0);
-    double off = run(ctx, "0", 1, &nhigh);
-    print_message("%s, promotion off: LOW %s within 1 s of the HIGH stream "
-                  "(%d HIGH requests)\n",
-                  what, off < 0 ? "not completed" : "completed", nhigh);
+    /* The control: without promotion the stream starves LOW for a second.
+     * On a loaded machine the feeder thread may be held back long enough
+     * to leave a gap that lets LOW through, which says nothing about the
+     * engine: up to three tries, one starved run is the proof. */
+    double off = 0;
+    for (int attempt = 1; attempt <= 3; attempt++) {
+        off = run(ctx, "0", 1, &nhigh);
+        print_message("%s, promotion off (try %d): LOW %s within 1 s of the "
+                      "HIGH stream (%d HIGH requests)\n",
+                      what, attempt, off < 0 ? "not completed" : "completed",
+                      nhigh);
+        if (off < 0)
+            break;
+    }
     if (off >= 0)
         fail_msg("%s: with promotion off the LOW request completed after "
-                 "%.3f s of HIGH requests: the stream left gaps, so the run "
-                 "with promotion proves nothing",
+                 "%.3f s of HIGH requests in each of 3 tries: the stream "
+                 "left gaps, so the run with promotion proves nothing",
                  what, off);
 }
 
