@@ -39,6 +39,11 @@ function(tent_label_tests)
         list(APPEND _add unit)
       endif()
     endif()
+    # shaped links between namespaces measure time: never beside another
+    # test of the suite
+    if(t MATCHES "netns")
+      set_property(TEST ${t} PROPERTY RUN_SERIAL TRUE)
+    endif()
     if(t IN_LIST TENT_SLOW_TESTS)
       list(APPEND _add slow)
       # started first by ctest -j, so that they do not finish alone

@@ -61,10 +61,16 @@ fi
     exit 1
 }
 
-REJOIN_MS=2000 # the issue: a link set up again carries slices within 2 s
-PROBE_MS=2000  # the issue: a throttled rail gets probes only within 2 s
-STALL_MS=500   # transports/tcp/rail_stall_ms (the default, set explicitly)
-STARVE_MS=$((3 * STALL_MS))
+# The goals (a link set up again carries slices within 2 s; a throttled
+# rail gets probes only within 2 s; no wait over 3 stall times) are what
+# scripts/rails_bench.sh measures on a quiet machine.  Here, in the suite
+# that also runs beside other work, each bound is RAILS_TIME_SLACK (2)
+# times the goal, and the figure is printed beside it.
+SLACK=${RAILS_TIME_SLACK:-2}
+REJOIN_MS=$((2000 * SLACK))
+PROBE_MS=$((2000 * SLACK))
+STALL_MS=500 # transports/tcp/rail_stall_ms (the default, set explicitly)
+STARVE_MS=$((3 * STALL_MS * SLACK))
 TICK=100
 
 RAILS_WORK=$(mktemp -d "${TMPDIR:-/tmp}/tent_rails_test.XXXXXX")
