@@ -49,12 +49,31 @@ bool tb_find_mf_library(bool prefer_vendor, char *why, size_t len)
         return true;
     }
 #ifdef TEBENCH_MF_HOST_LIB
-    static const char *const built[] = {TEBENCH_MF_HOST_LIB,
-                                        TEBENCH_MF_HOST_LIB_INSTALLED};
-    for (size_t i = 0; i < sizeof(built) / sizeof(*built); i++)
-        if (file_exists(built[i])) {
-            setenv("MF_SMEM_LIBRARY", built[i], 1);
-            snprintf(why, len, "mf_host %s", built[i]);
+    /* The copy beside this executable first: an installed tebench loads
+     * the installed library (found from its own location, so a moved
+     * prefix works too), the build tree's tebench the build's. */
+    char exe[4096], near[4096 + 64];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    exe[n > 0 ? n : 0] = '\0';
+    bool in_build = strcmp(exe, TEBENCH_BUILD_EXE) == 0;
+    char *slash = strrchr(exe, '/');
+    near[0] = '\0';
+    if (slash && !in_build) {
+        *slash = '\0';
+        snprintf(near, sizeof(near), "%s/%s", exe,
+                 TEBENCH_MF_HOST_LIB_FROM_BIN);
+    }
+    const char *const order[] = {
+        in_build ? TEBENCH_MF_HOST_LIB : near,
+        TEBENCH_MF_HOST_LIB_INSTALLED,
+        in_build ? near : TEBENCH_MF_HOST_LIB,
+    };
+    for (size_t i = 0; i < sizeof(order) / sizeof(*order); i++)
+        if (order[i][0] && file_exists(order[i])) {
+            char real[4096];
+            const char *path = realpath(order[i], real) ? real : order[i];
+            setenv("MF_SMEM_LIBRARY", path, 1);
+            snprintf(why, len, "mf_host %s", path);
             return true;
         }
 #endif
