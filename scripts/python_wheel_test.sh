@@ -53,6 +53,11 @@ for m in mods:
         sys.exit("%s was imported from %s, not from the wheel in %s"
                  % (m.__name__, where, site))
 print("   tent from", os.path.dirname(tent.__file__))
+# mf_host's libmf_smem.so ships in the wheel and runs memfabric without an NPU
+lib = tent.mf_host_library()
+if not lib or not os.path.realpath(lib).startswith(site + os.sep):
+    sys.exit("the wheel has no mf_host libmf_smem.so (got %r)" % (lib,))
+print("   mf_host library", lib)
 PY
 )
 EXT=$(ls "$SITE"/tent/_tent*.so)

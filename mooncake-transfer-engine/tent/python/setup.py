@@ -64,7 +64,7 @@ class CMakeBuild(build_ext):
              "-DTENT_PYTHON_MOONCAKE_SHIM=" + SHIM])
         jobs = os.environ.get("TENT_WHEEL_JOBS") or str(os.cpu_count() or 1)
         subprocess.check_call(["cmake", "--build", build, "--target",
-                               "tent_python", "--parallel", jobs])
+                               "tent_python", "mf_smem", "--parallel", jobs])
         src = os.path.join(build, "python")
         for pkg in ("tent", "mooncake"):
             dst = os.path.join(self.build_lib, pkg)
@@ -75,6 +75,15 @@ class CMakeBuild(build_ext):
                                 ignore=shutil.ignore_patterns("__pycache__"))
         if not os.path.isdir(os.path.join(self.build_lib, "tent")):
             raise RuntimeError("CMake built no tent package in " + src)
+        # mf_host's host-memory libmf_smem.so, so that a pip-only user can
+        # run the memfabric transport without an NPU (tent.mf_host_library)
+        mf = os.path.join(build, "mf_host", "libmf_smem.so")
+        if not os.path.exists(mf):
+            raise RuntimeError("CMake built no mf_host library at " + mf)
+        os.makedirs(os.path.join(self.build_lib, "tent", "mf_host"),
+                    exist_ok=True)
+        shutil.copy2(mf, os.path.join(self.build_lib, "tent", "mf_host",
+                                      "libmf_smem.so"))
 
 
 os.makedirs(WORK, exist_ok=True)

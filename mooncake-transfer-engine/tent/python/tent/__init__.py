@@ -373,6 +373,16 @@ class TransferEngine(_tent.TransferEngine):
         return _local_topology()
 
 
+def mf_host_library():
+    """Path of the host-memory libmf_smem.so (mf_host) shipped with this
+    package, or None.  It runs the memfabric transport without an NPU:
+    ``MF_SMEM_LIBRARY=<this path> MF_PROTOCOL=host_tcp``."""
+    import os
+    p = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mf_host",
+                     "libmf_smem.so")
+    return p if os.path.exists(p) else None
+
+
 from . import mooncake as _mooncake  # noqa: E402
 
 _tent._set_notification_types(Notification, _mooncake.TransferNotify)
