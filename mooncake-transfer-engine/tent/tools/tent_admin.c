@@ -124,9 +124,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
                                              "--metrics",
                                              "--host",
                                              "--set",
-                                             "--metadata_key_prefix"};
+                                             "--metadata_key_prefix",
+                                             "--metadata_url_list"};
     *o = (struct opts){.timeout_ms = 3000, .count = 20, .size = 64};
-    const char *vals[13] = {0};
+    const char *vals[14] = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -148,7 +149,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         }
         size_t nl = strcspn(a, "=");
         int k = -1;
-        for (int j = 0; j < 13; j++)
+        for (int j = 0; j < 14; j++)
             if (strlen(with_value[j]) == nl && !strncmp(a, with_value[j], nl))
                 k = j;
         if (k < 0)
@@ -166,7 +167,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
                             v);
             o->sets[o->nsets++] = v;
         } else {
-            vals[k == 12 ? 3 : k] = v;
+            vals[k == 12 ? 3 : k == 13 ? 2 : k] = v;
         }
     }
     o->metadata = vals[0];
@@ -429,10 +430,50 @@ static bool known_top(const char *k)
            !strcmp(k, "buffers") || !strcmp(k, "attrs");
 }
 
-/* A NIC list is what an attribute whose key names NICs holds. */
-static bool nic_key(const char *k)
+/* A transport publishes its NICs as "<transport>_nics" = "name=addr,...";
+ * the transport's name length, or 0 for another attribute. */
+static size_t nic_key(const char *k)
 {
-    return strstr(k, "nic") || strstr(k, "NIC") || strstr(k, "device");
+    size_t l = strlen(k);
+    return l > 5 && !strcmp(k + l - 5, "_nics") ? l - 5 : 0;
+}
+
+/* Calls fn for each "name=addr" entry of a NIC attribute. */
+static void each_nic(const char *key, const char *val,
+                     void (*fn)(void *, const char *, const char *, size_t,
+                                const char *, size_t),
+                     void *arg)
+{
+    char xp[64];
+    snprintf(xp, sizeof(xp), "%.*s", (int)nic_key(key), key);
+    for (const char *p = val; *p;) {
+        size_t n = strcspn(p, ","), eq = strcspn(p, "=");
+        if (eq > n)
+            eq = n;
+        fn(arg, xp, p, eq, eq < n ? p + eq + 1 : "", eq < n ? n - eq - 1 : 0);
+        p += n + (p[n] == ',');
+    }
+}
+
+static void nic_json(void *arg, const char *xp, const char *nic, size_t nl,
+                     const char *addr, size_t al)
+{
+    char b[256];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "transport", xp);
+    snprintf(b, sizeof(b), "%.*s", (int)nl, nic);
+    cJSON_AddStringToObject(o, "nic", b);
+    snprintf(b, sizeof(b), "%.*s", (int)al, addr);
+    cJSON_AddStringToObject(o, "addr", b);
+    cJSON_AddItemToArray(arg, o);
+}
+
+static void nic_text(void *arg, const char *xp, const char *nic, size_t nl,
+                     const char *addr, size_t al)
+{
+    int *n = arg;
+    printf("%s%s %.*s %.*s", (*n)++ ? ", " : " ", xp, (int)nl, nic, (int)al,
+           addr);
 }
 
 static int describe_print(const char *source, const char *raw, size_t len,
@@ -468,7 +509,7 @@ static int describe_print(const char *source, const char *raw, size_t len,
         for (int i = 0; i < d.nattrs; i++) {
             cJSON_AddStringToObject(attrs, d.attr_key[i], d.attr_value[i]);
             if (nic_key(d.attr_key[i]))
-                cJSON_AddItemToArray(nics, cJSON_CreateString(d.attr_value[i]));
+                each_nic(d.attr_key[i], d.attr_value[i], nic_json, nics);
         }
         cJSON *xa = cJSON_AddArrayToObject(o, "transports");
         for (int b = 0; b < 32; b++)
@@ -516,7 +557,7 @@ static int describe_print(const char *source, const char *raw, size_t len,
         int nn = 0;
         for (int i = 0; i < d.nattrs; i++)
             if (nic_key(d.attr_key[i]))
-                printf(" %s=%s", d.attr_key[i], d.attr_value[i]), nn++;
+                each_nic(d.attr_key[i], d.attr_value[i], nic_text, &nn);
         printf("%s\n", nn ? "" : " - (no NIC attribute published)");
         printf("\nattributes (%d)\n", d.nattrs);
         for (int i = 0; i < d.nattrs; i++)

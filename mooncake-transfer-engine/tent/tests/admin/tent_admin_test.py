@@ -136,7 +136,7 @@ def part_describe():
     check(b["permission"] == "global-rw" and b["location"] == "cpu", b)
     check("tcp" in b["transports"] and "tcp" in d["transports"], d)
     check(d["fields"].get("version") == 1, d)
-    check(any(n.startswith("lo=") for n in d["nics"]), d)
+    check({"transport": "tcp", "nic": "lo", "addr": name} in d["nics"], d)
     t = admin("describe", name).stdout
     check(f"0x{addr:016x}" in t and "global-rw" in t and "rpc_addr" in t, t)
     dead = f"127.0.0.1:{free_port()}"
