@@ -49,7 +49,8 @@ struct store {
     char servers[1024];
 };
 
-static int fail(int code, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static int fail(int code, const char *fmt,
+                                                      ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -91,7 +92,7 @@ static bool parse_u64(const char *s, uint64_t *out)
     if (!strcasecmp(end, "k") || !strcasecmp(end, "kib"))
         mul = 1024;
     else if (!strcasecmp(end, "m") || !strcasecmp(end, "mib"))
-        mul = 1024 * 1024;
+        mul = (uint64_t)1024 * 1024;
     else if (*end)
         return false;
     if (v > UINT64_MAX / mul)
@@ -258,7 +259,7 @@ static int store_resolve(const struct opts *o, struct store *s, bool *have)
         snprintf(s->type, sizeof(s->type), "%s", o->meta_type);
         eps = o->meta_servers;
         what = "--metadata_type";
-        if (strcmp(s->type, "p2p") && !eps)
+        if (strcmp(s->type, "p2p") != 0 && !eps)
             return fail(EX_USAGE, "--metadata_type %s needs --metadata_servers",
                         s->type);
     } else {
@@ -268,8 +269,8 @@ static int store_resolve(const struct opts *o, struct store *s, bool *have)
     if (!strcmp(s->type, "p2p"))
         return EX_OK;
     const char *scheme = !strcmp(s->type, "etcd") ? "http://" : NULL;
-    if (strcmp(s->type, "etcd") && strcmp(s->type, "redis") &&
-        strcmp(s->type, "http"))
+    if (strcmp(s->type, "etcd") != 0 && strcmp(s->type, "redis") != 0 &&
+        strcmp(s->type, "http") != 0)
         return fail(EX_USAGE,
                     "bad %s: unknown metadata type '%s' (etcd, redis, http, "
                     "p2p)",
@@ -809,7 +810,7 @@ static int cmd_ping(const struct opts *o)
         return rc;
     tent_set_config("log_level", "error");
     tent_set_config("rpc_server_hostname", o->host);
-    if (have && strcmp(s.type, "p2p")) {
+    if (have && strcmp(s.type, "p2p") != 0) {
         char name[64];
         snprintf(name, sizeof(name), "tent-admin-%d", (int)getpid());
         tent_set_config("metadata_type", s.type);

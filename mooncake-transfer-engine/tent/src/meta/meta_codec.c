@@ -192,10 +192,9 @@ char *tent_meta_etcd_prefix_end(const char *prefix)
         l--;
     if (l == 0)
         return tent_b64_encode("", 1);
-    char *end = malloc(l);
+    char *end = strndup(prefix, l);
     if (!end)
         return NULL;
-    memcpy(end, prefix, l);
     end[l - 1] = (char)((unsigned char)end[l - 1] + 1);
     char *b = tent_b64_encode(end, l);
     free(end);
