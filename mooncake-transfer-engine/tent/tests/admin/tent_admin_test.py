@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tent-admin against real engines: tent_admin_test.py PART TENT_ADMIN RAILS_TOOL
 
-PART is one of: args, describe, ping, rails, list_redis, list_etcd.  Targets
+PART is one of: args, describe, ping, rails, http, list_redis, list_etcd.  Targets
 are tent_rails_tool engines on loopback; redis-server and etcd are started
 here on free ports (as tests/common/meta_server.h starts them) and stopped
 at the end.  Exit 0 pass, 1 fail."""
@@ -194,6 +194,28 @@ def part_rails():
     check(url in r.stderr, r.stderr)
 
 
+def part_http():
+    """TENT's HTTP metadata server: describe reads a key, list says why it
+    cannot enumerate (exit 3)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                          "..", "meta", "http_meta_server.py")
+    port = free_port()
+    srv = subprocess.Popen([sys.executable, script, str(port)],
+                           stdout=subprocess.PIPE, text=True)
+    CHILDREN.append(srv)
+    check(srv.stdout.readline().strip() == "ready", "http server not ready")
+    ep = f"http://127.0.0.1:{port}/metadata"
+    seg = f"admin-http-{os.getpid()}"
+    name, addr, _ = start_target("metadata_type=http",
+                                 f"metadata_servers={ep}",
+                                 f"local_segment_name={seg}")
+    d = admin_json("describe", seg, "--metadata", ep)
+    check(d["segment"] == seg and d["buffers"][0]["base"] == addr, d)
+    check(d["source"] == f"http {ep}", d)
+    r = admin("list", "--metadata", ep, expect=3)
+    check("http" in r.stderr and "describe" in r.stderr, r.stderr)
+
+
 def part_list(kind):
     tmp = tempfile.mkdtemp(prefix="tent-admin-")
     try:
@@ -243,7 +265,7 @@ def part_list(kind):
 def main():
     try:
         {"args": part_args, "describe": part_describe, "ping": part_ping,
-         "rails": part_rails, "list_redis": lambda: part_list("redis"),
+         "rails": part_rails, "http": part_http, "list_redis": lambda: part_list("redis"),
          "list_etcd": lambda: part_list("etcd")}[PART]()
     finally:
         for p in CHILDREN:
