@@ -214,7 +214,9 @@ static int add_ep(struct store *s, const char *scheme, const char *ep, size_t n)
     if (l < 0 || (size_t)l >= sizeof(buf))
         return fail(EX_USAGE, "metadata endpoint '%.*s' is too long", (int)n,
                     ep);
-    s->conf.endpoints[s->conf.nendpoints++] = strdup(buf);
+    if (!(s->conf.endpoints[s->conf.nendpoints] = strdup(buf)))
+        return fail(EX_FAIL, "out of memory");
+    s->conf.nendpoints++;
     size_t sl = strlen(s->servers);
     snprintf(s->servers + sl, sizeof(s->servers) - sl, "%s%s", sl ? "," : "",
              buf);
@@ -675,6 +677,8 @@ static int cmd_list(const struct opts *o)
         printf("%-40s %-22s %8s %16s  %s\n", "SEGMENT", "RPC_ADDR", "BUFFERS",
                "BYTES", "HOST_ID");
     for (size_t i = 0; i < n; i++) {
+        if (strncmp(keys[i], o->prefix, pl) != 0)
+            continue; /* a server that matched more than the prefix */
         const char *name = keys[i] + pl;
         char *val = NULL;
         size_t vl = 0;
