@@ -216,6 +216,34 @@ def part_http():
     check("http" in r.stderr and "describe" in r.stderr, r.stderr)
 
 
+def redis_set(ep, key, val):
+    host, port = ep.split("://", 1)[1].split(":")
+    parts = [b"SET", key.encode(), val.encode()]
+    cmd = b"*%d\r\n" % len(parts) + b"".join(
+        b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
+    with socket.create_connection((host, int(port))) as c:
+        c.sendall(cmd)
+        check(c.recv(64).startswith(b"+OK"), "redis SET refused")
+
+
+def generic_fields(ep, d):
+    """A descriptor with fields and attributes this tent-admin has never
+    heard of (as a newer engine publishes): describe shows them all."""
+    raw = {"version": 1, "name": "future", "host_id": d["host_id"],
+           "incarnation": 7, "buffers": [],
+           "attrs": {"rpc_addr": "127.0.0.1:1", "rdma_nics": "mlx5_0=x,mlx5_1=y"}}
+    redis_set(ep, "mooncake/tent/future", json.dumps(raw))
+    j = admin_json("describe", "future", "--metadata", ep)
+    check(j["fields"]["incarnation"] == 7, j)
+    check(j["attrs"]["rdma_nics"] == "mlx5_0=x,mlx5_1=y", j)
+    check({"transport": "rdma", "nic": "mlx5_1", "addr": "y"} in j["nics"], j)
+    t = admin("describe", "future", "--metadata", ep).stdout
+    check("incarnation" in t and " 7" in t, t)
+    lst = admin_json("list", "--metadata", ep)
+    check(any(s["segment"] == "future" and s["buffers"] == 0
+              for s in lst["segments"]), lst)
+
+
 def part_list(kind):
     tmp = tempfile.mkdtemp(prefix="tent-admin-")
     try:
@@ -247,6 +275,8 @@ def part_list(kind):
         # another prefix holds nothing
         j3 = admin_json("list", "--metadata", ep, "--prefix", "elsewhere/")
         check(j3["segments"] == [], j3)
+        if kind == "redis":
+            generic_fields(ep, d)
         r = admin("describe", "nobody-here", "--metadata", ep, expect=1)
         check("nobody-here" in r.stderr, r.stderr)
         # a clean shutdown withdraws the key
