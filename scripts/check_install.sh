@@ -40,3 +40,22 @@ cmake --build "$work/cm/build" >/dev/null
 LD_LIBRARY_PATH="$libdir" "$work/cm/build/example_cm" 1048576 | grep -q "moved and verified"
 LD_LIBRARY_PATH="$libdir" "$work/cm/build/classic_cm" 1048576 | grep -q "moved and verified"
 echo "check_install: pkg-config and find_package consumers (tent, transfer_engine) built and moved bytes"
+
+# The operator's tool and the man pages (tebench(1), tent-admin(1), tent(3)).
+admin=$(find "$PREFIX" -path '*/bin/tent-admin' | head -1)
+[ -x "$admin" ] || { echo "check_install: no bin/tent-admin under $PREFIX" >&2; exit 1; }
+"$admin" --help | grep -q "usage: tent-admin"
+rc=0; "$admin" list --metadata p2p 2>/dev/null || rc=$?
+[ "$rc" = 3 ] || { echo "check_install: tent-admin list --metadata p2p exited $rc, want 3" >&2; exit 1; }
+for page in man1/tebench.1 man1/tent-admin.1 man3/tent.3; do
+  f=$(find "$PREFIX" -path "*/share/man/$page" | head -1)
+  [ -s "$f" ] || { echo "check_install: no share/man/$page under $PREFIX" >&2; exit 1; }
+  name=$(basename "$page" | sed 's/\.[0-9]$//')
+  if command -v groff >/dev/null; then
+    out=$(groff -man -Tutf8 -ww "$f" 2>&1 >/dev/null)
+    [ -z "$out" ] || { echo "check_install: groff warns on $page: $out" >&2; exit 1; }
+    groff -man -Tutf8 "$f" 2>/dev/null | grep -q "$name" ||
+      { echo "check_install: $page does not render" >&2; exit 1; }
+  fi
+done
+echo "check_install: tent-admin and the man pages tebench(1), tent-admin(1), tent(3) are installed"

@@ -24,6 +24,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             strlen(id) >= sizeof(id))
             __builtin_trap();
         (void)tent_meta_etcd_keepalive_ttl(j);
+        char **keys = NULL;
+        size_t nk = 0;
+        if (tent_meta_etcd_range_keys(j, &keys, &nk) == 0) {
+            for (size_t i = 0; i < nk; i++)
+                free(keys[i]);
+            free(keys);
+        }
         cJSON_Delete(j);
     }
     char *s = malloc(size + 1);
@@ -43,6 +50,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(out);
         free(enc);
     }
+    char *end = tent_meta_etcd_prefix_end(s);
+    free(end);
     char *pct = tent_pct_encode(s);
     free(pct);
     free(s);

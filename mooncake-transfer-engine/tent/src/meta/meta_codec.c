@@ -149,3 +149,54 @@ long tent_meta_etcd_keepalive_ttl(const cJSON *ans)
         return (long)ttl->valuedouble;
     return 0;
 }
+
+int tent_meta_etcd_range_keys(const cJSON *ans, char ***keys, size_t *n)
+{
+    const cJSON *kvs = cJSON_GetObjectItemCaseSensitive(ans, "kvs");
+    int cnt = cJSON_IsArray(kvs) ? cJSON_GetArraySize(kvs) : 0;
+    *keys = NULL;
+    *n = 0;
+    if (cnt == 0)
+        return TENT_OK;
+    char **out = calloc((size_t)cnt, sizeof(*out));
+    if (!out)
+        return tent_set_error(TENT_ENOMEM, "metadata: out of memory");
+    size_t k = 0;
+    const cJSON *kv;
+    cJSON_ArrayForEach(kv, kvs) {
+        const cJSON *key = cJSON_IsObject(kv)
+                               ? cJSON_GetObjectItemCaseSensitive(kv, "key")
+                               : NULL;
+        size_t len;
+        if (!cJSON_IsString(key) ||
+            tent_b64_decode(key->valuestring, &out[k], &len)) {
+            for (size_t i = 0; i < k; i++)
+                free(out[i]);
+            free(out);
+            return tent_set_error(TENT_EPROTO,
+                                  "etcd: key %zu of the range answer is not "
+                                  "base64",
+                                  k);
+        }
+        k++;
+    }
+    *keys = out;
+    *n = k;
+    return TENT_OK;
+}
+
+char *tent_meta_etcd_prefix_end(const char *prefix)
+{
+    size_t l = strlen(prefix);
+    while (l && (unsigned char)prefix[l - 1] == 0xff)
+        l--;
+    if (l == 0)
+        return tent_b64_encode("", 1);
+    char *end = strndup(prefix, l);
+    if (!end)
+        return NULL;
+    end[l - 1] = (char)((unsigned char)end[l - 1] + 1);
+    char *b = tent_b64_encode(end, l);
+    free(end);
+    return b;
+}

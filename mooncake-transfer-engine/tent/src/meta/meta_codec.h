@@ -21,6 +21,15 @@ char *tent_pct_encode(const char *s);
  * there is none, TENT_EPROTO when it is not base64. */
 int tent_meta_etcd_range_value(const struct cJSON *ans, const char *key,
                                char **val, size_t *len);
+/* /v3/kv/range answer of a keys_only prefix range: every kv's key, decoded,
+ * into a malloc'd array of *n malloc'd strings (none: NULL, 0).
+ * TENT_EPROTO when a key is not base64, nothing allocated then. */
+int tent_meta_etcd_range_keys(const struct cJSON *ans, char ***keys, size_t *n);
+/* The etcd range_end, base64-encoded, that selects every key starting with
+ * prefix: the prefix with its last byte below 0xff incremented and the
+ * bytes after it dropped, or a single NUL ("every key") when there is no
+ * such byte.  malloc'd, NULL when out of memory. */
+char *tent_meta_etcd_prefix_end(const char *prefix);
 /* /v3/lease/grant answer: the lease ID (decimal digits) into out. */
 int tent_meta_etcd_lease_id(const struct cJSON *ans, char *out, size_t cap);
 /* /v3/lease/keepalive answer: the remaining TTL, <= 0 when the lease is

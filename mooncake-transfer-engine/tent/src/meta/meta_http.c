@@ -376,6 +376,30 @@ static int etcd_keepalive(void *st, TENT_UNUSED const char *key, bool *lost)
     return TENT_OK;
 }
 
+/* A keys_only range over [prefix, prefix_end). */
+static int etcd_list(void *st, const char *prefix, char ***keys, size_t *n)
+{
+    struct etcd *s = st;
+    cJSON *req = prefix[0] ? key_req(prefix) : cJSON_CreateObject(),
+          *ans = NULL;
+    char *end = tent_meta_etcd_prefix_end(prefix);
+    if (!req || !end || !cJSON_AddStringToObject(req, "range_end", end) ||
+        (!prefix[0] && !cJSON_AddStringToObject(req, "key", end)) ||
+        !cJSON_AddBoolToObject(req, "keys_only", true)) {
+        free(end);
+        cJSON_Delete(req);
+        return tent_set_error(TENT_ENOMEM, "metadata: out of memory");
+    }
+    free(end);
+    int rc = etcd_post(s, "/v3/kv/range", req, &ans);
+    cJSON_Delete(req);
+    if (rc)
+        return rc;
+    rc = tent_meta_etcd_range_keys(ans, keys, n);
+    cJSON_Delete(ans);
+    return rc;
+}
+
 const struct tent_meta_kv_ops tent_meta_etcd_ops = {
     .name = "etcd",
     .create = etcd_create,
@@ -383,6 +407,7 @@ const struct tent_meta_kv_ops tent_meta_etcd_ops = {
     .get = etcd_get,
     .del = etcd_del,
     .keepalive = etcd_keepalive,
+    .list = etcd_list,
     .destroy = etcd_destroy,
 };
 

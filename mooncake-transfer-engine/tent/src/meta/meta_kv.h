@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #define TENT_META_MAX_ENDPOINTS 16
 
@@ -36,8 +37,19 @@ struct tent_meta_kv_ops {
     /* Extends the lease / expiry of key; *lost is set when the key (or its
      * lease) is gone on the server and must be put again. */
     int (*keepalive)(void *st, const char *key, bool *lost);
+    /* Every key that starts with prefix, into a malloc'd array of *n
+     * malloc'd strings (free with tent_meta_kv_keys_free); NULL when the
+     * service has no way to enumerate keys (TENT's HTTP protocol). */
+    int (*list)(void *st, const char *prefix, char ***keys, size_t *n);
     void (*destroy)(void *st);
 };
+
+static inline void tent_meta_kv_keys_free(char **keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(keys[i]);
+    free(keys);
+}
 
 #ifdef TENT_WITH_CURL
 extern const struct tent_meta_kv_ops tent_meta_etcd_ops;

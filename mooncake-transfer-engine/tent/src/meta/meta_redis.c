@@ -252,7 +252,77 @@ static int rkv_keepalive(void *st, const char *key, bool *lost)
     return TENT_OK;
 }
 
+static int keys_add(char ***keys, size_t *n, size_t *cap, const char *k,
+                    size_t len)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 16;
+        char **v = realloc(*keys, nc * sizeof(*v));
+        if (!v)
+            return TENT_ENOMEM;
+        *keys = v;
+        *cap = nc;
+    }
+    if (!((*keys)[*n] = strndup(k, len)))
+        return TENT_ENOMEM;
+    (*n)++;
+    return TENT_OK;
+}
+
+/* SCAN with a MATCH pattern of the prefix (glob characters escaped) until
+ * the cursor comes back to 0; a key SCAN returns twice is kept twice. */
+static int rkv_list(void *st, const char *prefix, char ***keys, size_t *n)
+{
+    char *pat = malloc(2 * strlen(prefix) + 2);
+    if (!pat)
+        return tent_set_error(TENT_ENOMEM, "metadata: out of memory");
+    size_t pl = 0;
+    for (const char *p = prefix; *p; p++) {
+        if (strchr("*?[]\\", *p))
+            pat[pl++] = '\\';
+        pat[pl++] = *p;
+    }
+    pat[pl++] = '*';
+    pat[pl] = 0;
+    char cursor[32] = "0";
+    char **out = NULL;
+    size_t cnt = 0, cap = 0;
+    int rc = TENT_OK;
+    do {
+        const char *argv[] = {"SCAN", cursor, "MATCH", pat, "COUNT", "256"};
+        redisReply *r = NULL;
+        rc = cmd(st, 6, argv, NULL, &r);
+        if (rc)
+            break;
+        if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+            r->element[0]->type != REDIS_REPLY_STRING ||
+            r->element[0]->len >= sizeof(cursor) ||
+            r->element[1]->type != REDIS_REPLY_ARRAY) {
+            rc = tent_set_error(TENT_EPROTO, "redis: SCAN answered type %d",
+                                r->type);
+        } else {
+            snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
+            const redisReply *ks = r->element[1];
+            for (size_t i = 0; !rc && i < ks->elements; i++)
+                if (ks->element[i]->type == REDIS_REPLY_STRING &&
+                    keys_add(&out, &cnt, &cap, ks->element[i]->str,
+                             ks->element[i]->len))
+                    rc = tent_set_error(TENT_ENOMEM, "metadata: out of memory");
+        }
+        freeReplyObject(r);
+    } while (!rc && strcmp(cursor, "0") != 0);
+    free(pat);
+    if (rc) {
+        tent_meta_kv_keys_free(out, cnt);
+        return rc;
+    }
+    *keys = out;
+    *n = cnt;
+    return TENT_OK;
+}
+
 const struct tent_meta_kv_ops tent_meta_redis_ops = {
+    .list = rkv_list,
     .name = "redis",
     .create = rkv_create,
     .put = rkv_put,
