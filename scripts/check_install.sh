@@ -59,3 +59,17 @@ for page in man1/tebench.1 man1/tent-admin.1 man3/tent.3; do
   fi
 done
 echo "check_install: tent-admin and the man pages tebench(1), tent-admin(1), tent(3) are installed"
+
+# The installed tebench loads the installed mf_host library, not a build
+# tree's, with no environment.
+tebench=$(find "$PREFIX" -path '*/bin/tebench' | head -1)
+if [ -x "$tebench" ] && [ -n "$(find "$PREFIX" -path '*/mf_host/libmf_smem.so' | head -1)" ]; then
+  out=$(env -u MF_SMEM_LIBRARY -u LD_LIBRARY_PATH "$tebench" --loopback --xport_type=memfabric \
+        --block_size=4K --batch_size=1 --duration=0.2 --total_buffer_size=64K 2>&1) ||
+    { echo "check_install: installed tebench over memfabric failed: $out" >&2; exit 1; }
+  lib=$(echo "$out" | sed -n 's/.*loopback over memfabric (mf_host \([^,]*\),.*/\1/p')
+  case $lib in
+  "$(cd "$PREFIX" && pwd -P)"/*) echo "check_install: installed tebench loads $lib" ;;
+  *) echo "check_install: installed tebench loaded '$lib', not the installed library" >&2; exit 1 ;;
+  esac
+fi
