@@ -7,7 +7,8 @@ PKGS=(build-essential cmake ninja-build pkg-config libcjson-dev libcmocka-dev
       etcd-server redis-server libhiredis-dev libcurl4-openssl-dev python3
       python3-dev python3-pytest python3-numpy python3-torch
       python3-pip python3-setuptools python3-wheel python3-venv
-      libmicrohttpd-dev prometheus liburing-dev fio ucx-utils)
+      libmicrohttpd-dev prometheus liburing-dev fio ucx-utils
+      libfabric-dev libfabric-bin)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
