@@ -72,8 +72,10 @@ struct lf_task;
 /* One posted operation; its context is handed to libfabric. */
 struct lf_op {
     struct fi_context2 ctx; /* first: FI_CONTEXT / FI_CONTEXT2 modes */
-    struct lf_task *task;
+    struct lf_task *task;   /* NULL: free, or abandoned (below) */
     uint64_t len;
+    uint64_t posted_ns;
+    bool abandoned; /* timed out: back to the pool when it completes */
     struct lf_op *next_free;
 };
 
@@ -88,6 +90,7 @@ struct lf_task {
     fi_addr_t peer;
     struct lf_mr *lmr;
     uint64_t length, posted, done;
+    uint64_t start_ns;
     uint32_t ops_out;
     bool queued;
     struct lf_task *qnext;
@@ -122,7 +125,8 @@ struct lf_transport {
     bool stop;
     pthread_t progress;
     struct lf_op *ops, *free_ops;
-    uint32_t ops_cap, ops_out;
+    uint32_t ops_cap, ops_out, abandoned;
+    uint64_t next_scan_ns;
     struct lf_task *qhead, *qtail;
     struct lf_mr *mrs;
     struct lf_peer *peers;
@@ -264,8 +268,7 @@ static int lf_open_fabric(struct lf_transport *lf)
     LF_CHECK(fi_domain(lf->fabric, i, &lf->domain, NULL), "fi_domain");
     struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_CONTEXT,
                              .wait_obj = FI_WAIT_UNSPEC};
-    lf->cq_waits = true;
-    if (fi_cq_open(lf->domain, &cqa, &lf->cq, NULL)) {
+    if (!lf->cq_waits || fi_cq_open(lf->domain, &cqa, &lf->cq, NULL)) {
         cqa.wait_obj = FI_WAIT_NONE;
         lf->cq_waits = false;
         LF_CHECK(fi_cq_open(lf->domain, &cqa, &lf->cq, NULL), "fi_cq_open");
@@ -362,9 +365,24 @@ static void settle_locked(struct lf_task *task)
     task->lmr = NULL;
 }
 
+static void op_free_locked(struct lf_transport *lf, struct lf_op *op)
+{
+    op->task = NULL;
+    op->abandoned = false;
+    op->next_free = lf->free_ops;
+    lf->free_ops = op;
+}
+
 static void op_done_locked(struct lf_transport *lf, struct lf_op *op,
                            struct tent_xerr *err)
 {
+    if (op->abandoned) {
+        /* its task already failed with a timeout */
+        free(err);
+        lf->abandoned--;
+        op_free_locked(lf, op);
+        return;
+    }
     struct lf_task *task = op->task;
     task->ops_out--;
     if (err) {
@@ -375,8 +393,7 @@ static void op_done_locked(struct lf_transport *lf, struct lf_op *op,
     } else {
         task->done += op->len;
     }
-    op->next_free = lf->free_ops;
-    lf->free_ops = op;
+    op_free_locked(lf, op);
     lf->ops_out--;
     settle_locked(task);
     pthread_cond_broadcast(&lf->drained);
@@ -428,6 +445,7 @@ static int post_one_locked(struct lf_transport *lf, struct lf_task *task)
     lf->free_ops = op->next_free;
     op->task = task;
     op->len = len;
+    op->posted_ns = tent_now_ns();
     task->ops_out++;
     task->posted += len;
     lf->ops_out++;
@@ -449,6 +467,63 @@ static void pump_locked(struct lf_transport *lf)
         if (!lf->qhead)
             lf->qtail = NULL;
         task->queued = false;
+        settle_locked(task);
+    }
+}
+
+/* Fails the tasks of operations older than timeout_ms: some providers
+ * never complete an operation the target refuses (shm with a revoked key).
+ * The operation stays with the provider; its slot returns to the pool
+ * only if it ever completes.  Its task is FAILED now, so a late read
+ * completion could still write into the local buffer: the cause says so. */
+static void expire_locked(struct lf_transport *lf, uint64_t now)
+{
+    uint64_t limit = (uint64_t)lf->timeout_ms * 1000000u;
+    for (uint32_t k = 0; k < lf->ops_cap; k++) {
+        struct lf_op *op = &lf->ops[k];
+        if (!op->task || op->abandoned || now - op->posted_ns < limit)
+            continue;
+        struct lf_task *task = op->task;
+        struct tent_xerr *e = tent_xerr_new(
+            TENT_ETIMEDOUT, 0,
+            "libfabric %s: %s of %" PRIu64 " bytes not completed after %d ms "
+            "(the operation is left with the provider)",
+            lf->provider, task->opcode == OPCODE_READ ? "read" : "write",
+            op->len, lf->timeout_ms);
+        if (!task->err)
+            task->err = e;
+        else
+            free(e);
+        op->abandoned = true;
+        lf->abandoned++;
+        task->ops_out--;
+        lf->ops_out--;
+        settle_locked(task);
+        pthread_cond_broadcast(&lf->drained);
+    }
+    /* Tasks the provider would not take (FI_EAGAIN all along). */
+    struct lf_task **pp = &lf->qhead, *prev = NULL;
+    while (*pp) {
+        struct lf_task *task = *pp;
+        if (now - task->start_ns < limit) {
+            prev = task;
+            pp = &task->qnext;
+            continue;
+        }
+        *pp = task->qnext;
+        if (lf->qtail == task)
+            lf->qtail = prev;
+        task->queued = false;
+        struct tent_xerr *e = tent_xerr_new(
+            TENT_ETIMEDOUT, 0,
+            "libfabric %s: %" PRIu64 " of %" PRIu64 " bytes not posted "
+            "within %d ms (the provider kept answering FI_EAGAIN)",
+            lf->provider, task->length - task->posted, task->length,
+            lf->timeout_ms);
+        if (!task->err)
+            task->err = e;
+        else
+            free(e);
         settle_locked(task);
     }
 }
@@ -505,6 +580,11 @@ static void *progress_main(void *arg)
         bool busy = lf->ops_out > 0 || lf->qhead;
         if (lf->qhead)
             pump_locked(lf);
+        uint64_t now = tent_now_ns();
+        if ((lf->ops_out || lf->qhead) && now >= lf->next_scan_ns) {
+            expire_locked(lf, now);
+            lf->next_scan_ns = now + 10000000u;
+        }
         pthread_mutex_unlock(&lf->lock);
         if (stop)
             return NULL;
@@ -542,7 +622,7 @@ static int lf_install(struct tent_transport *t)
 {
     struct lf_transport *lf = lf_of(t);
     const struct tent_config *cfg = t->env->cfg;
-    const char *lib = NULL, *prov = NULL;
+    const char *lib = NULL, *prov = NULL, *progress = NULL;
     int64_t slice, inflight, tmo;
     int rc =
         tent_config_get_string(cfg, "transports/libfabric/library", NULL, &lib);
@@ -558,8 +638,17 @@ static int lf_install(struct tent_transport *t)
     if (!rc)
         rc = tent_config_get_int_range(cfg, "transports/libfabric/timeout_ms",
                                        10000, 1, 86400000, &tmo);
+    if (!rc)
+        rc = tent_config_get_string(cfg, "transports/libfabric/progress",
+                                    "auto", &progress);
     if (rc)
         return rc;
+    if (strcmp(progress, "auto") && strcmp(progress, "wait") &&
+        strcmp(progress, "poll"))
+        return tent_set_error(TENT_ECONFIG,
+                              "transports/libfabric/progress '%s' is not "
+                              "auto, wait or poll",
+                              progress);
     if (prov && strlen(prov) >= sizeof(lf->provider))
         return tent_set_error(TENT_ECONFIG,
                               "transports/libfabric/provider '%s' is too long",
@@ -589,6 +678,11 @@ static int lf_install(struct tent_transport *t)
     }
     if (rc)
         goto fail_api;
+    /* shm's CQ takes a wait object but its wait never sees a peer's RMA
+     * that needs serving: poll it. */
+    lf->cq_waits = strcmp(progress, "wait") == 0 ||
+                   (strcmp(progress, "auto") == 0 &&
+                    strcmp(lf->info->fabric_attr->prov_name, "shm") != 0);
     rc = lf_open_fabric(lf);
     if (rc)
         goto fail_api;
@@ -821,7 +915,8 @@ static int start_locked(struct lf_transport *lf, struct lf_task *task,
                              .key = key,
                              .peer = peer,
                              .lmr = lmr,
-                             .length = r->length};
+                             .length = r->length,
+                             .start_ns = tent_now_ns()};
     if (r->length == 0) {
         task->state = LF_DONE;
         return TENT_OK;
