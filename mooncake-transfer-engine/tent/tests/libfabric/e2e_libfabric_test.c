@@ -18,6 +18,7 @@
 // clang-format on
 
 #include "e2e_peer.h"
+#include "runtime/engine.h"
 #include "tent/transfer_engine.h"
 
 #include <dlfcn.h>
@@ -218,6 +219,49 @@ static void test_revoked(void **state)
         STATUS_COMPLETED);
 }
 
+/* Whether an engine made with the current configuration installed the
+ * libfabric transport. */
+static bool engine_has_libfabric(void)
+{
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    struct tent_engine *eng = e;
+    bool found = false;
+    for (int i = 0; i < eng->nxports; i++)
+        if (strcmp(eng->xports[i]->ops->name, "libfabric") == 0)
+            found = true;
+    tent_destroy_engine(e);
+    return found;
+}
+
+/* Without the library, or with a provider that has no device, the
+ * transport is simply not installed and the engine works on without it;
+ * enabled with the provider named, it is. */
+static void test_install(void **state)
+{
+    (void)state;
+    e2e_config(false, true);
+    tent_set_config("transports/libfabric/enable", "true");
+    tent_set_config("transports/libfabric/library",
+                    "/nonexistent/libfabric.so.1");
+    tent_set_config("transports/libfabric/provider", g_prov);
+    assert_false(engine_has_libfabric());
+    e2e_config(false, true);
+    tent_set_config("transports/libfabric/enable", "true");
+    tent_set_config("transports/libfabric/provider", "no-such-provider");
+    assert_false(engine_has_libfabric());
+    e2e_config(false, true);
+    tent_set_config("transports/libfabric/enable", "true");
+    tent_set_config("transports/libfabric/progress", "sometimes");
+    assert_false(engine_has_libfabric());
+    /* off unless enabled */
+    e2e_config(false, true);
+    tent_set_config("transports/libfabric/provider", g_prov);
+    assert_false(engine_has_libfabric());
+    tent_set_config("transports/libfabric/enable", "true");
+    assert_true(engine_has_libfabric());
+}
+
 #ifdef TENT_HAVE_LIBFABRIC
 /* Whether libfabric is here with an RMA RDM endpoint of the provider. */
 static bool provider_present(const char *prov)
@@ -273,6 +317,7 @@ int main(int argc, char **argv)
     g_kv[5] = "3000";
     g_kv[6] = NULL;
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_install),
         cmocka_unit_test_setup_teardown(test_sizes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_only, setup, teardown),

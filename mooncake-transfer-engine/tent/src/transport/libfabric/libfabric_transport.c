@@ -601,6 +601,16 @@ static void *progress_main(void *arg)
 
 /* ---- install ----------------------------------------------------------- */
 
+static void lf_close_mrs(struct lf_transport *lf)
+{
+    while (lf->mrs) {
+        struct lf_mr *m = lf->mrs;
+        lf->mrs = m->next;
+        fi_close(&m->mr->fid);
+        free(m);
+    }
+}
+
 static void lf_free_state(struct lf_transport *lf)
 {
     while (lf->peers) {
@@ -608,12 +618,7 @@ static void lf_free_state(struct lf_transport *lf)
         lf->peers = p->next;
         free(p);
     }
-    while (lf->mrs) {
-        struct lf_mr *m = lf->mrs;
-        lf->mrs = m->next;
-        fi_close(&m->mr->fid);
-        free(m);
-    }
+    lf_close_mrs(lf);
     free(lf->ops);
     lf->ops = lf->free_ops = NULL;
 }
@@ -753,7 +758,10 @@ static void lf_uninstall(struct tent_transport *t)
         t->env->publish_attr(t->env->ctx, LF_ATTR_ADDR, NULL);
         t->env->publish_attr(t->env->ctx, LF_ATTR_PROV, NULL);
     }
-    /* The endpoint goes first: nothing completes into our ops after. */
+    /* Registrations the runtime left (bound to the endpoint under
+     * FI_MR_ENDPOINT) go before it; then the endpoint, so nothing
+     * completes into our ops after they are freed. */
+    lf_close_mrs(lf);
     if (lf->ep)
         fi_close(&lf->ep->fid);
     lf->ep = NULL;
