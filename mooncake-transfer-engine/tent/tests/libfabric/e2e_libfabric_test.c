@@ -217,6 +217,8 @@ static void test_revoked(void **state)
     assert_int_not_equal(
         run(f, OPCODE_WRITE, f->src, f->peer.rw_base + 4096, 65536),
         STATUS_COMPLETED);
+    /* Not checked: that the pair recovers.  With libfabric 1.17 neither
+     * provider here does (docs/transports/libfabric.md). */
 }
 
 /* Whether an engine made with the current configuration installed the
