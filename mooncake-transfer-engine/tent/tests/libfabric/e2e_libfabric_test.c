@@ -268,7 +268,7 @@ static void test_install(void **state)
 /* Whether libfabric is here with an RMA RDM endpoint of the provider. */
 static bool provider_present(const char *prov)
 {
-    void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+    void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!h)
         return false;
     int (*gi)(uint32_t, const char *, const char *, uint64_t,

@@ -16,7 +16,7 @@ int lf_api_open(struct lf_api *api, const char *path)
     memset(api, 0, sizeof(*api));
     char err[512];
     (void)dlerror();
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!h) {
         tent_dl_copy_error(err, sizeof(err), path);
         return tent_set_error(TENT_ENODEV, "libfabric: cannot load %s: %s",
