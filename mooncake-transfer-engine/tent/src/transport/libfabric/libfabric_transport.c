@@ -116,6 +116,7 @@ struct lf_transport {
     bool virt_addr, prov_key, mr_local, mr_endpoint;
     uint64_t slice, max_msg;
     int revoke_ms, timeout_ms;
+    long idle_ns; /* polling: pause of an idle progress thread */
     char addr_hex[2 * LF_MAX_ADDR + 1];
 
     /* Guards everything below and every lf_task / lf_mr / lf_peer. */
@@ -593,7 +594,7 @@ static void *progress_main(void *arg)
         if (!lf->cq_waits) {
             /* No wait object: poll often while busy, less when idle (a
              * peer's RMA on our memory still needs manual progress). */
-            struct timespec ts = {0, busy ? 2000 : 50000};
+            struct timespec ts = {0, busy ? 2000 : lf->idle_ns};
             nanosleep(&ts, NULL);
         }
     }
@@ -628,7 +629,7 @@ static int lf_install(struct tent_transport *t)
     struct lf_transport *lf = lf_of(t);
     const struct tent_config *cfg = t->env->cfg;
     const char *lib = NULL, *prov = NULL, *progress = NULL;
-    int64_t slice, inflight, tmo;
+    int64_t slice, inflight, tmo, idle_us;
     int rc =
         tent_config_get_string(cfg, "transports/libfabric/library", NULL, &lib);
     if (!rc)
@@ -646,6 +647,9 @@ static int lf_install(struct tent_transport *t)
     if (!rc)
         rc = tent_config_get_string(cfg, "transports/libfabric/progress",
                                     "auto", &progress);
+    if (!rc)
+        rc = tent_config_get_int_range(cfg, "transports/libfabric/poll_idle_us",
+                                       50, 1, 100000, &idle_us);
     if (rc)
         return rc;
     if (strcmp(progress, "auto") && strcmp(progress, "wait") &&
@@ -696,6 +700,7 @@ static int lf_install(struct tent_transport *t)
     if (lf->info->tx_attr->size && lf->info->tx_attr->size < lf->ops_cap)
         lf->ops_cap = (uint32_t)lf->info->tx_attr->size;
     lf->timeout_ms = (int)tmo;
+    lf->idle_ns = (long)idle_us * 1000;
     lf->revoke_ms =
         t->env->revoke_timeout_ms > 0 ? t->env->revoke_timeout_ms : (int)tmo;
     lf->ops = calloc(lf->ops_cap, sizeof(*lf->ops));
