@@ -35,6 +35,7 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -624,7 +625,46 @@ static void lf_free_state(struct lf_transport *lf)
     lf->ops = lf->free_ops = NULL;
 }
 
+/* Debian's libfabric loads its psm providers, and libpsm installs handlers
+ * for SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGILL and SIGABRT in the process
+ * (writing .btr files): the application's signals are not a transport's
+ * to take.  The handlers in place before libfabric is touched are put
+ * back once install is done. */
+#define LF_NSIG 32
+static void save_signals(struct sigaction *old)
+{
+    for (int sig = 1; sig < LF_NSIG; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP)
+            sigaction(sig, NULL, &old[sig]);
+}
+
+static void restore_signals(const struct sigaction *old)
+{
+    for (int sig = 1; sig < LF_NSIG; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP)
+            continue;
+        struct sigaction now;
+        if (sigaction(sig, NULL, &now) == 0 &&
+            now.sa_handler != old[sig].sa_handler) {
+            LOG_DEBUG("libfabric: signal %d handler put back", sig);
+            sigaction(sig, &old[sig], NULL);
+        }
+    }
+}
+
+static int lf_install_inner(struct tent_transport *t);
+
 static int lf_install(struct tent_transport *t)
+{
+    struct sigaction old[LF_NSIG];
+    memset(old, 0, sizeof(old));
+    save_signals(old);
+    int rc = lf_install_inner(t);
+    restore_signals(old);
+    return rc;
+}
+
+static int lf_install_inner(struct tent_transport *t)
 {
     struct lf_transport *lf = lf_of(t);
     const struct tent_config *cfg = t->env->cfg;
