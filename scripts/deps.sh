@@ -8,13 +8,13 @@ set -euo pipefail
 # the library, its tools and the demo's baselines (fio)
 RUNTIME=(build-essential cmake ninja-build pkg-config libcjson-dev
          libhiredis-dev libcurl4-openssl-dev libmicrohttpd-dev liburing-dev
-         python3 python3-dev fio procps)
+         python3 python3-dev fio procps libfabric-dev)
 # the tests: cmocka, sanitizers and fuzzers, valgrind, the servers they
 # start, the Python suites, the netns tests, the comparison benchmarks
 TEST=(libcmocka-dev clang libclang-rt-14-dev valgrind iproute2
       etcd-server redis-server python3-pytest python3-numpy python3-torch
       python3-pip python3-setuptools python3-wheel python3-venv
-      prometheus ucx-utils clang-format clang-tidy)
+      prometheus ucx-utils clang-format clang-tidy libfabric-bin)
 case ${1:-all} in
 runtime) PKGS=("${RUNTIME[@]}") ;;
 all) PKGS=("${RUNTIME[@]}" "${TEST[@]}") ;;

@@ -9,7 +9,8 @@
  *   - tent_last_error() returns the calling thread's message for its last
  *     failure, naming the value that was wrong;
  *   - TRANSPORT_MEMFABRIC selects the MemFabric (libmf_smem.so) transport,
- *     TRANSPORT_BUFIO the buffered file transport;
+ *     TRANSPORT_BUFIO the buffered file transport, TRANSPORT_LIBFABRIC the
+ *     libfabric RMA transport;
  *   - tent_task_error() gives the cause of a failed task.
  *
  * Thread safety: every call may be made from any thread and concurrently
@@ -154,6 +155,9 @@ typedef struct tent_notifi_info tent_notifi_info;
 /** Beyond TENT: the buffered file transport (pread/pwrite on worker threads)
  *  for file segments where io_uring is refused; TENT has no value for it. */
 #define TRANSPORT_BUFIO (14)
+/** Beyond TENT: one-sided RMA through libfabric (verbs, efa, cxi, tcp, shm
+ *  providers), loaded at run time; TENT and its forks do not use 15. */
+#define TRANSPORT_LIBFABRIC (15)
 
 struct tent_memory_options {
     char location[64];  /**< "cpu", "cpu:<numa node>", "npu:<id>"; "" = "cpu" */

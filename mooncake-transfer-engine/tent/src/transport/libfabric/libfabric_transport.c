@@ -1,0 +1,1208 @@
+/* libfabric transport: one-sided RMA (fi_write / fi_read) over an FI_EP_RDM
+ * endpoint of a libfabric provider (verbs;ofi_rxm, efa, cxi on real
+ * fabrics; tcp;ofi_rxm and shm anywhere).
+ *
+ *  - libfabric is loaded with dlopen (libfabric_api.c): without the library,
+ *    or without a provider that has a device, install answers TENT_ENODEV and
+ *    the transport is not installed.
+ *  - The endpoint's address is published as the segment attribute
+ *    libfabric_addr (hex), with the provider's name beside it; each
+ *    registered buffer carries its MR key and the address a peer names its
+ *    first byte with (buffer attributes libfabric_key, libfabric_base).
+ *  - A peer's address is inserted into the AV once and cached in a struct
+ *    lf_peer (the unit a peer handle of the contract would own).
+ *  - submit slices requests, posts what the in-flight cap (tx_attr->size)
+ *    allows and queues the rest; FI_EAGAIN leaves the slice queued.  A
+ *    progress thread reads the CQ, posts queued slices and, by reading the
+ *    CQ at all, drives a provider with FI_PROGRESS_MANUAL on the target side
+ *    too.  status only reads task state.
+ *  - remove_buffer revokes the buffer for new local use, waits (bounded) for
+ *    our in-flight operations that use it, then closes the MR: a peer's RMA
+ *    on the range fails from then on. */
+#include "common/clock.h"
+#include "common/compiler.h"
+#include "common/config.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "transport/libfabric/libfabric_api.h"
+#include "transport/transport.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define LF_ATTR_ADDR "libfabric_addr"
+#define LF_ATTR_PROV "libfabric_provider"
+#define LF_ATTR_KEY  "libfabric_key"
+#define LF_ATTR_BASE "libfabric_base"
+#define LF_MAX_ADDR  120 /* bytes: hex fits a 255-byte segment attribute */
+#define LF_CQ_BATCH  32
+#define LF_FI_VER    FI_VERSION(1, 9)
+
+static const char *const default_providers[] = {"verbs;ofi_rxm", "efa", "cxi"};
+
+/* A peer as the AV knows it: one per distinct endpoint address. */
+struct lf_peer {
+    char addr_hex[2 * LF_MAX_ADDR + 1];
+    fi_addr_t fi_addr;
+    struct lf_peer *next;
+};
+
+/* A local registration. */
+struct lf_mr {
+    uint64_t base, length;
+    struct fid_mr *mr;
+    void *desc;
+    int users;    /* our running tasks using it as local memory */
+    bool revoked; /* remove_buffer began: no new local use */
+    struct lf_mr *next;
+};
+
+struct lf_task;
+
+/* One posted operation; its context is handed to libfabric. */
+struct lf_op {
+    struct fi_context2 ctx; /* first: FI_CONTEXT / FI_CONTEXT2 modes */
+    struct lf_task *task;   /* NULL: free, or abandoned (below) */
+    uint64_t len;
+    uint64_t posted_ns;
+    bool abandoned; /* timed out: back to the pool when it completes */
+    struct lf_op *next_free;
+};
+
+enum { LF_IDLE, LF_RUNNING, LF_DONE, LF_FAILED };
+
+struct lf_task {
+    int state; /* under the transport's lock */
+    int opcode;
+    char *local;
+    uint64_t raddr; /* fabric address of the first remote byte */
+    uint64_t key;
+    fi_addr_t peer;
+    struct lf_mr *lmr;
+    uint64_t length, posted, done;
+    uint64_t start_ns;
+    uint32_t ops_out;
+    bool queued;
+    struct lf_task *qnext;
+    struct tent_xerr *err;
+};
+
+struct lf_sub {
+    struct tent_sub_batch base;
+    struct lf_task *tasks;
+};
+
+struct lf_transport {
+    struct tent_transport base;
+    struct lf_api api;
+    char provider[64];
+    struct fi_info *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_cq *cq;
+    struct fid_av *av;
+    struct fid_ep *ep;
+    bool cq_waits; /* the CQ has a wait object: fi_cq_sread works */
+    bool virt_addr, prov_key, mr_local, mr_endpoint;
+    uint64_t slice, max_msg;
+    int revoke_ms, timeout_ms;
+    long idle_ns; /* polling: pause of an idle progress thread */
+    char addr_hex[2 * LF_MAX_ADDR + 1];
+
+    /* Guards everything below and every lf_task / lf_mr / lf_peer. */
+    pthread_mutex_t lock;
+    pthread_cond_t drained; /* an operation finished */
+    bool accepting;
+    bool stop;
+    pthread_t progress;
+    struct lf_op *ops, *free_ops;
+    uint32_t ops_cap, ops_out, abandoned;
+    uint64_t next_scan_ns;
+    struct lf_task *qhead, *qtail;
+    struct lf_mr *mrs;
+    struct lf_peer *peers;
+    uint64_t next_key;
+};
+
+static struct lf_transport *lf_of(struct tent_transport *t)
+{
+    return (struct lf_transport *)t;
+}
+
+static const char *lf_err(struct lf_transport *lf, int rc)
+{
+    return lf->api.strerror(rc < 0 ? -rc : rc);
+}
+
+/* ---- hex ------------------------------------------------------------------
+ */
+
+static void to_hex(char *out, const uint8_t *p, size_t n)
+{
+    static const char d[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = d[p[i] >> 4];
+        out[2 * i + 1] = d[p[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* Bytes decoded, or -1 when s is not even-length lowercase hex within max. */
+static int from_hex(uint8_t *out, size_t max, const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n % 2 || n / 2 > max)
+        return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        int h = hexval(s[2 * i]), l = hexval(s[2 * i + 1]);
+        if (h < 0 || l < 0)
+            return -1;
+        out[i] = (uint8_t)(h << 4 | l);
+    }
+    return (int)(n / 2);
+}
+
+static bool parse_u64(const char *s, uint64_t *out)
+{
+    if (!s || !*s)
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 16);
+    if (errno || *end)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* ---- fabric objects ---------------------------------------------------- */
+
+/* fi_getinfo for one provider name; TENT_ENODEV when it has no RMA RDM
+ * endpoint here. */
+static int lf_getinfo(struct lf_transport *lf, const char *prov,
+                      struct fi_info **out)
+{
+    struct fi_info *hints = lf->api.dupinfo(NULL);
+    if (!hints)
+        return tent_set_error(TENT_ENOMEM, "libfabric: fi_dupinfo failed");
+    hints->caps =
+        FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR |
+                                  FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+                                  FI_MR_ENDPOINT;
+    hints->domain_attr->threading = FI_THREAD_SAFE;
+    hints->fabric_attr->prov_name = strdup(prov);
+    /* A write's completion should mean the bytes are in the target's
+     * memory; providers that cannot promise it are asked without. */
+    hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
+    int rc = lf->api.getinfo(LF_FI_VER, NULL, NULL, 0, hints, out);
+    if (rc == -FI_ENODATA) {
+        hints->tx_attr->op_flags = 0;
+        rc = lf->api.getinfo(LF_FI_VER, NULL, NULL, 0, hints, out);
+    }
+    lf->api.freeinfo(hints);
+    if (rc)
+        return tent_set_error(TENT_ENODEV,
+                              "libfabric: provider '%s' offers no RMA "
+                              "endpoint here: fi_getinfo: %s",
+                              prov, lf_err(lf, rc));
+    return TENT_OK;
+}
+
+static void lf_close_fabric(struct lf_transport *lf)
+{
+    if (lf->ep)
+        fi_close(&lf->ep->fid);
+    if (lf->av)
+        fi_close(&lf->av->fid);
+    if (lf->cq)
+        fi_close(&lf->cq->fid);
+    if (lf->domain)
+        fi_close(&lf->domain->fid);
+    if (lf->fabric)
+        fi_close(&lf->fabric->fid);
+    if (lf->info)
+        lf->api.freeinfo(lf->info);
+    lf->ep = NULL;
+    lf->av = NULL;
+    lf->cq = NULL;
+    lf->domain = NULL;
+    lf->fabric = NULL;
+    lf->info = NULL;
+}
+
+#define LF_CHECK(call, what)                                                   \
+    do {                                                                       \
+        int _rc = (call);                                                      \
+        if (_rc) {                                                             \
+            tent_set_error(TENT_EVENDOR, "libfabric %s: %s failed: %s (%d)",   \
+                           lf->provider, what, lf_err(lf, _rc), _rc);          \
+            goto fail;                                                         \
+        }                                                                      \
+    } while (0)
+
+static int lf_open_fabric(struct lf_transport *lf)
+{
+    struct fi_info *i = lf->info;
+    LF_CHECK(lf->api.fabric(i->fabric_attr, &lf->fabric, NULL), "fi_fabric");
+    LF_CHECK(fi_domain(lf->fabric, i, &lf->domain, NULL), "fi_domain");
+    struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_CONTEXT,
+                             .wait_obj = FI_WAIT_UNSPEC};
+    if (!lf->cq_waits || fi_cq_open(lf->domain, &cqa, &lf->cq, NULL)) {
+        cqa.wait_obj = FI_WAIT_NONE;
+        lf->cq_waits = false;
+        LF_CHECK(fi_cq_open(lf->domain, &cqa, &lf->cq, NULL), "fi_cq_open");
+    }
+    struct fi_av_attr ava = {.type = FI_AV_TABLE};
+    LF_CHECK(fi_av_open(lf->domain, &ava, &lf->av, NULL), "fi_av_open");
+    LF_CHECK(fi_endpoint(lf->domain, i, &lf->ep, NULL), "fi_endpoint");
+    LF_CHECK(fi_ep_bind(lf->ep, &lf->cq->fid, FI_TRANSMIT | FI_RECV),
+             "fi_ep_bind(cq)");
+    LF_CHECK(fi_ep_bind(lf->ep, &lf->av->fid, 0), "fi_ep_bind(av)");
+    LF_CHECK(fi_enable(lf->ep), "fi_enable");
+    uint8_t addr[LF_MAX_ADDR];
+    size_t alen = sizeof(addr);
+    int rc = fi_getname(&lf->ep->fid, addr, &alen);
+    if (rc == -FI_ETOOSMALL) {
+        tent_set_error(TENT_ENOTSUP,
+                       "libfabric %s: endpoint address of %zu bytes exceeds "
+                       "%d",
+                       lf->provider, alen, LF_MAX_ADDR);
+        goto fail;
+    }
+    LF_CHECK(rc, "fi_getname");
+    to_hex(lf->addr_hex, addr, alen);
+    uint64_t mm = i->domain_attr->mr_mode;
+    lf->virt_addr = mm & FI_MR_VIRT_ADDR;
+    lf->prov_key = mm & FI_MR_PROV_KEY;
+    lf->mr_local = mm & FI_MR_LOCAL;
+    lf->mr_endpoint = mm & FI_MR_ENDPOINT;
+    lf->max_msg =
+        i->ep_attr->max_msg_size ? i->ep_attr->max_msg_size : UINT64_MAX;
+    return TENT_OK;
+fail:
+    lf_close_fabric(lf);
+    return TENT_EVENDOR;
+}
+
+/* ---- completions --------------------------------------------------------- */
+
+/* A CQ error's cause: bad key, bounds and permission are permanent (the
+ * request is wrong for this target); the rest, the peer or the path. */
+static int lf_cause(int err)
+{
+    switch (err) {
+    case FI_EACCES:
+    case FI_EPERM:
+        return TENT_EPERM;
+    case FI_EKEYREJECTED:
+    case FI_EINVAL:
+    case FI_EFAULT:
+    case FI_ETOOSMALL:
+    case FI_EMSGSIZE:
+        return TENT_ERANGE;
+    case FI_ETIMEDOUT:
+        return TENT_ETIMEDOUT;
+    case FI_ECONNREFUSED:
+    case FI_ECONNRESET:
+    case FI_ECONNABORTED:
+    case FI_EHOSTUNREACH:
+    case FI_ENOTCONN:
+    case FI_ESHUTDOWN:
+        return TENT_EPEER;
+    default:
+        return TENT_EIO;
+    }
+}
+
+static void enqueue_locked(struct lf_transport *lf, struct lf_task *task)
+{
+    if (task->queued)
+        return;
+    task->queued = true;
+    task->qnext = NULL;
+    if (lf->qtail)
+        lf->qtail->qnext = task;
+    else
+        lf->qhead = task;
+    lf->qtail = task;
+}
+
+/* Makes a task terminal once nothing of it is in flight or queued; it
+ * lets its local registration go then. */
+static void settle_locked(struct lf_task *task)
+{
+    if (task->ops_out || task->queued || task->state != LF_RUNNING)
+        return;
+    if (task->err)
+        task->state = LF_FAILED;
+    else if (task->done == task->length)
+        task->state = LF_DONE;
+    else
+        return;
+    if (task->lmr)
+        task->lmr->users--;
+    task->lmr = NULL;
+}
+
+static void op_free_locked(struct lf_transport *lf, struct lf_op *op)
+{
+    op->task = NULL;
+    op->abandoned = false;
+    op->next_free = lf->free_ops;
+    lf->free_ops = op;
+}
+
+static void op_done_locked(struct lf_transport *lf, struct lf_op *op,
+                           struct tent_xerr *err)
+{
+    if (op->abandoned) {
+        /* its task already failed with a timeout */
+        free(err);
+        lf->abandoned--;
+        op_free_locked(lf, op);
+        return;
+    }
+    struct lf_task *task = op->task;
+    task->ops_out--;
+    if (err) {
+        if (!task->err)
+            task->err = err;
+        else
+            free(err);
+    } else {
+        task->done += op->len;
+    }
+    op_free_locked(lf, op);
+    lf->ops_out--;
+    settle_locked(task);
+    pthread_cond_broadcast(&lf->drained);
+}
+
+/* Posts one slice of task; 0 posted, 1 not now (cap or FI_EAGAIN), < 0
+ * failed (the task's err is set). */
+static int post_one_locked(struct lf_transport *lf, struct lf_task *task)
+{
+    struct lf_op *op = lf->free_ops;
+    if (!op)
+        return 1;
+    uint64_t len = task->length - task->posted;
+    if (len > lf->slice)
+        len = lf->slice;
+    char *loc = task->local + task->posted;
+    uint64_t raddr = task->raddr + task->posted;
+    void *desc = task->lmr ? task->lmr->desc : NULL;
+    ssize_t rc;
+    if (task->opcode == OPCODE_READ) {
+        rc = fi_read(lf->ep, loc, len, desc, task->peer, raddr, task->key,
+                     &op->ctx);
+    } else {
+        struct iovec iov = {.iov_base = loc, .iov_len = len};
+        struct fi_rma_iov riov = {.addr = raddr, .len = len, .key = task->key};
+        struct fi_msg_rma msg = {.msg_iov = &iov,
+                                 .desc = &desc,
+                                 .iov_count = 1,
+                                 .addr = task->peer,
+                                 .rma_iov = &riov,
+                                 .rma_iov_count = 1,
+                                 .context = &op->ctx};
+        rc = fi_writemsg(lf->ep, &msg,
+                         FI_COMPLETION | lf->info->tx_attr->op_flags);
+    }
+    if (rc == -FI_EAGAIN)
+        return 1;
+    if (rc) {
+        struct tent_xerr *e = tent_xerr_new(
+            TENT_EVENDOR, (int)-rc, "libfabric %s: %s of %" PRIu64 " bytes: %s",
+            lf->provider, task->opcode == OPCODE_READ ? "fi_read" : "fi_write",
+            len, lf_err(lf, (int)rc));
+        if (!task->err)
+            task->err = e;
+        else
+            free(e);
+        return -1;
+    }
+    lf->free_ops = op->next_free;
+    op->task = task;
+    op->len = len;
+    op->posted_ns = tent_now_ns();
+    task->ops_out++;
+    task->posted += len;
+    lf->ops_out++;
+    return 0;
+}
+
+/* Posts what it can of the queued tasks, in order. */
+static void pump_locked(struct lf_transport *lf)
+{
+    while (lf->qhead) {
+        struct lf_task *task = lf->qhead;
+        int rc = 0;
+        while (!task->err && task->posted < task->length &&
+               (rc = post_one_locked(lf, task)) == 0)
+            ;
+        if (rc == 1 && !task->err)
+            return; /* not now: keep the order */
+        lf->qhead = task->qnext;
+        if (!lf->qhead)
+            lf->qtail = NULL;
+        task->queued = false;
+        settle_locked(task);
+    }
+}
+
+/* Fails the tasks of operations older than timeout_ms: some providers
+ * never complete an operation the target refuses (shm with a revoked key).
+ * The operation stays with the provider; its slot returns to the pool
+ * only if it ever completes.  Its task is FAILED now, so a late read
+ * completion could still write into the local buffer: the cause says so. */
+static void expire_locked(struct lf_transport *lf, uint64_t now)
+{
+    uint64_t limit = (uint64_t)lf->timeout_ms * 1000000u;
+    for (uint32_t k = 0; k < lf->ops_cap; k++) {
+        struct lf_op *op = &lf->ops[k];
+        if (!op->task || op->abandoned || now - op->posted_ns < limit)
+            continue;
+        struct lf_task *task = op->task;
+        struct tent_xerr *e = tent_xerr_new(
+            TENT_ETIMEDOUT, 0,
+            "libfabric %s: %s of %" PRIu64 " bytes not completed after %d ms "
+            "(the operation is left with the provider)",
+            lf->provider, task->opcode == OPCODE_READ ? "read" : "write",
+            op->len, lf->timeout_ms);
+        if (!task->err)
+            task->err = e;
+        else
+            free(e);
+        op->abandoned = true;
+        lf->abandoned++;
+        task->ops_out--;
+        lf->ops_out--;
+        settle_locked(task);
+        pthread_cond_broadcast(&lf->drained);
+    }
+    /* Tasks the provider would not take (FI_EAGAIN all along). */
+    struct lf_task **pp = &lf->qhead, *prev = NULL;
+    while (*pp) {
+        struct lf_task *task = *pp;
+        if (now - task->start_ns < limit) {
+            prev = task;
+            pp = &task->qnext;
+            continue;
+        }
+        *pp = task->qnext;
+        if (lf->qtail == task)
+            lf->qtail = prev;
+        task->queued = false;
+        struct tent_xerr *e = tent_xerr_new(
+            TENT_ETIMEDOUT, 0,
+            "libfabric %s: %" PRIu64 " of %" PRIu64 " bytes not posted "
+            "within %d ms (the provider kept answering FI_EAGAIN)",
+            lf->provider, task->length - task->posted, task->length,
+            lf->timeout_ms);
+        if (!task->err)
+            task->err = e;
+        else
+            free(e);
+        settle_locked(task);
+    }
+}
+
+/* Reads completions (and errors); returns how many. */
+static int lf_poll(struct lf_transport *lf, bool wait)
+{
+    struct fi_cq_entry ent[LF_CQ_BATCH];
+    ssize_t n = wait && lf->cq_waits
+                    ? fi_cq_sread(lf->cq, ent, LF_CQ_BATCH, NULL, 1)
+                    : fi_cq_read(lf->cq, ent, LF_CQ_BATCH);
+    if (n > 0) {
+        pthread_mutex_lock(&lf->lock);
+        for (ssize_t k = 0; k < n; k++)
+            op_done_locked(lf, ent[k].op_context, NULL);
+        pump_locked(lf);
+        pthread_mutex_unlock(&lf->lock);
+        return (int)n;
+    }
+    if (n == -FI_EAVAIL) {
+        struct fi_cq_err_entry e;
+        memset(&e, 0, sizeof(e));
+        if (fi_cq_readerr(lf->cq, &e, 0) != 1)
+            return 0;
+        char pbuf[128];
+        const char *pmsg = fi_cq_strerror(lf->cq, e.prov_errno, e.err_data,
+                                          pbuf, sizeof(pbuf));
+        struct tent_xerr *xe = tent_xerr_new(
+            lf_cause(e.err), e.err,
+            "libfabric %s: %s failed: %s (provider error %d: %s)", lf->provider,
+            "RMA", lf->api.strerror(e.err), e.prov_errno, pmsg ? pmsg : "?");
+        if (!e.op_context) {
+            free(xe);
+            return 0;
+        }
+        pthread_mutex_lock(&lf->lock);
+        op_done_locked(lf, e.op_context, xe);
+        pump_locked(lf);
+        pthread_mutex_unlock(&lf->lock);
+        return 1;
+    }
+    if (n != -FI_EAGAIN && n != -FI_ETIMEDOUT && n != 0)
+        LOG_WARN("libfabric %s: fi_cq_read: %s", lf->provider,
+                 lf_err(lf, (int)n));
+    return 0;
+}
+
+static void *progress_main(void *arg)
+{
+    struct lf_transport *lf = arg;
+    for (;;) {
+        pthread_mutex_lock(&lf->lock);
+        bool stop = lf->stop;
+        bool busy = lf->ops_out > 0 || lf->qhead;
+        if (lf->qhead)
+            pump_locked(lf);
+        uint64_t now = tent_now_ns();
+        if ((lf->ops_out || lf->qhead) && now >= lf->next_scan_ns) {
+            expire_locked(lf, now);
+            lf->next_scan_ns = now + 10000000u;
+        }
+        pthread_mutex_unlock(&lf->lock);
+        if (stop)
+            return NULL;
+        if (lf_poll(lf, true))
+            continue;
+        if (!lf->cq_waits) {
+            /* No wait object: poll often while busy, less when idle (a
+             * peer's RMA on our memory still needs manual progress). */
+            struct timespec ts = {0, busy ? 2000 : lf->idle_ns};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/* ---- install ----------------------------------------------------------- */
+
+static void lf_close_mrs(struct lf_transport *lf)
+{
+    while (lf->mrs) {
+        struct lf_mr *m = lf->mrs;
+        lf->mrs = m->next;
+        fi_close(&m->mr->fid);
+        free(m);
+    }
+}
+
+static void lf_free_state(struct lf_transport *lf)
+{
+    while (lf->peers) {
+        struct lf_peer *p = lf->peers;
+        lf->peers = p->next;
+        free(p);
+    }
+    lf_close_mrs(lf);
+    free(lf->ops);
+    lf->ops = lf->free_ops = NULL;
+}
+
+/* Debian's libfabric loads its psm providers, and libpsm installs handlers
+ * for SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGILL and SIGABRT in the process
+ * (writing .btr files): the application's signals are not a transport's
+ * to take.  The handlers in place before libfabric is touched are put
+ * back once install is done. */
+#define LF_NSIG 32
+static void save_signals(struct sigaction *old)
+{
+    for (int sig = 1; sig < LF_NSIG; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP)
+            sigaction(sig, NULL, &old[sig]);
+}
+
+static void restore_signals(const struct sigaction *old)
+{
+    for (int sig = 1; sig < LF_NSIG; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP)
+            continue;
+        struct sigaction now;
+        if (sigaction(sig, NULL, &now) == 0 &&
+            now.sa_handler != old[sig].sa_handler) {
+            LOG_DEBUG("libfabric: signal %d handler put back", sig);
+            sigaction(sig, &old[sig], NULL);
+        }
+    }
+}
+
+static int lf_install_inner(struct tent_transport *t);
+
+static int lf_install(struct tent_transport *t)
+{
+    struct sigaction old[LF_NSIG];
+    memset(old, 0, sizeof(old));
+    save_signals(old);
+    int rc = lf_install_inner(t);
+    restore_signals(old);
+    return rc;
+}
+
+static int lf_install_inner(struct tent_transport *t)
+{
+    struct lf_transport *lf = lf_of(t);
+    const struct tent_config *cfg = t->env->cfg;
+    const char *lib = NULL, *prov = NULL, *progress = NULL;
+    int64_t slice, inflight, tmo, idle_us;
+    int rc =
+        tent_config_get_string(cfg, "transports/libfabric/library", NULL, &lib);
+    if (!rc)
+        rc = tent_config_get_string(cfg, "transports/libfabric/provider", NULL,
+                                    &prov);
+    if (!rc)
+        rc = tent_config_get_int_range(cfg, "transports/libfabric/slice_size",
+                                       1 << 20, 4096, 1ll << 32, &slice);
+    if (!rc)
+        rc = tent_config_get_int_range(cfg, "transports/libfabric/max_inflight",
+                                       256, 1, 65536, &inflight);
+    if (!rc)
+        rc = tent_config_get_int_range(cfg, "transports/libfabric/timeout_ms",
+                                       10000, 1, 86400000, &tmo);
+    if (!rc)
+        rc = tent_config_get_string(cfg, "transports/libfabric/progress",
+                                    "auto", &progress);
+    if (!rc)
+        rc = tent_config_get_int_range(cfg, "transports/libfabric/poll_idle_us",
+                                       50, 1, 100000, &idle_us);
+    if (rc)
+        return rc;
+    if (strcmp(progress, "auto") && strcmp(progress, "wait") &&
+        strcmp(progress, "poll"))
+        return tent_set_error(TENT_ECONFIG,
+                              "transports/libfabric/progress '%s' is not "
+                              "auto, wait or poll",
+                              progress);
+    if (prov && strlen(prov) >= sizeof(lf->provider))
+        return tent_set_error(TENT_ECONFIG,
+                              "transports/libfabric/provider '%s' is too long",
+                              prov);
+    rc = lf_api_open(&lf->api, lib);
+    if (rc) {
+        LOG_INFO("libfabric transport not installed: %s", tent_last_error());
+        return rc;
+    }
+    if (prov && *prov) {
+        rc = lf_getinfo(lf, prov, &lf->info);
+        snprintf(lf->provider, sizeof(lf->provider), "%s", prov);
+    } else {
+        rc = TENT_ENODEV;
+        for (size_t k = 0;
+             rc && k < sizeof(default_providers) / sizeof(default_providers[0]);
+             k++) {
+            rc = lf_getinfo(lf, default_providers[k], &lf->info);
+            snprintf(lf->provider, sizeof(lf->provider), "%s",
+                     default_providers[k]);
+        }
+        if (rc)
+            tent_set_error(TENT_ENODEV,
+                           "libfabric: none of verbs;ofi_rxm, efa, cxi has "
+                           "a device here (transports/libfabric/provider "
+                           "names another)");
+    }
+    if (rc)
+        goto fail_api;
+    /* shm's CQ takes a wait object but its wait never sees a peer's RMA
+     * that needs serving: poll it. */
+    lf->cq_waits = strcmp(progress, "wait") == 0 ||
+                   (strcmp(progress, "auto") == 0 &&
+                    strcmp(lf->info->fabric_attr->prov_name, "shm") != 0);
+    rc = lf_open_fabric(lf);
+    if (rc)
+        goto fail_api;
+    lf->slice = (uint64_t)slice < lf->max_msg ? (uint64_t)slice : lf->max_msg;
+    lf->ops_cap = (uint32_t)inflight;
+    if (lf->info->tx_attr->size && lf->info->tx_attr->size < lf->ops_cap)
+        lf->ops_cap = (uint32_t)lf->info->tx_attr->size;
+    lf->timeout_ms = (int)tmo;
+    lf->idle_ns = (long)idle_us * 1000;
+    lf->revoke_ms =
+        t->env->revoke_timeout_ms > 0 ? t->env->revoke_timeout_ms : (int)tmo;
+    lf->ops = calloc(lf->ops_cap, sizeof(*lf->ops));
+    if (!lf->ops) {
+        rc = tent_set_error(TENT_ENOMEM, "libfabric: out of memory");
+        goto fail_fabric;
+    }
+    for (uint32_t k = 0; k < lf->ops_cap; k++) {
+        lf->ops[k].next_free = lf->free_ops;
+        lf->free_ops = &lf->ops[k];
+    }
+    lf->next_key = 1;
+    pthread_mutex_init(&lf->lock, NULL);
+    pthread_cond_init(&lf->drained, NULL);
+    rc = t->env->publish_attr(t->env->ctx, LF_ATTR_ADDR, lf->addr_hex);
+    if (!rc)
+        rc = t->env->publish_attr(t->env->ctx, LF_ATTR_PROV, lf->provider);
+    if (rc)
+        goto fail_lock;
+    lf->accepting = true;
+    if (pthread_create(&lf->progress, NULL, progress_main, lf)) {
+        rc = tent_set_error(TENT_ENOMEM,
+                            "libfabric: cannot start the progress thread");
+        goto fail_publish;
+    }
+    LOG_INFO("libfabric: provider %s (fabric %s, domain %s), mr_mode 0x%" PRIx64
+             ", %u ops in flight, slices of %" PRIu64 " bytes%s",
+             lf->info->fabric_attr->prov_name, lf->info->fabric_attr->name,
+             lf->info->domain_attr->name,
+             (uint64_t)lf->info->domain_attr->mr_mode, lf->ops_cap, lf->slice,
+             lf->info->tx_attr->op_flags & FI_DELIVERY_COMPLETE
+                 ? ", delivery complete"
+                 : "");
+    return TENT_OK;
+
+fail_publish:
+    t->env->publish_attr(t->env->ctx, LF_ATTR_ADDR, NULL);
+    t->env->publish_attr(t->env->ctx, LF_ATTR_PROV, NULL);
+fail_lock:
+    pthread_mutex_destroy(&lf->lock);
+    pthread_cond_destroy(&lf->drained);
+    lf_free_state(lf);
+fail_fabric:
+    lf_close_fabric(lf);
+fail_api:
+    lf_api_close(&lf->api);
+    LOG_INFO("libfabric transport not installed: %s", tent_last_error());
+    return rc;
+}
+
+static void lf_uninstall(struct tent_transport *t)
+{
+    struct lf_transport *lf = lf_of(t);
+    pthread_mutex_lock(&lf->lock);
+    lf->stop = true;
+    lf->accepting = false;
+    pthread_mutex_unlock(&lf->lock);
+    pthread_join(lf->progress, NULL);
+    if (t->env) {
+        t->env->publish_attr(t->env->ctx, LF_ATTR_ADDR, NULL);
+        t->env->publish_attr(t->env->ctx, LF_ATTR_PROV, NULL);
+    }
+    /* Registrations the runtime left (bound to the endpoint under
+     * FI_MR_ENDPOINT) go before it; then the endpoint, so nothing
+     * completes into our ops after they are freed. */
+    lf_close_mrs(lf);
+    if (lf->ep)
+        fi_close(&lf->ep->fid);
+    lf->ep = NULL;
+    lf_free_state(lf);
+    lf_close_fabric(lf);
+    lf_api_close(&lf->api);
+    pthread_mutex_destroy(&lf->lock);
+    pthread_cond_destroy(&lf->drained);
+}
+
+static uint32_t lf_capabilities(TENT_UNUSED struct tent_transport *t)
+{
+    return TENT_CAP_DRAM_TO_DRAM;
+}
+
+static bool lf_can_reach(struct tent_transport *t,
+                         const struct tent_seg_view *target)
+{
+    struct lf_transport *lf = lf_of(t);
+    if (target->local)
+        return true;
+    char prov[64], addr[2 * LF_MAX_ADDR + 1];
+    return t->env->seg_attr(t->env->ctx, target, LF_ATTR_PROV, prov,
+                            sizeof(prov)) &&
+           strcmp(prov, lf->provider) == 0 &&
+           t->env->seg_attr(t->env->ctx, target, LF_ATTR_ADDR, addr,
+                            sizeof(addr)) &&
+           *addr;
+}
+
+/* ---- peers --------------------------------------------------------------- */
+
+/* The AV entry of the peer publishing addr_hex, inserted on first use. */
+static int peer_locked(struct lf_transport *lf, const char *addr_hex,
+                       fi_addr_t *out)
+{
+    for (struct lf_peer *p = lf->peers; p; p = p->next)
+        if (strcmp(p->addr_hex, addr_hex) == 0) {
+            *out = p->fi_addr;
+            return TENT_OK;
+        }
+    uint8_t raw[LF_MAX_ADDR];
+    int n = from_hex(raw, sizeof(raw), addr_hex);
+    if (n < 0)
+        return tent_set_error(
+            TENT_EPROTO, "libfabric: peer address '%s' is not hex", addr_hex);
+    struct lf_peer *p = calloc(1, sizeof(*p));
+    if (!p)
+        return tent_set_error(TENT_ENOMEM, "libfabric: out of memory");
+    int rc = fi_av_insert(lf->av, raw, 1, &p->fi_addr, 0, NULL);
+    if (rc != 1) {
+        free(p);
+        return tent_set_error(
+            TENT_EPEER, "libfabric %s: fi_av_insert of peer %s: %s",
+            lf->provider, addr_hex, rc < 0 ? lf_err(lf, rc) : "not inserted");
+    }
+    snprintf(p->addr_hex, sizeof(p->addr_hex), "%s", addr_hex);
+    p->next = lf->peers;
+    lf->peers = p;
+    *out = p->fi_addr;
+    return TENT_OK;
+}
+
+/* ---- sub-batches -----------------------------------------------------------
+ */
+
+static int lf_alloc_sub_batch(struct tent_transport *t, size_t capacity,
+                              struct tent_sub_batch **out)
+{
+    struct lf_task *tasks;
+    struct tent_sub_batch *sb;
+    int rc = tent_sub_batch_new(t, sizeof(struct lf_sub), capacity,
+                                sizeof(*tasks), (void **)&tasks, &sb);
+    if (rc)
+        return rc;
+    ((struct lf_sub *)sb)->tasks = tasks;
+    *out = sb;
+    return TENT_OK;
+}
+
+static int lf_free_sub_batch(struct tent_transport *t,
+                             struct tent_sub_batch *sb)
+{
+    struct lf_transport *lf = lf_of(t);
+    struct lf_sub *s = (struct lf_sub *)sb;
+    pthread_mutex_lock(&lf->lock);
+    for (size_t i = 0; i < sb->capacity; i++)
+        if (s->tasks[i].state == LF_RUNNING) {
+            pthread_mutex_unlock(&lf->lock);
+            return tent_set_error(TENT_EBUSY,
+                                  "libfabric: task %zu of the sub-batch is "
+                                  "still in flight",
+                                  i);
+        }
+    pthread_mutex_unlock(&lf->lock);
+    for (size_t i = 0; i < sb->capacity; i++)
+        free(s->tasks[i].err);
+    tent_sub_batch_delete(sb, s->tasks);
+    return TENT_OK;
+}
+
+/* ---- submit / status ------------------------------------------------------
+ */
+
+static struct lf_mr *find_mr_locked(struct lf_transport *lf, uint64_t addr,
+                                    uint64_t len)
+{
+    for (struct lf_mr *m = lf->mrs; m; m = m->next)
+        if (!m->revoked && addr >= m->base && len <= m->length &&
+            addr - m->base <= m->length - len)
+            return m;
+    return NULL;
+}
+
+static int start_locked(struct lf_transport *lf, struct lf_task *task,
+                        const struct tent_xfer *r)
+{
+    const struct tent_buffer *tb = r->target_buf;
+    char addr[2 * LF_MAX_ADDR + 1];
+    uint64_t key, base;
+    if (!tb || !parse_u64(tent_attrs_get(tb->attrs, LF_ATTR_KEY), &key) ||
+        !parse_u64(tent_attrs_get(tb->attrs, LF_ATTR_BASE), &base))
+        return tent_set_error(TENT_ENOTSUP,
+                              "libfabric: the target buffer holding %#" PRIx64
+                              " is not registered with libfabric",
+                              r->remote);
+    if (r->remote < tb->base || r->length > tb->length ||
+        r->remote - tb->base > tb->length - r->length)
+        return tent_set_error(TENT_ERANGE,
+                              "libfabric: [%#" PRIx64 ", +%" PRIu64
+                              ") is outside the target buffer",
+                              r->remote, r->length);
+    if (r->target->local) {
+        snprintf(addr, sizeof(addr), "%s", lf->addr_hex);
+    } else if (!lf->base.env->seg_attr(lf->base.env->ctx, r->target,
+                                       LF_ATTR_ADDR, addr, sizeof(addr))) {
+        return tent_set_error(TENT_EPEER,
+                              "libfabric: segment %s publishes no libfabric "
+                              "address",
+                              r->target->name);
+    }
+    fi_addr_t peer = FI_ADDR_UNSPEC;
+    int rc = peer_locked(lf, addr, &peer);
+    if (rc)
+        return rc;
+    struct lf_mr *lmr =
+        find_mr_locked(lf, (uint64_t)(uintptr_t)r->local, r->length);
+    if (!lmr && lf->mr_local)
+        return tent_set_error(TENT_ENOTREG,
+                              "libfabric %s: local memory [%p, +%" PRIu64
+                              ") is not registered (the provider needs "
+                              "FI_MR_LOCAL)",
+                              lf->provider, r->local, r->length);
+    free(task->err);
+    *task = (struct lf_task){.state = LF_RUNNING,
+                             .opcode = r->opcode,
+                             .local = r->local,
+                             .raddr = base + (r->remote - tb->base),
+                             .key = key,
+                             .peer = peer,
+                             .lmr = lmr,
+                             .length = r->length,
+                             .start_ns = tent_now_ns()};
+    if (r->length == 0) {
+        task->state = LF_DONE;
+        return TENT_OK;
+    }
+    if (lmr)
+        lmr->users++;
+    enqueue_locked(lf, task);
+    return TENT_OK;
+}
+
+static int lf_submit(struct tent_transport *t, struct tent_sub_batch *sb,
+                     const struct tent_xfer *reqs, size_t n,
+                     struct tent_xfer_result *res)
+{
+    struct lf_transport *lf = lf_of(t);
+    struct lf_sub *s = (struct lf_sub *)sb;
+    int first = TENT_OK;
+    pthread_mutex_lock(&lf->lock);
+    for (size_t i = 0; i < n; i++) {
+        const struct tent_xfer *r = &reqs[i];
+        int rc;
+        res[i].code = TENT_OK;
+        if (!lf->accepting)
+            rc = tent_set_error(TENT_ESHUTDOWN,
+                                "libfabric: transport is quiesced");
+        else if (r->slot >= sb->capacity)
+            rc = tent_set_error(TENT_EINVAL,
+                                "libfabric: slot %u beyond the sub-batch's "
+                                "%zu",
+                                r->slot, sb->capacity);
+        else if (s->tasks[r->slot].state == LF_RUNNING)
+            rc = tent_set_error(
+                TENT_EBUSY, "libfabric: slot %u is still in flight", r->slot);
+        else
+            rc = start_locked(lf, &s->tasks[r->slot], r);
+        if (rc) {
+            tent_xres_fail(&res[i], rc, 0);
+            if (first == TENT_OK)
+                first = rc;
+        }
+    }
+    /* Post now what may go now; the progress thread posts the rest. */
+    pump_locked(lf);
+    pthread_mutex_unlock(&lf->lock);
+    return first;
+}
+
+static int lf_status(struct tent_transport *t, struct tent_sub_batch *sb,
+                     uint32_t slot, struct tent_xfer_status *out)
+{
+    struct lf_transport *lf = lf_of(t);
+    struct lf_sub *s = (struct lf_sub *)sb;
+    if (slot >= sb->capacity)
+        return tent_set_error(TENT_EINVAL, "libfabric: slot %u out of range",
+                              slot);
+    /* The caller's poll drives progress too (no thread hand-off). */
+    lf_poll(lf, false);
+    pthread_mutex_lock(&lf->lock);
+    struct lf_task *task = &s->tasks[slot];
+    memset(out, 0, sizeof(*out));
+    switch (task->state) {
+    case LF_DONE:
+        out->state = TENT_XFER_COMPLETED;
+        out->bytes = task->length;
+        break;
+    case LF_FAILED:
+        tent_xstatus_failed(out, task->err, TENT_EIO, 0);
+        break;
+    default:
+        out->state = TENT_XFER_PENDING;
+    }
+    pthread_mutex_unlock(&lf->lock);
+    return TENT_OK;
+}
+
+static int lf_quiesce(struct tent_transport *t)
+{
+    struct lf_transport *lf = lf_of(t);
+    uint64_t deadline = tent_now_ns() + (uint64_t)lf->timeout_ms * 1000000u;
+    pthread_mutex_lock(&lf->lock);
+    lf->accepting = false;
+    while (lf->ops_out || lf->qhead) {
+        if (tent_now_ns() >= deadline) {
+            uint32_t out = lf->ops_out;
+            pthread_mutex_unlock(&lf->lock);
+            return tent_set_error(TENT_ETIMEDOUT,
+                                  "libfabric quiesce: %u operations still in "
+                                  "flight after %d ms",
+                                  out, lf->timeout_ms);
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&lf->drained, &lf->lock, &ts);
+    }
+    pthread_mutex_unlock(&lf->lock);
+    return TENT_OK;
+}
+
+/* ---- memory -------------------------------------------------------------- */
+
+static int lf_add_buffer(struct tent_transport *t, struct tent_buffer *buf)
+{
+    struct lf_transport *lf = lf_of(t);
+    if (buf->is_device)
+        return tent_set_error(TENT_ENOTSUP,
+                              "libfabric: device memory (%s) is not "
+                              "supported yet",
+                              buf->location);
+    uint64_t access = FI_READ | FI_WRITE;
+    if (buf->perm == PERM_GLOBAL_READ_ONLY)
+        access |= FI_REMOTE_READ;
+    else if (buf->perm == PERM_GLOBAL_READ_WRITE)
+        access |= FI_REMOTE_READ | FI_REMOTE_WRITE;
+    struct lf_mr *m = calloc(1, sizeof(*m));
+    if (!m)
+        return tent_set_error(TENT_ENOMEM, "libfabric: out of memory");
+    pthread_mutex_lock(&lf->lock);
+    uint64_t req_key = lf->next_key++;
+    pthread_mutex_unlock(&lf->lock);
+    void *addr = (void *)(uintptr_t)buf->base;
+    int rc = fi_mr_reg(lf->domain, addr, buf->length, access, 0, req_key, 0,
+                       &m->mr, NULL);
+    if (rc) {
+        free(m);
+        return tent_set_error(TENT_EVENDOR,
+                              "libfabric %s: fi_mr_reg([%p, +%" PRIu64 ")): %s",
+                              lf->provider, addr, buf->length, lf_err(lf, rc));
+    }
+    if (lf->mr_endpoint) {
+        rc = fi_mr_bind(m->mr, &lf->ep->fid, 0);
+        if (!rc)
+            rc = fi_mr_enable(m->mr);
+        if (rc) {
+            fi_close(&m->mr->fid);
+            free(m);
+            return tent_set_error(TENT_EVENDOR,
+                                  "libfabric %s: binding the MR of [%p, "
+                                  "+%" PRIu64 ") to the endpoint: %s",
+                                  lf->provider, addr, buf->length,
+                                  lf_err(lf, rc));
+        }
+    }
+    m->base = buf->base;
+    m->length = buf->length;
+    m->desc = fi_mr_desc(m->mr);
+    if (buf->perm != PERM_LOCAL_READ_WRITE) {
+        char v[32];
+        snprintf(v, sizeof(v), "%" PRIx64, fi_mr_key(m->mr));
+        rc = tent_attrs_set(&buf->attrs, LF_ATTR_KEY, v);
+        snprintf(v, sizeof(v), "%" PRIx64, lf->virt_addr ? buf->base : 0);
+        if (!rc)
+            rc = tent_attrs_set(&buf->attrs, LF_ATTR_BASE, v);
+        if (rc) {
+            tent_attrs_set(&buf->attrs, LF_ATTR_KEY, NULL);
+            fi_close(&m->mr->fid);
+            free(m);
+            return rc;
+        }
+    }
+    pthread_mutex_lock(&lf->lock);
+    m->next = lf->mrs;
+    lf->mrs = m;
+    pthread_mutex_unlock(&lf->lock);
+    return TENT_OK;
+}
+
+static int lf_remove_buffer(struct tent_transport *t, struct tent_buffer *buf)
+{
+    struct lf_transport *lf = lf_of(t);
+    uint64_t deadline = tent_now_ns() + (uint64_t)lf->revoke_ms * 1000000u;
+    pthread_mutex_lock(&lf->lock);
+    struct lf_mr **pp = &lf->mrs;
+    while (*pp && ((*pp)->base != buf->base || (*pp)->length != buf->length ||
+                   (*pp)->revoked))
+        pp = &(*pp)->next;
+    struct lf_mr *m = *pp;
+    if (!m) {
+        pthread_mutex_unlock(&lf->lock);
+        return TENT_OK; /* add_buffer refused it: nothing registered */
+    }
+    m->revoked = true;
+    /* Running tasks that use it (queued or posted) end first. */
+    while (m->users) {
+        if (tent_now_ns() >= deadline) {
+            m->revoked = false;
+            int users = m->users;
+            pthread_mutex_unlock(&lf->lock);
+            return tent_set_error(TENT_EBUSY,
+                                  "libfabric %s: %d operations on [%#" PRIx64
+                                  ", +%" PRIu64 ") still in flight after %d "
+                                  "ms; the buffer stays registered",
+                                  lf->provider, users, buf->base, buf->length,
+                                  lf->revoke_ms);
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&lf->drained, &lf->lock, &ts);
+    }
+    *pp = m->next;
+    pthread_mutex_unlock(&lf->lock);
+    int rc = fi_close(&m->mr->fid);
+    if (rc)
+        LOG_WARN("libfabric %s: closing the MR of [%#" PRIx64 ", +%" PRIu64
+                 "): %s",
+                 lf->provider, buf->base, buf->length, lf_err(lf, rc));
+    free(m);
+    return TENT_OK;
+}
+
+const struct tent_transport_ops tent_libfabric_transport_ops = {
+    .name = "libfabric",
+    .type = TRANSPORT_LIBFABRIC,
+    .default_enabled = false, /* transports/libfabric/enable: true */
+    .instance_size = sizeof(struct lf_transport),
+    .install = lf_install,
+    .uninstall = lf_uninstall,
+    .capabilities = lf_capabilities,
+    .can_reach = lf_can_reach,
+    .alloc_sub_batch = lf_alloc_sub_batch,
+    .free_sub_batch = lf_free_sub_batch,
+    .submit = lf_submit,
+    .status = lf_status,
+    .quiesce = lf_quiesce,
+    .add_buffer = lf_add_buffer,
+    .remove_buffer = lf_remove_buffer,
+};
