@@ -250,7 +250,8 @@ static bool engine_has_libfabric(void)
 
 /* Without the library, or with a provider that has no device, the
  * transport is simply not installed and the engine works on without it;
- * enabled with the provider named, it is. */
+ * a bad setting fails the engine, naming the key; enabled with the provider
+ * named, it is installed. */
 static void test_install(void **state)
 {
     (void)state;
@@ -267,7 +268,13 @@ static void test_install(void **state)
     e2e_config(false, true);
     tent_set_config("transports/libfabric/enable", "true");
     tent_set_config("transports/libfabric/progress", "sometimes");
-    assert_false(engine_has_libfabric());
+    /* a bad setting is not "not available here": create fails naming it */
+    tent_engine_t bad = tent_create_engine();
+    if (bad)
+        tent_destroy_engine(bad);
+    assert_null(bad);
+    assert_non_null(strstr(tent_last_error(), "transports/libfabric/progress"));
+    assert_non_null(strstr(tent_last_error(), "sometimes"));
     /* off unless enabled */
     e2e_config(false, true);
     tent_set_config("transports/libfabric/provider", g_prov);
