@@ -31,7 +31,7 @@ void tent_task_set_cause(struct tent_task *t, int code, int native,
 static bool stale_descriptor_cause(int code)
 {
     return code == TENT_ERANGE || code == TENT_ENOTREG || code == TENT_EPERM ||
-           code == TENT_EPEER;
+           code == TENT_EPEER || code == TENT_ESTALE;
 }
 
 /* Requeues t for a descriptor refetch, once: the dispatcher fetches it with
@@ -122,6 +122,7 @@ static int apply_status(struct tent_engine *e, struct tent_batch *b, size_t i,
         return rc; /* unknown outcome: the task stays in flight */
     if (st->state == TENT_XFER_PENDING)
         return TENT_OK;
+    tent_task_unpeer(t); /* it left its transport */
     if (st->state == TENT_XFER_COMPLETED) {
         t->state = STATUS_COMPLETED;
         t->bytes = st->bytes < t->req.length ? st->bytes : t->req.length;
