@@ -40,10 +40,11 @@
  *     lock (one at a time per engine) and may block, bounded by the
  *     transport's own timeout; install, uninstall and quiesce run alone
  *     (engine creation and destruction) and may block, bounded.
- *   - peer_open and peer_close run under the segment's peer lock (a
- *     runtime lock; never the batch lock): they may start or stop threads
- *     and map or unmap memory, but never wait on the network (connect
- *     lazily, on the first request).
+ *   - peer_open runs under the segment's peer lock (a runtime lock, itself
+ *     possibly under a batch lock): it may start threads and map memory,
+ *     but never waits on the network (connect lazily, on the first
+ *     request).  peer_close runs with no runtime lock held (or alone, at
+ *     teardown) and may join threads, bounded.
  *
  * Peers.  Everything a transport keeps for one peer (connections, rails,
  * threads, mappings, resolved vendor addresses, whether it is down) lives
@@ -456,12 +457,13 @@ struct tent_transport_ops {
      * incarnation: *out is the transport's struct, tent_peer first, base
      * filled.  Under the segment's peer lock; never waits on the network.
      * On failure nothing is left (the segment cannot be reached through
-     * this transport; the error says why). */
+     * this transport; the error says why: the request goes to its next
+     * transport). */
     int (*peer_open)(struct tent_transport *t, const struct tent_seg_view *seg,
                      uint64_t incarnation, struct tent_peer **out);
     /* Frees everything kept for the peer (threads joined, connections and
      * mappings closed).  No task submitted with it is in flight any more.
-     * Under the segment's peer lock, or alone at teardown. */
+     * No runtime lock held, or alone at teardown. */
     void (*peer_close)(struct tent_transport *t, struct tent_peer *peer);
 
     /* Under the registration lock; may block (bounded). */
