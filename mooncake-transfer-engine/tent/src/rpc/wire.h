@@ -37,10 +37,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TENT_WIRE_MAGIC        0x31544e54u /* "TNT1" on the wire */
-#define TENT_WIRE_VERSION      2           /* frames */
-#define TENT_WIRE_DESC_VERSION 1 /* JSON descriptors (metadata services too)   \
-                                  */
+#define TENT_WIRE_MAGIC   0x31544e54u /* "TNT1" on the wire */
+#define TENT_WIRE_VERSION 2           /* frames */
+#define TENT_WIRE_DESC_VERSION                                                 \
+    1 /* JSON descriptors (metadata services too)                              \
+       */
 #define TENT_WIRE_HDR_LEN    16
 #define TENT_WIRE_KEY_LEN    16
 #define TENT_WIRE_ACCESS_LEN (8 + TENT_WIRE_KEY_LEN)
