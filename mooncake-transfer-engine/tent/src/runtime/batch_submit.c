@@ -50,13 +50,13 @@ static int task_peer(struct tent_engine *e, struct seg_cache *c,
         *out = c->pref;
         return TENT_OK;
     }
+    /* one count for the task, one for the cache */
     struct tent_peer_ref *r;
     int rc =
-        tent_peer_get(e, (struct tent_segment *)seg, xi, t->incarnation, &r);
+        tent_peer_get(e, (struct tent_segment *)seg, xi, t->incarnation, 2, &r);
     if (rc)
         return rc;
     cache_drop(c);
-    atomic_fetch_add_explicit(&r->tasks, 1, memory_order_relaxed);
     c->pref = r;
     c->pseg = seg;
     c->pinc = t->incarnation;

@@ -373,12 +373,12 @@ void tent_xport_env_init(struct tent_engine *e);
 
 /* peers.c: the peer handles of segments (transport.h). */
 /* The handle of transport xi for seg, addressed to incarnation inc (the one
- * the task's target was resolved in), opened when missing and counted
- * (tasks + 1).  TENT_ESTALE when seg now names another incarnation: the
+ * the task's target was resolved in), opened when missing and counted n
+ * times (tasks + n).  TENT_ESTALE when seg now names another incarnation: the
  * task was meant for a process that is gone.  Else peer_open's error.
  * Caller holds no lock but possibly a batch lock. */
 int tent_peer_get(struct tent_engine *e, struct tent_segment *seg, int xi,
-                  uint64_t inc, struct tent_peer_ref **out);
+                  uint64_t inc, int n, struct tent_peer_ref **out);
 static inline void tent_peer_put(struct tent_peer_ref *r)
 {
     atomic_fetch_sub_explicit(&r->tasks, 1, memory_order_release);

@@ -41,12 +41,12 @@ static void retire(struct tent_engine *e, struct tent_peer_ref *r)
 }
 
 int tent_peer_get(struct tent_engine *e, struct tent_segment *seg, int xi,
-                  uint64_t inc, struct tent_peer_ref **out)
+                  uint64_t inc, int n, struct tent_peer_ref **out)
 {
     pthread_mutex_lock(&seg->peer_lock);
     struct tent_peer_ref *r = seg->peers[xi];
     if (r && r->h->incarnation == inc) {
-        atomic_fetch_add_explicit(&r->tasks, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&r->tasks, n, memory_order_relaxed);
         pthread_mutex_unlock(&seg->peer_lock);
         *out = r;
         return TENT_OK;
@@ -75,7 +75,7 @@ int tent_peer_get(struct tent_engine *e, struct tent_segment *seg, int xi,
     r->h->owner = t;
     r->h->incarnation = inc;
     r->xi = xi;
-    atomic_init(&r->tasks, 1);
+    atomic_init(&r->tasks, n);
     seg->peers[xi] = r;
     pthread_mutex_unlock(&seg->peer_lock);
     *out = r;
