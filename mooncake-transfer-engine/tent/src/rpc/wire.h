@@ -37,21 +37,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TENT_WIRE_MAGIC   0x31544e54u /* "TNT1" on the wire */
-#define TENT_WIRE_VERSION 2           /* frames */
-#define TENT_WIRE_DESC_VERSION                                                 \
-    1 /* JSON descriptors (metadata services too)                              \
-       */
-#define TENT_WIRE_HDR_LEN    16
-#define TENT_WIRE_KEY_LEN    16
-#define TENT_WIRE_ACCESS_LEN (8 + TENT_WIRE_KEY_LEN)
-#define TENT_WIRE_RW_LEN     (16 + TENT_WIRE_ACCESS_LEN)
-#define TENT_WIRE_RESP_LEN   8
-#define TENT_WIRE_MAX_DATA   (16u << 20)
-#define TENT_WIRE_MAX_BODY   (TENT_WIRE_MAX_DATA + TENT_WIRE_RW_LEN)
-#define TENT_WIRE_MAX_NOTIFY (8 + 255 + 4095 + 255)
-#define TENT_WIRE_MAX_NAME   255
-#define TENT_WIRE_MAX_MSG    4095
+/* VERSION is the frames'; DESC_VERSION the JSON descriptors' (which the
+ * metadata services store too). */
+#define TENT_WIRE_MAGIC        0x31544e54u /* "TNT1" on the wire */
+#define TENT_WIRE_VERSION      2
+#define TENT_WIRE_DESC_VERSION 1
+#define TENT_WIRE_HDR_LEN      16
+#define TENT_WIRE_KEY_LEN      16
+#define TENT_WIRE_ACCESS_LEN   (8 + TENT_WIRE_KEY_LEN)
+#define TENT_WIRE_RW_LEN       (16 + TENT_WIRE_ACCESS_LEN)
+#define TENT_WIRE_RESP_LEN     8
+#define TENT_WIRE_MAX_DATA     (16u << 20)
+#define TENT_WIRE_MAX_BODY     (TENT_WIRE_MAX_DATA + TENT_WIRE_RW_LEN)
+#define TENT_WIRE_MAX_NOTIFY   (8 + 255 + 4095 + 255)
+#define TENT_WIRE_MAX_NAME     255
+#define TENT_WIRE_MAX_MSG      4095
 
 enum tent_wire_type {
     TENT_WIRE_DESC_REQ = 1,

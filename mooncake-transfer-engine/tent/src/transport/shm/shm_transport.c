@@ -15,11 +15,12 @@
  * memfd handle is opened once through /proc/<pid>/fd/<fd> (which needs the
  * same ptrace "read" access as reading the peer's /proc entries, i.e. same
  * user), checked against the published inode so that a recycled fd number
- * is never mistaken for the buffer, mapped MAP_SHARED and cached until the
- * transport is uninstalled.  "cma" memory uses process_vm_*; when the
- * kernel refuses (Yama ptrace_scope, other user) the request is refused at
- * submit, which touched nothing, and the runtime moves it to the next
- * transport.
+ * is never mistaken for the buffer, mapped MAP_SHARED and cached in the
+ * peer's handle (struct shm_peer) until the runtime closes it: the segment
+ * was closed or names another incarnation.  "cma" memory uses process_vm_*;
+ * when the kernel refuses (Yama ptrace_scope, other user) the request is
+ * refused at submit, which touched nothing, and the runtime moves it to the
+ * next transport.
  *
  * Copies run synchronously in submit (a memcpy of mapped memory is the
  * fastest thing we could hand to a thread anyway), so quiesce has nothing
