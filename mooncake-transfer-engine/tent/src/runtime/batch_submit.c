@@ -30,10 +30,24 @@ struct seg_cache {
     struct tent_peer_ref *pref;
     const struct tent_segment *pseg;
     uint64_t pinc;
+    /* Tasks given pref since its count was last brought up to date: added
+     * in one atomic operation before they are handed to a transport (the
+     * cache's own count keeps pref open meanwhile). */
+    int pending;
 };
+
+static void cache_flush(struct seg_cache *c)
+{
+    if (c->pending) {
+        atomic_fetch_add_explicit(&c->pref->tasks, c->pending,
+                                  memory_order_relaxed);
+        c->pending = 0;
+    }
+}
 
 static void cache_drop(struct seg_cache *c)
 {
+    cache_flush(c);
     if (c->pref)
         tent_peer_put(c->pref);
     c->pref = NULL;
@@ -46,7 +60,7 @@ static int task_peer(struct tent_engine *e, struct seg_cache *c,
 {
     if (c->pref && c->pseg == seg && c->pref->xi == xi &&
         c->pinc == t->incarnation) {
-        atomic_fetch_add_explicit(&c->pref->tasks, 1, memory_order_relaxed);
+        c->pending++;
         *out = c->pref;
         return TENT_OK;
     }
@@ -274,13 +288,16 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                     again |= tent_task_advance(e, t, prc, 0, tent_last_error());
                     continue;
                 }
-                if (g->k == GROUP)
+                if (g->k == GROUP) {
+                    cache_flush(&c);
                     again |= flush_group(e, b, xi, g);
+                }
                 t->lead = (uint32_t)i;
                 tent_slot_claim(b, t);
                 g->ntasks[g->k] = 1;
                 fill_xfer(e, &c, t, (uint32_t)i, &g->x[g->k++], pr);
             }
+            cache_flush(&c);
             again |= flush_group(e, b, xi, g);
         }
         if (!again) {

@@ -383,6 +383,35 @@ static inline void tent_peer_put(struct tent_peer_ref *r)
 {
     atomic_fetch_sub_explicit(&r->tasks, 1, memory_order_release);
 }
+/* Releases of one handle counted for a pass over completions, applied in
+ * one atomic operation (as tent_pin_run). */
+struct tent_peer_run {
+    struct tent_peer_ref *r;
+    int n;
+};
+static inline void tent_peer_run_flush(struct tent_peer_run *pr)
+{
+    if (pr->n)
+        atomic_fetch_sub_explicit(&pr->r->tasks, pr->n, memory_order_release);
+    pr->r = NULL;
+    pr->n = 0;
+}
+/* The task's handle, released in pr (NULL: at once). */
+static inline void tent_task_unpeer_run(struct tent_task *t,
+                                        struct tent_peer_run *pr)
+{
+    if (!t->peer)
+        return;
+    if (!pr) {
+        tent_peer_put(t->peer);
+    } else {
+        if (pr->r != t->peer)
+            tent_peer_run_flush(pr);
+        pr->r = t->peer;
+        pr->n++;
+    }
+    t->peer = NULL;
+}
 /* The task's handle, released (it left its transport). */
 static inline void tent_task_unpeer(struct tent_task *t)
 {
