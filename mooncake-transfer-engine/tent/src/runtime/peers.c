@@ -12,6 +12,7 @@
 #include "runtime/engine.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -93,6 +94,12 @@ void tent_segment_peers_retire(struct tent_engine *e, struct tent_segment *seg)
     pthread_mutex_unlock(&seg->peer_lock);
 }
 
+/* Handles of transports an engine abandoned at teardown (their quiesce
+ * failed: their backend may still use what a handle holds).  Kept, as the
+ * transport instance is, for as long as the process lives. */
+static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tent_peer_ref *abandoned;
+
 static void close_ref(struct tent_engine *e, struct tent_peer_ref *r)
 {
     struct tent_transport *t = e->xports[r->xi];
@@ -141,10 +148,14 @@ void tent_peers_teardown(struct tent_engine *e)
             LOG_DEBUG("closing a peer handle of transport '%s' with %d task(s) "
                       "not reported terminal (its transport is quiesced)",
                       e->xports[r->xi]->ops->name, atomic_load(&r->tasks));
-        if (e->xport_abandoned[r->xi])
-            free(r); /* the transport keeps its state; it outlives us */
-        else
+        if (e->xport_abandoned[r->xi]) {
+            pthread_mutex_lock(&abandoned_lock);
+            r->next_retired = abandoned;
+            abandoned = r;
+            pthread_mutex_unlock(&abandoned_lock);
+        } else {
             close_ref(e, r);
+        }
         r = n;
     }
 }
