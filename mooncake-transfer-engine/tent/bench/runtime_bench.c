@@ -98,6 +98,8 @@ static const struct tent_transport_ops instant_ops = {
     .submit = instant_submit,
     .status = instant_status,
     .quiesce = tent_xport_noop_quiesce,
+    .peer_open = tent_xport_peer_open_plain,
+    .peer_close = tent_xport_peer_close_plain,
     .add_buffer = tent_xport_noop_buffer,
     .remove_buffer = tent_xport_noop_buffer,
 };

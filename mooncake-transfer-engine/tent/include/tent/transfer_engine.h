@@ -196,6 +196,8 @@ typedef struct tent_memory_options tent_memory_options_t;
 #define TENT_EOVERFLOW    (-23) /**< output buffer too small */
 #define TENT_ERUNNING                                                          \
     (-24) /**< task is on the wire; its transport cannot stop it */
+#define TENT_ESTALE                                                            \
+    (-25) /**< the peer restarted: the request named an earlier incarnation */
 
 /** Name of a TENT_E* code ("TENT_EINVAL: invalid argument"). Never NULL. */
 TENT_API const char *tent_strerror(int code);

@@ -35,6 +35,7 @@ static const char *const error_names[] = {
     [22] = "TENT_ESHUTDOWN: transport shut down",
     [23] = "TENT_EOVERFLOW: buffer too small",
     [24] = "TENT_ERUNNING: task running, cannot be cancelled",
+    [25] = "TENT_ESTALE: peer restarted (stale incarnation)",
 };
 
 const char *tent_strerror(int code)
@@ -61,6 +62,7 @@ bool tent_error_is_transient(int code)
     case TENT_ENOSEGMENT:
     case TENT_ENOBATCH:
     case TENT_ENOTASK:
+    case TENT_ESTALE:
         return false;
     default:
         return code != TENT_OK;

@@ -182,8 +182,6 @@ int tent_rpc_connect_from(const char *host, uint16_t port, const char *src,
  * closed or failed connection. */
 int tent_rpc_send_all(int fd, const void *buf, size_t n);
 int tent_rpc_recv_all(int fd, void *buf, size_t n);
-/* Sets send and receive timeouts of a connected socket. */
-void tent_rpc_set_timeouts(int fd, int timeout_ms);
 
 int tent_rpc_fetch_desc(const char *host, uint16_t port, int timeout_ms,
                         struct tent_wire_desc *out);

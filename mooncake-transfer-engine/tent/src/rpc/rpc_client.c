@@ -23,11 +23,6 @@ int tent_rpc_parse_addr(const char *name, char *host, size_t cap,
     return TENT_OK;
 }
 
-void tent_rpc_set_timeouts(int fd, int timeout_ms)
-{
-    tent_net_set_timeouts(fd, timeout_ms);
-}
-
 int tent_rpc_connect(const char *host, uint16_t port, int timeout_ms, int *out)
 {
     return tent_rpc_connect_from(host, port, NULL, timeout_ms, out);

@@ -116,10 +116,15 @@ int tent_wire_decode_hdr(const uint8_t *in, size_t n, struct tent_wire_hdr *out)
 }
 
 void tent_wire_encode_rw(uint8_t out[TENT_WIRE_RW_LEN], uint64_t addr,
-                         uint64_t length)
+                         uint64_t length, const struct tent_wire_access *acc)
 {
     put64(out, addr);
     put64(out + 8, length);
+    put64(out + 16, acc ? acc->incarnation : 0);
+    if (acc)
+        memcpy(out + 24, acc->key, TENT_WIRE_KEY_LEN);
+    else
+        memset(out + 24, 0, TENT_WIRE_KEY_LEN);
 }
 
 int tent_wire_decode_rw(const uint8_t *in, size_t n, struct tent_wire_rw *out)
@@ -138,6 +143,8 @@ int tent_wire_decode_rw(const uint8_t *in, size_t n, struct tent_wire_rw *out)
                               addr, length);
     out->addr = addr;
     out->length = length;
+    out->acc.incarnation = get64(in + 16);
+    memcpy(out->acc.key, in + 24, TENT_WIRE_KEY_LEN);
     return TENT_OK;
 }
 
@@ -239,9 +246,10 @@ char *tent_wire_encode_desc(const struct tent_wire_desc *d, size_t *len)
     if (!root)
         return NULL;
     char *out = NULL;
-    if (!cJSON_AddNumberToObject(root, "version", TENT_WIRE_VERSION) ||
+    if (!cJSON_AddNumberToObject(root, "version", TENT_WIRE_DESC_VERSION) ||
         !cJSON_AddStringToObject(root, "name", d->name) ||
-        !cJSON_AddStringToObject(root, "host_id", d->host_id))
+        !cJSON_AddStringToObject(root, "host_id", d->host_id) ||
+        (d->incarnation && add_u64(root, "incarnation", d->incarnation)))
         goto done;
     cJSON *arr = cJSON_AddArrayToObject(root, "buffers");
     if (!arr)
@@ -421,13 +429,15 @@ int tent_wire_decode_desc(const char *in, size_t n, struct tent_wire_desc *out)
                  : tent_set_error(TENT_EPROTO, "descriptor is not an object");
     if (!rc)
         rc = get_int(root, "version", 0, 255, &ver, "root");
-    if (!rc && ver != TENT_WIRE_VERSION)
+    if (!rc && ver != TENT_WIRE_DESC_VERSION)
         rc = tent_set_error(TENT_EPROTO, "descriptor version %lld unsupported",
                             (long long)ver);
     if (!rc)
         rc = get_str(root, "name", d.name, sizeof(d.name), "root");
     if (!rc)
         rc = get_str(root, "host_id", d.host_id, sizeof(d.host_id), "root");
+    if (!rc && cJSON_GetObjectItemCaseSensitive(root, "incarnation"))
+        rc = get_u64(root, "incarnation", &d.incarnation, "root");
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "buffers");
     if (!rc && !cJSON_IsArray(arr))
         rc = tent_set_error(TENT_EPROTO,

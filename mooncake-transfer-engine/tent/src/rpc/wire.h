@@ -15,8 +15,12 @@
  *   DESC_RESP  JSON segment descriptor (see tent_wire_decode_desc)
  *   NOTIFY     u16 name_len, u16 msg_len, u16 from_len, u16 0,
  *              name, msg, from (no NULs; lengths < 256, 4096, 256)
- *   READ       u64 addr, u64 length (length <= TENT_WIRE_MAX_DATA)
- *   WRITE      u64 addr, u64 length, then exactly `length` data bytes
+ *   READ       u64 addr, u64 length (length <= TENT_WIRE_MAX_DATA), then
+ *              the access block
+ *   WRITE      u64 addr, u64 length, the access block, then exactly
+ *              `length` data bytes
+ *   access     u64 incarnation, u8 key[16] (TENT_WIRE_ACCESS_LEN): what
+ *              entitles the request to the range (struct tent_wire_access)
  *   RESP       i32 status (0 or a negative TENT_E* code), u32 0, then for a
  *              successful READ exactly the requested bytes
  *   HELLO      u64 token: names the connection it arrives on (a tcp data
@@ -33,16 +37,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TENT_WIRE_MAGIC      0x31544e54u /* "TNT1" on the wire */
-#define TENT_WIRE_VERSION    1
-#define TENT_WIRE_HDR_LEN    16
-#define TENT_WIRE_RW_LEN     16
-#define TENT_WIRE_RESP_LEN   8
-#define TENT_WIRE_MAX_DATA   (16u << 20)
-#define TENT_WIRE_MAX_BODY   (TENT_WIRE_MAX_DATA + TENT_WIRE_RW_LEN)
-#define TENT_WIRE_MAX_NOTIFY (8 + 255 + 4095 + 255)
-#define TENT_WIRE_MAX_NAME   255
-#define TENT_WIRE_MAX_MSG    4095
+/* VERSION is the frames'; DESC_VERSION the JSON descriptors' (which the
+ * metadata services store too). */
+#define TENT_WIRE_MAGIC        0x31544e54u /* "TNT1" on the wire */
+#define TENT_WIRE_VERSION      2
+#define TENT_WIRE_DESC_VERSION 1
+#define TENT_WIRE_HDR_LEN      16
+#define TENT_WIRE_KEY_LEN      16
+#define TENT_WIRE_ACCESS_LEN   (8 + TENT_WIRE_KEY_LEN)
+#define TENT_WIRE_RW_LEN       (16 + TENT_WIRE_ACCESS_LEN)
+#define TENT_WIRE_RESP_LEN     8
+#define TENT_WIRE_MAX_DATA     (16u << 20)
+#define TENT_WIRE_MAX_BODY     (TENT_WIRE_MAX_DATA + TENT_WIRE_RW_LEN)
+#define TENT_WIRE_MAX_NOTIFY   (8 + 255 + 4095 + 255)
+#define TENT_WIRE_MAX_NAME     255
+#define TENT_WIRE_MAX_MSG      4095
 
 enum tent_wire_type {
     TENT_WIRE_DESC_REQ = 1,
@@ -62,9 +71,21 @@ struct tent_wire_hdr {
     uint32_t len;
 };
 
+/* What a data request carries besides its range, checked by the target
+ * before it touches memory: the incarnation of the target engine the
+ * initiator resolved the address in (from its descriptor; a target of
+ * another one refuses with TENT_ESTALE; 0 names none), and the access key
+ * of the target registration, which per-registration keys (issue 42) will
+ * fill and check; senders write zeros until then and targets ignore it. */
+struct tent_wire_access {
+    uint64_t incarnation;
+    uint8_t key[TENT_WIRE_KEY_LEN];
+};
+
 struct tent_wire_rw {
     uint64_t addr;
     uint64_t length;
+    struct tent_wire_access acc;
 };
 
 struct tent_wire_notify {
@@ -98,6 +119,7 @@ struct tent_wire_buf {
 struct tent_wire_desc {
     char name[256];
     char host_id[128];
+    uint64_t incarnation; /* the engine's; 0 when the descriptor has none */
     struct tent_wire_buf *bufs; /* sorted by base, non-overlapping */
     size_t nbufs;
     char attr_key[TENT_WIRE_MAX_ATTRS][64];
@@ -111,8 +133,9 @@ void tent_wire_encode_hdr(uint8_t out[TENT_WIRE_HDR_LEN], uint8_t type,
 int tent_wire_decode_hdr(const uint8_t *in, size_t n,
                          struct tent_wire_hdr *out);
 
+/* acc NULL: an access block of zeros. */
 void tent_wire_encode_rw(uint8_t out[TENT_WIRE_RW_LEN], uint64_t addr,
-                         uint64_t length);
+                         uint64_t length, const struct tent_wire_access *acc);
 /* Validates a READ/WRITE prefix: length in 1..TENT_WIRE_MAX_DATA, no wrap. */
 int tent_wire_decode_rw(const uint8_t *in, size_t n, struct tent_wire_rw *out);
 
@@ -136,7 +159,7 @@ int tent_wire_decode_notify(const uint8_t *in, size_t n,
  * out->bufs (and each buffer's attrs) is allocated (free with
  * tent_wire_desc_free); on failure nothing is allocated and the error names
  * the bad field.  A descriptor is
- *   {"version": 1, "name": s, "host_id": s,
+ *   {"version": 1, "name": s, "host_id": s, "incarnation": "<u64>" (optional),
  *    "buffers": [{"base": "<u64>", "length": "<u64>", "location": s,
  *                 "perm": 0..2, "xport_mask": u32,
  *                 "attrs": {key: value, ...}}, ...],   sorted, disjoint

@@ -31,7 +31,7 @@ void tent_task_set_cause(struct tent_task *t, int code, int native,
 static bool stale_descriptor_cause(int code)
 {
     return code == TENT_ERANGE || code == TENT_ENOTREG || code == TENT_EPERM ||
-           code == TENT_EPEER;
+           code == TENT_EPEER || code == TENT_ESTALE;
 }
 
 /* Requeues t for a descriptor refetch, once: the dispatcher fetches it with
@@ -118,7 +118,8 @@ bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code,
  * is NULL.  Batch lock held. */
 static int apply_status(struct tent_engine *e, struct tent_batch *b, size_t i,
                         int xi, int rc, const struct tent_xfer_status *st,
-                        bool allow_failover, struct tent_pin_run *runs)
+                        bool allow_failover, struct tent_pin_run *runs,
+                        struct tent_peer_run *peers)
 {
     struct tent_task *t = &b->tasks[i];
     if (t->state != STATUS_PENDING || t->xport != xi)
@@ -128,6 +129,7 @@ static int apply_status(struct tent_engine *e, struct tent_batch *b, size_t i,
     if (st->state == TENT_XFER_PENDING)
         return TENT_OK;
     if (st->state == TENT_XFER_COMPLETED) {
+        tent_task_unpeer_run(t, peers); /* it left its transport */
         t->state = STATUS_COMPLETED;
         t->bytes = st->bytes < t->req.length ? st->bytes : t->req.length;
         if (runs)
@@ -137,6 +139,7 @@ static int apply_status(struct tent_engine *e, struct tent_batch *b, size_t i,
         tmh_completed(e, t, xi, t->bytes);
         return TENT_OK;
     }
+    tent_task_unpeer(t);
     int code = st->code ? st->code : TENT_EIO;
     tmh_attempt_failed(e, t, xi);
     if (!allow_failover) {
@@ -168,7 +171,7 @@ static int poll_task(struct tent_engine *e, struct tent_batch *b, size_t i,
     int rc = tr->ops->status(tr, sb, t->lead, &st);
     pthread_mutex_lock(&b->lock);
     tent_slot_release(b, lead);
-    return apply_status(e, b, i, xi, rc, &st, allow_failover, NULL);
+    return apply_status(e, b, i, xi, rc, &st, allow_failover, NULL, NULL);
 }
 
 /* Sends the batch's notification once every task has completed (the send
@@ -293,14 +296,17 @@ int tent_batch_poll_all(struct tent_engine *e, struct tent_batch *b)
             if (ents[k].owner)
                 tent_slot_release(b, &b->tasks[ents[k].lead]);
         struct tent_pin_run runs[2] = {{0}};
+        struct tent_peer_run peers = {0};
         for (size_t k = 0; k < n; k++) {
             int rc = apply_status(e, b, ents[k].task, ents[k].xi, ents[k].rc,
-                                  &ents[k].st, e->auto_failover_on_poll, runs);
+                                  &ents[k].st, e->auto_failover_on_poll, runs,
+                                  &peers);
             if (rc && !first_err)
                 first_err = rc;
         }
         tent_pin_run_flush(&runs[0]);
         tent_pin_run_flush(&runs[1]);
+        tent_peer_run_flush(&peers);
     }
     maybe_notify(e, b);
     return first_err;

@@ -25,7 +25,58 @@ struct seg_cache {
     bool refetched;
     /* repins of this call not yet applied (source, target) */
     struct tent_pin_run runs[2];
+    /* The last peer handle taken, with one count of its own so that it
+     * stays open while cached (peer_put by cache_drop). */
+    struct tent_peer_ref *pref;
+    const struct tent_segment *pseg;
+    uint64_t pinc;
+    /* Tasks given pref since its count was last brought up to date: added
+     * in one atomic operation before they are handed to a transport (the
+     * cache's own count keeps pref open meanwhile). */
+    int pending;
 };
+
+static void cache_flush(struct seg_cache *c)
+{
+    if (c->pending) {
+        atomic_fetch_add_explicit(&c->pref->tasks, c->pending,
+                                  memory_order_relaxed);
+        c->pending = 0;
+    }
+}
+
+static void cache_drop(struct seg_cache *c)
+{
+    cache_flush(c);
+    if (c->pref)
+        tent_peer_put(c->pref);
+    c->pref = NULL;
+}
+
+/* The handle of transport xi for task t's target (seg), counted for t. */
+static int task_peer(struct tent_engine *e, struct seg_cache *c,
+                     const struct tent_segment *seg, int xi,
+                     const struct tent_task *t, struct tent_peer_ref **out)
+{
+    if (c->pref && c->pseg == seg && c->pref->xi == xi &&
+        c->pinc == t->incarnation) {
+        c->pending++;
+        *out = c->pref;
+        return TENT_OK;
+    }
+    /* one count for the task, one for the cache */
+    struct tent_peer_ref *r;
+    int rc =
+        tent_peer_get(e, (struct tent_segment *)seg, xi, t->incarnation, 2, &r);
+    if (rc)
+        return rc;
+    cache_drop(c);
+    c->pref = r;
+    c->pseg = seg;
+    c->pinc = t->incarnation;
+    *out = r;
+    return TENT_OK;
+}
 
 /* prepare_all's answer when a descriptor must be refetched first. */
 #define NEED_REFETCH 1
@@ -54,8 +105,11 @@ static bool task_durable(const struct tent_engine *e, const struct tent_task *t)
 }
 
 static void fill_xfer(struct tent_engine *e, struct seg_cache *c,
-                      struct tent_task *t, uint32_t slot, struct tent_xfer *x)
+                      struct tent_task *t, uint32_t slot, struct tent_xfer *x,
+                      struct tent_peer_ref *peer)
 {
+    t->peer = peer;
+    x->peer = peer->h;
     x->slot = slot;
     x->opcode = t->req.opcode;
     x->priority = t->req.priority;
@@ -114,6 +168,7 @@ static bool flush_group(struct tent_engine *e, struct tent_batch *b, int xi,
         LOG_DEBUG("transport '%s' refused task %u: %s (%s, native %d)",
                   tr->ops->name, g->x[j].slot, r->msg, tent_strerror(r->code),
                   r->native);
+        tent_task_unpeer(t);
         tmh_refused(e, t, xi);
         again |= tent_task_advance(e, t, r->code, r->native, r->msg);
     }
@@ -170,6 +225,7 @@ static bool mergeable(const struct tent_engine *e, const struct tent_batch *b,
            t->req.target_id == prev->req.target_id &&
            t->req.priority == prev->req.priority &&
            t->dst_buf == x->target_buf && t->src_buf == prev->src_buf &&
+           t->incarnation == prev->incarnation &&
            (char *)x->local + x->length == (char *)t->req.source &&
            x->remote + x->length == t->req.target_offset &&
            x->length + t->req.length <= e->merge_max_bytes;
@@ -235,18 +291,36 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                     tent_slot_claim(b, t);
                     continue;
                 }
-                if (g->k == GROUP)
+                struct tent_peer_ref *pr = NULL;
+                int prc = task_peer(e, &c, c.seg, xi, t, &pr);
+                if (prc == TENT_ESTALE) {
+                    /* resolved in a descriptor of a process gone since */
+                    tmh_failed(e, t);
+                    tent_task_fail(t, prc, 0, tent_last_error());
+                    continue;
+                }
+                if (prc) {
+                    again |= tent_task_advance(e, t, prc, 0, tent_last_error());
+                    continue;
+                }
+                if (g->k == GROUP) {
+                    cache_flush(&c);
                     again |= flush_group(e, b, xi, g);
+                }
                 t->lead = (uint32_t)i;
                 tent_slot_claim(b, t);
                 g->ntasks[g->k] = 1;
-                fill_xfer(e, &c, t, (uint32_t)i, &g->x[g->k++]);
+                fill_xfer(e, &c, t, (uint32_t)i, &g->x[g->k++], pr);
             }
+            cache_flush(&c);
             again |= flush_group(e, b, xi, g);
         }
-        if (!again)
+        if (!again) {
+            cache_drop(&c);
             again = refetch_waiting(e, b, first, n);
+        }
     }
+    cache_drop(&c);
     free(atomic_exchange(&e->spare_group, g));
 }
 
@@ -264,11 +338,14 @@ static struct tent_buffer *find_pin_locked(struct tent_segment *seg,
     return buf;
 }
 
+/* find_pin_locked taking the lock; *inc gets the incarnation of the
+ * descriptor the buffer was found in. */
 static struct tent_buffer *find_pinned(struct tent_segment *seg, uint64_t addr,
-                                       uint64_t len, bool write)
+                                       uint64_t len, bool write, uint64_t *inc)
 {
     pthread_rwlock_rdlock(&seg->lock);
     struct tent_buffer *buf = find_pin_locked(seg, addr, len, write);
+    *inc = atomic_load_explicit(&seg->incarnation, memory_order_relaxed);
     pthread_rwlock_unlock(&seg->lock);
     return buf;
 }
@@ -341,6 +418,7 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
     t->attempts = 0;
     t->req.policy_name = NULL; /* the caller's string: resolved below */
     t->policy = -1;
+    t->peer = NULL;
     struct tent_segment *seg = seg_lookup(e, c, r->target_id);
     if (!seg)
         return tent_set_error(
@@ -383,10 +461,14 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
             repin(&c->runs[1], prev->dst_buf, r->target_offset, r->length);
     if (t->dst_buf) {
         /* the buffer the request before found */
+        t->incarnation = prev->incarnation;
     } else if (seg->v.local) {
         t->dst_buf = find_pin_locked(seg, r->target_offset, r->length, write);
+        t->incarnation =
+            atomic_load_explicit(&seg->incarnation, memory_order_relaxed);
     } else {
-        t->dst_buf = find_pinned(seg, r->target_offset, r->length, write);
+        t->dst_buf = find_pinned(seg, r->target_offset, r->length, write,
+                                 &t->incarnation);
         if (!t->dst_buf && e->seg_ops && !c->refetched) {
             /* The peer may have registered more memory since we fetched its
              * descriptor: the caller refetches it, once, with no lock held
@@ -457,7 +539,7 @@ static bool refetch_waiting(struct tent_engine *e, struct tent_batch *b,
                             size_t first, size_t n)
 {
     struct tent_segment *segs[8];
-    uint64_t gens[8];
+    uint64_t gens[8], incs[8];
     size_t nsegs = 0;
     bool any = false;
     for (size_t i = first; i < first + n; i++) {
@@ -471,6 +553,7 @@ static bool refetch_waiting(struct tent_engine *e, struct tent_batch *b,
         if (seg && k == nsegs && nsegs < sizeof(segs) / sizeof(segs[0])) {
             pthread_rwlock_rdlock(&seg->lock);
             gens[nsegs] = seg->desc_gen;
+            incs[nsegs] = atomic_load(&seg->incarnation);
             pthread_rwlock_unlock(&seg->lock);
             segs[nsegs++] = seg;
         }
@@ -480,14 +563,21 @@ static bool refetch_waiting(struct tent_engine *e, struct tent_batch *b,
     if (!any)
         return false;
     pthread_mutex_unlock(&b->lock);
-    bool changed[8] = {false};
+    bool changed[8] = {false}, fetch_failed[8] = {false};
     for (size_t k = 0; k < nsegs; k++) {
-        if (e->seg_ops->fetch(e, segs[k]->v.name, segs[k]) != TENT_OK)
+        if (e->seg_ops->fetch(e, segs[k]->v.name, segs[k]) != TENT_OK) {
+            fetch_failed[k] = true;
             LOG_DEBUG("refetch of segment '%s' failed: %s", segs[k]->v.name,
                       tent_last_error());
+        }
         pthread_rwlock_rdlock(&segs[k]->lock);
         changed[k] = segs[k]->desc_gen != gens[k];
         pthread_rwlock_unlock(&segs[k]->lock);
+        if (atomic_load(&segs[k]->incarnation) != incs[k]) {
+            /* the handles were the old process's */
+            tent_segment_peers_retire(e, segs[k]);
+            tent_peers_reap(e);
+        }
     }
     pthread_mutex_lock(&b->lock);
     bool again = false;
@@ -504,8 +594,23 @@ static bool refetch_waiting(struct tent_engine *e, struct tent_batch *b,
             k++;
         if (k < nsegs && !changed[k]) {
             /* The descriptor says what it said: nothing to retry against;
-             * the task fails with the cause it met. */
+             * the task fails with the cause it met.  A target that answered
+             * as another incarnation while the name still resolves to
+             * ours (or to nothing): the process addressed is gone. */
             tmh_failed(e, t);
+            if (t->last_error == TENT_ESTALE) {
+                char msg[384];
+                tent_peer_restarted_msg(msg, sizeof(msg), seg->v.name,
+                                        t->incarnation, 0);
+                char full[768];
+                snprintf(full, sizeof(full), "%s (%s): %s", msg,
+                         fetch_failed[k] ? "its name resolves to nothing"
+                                         : "another process answers at its "
+                                           "address",
+                         t->error_msg ? t->error_msg : "");
+                tent_task_fail(t, TENT_ESTALE, t->native_error, full);
+                continue;
+            }
             tent_task_fail(t, t->last_error, t->native_error, t->error_msg);
             continue;
         }
@@ -514,14 +619,24 @@ static bool refetch_waiting(struct tent_engine *e, struct tent_batch *b,
             atomic_fetch_sub(&t->dst_buf->inflight, 1);
             t->dst_buf = NULL;
         }
-        t->dst_buf =
-            seg ? find_pinned(seg, t->req.target_offset, t->req.length, write)
-                : NULL;
+        uint64_t inc = 0;
+        t->dst_buf = seg ? find_pinned(seg, t->req.target_offset, t->req.length,
+                                       write, &inc)
+                         : NULL;
         int rc = TENT_OK;
-        if (!seg)
+        if (!seg) {
             rc = tent_set_error(TENT_ENOSEGMENT,
                                 "task %zu: its target segment was closed", i);
-        else if (!t->dst_buf)
+        } else if (t->incarnation && inc != t->incarnation) {
+            /* Another process now answers to the name: what the task was
+             * addressed to is gone with the old one. */
+            char msg[384];
+            tent_peer_restarted_msg(msg, sizeof(msg), seg->v.name,
+                                    t->incarnation, inc);
+            rc = tent_set_error(TENT_ESTALE, "%s%s%s", msg,
+                                t->error_msg ? "; before that: " : "",
+                                t->error_msg ? t->error_msg : "");
+        } else if (!t->dst_buf)
             rc = tent_set_error(TENT_ERANGE,
                                 "target [%#llx, +%llu) is not registered in "
                                 "segment '%s' any more (its descriptor was "
@@ -619,9 +734,14 @@ again:
         struct tent_segment *seg = c.refetch;
         c = (struct seg_cache){.refetched = true};
         pthread_mutex_unlock(&b->lock);
+        uint64_t inc = atomic_load(&seg->incarnation);
         if (e->seg_ops->fetch(e, seg->v.name, seg) != TENT_OK)
             LOG_DEBUG("refetch of segment '%s' failed: %s", seg->v.name,
                       tent_last_error());
+        if (atomic_load(&seg->incarnation) != inc) {
+            tent_segment_peers_retire(e, seg);
+            tent_peers_reap(e);
+        }
         pthread_mutex_lock(&b->lock);
         goto again;
     }

@@ -327,6 +327,8 @@ int tent_free_batch(tent_engine_t engine, tent_batch_id_t batch_id)
 
 void tent_batches_reap(struct tent_engine *e)
 {
+    /* peer handles of closed segments whose last tasks ended since */
+    tent_peers_reap(e);
     if (atomic_load_explicit(&e->ndeferred, memory_order_relaxed) == 0)
         return;
     pthread_mutex_lock(&e->batch_lock);

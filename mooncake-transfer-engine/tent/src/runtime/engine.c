@@ -319,6 +319,8 @@ void tent_destroy_engine(tent_engine_t engine)
         }
     }
     tent_batches_teardown(e);
+    /* Every peer handle, before the transports that made them go. */
+    tent_peers_teardown(e);
     tent_memory_release_all(e);
     tent_file_segments_teardown(e);
     for (int i = 0; i < e->nxports; i++) {
@@ -364,6 +366,7 @@ void tent_destroy_engine(tent_engine_t engine)
     pthread_mutex_destroy(&e->notif_lock);
     pthread_mutex_destroy(&e->pin_lock);
     pthread_cond_destroy(&e->pin_cond);
+    pthread_mutex_destroy(&e->peers_lock);
     free(e);
 }
 

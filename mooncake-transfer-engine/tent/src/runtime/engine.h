@@ -6,6 +6,9 @@
  *   batch->lock -> engine->batch_lock | engine->seg_lock | engine->notif_lock
  *   batch->lock -> the metadata backend's lock (refetch on a miss)
  *   batch->lock -> segment->lock -> a transport's own locks
+ *   batch->lock -> segment->peer_lock -> segment->lock (read) -> a
+ *                  transport's own locks (peer_open reads the descriptor)
+ *   segment->peer_lock -> engine->peers_lock
  *
  * engine->batch_lock, seg_lock and notif_lock are leaves: held for a table
  * lookup or update only, never while waiting for another lock or calling
@@ -57,6 +60,17 @@ struct tent_segment_ops {
 
 struct tent_file_seg;
 
+/* A transport's peer handle for one segment as the runtime keeps it
+ * (peers.c).  tasks counts the tasks submitted with it that are not
+ * terminal (and the dispatcher's own use); a handle that left its segment
+ * (closed, or a new incarnation) is closed once that drops to 0. */
+struct tent_peer_ref {
+    struct tent_peer *h;
+    int xi; /* engine transport index */
+    atomic_int tasks;
+    struct tent_peer_ref *next_retired; /* engine's list */
+};
+
 struct tent_segment {
     struct tent_seg_view v; /* id, name, local: fixed once created */
     int type;               /* TYPE_MEMORY, or TYPE_FILE (file_segment.c) */
@@ -72,6 +86,13 @@ struct tent_segment {
     int nattrs;
     void *priv;        /* control plane's per-segment state */
     uint64_t desc_gen; /* remote: bumped by an import that changed anything */
+    /* The peer engine's incarnation its descriptor names (0: none); written
+     * under lock by an import, read without it. */
+    _Atomic uint64_t incarnation;
+    /* Guards peers (peers.c): one handle per transport, opened on first
+     * use.  Taken under batch->lock, never under lock or a table lock. */
+    pthread_mutex_t peer_lock;
+    struct tent_peer_ref *peers[TENT_MAX_TRANSPORTS];
     struct tent_segment *next_closed; /* engine's list of closed segments */
     /* TYPE_FILE: the open file (file_segment.c); its record is local (v.local)
      * and its one buffer, [0, file size), never changes. */
@@ -116,6 +137,11 @@ struct tent_task {
     int8_t xport;      /* engine transport index now executing it, -1 none */
     int8_t last_xport; /* the last one that took it, -1 none */
     uint8_t attempts;  /* failovers taken */
+    /* The peer handle the task is in flight with (leads only; released when
+     * it leaves its transport), and the incarnation of the descriptor its
+     * target buffer was resolved in. */
+    struct tent_peer_ref *peer;
+    uint64_t incarnation;
     /* The target's descriptor is to be fetched again before the task goes
      * on (it met a range the target no longer has as published); once per
      * task (refetched). */
@@ -208,6 +234,14 @@ struct tent_engine {
 
     /* What every transport of this engine is handed (xport_env.c). */
     struct tent_xport_env xenv;
+    /* Random, non-zero, drawn at creation (xport_env.c): published in the
+     * descriptor, checked by the transports' target halves. */
+    uint64_t incarnation;
+    /* Peer handles that left their segment, closed once no task uses them
+     * (peers.c).  peers_lock guards the list; a leaf. */
+    pthread_mutex_t peers_lock;
+    struct tent_peer_ref *retired_peers;
+    atomic_size_t nretired_peers;
     char host_id[128];
     struct tent_transport *xports[TENT_MAX_TRANSPORTS];
     int nxports;
@@ -346,8 +380,71 @@ int tent_file_segment_close(struct tent_engine *e, uint64_t handle);
 void tent_file_segments_teardown(struct tent_engine *e);
 
 /* xport_env.c */
-/* Fills e->xenv, the table every transport of e is handed at install. */
+/* Draws e->incarnation and fills e->xenv, the table every transport of e is
+ * handed at install. */
 void tent_xport_env_init(struct tent_engine *e);
+
+/* peers.c: the peer handles of segments (transport.h). */
+/* The handle of transport xi for seg, addressed to incarnation inc (the one
+ * the task's target was resolved in), opened when missing and counted n
+ * times (tasks + n).  TENT_ESTALE when seg now names another incarnation: the
+ * task was meant for a process that is gone.  Else peer_open's error.
+ * Caller holds no lock but possibly a batch lock. */
+int tent_peer_get(struct tent_engine *e, struct tent_segment *seg, int xi,
+                  uint64_t inc, int n, struct tent_peer_ref **out);
+static inline void tent_peer_put(struct tent_peer_ref *r)
+{
+    atomic_fetch_sub_explicit(&r->tasks, 1, memory_order_release);
+}
+/* Releases of one handle counted for a pass over completions, applied in
+ * one atomic operation (as tent_pin_run). */
+struct tent_peer_run {
+    struct tent_peer_ref *r;
+    int n;
+};
+static inline void tent_peer_run_flush(struct tent_peer_run *pr)
+{
+    if (pr->n)
+        atomic_fetch_sub_explicit(&pr->r->tasks, pr->n, memory_order_release);
+    pr->r = NULL;
+    pr->n = 0;
+}
+/* The task's handle, released in pr (NULL: at once). */
+static inline void tent_task_unpeer_run(struct tent_task *t,
+                                        struct tent_peer_run *pr)
+{
+    if (!t->peer)
+        return;
+    if (!pr) {
+        tent_peer_put(t->peer);
+    } else {
+        if (pr->r != t->peer)
+            tent_peer_run_flush(pr);
+        pr->r = t->peer;
+        pr->n++;
+    }
+    t->peer = NULL;
+}
+/* The task's handle, released (it left its transport). */
+static inline void tent_task_unpeer(struct tent_task *t)
+{
+    if (t->peer) {
+        tent_peer_put(t->peer);
+        t->peer = NULL;
+    }
+}
+/* Takes every handle off seg (closed, or re-resolved): each is closed
+ * once its tasks are done (tent_peers_reap). */
+void tent_segment_peers_retire(struct tent_engine *e, struct tent_segment *seg);
+/* Closes the retired handles no task uses any more.  No runtime lock held. */
+void tent_peers_reap(struct tent_engine *e);
+/* Teardown, transports quiesced: closes every handle of every segment
+ * (those of abandoned transports are left). */
+void tent_peers_teardown(struct tent_engine *e);
+/* The message of a task addressed to incarnation inc of seg when the
+ * descriptor now names cur (0: the peer is not there any more). */
+void tent_peer_restarted_msg(char *buf, size_t len, const char *name,
+                             uint64_t inc, uint64_t cur);
 
 /* rails_api.c: the scheduler's rails as dynamic metric families (arg: the
  * engine's struct tent_sched). */

@@ -32,6 +32,7 @@ char *tent_desc_export(struct tent_engine *e, size_t *len)
     pthread_rwlock_rdlock(&seg->lock);
     snprintf(d->name, sizeof(d->name), "%s", seg->v.name);
     snprintf(d->host_id, sizeof(d->host_id), "%s", seg->host_id);
+    d->incarnation = atomic_load(&seg->incarnation);
     d->bufs = seg->nbufs ? calloc(seg->nbufs, sizeof(*d->bufs)) : NULL;
     if (seg->nbufs && !d->bufs)
         goto unlock;
@@ -140,18 +141,19 @@ static struct tent_buffer *new_buf(const struct tent_wire_buf *w)
 
 int tent_desc_import(struct tent_segment *seg, const struct tent_wire_desc *d)
 {
-    struct desc_seg *ps = seg->priv;
-    struct desc_seg *fresh = NULL;
-    if (!ps && !(ps = fresh = calloc(1, sizeof(*ps))))
-        return tent_set_error(TENT_ENOMEM, "segment '%s': out of memory",
-                              seg->v.name);
+    struct desc_seg *ps, *fresh = NULL;
     size_t n = d->nbufs;
     struct tent_buffer **nb = calloc(n ? n : 1, sizeof(*nb));
     bool *kept = NULL;
     int rc = TENT_OK;
     if (!nb)
         goto nomem;
+    /* priv is read and set under the write lock: two imports of one
+     * segment (concurrent refetches) must not each install their own. */
     pthread_rwlock_wrlock(&seg->lock);
+    ps = seg->priv;
+    if (!ps && !(ps = fresh = calloc(1, sizeof(*ps))))
+        goto nomem_locked;
     kept = calloc(seg->nbufs ? seg->nbufs : 1, sizeof(*kept));
     if (!kept)
         goto nomem_locked;
@@ -187,7 +189,8 @@ int tent_desc_import(struct tent_segment *seg, const struct tent_wire_desc *d)
             goto nomem_locked;
         }
     }
-    bool changed = n != seg->nbufs || strcmp(seg->host_id, d->host_id) != 0;
+    bool changed = n != seg->nbufs || strcmp(seg->host_id, d->host_id) != 0 ||
+                   atomic_load(&seg->incarnation) != d->incarnation;
     for (size_t k = 0; k < seg->nbufs; k++)
         if (!kept[k]) {
             (void)retire(ps, seg->bufs[k]); /* room reserved above */
@@ -197,6 +200,9 @@ int tent_desc_import(struct tent_segment *seg, const struct tent_wire_desc *d)
     seg->bufs = nb;
     seg->nbufs = seg->cap = n;
     snprintf(seg->host_id, sizeof(seg->host_id), "%s", d->host_id);
+    /* A new incarnation: the handles of the old one are retired by their
+     * next use (peers.c), which finds it changed. */
+    atomic_store(&seg->incarnation, d->incarnation);
     /* Attribute strings are handed out by tent_segment_attr and read after
      * the lock is dropped, so they are rewritten only when they changed. */
     bool same = seg->nattrs == d->nattrs;
@@ -220,11 +226,12 @@ int tent_desc_import(struct tent_segment *seg, const struct tent_wire_desc *d)
     return rc;
 
 nomem_locked:
+    if (fresh && seg->priv != fresh)
+        free(fresh);
     pthread_rwlock_unlock(&seg->lock);
 nomem:
     free(kept);
     free(nb);
-    free(fresh);
     return tent_set_error(TENT_ENOMEM, "segment '%s': out of memory",
                           seg->v.name);
 }

@@ -3,9 +3,11 @@
 #include "runtime/control.h"
 #include "runtime/engine.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 int tent_segment_new(uint64_t id, const char *name, bool local,
                      struct tent_segment **out)
@@ -17,7 +19,20 @@ int tent_segment_new(uint64_t id, const char *name, bool local,
     snprintf(seg->v.name, sizeof(seg->v.name), "%s", name);
     seg->v.local = local;
     seg->type = TYPE_MEMORY;
+    /* A local segment is this engine's: its incarnation is drawn here,
+     * before anything publishes it (remote ones take their descriptor's). */
+    uint64_t inc = 0;
+    while (local && inc == 0)
+        if (getrandom(&inc, sizeof(inc), 0) != (ssize_t)sizeof(inc)) {
+            free(seg);
+            return tent_set_error(TENT_EIO,
+                                  "segment '%s': getrandom for its "
+                                  "incarnation failed: %s",
+                                  name, strerror(errno));
+        }
+    atomic_init(&seg->incarnation, inc);
     pthread_rwlock_init(&seg->lock, NULL);
+    pthread_mutex_init(&seg->peer_lock, NULL);
     *out = seg;
     return TENT_OK;
 }
@@ -38,6 +53,7 @@ void tent_segment_free(struct tent_segment *seg)
         tent_buffer_free(seg->bufs[i]);
     free(seg->bufs);
     pthread_rwlock_destroy(&seg->lock);
+    pthread_mutex_destroy(&seg->peer_lock);
     free(seg);
 }
 
@@ -279,6 +295,7 @@ int tent_open_segment(tent_engine_t engine, tent_segment_id_t *handle,
         *handle = LOCAL_SEGMENT_ID;
         return TENT_OK;
     }
+    tent_peers_reap(e);
     /* Reuse an open segment of the same name. */
     pthread_mutex_lock(&e->seg_lock);
     for (size_t i = 1; i < e->nsegs; i++) {
@@ -333,12 +350,21 @@ int tent_close_segment(tent_engine_t engine, tent_segment_id_t handle)
     struct tent_segment *seg = e->segs[handle];
     if (seg->type == TYPE_FILE) {
         pthread_mutex_unlock(&e->seg_lock);
-        return tent_file_segment_close(e, handle);
+        int rc = tent_file_segment_close(e, handle);
+        if (rc == TENT_OK) {
+            tent_segment_peers_retire(e, seg);
+            tent_peers_reap(e);
+        }
+        return rc;
     }
     e->segs[handle] = NULL;
     seg->next_closed = e->closed_segs;
     e->closed_segs = seg;
     pthread_mutex_unlock(&e->seg_lock);
+    /* What the transports keep for the peer goes with it (once no task
+     * uses it). */
+    tent_segment_peers_retire(e, seg);
+    tent_peers_reap(e);
     LOG_DEBUG("closed segment '%s' (id %llu)", seg->v.name,
               (unsigned long long)handle);
     return TENT_OK;

@@ -118,6 +118,8 @@ void tent_xport_env_init(struct tent_engine *e)
     pthread_rwlock_rdlock(&e->local->lock);
     snprintf(e->host_id, sizeof(e->host_id), "%s", e->local->host_id);
     pthread_rwlock_unlock(&e->local->lock);
+    e->incarnation = atomic_load(&e->local->incarnation);
+    pthread_mutex_init(&e->peers_lock, NULL);
     e->xenv = (struct tent_xport_env){
         .ctx = e,
         .cfg = e->cfg,
@@ -125,6 +127,7 @@ void tent_xport_env_init(struct tent_engine *e)
         .hostname = e->hostname,
         .host_id = e->host_id,
         .pid = (long)getpid(),
+        .incarnation = e->incarnation,
         .publish_attr = env_publish_attr,
         .seg_attr = env_seg_attr,
         .seg_on_host = env_seg_on_host,

@@ -269,17 +269,6 @@ void tent_railset_free(struct tent_railset *rs)
     free(rs);
 }
 
-size_t tent_railset_count(const struct tent_railset *rs)
-{
-    return rs->n;
-}
-
-const struct tent_rail *tent_railset_rail(const struct tent_railset *rs,
-                                          size_t i)
-{
-    return i < rs->n ? &rs->rails[i].r : NULL;
-}
-
 /* The best share_bw among the rails that are up and not avoided. Caller
  * holds rs->lock. */
 static double best_share_locked(const struct tent_railset *rs, uint32_t avoid)
@@ -666,18 +655,6 @@ double tent_rail_yield_pace(struct tent_railset *rs, int i, bool sending)
     }
     pthread_mutex_unlock(&rs->lock);
     return pace;
-}
-
-bool tent_railset_any_usable(struct tent_railset *rs)
-{
-    uint64_t now = rails_clock();
-    pthread_mutex_lock(&rs->lock);
-    bool any = false;
-    for (size_t i = 0; i < rs->n && !any; i++)
-        any = rs->rails[i].state != RAIL_PAUSED ||
-              now >= rs->rails[i].paused_until_ns;
-    pthread_mutex_unlock(&rs->lock);
-    return any;
 }
 
 size_t tent_sched_nic_loads(struct tent_sched *s, struct tent_nic_load *out,

@@ -114,9 +114,6 @@ int tent_railset_new(struct tent_sched *s, const struct tent_sched_params *p,
                      const struct tent_rail *rails, size_t n,
                      struct tent_railset **out);
 void tent_railset_free(struct tent_railset *rs);
-size_t tent_railset_count(const struct tent_railset *rs);
-const struct tent_rail *tent_railset_rail(const struct tent_railset *rs,
-                                          size_t i);
 
 /* What a pick hands the slice, for its completion's sample. */
 struct tent_rail_ticket {
@@ -188,8 +185,6 @@ void tent_rail_move(struct tent_railset *rs, int from, int to, uint64_t bytes,
  * a window of the yielding class goes out at that pace now (the meter's
  * current span is marked paced). */
 double tent_rail_yield_pace(struct tent_railset *rs, int i, bool sending);
-/* Whether some rail of the set is usable. */
-bool tent_railset_any_usable(struct tent_railset *rs);
 
 /* For tests: the clock of picks and completions (ns, monotonic; NULL: the
  * system's).  Set it before any rail set is used. */

@@ -81,18 +81,6 @@ void tent_attrs_at(const struct tent_attrs *a, size_t i, const char **key,
     *value = a->kv[i].value;
 }
 
-bool tent_attrs_equal(const struct tent_attrs *a, const struct tent_attrs *b)
-{
-    if (tent_attrs_count(a) != tent_attrs_count(b))
-        return false;
-    for (size_t i = 0; i < tent_attrs_count(a); i++) {
-        const char *v = tent_attrs_get(b, a->kv[i].key);
-        if (!v || strcmp(v, a->kv[i].value) != 0)
-            return false;
-    }
-    return true;
-}
-
 void tent_attrs_free(struct tent_attrs *a)
 {
     free(a);

@@ -43,6 +43,12 @@ int tent_transport_register(const struct tent_transport_ops *ops)
 {
     if (!ops || !ops->name)
         return tent_set_error(TENT_ENULL, "transport register: ops is NULL");
+    if (!ops->peer_open || !ops->peer_close)
+        return tent_set_error(TENT_EINVAL,
+                              "transport register: '%s' has no peer_open or "
+                              "peer_close (tent_xport_peer_*_plain when it "
+                              "keeps nothing per peer)",
+                              ops->name);
     pthread_mutex_lock(&reg_lock);
     seed_locked();
     for (size_t i = 0; i < nregistry; i++)
@@ -58,23 +64,6 @@ int tent_transport_register(const struct tent_transport_ops *ops)
     registry[nregistry++] = ops;
     pthread_mutex_unlock(&reg_lock);
     return TENT_OK;
-}
-
-int tent_transport_unregister(const char *name)
-{
-    pthread_mutex_lock(&reg_lock);
-    seed_locked();
-    for (size_t i = 0; i < nregistry; i++)
-        if (strcmp(registry[i]->name, name) == 0) {
-            memmove(&registry[i], &registry[i + 1],
-                    (nregistry - i - 1) * sizeof(registry[0]));
-            nregistry--;
-            pthread_mutex_unlock(&reg_lock);
-            return TENT_OK;
-        }
-    pthread_mutex_unlock(&reg_lock);
-    return tent_set_error(TENT_EINVAL, "transport '%s' is not registered",
-                          name);
 }
 
 size_t tent_transport_registry_snapshot(const struct tent_transport_ops **out,
@@ -166,4 +155,23 @@ int tent_xport_noop_buffer(TENT_UNUSED struct tent_transport *t,
                            TENT_UNUSED struct tent_buffer *buf)
 {
     return TENT_OK;
+}
+
+int tent_xport_peer_open_plain(struct tent_transport *t,
+                               TENT_UNUSED const struct tent_seg_view *seg,
+                               uint64_t incarnation, struct tent_peer **out)
+{
+    struct tent_peer *p = malloc(sizeof(*p));
+    if (!p)
+        return tent_set_error(TENT_ENOMEM, "%s: out of memory", t->ops->name);
+    p->owner = t;
+    p->incarnation = incarnation;
+    *out = p;
+    return TENT_OK;
+}
+
+void tent_xport_peer_close_plain(TENT_UNUSED struct tent_transport *t,
+                                 struct tent_peer *peer)
+{
+    free(peer);
 }

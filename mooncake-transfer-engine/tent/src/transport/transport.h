@@ -39,7 +39,23 @@
  *   - add_buffer and remove_buffer run under the engine's registration
  *     lock (one at a time per engine) and may block, bounded by the
  *     transport's own timeout; install, uninstall and quiesce run alone
- *     (engine creation and destruction) and may block, bounded. */
+ *     (engine creation and destruction) and may block, bounded.
+ *   - peer_open runs under the segment's peer lock (a runtime lock, itself
+ *     possibly under a batch lock): it may start threads and map memory,
+ *     but never waits on the network (connect lazily, on the first
+ *     request).  peer_close runs with no runtime lock held (or alone, at
+ *     teardown) and may join threads, bounded.
+ *
+ * Peers.  Everything a transport keeps for one peer (connections, rails,
+ * threads, mappings, resolved vendor addresses, whether it is down) lives
+ * in the peer handle peer_open makes from the segment's descriptor, and is
+ * gone when peer_close returns.  The runtime opens one handle per (segment,
+ * transport) on first use, hands it to every request (tent_xfer.peer),
+ * and closes it when the segment is closed, when the segment's descriptor
+ * names a new incarnation of the peer and at engine teardown, never while
+ * a task submitted with it may still be in flight.  No request looks its
+ * peer up by name: a transport reads the descriptor (env->seg_attr) in
+ * peer_open, once. */
 #ifndef TENT_TRANSPORT_TRANSPORT_H
 #define TENT_TRANSPORT_TRANSPORT_H
 
@@ -71,7 +87,6 @@ int tent_attrs_set(struct tent_attrs **a, const char *key, const char *value);
 size_t tent_attrs_count(const struct tent_attrs *a);
 void tent_attrs_at(const struct tent_attrs *a, size_t i, const char **key,
                    const char **value);
-bool tent_attrs_equal(const struct tent_attrs *a, const struct tent_attrs *b);
 void tent_attrs_free(struct tent_attrs *a);
 /* The descriptor carries them (rpc/wire.h): the same bounds. */
 #define TENT_ATTR_KEY_MAX   TENT_WIRE_ATTR_KEY_MAX
@@ -87,6 +102,16 @@ struct tent_seg_view {
     uint64_t id;
     char name[256];
     bool local;
+};
+
+/* Base of a transport's per-peer state; a transport embeds it first in its
+ * own (peer_open fills it).  incarnation is the one of the descriptor the
+ * handle was opened from: the peer engine's random id (0 when its
+ * descriptor names none); every request through the handle is addressed
+ * to that incarnation, and a target of another refuses it (TENT_ESTALE). */
+struct tent_peer {
+    struct tent_transport *owner;
+    uint64_t incarnation;
 };
 
 /* A registered buffer.  In the local segment it is one the application (or
@@ -216,6 +241,9 @@ struct tent_xfer {
      * lowers the durability a request was first given.  Transports that
      * write no file ignore it. */
     bool durable;
+    /* This transport's handle for the target segment (peer_open), open
+     * until the task is terminal. */
+    struct tent_peer *peer;
 };
 
 /* ---- results and causes ---------------------------------------------------
@@ -282,9 +310,11 @@ struct tent_pin {
 
 /* Valid from install until the transport is uninstalled or abandoned
  * (t->env is NULL from then on).  Callbacks take ctx first; they may take
- * runtime locks internally (which is why a transport must not call them
- * while holding a lock the runtime could wait on: its own locks are fine,
- * they are inner to every runtime lock). */
+ * runtime locks internally (seg_attr and seg_on_host the segment's read
+ * lock).  A transport's own locks are inner to every runtime lock: it never
+ * calls back into the env while holding one.  tcp and memfabric read the
+ * peer's attributes once, in peer_open, before they take a lock of their
+ * own; their submit and status take only their own locks. */
 struct tent_xport_env {
     void *ctx;
     const struct tent_config *cfg;
@@ -295,6 +325,10 @@ struct tent_xport_env {
     const char *host_id;  /* boot id and host name ("" when unknown): what
                              tells a same-host peer apart */
     long pid;             /* this process */
+    /* This engine's incarnation: random, non-zero, drawn at creation and
+     * published in its descriptor.  A target half refuses a request that
+     * names another one (non-zero) with TENT_ESTALE. */
+    uint64_t incarnation;
 
     /* Publishes key=value in the local segment's descriptor (replacing a
      * previous value; value NULL removes it). */
@@ -429,6 +463,20 @@ struct tent_transport_ops {
      * Alone. */
     int (*quiesce)(struct tent_transport *t);
 
+    /* Makes the handle for peer seg (remote, or the local segment) from
+     * its descriptor as it is now (env->seg_attr), addressed to
+     * incarnation: *out is the transport's struct, tent_peer first, base
+     * filled.  Under the segment's peer lock; never waits on the network.
+     * On failure nothing is left (the segment cannot be reached through
+     * this transport; the error says why: the request goes to its next
+     * transport). */
+    int (*peer_open)(struct tent_transport *t, const struct tent_seg_view *seg,
+                     uint64_t incarnation, struct tent_peer **out);
+    /* Frees everything kept for the peer (threads joined, connections and
+     * mappings closed).  No task submitted with it is in flight any more.
+     * No runtime lock held, or alone at teardown. */
+    void (*peer_close)(struct tent_transport *t, struct tent_peer *peer);
+
     /* Under the registration lock; may block (bounded). */
     int (*add_buffer)(struct tent_transport *t, struct tent_buffer *buf);
     /* A failure means peers may still reach the memory through this
@@ -447,6 +495,13 @@ bool tent_xport_reach_any(struct tent_transport *t,
 int tent_xport_noop_quiesce(struct tent_transport *t);
 /* add_buffer / remove_buffer: no per-buffer registration; returns 0. */
 int tent_xport_noop_buffer(struct tent_transport *t, struct tent_buffer *buf);
+/* peer_open / peer_close: nothing kept per peer; the handle is a bare
+ * struct tent_peer. */
+int tent_xport_peer_open_plain(struct tent_transport *t,
+                               const struct tent_seg_view *seg,
+                               uint64_t incarnation, struct tent_peer **out);
+void tent_xport_peer_close_plain(struct tent_transport *t,
+                                 struct tent_peer *peer);
 
 /* ---- registry of transports compiled in (and test transports) ---------- */
 /* The one bound on transports: entries in the registry, transports installed
@@ -465,7 +520,6 @@ void tent_transport_instance_free(struct tent_transport *t);
 /* Adds ops to the process-wide registry (tests add fakes); engines created
  * afterwards consider it.  Returns TENT_EEXIST for a name already there. */
 int tent_transport_register(const struct tent_transport_ops *ops);
-int tent_transport_unregister(const char *name);
 size_t tent_transport_registry_snapshot(const struct tent_transport_ops **out,
                                         size_t max);
 /* TENT's lowercase name of a TRANSPORT_* value ("tcp", "io_uring"), or of

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -63,6 +64,7 @@ uint64_t e2e_fnv(const void *p, size_t n)
 static bool g_memfabric;
 static unsigned long g_nofile_soft, g_nofile_hard;
 static const char *const *g_child_kv;
+static uint64_t g_child_rw_at;
 
 void e2e_set_memfabric(bool on)
 {
@@ -73,6 +75,11 @@ void e2e_set_child_nofile(unsigned long soft, unsigned long hard)
 {
     g_nofile_soft = soft;
     g_nofile_hard = hard;
+}
+
+void e2e_set_child_rw_at(uint64_t addr)
+{
+    g_child_rw_at = addr;
 }
 
 void e2e_set_child_config(const char *const *kv)
@@ -238,10 +245,18 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
     if (!eh)
         _exit(2);
     struct tent_engine *e = eh;
-    void *rw;
-    if (tent_allocate_memory(eh, &rw, rw_len, "cpu") ||
-        tent_register_memory(eh, rw, rw_len))
+    void *rw = NULL;
+    if (g_child_rw_at) {
+        rw = mmap((void *)(uintptr_t)g_child_rw_at, rw_len,
+                  PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        if (rw != (void *)(uintptr_t)g_child_rw_at ||
+            tent_register_memory(eh, rw, rw_len))
+            _exit(3);
+    } else if (tent_allocate_memory(eh, &rw, rw_len, "cpu") ||
+               tent_register_memory(eh, rw, rw_len)) {
         _exit(3);
+    }
     uint8_t *plain = malloc(SMALL), *ro = malloc(SMALL), *loc = malloc(SMALL);
     e2e_pattern_fill(rw, rw_len, 0);
     for (size_t i = 0; i < SMALL; i++)

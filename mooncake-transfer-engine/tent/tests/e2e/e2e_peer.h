@@ -35,6 +35,10 @@ void e2e_set_memfabric(bool on);
  * ones.  kv must stay valid until the child has started. */
 void e2e_set_child_nofile(unsigned long soft, unsigned long hard);
 void e2e_set_child_config(const char *const *kv);
+/* Children started from now on map their rw buffer at addr (anonymous
+ * memory, registered; 0: from tent_allocate_memory, the default), so that
+ * a restarted peer's buffer sits where its predecessor's did. */
+void e2e_set_child_rw_at(uint64_t addr);
 /* Starts a child target engine with a rw buffer of rw_len bytes from
  * tent_allocate_memory (filled with e2e_pattern), plus small read-only,
  * local-only and plain-registered (malloc) buffers. */

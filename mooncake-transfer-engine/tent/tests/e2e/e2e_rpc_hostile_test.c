@@ -85,7 +85,7 @@ struct slot {
     enum role role;
     enum slot_state st;
     bool ready, ever_ready;
-    uint8_t frame[32];
+    uint8_t frame[TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN];
     size_t frame_len, frame_at;
     uint8_t rh[TENT_WIRE_HDR_LEN];
     size_t rgot;
@@ -149,7 +149,7 @@ static int slot_role(struct slot *s, const struct atk_cfg *c, int idx, long now)
         tent_wire_encode_hdr(s->frame, TENT_WIRE_WRITE, 3,
                              TENT_WIRE_RW_LEN + 65536);
         tent_wire_encode_rw(s->frame + TENT_WIRE_HDR_LEN, c->body_addr + off,
-                            65536);
+                            65536, NULL);
         s->in_body = true;
         s->body_at = c->body_pattern + off; /* the next byte's pattern */
         s->st = S_TRICKLE;

@@ -210,9 +210,9 @@ static void test_malformed_frames_drop_only_their_connection(void **state)
     close(fd);
     /* write whose body length disagrees with its declared data length */
     fd = raw_connect();
-    tent_wire_encode_hdr(h, TENT_WIRE_WRITE, 1, 16 + 10);
-    tent_wire_encode_rw(h + 16, g_peer.rw_base, 100);
-    send_bytes(fd, h, 32);
+    tent_wire_encode_hdr(h, TENT_WIRE_WRITE, 1, TENT_WIRE_RW_LEN + 10);
+    tent_wire_encode_rw(h + 16, g_peer.rw_base, 100, NULL);
+    send_bytes(fd, h, TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN);
     assert_true(closed_by_server(fd));
     close(fd);
     /* notification with inconsistent lengths */
@@ -238,9 +238,9 @@ static void test_malformed_frames_drop_only_their_connection(void **state)
      * arrived land (the sender had the right to write them), nothing else */
     uint8_t partial[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
     fd = raw_connect();
-    tent_wire_encode_hdr(h, TENT_WIRE_WRITE, 1, 16 + 4096);
-    tent_wire_encode_rw(h + 16, g_peer.rw_base + 8192, 4096);
-    send_bytes(fd, h, 32);
+    tent_wire_encode_hdr(h, TENT_WIRE_WRITE, 1, TENT_WIRE_RW_LEN + 4096);
+    tent_wire_encode_rw(h + 16, g_peer.rw_base + 8192, 4096, NULL);
+    send_bytes(fd, h, TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN);
     send_bytes(fd, partial, sizeof(partial));
     close(fd);
     /* garbage */
@@ -282,18 +282,20 @@ static size_t put_rw(uint8_t *out, int type, uint32_t seq, uint64_t addr,
                      uint32_t len, const uint8_t *data)
 {
     bool w = type == TENT_WIRE_WRITE;
-    tent_wire_encode_hdr(out, (uint8_t)type, seq, 16 + (w ? len : 0));
-    tent_wire_encode_rw(out + 16, addr, len);
+    const size_t at = TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN;
+    tent_wire_encode_hdr(out, (uint8_t)type, seq,
+                         TENT_WIRE_RW_LEN + (w ? len : 0));
+    tent_wire_encode_rw(out + 16, addr, len, NULL);
     if (w)
-        memcpy(out + 32, data, len);
-    return 32 + (w ? len : 0);
+        memcpy(out + at, data, len);
+    return at + (w ? len : 0);
 }
 
 /* Sends one well-formed request (a WRITE's data: zeros); returns the
  * answer's status. */
 static int32_t raw_rw(int fd, int type, uint64_t addr, uint32_t len)
 {
-    uint8_t *zeros = calloc(1, len), *req = malloc(32 + (size_t)len);
+    uint8_t *zeros = calloc(1, len), *req = malloc(TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN + (size_t)len);
     send_bytes(fd, req, put_rw(req, type, 3, addr, len, zeros));
     free(req);
     free(zeros);
@@ -417,9 +419,10 @@ static void test_fence_cuts_off_a_connection(void **state)
     uint64_t before = e2e_peer_hash(p, false, off + sent, len - sent);
     int a = raw_connect();
     assert_int_equal(raw_token(a, TENT_WIRE_HELLO, 0x5eedf00dull), 0);
-    uint8_t h[32];
-    tent_wire_encode_hdr(h, TENT_WIRE_WRITE, 3, 16 + (uint32_t)len);
-    tent_wire_encode_rw(h + 16, p->rw_base + off, len);
+    uint8_t h[TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN];
+    tent_wire_encode_hdr(h, TENT_WIRE_WRITE, 3,
+                         TENT_WIRE_RW_LEN + (uint32_t)len);
+    tent_wire_encode_rw(h + 16, p->rw_base + off, len, NULL);
     send_bytes(a, h, sizeof(h));
     uint8_t *data = malloc(len);
     memset(data, 0xee, len);
@@ -726,7 +729,7 @@ static void test_busy_server_refuses_newcomer(void **state)
         /* then a write of 4 KiB of which 10 bytes come: inside a frame,
          * above 1 byte a second for longer than its deadline */
         tent_wire_encode_hdr(h, TENT_WIRE_WRITE, 1, TENT_WIRE_RW_LEN + 4096);
-        tent_wire_encode_rw(h + TENT_WIRE_HDR_LEN, (uintptr_t)t.buf, 4096);
+        tent_wire_encode_rw(h + TENT_WIRE_HDR_LEN, (uintptr_t)t.buf, 4096, NULL);
         memcpy(h + TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN, t.buf, 10);
         send_bytes(fds[i], h, sizeof(h));
     }

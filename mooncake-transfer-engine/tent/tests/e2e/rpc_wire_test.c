@@ -35,7 +35,7 @@ static void test_header(void **state)
             b[1] ^= 1;
             break; /* magic */
         case 1:
-            b[4] = 2;
+            b[4] = TENT_WIRE_VERSION + 1;
             break; /* version */
         case 2:
             b[5] = 0;
@@ -44,8 +44,8 @@ static void test_header(void **state)
             b[7] = 1;
             break; /* flags */
         case 4:
-            b[12] = 17;
-            break; /* READ body must be 16 */
+            b[12] = TENT_WIRE_RW_LEN + 1;
+            break; /* a READ body is TENT_WIRE_RW_LEN */
         }
         assert_int_equal(tent_wire_decode_hdr(b, sizeof(b), &d), TENT_EPROTO);
     }
@@ -60,17 +60,28 @@ static void test_rw_resp_notify(void **state)
     (void)state;
     uint8_t b[TENT_WIRE_MAX_NOTIFY];
     struct tent_wire_rw rw;
-    tent_wire_encode_rw(b, 0x1000, 64);
-    assert_int_equal(tent_wire_decode_rw(b, 16, &rw), 0);
+    tent_wire_encode_rw(b, 0x1000, 64, NULL);
+    assert_int_equal(tent_wire_decode_rw(b, TENT_WIRE_RW_LEN, &rw), 0);
     assert_int_equal(rw.addr, 0x1000);
     assert_int_equal(rw.length, 64);
-    tent_wire_encode_rw(b, 0x1000, 0);
-    assert_int_equal(tent_wire_decode_rw(b, 16, &rw), TENT_EPROTO);
-    tent_wire_encode_rw(b, 0x1000, TENT_WIRE_MAX_DATA + 1ull);
-    assert_int_equal(tent_wire_decode_rw(b, 16, &rw), TENT_EPROTO);
-    tent_wire_encode_rw(b, UINT64_MAX - 10, 64);
-    assert_int_equal(tent_wire_decode_rw(b, 16, &rw), TENT_EPROTO);
-    assert_int_equal(tent_wire_decode_rw(b, 15, &rw), TENT_EPROTO);
+    tent_wire_encode_rw(b, 0x1000, 0, NULL);
+    assert_int_equal(tent_wire_decode_rw(b, TENT_WIRE_RW_LEN, &rw), TENT_EPROTO);
+    tent_wire_encode_rw(b, 0x1000, TENT_WIRE_MAX_DATA + 1ull, NULL);
+    assert_int_equal(tent_wire_decode_rw(b, TENT_WIRE_RW_LEN, &rw), TENT_EPROTO);
+    tent_wire_encode_rw(b, UINT64_MAX - 10, 64, NULL);
+    assert_int_equal(tent_wire_decode_rw(b, TENT_WIRE_RW_LEN, &rw), TENT_EPROTO);
+    assert_int_equal(tent_wire_decode_rw(b, TENT_WIRE_RW_LEN - 1, &rw), TENT_EPROTO);
+    /* the access block travels whole: incarnation and key */
+    struct tent_wire_access acc = {.incarnation = 0x0123456789abcdefull};
+    for (int i = 0; i < TENT_WIRE_KEY_LEN; i++)
+        acc.key[i] = (uint8_t)(0xa0 + i);
+    tent_wire_encode_rw(b, 0x2000, 8, &acc);
+    assert_int_equal(tent_wire_decode_rw(b, TENT_WIRE_RW_LEN, &rw), 0);
+    assert_int_equal(rw.acc.incarnation, acc.incarnation);
+    assert_memory_equal(rw.acc.key, acc.key, TENT_WIRE_KEY_LEN);
+    tent_wire_encode_rw(b, 0x2000, 8, NULL);
+    assert_int_equal(tent_wire_decode_rw(b, TENT_WIRE_RW_LEN, &rw), 0);
+    assert_int_equal(rw.acc.incarnation, 0);
 
     int32_t st;
     tent_wire_encode_resp(b, TENT_EPERM);
@@ -173,6 +184,16 @@ static void test_descriptor(void **state)
     assert_string_equal(d2->bufs[0].attrs[0].value, "cma");
     assert_string_equal(d2->bufs[0].attrs[1].key, "shm_offset");
     assert_string_equal(d2->bufs[0].attrs[1].value, "0");
+    assert_int_equal(d2->incarnation, 0); /* none in good_desc */
+    /* an incarnation (all 64 bits) survives a round trip */
+    d->incarnation = 0xfedcba9876543210ull;
+    free(again);
+    again = tent_wire_encode_desc(d, &len);
+    assert_non_null(again);
+    tent_wire_desc_free(d2);
+    memset(d2, 0, sizeof(*d2));
+    assert_int_equal(tent_wire_decode_desc(again, len, d2), 0);
+    assert_int_equal(d2->incarnation, 0xfedcba9876543210ull);
     tent_wire_desc_free(d2);
     tent_wire_desc_free(d);
     free(again);

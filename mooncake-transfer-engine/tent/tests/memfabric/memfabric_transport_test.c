@@ -315,6 +315,10 @@ static int direct_submit_at(struct tu_at at, tent_engine_t e,
     struct memfabric_transport *mf = mf_in(e);
     struct tent_xfer x[8];
     at_true(at, n <= 8);
+    struct tent_peer *peer;
+    at_int_equal(at,
+                 mf->base.ops->peer_open(&mf->base, &E(e)->local->v, 0, &peer),
+                 0);
     for (size_t i = 0; i < n; i++) {
         x[i] = (struct tent_xfer){
             .slot = first_slot + (uint32_t)i,
@@ -323,10 +327,12 @@ static int direct_submit_at(struct tu_at at, tent_engine_t e,
             .remote = (uintptr_t)(dst + i * 64),
             .length = 64,
             .target = &E(e)->local->v,
+            .peer = peer,
         };
     }
     struct tent_xfer_result res[8];
     int rc = mf->base.ops->submit(&mf->base, sb, x, n, res);
+    mf->base.ops->peer_close(&mf->base, peer);
     for (size_t i = 0; i < n; i++)
         results[i] = res[i].code;
     return rc;
@@ -1752,7 +1758,8 @@ static void test_two_peers_two_vendor_batches(void **s)
 }
 
 /* A target segment that publishes no memfabric_unique_id: not reachable,
- * and a direct submit names the segment in a per-request error. */
+ * its peer handle is refused naming the segment, and a request without a
+ * handle is refused on its own. */
 static void test_submit_without_peer_unique_id_names_segment(void **s)
 {
     (void)s;
@@ -1762,6 +1769,12 @@ static void test_submit_without_peer_unique_id_names_segment(void **s)
     struct tent_segment *seg;
     assert_int_equal(tent_segment_new(9, "segment_without_mf", false, &seg), 0);
     assert_false(mf->base.ops->can_reach(&mf->base, &seg->v));
+    struct tent_peer *none = NULL, *self = NULL;
+    assert_int_equal(mf->base.ops->peer_open(&mf->base, &seg->v, 0, &none),
+                     TENT_EPEER);
+    assert_non_null(strstr(tent_last_error(), "segment_without_mf"));
+    assert_int_equal(
+        mf->base.ops->peer_open(&mf->base, &E(e)->local->v, 0, &self), 0);
     struct tent_sub_batch *sb = sub_alloc(mf, 2);
     struct tent_xfer x[2] = {
         {.slot = 0,
@@ -1775,12 +1788,13 @@ static void test_submit_without_peer_unique_id_names_segment(void **s)
          .local = src + 8,
          .remote = (uintptr_t)(src + 2048),
          .length = 8,
-         .target = &E(e)->local->v},
+         .target = &E(e)->local->v,
+         .peer = self},
     };
     struct tent_xfer_result res[2];
     assert_int_equal(mf->base.ops->submit(&mf->base, sb, x, 2, res),
-                     TENT_EPEER);
-    assert_int_equal(res[0].code, TENT_EPEER);
+                     TENT_EINVAL);
+    assert_int_equal(res[0].code, TENT_EINVAL);
     assert_non_null(strstr(res[0].msg, "segment_without_mf"));
     assert_int_equal(res[1].code, 0);
     assert_int_equal(mk.mock_call_count("smem_trans_batch_copy"), 1);
@@ -1791,9 +1805,10 @@ static void test_submit_without_peer_unique_id_names_segment(void **s)
     /* The error message named the segment. */
     sb = sub_alloc(mf, 1);
     assert_int_equal(mf->base.ops->submit(&mf->base, sb, x, 1, res),
-                     TENT_EPEER);
+                     TENT_EINVAL);
     assert_non_null(strstr(tent_last_error(), "segment_without_mf"));
     sub_free(mf, sb);
+    mf->base.ops->peer_close(&mf->base, self);
     tent_segment_free(seg);
     unreg_buf(e, src);
     tent_destroy_engine(e);

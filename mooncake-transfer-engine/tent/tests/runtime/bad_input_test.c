@@ -621,7 +621,7 @@ static void test_bad_input_table(void **state)
 static void test_strerror(void **state)
 {
     (void)state;
-    for (int c = 0; c >= TENT_ERUNNING; c--) {
+    for (int c = 0; c >= TENT_ESTALE; c--) {
         const char *s = tent_strerror(c);
         assert_non_null(s);
         assert_true(strncmp(s, "TENT_E", 6) == 0 || c == 0);
@@ -633,7 +633,7 @@ static void test_strerror(void **state)
     /* Codes out of range, including the ones whose negation overflows (the
      * UBSan build aborts if the code negates INT_MIN). */
     const int outside[] = {INT_MIN, INT_MIN + 1, -INT_MAX,
-                           INT_MAX, 1,           TENT_ERUNNING - 1};
+                           INT_MAX, 1,           TENT_ESTALE - 1};
     for (size_t i = 0; i < sizeof(outside) / sizeof(outside[0]); i++)
         assert_string_equal(tent_strerror(outside[i]),
                             "unknown TENT error code");

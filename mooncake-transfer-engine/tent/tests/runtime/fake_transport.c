@@ -190,6 +190,8 @@ static int fake_remove_buffer(struct tent_transport *t, struct tent_buffer *buf)
         .submit = fake_submit,                                                 \
         .status = fake_status,                                                 \
         .quiesce = tent_xport_noop_quiesce,                                    \
+        .peer_open = tent_xport_peer_open_plain,                               \
+        .peer_close = tent_xport_peer_close_plain,                             \
         .add_buffer = fake_add_buffer,                                         \
         .remove_buffer = fake_remove_buffer,                                   \
     }

@@ -33,6 +33,12 @@ static long mono_ns(void)
     return ts.tv_sec * 1000000000L + ts.tv_nsec;
 }
 
+/* The inner transport's handle, wrapped: requests go to it with it. */
+struct fault_peer {
+    struct tent_peer base;
+    struct tent_peer *inner;
+};
+
 static struct tent_transport *inner_of(struct tent_transport *t)
 {
     return ((struct fault_xport *)t)->inner;
@@ -142,6 +148,7 @@ static int fault_submit(struct tent_transport *t, struct tent_sub_batch *sb,
             continue;
         }
         fwd[k] = reqs[i];
+        fwd[k].peer = ((struct fault_peer *)reqs[i].peer)->inner;
         fwd_idx[k++] = i;
     }
     if (k) {
@@ -204,6 +211,31 @@ static int fault_quiesce(struct tent_transport *t)
     return inner_of(t)->ops->quiesce(inner_of(t));
 }
 
+static int fault_peer_open(struct tent_transport *t,
+                           const struct tent_seg_view *seg, uint64_t inc,
+                           struct tent_peer **out)
+{
+    struct fault_peer *p = calloc(1, sizeof(*p));
+    if (!p)
+        return TENT_ENOMEM;
+    int rc = inner_of(t)->ops->peer_open(inner_of(t), seg, inc, &p->inner);
+    if (rc) {
+        free(p);
+        return rc;
+    }
+    p->base.owner = t;
+    p->base.incarnation = inc;
+    *out = &p->base;
+    return TENT_OK;
+}
+
+static void fault_peer_close(struct tent_transport *t, struct tent_peer *h)
+{
+    struct fault_peer *p = (struct fault_peer *)h;
+    inner_of(t)->ops->peer_close(inner_of(t), p->inner);
+    free(p);
+}
+
 static int fault_add_buffer(struct tent_transport *t, struct tent_buffer *buf)
 {
     return inner_of(t)->ops->add_buffer(inner_of(t), buf);
@@ -229,6 +261,8 @@ const struct tent_transport_ops fault_ops = {
     .submit = fault_submit,
     .status = fault_status,
     .quiesce = fault_quiesce,
+    .peer_open = fault_peer_open,
+    .peer_close = fault_peer_close,
     .add_buffer = fault_add_buffer,
     .remove_buffer = fault_remove_buffer,
 };

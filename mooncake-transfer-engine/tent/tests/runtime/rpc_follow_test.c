@@ -182,7 +182,7 @@ static void *client_main(void *arg)
         uint8_t pre[TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN];
         tent_wire_encode_hdr(pre, TENT_WIRE_WRITE, (uint32_t)i + 1,
                              TENT_WIRE_RW_LEN + cl->lens[i]);
-        tent_wire_encode_rw(pre + TENT_WIRE_HDR_LEN, 0x1000, cl->lens[i]);
+        tent_wire_encode_rw(pre + TENT_WIRE_HDR_LEN, 0x1000, cl->lens[i], NULL);
         uint8_t resp[TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN];
         int32_t st = -1;
         if (tent_net_send_all(fd, pre, sizeof(pre), NULL) ||

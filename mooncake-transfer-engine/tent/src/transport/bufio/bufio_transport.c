@@ -530,6 +530,8 @@ const struct tent_transport_ops tent_bufio_transport_ops = {
     .submit = bufio_submit,
     .status = bufio_status,
     .quiesce = bufio_quiesce,
+    .peer_open = tent_xport_peer_open_plain,
+    .peer_close = tent_xport_peer_close_plain,
     .add_buffer = bufio_add_buffer,
     .remove_buffer = bufio_remove_buffer,
 };

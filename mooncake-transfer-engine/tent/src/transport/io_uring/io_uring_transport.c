@@ -1256,6 +1256,8 @@ const struct tent_transport_ops tent_io_uring_transport_ops = {
     .submit = iou_submit,
     .status = iou_status,
     .quiesce = iou_quiesce,
+    .peer_open = tent_xport_peer_open_plain,
+    .peer_close = tent_xport_peer_close_plain,
     .add_buffer = iou_add_buffer,
     .remove_buffer = iou_remove_buffer,
 };

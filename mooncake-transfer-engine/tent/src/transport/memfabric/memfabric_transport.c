@@ -610,26 +610,67 @@ struct mf_group {
     size_t n;
 };
 
-/* Resolves the peer unique id of request r into peer; 0 or a TENT_E*. */
+/* The peer handle (transport.h): the unique id the peer's descriptor
+ * published, resolved once by peer_open. */
+struct mf_peer {
+    struct tent_peer base;
+    char unique_id[256];
+};
+
+static int mf_peer_open(struct tent_transport *t,
+                        const struct tent_seg_view *seg, uint64_t incarnation,
+                        struct tent_peer **out)
+{
+    struct memfabric_transport *mf = mf_of(t);
+    struct mf_peer *p = calloc(1, sizeof(*p));
+    if (!p)
+        return tent_set_error(TENT_ENOMEM, "memfabric: out of memory");
+    bool have;
+    if (seg->local) {
+        have = strlen(mf->unique_id) < sizeof(p->unique_id);
+        if (have)
+            memcpy(p->unique_id, mf->unique_id, strlen(mf->unique_id) + 1);
+    } else {
+        have = t->env->seg_attr(t->env->ctx, seg, MEMFABRIC_UNIQUE_ID_ATTR,
+                                p->unique_id, sizeof(p->unique_id));
+    }
+    if (!have || !p->unique_id[0]) {
+        free(p);
+        return tent_set_error(TENT_EPEER,
+                              "memfabric: segment '%s' publishes no usable %s; "
+                              "its owner runs no memfabric transport",
+                              seg->name, MEMFABRIC_UNIQUE_ID_ATTR);
+    }
+    p->base.owner = t;
+    p->base.incarnation = incarnation;
+    *out = &p->base;
+    return TENT_OK;
+}
+
+static void mf_peer_close(TENT_UNUSED struct tent_transport *t,
+                          struct tent_peer *h)
+{
+    free(h);
+}
+
+/* The peer unique id of request r (its handle's) into peer; 0 or a
+ * TENT_E*. */
 static int resolve_peer(struct memfabric_transport *mf,
                         const struct tent_xfer *r, char *peer, size_t len)
 {
     const char *name = r->target->name;
-    bool have;
-    if (r->target->local) {
-        have = strlen(mf->unique_id) < len;
-        if (have)
-            memcpy(peer, mf->unique_id, strlen(mf->unique_id) + 1);
-    } else {
-        const struct tent_xport_env *env = mf->base.env;
-        have = env->seg_attr(env->ctx, r->target, MEMFABRIC_UNIQUE_ID_ATTR,
-                             peer, len);
-    }
-    if (!have || !*peer)
-        return tent_set_error(TENT_EPEER,
-                              "memfabric: segment '%s' publishes no usable %s; "
-                              "its owner runs no memfabric transport",
-                              name, MEMFABRIC_UNIQUE_ID_ATTR);
+    const struct mf_peer *p = (const struct mf_peer *)r->peer;
+    if (!p || p->base.owner != &mf->base)
+        return tent_set_error(TENT_EINVAL,
+                              "memfabric: request to segment '%s' without its "
+                              "memfabric peer handle",
+                              name);
+    if (strlen(p->unique_id) >= len)
+        return tent_set_error(TENT_EINVAL,
+                              "memfabric: unique id of segment '%s' is too "
+                              "long",
+                              name);
+    memcpy(peer, p->unique_id, strlen(p->unique_id) + 1);
     if (peer_is_down(mf, peer))
         return tent_set_error(TENT_EPEER,
                               "memfabric: peer %s (segment '%s') went down",
@@ -941,6 +982,8 @@ const struct tent_transport_ops tent_memfabric_transport_ops = {
     .submit = mf_submit,
     .status = mf_status,
     .quiesce = mf_quiesce,
+    .peer_open = mf_peer_open,
+    .peer_close = mf_peer_close,
     .add_buffer = mf_add_buffer,
     .remove_buffer = mf_remove_buffer,
 };

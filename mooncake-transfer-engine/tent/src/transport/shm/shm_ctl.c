@@ -26,7 +26,7 @@ static bool alive(long pid)
 /* ---- owner -----------------------------------------------------------------
  */
 
-int shm_ctl_create(struct shm_ctl_owner *o)
+int shm_ctl_create(struct shm_ctl_owner *o, uint64_t incarnation)
 {
     memset(o, 0, sizeof(*o));
     o->fd = -1;
@@ -57,6 +57,7 @@ int shm_ctl_create(struct shm_ctl_owner *o)
     }
     struct shm_ctl *c = p;
     c->version = SHM_CTL_VERSION;
+    c->incarnation = incarnation;
     c->nregs = SHM_CTL_REGS;
     c->nslots = SHM_CTL_PEERS;
     atomic_thread_fence(memory_order_seq_cst);
@@ -165,7 +166,7 @@ void shm_ctl_free(struct shm_ctl_owner *o, uint32_t idx)
  * ---------------------------------------------------------------- */
 
 int shm_ctl_attach(struct shm_ctl_view *v, long pid, const char *handle,
-                   bool self)
+                   bool self, uint64_t incarnation)
 {
     memset(v, 0, sizeof(*v));
     v->fd = -1;
@@ -207,6 +208,15 @@ int shm_ctl_attach(struct shm_ctl_view *v, long pid, const char *handle,
                               "shm: the control page of pid %ld has an "
                               "unknown layout",
                               pid);
+    }
+    if (incarnation && c->incarnation != incarnation) {
+        uint64_t theirs = c->incarnation;
+        munmap(p, sizeof(*c));
+        return tent_set_error(TENT_ESTALE,
+                              "shm: pid %ld is incarnation %016llx, not the "
+                              "%016llx the request was addressed to",
+                              pid, (unsigned long long)theirs,
+                              (unsigned long long)incarnation);
     }
     int64_t me = (int64_t)getpid();
     struct shm_ctl_slot *got = NULL;

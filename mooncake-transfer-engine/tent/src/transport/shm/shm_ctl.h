@@ -36,7 +36,7 @@
 #include <stdint.h>
 
 #define SHM_CTL_MAGIC   0x315443204d485354ull /* "TSHM CT1" */
-#define SHM_CTL_VERSION 1
+#define SHM_CTL_VERSION 2
 #define SHM_CTL_REGS    4096
 #define SHM_CTL_PEERS   256
 
@@ -59,6 +59,7 @@ _Static_assert(sizeof(struct shm_ctl_slot) == 64, "a slot is a cache line");
 struct shm_ctl {
     uint64_t magic;
     uint32_t version, nregs, nslots, pad;
+    uint64_t incarnation; /* the owner engine's (transport.h) */
     struct shm_ctl_reg regs[SHM_CTL_REGS];
     struct shm_ctl_slot slots[SHM_CTL_PEERS];
 };
@@ -75,7 +76,7 @@ struct shm_ctl_owner {
 
 /* Creates the page (memfd, mapped, read-locked for as long as it lives:
  * peers' liveness checks look for that lock).  0 or a TENT_E* code. */
-int shm_ctl_create(struct shm_ctl_owner *o);
+int shm_ctl_create(struct shm_ctl_owner *o, uint64_t incarnation);
 void shm_ctl_destroy(struct shm_ctl_owner *o);
 /* "memfd:<fd>:<inode>": what the segment attribute "shm_ctl" carries. */
 void shm_ctl_handle(const struct shm_ctl_owner *o, char *buf, size_t len);
@@ -107,9 +108,10 @@ struct shm_ctl_view {
 
 /* Maps the page published as handle by process pid (self: an engine of
  * this process) and takes a slot.  0 or a TENT_E* code (TENT_ENOTSUP when
- * every slot is held by a live process: the request may go elsewhere). */
+ * every slot is held by a live process: the request may go elsewhere;
+ * TENT_ESTALE when the page's owner is not incarnation, unless 0). */
 int shm_ctl_attach(struct shm_ctl_view *v, long pid, const char *handle,
-                   bool self);
+                   bool self, uint64_t incarnation);
 void shm_ctl_detach(struct shm_ctl_view *v);
 /* Starts a copy into entry idx (write: the copy writes the owner's
  * memory): 0 when the entry still has generation gen and grants the

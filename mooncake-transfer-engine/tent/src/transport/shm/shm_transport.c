@@ -15,11 +15,12 @@
  * memfd handle is opened once through /proc/<pid>/fd/<fd> (which needs the
  * same ptrace "read" access as reading the peer's /proc entries, i.e. same
  * user), checked against the published inode so that a recycled fd number
- * is never mistaken for the buffer, mapped MAP_SHARED and cached until the
- * transport is uninstalled.  "cma" memory uses process_vm_*; when the
- * kernel refuses (Yama ptrace_scope, other user) the request is refused at
- * submit, which touched nothing, and the runtime moves it to the next
- * transport.
+ * is never mistaken for the buffer, mapped MAP_SHARED and cached in the
+ * peer's handle (struct shm_peer) until the runtime closes it: the segment
+ * was closed or names another incarnation.  "cma" memory uses process_vm_*;
+ * when the kernel refuses (Yama ptrace_scope, other user) the request is
+ * refused at submit, which touched nothing, and the runtime moves it to the
+ * next transport.
  *
  * Copies run synchronously in submit (a memcpy of mapped memory is the
  * fastest thing we could hand to a thread anyway), so quiesce has nothing
@@ -84,20 +85,31 @@ struct shm_check {
 /* A peer process we copy to/from. */
 struct shm_proc {
     long pid;
-    char host_id[128];
     int pidfd;            /* -1 when the kernel has no pidfd_open */
     struct shm_check chk; /* cma copies */
-    /* Its control page (shm_ctl.h), mapped on first use; attached again
-     * when the peer publishes another one (a new process, same pid). */
+    /* Its control page (shm_ctl.h), mapped on first use. */
     struct shm_ctl_view ctl;
-    char ctl_handle[64];
-    struct shm_proc *next;
+};
+
+struct shm_map;
+
+/* The peer handle (transport.h): the peer process, its control page and
+ * the mappings of its memory, read from the descriptor once (peer_open)
+ * and all gone with peer_close.  A handle for this engine's own segment
+ * holds nothing (pid -1). */
+struct shm_peer {
+    struct tent_peer base;
+    long pid;
+    char ctl_handle[64]; /* "" when the segment publishes none */
+    struct shm_proc proc;
+    struct shm_map *maps; /* guarded by the transport's lock */
 };
 
 struct shm_map {
     struct shm_check chk;
     atomic_uint refs; /* the cache's (while listed) + one per unchecked copy */
-    bool listed;      /* in t->maps; guarded by t->lock */
+    bool listed;      /* in its peer's maps; guarded by t->lock */
+    struct shm_peer *peer;
     long pid;
     unsigned long long ino;
     int fd;     /* ours, for F_GETLK; -1 when pid is this process */
@@ -125,8 +137,9 @@ struct shm_sub {
     struct shm_task *tasks;
 };
 
-/* lock guards procs and maps; it is taken under no other lock of the
- * transport and no runtime lock is taken while it is held. */
+/* lock guards the peers' maps and control pages; it is taken under no
+ * other lock of the transport and no runtime lock is taken while it is
+ * held. */
 struct shm_transport {
     struct tent_transport base;
     char host_id[128];
@@ -136,8 +149,6 @@ struct shm_transport {
      * remove_buffer), so they need no lock of ours. */
     struct shm_ctl_owner own;
     pthread_mutex_t lock;
-    struct shm_proc *procs;
-    struct shm_map *maps;
     atomic_size_t nmaps; /* mappings alive, listed or awaiting checks */
 };
 
@@ -172,7 +183,7 @@ static void map_unlist_locked(struct shm_transport *t, struct shm_map *m)
 {
     if (!m->listed)
         return;
-    for (struct shm_map **pp = &t->maps; *pp; pp = &(*pp)->next)
+    for (struct shm_map **pp = &m->peer->maps; *pp; pp = &(*pp)->next)
         if (*pp == m) {
             *pp = m->next;
             break;
@@ -202,7 +213,7 @@ static int shm_install(struct tent_transport *base)
                               "shm: this engine publishes no host identity");
     snprintf(t->host_id, sizeof(t->host_id), "%s", id);
     t->revoke_timeout_ms = env->revoke_timeout_ms;
-    int rc = shm_ctl_create(&t->own);
+    int rc = shm_ctl_create(&t->own, env->incarnation);
     if (rc)
         return rc;
     char h[64];
@@ -219,20 +230,6 @@ static int shm_install(struct tent_transport *base)
 static void shm_uninstall(struct tent_transport *base)
 {
     struct shm_transport *t = shm_of(base);
-    for (struct shm_map *m = t->maps, *n; m; m = n) {
-        n = m->next;
-        m->listed = false;
-        map_unref(t, m);
-    }
-    for (struct shm_proc *p = t->procs, *n; p; p = n) {
-        n = p->next;
-        if (p->pidfd >= 0)
-            close(p->pidfd);
-        shm_ctl_detach(&p->ctl);
-        free(p);
-    }
-    t->maps = NULL;
-    t->procs = NULL;
     pthread_mutex_destroy(&t->lock);
     if (base->env)
         base->env->publish_attr(base->env->ctx, SHM_CTL_ATTR, NULL);
@@ -260,6 +257,52 @@ static bool shm_can_reach(struct tent_transport *t,
     if (peer_pid(t, target) < 0)
         return false;
     return t->env->seg_on_host(t->env->ctx, target);
+}
+
+/* peer_open: the peer's pid and control page as its descriptor publishes
+ * them; the page is attached and memory mapped on first use. */
+static int shm_peer_open(struct tent_transport *t,
+                         const struct tent_seg_view *seg, uint64_t incarnation,
+                         struct tent_peer **out)
+{
+    long pid = seg->local ? -1 : peer_pid(t, seg);
+    if (!seg->local && pid < 0)
+        return tent_set_error(TENT_EPEER, "shm: segment '%s' publishes no pid",
+                              seg->name);
+    struct shm_peer *sp = calloc(1, sizeof(*sp));
+    if (!sp)
+        return tent_set_error(TENT_ENOMEM, "shm: out of memory");
+    sp->base.owner = t;
+    sp->base.incarnation = incarnation;
+    sp->pid = pid;
+    sp->proc.pid = pid;
+    sp->proc.pidfd = -1;
+    sp->proc.ctl.fd = -1;
+    if (pid >= 0) {
+        if (!t->env->seg_attr(t->env->ctx, seg, SHM_CTL_ATTR, sp->ctl_handle,
+                              sizeof(sp->ctl_handle)))
+            sp->ctl_handle[0] = '\0';
+        sp->proc.pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+    }
+    *out = &sp->base;
+    return TENT_OK;
+}
+
+/* peer_close: no copy of the peer awaits its check any more; its mappings,
+ * control page and pidfd go. */
+static void shm_peer_close(struct tent_transport *base, struct tent_peer *h)
+{
+    struct shm_transport *t = shm_of(base);
+    struct shm_peer *sp = (struct shm_peer *)h;
+    pthread_mutex_lock(&t->lock);
+    while (sp->maps)
+        map_unlist_locked(t, sp->maps);
+    if (sp->proc.ctl.ctl)
+        shm_ctl_detach(&sp->proc.ctl);
+    pthread_mutex_unlock(&t->lock);
+    if (sp->proc.pidfd >= 0)
+        close(sp->proc.pidfd);
+    free(sp);
 }
 
 static int shm_add_buffer(struct tent_transport *base, struct tent_buffer *buf)
@@ -404,22 +447,6 @@ static int shm_free_sub(struct tent_transport *t, struct tent_sub_batch *base)
     return TENT_OK;
 }
 
-/* The peer record of (pid, host); caller holds t->lock. */
-static struct shm_proc *proc_get_locked(struct shm_transport *t, long pid)
-{
-    for (struct shm_proc *p = t->procs; p; p = p->next)
-        if (p->pid == pid)
-            return p;
-    struct shm_proc *p = calloc(1, sizeof(*p));
-    if (!p)
-        return NULL;
-    p->pid = pid;
-    p->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-    p->next = t->procs;
-    t->procs = p;
-    return p;
-}
-
 static bool proc_alive(const struct shm_proc *p)
 {
     if (p->pidfd < 0)
@@ -443,14 +470,12 @@ static bool map_held(const struct shm_map *m)
            (long)lk.l_pid == m->pid;
 }
 
-/* Drops pid's cached mappings whose memory the peer no longer holds;
+/* Drops the peer's cached mappings whose memory it no longer holds;
  * caller holds t->lock. */
-static void sweep_pid_locked(struct shm_transport *t, long pid)
+static void sweep_locked(struct shm_transport *t, struct shm_peer *sp)
 {
-    for (struct shm_map *m = t->maps, *n; m; m = n) {
+    for (struct shm_map *m = sp->maps, *n; m; m = n) {
         n = m->next;
-        if (m->pid != pid)
-            continue;
         if (atomic_load(&m->chk.bad) || !map_held(m)) {
             atomic_store(&m->chk.bad, true);
             map_unlist_locked(t, m);
@@ -459,22 +484,23 @@ static void sweep_pid_locked(struct shm_transport *t, long pid)
 }
 
 /* Maps (or finds) the memfd behind target buffer tb of process pid. */
-static int map_get_locked(struct shm_transport *t, long pid,
+static int map_get_locked(struct shm_transport *t, struct shm_peer *sp,
                           const struct tent_buffer *tb, const char *handle,
                           bool write, struct shm_map **out)
 {
+    long pid = sp->pid;
     int fdnum;
     unsigned long long ino;
     int rc = tent_shm_parse_handle(handle, &fdnum, &ino);
     if (rc)
         return rc;
-    for (struct shm_map *m = t->maps; m; m = m->next)
-        if (m->pid == pid && m->ino == ino && m->len >= tb->length &&
-            (m->writable || !write) && !atomic_load(&m->chk.bad)) {
+    for (struct shm_map *m = sp->maps; m; m = m->next)
+        if (m->ino == ino && m->len >= tb->length && (m->writable || !write) &&
+            !atomic_load(&m->chk.bad)) {
             *out = m;
             return TENT_OK;
         }
-    sweep_pid_locked(t, pid);
+    sweep_locked(t, sp);
     char path[64];
     snprintf(path, sizeof(path), "/proc/%ld/fd/%d", pid, fdnum);
     bool rw = tb->perm == PERM_GLOBAL_READ_WRITE;
@@ -531,8 +557,9 @@ static int map_get_locked(struct shm_transport *t, long pid,
     m->len = tb->length;
     m->maplen = maplen;
     m->writable = rw;
-    m->next = t->maps;
-    t->maps = m;
+    m->peer = sp;
+    m->next = sp->maps;
+    sp->maps = m;
     *out = m;
     return TENT_OK;
 }
@@ -584,25 +611,17 @@ struct shm_run {
     size_t first;        /* the run's first request */
 };
 
-/* The control page of proc, (re)attached to what the peer publishes now.
- * Caller holds t->lock. */
-static int proc_ctl_locked(struct shm_transport *t, struct shm_proc *p,
-                           const struct tent_seg_view *target)
+/* The peer's control page, attached on first use (checked to be the
+ * incarnation the handle was opened for).  Caller holds t->lock. */
+static int proc_ctl_locked(struct shm_peer *sp, const char *name)
 {
-    char h[64];
-    if (!t->base.env->seg_attr(t->base.env->ctx, target, SHM_CTL_ATTR, h,
-                               sizeof(h)) ||
-        !*h)
-        return tent_set_error(TENT_ENOTSUP,
-                              "shm: segment '%s' publishes no control page",
-                              target->name);
-    if (p->ctl.ctl && strcmp(h, p->ctl_handle) == 0)
+    if (sp->proc.ctl.ctl)
         return TENT_OK;
-    shm_ctl_detach(&p->ctl);
-    int rc = shm_ctl_attach(&p->ctl, p->pid, h, p->pid == (long)getpid());
-    if (!rc)
-        snprintf(p->ctl_handle, sizeof(p->ctl_handle), "%s", h);
-    return rc;
+    if (!sp->ctl_handle[0])
+        return tent_set_error(
+            TENT_ENOTSUP, "shm: segment '%s' publishes no control page", name);
+    return shm_ctl_attach(&sp->proc.ctl, sp->pid, sp->ctl_handle,
+                          sp->pid == (long)getpid(), sp->base.incarnation);
 }
 
 /* Ends run r: our mark in the owner's page goes, and when the owner gave up
@@ -639,10 +658,13 @@ static int run_begin(struct shm_transport *t, const struct tent_xfer *x,
 {
     const struct tent_buffer *tb = x->target_buf;
     bool write = x->opcode == OPCODE_WRITE;
-    long pid = peer_pid(&t->base, x->target);
-    if (pid < 0)
-        return tent_set_error(TENT_EPEER, "shm: segment '%s' publishes no pid",
+    struct shm_peer *sp = (struct shm_peer *)x->peer;
+    if (!sp || sp->base.owner != &t->base || sp->pid < 0)
+        return tent_set_error(TENT_EINVAL,
+                              "shm: request to segment '%s' without its shm "
+                              "peer handle",
                               x->target->name);
+    long pid = sp->pid;
     uint32_t idx;
     uint64_t gen;
     int rc =
@@ -651,12 +673,11 @@ static int run_begin(struct shm_transport *t, const struct tent_xfer *x,
         return rc;
     const char *handle = tent_attrs_get(tb->attrs, SHM_ATTR);
     pthread_mutex_lock(&t->lock);
-    struct shm_proc *p = proc_get_locked(t, pid);
-    rc = p ? proc_ctl_locked(t, p, x->target)
-           : tent_set_error(TENT_ENOMEM, "shm: out of memory");
+    struct shm_proc *p = &sp->proc;
+    rc = proc_ctl_locked(sp, x->target->name);
     struct shm_map *m = NULL;
     if (!rc && handle && strncmp(handle, "memfd:", 6) == 0) {
-        rc = map_get_locked(t, pid, tb, handle, write, &m);
+        rc = map_get_locked(t, sp, tb, handle, write, &m);
         if (!rc)
             atomic_fetch_add(&m->refs, 1);
     } else if (!rc && (!handle || strcmp(handle, "cma") != 0)) {
@@ -862,6 +883,8 @@ const struct tent_transport_ops tent_shm_transport_ops = {
     .submit = shm_submit,
     .status = shm_status,
     .quiesce = tent_xport_noop_quiesce,
+    .peer_open = shm_peer_open,
+    .peer_close = shm_peer_close,
     .add_buffer = shm_add_buffer,
     .remove_buffer = shm_remove_buffer,
 };

@@ -147,7 +147,8 @@ void tcp_conn_window(struct tcp_conn *c, struct slice **w, int n,
         c->w[i] = s;
         tent_wire_encode_hdr(c->hdrs[i], wr ? TENT_WIRE_WRITE : TENT_WIRE_READ,
                              (uint32_t)i, TENT_WIRE_RW_LEN + (wr ? s->len : 0));
-        tent_wire_encode_rw(c->hdrs[i] + TENT_WIRE_HDR_LEN, s->remote, s->len);
+        tent_wire_encode_rw(c->hdrs[i] + TENT_WIRE_HDR_LEN, s->remote, s->len,
+                            &c->acc);
         c->first_iov[i] = k;
         c->iov[k].iov_base = c->hdrs[i];
         c->iov[k++].iov_len = sizeof(c->hdrs[i]);

@@ -78,6 +78,9 @@ struct tcp_conn {
      * sock_prio is what the socket has now. */
     bool mark_prio;
     int sock_prio;
+    /* The access block of every request on this connection: the peer's
+     * incarnation its rail was opened for (set by the owner). */
+    struct tent_wire_access acc;
     /* The socket's SO_MAX_PACING_RATE, bytes/s (0: none): a LOW window
      * may go out paced (tcp_conn_window). */
     uint64_t pace;

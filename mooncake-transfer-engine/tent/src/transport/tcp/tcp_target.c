@@ -22,6 +22,17 @@ static void abort_conn(void *arg)
     tent_rpc_conn_abort(arg);
 }
 
+/* A request addressed to another incarnation of this engine (an initiator
+ * still holding the descriptor of a process that used this address before)
+ * is refused before any memory is looked at.  0 names none. */
+static int check_access(const struct tent_xport_env *env,
+                        const struct tent_wire_access *acc)
+{
+    return acc->incarnation && acc->incarnation != env->incarnation
+               ? TENT_ESTALE
+               : TENT_OK;
+}
+
 static struct tent_pin pin_for(struct tent_rpc_conn *c)
 {
     return (struct tent_pin){
@@ -39,7 +50,9 @@ static int serve_read(void *ctx, struct tent_rpc_conn *c,
         tent_wire_decode_rw(body, sizeof(body), &rw))
         return -1;
     struct tent_pin pin = pin_for(c);
-    int st = env->pin_local(env->ctx, TRANSPORT_TCP, rw.addr, rw.length, false,
+    int st = check_access(env, &rw.acc);
+    if (!st)
+        st = env->pin_local(env->ctx, TRANSPORT_TCP, rw.addr, rw.length, false,
                             &pin);
     if (st)
         return tent_rpc_conn_send_resp(c, h->seq, st, NULL, 0);
@@ -63,8 +76,10 @@ static int serve_write(void *ctx, struct tent_rpc_conn *c,
         rw.length != h->len - TENT_WIRE_RW_LEN)
         return -1;
     struct tent_pin pin = pin_for(c);
-    int st =
-        env->pin_local(env->ctx, TRANSPORT_TCP, rw.addr, rw.length, true, &pin);
+    int st = check_access(env, &rw.acc);
+    if (!st)
+        st = env->pin_local(env->ctx, TRANSPORT_TCP, rw.addr, rw.length, true,
+                            &pin);
     if (st) {
         if (tent_rpc_conn_drain(c, rw.length))
             return -1;

@@ -152,18 +152,21 @@ struct tcp_rail {
     atomic_uint lent; /* bit i: conns[i] is lent (its worker sleeps) */
 };
 
+/* The peer handle (transport.h): everything tcp keeps for one peer, made
+ * by peer_open from its rpc_addr and tcp_nics and gone with peer_close. */
 struct tcp_peer {
+    struct tent_peer base;
     struct tcp_transport *t;
-    char addr[320];  /* its rpc_addr */
-    char nics[1024]; /* its tcp_nics when the rails were built */
+    char addr[320]; /* its rpc_addr */
     struct tent_railset *rs;
     int nrails;
     struct tcp_rail *rails[TENT_MAX_RAILS];
     atomic_uint down_mask; /* rails whose last window failed */
-    struct tcp_peer *next;
+    struct tcp_peer *next, *prev;
 };
 
-/* lock guards peers and accepting; it is a leaf (taken alone). */
+/* lock guards peers and accepting; it is a leaf (taken alone, or before a
+ * rail's locks when the lend thread walks the peers). */
 struct tcp_transport {
     struct tent_transport base;
     int timeout_ms;
@@ -180,8 +183,9 @@ struct tcp_transport {
     pthread_mutex_t lock;
     struct tcp_peer *peers;
     bool accepting;
-    bool serving;           /* the frame handlers are installed */
-    atomic_size_t inflight; /* slices queued or in flight, all peers */
+    atomic_bool accepting_a; /* accepting, for submit (no lock) */
+    bool serving;            /* the frame handlers are installed */
+    atomic_size_t inflight;  /* slices queued or in flight, all peers */
     /* The lend thread: moves lent windows on while any is out (nlent), so
      * a caller that submits and polls late still has its bytes sent; it
      * sleeps on lend_cv while none is.  lend_mu guards lend_stop. */
@@ -1012,6 +1016,7 @@ static int rail_new(struct tcp_peer *p, int idx, const struct tent_rail *d,
             break;
         c->path_progress_ms = &r->progress_ms;
         c->mark_prio = t->sock_prio;
+        c->acc.incarnation = p->base.incarnation;
         r->conns[i] = c;
     }
     if (!r->conns[0]) {
@@ -1094,21 +1099,47 @@ static void peer_free(struct tcp_peer *p)
     free(p);
 }
 
-/* Finds or creates the peer for the segment's rpc_addr and tcp_nics.
- * Caller holds t->lock. */
-static int peer_get_locked(struct tcp_transport *t,
-                           const struct tent_seg_view *seg, const char *addr,
-                           struct tcp_peer **out)
+/* Stops every rail of p and fails what is left on them. */
+static void peer_stop(struct tcp_transport *t, struct tcp_peer *p,
+                      const char *why)
 {
-    const struct tent_xport_env *env = t->base.env;
-    char nics[1024];
+    /* every worker of every rail stops before any slice is failed: a
+     * failed rail's slices move to the peer's other rails */
+    for (int i = 0; i < p->nrails; i++)
+        rail_stop(p->rails[i]);
+    for (int i = 0; i < p->nrails; i++) {
+        struct tcp_rail *r = p->rails[i];
+        for (int k = 0; k < r->nworkers; k++)
+            if (r->conns[k]->n > 0) /* a lent window left behind */
+                window_finish(r, r->conns[k], TENT_ESHUTDOWN, 0, false, 0, NULL,
+                              false);
+    }
+    for (int i = 0; i < p->nrails; i++) {
+        struct tcp_rail *r = p->rails[i];
+        pthread_mutex_lock(&r->lock);
+        struct slice *rest = take_all_locked(r);
+        pthread_mutex_unlock(&r->lock);
+        fail_list(t, rest, TENT_ESHUTDOWN, 0, why);
+    }
+    unsigned all = (1u << p->nrails) - 1;
+    peer_gauge(t, atomic_load(&p->down_mask) == all ? TM_PEER_DOWN : TM_PEER_UP,
+               -1);
+}
+
+/* peer_open: the rails towards the segment's rpc_addr and tcp_nics, read
+ * once here; their workers start now and connect on the first window. */
+static int tcp_peer_open(struct tent_transport *base,
+                         const struct tent_seg_view *seg, uint64_t incarnation,
+                         struct tent_peer **out)
+{
+    struct tcp_transport *t = tcp_of(base);
+    const struct tent_xport_env *env = base->env;
+    char addr[256], nics[1024];
+    if (!env->seg_attr(env->ctx, seg, "rpc_addr", addr, sizeof(addr)) || !*addr)
+        return tent_set_error(
+            TENT_EPEER, "tcp: segment '%s' publishes no rpc_addr", seg->name);
     if (!env->seg_attr(env->ctx, seg, "tcp_nics", nics, sizeof(nics)))
         nics[0] = '\0';
-    for (struct tcp_peer *p = t->peers; p; p = p->next)
-        if (strcmp(p->addr, addr) == 0 && strcmp(p->nics, nics) == 0) {
-            *out = p;
-            return TENT_OK;
-        }
     struct tent_rail plan[TENT_MAX_RAILS];
     size_t n = plan_rails(t, addr, nics, plan);
     if (n == 0)
@@ -1119,9 +1150,10 @@ static int peer_get_locked(struct tcp_transport *t,
     struct tcp_peer *p = calloc(1, sizeof(*p));
     if (!p)
         return tent_set_error(TENT_ENOMEM, "tcp: out of memory");
+    p->base.owner = base;
+    p->base.incarnation = incarnation;
     p->t = t;
     snprintf(p->addr, sizeof(p->addr), "%s", addr);
-    snprintf(p->nics, sizeof(p->nics), "%s", nics);
     atomic_init(&p->down_mask, 0);
     int rc =
         tent_railset_new(env->sched, &t->sp, "tcp", seg->name, plan, n, &p->rs);
@@ -1133,6 +1165,19 @@ static int peer_get_locked(struct tcp_transport *t,
     /* the rails are all there (and nrails final) before a worker runs */
     for (int i = 0; !rc && i < p->nrails; i++)
         rc = rail_start(p->rails[i]);
+    if (!rc) {
+        pthread_mutex_lock(&t->lock);
+        if (t->accepting) {
+            p->next = t->peers;
+            if (t->peers)
+                t->peers->prev = p;
+            t->peers = p;
+        } else {
+            rc = tent_set_error(TENT_ESHUTDOWN,
+                                "tcp: transport is shutting down");
+        }
+        pthread_mutex_unlock(&t->lock);
+    }
     if (rc) {
         for (int i = 0; i < p->nrails; i++)
             rail_stop(p->rails[i]);
@@ -1147,11 +1192,37 @@ static int peer_get_locked(struct tcp_transport *t,
         LOG_INFO("tcp: %d rails to segment '%s': %s", p->nrails, seg->name,
                  list);
     }
-    p->next = t->peers;
-    t->peers = p;
     peer_gauge(t, -1, TM_PEER_UP);
-    *out = p;
+    *out = &p->base;
     return TENT_OK;
+}
+
+/* peer_close: no task of the peer is in flight; its workers are joined,
+ * its connections closed, its rails leave the scheduler. */
+static void tcp_peer_close(struct tent_transport *base, struct tent_peer *h)
+{
+    struct tcp_transport *t = tcp_of(base);
+    struct tcp_peer *p = (struct tcp_peer *)h;
+    pthread_mutex_lock(&t->lock);
+    /* uninstall may have taken the list (and closes what is on it) */
+    bool listed = p->prev || t->peers == p;
+    if (listed) {
+        if (p->prev)
+            p->prev->next = p->next;
+        else
+            t->peers = p->next;
+        if (p->next)
+            p->next->prev = p->prev;
+    }
+    pthread_mutex_unlock(&t->lock);
+    if (!listed)
+        return;
+    peer_stop(t, p, "tcp: the peer was closed");
+    for (int i = 0; i < p->nrails; i++)
+        for (int k = 0; k < MAX_CONNS; k++)
+            if (p->rails[i]->conns[k])
+                tcp_conn_close(p->rails[i]->conns[k]);
+    peer_free(p);
 }
 
 /* ---- NICs served -----------------------------------------------------------
@@ -1323,18 +1394,19 @@ static int tcp_install(struct tent_transport *base)
     t->serving = true;
     pthread_mutex_init(&t->lock, NULL);
     t->accepting = true;
+    atomic_store(&t->accepting_a, true);
     return TENT_OK;
 }
 
 /* Moves every peer's lent windows on (quiesce: nobody may poll any more). */
 static void progress_all_lent(struct tcp_transport *t)
 {
+    /* under the lock: peer_close takes a peer off the list before it stops
+     * its rails (peer_progress takes only rail locks, non-blocking steps) */
     pthread_mutex_lock(&t->lock);
-    struct tcp_peer *p = t->peers;
-    pthread_mutex_unlock(&t->lock);
-    /* the list only grows at its head: what follows p stays valid */
-    for (; p; p = p->next)
+    for (struct tcp_peer *p = t->peers; p; p = p->next)
         peer_progress(p);
+    pthread_mutex_unlock(&t->lock);
 }
 
 /* The lend thread (see the top of this file). */
@@ -1389,6 +1461,7 @@ static int tcp_quiesce(struct tent_transport *base)
     pthread_mutex_lock(&t->lock);
     bool idle = !t->accepting && !t->peers;
     t->accepting = false;
+    atomic_store(&t->accepting_a, false);
     pthread_mutex_unlock(&t->lock);
     if (idle)
         return TENT_OK;
@@ -1418,31 +1491,11 @@ static void tcp_uninstall(struct tent_transport *base)
     t->peers = NULL;
     t->accepting = false;
     pthread_mutex_unlock(&t->lock);
+    /* handles the runtime did not close (an engine that abandoned us) */
     while (p) {
         struct tcp_peer *n = p->next;
-        /* every worker of every rail stops before any slice is failed: a
-         * failed rail's slices move to the peer's other rails */
-        for (int i = 0; i < p->nrails; i++)
-            rail_stop(p->rails[i]);
-        for (int i = 0; i < p->nrails; i++) {
-            struct tcp_rail *r = p->rails[i];
-            for (int k = 0; k < r->nworkers; k++)
-                if (r->conns[k]->n > 0) /* a lent window left behind */
-                    window_finish(r, r->conns[k], TENT_ESHUTDOWN, 0, false, 0,
-                                  NULL, false);
-        }
-        for (int i = 0; i < p->nrails; i++) {
-            struct tcp_rail *r = p->rails[i];
-            pthread_mutex_lock(&r->lock);
-            struct slice *rest = take_all_locked(r);
-            pthread_mutex_unlock(&r->lock);
-            fail_list(t, rest, TENT_ESHUTDOWN, 0,
-                      "tcp: the transport was uninstalled");
-        }
-        unsigned all = (1u << p->nrails) - 1;
-        peer_gauge(
-            t, atomic_load(&p->down_mask) == all ? TM_PEER_DOWN : TM_PEER_UP,
-            -1);
+        p->next = p->prev = NULL;
+        peer_stop(t, p, "tcp: the transport was uninstalled");
         peer_free(p);
         p = n;
     }
@@ -1589,36 +1642,27 @@ static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
                       struct tent_xfer_result *res)
 {
     struct tcp_transport *t = tcp_of(base);
-    const struct tent_xport_env *env = base->env;
     struct tcp_sub *sb = (struct tcp_sub *)sbb;
     int first = TENT_OK;
     struct pending pend[MAX_PENDING];
     int npend = 0;
     for (size_t i = 0; i < n; i++) {
         const struct tent_xfer *x = &reqs[i];
-        char addr_buf[256];
-        bool have = env->seg_attr(env->ctx, x->target, "rpc_addr", addr_buf,
-                                  sizeof(addr_buf)) &&
-                    *addr_buf;
-        struct tcp_peer *p = NULL;
+        struct tcp_peer *p = (struct tcp_peer *)x->peer;
         struct slice *head = NULL;
         uint32_t cnt = 0;
         int rc = TENT_OK;
         if (x->slot >= sb->base.capacity)
             rc = tent_set_error(TENT_EINVAL, "tcp: slot %u beyond capacity",
                                 x->slot);
-        else if (!have)
-            rc = tent_set_error(TENT_EPEER,
-                                "tcp: segment '%s' publishes no rpc_addr",
+        else if (!p || p->base.owner != base)
+            rc = tent_set_error(TENT_EINVAL,
+                                "tcp: request to segment '%s' without a tcp "
+                                "peer handle",
                                 x->target->name);
-        if (!rc) {
-            pthread_mutex_lock(&t->lock);
-            rc = t->accepting ? peer_get_locked(t, x->target, addr_buf, &p)
-                              : tent_set_error(TENT_ESHUTDOWN,
-                                               "tcp: transport is shutting "
-                                               "down");
-            pthread_mutex_unlock(&t->lock);
-        }
+        else if (!atomic_load_explicit(&t->accepting_a, memory_order_relaxed))
+            rc = tent_set_error(TENT_ESHUTDOWN,
+                                "tcp: transport is shutting down");
         if (!rc)
             rc = make_slices(t, sb, x, &head, &cnt);
         if (rc) {
@@ -1721,6 +1765,8 @@ const struct tent_transport_ops tent_tcp_transport_ops = {
     .submit = tcp_submit,
     .status = tcp_status,
     .quiesce = tcp_quiesce,
+    .peer_open = tcp_peer_open,
+    .peer_close = tcp_peer_close,
     .add_buffer = tent_xport_noop_buffer,
     .remove_buffer = tent_xport_noop_buffer,
 };
