@@ -10,6 +10,7 @@
 #include "common/config.h"
 #include "fake_transport.h"
 #include "tent/transfer_engine.h"
+#include "transport/transport.h"
 
 static int setup(void **state)
 {
@@ -62,9 +63,35 @@ static void test_local_write_completes_and_failover(void **state)
     free(dst);
 }
 
+/* Every transport this build has fills every op of the contract: the
+ * runtime calls them without testing for NULL (transport.h). */
+static void test_every_builtin_fills_every_op(void **state)
+{
+    (void)state;
+    const struct tent_transport_ops *ops[TENT_MAX_TRANSPORTS];
+    size_t n = tent_transport_registry_snapshot(ops, TENT_MAX_TRANSPORTS);
+    assert_true(n > 0);
+    for (size_t i = 0; i < n; i++) {
+        const struct tent_transport_ops *o = ops[i];
+        const void *fns[] = {
+            (const void *)o->install,         (const void *)o->uninstall,
+            (const void *)o->capabilities,    (const void *)o->can_reach,
+            (const void *)o->alloc_sub_batch, (const void *)o->free_sub_batch,
+            (const void *)o->submit,          (const void *)o->status,
+            (const void *)o->quiesce,         (const void *)o->peer_open,
+            (const void *)o->peer_close,      (const void *)o->add_buffer,
+            (const void *)o->remove_buffer};
+        for (size_t k = 0; k < sizeof(fns) / sizeof(fns[0]); k++)
+            if (!fns[k])
+                fail_msg("transport '%s' leaves op %zu of the contract NULL",
+                         o->name, k);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_builtin_fills_every_op),
         cmocka_unit_test(test_local_write_completes_and_failover),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

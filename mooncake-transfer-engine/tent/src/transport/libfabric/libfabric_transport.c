@@ -1203,6 +1203,10 @@ const struct tent_transport_ops tent_libfabric_transport_ops = {
     .submit = lf_submit,
     .status = lf_status,
     .quiesce = lf_quiesce,
+    /* its per-peer state (struct lf_peer: the AV entry) is still looked up
+     * by segment in submit; moving it behind the handle is the next step */
+    .peer_open = tent_xport_peer_open_plain,
+    .peer_close = tent_xport_peer_close_plain,
     .add_buffer = lf_add_buffer,
     .remove_buffer = lf_remove_buffer,
 };
