@@ -366,7 +366,7 @@ static int etcd_post(struct etcd *s, const char *path, cJSON *req, cJSON **out)
         rc = etcd_post_once(s, path, req, out);
         if (rc == TENT_EIO && attempt == 0 &&
             (strstr(tent_last_error(), "invalid auth token") ||
-             strstr(tent_last_error(), "token"))) {
+             strstr(tent_last_error(), "auth store is old"))) {
             s->ep.auth[0] = 0;
             continue;
         }

@@ -217,6 +217,15 @@ static bool http_ready(void)
     return rc == 0;
 }
 
+static bool g_etcd_started;
+
+/* Any answer at all (auth may be on: a range without a token is refused). */
+static bool etcd_answers(void)
+{
+    char ans[4096];
+    return gw("/v3/kv/range", "{\"key\":\"AA==\"}", NULL, ans) > 0;
+}
+
 static void start_etcd(void)
 {
     char client[64], peer[64], cluster[96], dir[192];
@@ -250,8 +259,12 @@ static void start_etcd(void)
                     g_ca,
                     "--client-cert-auth",
                     NULL};
+    bool again = g_etcd_started;
     spawn(argv);
-    wait_ready(etcd_ready);
+    wait_ready(again ? etcd_answers : etcd_ready);
+    if (again)
+        return; /* the data directory keeps the users and auth on */
+    g_etcd_started = true;
     /* root (needed to enable auth) and "tent", whose role covers PREFIX */
     gw_ok("/v3/auth/user/add", "{\"name\":\"root\",\"password\":\"rootpw\"}",
           NULL);
@@ -491,6 +504,76 @@ static void test_without_credentials_refused(void **state)
             g_open_key);
 }
 
+static int etcd_kv_get(const char *key)
+{
+    struct tent_meta_kv_conf c = {.nendpoints = 1,
+                                  .ttl_s = 30,
+                                  .timeout_ms = 2000,
+                                  .username = "tent",
+                                  .password = "tentpw",
+                                  .tls_ca_file = g_ca,
+                                  .tls_cert_file = g_cert,
+                                  .tls_key_file = g_key};
+    c.endpoints[0] = g_url;
+    void *kv = NULL;
+    char *val = NULL;
+    size_t len = 0;
+    assert_int_equal(tent_meta_etcd_ops.create(&c, &kv), 0);
+    int rc = tent_meta_etcd_ops.get(kv, key, &val, &len);
+    free(val);
+    tent_meta_etcd_ops.destroy(kv);
+    return rc;
+}
+
+/* etcd's simple tokens live in the server's memory: after a restart the
+ * token an engine got before is rejected ("invalid auth token").  The
+ * engine authenticates again: its segment is still opened and read through
+ * the store, and destroying it deletes its key at once (without the second
+ * authentication the delete fails and the key stays until its lease ends). */
+static void test_etcd_token_rejected_reauthenticates(void **state)
+{
+    (void)state;
+    if (strcmp(g_kind, "etcd") != 0)
+        skip();
+    tent_engine_t a = engine("secR", good());
+    if (!a)
+        fail_msg("engine: %s", tent_last_error());
+    uint8_t *abuf = NULL, *dst = NULL;
+    assert_int_equal(tent_allocate_memory(a, (void **)&abuf, BUF_LEN, "cpu"),
+                     0);
+    assert_int_equal(tent_register_memory(a, abuf, BUF_LEN), 0);
+    e2e_pattern_fill(abuf, BUF_LEN, 5);
+    ms_stop(g_srv);
+    start_etcd();
+    assert_int_equal(etcd_kv_get(PREFIX "secR"), 0);
+    tent_engine_t b = engine("secS", good());
+    if (!b)
+        fail_msg("engine B: %s", tent_last_error());
+    assert_int_equal(tent_allocate_memory(b, (void **)&dst, BUF_LEN, "cpu"), 0);
+    assert_int_equal(tent_register_memory(b, dst, BUF_LEN), 0);
+    tent_segment_id_t seg;
+    if (tent_open_segment(b, &seg, "secR"))
+        fail_msg("open 'secR' after the restart: %s", tent_last_error());
+    tent_request_t r = {.opcode = OPCODE_READ,
+                        .source = dst,
+                        .target_id = seg,
+                        .target_offset = (uintptr_t)abuf,
+                        .length = BUF_LEN};
+    tent_status_t st;
+    tent_batch_id_t bt = tent_allocate_batch(b, 1);
+    assert_int_equal(tent_submit(b, bt, &r, 1), 0);
+    assert_int_equal(e2e_wait(b, bt, 20000, &st), 0);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(tent_free_batch(b, bt), 0);
+    assert_memory_equal(dst, abuf, BUF_LEN);
+    tent_destroy_engine(b);
+    tent_destroy_engine(a);
+    int rc = etcd_kv_get(PREFIX "secR");
+    if (rc != TENT_ENOSEGMENT)
+        fail_msg("key of the destroyed engine: %d %s", rc,
+                 rc ? tent_last_error() : "still there");
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -500,6 +583,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_secured_store_moves_bytes),
         cmocka_unit_test(test_without_credentials_refused),
+        cmocka_unit_test(test_etcd_token_rejected_reauthenticates),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
