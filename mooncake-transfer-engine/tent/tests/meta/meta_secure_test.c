@@ -480,6 +480,11 @@ static void test_without_credentials_refused(void **state)
         c.ca = g_ca;
         refused(c, "TLS asked of redis", "metadata_tls_ca_file",
                 "not supported");
+        char url[sizeof(g_url)];
+        memcpy(url, g_url, sizeof(url));
+        snprintf(g_url, sizeof(g_url), "rediss://127.0.0.1:%d", g_port);
+        refused(good(), "rediss:// endpoint", "rediss://", "not supported");
+        memcpy(g_url, url, sizeof(url));
         return;
     }
     if (strcmp(g_kind, "etcd") == 0) {
@@ -488,6 +493,9 @@ static void test_without_credentials_refused(void **state)
         c = good();
         c.user = c.password = NULL;
         refused(c, "no user", where, NULL);
+        c = good();
+        c.user = NULL;
+        refused(c, "password without user", "metadata_username", NULL);
     }
     c = good();
     c.cert = c.key = NULL;
@@ -498,6 +506,9 @@ static void test_without_credentials_refused(void **state)
     c = good();
     c.ca = NULL;
     refused(c, "no CA file (system store)", where, "certificate");
+    c = good();
+    c.key = NULL;
+    refused(c, "certificate without key", "metadata_tls_key_file", NULL);
     c = good();
     c.key = g_open_key;
     refused(c, "key file readable by others", "metadata_tls_key_file",
