@@ -12,7 +12,7 @@ RUNTIME=(build-essential cmake ninja-build pkg-config libcjson-dev
 # the tests: cmocka, sanitizers and fuzzers, valgrind, the servers they
 # start, the Python suites, the netns tests, the comparison benchmarks
 TEST=(libcmocka-dev clang libclang-rt-14-dev valgrind iproute2
-      etcd-server redis-server python3-pytest python3-numpy python3-torch
+      etcd-server redis-server openssl python3-pytest python3-numpy python3-torch
       python3-pip python3-setuptools python3-wheel python3-venv
       prometheus ucx-utils clang-format clang-tidy libfabric-bin)
 case ${1:-all} in

@@ -49,6 +49,13 @@ static size_t on_data(char *ptr, size_t sz, size_t nm, void *ud)
     return add;
 }
 
+struct endpoints {
+    char *url[TENT_META_MAX_ENDPOINTS]; /* without a trailing '/' */
+    int n, cur, timeout_ms;
+    char *ca, *cert, *key; /* PEM files for https, or NULL */
+    char auth[1024];       /* "Authorization: <etcd token>", or "" */
+};
+
 static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
 static CURLcode g_curl_init_rc;
 
@@ -60,9 +67,9 @@ static void curl_init_once(void)
 /* One request.  TENT_EPEER (message names url) when the server could not be
  * reached or did not answer in time; otherwise *status is the HTTP status
  * and *resp the NUL-terminated body (malloc'd, maybe empty). */
-static int http_call(const char *method, const char *url, const char *body,
-                     size_t blen, bool json, int timeout_ms, long *status,
-                     char **resp)
+static int http_call(const struct endpoints *s, const char *method,
+                     const char *url, const char *body, size_t blen, bool json,
+                     long *status, char **resp)
 {
     pthread_once(&g_curl_once, curl_init_once);
     if (g_curl_init_rc != CURLE_OK)
@@ -75,10 +82,23 @@ static int http_call(const char *method, const char *url, const char *body,
     struct curl_slist *hdrs = curl_slist_append(NULL, "Expect:");
     if (json && hdrs)
         hdrs = curl_slist_append(hdrs, "Content-Type: application/json");
+    if (s->auth[0] && hdrs)
+        hdrs = curl_slist_append(hdrs, s->auth);
+    char ebuf[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)timeout_ms);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)s->timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)s->timeout_ms);
+    /* a redirect must not carry the token or the client certificate
+     * elsewhere, nor downgrade https to http */
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    if (s->ca)
+        curl_easy_setopt(h, CURLOPT_CAINFO, s->ca);
+    if (s->cert) {
+        curl_easy_setopt(h, CURLOPT_SSLCERT, s->cert);
+        curl_easy_setopt(h, CURLOPT_SSLKEY, s->key);
+    }
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &rb);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
@@ -91,9 +111,11 @@ static int http_call(const char *method, const char *url, const char *body,
     CURLcode cc = curl_easy_perform(h);
     int rc = TENT_OK;
     if (cc != CURLE_OK) {
-        rc = tent_set_error(TENT_EPEER, "metadata server %s: %s%s", url,
-                            curl_easy_strerror(cc),
-                            rb.overflow ? " (response too large)" : "");
+        rc = tent_set_error(TENT_EPEER, "metadata server %s: %s%s%s%s", url,
+                            curl_easy_strerror(cc), ebuf[0] ? " (" : "", ebuf,
+                            rb.overflow ? " (response too large)"
+                            : ebuf[0]   ? ")"
+                                        : "");
     } else {
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
         if (!rb.p && !(rb.p = calloc(1, 1)))
@@ -111,40 +133,61 @@ static int http_call(const char *method, const char *url, const char *body,
 
 /* ---- endpoints ----------------------------------------------------------- */
 
-struct endpoints {
-    char *url[TENT_META_MAX_ENDPOINTS]; /* without a trailing '/' */
-    int n, cur, timeout_ms;
-};
+static void endpoints_free(struct endpoints *s)
+{
+    for (int i = 0; i < s->n; i++)
+        free(s->url[i]);
+    s->n = 0;
+    free(s->ca);
+    free(s->cert);
+    free(s->key);
+    s->ca = s->cert = s->key = NULL;
+}
 
 static int endpoints_init(struct endpoints *s,
                           const struct tent_meta_kv_conf *c)
 {
     memset(s, 0, sizeof(*s));
     s->timeout_ms = c->timeout_ms;
+    if ((c->tls_ca_file && !(s->ca = strdup(c->tls_ca_file))) ||
+        (c->tls_cert_file && !(s->cert = strdup(c->tls_cert_file))) ||
+        (c->tls_key_file && !(s->key = strdup(c->tls_key_file)))) {
+        endpoints_free(s);
+        return tent_set_error(TENT_ENOMEM, "metadata: out of memory");
+    }
     for (int i = 0; i < c->nendpoints; i++) {
-        const char *ep = c->endpoints[i];
-        bool scheme = strstr(ep, "://") != NULL;
-        size_t len = strlen(ep) + (scheme ? 0 : 7) + 1;
+        const char *ep = c->endpoints[i], *scheme = "";
+        /* etcd:// and etcds:// are spellings of http:// and https:// */
+        if (strncmp(ep, "etcd://", 7) == 0) {
+            scheme = "http://";
+            ep += 7;
+        } else if (strncmp(ep, "etcds://", 8) == 0) {
+            scheme = "https://";
+            ep += 8;
+        } else if (!strstr(ep, "://")) {
+            scheme = "http://";
+        } else if (strncmp(ep, "http://", 7) != 0 &&
+                   strncmp(ep, "https://", 8) != 0) {
+            int rc = tent_set_error(TENT_ECONFIG,
+                                    "config key 'metadata_servers': '%s' is "
+                                    "not an http:// or https:// URL",
+                                    ep);
+            endpoints_free(s);
+            return rc;
+        }
+        size_t len = strlen(ep) + strlen(scheme) + 1;
         char *u = malloc(len);
         if (!u) {
-            for (int k = 0; k < s->n; k++)
-                free(s->url[k]);
+            endpoints_free(s);
             return tent_set_error(TENT_ENOMEM, "metadata: out of memory");
         }
-        snprintf(u, len, "%s%s", scheme ? "" : "http://", ep);
+        snprintf(u, len, "%s%s", scheme, ep);
         size_t l = strlen(u);
         while (l > 0 && u[l - 1] == '/')
             u[--l] = 0;
         s->url[s->n++] = u;
     }
     return TENT_OK;
-}
-
-static void endpoints_free(struct endpoints *s)
-{
-    for (int i = 0; i < s->n; i++)
-        free(s->url[i]);
-    s->n = 0;
 }
 
 /* Sends the request to the current endpoint, then to each other one while
@@ -165,8 +208,7 @@ static int endpoints_call(struct endpoints *s, const char *method,
         snprintf(url, ulen, "%s%s", s->url[i], suffix);
         char *r = NULL;
         long st = 0;
-        int rc =
-            http_call(method, url, body, blen, json, s->timeout_ms, &st, &r);
+        int rc = http_call(s, method, url, body, blen, json, &st, &r);
         free(url);
         if (rc == TENT_OK && st >= 500) {
             rc = tent_set_error(TENT_EPEER, "metadata server %s answered %ld",
@@ -195,7 +237,8 @@ static int endpoints_call(struct endpoints *s, const char *method,
 struct etcd {
     struct endpoints ep;
     int ttl_s;
-    char lease[32]; /* decimal lease ID, "" = none granted */
+    char lease[32];    /* decimal lease ID, "" = none granted */
+    char *user, *pass; /* etcd auth, or NULL */
 };
 
 static int etcd_create(const struct tent_meta_kv_conf *c, void **out)
@@ -209,6 +252,13 @@ static int etcd_create(const struct tent_meta_kv_conf *c, void **out)
         return rc;
     }
     s->ttl_s = c->ttl_s;
+    if (c->username && (!(s->user = strdup(c->username)) ||
+                        !(s->pass = strdup(c->password ? c->password : "")))) {
+        free(s->user);
+        endpoints_free(&s->ep);
+        free(s);
+        return tent_set_error(TENT_ENOMEM, "metadata: out of memory");
+    }
     *out = s;
     return TENT_OK;
 }
@@ -219,13 +269,19 @@ static void etcd_destroy(void *st)
     if (!s)
         return;
     endpoints_free(&s->ep);
+    free(s->user);
+    if (s->pass) /* do not leave the password in freed memory */
+        explicit_bzero(s->pass, strlen(s->pass));
+    free(s->pass);
+    explicit_bzero(s->ep.auth, sizeof(s->ep.auth));
     free(s);
 }
 
 /* POSTs a JSON body to an etcd gateway path and parses the JSON answer.
  * An answer with an "error" member (or a non-2xx status) is TENT_EIO with
  * the server's message. */
-static int etcd_post(struct etcd *s, const char *path, cJSON *req, cJSON **out)
+static int etcd_post_once(struct etcd *s, const char *path, cJSON *req,
+                          cJSON **out)
 {
     char *body = cJSON_PrintUnformatted(req);
     if (!body)
@@ -258,6 +314,65 @@ static int etcd_post(struct etcd *s, const char *path, cJSON *req, cJSON **out)
     free(resp);
     *out = j;
     return TENT_OK;
+}
+
+/* POST /v3/auth/authenticate; the token goes into every later request's
+ * Authorization header.  A refusal is TENT_ECONFIG (wrong credentials do not
+ * heal by retrying). */
+static int etcd_authenticate(struct etcd *s)
+{
+    s->ep.auth[0] = 0;
+    cJSON *req = cJSON_CreateObject(), *ans = NULL;
+    if (!req || !cJSON_AddStringToObject(req, "name", s->user) ||
+        !cJSON_AddStringToObject(req, "password", s->pass)) {
+        cJSON_Delete(req);
+        return tent_set_error(TENT_ENOMEM, "metadata: out of memory");
+    }
+    int rc = etcd_post_once(s, "/v3/auth/authenticate", req, &ans);
+    cJSON_Delete(req);
+    if (rc == TENT_EIO)
+        return tent_set_error(TENT_ECONFIG,
+                              "etcd refused user '%s' (config keys "
+                              "'metadata_username', 'metadata_password'): %s",
+                              s->user, tent_last_error());
+    if (rc)
+        return rc;
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(ans, "token");
+    if (!cJSON_IsString(tok) || !tok->valuestring[0] ||
+        strlen(tok->valuestring) + 16 > sizeof(s->ep.auth)) {
+        cJSON_Delete(ans);
+        return tent_set_error(TENT_EPROTO,
+                              "etcd %s: authentication of user '%s' answered "
+                              "no usable token",
+                              s->ep.url[s->ep.cur], s->user);
+    }
+    snprintf(s->ep.auth, sizeof(s->ep.auth), "Authorization: %s",
+             tok->valuestring);
+    cJSON_Delete(ans);
+    return TENT_OK;
+}
+
+/* etcd_post_once with a token when auth is configured: authenticates first
+ * when there is no token, and once more when the server rejects the token
+ * (it expired, or the server restarted). */
+static int etcd_post(struct etcd *s, const char *path, cJSON *req, cJSON **out)
+{
+    if (!s->user)
+        return etcd_post_once(s, path, req, out);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int rc = s->ep.auth[0] ? TENT_OK : etcd_authenticate(s);
+        if (rc)
+            return rc;
+        rc = etcd_post_once(s, path, req, out);
+        if (rc == TENT_EIO && attempt == 0 &&
+            (strstr(tent_last_error(), "invalid auth token") ||
+             strstr(tent_last_error(), "auth store is old"))) {
+            s->ep.auth[0] = 0;
+            continue;
+        }
+        return rc;
+    }
+    return TENT_EIO;
 }
 
 static int etcd_grant(struct etcd *s)

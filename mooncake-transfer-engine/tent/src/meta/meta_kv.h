@@ -21,8 +21,15 @@ struct tent_meta_kv_conf {
     int nendpoints;
     int ttl_s;            /* lease / expiry of put keys */
     int timeout_ms;       /* per request */
-    const char *password; /* redis AUTH, or NULL */
+    const char *username; /* etcd user / redis ACL user, or NULL */
+    const char *password; /* etcd user's / redis AUTH password, or NULL */
     int db;               /* redis SELECT */
+    /* PEM files for https endpoints (etcd, http), or NULL: the CA that
+     * signed the server's certificate, and this client's certificate and
+     * key (both or neither). */
+    const char *tls_ca_file;
+    const char *tls_cert_file;
+    const char *tls_key_file;
 };
 
 struct tent_meta_kv_ops {

@@ -1,7 +1,8 @@
 /* Redis backend of the metadata service (hiredis): SET key value EX ttl,
  * GET, DEL, and EXPIRE to refresh (0 = the key is gone: put it again).
- * Optional AUTH password and SELECT db from the configuration.  Endpoints
- * are "host[:port]" (default port 6379), "redis://" accepted. */
+ * Optional AUTH ([user] password) and SELECT db from the configuration.
+ * Endpoints are "host[:port]" (default port 6379), "redis://" accepted;
+ * "rediss://" is refused: the hiredis in Debian (0.14) has no TLS. */
 #include "common/error.h"
 #include "common/log.h"
 #include "meta/meta_kv.h"
@@ -17,12 +18,14 @@ struct rkv {
     int port[TENT_META_MAX_ENDPOINTS];
     int n, cur;
     int ttl_s, timeout_ms, db;
-    char *password;
+    char *username, *password;
     redisContext *ctx; /* NULL = not connected */
 };
 
 static int parse_ep(const char *ep, char *host, size_t cap, int *port)
 {
+    if (strncmp(ep, "rediss://", 9) == 0)
+        return TENT_ENOTSUP; /* TLS: hiredis 0.14 has none */
     if (strncmp(ep, "redis://", 8) == 0)
         ep += 8;
     const char *colon = strrchr(ep, ':');
@@ -61,8 +64,17 @@ static int rkv_create(const struct tent_meta_kv_conf *c, void **out)
     if (!s)
         return tent_set_error(TENT_ENOMEM, "metadata: out of memory");
     for (int i = 0; i < c->nendpoints; i++) {
-        if (parse_ep(c->endpoints[i], s->host[i], sizeof(s->host[i]),
-                     &s->port[i])) {
+        int prc = parse_ep(c->endpoints[i], s->host[i], sizeof(s->host[i]),
+                           &s->port[i]);
+        if (prc == TENT_ENOTSUP) {
+            free(s);
+            return tent_set_error(TENT_ENOTSUP,
+                                  "config key 'metadata_servers': '%s': redis "
+                                  "over TLS is not supported (the hiredis this "
+                                  "library is built with has no TLS)",
+                                  c->endpoints[i]);
+        }
+        if (prc) {
             free(s);
             return tent_set_error(TENT_ECONFIG,
                                   "config key 'metadata_servers': '%s' is not "
@@ -74,7 +86,9 @@ static int rkv_create(const struct tent_meta_kv_conf *c, void **out)
     s->ttl_s = c->ttl_s;
     s->timeout_ms = c->timeout_ms;
     s->db = c->db;
-    if (c->password && *c->password && !(s->password = strdup(c->password))) {
+    if ((c->password && *c->password && !(s->password = strdup(c->password))) ||
+        (c->username && *c->username && !(s->username = strdup(c->username)))) {
+        free(s->password);
         free(s);
         return tent_set_error(TENT_ENOMEM, "metadata: out of memory");
     }
@@ -95,7 +109,10 @@ static void rkv_destroy(void *st)
     if (!s)
         return;
     rkv_disconnect(s);
+    if (s->password)
+        explicit_bzero(s->password, strlen(s->password));
     free(s->password);
+    free(s->username);
     free(s);
 }
 
@@ -140,8 +157,11 @@ static int connect_one(struct rkv *s, int i)
     redisReply *r = NULL;
     int rc = TENT_OK;
     if (s->password) {
-        const char *argv[] = {"AUTH", s->password};
-        rc = raw_cmd(s, 2, argv, NULL, &r);
+        /* Redis 6 ACL form "AUTH user pass", or the requirepass form */
+        const char *argv[] = {"AUTH", s->username, s->password};
+        if (!s->username)
+            argv[1] = s->password;
+        rc = raw_cmd(s, s->username ? 3 : 2, argv, NULL, &r);
         freeReplyObject(r);
         r = NULL;
     }

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -165,6 +166,86 @@ static int get_int(const struct tent_config *cfg, const char *key, int64_t def,
     return TENT_OK;
 }
 
+/* A PEM file named by config key `key`: it must be a readable regular file;
+ * a private key must not be readable by group or others (a key that others
+ * can read is no longer a credential, so it is refused rather than used). */
+static int check_file(const char *key, const char *path, bool secret)
+{
+    struct stat st;
+    if (!*path)
+        return tent_set_error(TENT_ECONFIG, "config key '%s' is empty", key);
+    if (stat(path, &st) != 0 || access(path, R_OK) != 0)
+        return tent_set_error(TENT_ECONFIG,
+                              "config key '%s': cannot read '%s': %s", key,
+                              path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return tent_set_error(TENT_ECONFIG,
+                              "config key '%s': '%s' is not a regular file",
+                              key, path);
+    if (secret && (st.st_mode & 077))
+        return tent_set_error(
+            TENT_ECONFIG,
+            "config key '%s': private key '%s' is readable or "
+            "writable by group or others (mode %04o); "
+            "chmod 600 it",
+            key, path, (unsigned)(st.st_mode & 07777));
+    return TENT_OK;
+}
+
+/* metadata_username / metadata_tls_*_file.  The TLS files apply to https
+ * endpoints of etcd and http; hiredis as Debian ships it (0.14) has no TLS,
+ * so redis refuses them instead of silently talking in clear. */
+static int read_credentials(struct tent_meta *m)
+{
+    const struct tent_config *cfg = m->env.cfg;
+    struct tent_meta_kv_conf *c = &m->conf;
+    int rc =
+        tent_config_get_string(cfg, "metadata_username", NULL, &c->username);
+    if (!rc)
+        rc = tent_config_get_string(cfg, "metadata_tls_ca_file", NULL,
+                                    &c->tls_ca_file);
+    if (!rc)
+        rc = tent_config_get_string(cfg, "metadata_tls_cert_file", NULL,
+                                    &c->tls_cert_file);
+    if (!rc)
+        rc = tent_config_get_string(cfg, "metadata_tls_key_file", NULL,
+                                    &c->tls_key_file);
+    if (rc)
+        return rc;
+    if (c->username && !*c->username)
+        return tent_set_error(TENT_ECONFIG, "config key 'metadata_username' is "
+                                            "empty");
+    if (c->username && (!c->password || !*c->password))
+        return tent_set_error(TENT_ECONFIG,
+                              "config key 'metadata_username' needs "
+                              "'metadata_password'");
+    if (strcmp(m->type, "etcd") == 0 && c->password && !c->username)
+        return tent_set_error(TENT_ECONFIG,
+                              "config key 'metadata_password': etcd needs "
+                              "'metadata_username' too");
+    if (!c->tls_cert_file != !c->tls_key_file)
+        return tent_set_error(TENT_ECONFIG, "config key '%s' needs '%s' too",
+                              c->tls_cert_file ? "metadata_tls_cert_file"
+                                               : "metadata_tls_key_file",
+                              c->tls_cert_file ? "metadata_tls_key_file"
+                                               : "metadata_tls_cert_file");
+    bool tls = c->tls_ca_file || c->tls_cert_file;
+    if (tls && strcmp(m->type, "redis") == 0)
+        return tent_set_error(TENT_ENOTSUP,
+                              "config key '%s': redis over TLS is not "
+                              "supported (the hiredis this library is built "
+                              "with has no TLS)",
+                              c->tls_ca_file ? "metadata_tls_ca_file"
+                                             : "metadata_tls_cert_file");
+    if (c->tls_ca_file)
+        rc = check_file("metadata_tls_ca_file", c->tls_ca_file, false);
+    if (!rc && c->tls_cert_file)
+        rc = check_file("metadata_tls_cert_file", c->tls_cert_file, false);
+    if (!rc && c->tls_key_file)
+        rc = check_file("metadata_tls_key_file", c->tls_key_file, true);
+    return rc;
+}
+
 static int read_conf(struct tent_meta *m)
 {
     const struct tent_config *cfg = m->env.cfg;
@@ -189,7 +270,9 @@ static int read_conf(struct tent_meta *m)
                               sizeof(m->prefix) - 1);
     snprintf(m->prefix, sizeof(m->prefix), "%s", prefix);
     m->conf.password = pw; /* lives in the config, used during create only */
-    rc = read_endpoints(cfg, m->type, &m->conf);
+    rc = read_credentials(m);
+    if (!rc)
+        rc = read_endpoints(cfg, m->type, &m->conf);
     if (rc)
         return rc;
     size_t l = 0;

@@ -5,8 +5,10 @@ GET /<any path>?key=K     -> 200 and the stored value, 404 when absent
 PUT /<any path>?key=K     -> stores the request body, 200
 DELETE /<any path>?key=K  -> 200 (404 when absent)
 
-Usage: http_meta_server.py PORT  (binds 127.0.0.1; prints "ready" once
-listening).  State lives in memory only: a restart forgets every key."""
+Usage: http_meta_server.py PORT [CERT KEY [CA]]  (binds 127.0.0.1; prints
+"ready" once listening).  With CERT and KEY it serves https; with CA too it
+requires a client certificate signed by CA.  State lives in memory only: a restart forgets every key."""
+import ssl
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -71,6 +73,13 @@ def main():
     port = int(sys.argv[1])
     srv = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     srv.daemon_threads = True
+    if len(sys.argv) >= 4:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(sys.argv[2], sys.argv[3])
+        if len(sys.argv) >= 5:
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.load_verify_locations(sys.argv[4])
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     print("ready", flush=True)
     srv.serve_forever()
 
