@@ -161,8 +161,8 @@ static int poll_task(struct tent_engine *e, struct tent_batch *b, size_t i,
     /* a task merged into another's request reads that one's slot */
     struct tent_task *lead = &b->tasks[t->lead];
     if (t->state != STATUS_PENDING || lead->busy)
-        return TENT_OK; /* another thread is asking about that slot now */
-    int xi = t->xport;
+        return TENT_OK;     /* another thread is asking about that slot now */
+    int xi = (int)t->xport; /* >= 0: PENDING has a transport */
     struct tent_transport *tr = e->xports[xi];
     struct tent_sub_batch *sb = b->subs[xi];
     struct tent_xfer_status st = {0};

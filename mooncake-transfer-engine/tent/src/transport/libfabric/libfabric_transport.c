@@ -692,8 +692,8 @@ static int lf_install_inner(struct tent_transport *t)
                                        50, 1, 100000, &idle_us);
     if (rc)
         return rc;
-    if (strcmp(progress, "auto") && strcmp(progress, "wait") &&
-        strcmp(progress, "poll"))
+    if (strcmp(progress, "auto") != 0 && strcmp(progress, "wait") != 0 &&
+        strcmp(progress, "poll") != 0)
         return tent_set_error(TENT_ECONFIG,
                               "transports/libfabric/progress '%s' is not "
                               "auto, wait or poll",

@@ -1257,7 +1257,7 @@ static int nics_setup(struct tcp_transport *t)
 {
     const struct tent_xport_env *env = t->base.env;
     struct tent_nic all[MAX_NICS * 2];
-    size_t nall = tent_nics_list(all, MAX_NICS * 2);
+    size_t nall = tent_nics_list(all, (size_t)MAX_NICS * 2);
     /* its kind was checked by tcp_install */
     const cJSON *want = tent_config_node(env->cfg, "transports/tcp/nics");
     if (want && !cJSON_IsString(want) && !cJSON_IsArray(want))
