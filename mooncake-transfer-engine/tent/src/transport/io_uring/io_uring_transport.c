@@ -456,21 +456,25 @@ static void on_sync(struct iou_ring *r, struct iou_sync *s, int res)
         res = -fe;
     if (res < 0)
         tent_fio_sync_failed(s->file, -res);
+    /* The failed tasks are published last: once a task of the file is
+     * terminal its segment may be closed and s freed (remove_file), so
+     * nothing of s or its file is read after the first publish. */
+    struct tlist bad = {0};
     while (s->flying.head) {
         struct iou_task *k = tl_pop(&s->flying);
         struct tent_xerr *lost =
             res < 0 ? NULL : tent_fio_sync_check(IOU, s->file, k->off, k->len);
         if (lost)
-            fail_task(r, k, lost); /* an earlier fdatasync lost pages */
+            k->err = lost; /* an earlier fdatasync lost pages */
         else if (res < 0)
-            fail_task(r, k,
-                      tent_xerr_new(TENT_EIO, -res,
-                                    "io_uring: fdatasync of file '%s' after "
-                                    "a write of %llu bytes at offset %llu "
-                                    "failed: %s",
-                                    s->file->path, (unsigned long long)k->len,
-                                    (unsigned long long)k->off,
-                                    strerror(-res)));
+            k->err = tent_xerr_new(TENT_EIO, -res,
+                                   "io_uring: fdatasync of file '%s' after "
+                                   "a write of %llu bytes at offset %llu "
+                                   "failed: %s",
+                                   s->file->path, (unsigned long long)k->len,
+                                   (unsigned long long)k->off, strerror(-res));
+        if (k->err)
+            tl_push(&bad, k);
         else
             tl_push(&r->ready, k);
     }
@@ -479,6 +483,8 @@ static void on_sync(struct iou_ring *r, struct iou_sync *s, int res)
         s->next_dirty = r->dirty;
         r->dirty = s;
     }
+    for (struct iou_task *k; (k = tl_pop(&bad));)
+        fail_task(r, k, k->err);
 }
 
 /* Starts one fdatasync per file with writes waiting for one: one per file
