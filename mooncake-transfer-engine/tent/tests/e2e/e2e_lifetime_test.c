@@ -94,7 +94,13 @@ static void one_life(tent_engine_t e, uint8_t *src, size_t len, bool shm,
     struct e2e_peer p;
     assert_int_equal(e2e_peer_start(&p, len, shm, !shm), 0);
     tent_segment_id_t seg;
-    assert_int_equal(tent_open_segment(e, &seg, p.name), 0);
+    if (tent_open_segment(e, &seg, p.name) != 0) {
+        /* say why, and leave no peer behind to hold the run up */
+        char why[512];
+        snprintf(why, sizeof(why), "%s", tent_last_error());
+        e2e_peer_kill(&p);
+        fail_msg("opening restarted peer '%s': %s", p.name, why);
+    }
     e2e_pattern_fill(src, len, seed);
     const size_t chunk = 4u << 20;
     size_t n = (len + chunk - 1) / chunk;
@@ -132,6 +138,9 @@ static void one_life(tent_engine_t e, uint8_t *src, size_t len, bool shm,
 static void churn(bool shm, size_t len, int n)
 {
     e2e_config(shm, !shm);
+    /* a descriptor fetch from a peer that just started, beside other
+     * suites under a sanitizer, may take longer than the default 3 s */
+    tent_set_config("rpc_timeout_ms", "15000");
     tent_engine_t e = tent_create_engine();
     assert_non_null(e);
     void *src;
