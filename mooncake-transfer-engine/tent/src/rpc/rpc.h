@@ -64,6 +64,12 @@ int tent_rpc_server_handle(struct tent_rpc_server *s, uint8_t type,
 /* Receives exactly n body bytes into buf within the frame's deadline.  0,
  * or -1 when the connection must be dropped (closed, timed out, stopping). */
 int tent_rpc_conn_recv(struct tent_rpc_conn *c, void *buf, size_t n);
+/* As tent_rpc_conn_recv, for bytes that land in memory: refuses (-1) once
+ * the client has hung up or reset the connection, whatever it sent before.
+ * An initiator that gives up on a frame (its deadline passed while this
+ * process did not run) aborts the connection before it reports the failure,
+ * so what it abandoned never lands after that report. */
+int tent_rpc_conn_land(struct tent_rpc_conn *c, void *buf, size_t n);
 /* Receives and discards n body bytes; 0 or -1 as tent_rpc_conn_recv. */
 int tent_rpc_conn_drain(struct tent_rpc_conn *c, uint64_t n);
 /* Answers frame seq with status (0 or a negative TENT_E* code) and len

@@ -125,6 +125,9 @@
 
 #define IOBUF      65536 /* per-connection input and output buffers */
 #define DIRECT_MIN 16384 /* larger reads bypass the input buffer */
+/* While bytes land in memory, the client's hang-up is looked for again
+ * after a pause this long (the process may have been stopped) */
+#define LAND_CHECK_MS 2
 /* a frame's header and a READ/WRITE prefix */
 #define FIRST_READ (TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN)
 _Static_assert(FIRST_READ <= DIRECT_MIN && DIRECT_MIN <= IOBUF,
@@ -337,6 +340,18 @@ static int flush_out(struct tent_rpc_conn *c)
     return srv_send(c, &iov, 1);
 }
 
+/* Whether the client hung up (FIN) or reset (RST) the connection: the
+ * kernel says so while bytes it sent before are still queued. */
+static bool client_gone(struct tent_rpc_conn *c)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+        return false;
+    LOG_DEBUG("rpc: %s: hung up inside a frame; refusing what it sent",
+              c->peer);
+    return true;
+}
+
 /* Receives exactly n bytes of the frame being served, which fails once the
  * frame's deadline passes, however slowly bytes keep coming.  A large body
  * (DIRECT_MIN or more) goes straight into buf, and each receive of it also
@@ -344,12 +359,19 @@ static int flush_out(struct tent_rpc_conn *c)
  * and READ/WRITE prefix, when its client has sent them): the worker then
  * has the next request without another system call, and none of the body
  * is copied twice.  0, or -1 when the connection must be dropped. */
-static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n)
+static int srv_recv_as(struct tent_rpc_conn *c, void *buf, size_t n, bool land)
 {
     char *p = buf;
     int ticks = 0;
     size_t got = 0;
+    long long checked = 0;
     while (got < n) {
+        if (land) {
+            long long now = tent_now_ms();
+            if ((!checked || now - checked >= LAND_CHECK_MS) && client_gone(c))
+                return -1;
+            checked = now;
+        }
         if (c->in_pos < c->in_len) {
             size_t k = c->in_len - c->in_pos;
             if (k > n - got)
@@ -377,7 +399,7 @@ static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n)
             iov[0] = (struct iovec){c->in, sizeof(c->in)};
             m.msg_iovlen = 1;
         }
-        ssize_t r = recvmsg(c->fd, &m, 0);
+        ssize_t r = recvmsg(c->fd, &m, land ? MSG_DONTWAIT : 0);
         if (r > 0) {
             add_bytes(c, (uint64_t)r);
             if (n < DIRECT_MIN) {
@@ -399,10 +421,28 @@ static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return -1;
+        if (land) {
+            /* wait as the socket's timeout would, seeing a hang-up too */
+            struct pollfd pf = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+            int pr = poll(&pf, 1, IO_TICK_MS);
+            if (pr < 0 && errno != EINTR)
+                return -1;
+            if (pr > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                return -1;
+            if (pr > 0) {
+                checked = tent_now_ms();
+                continue;
+            }
+        }
         if (++ticks >= MID_FRAME_TICKS)
             return -1;
     }
     return 0;
+}
+
+static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n)
+{
+    return srv_recv_as(c, buf, n, false);
 }
 
 /* Whether in[] starts with the whole header of a frame whose body is large
@@ -532,6 +572,11 @@ static int drain(struct tent_rpc_conn *c, uint64_t n)
 int tent_rpc_conn_recv(struct tent_rpc_conn *c, void *buf, size_t n)
 {
     return srv_recv(c, buf, n);
+}
+
+int tent_rpc_conn_land(struct tent_rpc_conn *c, void *buf, size_t n)
+{
+    return srv_recv_as(c, buf, n, true);
 }
 
 int tent_rpc_conn_drain(struct tent_rpc_conn *c, uint64_t n)

@@ -40,6 +40,16 @@ void tcp_conn_close(struct tcp_conn *c)
     c->nb.pos = c->nb.len = 0; /* nothing carries over connections */
 }
 
+void tcp_conn_abort(struct tcp_conn *c)
+{
+    if (c->fd >= 0) {
+        /* a reset goes out at once, even ahead of unsent bytes */
+        struct linger l = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    }
+    tcp_conn_close(c);
+}
+
 /* Between windows nothing is due from the server, so anything readable
  * means it closed the connection (its idle timeout, or an eviction). */
 bool tcp_conn_closed_while_idle(struct tcp_conn *c)

@@ -88,6 +88,10 @@ struct tcp_conn {
 
 struct tcp_conn *tcp_conn_new(void);
 void tcp_conn_close(struct tcp_conn *c);
+/* Closes with a reset, for a connection whose window failed: the target
+ * refuses what it still holds of it (tent_rpc_conn_land) once the reset is
+ * in, which it is before the failure is reported. */
+void tcp_conn_abort(struct tcp_conn *c);
 /* Whether the server has closed an idle connection. */
 bool tcp_conn_closed_while_idle(struct tcp_conn *c);
 /* Connects to host:port from src ("" = the kernel's choice), non-blocking

@@ -86,7 +86,7 @@ static int serve_write(void *ctx, struct tent_rpc_conn *c,
         return tent_rpc_conn_send_resp(c, h->seq, st, NULL, 0);
     }
     TENT_USER_IO_BEGIN();
-    int rc = tent_rpc_conn_recv(c, (void *)(uintptr_t)rw.addr, rw.length);
+    int rc = tent_rpc_conn_land(c, (void *)(uintptr_t)rw.addr, rw.length);
     TENT_USER_IO_END();
     env->unpin_local(env->ctx, &pin);
     if (rc)

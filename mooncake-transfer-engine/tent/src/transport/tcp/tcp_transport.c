@@ -722,7 +722,7 @@ static void *worker_main(void *arg)
                      r->addr, tent_last_error(), n);
             char why[512];
             snprintf(why, sizeof(why), "%s", tent_last_error());
-            tcp_conn_close(c);
+            tcp_conn_abort(c);
             struct slice *rest = take_queue_at_failure(r);
             struct slice *fence = NULL;
             window_finish(r, c, rc, native, low, wbytes, &fence, false);
@@ -769,7 +769,7 @@ static void lend_finish(struct tcp_rail *r, int w, int rc, int native)
         LOG_WARN("tcp: rail %s: %s; %d slice(s) go elsewhere or fail", r->addr,
                  tent_last_error(), c->n);
         snprintf(why, sizeof(why), "%s", tent_last_error());
-        tcp_conn_close(c);
+        tcp_conn_abort(c);
         rest = take_queue_at_failure(r);
     }
     /* lent windows to a peer with several rails are reads (pend_flush):
