@@ -87,21 +87,6 @@ static int g_skipped;
 static const struct {
     const char *xport, *test, *bug;
 } known_bugs[] = {
-    /* memfabric reports a range its target unregistered (or made LOCAL)
-     * after the descriptor was fetched as the vendor's refusal
-     * (TENT_EVENDOR, "smem_trans result -2000"), where tcp and shm fetch
-     * the descriptor again and report TENT_ERANGE / TENT_EPERM: the
-     * runtime refetches only for a stale-range cause (batch_poll.c's
-     * stale_descriptor_cause), which TENT_EVENDOR is not, and the
-     * transport maps every failed vendor batch to TENT_EVENDOR. */
-    {"memfabric", "test_fail_unregistered_since",
-     "memfabric: a range unregistered since fails with TENT_EVENDOR, not "
-     "TENT_ERANGE after a refetch"},
-    {"memfabric", "test_fail_made_read_only_since",
-     "memfabric: a buffer made read-only since fails writes and reads with "
-     "TENT_EVENDOR (the refetched descriptor would give TENT_EPERM, and "
-     "TENT_ENOTRANSPORT for reads: the vendor ABI has no read-only "
-     "registration)"},
     /* memfabric_transport.c keeps a down list per engine: mf_host reports
      * a peer that stalled past MF_TRANSFER_TIMEOUT (host_tcp) as down, and
      * it is refused for good, though alive; "a restarted peer comes back
@@ -110,9 +95,6 @@ static const struct {
     {"memfabric", "test_stalled_peer",
      "memfabric: a peer stopped past MF_TRANSFER_TIMEOUT stays marked down "
      "once it runs again: every request fails with TENT_EPEER 'went down'"},
-    {"memfabric", "test_fail_made_local_since",
-     "memfabric: a buffer made LOCAL since fails with TENT_EVENDOR, not "
-     "TENT_EPERM after a refetch"},
 };
 static const char *g_bug; /* the running case's known bug, or NULL */
 static bool g_bug_seen;   /* and it showed */
