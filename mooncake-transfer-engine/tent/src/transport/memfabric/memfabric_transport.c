@@ -14,15 +14,8 @@
  *  - quiesce() stops submissions for good and polls through the same path
  *    until every vendor batch has a result or MF_TRANSFER_TIMEOUT expires;
  *    a timeout completes nothing and cancels nothing.
- *
- * transports/memfabric/status_query_abi = 3 calls the fork's three-argument
- * query instead (0 done, 1 pending, else failed): there a query error
- * cannot be told from a failed batch, and both fail its tasks.
- *
- * Direction convention of smem_trans_batch_copy (see smem_trans_abi.h):
- * srcList always holds local addresses and destList remote addresses of the
- * peer named by destUrl; WRITE copies srcList[i] -> destList[i], READ copies
- * destList[i] -> srcList[i]. */
+ * (transports/memfabric/status_query_abi = 3: the fork's three-argument
+ * query, at poll_vendor_batch_locked.) */
 #include "transport/memfabric/memfabric_transport.h"
 
 #include "common/clock.h"
@@ -529,8 +522,9 @@ static int poll_vendor_batch_locked(struct memfabric_transport *mf,
     int32_t result = 0;
     int32_t rc;
     if (mf->set.status_query_abi == 3) {
-        /* 0 done, 1 pending, else failed: the code is the batch's result
-         * (this form cannot tell a query error from a failed batch). */
+        /* The fork's three-argument query: 0 done, 1 pending, else failed,
+         * the code being the batch's result (this form cannot tell a query
+         * error from a failed batch: both fail its tasks). */
         rc = memfabric_smem_trans_batch_status_query3(mf->handle, vb->batch_id,
                                                       0);
         if (rc != SM_QUERY3_DONE && rc != SM_QUERY3_PENDING) {
@@ -695,7 +689,10 @@ static int reserve_vb_locked(struct memfabric_sub_batch *s)
 }
 
 /* Issues one smem_trans_batch_copy for the requests of group g (those i with
- * gidx[i] == g); sets their results. */
+ * gidx[i] == g); sets their results.  Direction (smem_trans_abi.h): srcList
+ * always holds local addresses and destList remote addresses of the peer
+ * named by destUrl; WRITE copies srcList[i] -> destList[i], READ copies
+ * destList[i] -> srcList[i]. */
 static void issue_group_locked(struct memfabric_transport *mf,
                                struct memfabric_sub_batch *s,
                                const struct tent_xfer *reqs, size_t n,
