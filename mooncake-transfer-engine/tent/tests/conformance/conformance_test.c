@@ -87,14 +87,15 @@ static int g_skipped;
 static const struct {
     const char *xport, *test, *bug;
 } known_bugs[] = {
-    /* memfabric_transport.c keeps a down list per engine: mf_host reports
-     * a peer that stalled past MF_TRANSFER_TIMEOUT (host_tcp) as down, and
-     * it is refused for good, though alive; "a restarted peer comes back
-     * under a new id" holds, a resumed one does not.  (host_shm copies
-     * without the peer and never sees it stall.) */
+    /* mf_host reports a peer that stalled past MF_TRANSFER_TIMEOUT
+     * (host_tcp) as down; memfabric marks the peer's handle and refuses it
+     * until the handle is closed (the segment closed, a new incarnation),
+     * though the peer runs again.  A restarted peer comes back under a new
+     * id; a resumed one needs the vendor to say it is back, which the ABI
+     * has no call for.  (host_shm copies without the peer.) */
     {"memfabric", "test_stalled_peer",
      "memfabric: a peer stopped past MF_TRANSFER_TIMEOUT stays marked down "
-     "once it runs again: every request fails with TENT_EPEER 'went down'"},
+     "once it runs again, until its segment is opened again"},
 };
 static const char *g_bug; /* the running case's known bug, or NULL */
 static bool g_bug_seen;   /* and it showed */
