@@ -711,9 +711,10 @@ static int run_begin(struct shm_transport *t, const struct tent_xfer *x,
     pthread_mutex_lock(&t->lock);
     struct shm_proc *p = &sp->proc;
     rc = proc_ctl_locked(sp, x->target->name);
-    pthread_mutex_unlock(&t->lock);
-    if (rc)
+    if (rc) {
+        pthread_mutex_unlock(&t->lock);
         return rc;
+    }
     long pid = sp->pid;
     /* Marked before the check, so the owner either sees this run or we see
      * its revocation; the entry it reads stays until the mark ends. */
@@ -721,12 +722,11 @@ static int run_begin(struct shm_transport *t, const struct tent_xfer *x,
     rc = shm_ctl_begin(&p->ctl, idx, gen, write, &ent);
     struct shm_map *m = NULL;
     if (!rc && memfd) {
-        pthread_mutex_lock(&t->lock);
         rc = map_get_locked(t, sp, handle, &ent, write, &m);
         if (!rc)
             atomic_fetch_add(&m->refs, 1);
-        pthread_mutex_unlock(&t->lock);
     }
+    pthread_mutex_unlock(&t->lock);
     if (rc) {
         shm_ctl_end(&p->ctl);
         return rc;
