@@ -258,9 +258,8 @@ void shm_ctl_free(struct shm_ctl_owner *o, uint32_t idx)
  * ---------------------------------------------------------------- */
 
 int shm_ctl_identify(const char *seg, const char *sock_name, long desc_pid,
-                     long *pid, int *pidfd)
+                     int *pidfd)
 {
-    *pid = -1;
     *pidfd = -1;
     if (!sock_name || !*sock_name || strlen(sock_name) > 100)
         return tent_set_error(TENT_ENOTSUP,
@@ -314,7 +313,6 @@ int shm_ctl_identify(const char *seg, const char *sock_name, long desc_pid,
                 pf = (int)syscall(SYS_pidfd_open, (pid_t)cr.pid, 0);
         }
         *pidfd = pf;
-        *pid = rc ? -1 : (long)cr.pid;
     }
     close(s);
     return rc;

@@ -126,14 +126,15 @@ struct shm_ctl_view {
     long pid;
 };
 
-/* The process behind segment seg (named in errors): connects to its
- * control socket sock_name and asks the kernel who listens there, which
- * must be a process of our user and the pid the descriptor publishes
- * (TENT_EPEER otherwise; TENT_ENOTSUP when nothing answers: another
- * network namespace, or a peer of an older layout).  *pidfd gets a pidfd
- * of it (-1 when the kernel has none). */
+/* Checks that desc_pid, the pid segment seg's descriptor publishes, is
+ * the process behind the segment: connects to its control socket
+ * sock_name and asks the kernel who listens there, which must be a
+ * process of our user and desc_pid (TENT_EPERM, TENT_EPEER otherwise,
+ * naming seg; TENT_ENOTSUP when nothing answers: another network
+ * namespace, or a peer of an older layout).  *pidfd gets a pidfd of it
+ * (-1 when the kernel has none). */
 int shm_ctl_identify(const char *seg, const char *sock_name, long desc_pid,
-                     long *pid, int *pidfd);
+                     int *pidfd);
 /* Maps the page published as handle by process pid (from
  * shm_ctl_identify; an engine of this process when it is ours) and takes a
  * slot.  0 or a TENT_E* code (TENT_ENOTSUP when every slot is held by a

@@ -643,12 +643,10 @@ static int proc_ctl_locked(struct shm_peer *sp, const char *name)
         return tent_set_error(
             TENT_ENOTSUP, "shm: segment '%s' publishes no control page", name);
     if (!sp->identified) {
-        long pid;
         int pidfd;
-        int rc = shm_ctl_identify(name, sp->sock_name, sp->pid, &pid, &pidfd);
+        int rc = shm_ctl_identify(name, sp->sock_name, sp->pid, &pidfd);
         if (rc)
             return rc;
-        (void)pid; /* the descriptor's: shm_ctl_identify compared them */
         sp->proc.pidfd = pidfd;
         sp->identified = true;
     }
