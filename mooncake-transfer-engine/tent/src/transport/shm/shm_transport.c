@@ -11,13 +11,17 @@
  * not served.
  *
  * Initiator side: a target is a candidate only when its descriptor's host
- * identity (boot id + hostname) equals ours and it publishes its pid.  A
- * memfd handle is opened once through /proc/<pid>/fd/<fd> (which needs the
+ * identity (boot id + hostname) equals ours and it publishes its pid.  On
+ * first use the kernel must name that pid behind the peer's control socket
+ * (shm_ctl.h), and every copy must lie inside the control entry the owner
+ * wrote for the buffer: the descriptor alone reaches nothing.  A memfd
+ * handle is opened once through /proc/<pid>/fd/<fd> (which needs the
  * same ptrace "read" access as reading the peer's /proc entries, i.e. same
- * user), checked against the published inode so that a recycled fd number
- * is never mistaken for the buffer, mapped MAP_SHARED and cached in the
- * peer's handle (struct shm_peer) until the runtime closes it: the segment
- * was closed or names another incarnation.  "cma" memory uses process_vm_*;
+ * user), checked against the inode and device in the owner's entry so that
+ * neither a recycled fd number nor a forged handle is mistaken for the
+ * buffer, mapped MAP_SHARED and cached in the peer's handle (struct
+ * shm_peer) until the runtime closes it: the segment was closed or names
+ * another incarnation.  "cma" memory uses process_vm_*;
  * when the kernel refuses (Yama ptrace_scope, other user) the request is
  * refused at submit, which touched nothing, and the runtime moves it to the
  * next transport.
