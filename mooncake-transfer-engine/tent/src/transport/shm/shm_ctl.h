@@ -1,39 +1,18 @@
 /* The shm transport's control page: how an owner revokes what it
- * registered from peers that copy into its memory without asking it.
+ * registered from peers that copy into its memory without asking it, and
+ * how they learn what they may touch.
  *
- * Every engine with shm installed keeps one page (a memfd, published as the
- * segment attribute "shm_ctl") that same-host peers map read-write:
- *  - one entry per registered buffer: its generation (odd while it is
- *    registered, even once revoked or free), range and permission; the
- *    descriptor publishes each buffer's entry index and generation
- *    (attribute "shm_reg");
- *  - one slot per initiator process: its pid, the entry it is copying into
- *    or out of now, and a sequence number that is odd during the copy.
- *
- * An initiator marks its slot (entry, then an odd sequence), checks that
- * the entry still has the generation its descriptor published and grants
- * the access, copies, and makes the sequence even again.  An owner revoking
- * an entry first makes its generation even, then waits until no slot shows
- * an odd sequence for that entry.  Both sides use sequentially consistent
- * operations, so either the initiator sees the revocation and touches
- * nothing, or the owner sees the copy and waits for its end: once the
- * revocation returns, no copy into the range is running or can start.  A
- * slot whose process has exited is cleared by whoever meets it (the owner
- * waiting, an initiator looking for a free slot).  A copy the owner stops
- * waiting for (its process stalled mid-copy) is marked broken in the slot
- * before the owner takes the memory away; the initiator reports it FAILED
- * when it finally ends.
- *
- * The page lives in shared memory a peer can write, but so does the memory
- * it guards: the trust boundary is the same user on the same host, as for
- * shm itself.  Everything read from a peer's page is bounds-checked.
- *
- * What a descriptor says is not trusted for the owner's memory (it may come
- * from a rogue peer or a poisoned store): the owner is the process the
- * kernel names behind its control socket (an abstract unix socket, segment
- * attribute "shm_sock": SO_PEERCRED), which must be the pid the descriptor
- * publishes; every copy must lie inside the owner-written entry it names;
- * and a mapped memfd must be the inode the entry names. */
+ * One page per engine (a memfd, attribute "shm_ctl"), mapped read-write by
+ * same-host peers: one entry per served buffer (generation, odd while
+ * registered; range; permission; memfd inode and device) and one slot per
+ * initiator process (pid, the entry it copies now, a sequence number odd
+ * during the copy).  An initiator marks its slot, checks the entry's
+ * generation, range and permission, copies and clears the slot; an owner
+ * revoking an entry makes its generation even and waits for the slots that
+ * show it (sequentially consistent on both sides).  The owner is the
+ * process the kernel names behind its abstract control socket ("shm_sock",
+ * SO_PEERCRED), never the descriptor's pid alone.  Everything read from a
+ * peer's page is bounds-checked.  More: docs/transports/shm.md. */
 #ifndef TENT_TRANSPORT_SHM_CTL_H
 #define TENT_TRANSPORT_SHM_CTL_H
 

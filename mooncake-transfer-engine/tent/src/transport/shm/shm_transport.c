@@ -1,55 +1,16 @@
 /* shm transport: same-host copies without a socket.
  *
  * Owner side (add_buffer): memory from tent_allocate_memory is a memfd
- * mapping; its handle "memfd:<fd>:<inode>" goes into the buffer's attribute
- * "shm" and so into the segment descriptor.  add_buffer also takes a POSIX
- * read lock on the memfd, held for as long as the memory is allocated (the
- * kernel drops it when the memory is freed, its fd closed, or the process
- * exits; children do not inherit it): what the initiator's checks look for.
- * Other registered host memory is published as "cma": a peer reaches it with
- * process_vm_readv/writev. Device memory and PERM_LOCAL_READ_WRITE memory are
- * not served.
- *
- * Initiator side: a target is a candidate only when its descriptor's host
- * identity (boot id + hostname) equals ours and it publishes its pid.  On
- * first use the kernel must name that pid behind the peer's control socket
- * (shm_ctl.h), and every copy must lie inside the control entry the owner
- * wrote for the buffer: the descriptor alone reaches nothing.  A memfd
- * handle is opened once through /proc/<pid>/fd/<fd> (which needs the
- * same ptrace "read" access as reading the peer's /proc entries, i.e. same
- * user), checked against the inode and device in the owner's entry so that
- * neither a recycled fd number nor a forged handle is mistaken for the
- * buffer, mapped MAP_SHARED and cached in the peer's handle (struct
- * shm_peer) until the runtime closes it: the segment was closed or names
- * another incarnation.  "cma" memory uses process_vm_*;
- * when the kernel refuses (Yama ptrace_scope, other user) the request is
- * refused at submit, which touched nothing, and the runtime moves it to the
- * next transport.
- *
- * Copies run synchronously in submit (a memcpy of mapped memory is the
- * fastest thing we could hand to a thread anyway), so quiesce has nothing
- * to wait for.  Submit makes no system call on a cached mapping.  A copy is
- * reported COMPLETED only once a check that started after it found the peer
- * still holding the memory: for a memfd, the peer's POSIX read lock on it
- * (taken by tent_allocate_memory, dropped by the kernel when the memory is
- * freed or the process exits; not inherited by its children) is still
- * there: one F_GETLK on the fd we keep with the mapping (0.4 us here, where
- * a stat of /proc/<pid>/fd/<fd> cost 1.8 us).  Between two engines of one
- * process, whose own locks F_GETLK cannot see, the owner's fd must still
- * name the inode.  For "cma", the peer's pidfd is not readable.
- *
- * Checks are counted per mapping (per peer for cma) with a generation
- * number, so one check vouches for every copy finished before it began: a
- * batch of n requests to one buffer costs one system call at status time,
- * not n.  A failed check is sticky: later copies to that mapping are refused
- * at submit and the mapping is evicted from the cache.
- *
- * Eviction: a mapping is dropped from the cache when a check finds the
- * peer no longer holding the memory (it freed it), and every new
- * mapping of a peer first sweeps that peer's cached mappings the same way,
- * so an initiator's mappings follow what its peers still hold.  A mapping is
- * reference-counted by the cache and by every copy awaiting its check; the
- * last reference unmaps it. */
+ * mapping published as "memfd:<fd>:<inode>" (attribute "shm"), with a POSIX
+ * read lock held while the memory is allocated; other host memory is
+ * published as "cma" (process_vm_readv/writev).  Initiator side: a target
+ * on the same host is identified by the kernel behind its control socket
+ * (shm_ctl.h), every copy must lie inside the entry its owner wrote, and a
+ * memfd is mapped only when it is the entry's inode; mappings are cached in
+ * the peer handle.  Copies run in submit; a copy is COMPLETED once a check
+ * that began after it found the owner still holding the memory (one F_GETLK
+ * per mapping and status round), and a failed check is sticky.  The whole
+ * design: docs/transports/shm.md. */
 #include "common/compiler.h"
 #include "common/error.h"
 #include "common/log.h"
