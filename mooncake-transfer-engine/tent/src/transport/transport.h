@@ -325,10 +325,10 @@ struct tent_xport_env {
      * context). */
     int (*reclaim_pages)(void *ctx, const struct tent_buffer *buf);
 
-    /* Installs (fn NULL: removes) the handler of RPC frame type on the
-     * engine's server (rpc.h tent_rpc_server_handle). */
-    int (*serve_frames)(void *ctx, uint8_t type, tent_rpc_frame_fn fn,
-                        void *fn_ctx);
+    /* Installs (ops NULL: removes) the transport's handler of RPC frame
+     * type on the engine's server (rpc.h tent_rpc_server_handle). */
+    int (*serve_frames)(void *ctx, uint8_t type,
+                        const struct tent_rpc_frame_ops *ops);
     /* The port of the engine's RPC server (the one rpc_addr names; 0 when
      * the engine runs none). */
     uint16_t rpc_port;

@@ -28,6 +28,7 @@
 #include "e2e_peer.h"
 #include "rpc/rpc.h"
 #include "rpc/wire.h"
+#include "transport/tcp/tcp_wire.h"
 #include "tent/transfer_engine.h"
 
 #define LEN     65536u
@@ -115,14 +116,14 @@ static void late_write(uint64_t off, bool begun, bool reset)
     assert_int_equal(e2e_peer_rpc_stats(&g_peer, &st), 0);
     int base = st.open;
 
-    static uint8_t frame[TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN + LEN];
-    tent_wire_encode_hdr(frame, TENT_WIRE_WRITE, 9, TENT_WIRE_RW_LEN + LEN);
-    tent_wire_encode_rw(frame + TENT_WIRE_HDR_LEN, g_peer.rw_base + off, LEN,
+    static uint8_t frame[TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN + LEN];
+    tent_wire_encode_hdr(frame, TCP_WIRE_WRITE, 9, TCP_WIRE_RW_LEN + LEN);
+    tcp_wire_encode_rw(frame + TENT_WIRE_HDR_LEN, g_peer.rw_base + off, LEN,
                         NULL);
-    uint8_t *body = frame + TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN;
+    uint8_t *body = frame + TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN;
     for (size_t i = 0; i < LEN; i++)
         body[i] = (uint8_t)(e2e_pattern(off + i) ^ 0xa5);
-    const size_t head = TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN;
+    const size_t head = TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN;
 
     int fd = connect_peer();
     size_t sent = 0;
@@ -177,11 +178,11 @@ static void test_live_frame_lands(void **state)
 {
     (void)state;
     const uint64_t off = 4 * LEN;
-    static uint8_t frame[TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN + LEN];
-    tent_wire_encode_hdr(frame, TENT_WIRE_WRITE, 7, TENT_WIRE_RW_LEN + LEN);
-    tent_wire_encode_rw(frame + TENT_WIRE_HDR_LEN, g_peer.rw_base + off, LEN,
+    static uint8_t frame[TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN + LEN];
+    tent_wire_encode_hdr(frame, TCP_WIRE_WRITE, 7, TCP_WIRE_RW_LEN + LEN);
+    tcp_wire_encode_rw(frame + TENT_WIRE_HDR_LEN, g_peer.rw_base + off, LEN,
                         NULL);
-    uint8_t *body = frame + TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN;
+    uint8_t *body = frame + TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN;
     for (size_t i = 0; i < LEN; i++)
         body[i] = (uint8_t)(i * 7 + 1);
     int fd = connect_peer();

@@ -143,9 +143,9 @@ void tcp_conn_window(struct tcp_conn *c, struct slice **w, int n,
         mark_window(c, w[0]->prio);
     pace_window(c, pace);
     if (c->hello_due) {
-        tent_wire_encode_hdr(c->hello, TENT_WIRE_HELLO, TCP_HELLO_SEQ,
-                             TENT_WIRE_TOKEN_LEN);
-        tent_wire_encode_token(c->hello + TENT_WIRE_HDR_LEN, c->token);
+        tent_wire_encode_hdr(c->hello, TCP_WIRE_HELLO, TCP_HELLO_SEQ,
+                             TCP_WIRE_TOKEN_LEN);
+        tcp_wire_encode_token(c->hello + TENT_WIRE_HDR_LEN, c->token);
         c->iov[k].iov_base = c->hello;
         c->iov[k++].iov_len = sizeof(c->hello);
         c->hello_due = false;
@@ -155,10 +155,10 @@ void tcp_conn_window(struct tcp_conn *c, struct slice **w, int n,
         struct slice *s = w[i];
         bool wr = s->opcode == OPCODE_WRITE;
         c->w[i] = s;
-        tent_wire_encode_hdr(c->hdrs[i], wr ? TENT_WIRE_WRITE : TENT_WIRE_READ,
-                             (uint32_t)i, TENT_WIRE_RW_LEN + (wr ? s->len : 0));
-        tent_wire_encode_rw(c->hdrs[i] + TENT_WIRE_HDR_LEN, s->remote, s->len,
-                            &c->acc);
+        tent_wire_encode_hdr(c->hdrs[i], wr ? TCP_WIRE_WRITE : TCP_WIRE_READ,
+                             (uint32_t)i, TCP_WIRE_RW_LEN + (wr ? s->len : 0));
+        tcp_wire_encode_rw(c->hdrs[i] + TENT_WIRE_HDR_LEN, s->remote, s->len,
+                           &c->acc);
         c->first_iov[i] = k;
         c->iov[k].iov_base = c->hdrs[i];
         c->iov[k++].iov_len = sizeof(c->hdrs[i]);

@@ -5,8 +5,8 @@
 #define TENT_TRANSPORT_TCP_TCP_CONN_H
 
 #include "net/net.h"
-#include "rpc/wire.h"
 #include "sched/rails.h"
+#include "transport/tcp/tcp_wire.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -48,7 +48,7 @@ struct tcp_conn {
     struct slice *w[WINDOW_SLICES];
     int32_t status[WINDOW_SLICES];
     int first_iov[WINDOW_SLICES]; /* iov index of slice i's header */
-    uint8_t hdrs[WINDOW_SLICES][TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN];
+    uint8_t hdrs[WINDOW_SLICES][TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN];
     struct iovec iov[2 * WINDOW_SLICES + 1];
     int iov_at, iov_n; /* send progress */
     int ri;            /* answers received whole */
@@ -70,7 +70,7 @@ struct tcp_conn {
      * window (hello_due) and its answer comes first (hello_wait). */
     uint64_t token;
     bool hello_due, hello_wait;
-    uint8_t hello[TENT_WIRE_HDR_LEN + TENT_WIRE_TOKEN_LEN];
+    uint8_t hello[TENT_WIRE_HDR_LEN + TCP_WIRE_TOKEN_LEN];
     struct iovec iov_hello;
     /* Each window's class as the socket's SO_PRIORITY (mark_prio, set by
      * the owner), so that a priority-aware qdisc on the way out (pfifo_fast,
@@ -80,7 +80,7 @@ struct tcp_conn {
     int sock_prio;
     /* The access block of every request on this connection: the peer's
      * incarnation its rail was opened for (set by the owner). */
-    struct tent_wire_access acc;
+    struct tcp_wire_access acc;
     /* The socket's SO_MAX_PACING_RATE, bytes/s (0: none): a LOW window
      * may go out paced (tcp_conn_window). */
     uint64_t pace;
