@@ -6,6 +6,7 @@
  * (rpc/, meta/) see only those tables, never the engine. */
 #include "runtime/control.h"
 
+#include "common/auth.h"
 #include "common/compiler.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -172,6 +173,8 @@ int tent_ctrl_start(struct tent_engine *e)
         rc = tent_config_get_string(e->cfg, "metadata_type", "p2p", &mtype);
     if (!rc)
         rc = tent_config_get_string(e->cfg, "local_segment_name", NULL, &lname);
+    if (!rc)
+        rc = tent_auth_from_config(e->cfg, &e->auth);
     if (rc)
         return rc;
     e->rpc_timeout_ms = (int)to;
@@ -188,12 +191,13 @@ int tent_ctrl_start(struct tent_engine *e)
                                   .idle_timeout_ms = (int)idle,
                                   .frame_timeout_ms = (int)frame,
                                   .min_frame_rate = (int)rate,
-                                  .loopback_follow_cpu = follow};
+                                  .loopback_follow_cpu = follow,
+                                  .auth = e->auth};
     snprintf(lim.loopback_cc, sizeof(lim.loopback_cc), "%s", e->loopback_cc);
     int pmin = 0, pmax = 0;
     rc = port_range(e, &pmin, &pmax);
     if (rc)
-        return rc;
+        goto fail_auth;
     if (e->rpc_port == 0 && pmin) {
         /* Mooncake's P2P handshake: a random port of the range, tried
          * again elsewhere when it is taken (500 times, as Mooncake). */
@@ -211,7 +215,7 @@ int tent_ctrl_start(struct tent_engine *e)
                                    &port);
     }
     if (rc)
-        return rc;
+        goto fail_auth;
     e->rpc_port = port;
     char addr[320], pid[24];
     tent_net_format_hostport(addr, sizeof(addr), e->hostname, port);
@@ -262,6 +266,7 @@ int tent_ctrl_start(struct tent_engine *e)
         .describe = rpc_describe,
         .ctx = e,
         .metrics = e->metrics,
+        .auth = e->auth,
     };
     rc = ops->start(&env, &e->meta);
     if (rc)
@@ -274,6 +279,9 @@ int tent_ctrl_start(struct tent_engine *e)
 fail:
     tent_rpc_server_stop(e->rpc);
     e->rpc = NULL;
+fail_auth:
+    tent_auth_free(e->auth);
+    e->auth = NULL;
     return rc;
 }
 

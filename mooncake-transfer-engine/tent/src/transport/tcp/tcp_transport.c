@@ -506,7 +506,8 @@ static void fence_and_move(struct tcp_rail *r, uint64_t token,
         struct tcp_rail *o = p->rails[i];
         if (o == r || !tent_rail_usable(p->rs, i))
             continue;
-        rc = tent_rpc_fence(o->host, o->port, o->src, t->timeout_ms, token);
+        rc = tent_rpc_fence(t->base.env->auth, t->base.env->segment_name,
+                            o->host, o->port, o->src, t->timeout_ms, token);
         if (rc)
             snprintf(fwhy, sizeof(fwhy), "%s", tent_last_error());
         else
@@ -709,7 +710,8 @@ static void *worker_main(void *arg)
             int open_ms = t->timeout_ms;
             if (r->peer->nrails > 1 && t->stall_ms > 0 && t->stall_ms < open_ms)
                 open_ms = t->stall_ms;
-            rc = tcp_conn_open(c, r->host, r->port, r->src, t->loopback_cc,
+            rc = tcp_conn_open(c, t->base.env->auth, t->base.env->segment_name,
+                               r->host, r->port, r->src, t->loopback_cc,
                                open_ms, &native);
         }
         tcp_conn_window(c, w, n, t->timeout_ms, low ? low_window_pace(r) : 0);
