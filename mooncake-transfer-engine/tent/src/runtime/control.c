@@ -285,6 +285,19 @@ fail_auth:
     return rc;
 }
 
+void tent_ctrl_warn_open(struct tent_engine *e)
+{
+    if (e->auth || !e->rpc)
+        return;
+    char rpc[320] = "", nics[1024] = "";
+    tent_segment_attr_copy(e->local, "rpc_addr", rpc, sizeof(rpc));
+    tent_segment_attr_copy(e->local, "tcp_nics", nics, sizeof(nics));
+    LOG_WARN("no cluster secret (%s): the RPC server at %s%s%s serves this "
+             "engine's descriptor and registered memory to anyone who can "
+             "reach it",
+             TENT_AUTH_CONFIG_KEY, rpc, *nics ? " and tcp NICs " : "", nics);
+}
+
 void tent_ctrl_local_changed(struct tent_engine *e)
 {
     if (e->meta)

@@ -272,6 +272,7 @@ tent_engine_t tent_create_engine(void)
     }
     LOG_INFO("engine created: segment '%s', %d transport(s)", e->segment_name,
              e->nxports);
+    tent_ctrl_warn_open(e);
     return e;
 
 fail_rpc:

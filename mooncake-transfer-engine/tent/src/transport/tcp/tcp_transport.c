@@ -1253,8 +1253,11 @@ static bool nic_wanted(const cJSON *want, const struct tent_nic *n)
 
 /* Chooses the NICs served and publishes them, each with a listening
  * address of the engine's RPC server: loopback only for an engine bound to
- * loopback, else the interfaces transports/tcp/nics names (all of them
- * with an address by default) and the one the engine is bound to. */
+ * loopback, else the one the engine is bound to and the interfaces
+ * transports/tcp/nics names.  Without nics, every interface with an address
+ * when the engine has a cluster secret (every connection authenticates),
+ * else the engine's own address alone: naming one address must not open
+ * the others to anyone who reaches them. */
 static int nics_setup(struct tcp_transport *t)
 {
     const struct tent_xport_env *env = t->base.env;
@@ -1283,7 +1286,8 @@ static int nics_setup(struct tcp_transport *t)
         }
     } else {
         t->nics[t->nnics++] = *own;
-        for (size_t i = 0; i < nall && t->nnics < MAX_NICS; i++) {
+        for (size_t i = 0;
+             i < nall && t->nnics < MAX_NICS && (want || env->auth); i++) {
             if (all[i].loopback || &all[i] == own ||
                 (want && !nic_wanted(want, &all[i])))
                 continue;
