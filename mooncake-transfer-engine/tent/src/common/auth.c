@@ -30,12 +30,13 @@ struct tent_auth {
     uint8_t key[TENT_AUTH_SECRET_MAX];
 };
 
-int tent_auth_load(const char *path, struct tent_auth **out)
+/* what: the config key or variable that named path, for messages */
+static int load_from(const char *what, const char *path, struct tent_auth **out)
 {
     *out = NULL;
     if (!path || !*path)
         return tent_set_error(TENT_ECONFIG, "%s: the secret file name is empty",
-                              TENT_AUTH_CONFIG_KEY);
+                              what);
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {
@@ -43,20 +44,19 @@ int tent_auth_load(const char *path, struct tent_auth **out)
         if (fd >= 0)
             close(fd);
         return tent_set_error(TENT_ECONFIG,
-                              "%s: cannot read secret file '%s': %s",
-                              TENT_AUTH_CONFIG_KEY, path, strerror(err));
+                              "%s: cannot read secret file '%s': %s", what,
+                              path, strerror(err));
     }
     int rc = TENT_OK;
     if (!S_ISREG(st.st_mode))
         rc = tent_set_error(TENT_ECONFIG,
-                            "%s: secret file '%s' is not a regular file",
-                            TENT_AUTH_CONFIG_KEY, path);
+                            "%s: secret file '%s' is not a regular file", what,
+                            path);
     else if (st.st_mode & 077)
         rc = tent_set_error(TENT_ECONFIG,
                             "%s: secret file '%s' is readable or writable by "
                             "group or others (mode %04o); chmod 600 it",
-                            TENT_AUTH_CONFIG_KEY, path,
-                            (unsigned)(st.st_mode & 07777));
+                            what, path, (unsigned)(st.st_mode & 07777));
     struct tent_auth *a = rc ? NULL : calloc(1, sizeof(*a));
     if (!rc && !a)
         rc = tent_set_error(TENT_ENOMEM, "secret: out of memory");
@@ -65,19 +65,19 @@ int tent_auth_load(const char *path, struct tent_auth **out)
         char extra;
         if (n < 0)
             rc = tent_set_error(TENT_ECONFIG,
-                                "%s: cannot read secret file '%s': %s",
-                                TENT_AUTH_CONFIG_KEY, path, strerror(errno));
+                                "%s: cannot read secret file '%s': %s", what,
+                                path, strerror(errno));
         else if (n == (ssize_t)sizeof(a->key) && read(fd, &extra, 1) > 0)
-            rc = tent_set_error(
-                TENT_ECONFIG, "%s: secret file '%s' is longer than %d bytes",
-                TENT_AUTH_CONFIG_KEY, path, TENT_AUTH_SECRET_MAX);
+            rc = tent_set_error(TENT_ECONFIG,
+                                "%s: secret file '%s' is longer than %d bytes",
+                                what, path, TENT_AUTH_SECRET_MAX);
         if (!rc && n > 0 && a->key[n - 1] == '\n')
             n--;
         if (!rc && n < SECRET_MIN)
             rc = tent_set_error(TENT_ECONFIG,
                                 "%s: secret file '%s' holds %zd bytes, fewer "
                                 "than %d",
-                                TENT_AUTH_CONFIG_KEY, path, n, SECRET_MIN);
+                                what, path, n, SECRET_MIN);
         if (!rc) {
             a->len = (size_t)n;
             snprintf(a->path, sizeof(a->path), "%s", path);
@@ -92,6 +92,11 @@ int tent_auth_load(const char *path, struct tent_auth **out)
     return TENT_OK;
 }
 
+int tent_auth_load(const char *path, struct tent_auth **out)
+{
+    return load_from(TENT_AUTH_CONFIG_KEY, path, out);
+}
+
 int tent_auth_from_config(const struct tent_config *cfg, struct tent_auth **out)
 {
     const char *path = NULL;
@@ -99,12 +104,12 @@ int tent_auth_from_config(const struct tent_config *cfg, struct tent_auth **out)
     int rc = tent_config_get_string(cfg, TENT_AUTH_CONFIG_KEY, NULL, &path);
     if (rc)
         return rc;
-    if (!path) {
-        path = getenv(TENT_AUTH_ENV);
-        if (!path || !*path)
-            return TENT_OK;
-    }
-    return tent_auth_load(path, out);
+    if (path)
+        return load_from(TENT_AUTH_CONFIG_KEY, path, out);
+    path = getenv(TENT_AUTH_ENV);
+    if (!path || !*path)
+        return TENT_OK;
+    return load_from(TENT_AUTH_ENV, path, out);
 }
 
 void tent_auth_free(struct tent_auth *a)
