@@ -292,10 +292,11 @@ void tent_ctrl_warn_open(struct tent_engine *e)
     char rpc[320] = "", nics[1024] = "";
     tent_segment_attr_copy(e->local, "rpc_addr", rpc, sizeof(rpc));
     tent_segment_attr_copy(e->local, "tcp_nics", nics, sizeof(nics));
-    LOG_WARN("no cluster secret (%s): the RPC server at %s%s%s serves this "
-             "engine's descriptor and registered memory to anyone who can "
-             "reach it",
-             TENT_AUTH_CONFIG_KEY, rpc, *nics ? " and tcp NICs " : "", nics);
+    LOG_WARN("no cluster secret (%s): anyone who can reach the RPC server "
+             "at %s%s%s%s gets this engine's descriptor and its memory "
+             "registered for remote access",
+             TENT_AUTH_CONFIG_KEY, rpc, *nics ? " (tcp NICs " : "", nics,
+             *nics ? ")" : "");
 }
 
 void tent_ctrl_local_changed(struct tent_engine *e)
