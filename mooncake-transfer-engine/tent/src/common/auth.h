@@ -47,6 +47,17 @@ void tent_auth_free(struct tent_auth *a);
 /* The file the secret came from (for messages). */
 const char *tent_auth_path(const struct tent_auth *a);
 
+/* ---- the core (auth_core.c, also in mf_host) -----------------------------
+ */
+/* tent_auth_load's work: -1 with a message in err (naming what and path). */
+int tent_auth_read(const char *what, const char *path, struct tent_auth **out,
+                   char *err, size_t cap);
+/* HMAC-SHA256(secret, label NUL data). */
+bool tent_auth_mac(const struct tent_auth *a, const char *label,
+                   const void *data, size_t n, uint8_t mac[TENT_AUTH_MAC_LEN]);
+/* Constant-time comparison. */
+bool tent_auth_equal(const void *x, const void *y, size_t n);
+
 /* ---- client: one call right after connect -------------------------------
  * Runs the handshake on the blocking socket fd (its send/receive timeouts
  * bound it) as ident.  TENT_OK, or TENT_EPERM when the peer does not prove
@@ -54,13 +65,24 @@ const char *tent_auth_path(const struct tent_auth *a);
 int tent_auth_client(const struct tent_auth *a, int fd, const char *ident,
                      const char *peer);
 
-/* ---- server: the steps, I/O left to the server --------------------------
+/* ---- the steps, I/O left to the caller ------------------------------------
  */
 struct tent_auth_server_state {
     uint8_t nc[TENT_AUTH_NONCE_LEN], ns[TENT_AUTH_NONCE_LEN];
     uint8_t ident_len;
     char ident[TENT_AUTH_MAX_IDENT + 1];
 };
+/* Client: draws nonce_c and writes the HELLO (out holds
+ * TENT_AUTH_HELLO_LEN + TENT_AUTH_MAX_IDENT bytes) of *len bytes.  -1 when
+ * no random bytes came. */
+int tent_auth_client_hello(struct tent_auth_server_state *st, const char *ident,
+                           uint8_t *out, size_t *len);
+/* Client: checks the server's REPLY and writes the PROOF.  0, -1 when the
+ * reply is not one, -2 when the server does not hold the secret. */
+int tent_auth_client_answer(const struct tent_auth *a,
+                            struct tent_auth_server_state *st,
+                            const uint8_t reply[TENT_AUTH_REPLY_LEN],
+                            uint8_t proof[TENT_AUTH_MAC_LEN]);
 /* Whether the first 8 bytes of a connection begin a hello. */
 bool tent_auth_hello_start(const uint8_t in[8]);
 /* Checks the fixed part of a hello (TENT_AUTH_HELLO_LEN bytes); the ident
