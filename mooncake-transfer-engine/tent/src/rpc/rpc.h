@@ -24,6 +24,7 @@
 
 struct tent_rpc_server;
 struct tent_auth;
+struct tent_metrics;
 
 /* What the server asks of its owner (the runtime) for the control-plane
  * frames it serves itself, called from connection threads with no server
@@ -129,6 +130,10 @@ struct tent_rpc_limits {
      * NOTIFY must name the segment its connection authenticated as.  Not
      * copied: it must outlive the server. */
     const struct tent_auth *auth;
+    /* The engine's metrics registry (metrics/metrics.h), NULL when off:
+     * tent_rpc_auth_refused_total and tent_notify_spoofed_total count
+     * there too.  Not copied: it must outlive the server. */
+    struct tent_metrics *metrics;
 };
 #define TENT_RPC_DEFAULT_MAX_CONNS 1024
 #define TENT_RPC_DEFAULT_IDLE_MS   300000

@@ -78,6 +78,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "metrics/metrics.h"
 #include "net/net.h"
 #include "rpc/rpc.h"
 
@@ -589,6 +590,7 @@ static int serve_notify(struct tent_rpc_conn *c, const struct tent_wire_hdr *h)
     if (c->srv->lim.auth && strcmp(n->from, c->ident) != 0) {
         /* with a secret the sender is who the connection proved to be */
         atomic_fetch_add(&c->srv->notify_spoofed, 1);
+        tm_add(tm_shard(c->srv->lim.metrics), TM_NOTIFY_SPOOFED, 0, 0, 1);
         LOG_WARN("rpc: dropping a notification from %s that claims sender "
                  "'%s' on a connection authenticated as '%s'",
                  c->peer, n->from, c->ident);
@@ -916,6 +918,7 @@ static int authenticate(struct tent_rpc_conn *c)
     }
     if (rc) {
         atomic_fetch_add(&s->auth_refused, 1);
+        tm_add(tm_shard(s->lim.metrics), TM_AUTH_REFUSED, 0, 0, 1);
         unsigned long held;
         if (tent_log_ratelimit_ok(&s->auth_rl, LOG_EVERY_MS, &held))
             LOG_WARN("rpc: closing the connection from %s: it did not prove "

@@ -192,7 +192,8 @@ int tent_ctrl_start(struct tent_engine *e)
                                   .frame_timeout_ms = (int)frame,
                                   .min_frame_rate = (int)rate,
                                   .loopback_follow_cpu = follow,
-                                  .auth = e->auth};
+                                  .auth = e->auth,
+                                  .metrics = e->metrics};
     snprintf(lim.loopback_cc, sizeof(lim.loopback_cc), "%s", e->loopback_cc);
     int pmin = 0, pmax = 0;
     rc = port_range(e, &pmin, &pmax);
