@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "meta/meta.h"
 #include "net/net.h"
+#include "net/nics.h"
 #include "rpc/rpc.h"
 #include "runtime/engine.h"
 #include "runtime/seg_desc.h"
@@ -293,7 +294,19 @@ void tent_ctrl_warn_open(struct tent_engine *e)
     char rpc[320] = "", nics[1024] = "";
     tent_segment_attr_copy(e->local, "rpc_addr", rpc, sizeof(rpc));
     tent_segment_attr_copy(e->local, "tcp_nics", nics, sizeof(nics));
-    LOG_WARN("no cluster secret (%s): anyone who can reach the RPC server "
+    /* a warning when the network reaches it; loopback alone: a note */
+    char host[256];
+    bool port = false;
+    bool lo = tent_net_address_of(rpc, host, sizeof(host), &port) &&
+              tent_addr_is_loopback(host);
+    for (const char *p = nics; lo && (p = strchr(p, '=')); p++) {
+        char hp[128];
+        snprintf(hp, sizeof(hp), "%.*s", (int)strcspn(p + 1, ","), p + 1);
+        lo = tent_net_address_of(hp, host, sizeof(host), &port) &&
+             tent_addr_is_loopback(host);
+    }
+    TENT_LOG(lo ? TENT_LOG_INFO : TENT_LOG_WARNING,
+             "no cluster secret (%s): anyone who can reach the RPC server "
              "at %s%s%s%s gets this engine's descriptor and its memory "
              "registered for remote access",
              TENT_AUTH_CONFIG_KEY, rpc, *nics ? " (tcp NICs " : "", nics,
