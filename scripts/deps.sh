@@ -8,6 +8,7 @@ set -euo pipefail
 # the library, its tools and the demo's baselines (fio)
 RUNTIME=(build-essential cmake ninja-build pkg-config libcjson-dev
          libhiredis-dev libcurl4-openssl-dev libmicrohttpd-dev liburing-dev
+         libssl-dev
          python3 python3-dev fio procps libfabric-dev)
 # the tests: cmocka, sanitizers and fuzzers, valgrind, the servers they
 # start, the Python suites, the netns tests, the comparison benchmarks

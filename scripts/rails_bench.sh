@@ -145,7 +145,9 @@ ceilings() { # sets C1, C2, C12 (GB/s) and says so
 ceilings
 C1_FIRST=$C1 C2_FIRST=$C2 C12_FIRST=$C12
 
-rails_target_start T2 10.77.1.2 $PORT2 $MIB || die "target (both NICs)"
+# without a cluster secret a named address serves that NIC alone: name both
+rails_target_start T2 10.77.1.2 $PORT2 $MIB \
+    --set "transports/tcp/nics=${RN_PFX}t1,${RN_PFX}t2" || die "target (both NICs)"
 rails_target_start T1 10.77.1.2 $PORT1 $MIB \
     --set "transports/tcp/nics=${RN_PFX}t1" || die "target (one NIC)"
 

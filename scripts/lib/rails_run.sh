@@ -106,8 +106,12 @@ rails_run() {
     local out=$1 id=$2
     shift 2
     local segv="${id}_SEG" addrv="${id}_ADDR"
+    # without a cluster secret a named address serves and sends from that
+    # NIC alone: the initiator names both (a caller's --set comes later)
     ip netns exec "$RN_I" "$RAILS_TOOL" run --host 10.77.1.1 \
-        --target "${!segv}" --addr "${!addrv}" "$@" >"$out" 2>"$out.err"
+        --target "${!segv}" --addr "${!addrv}" \
+        --set "transports/tcp/nics=${RN_PFX}i1,${RN_PFX}i2" "$@" \
+        >"$out" 2>"$out.err"
 }
 
 rails_result() {

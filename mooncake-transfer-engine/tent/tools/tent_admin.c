@@ -11,6 +11,7 @@
  * client and the descriptor codec, so that it decodes exactly what the
  * engine decodes.  Exit codes: 0 ok, 1 the operation failed, 2 bad usage,
  * 3 not supported here, 4 ping's double read differed. */
+#include "common/auth.h"
 #include "meta/meta_kv.h"
 #include "rpc/rpc.h"
 #include "rpc/wire.h"
@@ -334,7 +335,13 @@ static int fetch_p2p_raw(const char *addr, int timeout_ms, char **out,
     struct tent_wire_hdr h;
     char *body = NULL;
     tent_wire_encode_hdr(hdr, TENT_WIRE_DESC_REQ, 1, 0);
-    rc = tent_rpc_connect(host, port, timeout_ms, &fd);
+    /* an engine with a cluster secret answers only those who hold it */
+    struct tent_auth *auth = NULL;
+    const char *secret = getenv(TENT_AUTH_ENV);
+    if (secret && *secret && tent_auth_load(secret, &auth))
+        return fail(EX_USAGE, "%s", tent_last_error());
+    rc = tent_rpc_open(auth, "tent-admin", host, port, NULL, timeout_ms, &fd);
+    tent_auth_free(auth);
     if (!rc)
         rc = tent_rpc_send_all(fd, hdr, sizeof(hdr));
     if (!rc)

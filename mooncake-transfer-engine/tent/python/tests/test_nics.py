@@ -8,8 +8,10 @@ names they could not use, and serve loopback.
 
 In two network namespaces joined by three veth pairs (when the machine
 allows it; else those tests skip): an initiator bound to its first link's
-address serves the NICs device_name names plus its own, every NIC when
-device_name names nothing usable, and moves every byte over them."""
+address serves the NICs device_name names plus its own, and moves every
+byte over them.  When device_name names nothing usable it serves its own
+address alone without a cluster secret (naming an address must not open the
+others to anyone who reaches them), every NIC with one."""
 import json
 import logging
 import os
@@ -233,6 +235,21 @@ def target(netns):
     p.close()
 
 
+@pytest.fixture
+def secret_target(netns, tmp_path, monkeypatch):
+    """The target and every initiator started meanwhile share a cluster
+    secret (MC_TENT_SECRET_FILE, inherited by the child processes)."""
+    path = tmp_path / "secret"
+    path.write_text("the netns test's cluster secret\n")
+    path.chmod(0o600)
+    monkeypatch.setenv("MC_TENT_SECRET_FILE", str(path))
+    p = Peer(api="mooncake", proto="tcp", size=SIZE,
+             extra_args=("--local-hostname", "10.78.1.2"),
+             prefix=("ip", "netns", "exec", NS_T))
+    yield p
+    p.close()
+
+
 def initiator(target, seed, api="mooncake", device="", protocol="tcp",
               tcp_nics=None):
     cmd = ["ip", "netns", "exec", NS_I, sys.executable,
@@ -260,8 +277,14 @@ def names(*links):
     return sorted(ifname("i", r) for r in links)
 
 
-def test_netns_empty_device_name_serves_every_nic(target):
+def test_netns_empty_device_name_serves_its_own_nic(target):
     out = initiator(target, seed=11)
+    assert out["nics"] == names(1)
+    assert out["warnings"] == []
+
+
+def test_netns_empty_device_name_with_secret_serves_every_nic(secret_target):
+    out = initiator(secret_target, seed=19)
     assert out["nics"] == names(1, 2, 3)
     assert out["warnings"] == []
 
@@ -277,9 +300,10 @@ def test_netns_device_name_chooses_the_nics(target):
     assert out["nics"] == names(1, 3)
 
 
-def test_netns_rdma_device_names_fall_back_to_every_nic(target):
+def test_netns_rdma_device_names_fall_back_to_the_default(target):
+    # the default without a secret: the engine's own address
     out = initiator(target, seed=15, device="mlx5_0,mlx5_1", protocol="rdma")
-    assert out["nics"] == names(1, 2, 3)
+    assert out["nics"] == names(1)
     assert len(out["warnings"]) == 1
     assert "mlx5_0, mlx5_1" in out["warnings"][0]
 
@@ -301,4 +325,4 @@ def test_netns_tent_config_chooses_the_nics(target):
     out = initiator(target, seed=17, api="tent", tcp_nics=[ifname("i", 3)])
     assert out["nics"] == names(1, 3)
     out = initiator(target, seed=18, api="tent")
-    assert out["nics"] == names(1, 2, 3)
+    assert out["nics"] == names(1)

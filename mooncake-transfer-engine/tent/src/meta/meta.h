@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+struct tent_auth;
 struct tent_config;
 struct tent_meta;
 struct tent_wire_desc;
@@ -34,6 +35,10 @@ struct tent_meta_env {
     /* The engine's metrics registry (metrics/metrics.h), NULL when off:
      * failed publications count into tent_metadata_publish_failures_total. */
     struct tent_metrics *metrics;
+    /* The cluster secret (common/auth.h), NULL for none: connections to
+     * peers authenticate with it and published descriptors are signed with
+     * it (and refused unsigned). */
+    const struct tent_auth *auth;
 };
 
 struct tent_meta_ops {
@@ -73,10 +78,10 @@ int tent_meta_find(const char *type, const struct tent_meta_ops **out);
 /* Fetches the descriptor of segment name from the RPC server at addr (NULL:
  * name is "<host>:<port>"); the p2p fetch, also the service backends'
  * fallback (meta_p2p.c). */
-int tent_meta_p2p_fetch(const char *name, const char *addr, int timeout_ms,
-                        struct tent_wire_desc *out);
+int tent_meta_p2p_fetch(const struct tent_meta_env *env, const char *name,
+                        const char *addr, struct tent_wire_desc *out);
 /* Delivers a notification to the RPC server at addr. */
-int tent_meta_p2p_notify(const char *addr, int timeout_ms, const char *name,
-                         const char *msg, const char *from);
+int tent_meta_p2p_notify(const struct tent_meta_env *env, const char *addr,
+                         const char *name, const char *msg, const char *from);
 
 #endif

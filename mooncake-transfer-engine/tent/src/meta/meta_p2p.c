@@ -11,11 +11,11 @@
 #include <stdlib.h>
 
 struct tent_meta {
-    int timeout_ms;
+    struct tent_meta_env env;
 };
 
-int tent_meta_p2p_fetch(const char *name, const char *addr, int timeout_ms,
-                        struct tent_wire_desc *out)
+int tent_meta_p2p_fetch(const struct tent_meta_env *env, const char *name,
+                        const char *addr, struct tent_wire_desc *out)
 {
     char host[256];
     uint16_t port;
@@ -23,7 +23,8 @@ int tent_meta_p2p_fetch(const char *name, const char *addr, int timeout_ms,
     if (rc)
         return tent_set_error(TENT_ENOSEGMENT, "segment '%s' not found: %s",
                               name, tent_last_error());
-    rc = tent_rpc_fetch_desc(host, port, timeout_ms, out);
+    rc = tent_rpc_fetch_desc(env->auth, env->segment_name, host, port,
+                             env->rpc_timeout_ms, out);
     if (rc)
         return tent_set_error(TENT_ENOSEGMENT,
                               "segment '%s' not found: fetching its "
@@ -42,7 +43,7 @@ static int p2p_start(const struct tent_meta_env *env, struct tent_meta **out)
     struct tent_meta *m = calloc(1, sizeof(*m));
     if (!m)
         return tent_set_error(TENT_ENOMEM, "metadata: out of memory");
-    m->timeout_ms = env->rpc_timeout_ms;
+    m->env = *env;
     *out = m;
     return TENT_OK;
 }
@@ -50,24 +51,25 @@ static int p2p_start(const struct tent_meta_env *env, struct tent_meta **out)
 static int p2p_fetch(struct tent_meta *m, const char *name, const char *addr,
                      struct tent_wire_desc *out)
 {
-    return tent_meta_p2p_fetch(name, addr, m->timeout_ms, out);
+    return tent_meta_p2p_fetch(&m->env, name, addr, out);
 }
 
-int tent_meta_p2p_notify(const char *addr, int timeout_ms, const char *name,
-                         const char *msg, const char *from)
+int tent_meta_p2p_notify(const struct tent_meta_env *env, const char *addr,
+                         const char *name, const char *msg, const char *from)
 {
     char host[256];
     uint16_t port;
     int rc = tent_rpc_parse_addr(addr, host, sizeof(host), &port);
     if (!rc)
-        rc = tent_rpc_notify(host, port, timeout_ms, name, msg, from);
+        rc = tent_rpc_notify(env->auth, host, port, env->rpc_timeout_ms, name,
+                             msg, from);
     return rc;
 }
 
 static int p2p_notify(struct tent_meta *m, const char *addr, const char *name,
                       const char *msg, const char *from)
 {
-    return tent_meta_p2p_notify(addr, m->timeout_ms, name, msg, from);
+    return tent_meta_p2p_notify(&m->env, addr, name, msg, from);
 }
 
 static void p2p_local_changed(TENT_UNUSED struct tent_meta *m)

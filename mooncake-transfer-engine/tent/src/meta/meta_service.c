@@ -19,6 +19,7 @@
  * etcd) as soon as an endpoint answers.  Open segments keep working: their
  * data path never touches the service, and a refresh on a miss falls back
  * to the peer's RPC server. */
+#include "common/auth.h"
 #include "common/compiler.h"
 #include "common/config.h"
 #include "common/error.h"
@@ -60,6 +61,10 @@ struct tent_meta {
     bool stop;
     bool up;    /* the last call to the service succeeded */
     bool dirty; /* the published descriptor is stale */
+    /* what was last put under key (the keepalive puts it back when the
+     * service holds something else) */
+    char *published;
+    size_t published_len;
 };
 
 static const struct {
@@ -293,9 +298,25 @@ static int publish_locked(struct tent_meta *m)
     if (!json)
         return tent_set_error(TENT_ENOMEM, "metadata: cannot encode the local "
                                            "segment descriptor");
+    if (m->env.auth) {
+        size_t sl = 0;
+        char *signed_json = tent_auth_sign_desc(m->env.auth, json, len, &sl);
+        free(json);
+        if (!signed_json)
+            return tent_set_error(TENT_ENOMEM, "metadata: cannot sign the "
+                                               "local segment descriptor");
+        json = signed_json;
+        len = sl;
+    }
     m->dirty = false;
     int rc = m->ops->put(m->kv, m->key, json, len);
-    free(json);
+    if (rc) {
+        free(json);
+    } else {
+        free(m->published);
+        m->published = json;
+        m->published_len = len;
+    }
     if (rc) {
         m->dirty = true;
         tm_add(tm_shard(m->env.metrics), TM_META_PUBLISH_FAILURES, 0, 0, 1);
@@ -312,6 +333,19 @@ static int publish_locked(struct tent_meta *m)
                  m->type, m->segment_name, m->key);
     m->up = true;
     return TENT_OK;
+}
+
+/* Whether the service holds another value under our key than the one we
+ * put: a keepalive refreshes the TTL of whatever is there. */
+static bool overwritten_locked(struct tent_meta *m)
+{
+    char *val = NULL;
+    size_t len = 0;
+    if (!m->published || m->ops->get(m->kv, m->key, &val, &len))
+        return false; /* unknown: the next period asks again */
+    bool other = len != m->published_len || memcmp(val, m->published, len) != 0;
+    free(val);
+    return other;
 }
 
 static void *keeper(void *arg)
@@ -347,6 +381,12 @@ static void *keeper(void *arg)
             m->dirty = true;
         } else if (lost) {
             (void)publish_locked(m);
+        } else if (overwritten_locked(m)) {
+            LOG_WARN("metadata (%s): the value under '%s' is not what this "
+                     "engine published (overwritten by someone else); "
+                     "publishing it again",
+                     m->type, m->key);
+            (void)publish_locked(m);
         }
     }
     pthread_mutex_unlock(&m->lock);
@@ -372,6 +412,7 @@ static void meta_free(struct tent_meta *m)
     if (m->kv)
         m->ops->destroy(m->kv);
     conf_free(&m->conf);
+    free(m->published);
     pthread_mutex_destroy(&m->lock);
     pthread_cond_destroy(&m->cv);
     free(m);
@@ -401,13 +442,13 @@ static int meta_fetch(struct tent_meta *m, const char *name, const char *addr,
         LOG_DEBUG("segment '%s' is not in the %s service; trying it as an "
                   "RPC address",
                   name, m->type);
-        return tent_meta_p2p_fetch(name, addr, m->env.rpc_timeout_ms, d);
+        return tent_meta_p2p_fetch(&m->env, name, addr, d);
     }
     if (rc == TENT_EPEER && addr) {
         LOG_WARN("segment '%s': %s; refreshing its descriptor from the peer's "
                  "RPC server instead",
                  name, tent_last_error());
-        return tent_meta_p2p_fetch(name, addr, m->env.rpc_timeout_ms, d);
+        return tent_meta_p2p_fetch(&m->env, name, addr, d);
     }
     if (rc == TENT_ENOSEGMENT)
         return tent_set_error(TENT_ENOSEGMENT,
@@ -419,6 +460,15 @@ static int meta_fetch(struct tent_meta *m, const char *name, const char *addr,
                               "segment '%s' not found: metadata lookup of "
                               "'%s' failed: %s",
                               name, key, tent_last_error());
+    if (m->env.auth) {
+        rc = tent_auth_verify_desc(m->env.auth, name, val, len, &len);
+        if (rc) {
+            free(val);
+            LOG_ERROR("%s (key '%s' in the %s service)", tent_last_error(), key,
+                      m->type);
+            return rc;
+        }
+    }
     rc = tent_wire_decode_desc(val, len, d);
     free(val);
     if (rc)
@@ -442,7 +492,7 @@ static int meta_fetch(struct tent_meta *m, const char *name, const char *addr,
 static int meta_notify(struct tent_meta *m, const char *addr, const char *name,
                        const char *msg, const char *from)
 {
-    return tent_meta_p2p_notify(addr, m->env.rpc_timeout_ms, name, msg, from);
+    return tent_meta_p2p_notify(&m->env, addr, name, msg, from);
 }
 
 /* ---- lifecycle

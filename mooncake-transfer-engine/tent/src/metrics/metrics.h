@@ -101,6 +101,11 @@ enum tm_buckets { TM_B_NONE, TM_B_LATENCY_US, TM_B_SIZE_BYTES };
     X(META_PUBLISH_FAILURES, "tent_metadata_publish_failures_total",           \
       TM_COUNTER, TM_L_NONE, TM_B_NONE,                                        \
       "Failed publications or refreshes of the segment descriptor")            \
+    X(AUTH_REFUSED, "tent_rpc_auth_refused_total", TM_COUNTER, TM_L_NONE,      \
+      TM_B_NONE, "Connections closed for not proving the cluster secret")      \
+    X(NOTIFY_SPOOFED, "tent_notify_spoofed_total", TM_COUNTER, TM_L_NONE,      \
+      TM_B_NONE,                                                               \
+      "Notifications dropped: sender not the authenticated segment")           \
     TENT_TRANSPORT_METRIC_FAMILIES(X)
 
 enum tm_id {

@@ -245,6 +245,10 @@ struct mfh_handle {
     /* Bound on every blocking socket call of this instance:
      * MF_TRANSFER_TIMEOUT (ms) when set at create, else MFH_IO_TIMEOUT_MS. */
     int io_timeout_ms;
+    /* The cluster secret (MC_TENT_SECRET_FILE at create; common/auth.h),
+     * NULL for none: every connection, served or made, opens with the
+     * handshake. */
+    struct tent_auth *auth;
 
     pthread_mutex_t reg_lock;  /* one registration change at a time */
     pthread_rwlock_t mem_lock; /* registered ranges */
@@ -331,7 +335,12 @@ void mfh_ctl_detach(struct mfh_peer *p);
 int mfh_send_full(int fd, const void *buf, size_t len);
 int mfh_recv_full(int fd, void *buf, size_t len);
 /* A connected socket with I/O timeouts of io_ms to url, or -1 with errno. */
-int mfh_connect_url(const char *url, int io_ms);
+struct tent_auth;
+/* Connects to url and, with a cluster secret (auth non-NULL), runs the
+ * handshake of common/auth.h as ident before anything else; -1 (errno
+ * EACCES when the peer did not prove the secret). */
+int mfh_connect_url(const char *url, int io_ms, const struct tent_auth *auth,
+                    const char *ident);
 
 /* server.c */
 int mfh_server_start(struct mfh_handle *h);

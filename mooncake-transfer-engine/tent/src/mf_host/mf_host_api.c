@@ -4,6 +4,7 @@
  * Every handle passed in is looked up in the registry (g_lock) and pinned by
  * api_refs for the call, so a stale or foreign handle gets an error instead
  * of a crash, and smem_trans_destroy waits for calls still using it. */
+#include "common/auth.h"
 #include "common/compiler.h"
 #include "mf_host.h"
 
@@ -65,6 +66,7 @@ static void handle_free(struct mfh_handle *h)
     mfh_batches_free(h);
     mfh_peers_release(h);
     mfh_ctl_destroy(h);
+    tent_auth_free(h->auth);
     pthread_mutex_destroy(&h->reg_lock);
     pthread_rwlock_destroy(&h->mem_lock);
     pthread_mutex_destroy(&h->cb_lock);
@@ -267,6 +269,14 @@ MFH_EXPORT smem_trans_t smem_trans_create(const smem_trans_config_t *config,
         MFH_ERROR("create: bad url '%s' (want <host>:<port>, e.g. "
                   "127.0.0.1:0)",
                   url);
+        free(h);
+        return NULL;
+    }
+    const char *secret = getenv(TENT_AUTH_ENV);
+    char err[768];
+    if (secret && *secret &&
+        tent_auth_read(TENT_AUTH_ENV, secret, &h->auth, err, sizeof(err))) {
+        MFH_ERROR("create: %s", err);
         free(h);
         return NULL;
     }

@@ -227,7 +227,7 @@ struct mfh_peer *mfh_peer_get(struct mfh_handle *h, const char *url)
     pthread_mutex_init(&p->cache_lock, NULL);
     pthread_rwlock_init(&p->map_lock, NULL);
     pthread_cond_init(&p->cond, NULL);
-    p->ctrl_fd = mfh_connect_url(url, h->io_timeout_ms);
+    p->ctrl_fd = mfh_connect_url(url, h->io_timeout_ms, h->auth, h->uid);
     if (p->ctrl_fd < 0) {
         MFH_ERROR("%s: cannot connect to peer %s: %s", h->uid, url,
                   strerror(errno));
@@ -321,7 +321,7 @@ struct mfh_conn *mfh_conn_acquire(struct mfh_peer *p)
     p->n_conns++; /* reserve a slot while connecting */
     pthread_mutex_unlock(&p->lock);
 
-    int fd = mfh_connect_url(p->url, h->io_timeout_ms);
+    int fd = mfh_connect_url(p->url, h->io_timeout_ms, h->auth, h->uid);
     int err = errno;
     struct mfh_conn *c = fd >= 0 ? calloc(1, sizeof(*c)) : NULL;
 

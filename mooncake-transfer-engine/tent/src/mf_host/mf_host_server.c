@@ -10,6 +10,7 @@
  * replacing an idle one (pick_victim_locked); a connection idle longer than
  * h->idle_timeout_ms is closed by its own thread (wait_request); running
  * out of descriptors evicts and backs off (out_of_fds, accept_main). */
+#include "common/auth.h"
 #include "common/clock.h"
 #include "mf_host.h"
 
@@ -537,11 +538,39 @@ static int serve_read(struct mfh_handle *h, struct mfh_srv_conn *c,
     return reply(io, revoked ? SM_INVALID_PARAM : SM_OK, 0, 0, 0);
 }
 
+/* The server half of the handshake (common/auth.h), before any request:
+ * 0 when the client proved the cluster secret. */
+static int authenticate(struct mfh_handle *h, struct srv_io *io)
+{
+    struct tent_auth_server_state st;
+    uint8_t hello[TENT_AUTH_HELLO_LEN], ident[TENT_AUTH_MAX_IDENT];
+    uint8_t reply[TENT_AUTH_REPLY_LEN], proof[TENT_AUTH_MAC_LEN];
+    size_t il = 0;
+    /* the first 8 bytes tell a hello from a request */
+    if (io_read(h, io, hello, 8, true) != 0 || !tent_auth_hello_start(hello) ||
+        io_read(h, io, hello + 8, sizeof(hello) - 8, false) != 0 ||
+        tent_auth_hello_parse(hello, &st, &il) != 0 ||
+        io_read(h, io, ident, il, false) != 0 ||
+        tent_auth_server_reply(h->auth, &st, ident, reply) != 0 ||
+        io_send(io, reply, sizeof(reply)) != 0 || io_flush(io) != 0 ||
+        io_read(h, io, proof, sizeof(proof), false) != 0 ||
+        !tent_auth_server_check(h->auth, &st, proof))
+        return -1;
+    return 0;
+}
+
 static void *srv_conn_main(void *arg)
 {
     struct mfh_srv_conn *c = arg;
     struct mfh_handle *h = c->h;
     struct srv_io *io = io_new(c);
+    if (io && h->auth && authenticate(h, io) != 0) {
+        MFH_WARN("%s: closing a connection that did not prove the cluster "
+                 "secret",
+                 h->uid);
+        io_free(io);
+        io = NULL;
+    }
     while (io) {
         struct mfh_msg m;
         if (io_read(h, io, &m, sizeof(m), true) != 0)

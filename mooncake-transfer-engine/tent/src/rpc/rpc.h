@@ -23,6 +23,8 @@
 #include <stdint.h>
 
 struct tent_rpc_server;
+struct tent_auth;
+struct tent_metrics;
 
 /* What the server asks of its owner (the runtime) for the control-plane
  * frames it serves itself, called from connection threads with no server
@@ -169,6 +171,15 @@ struct tent_rpc_limits {
      * half the CPUs can run side by side moves to the CPU the client sent
      * from (SO_INCOMING_CPU), and back after (rpc_server.c) */
     bool loopback_follow_cpu;
+    /* The cluster secret (common/auth.h), NULL for none: every connection
+     * must complete the handshake before any frame of it is served, and a
+     * NOTIFY must name the segment its connection authenticated as.  Not
+     * copied: it must outlive the server. */
+    const struct tent_auth *auth;
+    /* The engine's metrics registry (metrics/metrics.h), NULL when off:
+     * tent_rpc_auth_refused_total and tent_notify_spoofed_total count
+     * there too.  Not copied: it must outlive the server. */
+    struct tent_metrics *metrics;
 };
 #define TENT_RPC_DEFAULT_MAX_CONNS 1024
 #define TENT_RPC_DEFAULT_IDLE_MS   300000
@@ -184,6 +195,9 @@ struct tent_rpc_stats {
     uint64_t refused_no_fd;   /* ... out of descriptors (EMFILE, ENFILE) */
     uint64_t idle_closed;     /* closed after idle_timeout_ms */
     uint64_t frame_timeouts;  /* closed: a frame not whole in time */
+    uint64_t auth_refused;    /* closed: did not prove the cluster secret */
+    uint64_t notify_spoofed;  /* NOTIFYs dropped: sender is not the
+                               * connection's authenticated segment */
     int open;                 /* connections open now (evicted excluded) */
     int busy;      /* of which working peers inside a frame that keeps the
                     * floor rate (the ones a newcomer cannot replace) */
@@ -229,10 +243,22 @@ int tent_rpc_connect_from(const char *host, uint16_t port, const char *src,
 int tent_rpc_send_all(int fd, const void *buf, size_t n);
 int tent_rpc_recv_all(int fd, void *buf, size_t n);
 
-int tent_rpc_fetch_desc(const char *host, uint16_t port, int timeout_ms,
+/* tent_rpc_connect_from and, with a cluster secret (auth non-NULL), the
+ * handshake of common/auth.h as segment ident: how every connection of an
+ * engine to a peer's server begins.  TENT_EPERM when the peer does not
+ * prove the secret. */
+int tent_rpc_open(const struct tent_auth *auth, const char *ident,
+                  const char *host, uint16_t port, const char *src,
+                  int timeout_ms, int *fd);
+
+/* The calls below authenticate with auth (NULL: none) as ident; a
+ * notification as its sender, from. */
+int tent_rpc_fetch_desc(const struct tent_auth *auth, const char *ident,
+                        const char *host, uint16_t port, int timeout_ms,
                         struct tent_wire_desc *out);
-int tent_rpc_notify(const char *host, uint16_t port, int timeout_ms,
-                    const char *name, const char *msg, const char *from);
+int tent_rpc_notify(const struct tent_auth *auth, const char *host,
+                    uint16_t port, int timeout_ms, const char *name,
+                    const char *msg, const char *from);
 /* Sends one request frame of type with body on the connected fd and reads
  * its answer, a bare RESP (what says what it was, in errors): 0 with the
  * answer's status in *status, or a negative code. */

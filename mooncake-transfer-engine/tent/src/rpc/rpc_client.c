@@ -1,5 +1,6 @@
 /* Client side of the RPC protocol: connection set-up and the two control
  * calls (descriptor fetch, notification). */
+#include "common/auth.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "rpc/rpc.h"
@@ -41,6 +42,28 @@ int tent_rpc_connect_from(const char *host, uint16_t port, const char *src,
                               "connect to %s:%u%s%s failed: %s", host,
                               (unsigned)port, src && *src ? " from " : "",
                               src && *src ? src : "", tent_net_strerror(rc));
+    return TENT_OK;
+}
+
+int tent_rpc_open(const struct tent_auth *auth, const char *ident,
+                  const char *host, uint16_t port, const char *src,
+                  int timeout_ms, int *out)
+{
+    int fd;
+    int rc = tent_rpc_connect_from(host, port, src, timeout_ms, &fd);
+    if (rc || !auth) {
+        *out = rc ? -1 : fd;
+        return rc;
+    }
+    char peer[300];
+    tent_net_format_hostport(peer, sizeof(peer), host, port);
+    rc = tent_auth_client(auth, fd, ident, peer);
+    if (rc) {
+        close(fd);
+        *out = -1;
+        return rc;
+    }
+    *out = fd;
     return TENT_OK;
 }
 
@@ -94,11 +117,12 @@ static int call(int fd, uint8_t type, const void *body, uint32_t len,
     return rc;
 }
 
-int tent_rpc_fetch_desc(const char *host, uint16_t port, int timeout_ms,
+int tent_rpc_fetch_desc(const struct tent_auth *auth, const char *ident,
+                        const char *host, uint16_t port, int timeout_ms,
                         struct tent_wire_desc *out)
 {
     int fd;
-    int rc = tent_rpc_connect(host, port, timeout_ms, &fd);
+    int rc = tent_rpc_open(auth, ident, host, port, NULL, timeout_ms, &fd);
     if (rc)
         return rc;
     struct tent_wire_hdr h;
@@ -135,15 +159,16 @@ int tent_rpc_call_status(int fd, uint8_t type, const void *body, uint32_t len,
     return rc;
 }
 
-int tent_rpc_notify(const char *host, uint16_t port, int timeout_ms,
-                    const char *name, const char *msg, const char *from)
+int tent_rpc_notify(const struct tent_auth *auth, const char *host,
+                    uint16_t port, int timeout_ms, const char *name,
+                    const char *msg, const char *from)
 {
     uint8_t body[TENT_WIRE_MAX_NOTIFY];
     int len = tent_wire_encode_notify(body, name, msg, from);
     if (len < 0)
         return len;
     int fd;
-    int rc = tent_rpc_connect(host, port, timeout_ms, &fd);
+    int rc = tent_rpc_open(auth, from, host, port, NULL, timeout_ms, &fd);
     if (rc)
         return rc;
     int32_t status = 0;

@@ -6,11 +6,13 @@
  * (rpc/, meta/) see only those tables, never the engine. */
 #include "runtime/control.h"
 
+#include "common/auth.h"
 #include "common/compiler.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "meta/meta.h"
 #include "net/net.h"
+#include "net/nics.h"
 #include "rpc/rpc.h"
 #include "runtime/engine.h"
 #include "runtime/seg_desc.h"
@@ -172,6 +174,8 @@ int tent_ctrl_start(struct tent_engine *e)
         rc = tent_config_get_string(e->cfg, "metadata_type", "p2p", &mtype);
     if (!rc)
         rc = tent_config_get_string(e->cfg, "local_segment_name", NULL, &lname);
+    if (!rc)
+        rc = tent_auth_from_config(e->cfg, &e->auth);
     if (rc)
         return rc;
     e->rpc_timeout_ms = (int)to;
@@ -188,12 +192,14 @@ int tent_ctrl_start(struct tent_engine *e)
                                   .idle_timeout_ms = (int)idle,
                                   .frame_timeout_ms = (int)frame,
                                   .min_frame_rate = (int)rate,
-                                  .loopback_follow_cpu = follow};
+                                  .loopback_follow_cpu = follow,
+                                  .auth = e->auth,
+                                  .metrics = e->metrics};
     snprintf(lim.loopback_cc, sizeof(lim.loopback_cc), "%s", e->loopback_cc);
     int pmin = 0, pmax = 0;
     rc = port_range(e, &pmin, &pmax);
     if (rc)
-        return rc;
+        goto fail_auth;
     if (e->rpc_port == 0 && pmin) {
         /* Mooncake's P2P handshake: a random port of the range, tried
          * again elsewhere when it is taken (500 times, as Mooncake). */
@@ -211,7 +217,7 @@ int tent_ctrl_start(struct tent_engine *e)
                                    &port);
     }
     if (rc)
-        return rc;
+        goto fail_auth;
     e->rpc_port = port;
     char addr[320], pid[24];
     tent_net_format_hostport(addr, sizeof(addr), e->hostname, port);
@@ -262,6 +268,7 @@ int tent_ctrl_start(struct tent_engine *e)
         .describe = rpc_describe,
         .ctx = e,
         .metrics = e->metrics,
+        .auth = e->auth,
     };
     rc = ops->start(&env, &e->meta);
     if (rc)
@@ -274,7 +281,36 @@ int tent_ctrl_start(struct tent_engine *e)
 fail:
     tent_rpc_server_stop(e->rpc);
     e->rpc = NULL;
+fail_auth:
+    tent_auth_free(e->auth);
+    e->auth = NULL;
     return rc;
+}
+
+void tent_ctrl_warn_open(struct tent_engine *e)
+{
+    if (e->auth || !e->rpc)
+        return;
+    char rpc[320] = "", nics[1024] = "";
+    tent_segment_attr_copy(e->local, "rpc_addr", rpc, sizeof(rpc));
+    tent_segment_attr_copy(e->local, "tcp_nics", nics, sizeof(nics));
+    /* a warning when the network reaches it; loopback alone: a note */
+    char host[256];
+    bool port = false;
+    bool lo = tent_net_address_of(rpc, host, sizeof(host), &port) &&
+              tent_addr_is_loopback(host);
+    for (const char *p = nics; lo && (p = strchr(p, '=')); p++) {
+        char hp[128];
+        snprintf(hp, sizeof(hp), "%.*s", (int)strcspn(p + 1, ","), p + 1);
+        lo = tent_net_address_of(hp, host, sizeof(host), &port) &&
+             tent_addr_is_loopback(host);
+    }
+    TENT_LOG(lo ? TENT_LOG_INFO : TENT_LOG_WARNING,
+             "no cluster secret (%s): anyone who can reach the RPC server "
+             "at %s%s%s%s gets this engine's descriptor and its memory "
+             "registered for remote access",
+             TENT_AUTH_CONFIG_KEY, rpc, *nics ? " (tcp NICs " : "", nics,
+             *nics ? ")" : "");
 }
 
 void tent_ctrl_local_changed(struct tent_engine *e)

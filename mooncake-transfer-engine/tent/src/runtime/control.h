@@ -11,6 +11,9 @@ struct tent_engine;
  * backend of metadata_type and installs the segment ops.  On failure
  * nothing is left running. */
 int tent_ctrl_start(struct tent_engine *e);
+/* Without a cluster secret, warns (once, at engine creation) which
+ * addresses serve registered memory to anyone who can reach them. */
+void tent_ctrl_warn_open(struct tent_engine *e);
 /* The local descriptor changed: tell the metadata backend.  Never fails. */
 void tent_ctrl_local_changed(struct tent_engine *e);
 /* Stops the RPC server only (idempotent): no server thread runs afterwards. */

@@ -1,5 +1,6 @@
 #include "runtime/engine.h"
 
+#include "common/auth.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "metrics/metrics.h"
@@ -271,6 +272,7 @@ tent_engine_t tent_create_engine(void)
     }
     LOG_INFO("engine created: segment '%s', %d transport(s)", e->segment_name,
              e->nxports);
+    tent_ctrl_warn_open(e);
     return e;
 
 fail_rpc:
@@ -356,8 +358,10 @@ void tent_destroy_engine(tent_engine_t engine)
     bool abandoned = false;
     for (int i = 0; i < e->nxports; i++)
         abandoned |= e->xport_abandoned[i];
-    if (!abandoned)
+    if (!abandoned) {
         tent_metrics_destroy(e->metrics);
+        tent_auth_free(e->auth);
+    }
     tent_sched_free(e->sched);
     tent_config_free(e->cfg);
     pthread_mutex_destroy(&e->seg_lock);

@@ -263,6 +263,8 @@ struct tent_engine {
      * destruction, read-only in between. */
     struct tent_rpc_server *rpc;
     int rpc_timeout_ms;
+    /* security/secret_file (common/auth.h), NULL for none; freed last */
+    struct tent_auth *auth;
     const struct tent_meta_ops *meta_ops; /* backend of metadata_type */
     struct tent_meta *meta;               /* its state, NULL once stopped */
     struct tent_metrics *metrics; /* NULL when metrics/enabled is false */

@@ -128,6 +128,8 @@ void tent_xport_env_init(struct tent_engine *e)
         .host_id = e->host_id,
         .pid = (long)getpid(),
         .incarnation = e->incarnation,
+        .auth = e->auth,
+        .segment_name = e->segment_name,
         .publish_attr = env_publish_attr,
         .seg_attr = env_seg_attr,
         .seg_on_host = env_seg_on_host,

@@ -285,6 +285,11 @@ struct tent_xport_env {
      * published in its descriptor.  A target half refuses a request that
      * names another one (non-zero) with TENT_ESTALE. */
     uint64_t incarnation;
+    /* The cluster secret (common/auth.h), NULL for none: every connection
+     * to a peer's server opens with tent_rpc_open(auth, segment_name, ...).
+     * It outlives the transport. */
+    const struct tent_auth *auth;
+    const char *segment_name; /* this engine's segment */
 
     /* Publishes key=value in the local segment's descriptor (replacing a
      * previous value; value NULL removes it). */

@@ -373,7 +373,7 @@ static int setup(void **state)
     char host[256];
     uint16_t port;
     if (tent_rpc_parse_addr(g_victim.name, host, sizeof(host), &port) ||
-        tent_rpc_fetch_desc(host, port, 5000, &g_vdesc))
+        tent_rpc_fetch_desc(NULL, "", host, port, 5000, &g_vdesc))
         return -1;
     for (size_t i = 0; i < g_vdesc.nbufs; i++)
         if (g_vdesc.bufs[i].base == g_victim.rw_base)

@@ -110,7 +110,9 @@ rails_net_up "$$" 1gbit 3gbit || {
     echo "FAIL rails_netns_test: cannot set up the namespaces"
     exit 1
 }
-rails_target_start T 10.77.1.2 17777 64 || {
+# without a cluster secret a named address serves that NIC alone: name both
+rails_target_start T 10.77.1.2 17777 64 \
+    --set "transports/tcp/nics=${RN_PFX}t1,${RN_PFX}t2" || {
     echo "FAIL rails_netns_test: the target did not start"
     exit 1
 }

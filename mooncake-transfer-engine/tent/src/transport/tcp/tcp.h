@@ -27,7 +27,7 @@ int tcp_serve_fence(void *ctx, struct tent_rpc_conn *c,
 /* Asks the server at host:port (from src, "" = any) to close the data
  * connection token names and answer once nothing it carried can touch
  * memory any more (FENCE). */
-int tcp_fence(const char *host, uint16_t port, const char *src, int timeout_ms,
-              uint64_t token);
+int tcp_fence(const struct tent_auth *auth, const char *ident, const char *host,
+              uint16_t port, const char *src, int timeout_ms, uint64_t token);
 
 #endif

@@ -58,11 +58,12 @@ bool tcp_conn_closed_while_idle(struct tcp_conn *c)
     return poll(&p, 1, 0) > 0;
 }
 
-int tcp_conn_open(struct tcp_conn *c, const char *host, uint16_t port,
+int tcp_conn_open(struct tcp_conn *c, const struct tent_auth *auth,
+                  const char *ident, const char *host, uint16_t port,
                   const char *src, const char *cc, int timeout_ms, int *native)
 {
     int fd;
-    int rc = tent_rpc_connect_from(host, port, src, timeout_ms, &fd);
+    int rc = tent_rpc_open(auth, ident, host, port, src, timeout_ms, &fd);
     if (rc) {
         *native = errno;
         return rc;

@@ -86,6 +86,8 @@ struct tcp_conn {
     uint64_t pace;
 };
 
+struct tent_auth;
+
 struct tcp_conn *tcp_conn_new(void);
 void tcp_conn_close(struct tcp_conn *c);
 /* Closes with a reset, for a connection whose window failed: the target
@@ -94,11 +96,13 @@ void tcp_conn_close(struct tcp_conn *c);
 void tcp_conn_abort(struct tcp_conn *c);
 /* Whether the server has closed an idle connection. */
 bool tcp_conn_closed_while_idle(struct tcp_conn *c);
-/* Connects to host:port from src ("" = the kernel's choice), non-blocking
+/* Connects to host:port from src ("" = the kernel's choice) and, with a
+ * cluster secret, authenticates as ident (tent_rpc_open); non-blocking
  * from then on, with a fresh token that a HELLO ahead of the first window
  * gives the connection at the server; a loopback connection gets congestion
  * control cc (tent_rpc_tune_loopback).  On failure *native is the errno. */
-int tcp_conn_open(struct tcp_conn *c, const char *host, uint16_t port,
+int tcp_conn_open(struct tcp_conn *c, const struct tent_auth *auth,
+                  const char *ident, const char *host, uint16_t port,
                   const char *src, const char *cc, int timeout_ms, int *native);
 /* Puts slices w[0..n) (one class) on c as its window: the frames to send
  * and the deadline of the send; with mark_prio, the socket's priority

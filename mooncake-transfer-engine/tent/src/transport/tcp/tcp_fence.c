@@ -49,11 +49,11 @@ int tcp_serve_fence(void *ctx, struct tent_rpc_conn *c,
     return tent_rpc_conn_send_resp(c, h->seq, st, NULL, 0);
 }
 
-int tcp_fence(const char *host, uint16_t port, const char *src, int timeout_ms,
-              uint64_t token)
+int tcp_fence(const struct tent_auth *auth, const char *ident, const char *host,
+              uint16_t port, const char *src, int timeout_ms, uint64_t token)
 {
     int fd;
-    int rc = tent_rpc_connect_from(host, port, src, timeout_ms, &fd);
+    int rc = tent_rpc_open(auth, ident, host, port, src, timeout_ms, &fd);
     if (rc)
         return rc;
     uint8_t body[TCP_WIRE_TOKEN_LEN];

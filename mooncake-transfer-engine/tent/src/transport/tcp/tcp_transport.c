@@ -506,7 +506,8 @@ static void fence_and_move(struct tcp_rail *r, uint64_t token,
         struct tcp_rail *o = p->rails[i];
         if (o == r || !tent_rail_usable(p->rs, i))
             continue;
-        rc = tcp_fence(o->host, o->port, o->src, t->timeout_ms, token);
+        rc = tcp_fence(t->base.env->auth, t->base.env->segment_name, o->host,
+                       o->port, o->src, t->timeout_ms, token);
         if (rc)
             snprintf(fwhy, sizeof(fwhy), "%s", tent_last_error());
         else
@@ -709,7 +710,8 @@ static void *worker_main(void *arg)
             int open_ms = t->timeout_ms;
             if (r->peer->nrails > 1 && t->stall_ms > 0 && t->stall_ms < open_ms)
                 open_ms = t->stall_ms;
-            rc = tcp_conn_open(c, r->host, r->port, r->src, t->loopback_cc,
+            rc = tcp_conn_open(c, t->base.env->auth, t->base.env->segment_name,
+                               r->host, r->port, r->src, t->loopback_cc,
                                open_ms, &native);
         }
         tcp_conn_window(c, w, n, t->timeout_ms, low ? low_window_pace(r) : 0);
@@ -1251,8 +1253,11 @@ static bool nic_wanted(const cJSON *want, const struct tent_nic *n)
 
 /* Chooses the NICs served and publishes them, each with a listening
  * address of the engine's RPC server: loopback only for an engine bound to
- * loopback, else the interfaces transports/tcp/nics names (all of them
- * with an address by default) and the one the engine is bound to. */
+ * loopback, else the one the engine is bound to and the interfaces
+ * transports/tcp/nics names.  Without nics, every interface with an address
+ * when the engine has a cluster secret (every connection authenticates),
+ * else the engine's own address alone: naming one address must not open
+ * the others to anyone who reaches them. */
 static int nics_setup(struct tcp_transport *t)
 {
     const struct tent_xport_env *env = t->base.env;
@@ -1281,7 +1286,8 @@ static int nics_setup(struct tcp_transport *t)
         }
     } else {
         t->nics[t->nnics++] = *own;
-        for (size_t i = 0; i < nall && t->nnics < MAX_NICS; i++) {
+        for (size_t i = 0;
+             i < nall && t->nnics < MAX_NICS && (want || env->auth); i++) {
             if (all[i].loopback || &all[i] == own ||
                 (want && !nic_wanted(want, &all[i])))
                 continue;
