@@ -51,6 +51,7 @@ ucx_run() {
         t0=$SECONDS
         out=$(UCX_TLS=$tls UCX_NET_DEVICES=lo timeout 60 ucx_perftest \
             127.0.0.1 -p "$PORT" -t "$test" -s "$size" -n "$iters" \
+            -w $((iters / 10)) \
             2>/dev/null | awk '/^Final:/ {print $2, $3, $4, $5, $6, $7}')
         [ -n "$out" ] || [ $((SECONDS - t0)) -gt 2 ] && break
         sleep 0.1
@@ -111,7 +112,7 @@ for r in $(seq "$ROUNDS"); do
         2>/dev/null | jget gb_per_s)"
     rec fab_write_gbps "${bw:-}"
     # UCX: Final: iterations p50 avg overall MB/s(avg) MB/s(overall)
-    read -r _ _ _ lat _ _ <<<"$(ucx_run tcp tag_lat 8 20000)"
+    read -r _ _ _ lat _ _ <<<"$(ucx_run tcp tag_lat 8 5000)"
     rec ucx_tag_lat_us "${lat:-}"
     read -r _ _ _ _ _ mbs <<<"$(ucx_run tcp tag_bw 1048576 2000)"
     [ -n "${mbs:-}" ] &&
