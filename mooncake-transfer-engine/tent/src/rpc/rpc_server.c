@@ -383,7 +383,8 @@ static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n)
     /* Each wait for bytes: non-blocking receives until spin_end_ns (set at
      * the first that finds nothing) when spin_may allows, then blocking ones
      * (the socket's timeout). */
-    int flags = MSG_DONTWAIT;
+    const int spin_flags = c->srv->lim.spin_us ? MSG_DONTWAIT : 0;
+    int flags = spin_flags;
     uint64_t spin_end_ns = 0;
     while (got < n) {
         if (c->in_pos < c->in_len) {
@@ -419,7 +420,7 @@ static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n)
             spin_end_ns = 0;
         }
         if (r > 0) {
-            flags = MSG_DONTWAIT; /* the next wait may spin again */
+            flags = spin_flags; /* the next wait may spin again */
             add_bytes(c, (uint64_t)r);
             if (n < DIRECT_MIN) {
                 c->in_pos = 0;
