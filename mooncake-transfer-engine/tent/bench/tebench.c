@@ -309,8 +309,9 @@ static double file_ceiling(const struct tb_ctx *c, uint64_t threads,
 }
 
 /* --baseline: what the engines cost with nothing to move, CPU % over half
- * a second (the target's only when --loopback started it). */
-static void print_idle_cpu(const struct tb_opts *o)
+ * a second (the target's only when --loopback started it): before the
+ * cases, and after them (what polling after traffic leaves behind). */
+static void print_idle_cpu(const struct tb_opts *o, const char *when)
 {
     double i0 = tb_cpu_seconds(0);
     double t0 = o->target_pid > 0 ? tb_cpu_seconds(o->target_pid) : -1;
@@ -321,7 +322,7 @@ static void print_idle_cpu(const struct tb_opts *o)
     double i1 = tb_cpu_seconds(0);
     double t1 = o->target_pid > 0 ? tb_cpu_seconds(o->target_pid) : -1;
     FILE *f = o->json ? stderr : stdout;
-    fprintf(f, "# idle engines, %.1f s: initiator %.1f%% CPU", w,
+    fprintf(f, "# idle engines%s, %.1f s: initiator %.1f%% CPU", when, w,
             i0 >= 0 && i1 >= 0 ? (i1 - i0) * 100 / w : -1.0);
     if (t0 >= 0 && t1 >= 0)
         fprintf(f, ", target %.1f%% CPU", (t1 - t0) * 100 / w);
@@ -432,7 +433,7 @@ int tb_run_initiator(struct tb_opts *o, const char *xport)
     size_t ncases = o->threads.n * o->blocks.n * o->batches.n, idx = 0;
     size_t nskipped = 0;
     if (ret == TB_EXIT_OK && o->baseline)
-        print_idle_cpu(o);
+        print_idle_cpu(o, "");
     if (ret == TB_EXIT_OK)
         tb_print_header(stdout, o);
     for (size_t ti = 0; ti < o->threads.n && ret == TB_EXIT_OK; ti++)
@@ -499,6 +500,8 @@ int tb_run_initiator(struct tb_opts *o, const char *xport)
                     tb_print_metrics(o->json ? stderr : stdout, e, idx + 1);
             }
         }
+    if (ret == TB_EXIT_OK && o->baseline && nskipped < ncases)
+        print_idle_cpu(o, " after traffic");
     if (ret == TB_EXIT_OK && nskipped == ncases) {
         fprintf(stderr, "tebench: no case fits the buffers; nothing was "
                         "measured\n");

@@ -180,11 +180,19 @@ struct tent_rpc_limits {
      * tent_rpc_auth_refused_total and tent_notify_spoofed_total count
      * there too.  Not copied: it must outlive the server. */
     struct tent_metrics *metrics;
+    /* transports/tcp/spin_us: a worker that finds no next bytes on its
+     * connection (a next frame, the rest of one) keeps reading without
+     * sleeping for this long before it waits in poll(), so that a peer's
+     * next request does not pay a thread's wake-up; 0 = sleep at once.
+     * Only after a frame: an idle connection costs no CPU. */
+    int spin_us;
 };
 #define TENT_RPC_DEFAULT_MAX_CONNS 1024
 #define TENT_RPC_DEFAULT_IDLE_MS   300000
 #define TENT_RPC_DEFAULT_FRAME_MS  30000
 #define TENT_RPC_DEFAULT_MIN_RATE  65536
+#define TENT_RPC_DEFAULT_SPIN_US   50
+#define TENT_RPC_MAX_SPIN_US       10000 /* below LINGER_MS */
 
 /* What the server did about its bounds, since it started. */
 struct tent_rpc_stats {

@@ -165,6 +165,9 @@ struct tent_rpc_conn {
     bool loopback;         /* both ends loopback addresses (set at accept) */
     bool authed;           /* the handshake is done (with a secret) */
     char ident[TENT_AUTH_MAX_IDENT + 1]; /* the segment it proved to be */
+    /* spin_us (rpc.h), holder only: spins that ran out in a row, and waits
+     * left that sleep at once before the next spin is tried */
+    unsigned spin_misses, spin_skip;
     /* Published by the holder (one writer) for the loop's choice. */
     atomic_int state;            /* enum conn_state */
     atomic_llong frame_start_ms; /* first byte of the frame under way */
@@ -369,6 +372,34 @@ static bool client_gone(struct tent_rpc_conn *c)
     return true;
 }
 
+/* Whether this wait may spin before it sleeps.  A spin that runs out (the
+ * peer took longer, or could not run because we held the CPU it needed)
+ * makes the next 2^k - 1 waits sleep at once after k such spins in a row,
+ * so a crowded machine or a slow peer costs little spinning; one that
+ * finds bytes starts over. */
+#define SPIN_MAX_BACKOFF 6
+static bool spin_may(struct tent_rpc_conn *c)
+{
+    if (!c->srv->lim.spin_us)
+        return false;
+    if (c->spin_skip) {
+        c->spin_skip--;
+        return false;
+    }
+    return true;
+}
+
+static void spin_done(struct tent_rpc_conn *c, bool found)
+{
+    if (found) {
+        c->spin_misses = 0;
+        return;
+    }
+    if (c->spin_misses < SPIN_MAX_BACKOFF)
+        c->spin_misses++;
+    c->spin_skip = (1u << c->spin_misses) - 1;
+}
+
 /* Receives exactly n bytes of the frame being served, which fails once the
  * frame's deadline passes, however slowly bytes keep coming.  A large body
  * (DIRECT_MIN or more) goes straight into buf, and each receive of it also
@@ -382,6 +413,12 @@ static int srv_recv_as(struct tent_rpc_conn *c, void *buf, size_t n, bool land)
     char *p = buf;
     int ticks = 0;
     size_t got = 0;
+    /* Each wait for bytes: non-blocking receives until spin_end_ns (set at
+     * the first that finds nothing) when spin_may allows, then blocking ones
+     * (the socket's timeout). */
+    const int spin_flags = c->srv->lim.spin_us ? MSG_DONTWAIT : 0;
+    int flags = spin_flags;
+    uint64_t spin_end_ns = 0;
     long long checked = 0;
     while (got < n) {
         if (land) {
@@ -417,8 +454,13 @@ static int srv_recv_as(struct tent_rpc_conn *c, void *buf, size_t n, bool land)
             iov[0] = (struct iovec){c->in, sizeof(c->in)};
             m.msg_iovlen = 1;
         }
-        ssize_t r = recvmsg(c->fd, &m, land ? MSG_DONTWAIT : 0);
+        ssize_t r = recvmsg(c->fd, &m, land ? flags | MSG_DONTWAIT : flags);
+        if (r > 0 && spin_end_ns) {
+            spin_done(c, true);
+            spin_end_ns = 0;
+        }
         if (r > 0) {
+            flags = spin_flags; /* the next wait may spin again */
             add_bytes(c, (uint64_t)r);
             if (n < DIRECT_MIN) {
                 c->in_pos = 0;
@@ -439,6 +481,21 @@ static int srv_recv_as(struct tent_rpc_conn *c, void *buf, size_t n, bool land)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return -1;
+        if (flags) {
+            uint64_t now = tent_now_ns();
+            if (!spin_end_ns) {
+                if (!spin_may(c)) {
+                    flags = 0;
+                    continue;
+                }
+                spin_end_ns = now + (uint64_t)c->srv->lim.spin_us * 1000u;
+            } else if (now >= spin_end_ns) {
+                spin_done(c, false);
+                spin_end_ns = 0;
+                flags = 0;
+            }
+            continue;
+        }
         if (land) {
             /* wait as the socket's timeout would, seeing a hang-up too */
             struct pollfd pf = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
@@ -533,9 +590,17 @@ static int await_header(struct tent_rpc_conn *c)
      * finds nothing (a system call fewer per request/response; the wait
      * returns at once when bytes are there). */
     bool wait_first = c->in_pos == c->in_len;
+    /* then reads without sleeping for spin_us (rpc.h), within the wait */
+    uint64_t spin_end_ns =
+        spin_may(c) ? tent_now_ns() + (uint64_t)s->lim.spin_us * 1000u : 0;
+    if (spin_end_ns > (uint64_t)until * 1000000u)
+        spin_end_ns = (uint64_t)until * 1000000u;
     for (;;) {
-        if (header_in(c))
+        if (header_in(c)) {
+            if (spin_end_ns)
+                spin_done(c, true);
             return 1;
+        }
         if (flush_out(c) || atomic_load(&s->stop) || atomic_load(&c->closing))
             return -1;
         if (!wait_first) {
@@ -546,6 +611,12 @@ static int await_header(struct tent_rpc_conn *c)
                 continue;
         }
         wait_first = false;
+        if (spin_end_ns) {
+            if (tent_now_ns() < spin_end_ns)
+                continue; /* read_some again */
+            spin_done(c, false);
+            spin_end_ns = 0;
+        }
         long long left = until - tent_now_ms();
         if (left <= 0)
             return 0;
@@ -1597,17 +1668,20 @@ int tent_rpc_server_start(const struct tent_rpc_handlers *h,
         .min_frame_rate = TENT_RPC_DEFAULT_MIN_RATE,
         .loopback_cc = TENT_RPC_CC_DEFAULT,
         .loopback_follow_cpu = TENT_RPC_FOLLOW_DEFAULT,
+        .spin_us = TENT_RPC_DEFAULT_SPIN_US,
     };
     if (!lim)
         lim = &defaults;
     if (lim->max_conns < 1 || lim->idle_timeout_ms < 1 ||
-        lim->frame_timeout_ms < 1 || lim->min_frame_rate < 0)
+        lim->frame_timeout_ms < 1 || lim->min_frame_rate < 0 ||
+        lim->spin_us < 0 || lim->spin_us > TENT_RPC_MAX_SPIN_US)
         return tent_set_error(TENT_EINVAL,
                               "rpc server: limits must be positive (max "
                               "connections %d, idle %d ms, frame %d ms, "
-                              "floor rate %d B/s)",
+                              "floor rate %d B/s, spin %d us)",
                               lim->max_conns, lim->idle_timeout_ms,
-                              lim->frame_timeout_ms, lim->min_frame_rate);
+                              lim->frame_timeout_ms, lim->min_frame_rate,
+                              lim->spin_us);
     /* non-blocking: a connection reset between epoll and accept must not
      * stall the loop */
     int rc, lfd;

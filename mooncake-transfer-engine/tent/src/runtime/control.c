@@ -146,7 +146,7 @@ static int port_range(struct tent_engine *e, int *min, int *max)
 
 int tent_ctrl_start(struct tent_engine *e)
 {
-    int64_t to, maxc, idle, frame, rate;
+    int64_t to, maxc, idle, frame, rate, spin;
     int rc = tent_config_get_int_range(e->cfg, "rpc_timeout_ms", 3000, 1,
                                        600000, &to);
     if (!rc)
@@ -165,6 +165,11 @@ int tent_ctrl_start(struct tent_engine *e)
         rc = tent_config_get_int_range(e->cfg, "rpc_frame_min_rate",
                                        TENT_RPC_DEFAULT_MIN_RATE, 0, 1 << 30,
                                        &rate);
+    /* tcp's frames are what the server's workers spin for (rpc.h) */
+    if (!rc)
+        rc = tent_config_get_int_range(e->cfg, "transports/tcp/spin_us",
+                                       TENT_RPC_DEFAULT_SPIN_US, 0,
+                                       TENT_RPC_MAX_SPIN_US, &spin);
     bool follow = TENT_RPC_FOLLOW_DEFAULT;
     if (!rc)
         rc = tent_config_get_bool(e->cfg, TENT_RPC_FOLLOW_KEY,
@@ -194,7 +199,8 @@ int tent_ctrl_start(struct tent_engine *e)
                                   .min_frame_rate = (int)rate,
                                   .loopback_follow_cpu = follow,
                                   .auth = e->auth,
-                                  .metrics = e->metrics};
+                                  .metrics = e->metrics,
+                                  .spin_us = (int)spin};
     snprintf(lim.loopback_cc, sizeof(lim.loopback_cc), "%s", e->loopback_cc);
     int pmin = 0, pmax = 0;
     rc = port_range(e, &pmin, &pmax);
