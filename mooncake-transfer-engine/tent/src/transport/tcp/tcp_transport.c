@@ -254,8 +254,11 @@ static void reroute(struct tcp_transport *t, struct tcp_peer *p,
 static void rail_kick(struct tcp_rail *r, int n);
 
 /* Tries of a slice whose connection the peer refused or closed (a server
- * over rpc_max_connections evicts idle ones), each on a new connection. */
-#define TCP_RETRIES 3
+ * over rpc_max_connections evicts idle ones), each on a new connection
+ * opened after retry_pause_ms: a full server refuses newcomers while every
+ * connection it keeps is moving data, which frees one in milliseconds. */
+#define TCP_RETRIES    5
+#define RETRY_PAUSE_MS 4
 /* Windows a pool thread sends on one rail before it lets other rails'
  * work go first (the rail goes to the back of the ready list). */
 #define SERVE_WINDOWS 16
@@ -265,6 +268,17 @@ static void rail_kick(struct tcp_rail *r, int n);
 static bool conn_lost(int rc)
 {
     return rc == TENT_EPEER;
+}
+
+/* The pause before try number tries (0: none): RETRY_PAUSE_MS doubled with
+ * each, plus up to as much again of jitter. */
+static void pause_for_try(int tries)
+{
+    if (tries <= 0)
+        return;
+    int ms = RETRY_PAUSE_MS << (tries - 1);
+    ms += (int)(tent_now_ns() % (uint64_t)ms);
+    poll(NULL, 0, ms);
 }
 
 /* Frees slot w of r (caller holds r->lock): on top of the idle stack. */
@@ -582,18 +596,24 @@ static void fence_and_move(struct tcp_rail *r, uint64_t token,
      * server) last, when the connection was refused or closed, as a server
      * that evicted it still answers */
     bool own = conn_lost(code);
-    for (int j = 0; j <= p->nrails && rc; j++) {
-        int i = j < p->nrails ? j : r->idx;
-        struct tcp_rail *o = p->rails[i];
-        if (j < p->nrails ? o == r || !tent_rail_usable(p->rs, i) : !own)
-            continue;
-        rc = tent_rpc_fence(o->host, o->port, o->src, t->timeout_ms, token);
-        if (rc)
-            snprintf(fwhy, sizeof(fwhy), "%s", tent_last_error());
-        else
-            LOG_INFO("tcp: rail %s: the peer closed the old connection "
-                     "(fenced through %s); its writes go elsewhere",
-                     r->addr, o->addr);
+    /* a fence the full server refused is asked again, as a window is */
+    for (int a = 0; rc && a <= (own ? TCP_RETRIES : 0); a++) {
+        if (a > 0 && !conn_lost(rc))
+            break;
+        pause_for_try(a);
+        for (int j = 0; j <= p->nrails && rc; j++) {
+            int i = j < p->nrails ? j : r->idx;
+            struct tcp_rail *o = p->rails[i];
+            if (j < p->nrails ? o == r || !tent_rail_usable(p->rs, i) : !own)
+                continue;
+            rc = tent_rpc_fence(o->host, o->port, o->src, t->timeout_ms, token);
+            if (rc)
+                snprintf(fwhy, sizeof(fwhy), "%s", tent_last_error());
+            else
+                LOG_INFO("tcp: rail %s: the peer closed the old connection "
+                         "(fenced through %s); its writes go elsewhere",
+                         r->addr, o->addr);
+        }
     }
     while (list) {
         struct slice *n = list->next;
@@ -807,6 +827,18 @@ static int slot_take_locked(struct tcp_rail *r)
     return w;
 }
 
+/* Before a new connection for a window with slices tried again: a pause
+ * that doubles with each try (RETRY_PAUSE_MS, 2x, 4x, ...), with jitter so
+ * that initiators refused together do not come back together. */
+static void retry_pause(struct slice **w, int n)
+{
+    int tries = 0;
+    for (int i = 0; i < n; i++)
+        if (w[i]->tries > tries)
+            tries = w[i]->tries;
+    pause_for_try(tries);
+}
+
 /* Fails a fence job's writes (the rail stops) or fences and moves them. */
 static void fence_job_run(struct tcp_rail *r, struct fence_job *j, bool fail)
 {
@@ -898,6 +930,7 @@ static void serve_rail(struct tcp_rail *r)
             tcp_conn_close(c);
         }
         if (c->fd < 0) {
+            retry_pause(w, n);
             /* With another rail to go to, a connect (or its hello) that
              * has not finished within the stall window is a stalled path
              * too: a far end that went down leaves SYNs unanswered until
@@ -987,7 +1020,8 @@ static void *pool_main(void *arg)
 {
     struct tcp_transport *t = arg;
     pthread_mutex_lock(&t->pool_mu);
-    bool sweeper = t->pool_n == 0;
+    /* (pool[0] is set: its creator held pool_mu until then) */
+    bool sweeper = pthread_equal(pthread_self(), t->pool[0]);
     while (!t->pool_stop) {
         struct tcp_rail *r = t->ready_head;
         if (!r) {
