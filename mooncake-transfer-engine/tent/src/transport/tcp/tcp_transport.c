@@ -762,8 +762,8 @@ static bool pool_grow_locked(struct tcp_transport *t)
 }
 
 /* Asks n pool threads to serve r (queued work, a fence job or a steal):
- * r goes to the back of the ready list unless it is there.  Called with or
- * without r->lock. */
+ * r goes to the back of the ready list unless it is there.  Caller holds
+ * r->lock (nidle). */
 static void rail_kick(struct tcp_rail *r, int n)
 {
     struct tcp_transport *t = r->peer->t;
@@ -778,9 +778,12 @@ static void rail_kick(struct tcp_rail *r, int n)
                 t->ready_head = r;
             t->ready_tail = r;
         }
-        r->want += n;
-        if (r->want > r->nconns)
-            r->want = r->nconns;
+        /* no more threads than free connections (a fence job or a steal
+         * needs none: one) */
+        int room = r->nidle > 0 ? r->nidle : 1;
+        if (n > room)
+            n = room;
+        r->want = r->want + n > room ? room : r->want + n;
         for (int i = 0; i < n; i++) {
             if (t->pool_idle > i)
                 pthread_cond_signal(&t->pool_cv);
