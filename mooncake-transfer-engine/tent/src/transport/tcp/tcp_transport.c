@@ -16,7 +16,7 @@
  * `connections` connections bound to its local address, opened on demand
  * and closed after idle_timeout_ms without a window.  The threads that
  * drive them are one pool per engine (transports/tcp/workers; by default
- * twice the online CPUs, 4 to 64), started as work needs them: a rail with
+ * twice the online CPUs, 8 to 64), started as work needs them: a rail with
  * work and a free connection is put on the pool's ready list, and a pool
  * thread takes a window off it on one of its connections.  So threads do
  * not grow with peers; a slow or dead peer holds a pool thread only for the
@@ -263,11 +263,15 @@ static void rail_kick(struct tcp_rail *r, int n);
  * work go first (the rail goes to the back of the ready list). */
 #define SERVE_WINDOWS 16
 
-/* A failure that is the connection, not the path or the peer's answer:
- * refused, reset or closed (not a timeout: a silent peer stays failed). */
-static bool conn_lost(int rc)
+/* A failure that is the connection, not the path or the peer's answer: the
+ * peer reset or closed a connection it had accepted (a full server refuses
+ * a newcomer so, and evicts an idle connection so).  Not a connect that
+ * failed (nothing listens, no route) nor a timeout: a peer that is gone or
+ * silent stays failed. */
+static bool conn_lost(int rc, int native)
 {
-    return rc == TENT_EPEER;
+    return rc == TENT_EPEER &&
+           (native == ECONNRESET || native == EPIPE || native == ECONNABORTED);
 }
 
 /* The pause before try number tries (0: none): RETRY_PAUSE_MS doubled with
@@ -480,9 +484,11 @@ static void window_finish(struct tcp_rail *r, struct tcp_conn *c, int rc,
     for (int i = 0; i < c->n; i++) {
         struct slice *s = c->w[i];
         if (i >= answered) {
+            /* (a probe's outcome: the rail set leaves probing on a
+             * completion or a failure only) */
             tent_rail_fail(p->rs, r->idx, s->len, &s->tk);
+            bool again = conn_lost(rc, native) && s->tries < TCP_RETRIES;
             bool safe = s->opcode == OPCODE_READ || tcp_conn_unsent(c, i);
-            bool again = conn_lost(rc) && s->tries < TCP_RETRIES;
             if (safe) {
                 reroute(t, p, s, rc, native, why, again);
             } else if (fence && (p->nrails > 1 || again)) {
@@ -543,7 +549,8 @@ static void reroute_list(struct tcp_rail *r, struct slice *s, int code,
     while (s) {
         struct slice *n = s->next;
         tent_rail_release(r->peer->rs, r->idx, s->len, &s->tk);
-        reroute(r->peer->t, r->peer, s, code, native, why, conn_lost(code));
+        reroute(r->peer->t, r->peer, s, code, native, why,
+                conn_lost(code, native));
         s = n;
     }
 }
@@ -595,10 +602,10 @@ static void fence_and_move(struct tcp_rail *r, uint64_t token,
     /* the other rails first; the rail itself (a new connection to the same
      * server) last, when the connection was refused or closed, as a server
      * that evicted it still answers */
-    bool own = conn_lost(code);
+    bool own = conn_lost(code, native);
     /* a fence the full server refused is asked again, as a window is */
     for (int a = 0; rc && a <= (own ? TCP_RETRIES : 0); a++) {
-        if (a > 0 && !conn_lost(rc))
+        if (a > 0 && rc != TENT_EPEER)
             break;
         pause_for_try(a);
         for (int j = 0; j <= p->nrails && rc; j++) {
@@ -949,15 +956,21 @@ static void serve_rail(struct tcp_rail *r)
         if (!rc)
             rc = tcp_conn_step(c, r->addr, true, t->timeout_ms, &native);
         if (rc < 0) {
-            LOG_WARN("tcp: rail %s: %s; %d slice(s)%s go elsewhere, are "
-                     "tried again or fail",
-                     r->addr, tent_last_error(), n,
-                     conn_lost(rc) ? "" : " and the rail's queue");
+            /* a refused or closed connection is tried again: routine for
+             * a peer whose server is full */
+            if (conn_lost(rc, native))
+                LOG_INFO("tcp: rail %s: %s; %d slice(s) go elsewhere, are "
+                         "tried again or fail",
+                         r->addr, tent_last_error(), n);
+            else
+                LOG_WARN("tcp: rail %s: %s; %d slice(s) and the rail's queue "
+                         "go elsewhere or fail",
+                         r->addr, tent_last_error(), n);
             char why[512];
             snprintf(why, sizeof(why), "%s", tent_last_error());
             tcp_conn_close(c);
             struct slice *rest =
-                conn_lost(rc) ? NULL : take_queue_at_failure(r);
+                conn_lost(rc, native) ? NULL : take_queue_at_failure(r);
             struct slice *fence = NULL;
             window_finish(r, c, rc, native, low, wbytes, &fence, false);
             reroute_list(r, rest, rc, native, why);
@@ -1053,10 +1066,12 @@ static void *pool_main(void *arg)
         r->busy++;
         pthread_mutex_unlock(&t->pool_mu);
         serve_rail(r);
-        sweep_if_due(t);
         pthread_mutex_lock(&t->pool_mu);
         if (--r->busy == 0)
             pthread_cond_broadcast(&t->pool_done);
+        pthread_mutex_unlock(&t->pool_mu);
+        sweep_if_due(t);
+        pthread_mutex_lock(&t->pool_mu);
     }
     pthread_mutex_unlock(&t->pool_mu);
     return NULL;
@@ -1087,12 +1102,16 @@ static void lend_finish(struct tcp_rail *r, int w, int rc, int native)
     struct slice *rest = NULL, *fence = NULL;
     char why[512] = "";
     if (rc < 0) {
-        LOG_WARN("tcp: rail %s: %s; %d slice(s) go elsewhere, are tried "
-                 "again or fail",
-                 r->addr, tent_last_error(), c->n);
+        if (conn_lost(rc, native))
+            LOG_INFO("tcp: rail %s: %s; %d slice(s) go elsewhere, are tried "
+                     "again or fail",
+                     r->addr, tent_last_error(), c->n);
+        else
+            LOG_WARN("tcp: rail %s: %s; %d slice(s) go elsewhere or fail",
+                     r->addr, tent_last_error(), c->n);
         snprintf(why, sizeof(why), "%s", tent_last_error());
         tcp_conn_close(c);
-        if (!conn_lost(rc))
+        if (!conn_lost(rc, native))
             rest = take_queue_at_failure(r);
     }
     /* lent windows to a peer with several rails are reads (pend_flush):
@@ -1100,7 +1119,7 @@ static void lend_finish(struct tcp_rail *r, int w, int rc, int native)
      * thread runs it (fence_job) */
     uint64_t token = c->token;
     window_finish(r, c, rc < 0 ? rc : TENT_OK, native, false, 0,
-                  rc < 0 && conn_lost(rc) ? &fence : NULL, false);
+                  rc < 0 && conn_lost(rc, native) ? &fence : NULL, false);
     struct fence_job *fj = NULL;
     if (fence) {
         fj = calloc(1, sizeof(*fj));
@@ -1653,12 +1672,13 @@ static int nics_setup(struct tcp_transport *t)
 static void lend_thread_stop(struct tcp_transport *t);
 
 /* The pool's size by default: twice the online CPUs (a window's thread
- * sleeps while its bytes cross the network), at least 4, at most 64. */
+ * sleeps while its bytes cross the network), at least 8 (two rails' worth
+ * of connections), at most 64. */
 static int pool_default(void)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    long n = cpus > 0 ? 2 * cpus : 4;
-    return (int)(n < 4 ? 4 : n > 64 ? 64 : n);
+    long n = cpus > 0 ? 2 * cpus : 8;
+    return (int)(n < 8 ? 8 : n > 64 ? 64 : n);
 }
 
 static int tcp_install(struct tent_transport *base)
