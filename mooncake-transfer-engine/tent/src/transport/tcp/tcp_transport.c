@@ -58,11 +58,11 @@
  *
  * Submits that make one window to a rail (at most slice_size bytes, one
  * opcode, not LOW; writes only to a peer of one rail, as a write lent to a
- * peer of several could need a fence, which blocks) skip the hand-off to a
- * worker when the rail has no queued work a worker may take now (LOW slices
- * held back by their wire budget are not: a HIGH read under a LOW stream is
- * lent past them): the submitting thread borrows an idle worker's
- * connection (the worker stays asleep), sends what the socket takes without
+ * peer of several could need a fence, which blocks) skip the hand-off to
+ * the pool when the rail has no queued work a pool thread may take now (LOW
+ * slices held back by their wire budget are not: a HIGH read under a LOW
+ * stream is lent past them): the submitting thread borrows an idle open
+ * connection of the rail, sends what the socket takes without
  * blocking and returns; status calls on the peer's tasks (and quiesce) move the
  * borrowed windows on with the same non-blocking steps until their answers are
  * in, then give the connections back.  Every idle connection can be lent, so
@@ -132,6 +132,17 @@ struct tcp_sub {
 struct squeue {
     struct slice *head, *tail;
     uint64_t served_ns; /* a window last taken from it (promotion) */
+};
+
+struct tcp_transport;
+
+/* A pool thread (its index in the pool and the transport). */
+struct pool_thread {
+    pthread_t th;
+    pthread_cond_t cv;
+    bool woken;
+    int idx;
+    struct tcp_transport *t;
 };
 
 /* Fenced writes of a lent window (the lending thread may not block on a
@@ -228,11 +239,14 @@ struct tcp_transport {
     atomic_bool lend_sleeping;
     /* The pool (see the top of this file). */
     pthread_mutex_t pool_mu;
-    pthread_cond_t pool_cv;   /* work on the ready list, or stop */
     pthread_cond_t pool_done; /* a rail's busy went to 0 */
     struct tcp_rail *ready_head, *ready_tail;
-    pthread_t *pool;
-    int pool_max, pool_n, pool_idle;
+    /* pool_max of each; pool_n started.  An idle thread i is on the stack
+     * (the last idle on top: the one woken first, warm in its CPU) and
+     * sleeps on cv[i] until woken[i]. */
+    struct pool_thread *pool;
+    int pool_max, pool_n;
+    int *pool_stack, pool_nidle;
     bool pool_stop;
     int idle_ms;                  /* idle_timeout_ms */
     _Atomic long long next_sweep; /* when idle connections are next closed */
@@ -415,7 +429,7 @@ static uint64_t low_window_pace(struct tcp_rail *r)
     return (uint64_t)(pace / low_windows(r->peer->t));
 }
 
-/* The queue a worker serves next (-1: nothing it may take now).  Caller
+/* The queue a pool thread serves next (-1: nothing it may take now).  Caller
  * holds lock. */
 static int next_queue_locked(struct tcp_rail *r, uint64_t low_cap)
 {
@@ -470,7 +484,7 @@ static int take_window_locked(struct tcp_rail *r, int k, struct slice **w,
  * connection, then moves them), or fail when fence is NULL.  A LOW
  * window's end lets held-back LOW work go: unless the caller goes on to take
  * work itself (takes_next) and no other class is queued for it to take
- * first, an idle worker is woken for it. */
+ * first, a pool thread is asked for it. */
 static void window_finish(struct tcp_rail *r, struct tcp_conn *c, int rc,
                           int native, bool low, uint64_t wbytes,
                           struct slice **fence, bool takes_next)
@@ -634,9 +648,9 @@ static void fence_and_move(struct tcp_rail *r, uint64_t token,
 }
 
 /* ---- stealing -------------------------------------------------------------
- * Picks predict; stealing corrects.  A worker with nothing queued on its
- * rail takes a window's worth of slices from the tail of a sibling rail
- * whose workers are all busy and which has more than a window queued, so
+ * Picks predict; stealing corrects.  A pool thread with nothing queued on
+ * its rail takes a window's worth of slices from the tail of a sibling rail
+ * whose connections are all busy and which has more than a window queued, so
  * that a batch's rails finish together even when the bandwidth estimates
  * are off, and work queued on a rail that slowed down moves to the others.
  * Only unsent slices move; a rail too slow for normal picks (or paused)
@@ -759,7 +773,11 @@ static bool pool_grow_locked(struct tcp_transport *t)
 {
     if (t->pool_n >= t->pool_max || t->pool_stop)
         return false;
-    if (pthread_create(&t->pool[t->pool_n], NULL, pool_main, t)) {
+    struct pool_thread *pt = &t->pool[t->pool_n];
+    pt->idx = t->pool_n;
+    pt->t = t;
+    pt->woken = false;
+    if (pthread_create(&pt->th, NULL, pool_main, pt)) {
         LOG_WARN("tcp: cannot start pool thread %d: %s", t->pool_n + 1,
                  strerror(errno));
         return false;
@@ -792,9 +810,12 @@ static void rail_kick(struct tcp_rail *r, int n)
             n = room;
         r->want = r->want + n > room ? room : r->want + n;
         for (int i = 0; i < n; i++) {
-            if (t->pool_idle > i)
-                pthread_cond_signal(&t->pool_cv);
-            else if (!pool_grow_locked(t))
+            if (t->pool_nidle > 0) {
+                struct pool_thread *pt =
+                    &t->pool[t->pool_stack[--t->pool_nidle]];
+                pt->woken = true;
+                pthread_cond_signal(&pt->cv);
+            } else if (!pool_grow_locked(t))
                 break;
         }
     }
@@ -1034,26 +1055,36 @@ static void sweep_if_due(struct tcp_transport *t)
  * wakes for the idle sweep while there is nothing to serve. */
 static void *pool_main(void *arg)
 {
-    struct tcp_transport *t = arg;
+    struct pool_thread *me = arg;
+    struct tcp_transport *t = me->t;
+    bool sweeper = me->idx == 0;
     pthread_mutex_lock(&t->pool_mu);
-    /* (pool[0] is set: its creator held pool_mu until then) */
-    bool sweeper = pthread_equal(pthread_self(), t->pool[0]);
     while (!t->pool_stop) {
         struct tcp_rail *r = t->ready_head;
         if (!r) {
-            t->pool_idle++;
-            if (sweeper) {
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                long long ns =
-                    ts.tv_nsec + (long long)sweep_every_ms(t) * 1000000LL;
-                ts.tv_sec += ns / 1000000000LL;
-                ts.tv_nsec = ns % 1000000000LL;
-                pthread_cond_timedwait(&t->pool_cv, &t->pool_mu, &ts);
-            } else {
-                pthread_cond_wait(&t->pool_cv, &t->pool_mu);
+            t->pool_stack[t->pool_nidle++] = me->idx;
+            me->woken = false;
+            bool timed_out = false;
+            while (!me->woken && !t->pool_stop && !timed_out) {
+                if (sweeper) {
+                    struct timespec ts;
+                    clock_gettime(CLOCK_REALTIME, &ts);
+                    long long ns =
+                        ts.tv_nsec + (long long)sweep_every_ms(t) * 1000000LL;
+                    ts.tv_sec += ns / 1000000000LL;
+                    ts.tv_nsec = ns % 1000000000LL;
+                    timed_out = pthread_cond_timedwait(&me->cv, &t->pool_mu,
+                                                       &ts) == ETIMEDOUT;
+                } else {
+                    pthread_cond_wait(&me->cv, &t->pool_mu);
+                }
             }
-            t->pool_idle--;
+            if (!me->woken) /* still on the stack */
+                for (int i = 0; i < t->pool_nidle; i++)
+                    if (t->pool_stack[i] == me->idx) {
+                        t->pool_stack[i] = t->pool_stack[--t->pool_nidle];
+                        break;
+                    }
             if (!t->ready_head && !t->pool_stop) {
                 pthread_mutex_unlock(&t->pool_mu);
                 sweep_if_due(t);
@@ -1766,18 +1797,22 @@ static int tcp_install(struct tent_transport *base)
     }
     pthread_mutex_init(&t->lock, NULL);
     pthread_mutex_init(&t->pool_mu, NULL);
-    pthread_cond_init(&t->pool_cv, NULL);
     pthread_cond_init(&t->pool_done, NULL);
     t->pool = calloc((size_t)t->pool_max, sizeof(*t->pool));
+    t->pool_stack = calloc((size_t)t->pool_max, sizeof(*t->pool_stack));
+    for (int i = 0; t->pool && i < t->pool_max; i++)
+        pthread_cond_init(&t->pool[i].cv, NULL);
     /* one thread from the start (it also runs the idle sweep), the others
      * as work needs them */
     pthread_mutex_lock(&t->pool_mu);
-    bool started = t->pool && pool_grow_locked(t);
+    bool started = t->pool && t->pool_stack && pool_grow_locked(t);
     pthread_mutex_unlock(&t->pool_mu);
     if (!started) {
+        for (int i = 0; t->pool && i < t->pool_max; i++)
+            pthread_cond_destroy(&t->pool[i].cv);
         free(t->pool);
+        free(t->pool_stack);
         pthread_cond_destroy(&t->pool_done);
-        pthread_cond_destroy(&t->pool_cv);
         pthread_mutex_destroy(&t->pool_mu);
         pthread_mutex_destroy(&t->lock);
         lend_thread_stop(t);
@@ -1895,14 +1930,17 @@ static void tcp_uninstall(struct tent_transport *base)
     /* no rail is left to serve */
     pthread_mutex_lock(&t->pool_mu);
     t->pool_stop = true;
-    pthread_cond_broadcast(&t->pool_cv);
     int n = t->pool_n;
+    for (int i = 0; i < n; i++)
+        pthread_cond_signal(&t->pool[i].cv);
     pthread_mutex_unlock(&t->pool_mu);
     for (int i = 0; i < n; i++)
-        pthread_join(t->pool[i], NULL);
+        pthread_join(t->pool[i].th, NULL);
+    for (int i = 0; i < t->pool_max; i++)
+        pthread_cond_destroy(&t->pool[i].cv);
     free(t->pool);
+    free(t->pool_stack);
     pthread_cond_destroy(&t->pool_done);
-    pthread_cond_destroy(&t->pool_cv);
     pthread_mutex_destroy(&t->pool_mu);
     pthread_mutex_destroy(&t->lock);
 }
@@ -1954,7 +1992,7 @@ static int tcp_free_sub(TENT_UNUSED struct tent_transport *t,
 }
 
 /* Slices of a submit queued per rail at the end, one wake-up per rail and
- * class, so that a worker finds the whole group and sends it as one
+ * class, so that a pool thread finds the whole group and sends it as one
  * window. */
 struct pending {
     struct tcp_rail *r;
@@ -1969,8 +2007,8 @@ struct pending {
 static void pend_flush(struct pending *q)
 {
     /* a write lent to a peer with several rails could need a fence, which
-     * blocks: those go to the workers; so does LOW, whose windows on the
-     * wire the workers hold to the rail's bandwidth-delay product */
+     * blocks: those go to the pool; so does LOW, whose windows on the
+     * wire the pool holds to the rail's bandwidth-delay product */
     bool lendable = q->prio != TENT_PRIO_LOW &&
                     (q->opcode == OPCODE_READ ||
                      (q->opcode == OPCODE_WRITE && q->r->peer->nrails == 1));
