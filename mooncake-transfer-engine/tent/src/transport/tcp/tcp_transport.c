@@ -763,6 +763,59 @@ static bool steal(struct tcp_rail *r)
     return true;
 }
 
+/* The connection each thread last lent, per rail (a few rails per thread;
+ * a hint only: the rail may be gone and its address reused). */
+#define LEND_HINTS 4
+struct lend_hint {
+    const struct tcp_rail *r;
+    int w;
+};
+static _Thread_local struct lend_hint lend_hints[LEND_HINTS];
+static _Thread_local unsigned lend_hint_next;
+
+/* The place on r's idle stack of the connection this thread lends next:
+ * the one it lent last on r while that one is idle and connected, else the
+ * most recently idle one.  A connection that keeps carrying the same
+ * thread's requests keeps the peer's server thread serving it on one CPU: on a
+ * loopback peer that worker runs beside its sender (rpc_server.c,
+ * tcp_loopback_follow_cpu), and two threads that took whichever connection
+ * was on top swapped their workers' CPUs every few requests (1,600 forced
+ * migrations in 3 s of 1 MiB writes from 2 threads).  Pool threads keep
+ * to theirs the same way (slot_take_locked).  Caller holds lock;
+ * r->nidle > 0: hint_at_locked, the place of the one lent last or -1;
+ * lend_pick_locked, that or the top. */
+static int hint_at_locked(const struct tcp_rail *r)
+{
+    for (int h = 0; h < LEND_HINTS; h++) {
+        if (lend_hints[h].r != r)
+            continue;
+        for (int i = r->nidle - 1; i >= 0; i--)
+            if (r->idle[i] == lend_hints[h].w && r->conns[lend_hints[h].w] &&
+                r->conns[lend_hints[h].w]->fd >= 0)
+                return i;
+        break;
+    }
+    return -1;
+}
+
+static int lend_pick_locked(const struct tcp_rail *r)
+{
+    int at = hint_at_locked(r);
+    return at >= 0 ? at : r->nidle - 1;
+}
+
+/* Remembers that this thread lent (or, a pool thread, served) w of r. */
+static void lend_hint_set(const struct tcp_rail *r, int w)
+{
+    for (int h = 0; h < LEND_HINTS; h++) {
+        if (lend_hints[h].r == r) {
+            lend_hints[h].w = w;
+            return;
+        }
+    }
+    lend_hints[lend_hint_next++ % LEND_HINTS] = (struct lend_hint){r, w};
+}
+
 /* ---- the pool --------------------------------------------------------- */
 
 static void *pool_main(void *arg);
@@ -786,14 +839,20 @@ static bool pool_grow_locked(struct tcp_transport *t)
     return true;
 }
 
-/* Asks n pool threads to serve r (queued work, a fence job or a steal):
- * r goes to the back of the ready list unless it is there.  Caller holds
- * r->lock (nidle). */
+/* Sees that n pool threads are on their way to serve r (queued work, a
+ * fence job or a steal), counting those asked for before that have not
+ * taken it yet (want), and no more than r has free connections (one for a
+ * fence job or a steal, which need none): r goes to the back of the ready
+ * list unless it is there, and the threads missing are woken (or
+ * started).  Caller holds r->lock (nidle). */
 static void rail_kick(struct tcp_rail *r, int n)
 {
     struct tcp_transport *t = r->peer->t;
+    int room = r->nidle > 0 ? r->nidle : 1;
+    if (n > room)
+        n = room;
     pthread_mutex_lock(&t->pool_mu);
-    if (!r->dead) {
+    if (!r->dead && n > r->want) {
         if (!r->ready) {
             r->ready = true;
             r->ready_next = NULL;
@@ -803,20 +862,17 @@ static void rail_kick(struct tcp_rail *r, int n)
                 t->ready_head = r;
             t->ready_tail = r;
         }
-        /* no more threads than free connections (a fence job or a steal
-         * needs none: one) */
-        int room = r->nidle > 0 ? r->nidle : 1;
-        if (n > room)
-            n = room;
-        r->want = r->want + n > room ? room : r->want + n;
-        for (int i = 0; i < n; i++) {
+        int more = n - r->want;
+        r->want = n;
+        for (int i = 0; i < more; i++) {
             if (t->pool_nidle > 0) {
                 struct pool_thread *pt =
                     &t->pool[t->pool_stack[--t->pool_nidle]];
                 pt->woken = true;
                 pthread_cond_signal(&pt->cv);
-            } else if (!pool_grow_locked(t))
+            } else if (!pool_grow_locked(t)) {
                 break;
+            }
         }
     }
     pthread_mutex_unlock(&t->pool_mu);
@@ -842,19 +898,21 @@ static void ready_remove_locked(struct tcp_transport *t, struct tcp_rail *r)
 }
 
 /* The free slot a pool thread takes (caller holds lock; nidle > 0): the
- * topmost one with an open connection, else the top. */
+ * one it served last when free and open (lend_pick_locked says why), else
+ * the topmost one with an open connection, else the top. */
 static int slot_take_locked(struct tcp_rail *r)
 {
-    int at = r->nidle - 1;
-    for (int i = r->nidle - 1; i >= 0; i--)
-        if (r->conns[r->idle[i]] && r->conns[r->idle[i]]->fd >= 0) {
+    int at = hint_at_locked(r);
+    for (int i = r->nidle - 1; at < 0 && i >= 0; i--)
+        if (r->conns[r->idle[i]] && r->conns[r->idle[i]]->fd >= 0)
             at = i;
-            break;
-        }
+    if (at < 0)
+        at = r->nidle - 1;
     int w = r->idle[at];
     memmove(&r->idle[at], &r->idle[at + 1],
             (size_t)(r->nidle - 1 - at) * sizeof(r->idle[0]));
     r->nidle--;
+    lend_hint_set(r, w);
     return w;
 }
 
@@ -1209,51 +1267,6 @@ static void lend_thread_poke(struct tcp_transport *t)
         pthread_cond_signal(&t->lend_cv);
         pthread_mutex_unlock(&t->lend_mu);
     }
-}
-
-/* The connection each thread last lent, per rail (a few rails per thread;
- * a hint only: the rail may be gone and its address reused). */
-#define LEND_HINTS 4
-struct lend_hint {
-    const struct tcp_rail *r;
-    int w;
-};
-static _Thread_local struct lend_hint lend_hints[LEND_HINTS];
-static _Thread_local unsigned lend_hint_next;
-
-/* The place on r's idle stack of the connection this thread lends next:
- * the one it lent last on r while that one is idle and connected, else the
- * most recently idle one.  A connection that keeps carrying the same
- * thread's requests keeps the peer's server thread serving it on one CPU: on a
- * loopback peer that worker runs beside its sender (rpc_server.c,
- * tcp_loopback_follow_cpu), and two threads that took whichever connection
- * was on top swapped their workers' CPUs every few requests (1,600 forced
- * migrations in 3 s of 1 MiB writes from 2 threads).  Caller holds lock;
- * r->nidle > 0. */
-static int lend_pick_locked(const struct tcp_rail *r)
-{
-    for (int h = 0; h < LEND_HINTS; h++) {
-        if (lend_hints[h].r != r)
-            continue;
-        for (int i = r->nidle - 1; i >= 0; i--)
-            if (r->idle[i] == lend_hints[h].w && r->conns[lend_hints[h].w] &&
-                r->conns[lend_hints[h].w]->fd >= 0)
-                return i;
-        break;
-    }
-    return r->nidle - 1;
-}
-
-/* Remembers that this thread lent w of r. */
-static void lend_hint_set(const struct tcp_rail *r, int w)
-{
-    for (int h = 0; h < LEND_HINTS; h++) {
-        if (lend_hints[h].r == r) {
-            lend_hints[h].w = w;
-            return;
-        }
-    }
-    lend_hints[lend_hint_next++ % LEND_HINTS] = (struct lend_hint){r, w};
 }
 
 /* Sends the slices list (one opcode, one class, at most WINDOW_SLICES) from
