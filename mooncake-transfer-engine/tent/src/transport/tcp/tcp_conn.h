@@ -31,8 +31,9 @@ struct slice {
     char *local;
     uint64_t remote;
     uint32_t len;
-    int rail;                   /* index in the peer's rail set */
-    uint32_t avoid;             /* rails it failed on (bit per rail) */
+    int rail;       /* index in the peer's rail set */
+    uint32_t avoid; /* rails it failed on (bit per rail) */
+    int tries;      /* new connections it was given (tcp_transport.c reroute) */
     struct tent_rail_ticket tk; /* from its rail's pick */
     uint64_t enq_ns; /* when it was queued there (priority promotion) */
     struct slice *next;

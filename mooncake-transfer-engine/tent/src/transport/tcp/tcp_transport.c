@@ -12,13 +12,21 @@
  *
  * Requests are cut into slices of at most slice_size bytes; the rail set
  * picks each slice's rail (least predicted completion time, probes, paused
- * rails avoided) and it is queued on that rail.  Each rail has a small pool
- * of connections bound to its local address, each driven by its own worker
- * thread, so a slow path holds only its own workers.  A worker takes a
- * window of slices of one opcode and one priority queue (so that only one
- * direction carries bulk data and neither side can block the other), sends
- * every request, then reads the answers in order.  A window carries at most
- * slice_size bytes of data (or WINDOW_SLICES slices).
+ * rails avoided) and it is queued on that rail.  Each rail has at most
+ * `connections` connections bound to its local address, opened on demand
+ * and closed after idle_timeout_ms without a window.  The threads that
+ * drive them are one pool per engine (transports/tcp/workers; by default
+ * twice the online CPUs, 8 to 64), started as work needs them: a rail with
+ * work and a free connection is put on the pool's ready list, and a pool
+ * thread takes a window off it on one of its connections.  So threads do
+ * not grow with peers; a slow or dead peer holds a pool thread only for the
+ * window it is sending (bounded by timeout_ms, or rail_stall_ms with
+ * another rail).  A thread takes a window of slices of one opcode and one
+ * priority queue (so that only one direction carries bulk data and neither
+ * side can block the other), sends every request, then reads the answers
+ * in order, and goes on with the same rail for a few windows before it
+ * returns to the ready list.  A window carries at most slice_size bytes of
+ * data (or WINDOW_SLICES slices).
  *
  * Priorities: each rail has a queue per class (TENT_PRIO_HIGH, MEDIUM, LOW),
  * served in that order; a queue not served for priority_promotion_timeout_us
@@ -39,17 +47,22 @@
  * writes at once; a write whose bytes may have reached the peer only after
  * the peer has cut that connection off (a FENCE frame through another
  * rail answered once the old connection's handler is gone), so its late
- * bytes can never land after
- * the retry.  With no rail left, or no fence, the slice fails with the
- * rail's error.
+ * bytes can never land after the retry.  A connection the peer refused or
+ * closed (a server over rpc_max_connections evicts idle ones) is not the
+ * path failing: its slices are tried again, up to TCP_RETRIES times each,
+ * on a new connection (a rail of the peer, the same one when it has no
+ * other) -- reads and unsent writes at once, writes that may have been
+ * sent after a fence (through the same server when there is no other
+ * rail).  With no rail left, no fence or no retry left, the slice fails
+ * with the rail's error.
  *
  * Submits that make one window to a rail (at most slice_size bytes, one
  * opcode, not LOW; writes only to a peer of one rail, as a write lent to a
- * peer of several could need a fence, which blocks) skip the hand-off to a
- * worker when the rail has no queued work a worker may take now (LOW slices
- * held back by their wire budget are not: a HIGH read under a LOW stream is
- * lent past them): the submitting thread borrows an idle worker's
- * connection (the worker stays asleep), sends what the socket takes without
+ * peer of several could need a fence, which blocks) skip the hand-off to
+ * the pool when the rail has no queued work a pool thread may take now (LOW
+ * slices held back by their wire budget are not: a HIGH read under a LOW
+ * stream is lent past them): the submitting thread borrows an idle open
+ * connection of the rail, sends what the socket takes without
  * blocking and returns; status calls on the peer's tasks (and quiesce) move the
  * borrowed windows on with the same non-blocking steps until their answers are
  * in, then give the connections back.  Every idle connection can be lent, so
@@ -121,12 +134,35 @@ struct squeue {
     uint64_t served_ns; /* a window last taken from it (promotion) */
 };
 
-/* One path to a peer.  lock guards the queues, stop, the idle stack,
- * woken, the bits of lent and low_wire; each worker sleeps on its own
- * wake[i] (with lock).  lend_lock[i] guards the window of conns[i] while it
- * is lent; whoever holds it does non-blocking steps only.  Order:
- * lend_lock[i], then lock.  No runtime lock, no other rail's lock and no
- * t->lock is taken under either. */
+struct tcp_transport;
+
+/* A pool thread (its index in the pool and the transport). */
+struct pool_thread {
+    pthread_t th;
+    pthread_cond_t cv;
+    bool woken;
+    int idx;
+    struct tcp_transport *t;
+};
+
+/* Fenced writes of a lent window (the lending thread may not block on a
+ * fence): a pool thread fences and moves them (serve_rail). */
+struct fence_job {
+    struct fence_job *next;
+    uint64_t token;
+    struct slice *list;
+    int code, native;
+    char why[512];
+};
+
+/* One path to a peer.  lock guards the queues, stop, the idle stack (the
+ * connection slots nobody uses: conns[i] NULL until opened, and again
+ * once closed for idleness), used_ms, fjobs, the bits of lent and
+ * low_wire.  lend_lock[i] guards the window of conns[i] while it is lent;
+ * whoever holds it does non-blocking steps only.  Order: lend_lock[i],
+ * then lock, then the pool's pool_mu.  No runtime lock, no other rail's
+ * lock and no t->lock is taken under either.  ready, ready_next, want,
+ * busy and dead are the pool's (pool_mu). */
 struct tcp_rail {
     struct tcp_peer *peer;
     int idx;
@@ -135,21 +171,25 @@ struct tcp_rail {
     uint16_t port;
     char src[TENT_NIC_ADDR_MAX];
     pthread_mutex_t lock;
-    pthread_cond_t wake[MAX_CONNS];
-    bool woken[MAX_CONNS];
-    int idle[MAX_CONNS]; /* worker indices, the last idle on top */
+    int idle[MAX_CONNS]; /* free slots, the last freed on top */
     int nidle;
+    long long used_ms[MAX_CONNS]; /* when slot i was last freed */
     struct squeue q[TENT_NPRIO];
     uint64_t q_bytes;              /* bytes queued, all classes */
     uint64_t low_wire;             /* bytes of LOW windows on the wire */
     _Atomic long long progress_ms; /* a byte last moved on the rail */
     bool stop;
-    int nworkers;
-    struct tcp_conn *conns[MAX_CONNS]; /* conns[i] is worker i's */
-    pthread_t workers[MAX_CONNS];
+    int nconns; /* slots: transports/tcp/connections */
+    struct tcp_conn *conns[MAX_CONNS];
     bool down; /* the last connection or window failed */
+    struct fence_job *fjobs;
     pthread_mutex_t lend_lock[MAX_CONNS];
-    atomic_uint lent; /* bit i: conns[i] is lent (its worker sleeps) */
+    atomic_uint lent; /* bit i: conns[i] is lent */
+    /* the pool's */
+    struct tcp_rail *ready_next;
+    bool ready, dead;
+    int want; /* pool threads asked for */
+    int busy; /* pool threads serving it */
 };
 
 /* The peer handle (transport.h): everything tcp keeps for one peer, made
@@ -166,7 +206,9 @@ struct tcp_peer {
 };
 
 /* lock guards peers and accepting; it is a leaf (taken alone, or before a
- * rail's locks when the lend thread walks the peers). */
+ * rail's locks when the lend thread or the idle sweep walks the peers).
+ * pool_mu guards the pool: the ready list, the threads and each rail's
+ * pool fields. */
 struct tcp_transport {
     struct tent_transport base;
     int timeout_ms;
@@ -195,6 +237,19 @@ struct tcp_transport {
     pthread_cond_t lend_cv;
     atomic_int nlent;
     atomic_bool lend_sleeping;
+    /* The pool (see the top of this file). */
+    pthread_mutex_t pool_mu;
+    pthread_cond_t pool_done; /* a rail's busy went to 0 */
+    struct tcp_rail *ready_head, *ready_tail;
+    /* pool_max of each; pool_n started.  An idle thread i is on the stack
+     * (the last idle on top: the one woken first, warm in its CPU) and
+     * sleeps on cv[i] until woken[i]. */
+    struct pool_thread *pool;
+    int pool_max, pool_n;
+    int *pool_stack, pool_nidle;
+    bool pool_stop;
+    int idle_ms;                  /* idle_timeout_ms */
+    _Atomic long long next_sweep; /* when idle connections are next closed */
     /* The engine's metrics (NULL: off), taken at install: workers use it,
      * and it outlives an engine that abandoned this transport. */
     struct tent_metrics *metrics;
@@ -208,7 +263,48 @@ static struct tcp_transport *tcp_of(struct tent_transport *t)
 static void enqueue_one(struct tcp_rail *r, struct slice *s);
 static void *lend_main(void *arg);
 static void reroute(struct tcp_transport *t, struct tcp_peer *p,
-                    struct slice *s, int code, int native, const char *why);
+                    struct slice *s, int code, int native, const char *why,
+                    bool again);
+static void rail_kick(struct tcp_rail *r, int n);
+
+/* Tries of a slice whose connection the peer refused or closed (a server
+ * over rpc_max_connections evicts idle ones), each on a new connection
+ * opened after retry_pause_ms: a full server refuses newcomers while every
+ * connection it keeps is moving data, which frees one in milliseconds. */
+#define TCP_RETRIES    5
+#define RETRY_PAUSE_MS 4
+/* Windows a pool thread sends on one rail before it lets other rails'
+ * work go first (the rail goes to the back of the ready list). */
+#define SERVE_WINDOWS 16
+
+/* A failure that is the connection, not the path or the peer's answer: the
+ * peer reset or closed a connection it had accepted (a full server refuses
+ * a newcomer so, and evicts an idle connection so).  Not a connect that
+ * failed (nothing listens, no route) nor a timeout: a peer that is gone or
+ * silent stays failed. */
+static bool conn_lost(int rc, int native)
+{
+    return rc == TENT_EPEER &&
+           (native == ECONNRESET || native == EPIPE || native == ECONNABORTED);
+}
+
+/* The pause before try number tries (0: none): RETRY_PAUSE_MS doubled with
+ * each, plus up to as much again of jitter. */
+static void pause_for_try(int tries)
+{
+    if (tries <= 0)
+        return;
+    int ms = RETRY_PAUSE_MS << (tries - 1);
+    ms += (int)(tent_now_ns() % (uint64_t)ms);
+    poll(NULL, 0, ms);
+}
+
+/* Frees slot w of r (caller holds r->lock): on top of the idle stack. */
+static void slot_free_locked(struct tcp_rail *r, int w)
+{
+    r->idle[r->nidle++] = w;
+    r->used_ms[w] = tent_now_ms();
+}
 
 /* tent_peers{transport="tcp",state}: moves one peer between states (or in
  * and out of the gauge when from or to is -1). */
@@ -333,7 +429,7 @@ static uint64_t low_window_pace(struct tcp_rail *r)
     return (uint64_t)(pace / low_windows(r->peer->t));
 }
 
-/* The queue a worker serves next (-1: nothing it may take now).  Caller
+/* The queue a pool thread serves next (-1: nothing it may take now).  Caller
  * holds lock. */
 static int next_queue_locked(struct tcp_rail *r, uint64_t low_cap)
 {
@@ -388,7 +484,7 @@ static int take_window_locked(struct tcp_rail *r, int k, struct slice **w,
  * connection, then moves them), or fail when fence is NULL.  A LOW
  * window's end lets held-back LOW work go: unless the caller goes on to take
  * work itself (takes_next) and no other class is queued for it to take
- * first, an idle worker is woken for it. */
+ * first, a pool thread is asked for it. */
 static void window_finish(struct tcp_rail *r, struct tcp_conn *c, int rc,
                           int native, bool low, uint64_t wbytes,
                           struct slice **fence, bool takes_next)
@@ -402,11 +498,14 @@ static void window_finish(struct tcp_rail *r, struct tcp_conn *c, int rc,
     for (int i = 0; i < c->n; i++) {
         struct slice *s = c->w[i];
         if (i >= answered) {
+            /* (a probe's outcome: the rail set leaves probing on a
+             * completion or a failure only) */
             tent_rail_fail(p->rs, r->idx, s->len, &s->tk);
+            bool again = conn_lost(rc, native) && s->tries < TCP_RETRIES;
             bool safe = s->opcode == OPCODE_READ || tcp_conn_unsent(c, i);
             if (safe) {
-                reroute(t, p, s, rc, native, why);
-            } else if (fence && p->nrails > 1) {
+                reroute(t, p, s, rc, native, why, again);
+            } else if (fence && (p->nrails > 1 || again)) {
                 /* may have landed (in part): no second copy before the
                  * peer has cut the old connection off */
                 s->next = *fence;
@@ -435,12 +534,8 @@ static void window_finish(struct tcp_rail *r, struct tcp_conn *c, int rc,
         pthread_mutex_lock(&r->lock);
         r->low_wire -= wbytes;
         bool other = r->q[TENT_PRIO_HIGH].head || r->q[TENT_PRIO_MEDIUM].head;
-        if (r->q[TENT_PRIO_LOW].head && r->nidle > 0 &&
-            (!takes_next || other)) {
-            int w = r->idle[--r->nidle];
-            r->woken[w] = true;
-            pthread_cond_signal(&r->wake[w]);
-        }
+        if (r->q[TENT_PRIO_LOW].head && r->nidle > 0 && (!takes_next || other))
+            rail_kick(r, 1);
         pthread_mutex_unlock(&r->lock);
     }
     rail_mark(r, rc != 0);
@@ -450,7 +545,9 @@ static void window_finish(struct tcp_rail *r, struct tcp_conn *c, int rc,
  * window's slices elsewhere (or fail with them).  Taken before the window's
  * own slices end: once they end, their caller may submit again, and what it
  * submits then must not fail with the window that failed before it (it
- * did, now and then, when the ending thread took the queue after them). */
+ * did, now and then, when the ending thread took the queue after them).
+ * On a connection the peer refused or closed they stay (another connection
+ * takes them): only the window's own slices count a try. */
 static struct slice *take_queue_at_failure(struct tcp_rail *r)
 {
     pthread_mutex_lock(&r->lock);
@@ -466,20 +563,34 @@ static void reroute_list(struct tcp_rail *r, struct slice *s, int code,
     while (s) {
         struct slice *n = s->next;
         tent_rail_release(r->peer->rs, r->idx, s->len, &s->tk);
-        reroute(r->peer->t, r->peer, s, code, native, why);
+        reroute(r->peer->t, r->peer, s, code, native, why,
+                conn_lost(code, native));
         s = n;
     }
 }
 
-/* A slice whose rail failed: to another rail, or failed. */
+/* A slice whose rail failed: to another rail; else, when again (its
+ * connection was refused or closed and it has tries left), to any rail of
+ * the peer, its own included, on a new connection; else failed. */
 static void reroute(struct tcp_transport *t, struct tcp_peer *p,
-                    struct slice *s, int code, int native, const char *why)
+                    struct slice *s, int code, int native, const char *why,
+                    bool again)
 {
     s->avoid |= 1u << s->rail;
     int nr = p->nrails > 1
                  ? tent_rail_pick(p->rs, s->len, s->prio == TENT_PRIO_LOW,
                                   s->avoid, &s->tk)
                  : -1;
+    if (nr < 0 && again && s->tries < TCP_RETRIES &&
+        atomic_load(&t->accepting_a)) {
+        s->tries++;
+        s->avoid = 0;
+        nr = tent_rail_pick(p->rs, s->len, s->prio == TENT_PRIO_LOW, 0, &s->tk);
+        if (nr < 0)
+            nr = s->rail;
+        LOG_DEBUG("tcp: slice of %u bytes tried again (%d) on rail %s: %s",
+                  s->len, s->tries, p->rails[nr]->addr, why);
+    }
     if (nr < 0) {
         slice_done(t, s, code, native, "%s", why);
         return;
@@ -502,23 +613,34 @@ static void fence_and_move(struct tcp_rail *r, uint64_t token,
     struct tcp_transport *t = p->t;
     int rc = TENT_EPEER;
     char fwhy[512] = "no other rail to fence the connection through";
-    for (int i = 0; i < p->nrails && rc; i++) {
-        struct tcp_rail *o = p->rails[i];
-        if (o == r || !tent_rail_usable(p->rs, i))
-            continue;
-        rc = tcp_fence(t->base.env->auth, t->base.env->segment_name, o->host,
-                       o->port, o->src, t->timeout_ms, token);
-        if (rc)
-            snprintf(fwhy, sizeof(fwhy), "%s", tent_last_error());
-        else
-            LOG_INFO("tcp: rail %s: the peer closed the old connection "
-                     "(fenced through %s); its writes go elsewhere",
-                     r->addr, o->addr);
+    /* the other rails first; the rail itself (a new connection to the same
+     * server) last, when the connection was refused or closed, as a server
+     * that evicted it still answers */
+    bool own = conn_lost(code, native);
+    /* a fence the full server refused is asked again, as a window is */
+    for (int a = 0; rc && a <= (own ? TCP_RETRIES : 0); a++) {
+        if (a > 0 && rc != TENT_EPEER)
+            break;
+        pause_for_try(a);
+        for (int j = 0; j <= p->nrails && rc; j++) {
+            int i = j < p->nrails ? j : r->idx;
+            struct tcp_rail *o = p->rails[i];
+            if (j < p->nrails ? o == r || !tent_rail_usable(p->rs, i) : !own)
+                continue;
+            rc = tcp_fence(t->base.env->auth, t->base.env->segment_name,
+                           o->host, o->port, o->src, t->timeout_ms, token);
+            if (rc)
+                snprintf(fwhy, sizeof(fwhy), "%s", tent_last_error());
+            else
+                LOG_INFO("tcp: rail %s: the peer closed the old connection "
+                         "(fenced through %s); its writes go elsewhere",
+                         r->addr, o->addr);
+        }
     }
     while (list) {
         struct slice *n = list->next;
         if (rc == TENT_OK)
-            reroute(t, p, list, code, native, why);
+            reroute(t, p, list, code, native, why, own);
         else
             slice_done(t, list, code, native, "%s (and no fence: %s)", why,
                        fwhy);
@@ -527,15 +649,16 @@ static void fence_and_move(struct tcp_rail *r, uint64_t token,
 }
 
 /* ---- stealing -------------------------------------------------------------
- * Picks predict; stealing corrects.  A worker with nothing queued on its
- * rail takes a window's worth of slices from the tail of a sibling rail
- * whose workers are all busy and which has more than a window queued, so
+ * Picks predict; stealing corrects.  A pool thread with nothing queued on
+ * its rail takes a window's worth of slices from the tail of a sibling rail
+ * whose connections are all busy and which has more than a window queued, so
  * that a batch's rails finish together even when the bandwidth estimates
  * are off, and work queued on a rail that slowed down moves to the others.
  * Only unsent slices move; a rail too slow for normal picks (or paused)
  * steals nothing. */
 
-/* Wakes an idle worker of another rail of the peer, to steal from r. */
+/* Sends a pool thread to another rail of the peer with a free connection
+ * and nothing queued, to steal from r. */
 static void poke_siblings(struct tcp_rail *r)
 {
     struct tcp_peer *p = r->peer;
@@ -545,10 +668,8 @@ static void poke_siblings(struct tcp_rail *r)
             continue;
         pthread_mutex_lock(&o->lock);
         bool woke = false;
-        if (o->nidle > 0 && !queued_locked(o)) {
-            int w = o->idle[--o->nidle];
-            o->woken[w] = true;
-            pthread_cond_signal(&o->wake[w]);
+        if (o->nidle > 0 && !queued_locked(o) && !o->stop) {
+            rail_kick(o, 1);
             woke = true;
         }
         pthread_mutex_unlock(&o->lock);
@@ -643,58 +764,254 @@ static bool steal(struct tcp_rail *r)
     return true;
 }
 
-/* ---- workers ------------------------------------------------------------ */
-
-/* Owned by its worker thread, which frees it on exit. */
-struct worker_arg {
-    struct tcp_rail *r;
-    int idx;
+/* The connection each thread last lent, per rail (a few rails per thread;
+ * a hint only: the rail may be gone and its address reused). */
+#define LEND_HINTS 4
+struct lend_hint {
+    const struct tcp_rail *r;
+    int w;
 };
+static _Thread_local struct lend_hint lend_hints[LEND_HINTS];
+static _Thread_local unsigned lend_hint_next;
 
-static void *worker_main(void *arg)
+/* The place on r's idle stack of the connection this thread lends next:
+ * the one it lent last on r while that one is idle and connected, else the
+ * most recently idle one.  A connection that keeps carrying the same
+ * thread's requests keeps the peer's server thread serving it on one CPU: on a
+ * loopback peer that worker runs beside its sender (rpc_server.c,
+ * tcp_loopback_follow_cpu), and two threads that took whichever connection
+ * was on top swapped their workers' CPUs every few requests (1,600 forced
+ * migrations in 3 s of 1 MiB writes from 2 threads).  Pool threads keep
+ * to theirs the same way (slot_take_locked).  Caller holds lock;
+ * r->nidle > 0: hint_at_locked, the place of the one lent last or -1;
+ * lend_pick_locked, that or the top. */
+static int hint_at_locked(const struct tcp_rail *r)
 {
-    struct worker_arg *wa = arg;
-    struct tcp_rail *r = wa->r;
-    int me = wa->idx;
-    free(wa);
+    for (int h = 0; h < LEND_HINTS; h++) {
+        if (lend_hints[h].r != r)
+            continue;
+        for (int i = r->nidle - 1; i >= 0; i--)
+            if (r->idle[i] == lend_hints[h].w && r->conns[lend_hints[h].w] &&
+                r->conns[lend_hints[h].w]->fd >= 0)
+                return i;
+        break;
+    }
+    return -1;
+}
+
+static int lend_pick_locked(const struct tcp_rail *r)
+{
+    int at = hint_at_locked(r);
+    return at >= 0 ? at : r->nidle - 1;
+}
+
+/* Remembers that this thread lent (or, a pool thread, served) w of r. */
+static void lend_hint_set(const struct tcp_rail *r, int w)
+{
+    for (int h = 0; h < LEND_HINTS; h++) {
+        if (lend_hints[h].r == r) {
+            lend_hints[h].w = w;
+            return;
+        }
+    }
+    lend_hints[lend_hint_next++ % LEND_HINTS] = (struct lend_hint){r, w};
+}
+
+/* ---- the pool --------------------------------------------------------- */
+
+static void *pool_main(void *arg);
+
+/* Starts one more pool thread (caller holds pool_mu); false when the pool
+ * is full or the thread cannot be had. */
+static bool pool_grow_locked(struct tcp_transport *t)
+{
+    if (t->pool_n >= t->pool_max || t->pool_stop)
+        return false;
+    struct pool_thread *pt = &t->pool[t->pool_n];
+    pt->idx = t->pool_n;
+    pt->t = t;
+    pt->woken = false;
+    if (pthread_create(&pt->th, NULL, pool_main, pt)) {
+        LOG_WARN("tcp: cannot start pool thread %d: %s", t->pool_n + 1,
+                 strerror(errno));
+        return false;
+    }
+    t->pool_n++;
+    return true;
+}
+
+/* Sees that n pool threads are on their way to serve r (queued work, a
+ * fence job or a steal), counting those asked for before that have not
+ * taken it yet (want), and no more than r has free connections (one for a
+ * fence job or a steal, which need none): r goes to the back of the ready
+ * list unless it is there, and the threads missing are woken (or
+ * started).  Caller holds r->lock (nidle). */
+static void rail_kick(struct tcp_rail *r, int n)
+{
     struct tcp_transport *t = r->peer->t;
-    struct tcp_conn *c = r->conns[me];
+    int room = r->nidle > 0 ? r->nidle : 1;
+    if (n > room)
+        n = room;
+    pthread_mutex_lock(&t->pool_mu);
+    if (!r->dead && n > r->want) {
+        if (!r->ready) {
+            r->ready = true;
+            r->ready_next = NULL;
+            if (t->ready_tail)
+                t->ready_tail->ready_next = r;
+            else
+                t->ready_head = r;
+            t->ready_tail = r;
+        }
+        int more = n - r->want;
+        r->want = n;
+        for (int i = 0; i < more; i++) {
+            if (t->pool_nidle > 0) {
+                struct pool_thread *pt =
+                    &t->pool[t->pool_stack[--t->pool_nidle]];
+                pt->woken = true;
+                pthread_cond_signal(&pt->cv);
+            } else if (!pool_grow_locked(t)) {
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&t->pool_mu);
+}
+
+/* Takes r off the ready list (caller holds pool_mu). */
+static void ready_remove_locked(struct tcp_transport *t, struct tcp_rail *r)
+{
+    if (!r->ready)
+        return;
+    struct tcp_rail **pp = &t->ready_head, *prev = NULL;
+    while (*pp && *pp != r) {
+        prev = *pp;
+        pp = &(*pp)->ready_next;
+    }
+    if (*pp)
+        *pp = r->ready_next;
+    if (t->ready_tail == r)
+        t->ready_tail = prev;
+    r->ready = false;
+    r->ready_next = NULL;
+    r->want = 0;
+}
+
+/* The free slot a pool thread takes (caller holds lock; nidle > 0): the
+ * one it served last when free and open (lend_pick_locked says why), else
+ * the topmost one with an open connection, else the top. */
+static int slot_take_locked(struct tcp_rail *r)
+{
+    int at = hint_at_locked(r);
+    for (int i = r->nidle - 1; at < 0 && i >= 0; i--)
+        if (r->conns[r->idle[i]] && r->conns[r->idle[i]]->fd >= 0)
+            at = i;
+    if (at < 0)
+        at = r->nidle - 1;
+    int w = r->idle[at];
+    memmove(&r->idle[at], &r->idle[at + 1],
+            (size_t)(r->nidle - 1 - at) * sizeof(r->idle[0]));
+    r->nidle--;
+    lend_hint_set(r, w);
+    return w;
+}
+
+/* Before a new connection for a window with slices tried again: a pause
+ * that doubles with each try (RETRY_PAUSE_MS, 2x, 4x, ...), with jitter so
+ * that initiators refused together do not come back together. */
+static void retry_pause(struct slice **w, int n)
+{
+    int tries = 0;
+    for (int i = 0; i < n; i++)
+        if (w[i]->tries > tries)
+            tries = w[i]->tries;
+    pause_for_try(tries);
+}
+
+/* Fails a fence job's writes (the rail stops) or fences and moves them. */
+static void fence_job_run(struct tcp_rail *r, struct fence_job *j, bool fail)
+{
+    if (fail)
+        fail_list(r->peer->t, j->list, j->code, j->native, j->why);
+    else
+        fence_and_move(r, j->token, j->list, j->code, j->native, j->why);
+    free(j);
+}
+
+/* Sends windows of r on one of its connections until it has no work a
+ * thread may take, no free connection, or SERVE_WINDOWS were sent (then
+ * it goes to the back of the ready list). */
+static void serve_rail(struct tcp_rail *r)
+{
+    struct tcp_transport *t = r->peer->t;
     struct slice *w[WINDOW_SLICES];
-    for (;;) {
+    int me = -1; /* the slot held */
+    bool tried = false;
+    for (int sent = 0;; sent++) {
         uint64_t low_cap = low_budget(r);
         pthread_mutex_lock(&r->lock);
-        int k;
-        bool tried = false;
-        while ((k = next_queue_locked(r, low_cap)) < 0 && !r->stop) {
-            if (!tried && r->peer->nrails > 1 && !queued_locked(r)) {
-                tried = true;
-                pthread_mutex_unlock(&r->lock);
-                (void)steal(r);
-                pthread_mutex_lock(&r->lock);
-                continue; /* what it stole, or what came meanwhile */
-            }
-            tried = false;
-            r->idle[r->nidle++] = me;
-            r->woken[me] = false;
-            while (!r->woken[me] && !r->stop)
-                pthread_cond_wait(&r->wake[me], &r->lock);
-            if (!r->woken[me]) /* stopping: still on the stack */
-                for (int i = 0; i < r->nidle; i++)
-                    if (r->idle[i] == me) {
-                        r->idle[i] = r->idle[--r->nidle];
-                        break;
-                    }
-        }
-        if (k < 0) { /* stopping with nothing it may take */
+        if (r->stop) {
+            if (me >= 0)
+                slot_free_locked(r, me);
             pthread_mutex_unlock(&r->lock);
-            break;
+            return;
         }
+        struct fence_job *fj = r->fjobs;
+        if (fj) {
+            r->fjobs = fj->next;
+            pthread_mutex_unlock(&r->lock);
+            fence_job_run(r, fj, false);
+            continue;
+        }
+        int k = next_queue_locked(r, low_cap);
+        if (k < 0 && !tried && r->peer->nrails > 1 && !queued_locked(r)) {
+            tried = true;
+            pthread_mutex_unlock(&r->lock);
+            (void)steal(r);
+            continue; /* what it stole, or what came meanwhile */
+        }
+        if (k < 0 || (me < 0 && r->nidle == 0) || sent >= SERVE_WINDOWS) {
+            if (me >= 0)
+                slot_free_locked(r, me);
+            if (k >= 0 && sent >= SERVE_WINDOWS)
+                rail_kick(r, 1);
+            pthread_mutex_unlock(&r->lock);
+            return;
+        }
+        if (me < 0)
+            me = slot_take_locked(r);
+        tried = false;
         uint64_t wbytes;
         int n = take_window_locked(r, k, w, &wbytes);
         bool low = k == TENT_PRIO_LOW;
         if (low)
             r->low_wire += wbytes;
+        /* more than this window: another thread takes it in parallel */
+        if (r->nidle > 0 && next_queue_locked(r, low_cap) >= 0)
+            rail_kick(r, 1);
+        struct tcp_conn *c = r->conns[me];
+        if (!c) {
+            c = tcp_conn_new();
+            if (c) {
+                c->path_progress_ms = &r->progress_ms;
+                c->mark_prio = t->sock_prio;
+                c->acc.incarnation = r->peer->base.incarnation;
+                r->conns[me] = c;
+            }
+        }
         pthread_mutex_unlock(&r->lock);
+        if (!c) {
+            /* as a failed window, unsent: nothing of it reached the peer */
+            struct tcp_conn none = {.fd = -1};
+            tent_set_error(TENT_ENOMEM,
+                           "tcp: out of memory for a "
+                           "connection to %s",
+                           r->addr);
+            tcp_conn_window(&none, w, n, t->timeout_ms, 0);
+            window_finish(r, &none, TENT_ENOMEM, 0, low, wbytes, NULL, false);
+            continue;
+        }
 
         int rc = TENT_OK, native = 0;
         if (c->fd >= 0 && tcp_conn_closed_while_idle(c)) {
@@ -703,6 +1020,7 @@ static void *worker_main(void *arg)
             tcp_conn_close(c);
         }
         if (c->fd < 0) {
+            retry_pause(w, n);
             /* With another rail to go to, a connect (or its hello) that
              * has not finished within the stall window is a stalled path
              * too: a far end that went down leaves SYNs unanswered until
@@ -719,13 +1037,21 @@ static void *worker_main(void *arg)
         if (!rc)
             rc = tcp_conn_step(c, r->addr, true, t->timeout_ms, &native);
         if (rc < 0) {
-            LOG_WARN("tcp: rail %s: %s; %d slice(s) and the rail's queue "
-                     "go elsewhere or fail",
-                     r->addr, tent_last_error(), n);
+            /* a refused or closed connection is tried again: routine for
+             * a peer whose server is full */
+            if (conn_lost(rc, native))
+                LOG_INFO("tcp: rail %s: %s; %d slice(s) go elsewhere, are "
+                         "tried again or fail",
+                         r->addr, tent_last_error(), n);
+            else
+                LOG_WARN("tcp: rail %s: %s; %d slice(s) and the rail's queue "
+                         "go elsewhere or fail",
+                         r->addr, tent_last_error(), n);
             char why[512];
             snprintf(why, sizeof(why), "%s", tent_last_error());
             tcp_conn_abort(c);
-            struct slice *rest = take_queue_at_failure(r);
+            struct slice *rest =
+                conn_lost(rc, native) ? NULL : take_queue_at_failure(r);
             struct slice *fence = NULL;
             window_finish(r, c, rc, native, low, wbytes, &fence, false);
             reroute_list(r, rest, rc, native, why);
@@ -735,48 +1061,173 @@ static void *worker_main(void *arg)
         }
         window_finish(r, c, TENT_OK, 0, low, wbytes, NULL, true);
     }
-    tcp_conn_close(c);
+}
+
+/* Closes r's connections idle for idle_ms or more (their slots stay). */
+static void rail_sweep(struct tcp_rail *r, long long now, int idle_ms)
+{
+    struct tcp_conn *gone[MAX_CONNS];
+    int ngone = 0;
+    pthread_mutex_lock(&r->lock);
+    for (int i = 0; i < r->nidle; i++) {
+        int w = r->idle[i];
+        struct tcp_conn *c = r->conns[w];
+        if (c && c->n == 0 && now - r->used_ms[w] >= idle_ms) {
+            gone[ngone++] = c;
+            r->conns[w] = NULL;
+        }
+    }
+    pthread_mutex_unlock(&r->lock);
+    for (int i = 0; i < ngone; i++) {
+        if (gone[i]->fd >= 0)
+            LOG_DEBUG("tcp: rail %s: a connection idle for %d ms closes",
+                      r->addr, idle_ms);
+        tcp_conn_close(gone[i]);
+        free(gone[i]);
+    }
+}
+
+/* How often the idle sweep runs: a quarter of idle_timeout_ms, within
+ * [10 ms, 1 s]. */
+static int sweep_every_ms(const struct tcp_transport *t)
+{
+    int ms = t->idle_ms / 4;
+    return ms < 10 ? 10 : ms > 1000 ? 1000 : ms;
+}
+
+/* Closes every peer's idle connections when the sweep is due (one thread
+ * at a time: the one that moves next_sweep). */
+static void sweep_if_due(struct tcp_transport *t)
+{
+    long long now = tent_now_ms();
+    long long due = atomic_load(&t->next_sweep);
+    if (now < due || !atomic_compare_exchange_strong(&t->next_sweep, &due,
+                                                     now + sweep_every_ms(t)))
+        return;
+    pthread_mutex_lock(&t->lock);
+    for (struct tcp_peer *p = t->peers; p; p = p->next)
+        for (int i = 0; i < p->nrails; i++)
+            rail_sweep(p->rails[i], now, t->idle_ms);
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* A pool thread: serves the rails on the ready list.  The first one also
+ * wakes for the idle sweep while there is nothing to serve. */
+static void *pool_main(void *arg)
+{
+    struct pool_thread *me = arg;
+    struct tcp_transport *t = me->t;
+    bool sweeper = me->idx == 0;
+    pthread_mutex_lock(&t->pool_mu);
+    while (!t->pool_stop) {
+        struct tcp_rail *r = t->ready_head;
+        if (!r) {
+            t->pool_stack[t->pool_nidle++] = me->idx;
+            me->woken = false;
+            bool timed_out = false;
+            while (!me->woken && !t->pool_stop && !timed_out) {
+                if (sweeper) {
+                    struct timespec ts;
+                    clock_gettime(CLOCK_REALTIME, &ts);
+                    long long ns =
+                        ts.tv_nsec + (long long)sweep_every_ms(t) * 1000000LL;
+                    ts.tv_sec += ns / 1000000000LL;
+                    ts.tv_nsec = ns % 1000000000LL;
+                    timed_out = pthread_cond_timedwait(&me->cv, &t->pool_mu,
+                                                       &ts) == ETIMEDOUT;
+                } else {
+                    pthread_cond_wait(&me->cv, &t->pool_mu);
+                }
+            }
+            if (!me->woken) /* still on the stack */
+                for (int i = 0; i < t->pool_nidle; i++)
+                    if (t->pool_stack[i] == me->idx) {
+                        t->pool_stack[i] = t->pool_stack[--t->pool_nidle];
+                        break;
+                    }
+            if (!t->ready_head && !t->pool_stop) {
+                pthread_mutex_unlock(&t->pool_mu);
+                sweep_if_due(t);
+                pthread_mutex_lock(&t->pool_mu);
+            }
+            continue;
+        }
+        if (--r->want <= 0)
+            ready_remove_locked(t, r);
+        r->busy++;
+        pthread_mutex_unlock(&t->pool_mu);
+        serve_rail(r);
+        pthread_mutex_lock(&t->pool_mu);
+        if (--r->busy == 0)
+            pthread_cond_broadcast(&t->pool_done);
+        pthread_mutex_unlock(&t->pool_mu);
+        sweep_if_due(t);
+        pthread_mutex_lock(&t->pool_mu);
+    }
+    pthread_mutex_unlock(&t->pool_mu);
     return NULL;
 }
 
 /* ---- the lent connection ----------------------------------------------------
  */
 
-/* Gives worker w's lent connection back: onto the idle stack, or straight
- * to the queue when work waits that a worker may take.  Caller holds
+/* Gives the lent connection w back: onto the idle stack, and a pool
+ * thread to it when work waits that a thread may take.  Caller holds
  * lend_lock[w]. */
 static void lend_return(struct tcp_rail *r, int w)
 {
     uint64_t low_cap = low_budget(r);
     pthread_mutex_lock(&r->lock);
     atomic_fetch_and(&r->lent, ~(1u << w));
-    r->woken[w] = false;
-    r->idle[r->nidle++] = w;
-    if (next_queue_locked(r, low_cap) >= 0) {
-        r->nidle--;
-        r->woken[w] = true;
-        pthread_cond_signal(&r->wake[w]);
-    }
+    slot_free_locked(r, w);
+    if (next_queue_locked(r, low_cap) >= 0 || r->fjobs)
+        rail_kick(r, 1);
     pthread_mutex_unlock(&r->lock);
     atomic_fetch_sub(&r->peer->t->nlent, 1);
 }
 
-/* The window lent from worker w ended (rc as window_finish). */
+/* The window lent on connection w ended (rc as window_finish). */
 static void lend_finish(struct tcp_rail *r, int w, int rc, int native)
 {
     struct tcp_conn *c = r->conns[w];
-    struct slice *rest = NULL;
+    struct slice *rest = NULL, *fence = NULL;
     char why[512] = "";
     if (rc < 0) {
-        LOG_WARN("tcp: rail %s: %s; %d slice(s) go elsewhere or fail", r->addr,
-                 tent_last_error(), c->n);
+        if (conn_lost(rc, native))
+            LOG_INFO("tcp: rail %s: %s; %d slice(s) go elsewhere, are tried "
+                     "again or fail",
+                     r->addr, tent_last_error(), c->n);
+        else
+            LOG_WARN("tcp: rail %s: %s; %d slice(s) go elsewhere or fail",
+                     r->addr, tent_last_error(), c->n);
         snprintf(why, sizeof(why), "%s", tent_last_error());
         tcp_conn_abort(c);
-        rest = take_queue_at_failure(r);
+        if (!conn_lost(rc, native))
+            rest = take_queue_at_failure(r);
     }
     /* lent windows to a peer with several rails are reads (pend_flush):
-     * nothing here needs a fence */
-    window_finish(r, c, rc < 0 ? rc : TENT_OK, native, false, 0, NULL, false);
+     * only a closed connection's writes need a fence, which blocks: a pool
+     * thread runs it (fence_job) */
+    uint64_t token = c->token;
+    window_finish(r, c, rc < 0 ? rc : TENT_OK, native, false, 0,
+                  rc < 0 && conn_lost(rc, native) ? &fence : NULL, false);
+    struct fence_job *fj = NULL;
+    if (fence) {
+        fj = calloc(1, sizeof(*fj));
+        if (fj) {
+            fj->token = token;
+            fj->list = fence;
+            fj->code = rc;
+            fj->native = native;
+            snprintf(fj->why, sizeof(fj->why), "%s", why);
+            pthread_mutex_lock(&r->lock);
+            fj->next = r->fjobs;
+            r->fjobs = fj;
+            pthread_mutex_unlock(&r->lock);
+        } else {
+            fail_list(r->peer->t, fence, rc, native, why);
+        }
+    }
     lend_return(r, w);
     if (rc < 0)
         reroute_list(r, rest, rc, native, why);
@@ -789,8 +1240,11 @@ static void lend_progress(struct tcp_rail *r)
     for (int w = 0; mask; w++, mask >>= 1) {
         if (!(mask & 1u) || pthread_mutex_trylock(&r->lend_lock[w]))
             continue;
-        struct tcp_conn *c = r->conns[w];
-        if ((atomic_load(&r->lent) & (1u << w)) && c->n > 0) {
+        /* conns[w] is only read while lent: a free slot's may be closed
+         * for idleness (rail_sweep) */
+        struct tcp_conn *c =
+            (atomic_load(&r->lent) & (1u << w)) ? r->conns[w] : NULL;
+        if (c && c->n > 0) {
             int native;
             int rc = tcp_conn_step(c, r->addr, false, r->peer->t->timeout_ms,
                                    &native);
@@ -817,57 +1271,12 @@ static void lend_thread_poke(struct tcp_transport *t)
     }
 }
 
-/* The connection each thread last lent, per rail (a few rails per thread;
- * a hint only: the rail may be gone and its address reused). */
-#define LEND_HINTS 4
-struct lend_hint {
-    const struct tcp_rail *r;
-    int w;
-};
-static _Thread_local struct lend_hint lend_hints[LEND_HINTS];
-static _Thread_local unsigned lend_hint_next;
-
-/* The place on r's idle stack of the connection this thread lends next:
- * the one it lent last on r while that one is idle and connected, else the
- * most recently idle one.  A connection that keeps carrying the same
- * thread's requests keeps the peer's worker serving it on one CPU: on a
- * loopback peer that worker runs beside its sender (rpc_server.c,
- * tcp_loopback_follow_cpu), and two threads that took whichever connection
- * was on top swapped their workers' CPUs every few requests (1,600 forced
- * migrations in 3 s of 1 MiB writes from 2 threads).  Caller holds lock;
- * r->nidle > 0. */
-static int lend_pick_locked(const struct tcp_rail *r)
-{
-    for (int h = 0; h < LEND_HINTS; h++) {
-        if (lend_hints[h].r != r)
-            continue;
-        for (int i = r->nidle - 1; i >= 0; i--)
-            if (r->idle[i] == lend_hints[h].w &&
-                r->conns[lend_hints[h].w]->fd >= 0)
-                return i;
-        break;
-    }
-    return r->nidle - 1;
-}
-
-/* Remembers that this thread lent w of r. */
-static void lend_hint_set(const struct tcp_rail *r, int w)
-{
-    for (int h = 0; h < LEND_HINTS; h++) {
-        if (lend_hints[h].r == r) {
-            lend_hints[h].w = w;
-            return;
-        }
-    }
-    lend_hints[lend_hint_next++ % LEND_HINTS] = (struct lend_hint){r, w};
-}
-
 /* Sends the slices list (one opcode, one class, at most WINDOW_SLICES) from
- * this thread over an idle worker's connection without blocking; false
- * (nothing done) when none can be had now, or when queued work that a worker
- * may take now (which goes first) would be passed.  LOW slices held back by
- * their wire budget are not such work: a HIGH read lent past them is what
- * keeps its latency off the hand-off to a worker under a LOW stream. */
+ * this thread over an idle open connection without blocking; false
+ * (nothing done) when none can be had now, or when queued work that a pool
+ * thread may take now (which goes first) would be passed.  LOW slices held
+ * back by their wire budget are not such work: a HIGH read lent past them is
+ * what keeps its latency off the hand-off to the pool under a LOW stream. */
 static bool run_lent(struct tcp_rail *r, struct slice *head)
 {
     struct tcp_transport *t = r->peer->t;
@@ -877,7 +1286,7 @@ static bool run_lent(struct tcp_rail *r, struct slice *head)
     if (r->nidle > 0 && !r->stop && next_queue_locked(r, low_cap) < 0) {
         int at = lend_pick_locked(r);
         int cand = r->idle[at];
-        if (r->conns[cand]->fd >= 0) {
+        if (r->conns[cand] && r->conns[cand]->fd >= 0) {
             w = cand;
             memmove(&r->idle[at], &r->idle[at + 1],
                     (size_t)(r->nidle - 1 - at) * sizeof(r->idle[0]));
@@ -894,7 +1303,7 @@ static bool run_lent(struct tcp_rail *r, struct slice *head)
     atomic_fetch_add(&t->nlent, 1);
     struct tcp_conn *c = r->conns[w];
     if (tcp_conn_closed_while_idle(c)) {
-        /* Its worker reconnects when it next runs: let it. */
+        /* A pool thread reconnects it when it next takes it: let it. */
         LOG_DEBUG("tcp: peer %s closed an idle connection", r->addr);
         tcp_conn_close(c);
         lend_return(r, w);
@@ -920,8 +1329,8 @@ static bool run_lent(struct tcp_rail *r, struct slice *head)
 
 /* ---- rails and peers ----------------------------------------------------- */
 
-/* Queues a list of slices (one class) on r and wakes as many idle workers
- * as it makes windows, the most recently idle first. */
+/* Queues a list of slices (one class) on r and asks the pool for as many
+ * threads as it makes windows (at most the free connections). */
 static void enqueue(struct tcp_rail *r, struct slice *head, struct slice *tail,
                     uint32_t nslices, uint64_t bytes)
 {
@@ -940,12 +1349,10 @@ static void enqueue(struct tcp_rail *r, struct slice *head, struct slice *tail,
         q->head = head;
     q->tail = tail;
     r->q_bytes += bytes;
-    for (; windows > 0 && r->nidle > 0; windows--) {
-        int w = r->idle[--r->nidle];
-        r->woken[w] = true;
-        pthread_cond_signal(&r->wake[w]);
-    }
-    bool backlog = windows > 1;
+    uint64_t free_slots = (uint64_t)r->nidle;
+    bool backlog = windows > free_slots + 1;
+    if (free_slots > 0 && !r->stop)
+        rail_kick(r, (int)(windows < free_slots ? windows : free_slots));
     pthread_mutex_unlock(&r->lock);
     if (backlog && r->peer->nrails > 1)
         poke_siblings(r);
@@ -957,8 +1364,11 @@ static void enqueue_one(struct tcp_rail *r, struct slice *s)
     enqueue(r, s, s, 1, s->len);
 }
 
+/* No pool thread serves r any more, none will, and its lent windows are
+ * back or left behind (n > 0). */
 static void rail_stop(struct tcp_rail *r)
 {
+    struct tcp_transport *t = r->peer->t;
     /* waits out threads still moving lent windows */
     for (int i = 0; i < MAX_CONNS; i++) {
         pthread_mutex_lock(&r->lend_lock[i]);
@@ -966,28 +1376,43 @@ static void rail_stop(struct tcp_rail *r)
     }
     pthread_mutex_lock(&r->lock);
     r->stop = true;
-    for (int i = 0; i < r->nworkers; i++)
-        if (r->conns[i]->fd >= 0)
+    /* the connections in use: a pool thread blocked on one returns */
+    unsigned lent = atomic_load(&r->lent);
+    bool is_free[MAX_CONNS] = {false};
+    for (int i = 0; i < r->nidle; i++)
+        is_free[r->idle[i]] = true;
+    for (int i = 0; i < r->nconns; i++)
+        if (!is_free[i] && !(lent & (1u << i)) && r->conns[i] &&
+            r->conns[i]->fd >= 0)
             shutdown(r->conns[i]->fd, SHUT_RDWR);
-    for (int i = 0; i < r->nworkers; i++)
-        pthread_cond_signal(&r->wake[i]);
     pthread_mutex_unlock(&r->lock);
-    for (int i = 0; i < r->nworkers; i++)
-        pthread_join(r->workers[i], NULL);
+    pthread_mutex_lock(&t->pool_mu);
+    r->dead = true;
+    ready_remove_locked(t, r);
+    while (r->busy > 0)
+        pthread_cond_wait(&t->pool_done, &t->pool_mu);
+    pthread_mutex_unlock(&t->pool_mu);
 }
 
 static void rail_free(struct tcp_rail *r)
 {
-    for (int i = 0; i < MAX_CONNS; i++)
-        free(r->conns[i]);
-    pthread_mutex_destroy(&r->lock);
     for (int i = 0; i < MAX_CONNS; i++) {
-        pthread_mutex_destroy(&r->lend_lock[i]);
-        pthread_cond_destroy(&r->wake[i]);
+        if (r->conns[i])
+            tcp_conn_close(r->conns[i]);
+        free(r->conns[i]);
     }
+    while (r->fjobs) {
+        struct fence_job *j = r->fjobs;
+        r->fjobs = j->next;
+        fence_job_run(r, j, true);
+    }
+    pthread_mutex_destroy(&r->lock);
+    for (int i = 0; i < MAX_CONNS; i++)
+        pthread_mutex_destroy(&r->lend_lock[i]);
     free(r);
 }
 
+/* A rail with nconns free slots and no connection yet (opened on demand). */
 static int rail_new(struct tcp_peer *p, int idx, const struct tent_rail *d,
                     struct tcp_rail **out)
 {
@@ -1008,45 +1433,13 @@ static int rail_new(struct tcp_peer *p, int idx, const struct tent_rail *d,
         snprintf(r->addr, sizeof(r->addr), "%s", hp);
     atomic_init(&r->lent, 0u);
     pthread_mutex_init(&r->lock, NULL);
-    for (int i = 0; i < MAX_CONNS; i++) {
+    for (int i = 0; i < MAX_CONNS; i++)
         pthread_mutex_init(&r->lend_lock[i], NULL);
-        pthread_cond_init(&r->wake[i], NULL);
-    }
-    for (int i = 0; i < t->nconns; i++) {
-        struct tcp_conn *c = tcp_conn_new();
-        if (!c)
-            break;
-        c->path_progress_ms = &r->progress_ms;
-        c->mark_prio = t->sock_prio;
-        c->acc.incarnation = p->base.incarnation;
-        r->conns[i] = c;
-    }
-    if (!r->conns[0]) {
-        rail_free(r);
-        return tent_set_error(TENT_ENOMEM, "tcp: out of memory");
-    }
+    r->nconns = t->nconns;
+    /* slot 0 on top: the first connection opened is the first used */
+    for (int i = r->nconns - 1; i >= 0; i--)
+        r->idle[r->nidle++] = i;
     *out = r;
-    return TENT_OK;
-}
-
-/* Starts a worker per connection of r (at least one, else an error).
- * Only once every rail of the peer exists: workers read the peer's rails. */
-static int rail_start(struct tcp_rail *r)
-{
-    for (int i = 0; i < MAX_CONNS && r->conns[i]; i++) {
-        struct worker_arg *wa = malloc(sizeof(*wa));
-        if (!wa)
-            break;
-        wa->r = r;
-        wa->idx = i;
-        if (pthread_create(&r->workers[i], NULL, worker_main, wa)) {
-            free(wa);
-            break;
-        }
-        r->nworkers++;
-    }
-    if (r->nworkers == 0)
-        return tent_set_error(TENT_ENOMEM, "tcp: cannot start worker threads");
     return TENT_OK;
 }
 
@@ -1105,14 +1498,14 @@ static void peer_free(struct tcp_peer *p)
 static void peer_stop(struct tcp_transport *t, struct tcp_peer *p,
                       const char *why)
 {
-    /* every worker of every rail stops before any slice is failed: a
+    /* no pool thread serves any rail before any slice is failed: a
      * failed rail's slices move to the peer's other rails */
     for (int i = 0; i < p->nrails; i++)
         rail_stop(p->rails[i]);
     for (int i = 0; i < p->nrails; i++) {
         struct tcp_rail *r = p->rails[i];
-        for (int k = 0; k < r->nworkers; k++)
-            if (r->conns[k]->n > 0) /* a lent window left behind */
+        for (int k = 0; k < r->nconns; k++)
+            if (r->conns[k] && r->conns[k]->n > 0) /* a lent window left */
                 window_finish(r, r->conns[k], TENT_ESHUTDOWN, 0, false, 0, NULL,
                               false);
     }
@@ -1120,8 +1513,16 @@ static void peer_stop(struct tcp_transport *t, struct tcp_peer *p,
         struct tcp_rail *r = p->rails[i];
         pthread_mutex_lock(&r->lock);
         struct slice *rest = take_all_locked(r);
+        struct fence_job *fj = r->fjobs;
+        r->fjobs = NULL;
         pthread_mutex_unlock(&r->lock);
         fail_list(t, rest, TENT_ESHUTDOWN, 0, why);
+        while (fj) {
+            struct fence_job *n = fj->next;
+            fail_list(t, fj->list, TENT_ESHUTDOWN, 0, why);
+            free(fj);
+            fj = n;
+        }
     }
     unsigned all = (1u << p->nrails) - 1;
     peer_gauge(t, atomic_load(&p->down_mask) == all ? TM_PEER_DOWN : TM_PEER_UP,
@@ -1129,7 +1530,7 @@ static void peer_stop(struct tcp_transport *t, struct tcp_peer *p,
 }
 
 /* peer_open: the rails towards the segment's rpc_addr and tcp_nics, read
- * once here; their workers start now and connect on the first window. */
+ * once here; the pool connects them on their first windows. */
 static int tcp_peer_open(struct tent_transport *base,
                          const struct tent_seg_view *seg, uint64_t incarnation,
                          struct tent_peer **out)
@@ -1164,9 +1565,6 @@ static int tcp_peer_open(struct tent_transport *base,
         if (!rc)
             p->nrails++;
     }
-    /* the rails are all there (and nrails final) before a worker runs */
-    for (int i = 0; !rc && i < p->nrails; i++)
-        rc = rail_start(p->rails[i]);
     if (!rc) {
         pthread_mutex_lock(&t->lock);
         if (t->accepting) {
@@ -1180,9 +1578,7 @@ static int tcp_peer_open(struct tent_transport *base,
         }
         pthread_mutex_unlock(&t->lock);
     }
-    if (rc) {
-        for (int i = 0; i < p->nrails; i++)
-            rail_stop(p->rails[i]);
+    if (rc) { /* no rail was ever served */
         peer_free(p);
         return rc;
     }
@@ -1199,8 +1595,8 @@ static int tcp_peer_open(struct tent_transport *base,
     return TENT_OK;
 }
 
-/* peer_close: no task of the peer is in flight; its workers are joined,
- * its connections closed, its rails leave the scheduler. */
+/* peer_close: no task of the peer is in flight; no pool thread serves it
+ * any more, its connections are closed, its rails leave the scheduler. */
 static void tcp_peer_close(struct tent_transport *base, struct tent_peer *h)
 {
     struct tcp_transport *t = tcp_of(base);
@@ -1220,10 +1616,6 @@ static void tcp_peer_close(struct tent_transport *base, struct tent_peer *h)
     if (!listed)
         return;
     peer_stop(t, p, "tcp: the peer was closed");
-    for (int i = 0; i < p->nrails; i++)
-        for (int k = 0; k < MAX_CONNS; k++)
-            if (p->rails[i]->conns[k])
-                tcp_conn_close(p->rails[i]->conns[k]);
     peer_free(p);
 }
 
@@ -1324,12 +1716,27 @@ static int nics_setup(struct tcp_transport *t)
 /* ---- ops ------------------------------------------------------------------
  */
 
+/* transports/tcp/workers at most; 0 there: pool_default. */
+#define TCP_POOL_CEIL 1024
+
+static void lend_thread_stop(struct tcp_transport *t);
+
+/* The pool's size by default: twice the online CPUs (a window's thread
+ * sleeps while its bytes cross the network), at least 8 (two rails' worth
+ * of connections), at most 64. */
+static int pool_default(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = cpus > 0 ? 2 * cpus : 8;
+    return (int)(n < 8 ? 8 : n > 64 ? 64 : n);
+}
+
 static int tcp_install(struct tent_transport *base)
 {
     struct tcp_transport *t = tcp_of(base);
     const struct tent_xport_env *env = base->env;
     t->metrics = env->metrics;
-    int64_t to, nc, ss, lss, st, promo;
+    int64_t to, nc, ss, lss, st, promo, nw, idle;
     int rc = tent_config_get_int_range(env->cfg, "transports/tcp/timeout_ms",
                                        3000, 1, 600000, &to);
     if (!rc)
@@ -1349,6 +1756,13 @@ static int tcp_install(struct tent_transport *base)
         rc = tent_config_get_int_range(
             env->cfg, "transports/tcp/priority_promotion_timeout_us", 10000, 0,
             60000000, &promo);
+    if (!rc)
+        rc = tent_config_get_int_range(env->cfg, "transports/tcp/workers", 0, 0,
+                                       TCP_POOL_CEIL, &nw);
+    if (!rc)
+        rc = tent_config_get_int_range(env->cfg,
+                                       "transports/tcp/idle_timeout_ms", 60000,
+                                       1, 86400000, &idle);
     if (!rc)
         rc = tent_config_get_bool(env->cfg, "transports/tcp/socket_priority",
                                   true, &t->sock_prio);
@@ -1379,6 +1793,9 @@ static int tcp_install(struct tent_transport *base)
     t->sp.sample_min = t->low_slice;
     t->stall_ms = (int)st;
     t->promo_ns = (uint64_t)promo * 1000u;
+    t->pool_max = nw ? (int)nw : pool_default();
+    t->idle_ms = (int)idle;
+    atomic_init(&t->next_sweep, 0);
     /* The target half: peers' reads and writes of our memory. */
     rc = tcp_target_start(env);
     if (rc)
@@ -1397,8 +1814,32 @@ static int tcp_install(struct tent_transport *base)
         return tent_set_error(TENT_ENOMEM, "tcp: cannot start the lend "
                                            "thread");
     }
-    t->serving = true;
     pthread_mutex_init(&t->lock, NULL);
+    pthread_mutex_init(&t->pool_mu, NULL);
+    pthread_cond_init(&t->pool_done, NULL);
+    t->pool = calloc((size_t)t->pool_max, sizeof(*t->pool));
+    t->pool_stack = calloc((size_t)t->pool_max, sizeof(*t->pool_stack));
+    for (int i = 0; t->pool && i < t->pool_max; i++)
+        pthread_cond_init(&t->pool[i].cv, NULL);
+    /* one thread from the start (it also runs the idle sweep), the others
+     * as work needs them */
+    pthread_mutex_lock(&t->pool_mu);
+    bool started = t->pool && t->pool_stack && pool_grow_locked(t);
+    pthread_mutex_unlock(&t->pool_mu);
+    if (!started) {
+        for (int i = 0; t->pool && i < t->pool_max; i++)
+            pthread_cond_destroy(&t->pool[i].cv);
+        free(t->pool);
+        free(t->pool_stack);
+        pthread_cond_destroy(&t->pool_done);
+        pthread_mutex_destroy(&t->pool_mu);
+        pthread_mutex_destroy(&t->lock);
+        lend_thread_stop(t);
+        tcp_target_stop(env);
+        return tent_set_error(TENT_ENOMEM, "tcp: cannot start the worker "
+                                           "pool");
+    }
+    t->serving = true;
     t->accepting = true;
     atomic_store(&t->accepting_a, true);
     return TENT_OK;
@@ -1505,6 +1946,21 @@ static void tcp_uninstall(struct tent_transport *base)
         peer_free(p);
         p = n;
     }
+    /* no rail is left to serve */
+    pthread_mutex_lock(&t->pool_mu);
+    t->pool_stop = true;
+    int n = t->pool_n;
+    for (int i = 0; i < n; i++)
+        pthread_cond_signal(&t->pool[i].cv);
+    pthread_mutex_unlock(&t->pool_mu);
+    for (int i = 0; i < n; i++)
+        pthread_join(t->pool[i].th, NULL);
+    for (int i = 0; i < t->pool_max; i++)
+        pthread_cond_destroy(&t->pool[i].cv);
+    free(t->pool);
+    free(t->pool_stack);
+    pthread_cond_destroy(&t->pool_done);
+    pthread_mutex_destroy(&t->pool_mu);
     pthread_mutex_destroy(&t->lock);
 }
 
@@ -1555,7 +2011,7 @@ static int tcp_free_sub(TENT_UNUSED struct tent_transport *t,
 }
 
 /* Slices of a submit queued per rail at the end, one wake-up per rail and
- * class, so that a worker finds the whole group and sends it as one
+ * class, so that a pool thread finds the whole group and sends it as one
  * window. */
 struct pending {
     struct tcp_rail *r;
@@ -1570,8 +2026,8 @@ struct pending {
 static void pend_flush(struct pending *q)
 {
     /* a write lent to a peer with several rails could need a fence, which
-     * blocks: those go to the workers; so does LOW, whose windows on the
-     * wire the workers hold to the rail's bandwidth-delay product */
+     * blocks: those go to the pool; so does LOW, whose windows on the
+     * wire the pool holds to the rail's bandwidth-delay product */
     bool lendable = q->prio != TENT_PRIO_LOW &&
                     (q->opcode == OPCODE_READ ||
                      (q->opcode == OPCODE_WRITE && q->r->peer->nrails == 1));
