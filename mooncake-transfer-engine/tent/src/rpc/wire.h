@@ -75,8 +75,8 @@ struct tent_wire_hdr {
  * before it touches memory: the incarnation of the target engine the
  * initiator resolved the address in (from its descriptor; a target of
  * another one refuses with TENT_ESTALE; 0 names none), and the access key
- * of the target registration, which per-registration keys (issue 42) will
- * fill and check; senders write zeros until then and targets ignore it. */
+ * of the target registration (from the descriptor's buffer): a key that is
+ * not the registration's is refused as an unregistered range. */
 struct tent_wire_access {
     uint64_t incarnation;
     uint8_t key[TENT_WIRE_KEY_LEN];
@@ -103,12 +103,14 @@ struct tent_wire_kv {
     char value[TENT_WIRE_ATTR_VAL_MAX];
 };
 
-/* One buffer of a decoded descriptor. */
+/* One buffer of a decoded descriptor.  key: the registration's access key
+ * (all zeros when the descriptor names none, which no target accepts). */
 struct tent_wire_buf {
     uint64_t base, length;
     char location[64];
     int perm;
     uint32_t xport_mask;
+    uint8_t key[TENT_WIRE_KEY_LEN];
     struct tent_wire_kv *attrs; /* nattrs entries (heap), or NULL */
     int nattrs;
 };
@@ -162,6 +164,7 @@ int tent_wire_decode_notify(const uint8_t *in, size_t n,
  *   {"version": 1, "name": s, "host_id": s, "incarnation": "<u64>" (optional),
  *    "buffers": [{"base": "<u64>", "length": "<u64>", "location": s,
  *                 "perm": 0..2, "xport_mask": u32,
+ *                 "key": "<32 lower-case hex digits>" (optional),
  *                 "attrs": {key: value, ...}}, ...],   sorted, disjoint
  *    "attrs": {key: value, ...}} */
 int tent_wire_decode_desc(const char *in, size_t n, struct tent_wire_desc *out);

@@ -147,6 +147,7 @@ void tcp_conn_window(struct tcp_conn *c, struct slice **w, int n,
         c->w[i] = s;
         tent_wire_encode_hdr(c->hdrs[i], wr ? TENT_WIRE_WRITE : TENT_WIRE_READ,
                              (uint32_t)i, TENT_WIRE_RW_LEN + (wr ? s->len : 0));
+        memcpy(c->acc.key, s->key, sizeof(c->acc.key));
         tent_wire_encode_rw(c->hdrs[i] + TENT_WIRE_HDR_LEN, s->remote, s->len,
                             &c->acc);
         c->first_iov[i] = k;
