@@ -27,11 +27,13 @@ void tent_task_set_cause(struct tent_task *t, int code, int native,
 
 /* A cause that says the target no longer has the range as its descriptor
  * published it (unregistered, re-registered, restarted): worth fetching the
- * descriptor once more before giving up. */
+ * descriptor once more before giving up.  A vendor library's refusal is one
+ * too: memfabric answers a range registered again (a new key) or gone with
+ * its own code, which says no more. */
 static bool stale_descriptor_cause(int code)
 {
     return code == TENT_ERANGE || code == TENT_ENOTREG || code == TENT_EPERM ||
-           code == TENT_EPEER || code == TENT_ESTALE;
+           code == TENT_EPEER || code == TENT_ESTALE || code == TENT_EVENDOR;
 }
 
 /* Requeues t for a descriptor refetch, once: the dispatcher fetches it with
