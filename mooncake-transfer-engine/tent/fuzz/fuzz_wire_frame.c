@@ -1,7 +1,9 @@
 /* libFuzzer: a byte stream as the RPC server and the tcp initiator read it,
- * frame after frame: header, then the body decoder of its type. */
+ * frame after frame: header, the tcp frame measure the server calls, then
+ * the body decoder of its type. */
 #include "fuzz.h"
 #include "rpc/wire.h"
+#include "transport/tcp/tcp_wire.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -17,12 +19,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         off += TENT_WIRE_HDR_LEN;
         size_t avail = size - off < h.len ? size - off : h.len;
         const uint8_t *b = data + off;
-        struct tent_wire_rw rw;
+        struct tcp_wire_rw rw;
         int32_t st;
+        uint64_t moved;
+        if (tcp_wire_frame_data(&h, b, avail, &moved) == 0 &&
+            moved > TCP_WIRE_MAX_DATA)
+            __builtin_trap();
         switch (h.type) {
-        case TENT_WIRE_READ:
-        case TENT_WIRE_WRITE:
-            if (tent_wire_decode_rw(b, avail, &rw) == 0 &&
+        case TCP_WIRE_READ:
+        case TCP_WIRE_WRITE:
+            if (tcp_wire_decode_rw(b, avail, &rw) == 0 &&
                 (rw.length == 0 || rw.addr + rw.length < rw.addr))
                 __builtin_trap();
             break;
@@ -38,10 +44,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 __builtin_trap();
             break;
         }
-        case TENT_WIRE_HELLO:
-        case TENT_WIRE_FENCE: {
+        case TCP_WIRE_HELLO:
+        case TCP_WIRE_FENCE: {
             uint64_t tok;
-            if (tent_wire_decode_token(b, avail, &tok) == 0 && tok == 0)
+            if (tcp_wire_decode_token(b, avail, &tok) == 0 && tok == 0)
                 __builtin_trap();
             break;
         }

@@ -16,11 +16,8 @@
  *     metadata, ...);
  *   - createTransferEngine and installTransport return NULL on failure, and
  *     allocateBatchID returns INVALID_BATCH.
- * Every failure is logged with its reason.  README's "Classic C API" section
- * lists where this library differs from Mooncake and why.
- *
- * Strings passed in are copied: the caller may free them once the call
- * returns.
+ * Every failure is logged with its reason; docs/classic-c-api.md lists where
+ * this library differs from Mooncake.  Strings passed in are copied.
  */
 #ifndef TRANSFER_ENGINE_C
 #define TRANSFER_ENGINE_C

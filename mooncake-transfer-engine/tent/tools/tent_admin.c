@@ -15,6 +15,7 @@
 #include "rpc/rpc.h"
 #include "rpc/wire.h"
 #include "tent/transfer_engine.h"
+#include "transport/tcp/tcp_wire.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -187,9 +188,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
         rc = int_arg("--count", vals[7], 1, 1000000, &o->count);
     if (!rc && vals[8] &&
         (!parse_u64(vals[8], &o->size) || o->size == 0 ||
-         o->size > TENT_WIRE_MAX_DATA))
+         o->size > TCP_WIRE_MAX_DATA))
         rc = fail(EX_USAGE, "bad value '%s' for --size (1..%u bytes)", vals[8],
-                  TENT_WIRE_MAX_DATA);
+                  TCP_WIRE_MAX_DATA);
     if (!rc && !o->cmd) {
         usage(stderr);
         rc = fail(EX_USAGE, "no command given");

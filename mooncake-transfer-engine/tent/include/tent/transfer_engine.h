@@ -13,13 +13,12 @@
  *     libfabric RMA transport;
  *   - tent_task_error() gives the cause of a failed task.
  *
- * Thread safety: every call may be made from any thread and concurrently
- * with others on the same engine, except tent_destroy_engine (below).  A
- * batch may be polled from several threads; its tasks are best submitted
- * from one.  Ownership: memory the caller registers stays the caller's and
- * must outlive its registration; what a call allocates for the caller
- * (segment info, notifications) is freed with the matching tent_free_*.
- * A NULL engine or output pointer is TENT_ENULL, never a crash.
+ * Thread safety: any call from any thread, concurrently on one engine,
+ * except tent_destroy_engine; a batch may be polled from several threads,
+ * its tasks are best submitted from one.  Ownership: registered memory stays
+ * the caller's and must outlive its registration; what a call allocates for the
+ * caller is freed with the matching tent_free_*.  A NULL engine or output
+ * pointer is TENT_ENULL, never a crash.
  */
 #ifndef TENT_TRANSFER_ENGINE_H
 #define TENT_TRANSFER_ENGINE_H

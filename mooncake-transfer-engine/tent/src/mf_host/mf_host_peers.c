@@ -374,6 +374,11 @@ void mfh_conn_release(struct mfh_peer *p, struct mfh_conn *c, bool broken)
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
     if (broken) {
+        /* A reset, sent at once: the server refuses what it still holds of
+         * a request given up on (recv_payload), so that a write reported
+         * failed never lands later. */
+        struct linger l = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
         close(c->fd);
         free(c);
     }

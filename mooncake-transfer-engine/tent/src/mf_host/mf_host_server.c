@@ -377,11 +377,29 @@ static bool admit(struct mfh_handle *h, const struct mfh_msg *m,
  * revoked the range (*revoked), nothing more of it is touched: the rest of
  * a write is received into scratch, the rest of a read is sent as zeros,
  * and the request is answered SM_INVALID_PARAM. */
+/* Whether the client hung up (FIN) or reset (RST): the kernel says so
+ * while bytes it sent before are still queued. */
+static bool client_gone(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 static int recv_payload(struct mfh_handle *h, struct srv_io *io,
                         struct mfh_win *w, uint64_t snap, uint8_t *dst,
                         size_t n, bool *revoked)
 {
+    long long checked = 0;
     while (n > 0 && !*revoked) {
+        /* A client that gave up on this request reset the connection: what
+         * it sent before must not land (looked for at the start and after
+         * any pause, as this process may have been stopped meanwhile). */
+        long long now = tent_now_ms();
+        if ((!checked || now - checked >= 2) && client_gone(io->fd)) {
+            errno = ECONNRESET;
+            return -1;
+        }
+        checked = now;
         bool buffered = io->in_pos < io->in_len;
         if (!buffered && n < SRV_DIRECT_MIN) {
             if (io_fill(h, io, false) != 0)
@@ -418,6 +436,7 @@ static int recv_payload(struct mfh_handle *h, struct srv_io *io,
         } else if (err == EAGAIN || err == EWOULDBLOCK) {
             if (io_flush(io) != 0 || io_wait(h, io, POLLIN) != 0)
                 return -1;
+            checked = 0; /* what woke us may be a hang-up */
         } else if (err != EINTR) {
             errno = err;
             return -1;

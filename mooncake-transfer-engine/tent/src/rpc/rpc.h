@@ -2,8 +2,8 @@
  *
  * One server per engine, bound to rpc_server_hostname:rpc_server_port.  It
  * answers descriptor fetches and notifications (control plane) itself and
- * hands data frames (the tcp transport's reads and writes) to the frame
- * handlers transports install, all in the wire format of wire.h.  A connection
+ * hands every other frame type to the handler the transport that owns the
+ * type installed, all in the frame format of wire.h.  A connection
  * that sends a frame that does not validate is closed; other connections are
  * not affected.
  *
@@ -39,10 +39,12 @@ struct tent_rpc_handlers {
 };
 
 /* ---- frame handlers -------------------------------------------------------
- * Frame types the server does not serve itself (the data frames READ and
- * WRITE) go to the handler a transport installed for them: the target half
- * of a transport lives in the transport's folder and reaches the connection
- * only through the calls below. */
+ * Frame types the server does not serve itself go to the handler the
+ * transport that owns the type installed: the target half of a transport
+ * lives in the transport's folder, defines its frames' bodies there, and
+ * reaches the connection only through the calls below.  The server learns
+ * what its bounds need of a frame (valid length, data moved) through the
+ * handler's measure hook. */
 struct tent_rpc_conn;
 
 /* Serves one frame whose header h was read and validated.  It runs on the
@@ -54,20 +56,51 @@ struct tent_rpc_conn;
 typedef int (*tent_rpc_frame_fn)(void *ctx, struct tent_rpc_conn *c,
                                  const struct tent_wire_hdr *h);
 
-/* Installs fn (with ctx) for frames of type; fn NULL removes it.  Removal
- * waits for running calls of the handler to return, so nothing calls fn
- * afterwards.  TENT_EINVAL for a type the server serves itself,
- * TENT_EEXIST when another handler holds the type. */
+/* Bytes of a frame's body the server reads with its header, for measure,
+ * at most. */
+#define TENT_RPC_MAX_PREFIX 64
+
+/* A transport's handler of one frame type. */
+struct tent_rpc_frame_ops {
+    const char *owner; /* the transport's name (messages); static */
+    tent_rpc_frame_fn serve;
+    /* Called before serve: checks h->len for the type (0, or a negative
+     * code with tent_set_error: the connection is dropped, as for a header
+     * that does not decode) and sets *data to the payload bytes the frame
+     * moves (in its body or its answer; 0 when none or unknown from the n
+     * bytes of its body already in at body, n < prefix when the rest has
+     * not arrived).  Large data frames from this host make the worker
+     * follow the sender's CPU (rpc_server.c).  Pure: no I/O. */
+    int (*measure)(void *ctx, const struct tent_wire_hdr *h,
+                   const uint8_t *body, size_t n, uint64_t *data);
+    uint32_t prefix; /* body bytes measure wants, <= TENT_RPC_MAX_PREFIX */
+    /* a frame of this type that succeeds is useful work of its connection
+     * (a peer moving data: the last to be replaced when the server is full) */
+    bool work;
+    void *ctx;
+};
+
+/* Installs ops (copied) for frames of type; ops NULL removes the handler.
+ * Removal waits for running calls of the handler to return, so nothing
+ * calls it afterwards.  TENT_EINVAL for a type the server serves or sends
+ * itself (or 0) or ops without serve or measure or with a prefix over
+ * TENT_RPC_MAX_PREFIX, TENT_EEXIST when another handler holds the type. */
 int tent_rpc_server_handle(struct tent_rpc_server *s, uint8_t type,
-                           tent_rpc_frame_fn fn, void *ctx);
+                           const struct tent_rpc_frame_ops *ops);
 
 /* Receives exactly n body bytes into buf within the frame's deadline.  0,
  * or -1 when the connection must be dropped (closed, timed out, stopping). */
 int tent_rpc_conn_recv(struct tent_rpc_conn *c, void *buf, size_t n);
+/* As tent_rpc_conn_recv, for bytes that land in memory: refuses (-1) once
+ * the client has hung up or reset the connection, whatever it sent before.
+ * An initiator that gives up on a frame (its deadline passed while this
+ * process did not run) aborts the connection before it reports the failure,
+ * so what it abandoned never lands after that report. */
+int tent_rpc_conn_land(struct tent_rpc_conn *c, void *buf, size_t n);
 /* Receives and discards n body bytes; 0 or -1 as tent_rpc_conn_recv. */
 int tent_rpc_conn_drain(struct tent_rpc_conn *c, uint64_t n);
-/* Answers frame seq with status (0 or a negative TENT_E* code) and len
- * bytes of data (a successful READ).  0 or -1. */
+/* Answers frame seq with a RESP of status (0 or a negative TENT_E* code)
+ * followed by len bytes of data.  0 or -1. */
 int tent_rpc_conn_send_resp(struct tent_rpc_conn *c, uint32_t seq,
                             int32_t status, const void *data, uint32_t len);
 /* "<ip>:<port>" of the connection's client. */
@@ -76,6 +109,19 @@ const char *tent_rpc_conn_peer(const struct tent_rpc_conn *c);
  * (the handler then returns -1 and the connection is dropped).  Safe from
  * any thread while the handler runs; never blocks. */
 void tent_rpc_conn_abort(struct tent_rpc_conn *c);
+
+/* Tags: a handler names its connection with a non-zero tag, so that a
+ * request on another connection can close it (a transport cutting off a
+ * data connection whose writes must not land any more).
+ * Tags c with tag: 0, or TENT_ESHUTDOWN when tag was closed before (the
+ * server remembers the last 64 closed), and then c must be dropped. */
+int tent_rpc_conn_tag(struct tent_rpc_conn *c, uint64_t tag);
+/* Closes every connection but c tagged tag, remembers tag as closed, and
+ * returns once they are gone (their holders closed them after the frame
+ * they were in, so nothing they carried can touch memory any more): 0, or
+ * TENT_ETIMEDOUT after half rpc_frame_timeout_ms (5 s at most) or when the
+ * server stops. */
+int tent_rpc_conn_close_tagged(struct tent_rpc_conn *c, uint64_t tag);
 
 /* Congestion control for TCP connections between two loopback addresses:
  * config key tcp_loopback_congestion, "" for the kernel's default.  Over
@@ -118,7 +164,7 @@ struct tent_rpc_limits {
      * struct zeroed by its caller gets; NULL limits give the key's
      * default) */
     char loopback_cc[TENT_RPC_CC_MAX];
-    /* tcp_loopback_follow_cpu: a worker serving a large READ or WRITE from
+    /* tcp_loopback_follow_cpu: a worker serving a large data frame from
      * loopback to loopback while more such frames are in progress than
      * half the CPUs can run side by side moves to the CPU the client sent
      * from (SO_INCOMING_CPU), and back after (rpc_server.c) */
@@ -187,10 +233,10 @@ int tent_rpc_fetch_desc(const char *host, uint16_t port, int timeout_ms,
                         struct tent_wire_desc *out);
 int tent_rpc_notify(const char *host, uint16_t port, int timeout_ms,
                     const char *name, const char *msg, const char *from);
-/* Asks the server at host:port (from src, "" = any) to close the
- * connection token names and answer once nothing it carried can touch
- * memory any more (FENCE). */
-int tent_rpc_fence(const char *host, uint16_t port, const char *src,
-                   int timeout_ms, uint64_t token);
+/* Sends one request frame of type with body on the connected fd and reads
+ * its answer, a bare RESP (what says what it was, in errors): 0 with the
+ * answer's status in *status, or a negative code. */
+int tent_rpc_call_status(int fd, uint8_t type, const void *body, uint32_t len,
+                         const char *what, int32_t *status);
 
 #endif

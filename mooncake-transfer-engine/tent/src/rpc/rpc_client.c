@@ -119,9 +119,8 @@ int tent_rpc_fetch_desc(const char *host, uint16_t port, int timeout_ms,
     return rc;
 }
 
-/* One request whose answer is a bare status; *status gets it. */
-static int call_status(int fd, uint8_t type, const void *body, uint32_t len,
-                       const char *what, int32_t *status)
+int tent_rpc_call_status(int fd, uint8_t type, const void *body, uint32_t len,
+                         const char *what, int32_t *status)
 {
     struct tent_wire_hdr h;
     uint8_t resp[TENT_WIRE_RESP_LEN];
@@ -148,30 +147,10 @@ int tent_rpc_notify(const char *host, uint16_t port, int timeout_ms,
     if (rc)
         return rc;
     int32_t status = 0;
-    rc = call_status(fd, TENT_WIRE_NOTIFY, body, (uint32_t)len, "notification",
-                     &status);
+    rc = tent_rpc_call_status(fd, TENT_WIRE_NOTIFY, body, (uint32_t)len,
+                              "notification", &status);
     if (!rc && status)
         rc = tent_set_error(status, "peer %s:%u refused the notification: %s",
-                            host, (unsigned)port, tent_strerror(status));
-    close(fd);
-    return rc;
-}
-
-int tent_rpc_fence(const char *host, uint16_t port, const char *src,
-                   int timeout_ms, uint64_t token)
-{
-    int fd;
-    int rc = tent_rpc_connect_from(host, port, src, timeout_ms, &fd);
-    if (rc)
-        return rc;
-    uint8_t body[TENT_WIRE_TOKEN_LEN];
-    tent_wire_encode_token(body, token);
-    int32_t status = 0;
-    rc = call_status(fd, TENT_WIRE_FENCE, body, sizeof(body), "fence", &status);
-    if (!rc && status)
-        rc = tent_set_error(status,
-                            "peer %s:%u could not close the old connection: "
-                            "%s",
                             host, (unsigned)port, tent_strerror(status));
     close(fd);
     return rc;

@@ -14,18 +14,21 @@
  * Every frame is decoded by wire.c before use; a frame that does not
  * validate closes its connection.  Descriptor requests and notifications are
  * answered through the owner's handler table (rpc.h); every other frame type
- * goes to the frame handler a transport installed for it (tcp's reads and
- * writes), which reads the frame's body and answers through tent_rpc_conn_*.
- * The server knows neither its owner nor the transports beyond those tables.
+ * goes to the frame handler the transport owning the type installed, which
+ * reads the frame's body and answers through tent_rpc_conn_*, and whose
+ * measure hook checks the body length and says what data the frame moves.
+ * The server knows neither its owner nor the transports' frames beyond
+ * those tables.
  *
  * Bounds (rpc.h tent_rpc_limits).  Whoever holds a connection checks its
  * frame deadline and idle time: a worker at every receive (at least every
  * IO_TICK_MS), the loop every TICK_MS for the connections it holds.
  *
  * Whom a newcomer replaces when the server is full.  A connection's work is
- * the bytes its READ and WRITE frames moved (each such frame that succeeded
- * counts at least FRAME_CREDIT), halved every WORK_HALF_LIFE_MS since the
- * last one: a peer's pooled tcp connection that moved data scores above zero
+ * the bytes its data frames (types whose handler counts them as work) moved
+ * (each such frame that succeeded counts at least FRAME_CREDIT), halved
+ * every WORK_HALF_LIFE_MS since the last one: a peer's pooled data
+ * connection that moved data scores above zero
  * until the idle timeout closes it; a connection that only fetched
  * descriptors or sent notifications, or never finished a data frame, scores
  * zero.  A frame is slow once it has been in progress for SLOW_GRACE_MS at
@@ -62,10 +65,11 @@
  * CPUs (tcp_loopback_follow_cpu).  A client on this host sends from one of
  * our CPUs: the kernel processes its segments there, in its thread, and
  * they are warm in that CPU's cache.  The worker that copies them out (or,
- * for a READ, the data in) on another CPU pulls every line across.  While
+ * for a read, the data in) on another CPU pulls every line across.  While
  * spare CPUs run the two sides side by side, that costs less than sharing
- * one; when they do not, it costs the most.  So a worker serving a READ or
- * WRITE of FOLLOW_MIN or more bytes on a loopback-to-loopback connection,
+ * one; when they do not, it costs the most.  So a worker serving a data
+ * frame of FOLLOW_MIN or more bytes (its handler's measure says how many)
+ * on a loopback-to-loopback connection,
  * while such frames were in progress in more than half the CPUs' number
  * (each has a sender on this host too) within CROWD_HOLD_MS, runs on the
  * CPU the frame came in on (SO_INCOMING_CPU, when the process may use it);
@@ -125,9 +129,12 @@
 
 #define IOBUF      65536 /* per-connection input and output buffers */
 #define DIRECT_MIN 16384 /* larger reads bypass the input buffer */
-/* a frame's header and a READ/WRITE prefix */
-#define FIRST_READ (TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN)
-_Static_assert(FIRST_READ <= DIRECT_MIN && DIRECT_MIN <= IOBUF,
+/* While bytes land in memory, the client's hang-up is looked for again
+ * after a pause this long (the process may have been stopped) */
+#define LAND_CHECK_MS 2
+/* a frame's header and the longest prefix a handler measures */
+_Static_assert(TENT_WIRE_HDR_LEN + TENT_RPC_MAX_PREFIX <= DIRECT_MIN &&
+                   DIRECT_MIN <= IOBUF,
                "in[] holds a small body or the start of a next frame");
 
 /* What a connection is doing, for the choice of whom to replace. */
@@ -166,7 +173,7 @@ struct tent_rpc_conn {
      * so that its holder notices and closes it. */
     atomic_bool closing;
     bool on_worker; /* server lock: held by a worker, else by the loop */
-    uint64_t token; /* server lock: what its HELLO named it, 0 if none */
+    uint64_t tag;   /* server lock: tent_rpc_conn_tag's, 0 if none */
     struct tent_rpc_conn *prev, *next; /* server lock: every connection */
     struct tent_rpc_conn *qnext;       /* server lock: ready queue */
     uint8_t in[IOBUF];
@@ -175,13 +182,12 @@ struct tent_rpc_conn {
     size_t out_len;
 };
 
-/* One installed frame handler.  lock is held for reading around every call
- * of fn and for writing to change it, so a removal returns only once no
- * call is running. */
+/* One installed frame handler (ops.serve NULL: none).  lock is held for
+ * reading around every call of ops and for writing to change them, so a
+ * removal returns only once no call is running. */
 struct frame_slot {
     pthread_rwlock_t lock;
-    tent_rpc_frame_fn fn;
-    void *ctx;
+    struct tent_rpc_frame_ops ops;
 };
 
 /* A worker thread.  Idle workers wait on their own condition variable in
@@ -212,11 +218,12 @@ struct tent_rpc_server {
      * tent_rpc_server_listen added (lock; the loop adds them to ep) */
     int lfds[TENT_RPC_MAX_LISTEN];
     int nlfd;
-    /* tokens FENCE closed (lock): a HELLO that arrives with one later (it
-     * was still in the network) closes its connection before anything on
-     * it is served */
-    uint64_t fenced[64];
-    unsigned nfenced;
+    /* the largest prefix a handler measures, read with a frame's header */
+    atomic_uint max_prefix;
+    /* tags tent_rpc_conn_close_tagged closed (lock): tagging a connection
+     * with one later (its first frame was still in the network) fails */
+    uint64_t closed_tags[64];
+    unsigned nclosed_tags;
     int wake_fd, ep;
     pthread_t loop_thread;
     atomic_bool stop;
@@ -248,6 +255,14 @@ struct tent_rpc_server {
 
 /* ---- frames and their accounting ---------------------------------------- */
 
+/* What a read into an empty in[] takes: a frame's header and the prefix
+ * handlers measure. */
+static size_t first_read(struct tent_rpc_server *s)
+{
+    return TENT_WIRE_HDR_LEN +
+           atomic_load_explicit(&s->max_prefix, memory_order_relaxed);
+}
+
 static void add_bytes(struct tent_rpc_conn *c, uint64_t n)
 {
     /* one writer (the holder): no read-modify-write needed */
@@ -275,14 +290,13 @@ static uint64_t work_now(const struct tent_rpc_conn *c, long long now)
 }
 
 /* Served.  Its answers may still sit in out[]: they get a frame's time to
- * leave (flushed before the next receive).  A data frame that succeeded
- * adds to the connection's work.  Bytes already in in[] are the start of
- * the next frame, whose time starts now. */
-static void frame_end(struct tent_rpc_conn *c, uint8_t type)
+ * leave (flushed before the next receive).  A data frame (work) that
+ * succeeded adds to the connection's work.  Bytes already in in[] are the
+ * start of the next frame, whose time starts now. */
+static void frame_end(struct tent_rpc_conn *c, bool work)
 {
     long long now = tent_now_ms();
-    if ((type == TENT_WIRE_READ || type == TENT_WIRE_WRITE) &&
-        !c->frame_failed) {
+    if (work && !c->frame_failed) {
         uint64_t b = atomic_load(&c->frame_bytes);
         atomic_store(&c->work,
                      work_now(c, now) + (b > FRAME_CREDIT ? b : FRAME_CREDIT));
@@ -337,19 +351,39 @@ static int flush_out(struct tent_rpc_conn *c)
     return srv_send(c, &iov, 1);
 }
 
+/* Whether the client hung up (FIN) or reset (RST) the connection: the
+ * kernel says so while bytes it sent before are still queued. */
+static bool client_gone(struct tent_rpc_conn *c)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+        return false;
+    LOG_DEBUG("rpc: %s: hung up inside a frame; refusing what it sent",
+              c->peer);
+    return true;
+}
+
 /* Receives exactly n bytes of the frame being served, which fails once the
  * frame's deadline passes, however slowly bytes keep coming.  A large body
  * (DIRECT_MIN or more) goes straight into buf, and each receive of it also
  * takes, into in[], the start of whatever follows (the next frame's header
- * and READ/WRITE prefix, when its client has sent them): the worker then
+ * and the prefix its handler measures, when its client has sent them): the
+ * worker then
  * has the next request without another system call, and none of the body
  * is copied twice.  0, or -1 when the connection must be dropped. */
-static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n)
+static int srv_recv_as(struct tent_rpc_conn *c, void *buf, size_t n, bool land)
 {
     char *p = buf;
     int ticks = 0;
     size_t got = 0;
+    long long checked = 0;
     while (got < n) {
+        if (land) {
+            long long now = tent_now_ms();
+            if ((!checked || now - checked >= LAND_CHECK_MS) && client_gone(c))
+                return -1;
+            checked = now;
+        }
         if (c->in_pos < c->in_len) {
             size_t k = c->in_len - c->in_pos;
             if (k > n - got)
@@ -371,13 +405,13 @@ static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n)
         }
         /* in[] is used up: what comes next lands at its start */
         size_t want = n - got;
-        struct iovec iov[2] = {{p + got, want}, {c->in, FIRST_READ}};
+        struct iovec iov[2] = {{p + got, want}, {c->in, first_read(c->srv)}};
         struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
         if (n < DIRECT_MIN) {
             iov[0] = (struct iovec){c->in, sizeof(c->in)};
             m.msg_iovlen = 1;
         }
-        ssize_t r = recvmsg(c->fd, &m, 0);
+        ssize_t r = recvmsg(c->fd, &m, land ? MSG_DONTWAIT : 0);
         if (r > 0) {
             add_bytes(c, (uint64_t)r);
             if (n < DIRECT_MIN) {
@@ -399,10 +433,28 @@ static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return -1;
+        if (land) {
+            /* wait as the socket's timeout would, seeing a hang-up too */
+            struct pollfd pf = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+            int pr = poll(&pf, 1, IO_TICK_MS);
+            if (pr < 0 && errno != EINTR)
+                return -1;
+            if (pr > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+                return -1;
+            if (pr > 0) {
+                checked = tent_now_ms();
+                continue;
+            }
+        }
         if (++ticks >= MID_FRAME_TICKS)
             return -1;
     }
     return 0;
+}
+
+static int srv_recv(struct tent_rpc_conn *c, void *buf, size_t n)
+{
+    return srv_recv_as(c, buf, n, false);
 }
 
 /* Whether in[] starts with the whole header of a frame whose body is large
@@ -413,7 +465,8 @@ static bool large_frame_first(const struct tent_rpc_conn *c)
     /* a header that does not decode is serve_frame's to refuse */
     return c->in_len - c->in_pos >= TENT_WIRE_HDR_LEN &&
            !tent_wire_decode_hdr(c->in + c->in_pos, TENT_WIRE_HDR_LEN, &h) &&
-           h.len >= DIRECT_MIN + TENT_WIRE_RW_LEN;
+           h.len >= DIRECT_MIN + atomic_load_explicit(&c->srv->max_prefix,
+                                                      memory_order_relaxed);
 }
 
 /* Reads what the socket has now into in[] without waiting; the first byte
@@ -429,10 +482,11 @@ static long read_some(struct tent_rpc_conn *c)
     }
     long total = 0;
     while (c->in_len < sizeof(c->in)) {
-        /* Into an empty buffer, one frame's header and READ/WRITE prefix
+        /* Into an empty buffer, one frame's header and measured prefix
          * first: when the body that follows is large, srv_recv reads it
          * straight into its destination, and none of it is copied twice. */
-        size_t want = c->in_len ? sizeof(c->in) - c->in_len : FIRST_READ;
+        size_t want =
+            c->in_len ? sizeof(c->in) - c->in_len : first_read(c->srv);
         ssize_t r = recv(c->fd, c->in + c->in_len, want, MSG_DONTWAIT);
         if (r > 0) {
             if (c->in_len == 0)
@@ -534,6 +588,11 @@ int tent_rpc_conn_recv(struct tent_rpc_conn *c, void *buf, size_t n)
     return srv_recv(c, buf, n);
 }
 
+int tent_rpc_conn_land(struct tent_rpc_conn *c, void *buf, size_t n)
+{
+    return srv_recv_as(c, buf, n, true);
+}
+
 int tent_rpc_conn_drain(struct tent_rpc_conn *c, uint64_t n)
 {
     return drain(c, n);
@@ -551,25 +610,6 @@ const char *tent_rpc_conn_peer(const struct tent_rpc_conn *c)
 }
 
 /* ---- serving one frame -------------------------------------------------- */
-
-/* A frame of a type a transport serves: its handler, else the body is
- * skipped and the client told TENT_ENOTSUP (no transport here serves it). */
-static int serve_installed(struct tent_rpc_conn *c,
-                           const struct tent_wire_hdr *h)
-{
-    struct frame_slot *f = &c->srv->frames[h->type];
-    pthread_rwlock_rdlock(&f->lock);
-    int rc;
-    if (f->fn) {
-        rc = f->fn(f->ctx, c, h);
-    } else {
-        rc = drain(c, h->len);
-        if (!rc)
-            rc = send_resp(c, h->seq, TENT_ENOTSUP, NULL, 0);
-    }
-    pthread_rwlock_unlock(&f->lock);
-    return rc;
-}
 
 static int serve_notify(struct tent_rpc_conn *c, const struct tent_wire_hdr *h)
 {
@@ -607,67 +647,52 @@ static int serve_desc(struct tent_rpc_conn *c, const struct tent_wire_hdr *h)
 
 static bool kill_locked(struct tent_rpc_server *s, struct tent_rpc_conn *c);
 
-/* HELLO: the connection is known by the token from now on. */
-static int serve_hello(struct tent_rpc_conn *c, const struct tent_wire_hdr *h)
+/* ---- tags ---------------------------------------------------------------- */
+
+int tent_rpc_conn_tag(struct tent_rpc_conn *c, uint64_t tag)
 {
-    uint8_t b[TENT_WIRE_TOKEN_LEN];
-    uint64_t tok;
-    if (h->len != TENT_WIRE_TOKEN_LEN || srv_recv(c, b, sizeof(b)) ||
-        tent_wire_decode_token(b, sizeof(b), &tok))
-        return -1;
     struct tent_rpc_server *s = c->srv;
-    bool fenced = false;
+    bool closed = false;
     pthread_mutex_lock(&s->lock);
-    for (unsigned i = 0; i < 64 && i < s->nfenced; i++)
-        fenced |= s->fenced[i] == tok;
-    if (!fenced)
-        c->token = tok;
+    for (unsigned i = 0; i < 64 && i < s->nclosed_tags; i++)
+        closed |= s->closed_tags[i] == tag;
+    if (!closed)
+        c->tag = tag;
     pthread_mutex_unlock(&s->lock);
-    if (fenced) {
-        LOG_DEBUG("rpc: %s: a connection fenced before it said hello", c->peer);
-        return -1;
-    }
-    return send_resp(c, h->seq, 0, NULL, 0);
+    if (closed)
+        return tent_set_error(TENT_ESHUTDOWN,
+                              "rpc: %s: tag %#llx was closed before", c->peer,
+                              (unsigned long long)tag);
+    return TENT_OK;
 }
 
-/* FENCE: closes the connections the token names and answers once they are
- * gone (their holders closed them after the frame they were in, so nothing
- * they carried can land any more), TENT_ETIMEDOUT if that takes longer than
- * half the frame timeout (at most 5 s). */
-static int serve_fence(struct tent_rpc_conn *c, const struct tent_wire_hdr *h)
+int tent_rpc_conn_close_tagged(struct tent_rpc_conn *c, uint64_t tag)
 {
-    uint8_t b[TENT_WIRE_TOKEN_LEN];
-    uint64_t tok;
-    if (h->len != TENT_WIRE_TOKEN_LEN || srv_recv(c, b, sizeof(b)) ||
-        tent_wire_decode_token(b, sizeof(b), &tok))
-        return -1;
     struct tent_rpc_server *s = c->srv;
     int bound =
         s->lim.frame_timeout_ms / 2 < 5000 ? s->lim.frame_timeout_ms / 2 : 5000;
     long long until = tent_now_ms() + bound;
-    int st = TENT_OK;
     pthread_mutex_lock(&s->lock);
-    s->fenced[s->nfenced++ % 64] = tok;
+    s->closed_tags[s->nclosed_tags++ % 64] = tag;
     pthread_mutex_unlock(&s->lock);
     for (;;) {
         bool present = false;
         pthread_mutex_lock(&s->lock);
         for (struct tent_rpc_conn *x = s->conns; x; x = x->next)
-            if (x != c && x->token == tok) {
+            if (x != c && x->tag == tag) {
                 present = true;
                 kill_locked(s, x);
             }
         pthread_mutex_unlock(&s->lock);
         if (!present)
-            break;
-        if (tent_now_ms() >= until || atomic_load(&s->stop)) {
-            st = TENT_ETIMEDOUT;
-            break;
-        }
+            return TENT_OK;
+        if (tent_now_ms() >= until || atomic_load(&s->stop))
+            return tent_set_error(TENT_ETIMEDOUT,
+                                  "rpc: the connections tagged %#llx were "
+                                  "not closed within %d ms",
+                                  (unsigned long long)tag, bound);
         poll(NULL, 0, 1);
     }
-    LOG_DEBUG("rpc: %s fenced a connection: %s", c->peer, tent_strerror(st));
-    return send_resp(c, h->seq, st, NULL, 0);
 }
 
 /* ---- following a same-host sender's CPU --------------------------------- */
@@ -679,21 +704,6 @@ struct follow {
     long long asked_ms; /* when the frame's CPU was last asked (cpu >= 0) */
     cpu_set_t home;
 };
-
-/* The data bytes of the READ or WRITE frame with header h, whose body
- * starts at in[in_pos] (a READ's only when its prefix is in), else 0. */
-static uint64_t frame_data_len(const struct tent_rpc_conn *c,
-                               const struct tent_wire_hdr *h)
-{
-    struct tent_wire_rw rw;
-    if (h->type == TENT_WIRE_WRITE)
-        return h->len >= TENT_WIRE_RW_LEN ? h->len - TENT_WIRE_RW_LEN : 0;
-    if (h->type == TENT_WIRE_READ &&
-        c->in_len - c->in_pos >= TENT_WIRE_RW_LEN &&
-        !tent_wire_decode_rw(c->in + c->in_pos, TENT_WIRE_RW_LEN, &rw))
-        return rw.length;
-    return 0;
-}
 
 static void follow_leave(struct follow *f)
 {
@@ -732,14 +742,14 @@ static void follow_to(struct tent_rpc_conn *c, struct follow *f, long long now)
         f->cpu = cpu;
 }
 
-/* Before serving the frame with header h: moves the worker to the frame's
- * CPU or back to its own.  True when the frame counts in big_frames (the
- * caller then calls follow_frame_end after it). */
-static bool follow_frame_begin(struct tent_rpc_conn *c,
-                               const struct tent_wire_hdr *h, struct follow *f)
+/* Before serving a frame that moves data bytes: moves the worker to the
+ * frame's CPU or back to its own.  True when the frame counts in big_frames
+ * (the caller then calls follow_frame_end after it). */
+static bool follow_frame_begin(struct tent_rpc_conn *c, uint64_t data,
+                               struct follow *f)
 {
     struct tent_rpc_server *s = c->srv;
-    if (!c->loopback || frame_data_len(c, h) < FOLLOW_MIN) {
+    if (!c->loopback || data < FOLLOW_MIN) {
         follow_leave(f);
         return false;
     }
@@ -759,6 +769,39 @@ static void follow_frame_end(struct tent_rpc_conn *c)
     atomic_fetch_sub(&c->srv->big_frames, 1);
 }
 
+/* A frame of a type a transport serves: its handler, on the CPU f chooses
+ * (*work: whether it counts as work), else the body is skipped and the
+ * client told TENT_ENOTSUP (no transport here serves it). */
+static int serve_installed(struct tent_rpc_conn *c,
+                           const struct tent_wire_hdr *h, struct follow *f,
+                           bool *work)
+{
+    struct frame_slot *fs = &c->srv->frames[h->type];
+    pthread_rwlock_rdlock(&fs->lock);
+    const struct tent_rpc_frame_ops *o = &fs->ops;
+    int rc;
+    uint64_t data = 0;
+    if (!o->serve) {
+        follow_leave(f);
+        rc = drain(c, h->len);
+        if (!rc)
+            rc = send_resp(c, h->seq, TENT_ENOTSUP, NULL, 0);
+    } else if (o->measure(o->ctx, h, c->in + c->in_pos, c->in_len - c->in_pos,
+                          &data)) {
+        LOG_WARN("rpc: dropping connection from %s: %s: %s", c->peer, o->owner,
+                 tent_last_error());
+        rc = -1;
+    } else {
+        bool counted = follow_frame_begin(c, data, f);
+        rc = o->serve(o->ctx, c, h);
+        if (counted)
+            follow_frame_end(c);
+        *work = o->work;
+    }
+    pthread_rwlock_unlock(&fs->lock);
+    return rc;
+}
+
 /* Serves the frame whose header is whole in in[], on the CPU f chooses.
  * 0 keeps the connection, -1 drops it. */
 static int serve_frame(struct tent_rpc_conn *c, struct follow *f)
@@ -771,39 +814,33 @@ static int serve_frame(struct tent_rpc_conn *c, struct follow *f)
     }
     c->in_pos += TENT_WIRE_HDR_LEN;
     atomic_store(&c->state, CS_FRAME);
-    bool counted = follow_frame_begin(c, &h, f);
+    bool work = false;
     int rc;
     switch (h.type) {
     case TENT_WIRE_DESC_REQ:
+        follow_leave(f);
         rc = serve_desc(c, &h);
         break;
     case TENT_WIRE_NOTIFY:
+        follow_leave(f);
         rc = serve_notify(c, &h);
         break;
-    case TENT_WIRE_READ:
-    case TENT_WIRE_WRITE:
-        rc = serve_installed(c, &h);
-        break;
-    case TENT_WIRE_HELLO:
-        rc = serve_hello(c, &h);
-        break;
-    case TENT_WIRE_FENCE:
-        rc = serve_fence(c, &h);
-        break;
-    default:
+    case TENT_WIRE_DESC_RESP:
+    case TENT_WIRE_RESP:
         LOG_WARN("rpc: dropping connection from %s: frame type %u is not a "
                  "request",
                  c->peer, h.type);
         rc = -1;
+        break;
+    default:
+        rc = serve_installed(c, &h, f, &work);
     }
-    if (counted)
-        follow_frame_end(c);
     if (rc) {
         LOG_DEBUG("rpc: connection from %s closed after frame type %u", c->peer,
                   h.type);
         return -1;
     }
-    frame_end(c, h.type);
+    frame_end(c, work);
     return 0;
 }
 
@@ -1669,26 +1706,48 @@ int tent_rpc_server_listen(struct tent_rpc_server *s, const char *host,
 }
 
 int tent_rpc_server_handle(struct tent_rpc_server *s, uint8_t type,
-                           tent_rpc_frame_fn fn, void *ctx)
+                           const struct tent_rpc_frame_ops *ops)
 {
     if (!s)
         return tent_set_error(TENT_ENULL, "rpc server: server is NULL");
-    if (type != TENT_WIRE_READ && type != TENT_WIRE_WRITE)
+    if (type == 0 || type == TENT_WIRE_DESC_REQ ||
+        type == TENT_WIRE_DESC_RESP || type == TENT_WIRE_NOTIFY ||
+        type == TENT_WIRE_RESP)
         return tent_set_error(TENT_EINVAL,
-                              "rpc server: frame type %u is not served by a "
-                              "transport",
+                              "rpc server: frame type %u is the server's own",
                               (unsigned)type);
+    if (ops &&
+        (!ops->serve || !ops->measure || ops->prefix > TENT_RPC_MAX_PREFIX))
+        return tent_set_error(TENT_EINVAL,
+                              "rpc server: the handler of frame type %u needs "
+                              "serve and measure and a prefix of at most %d "
+                              "bytes",
+                              (unsigned)type, TENT_RPC_MAX_PREFIX);
     struct frame_slot *f = &s->frames[type];
     pthread_rwlock_wrlock(&f->lock);
     int rc = TENT_OK;
-    if (fn && f->fn && (f->fn != fn || f->ctx != ctx))
+    const struct tent_rpc_frame_ops *o = &f->ops;
+    if (ops && o->serve &&
+        (o->serve != ops->serve || o->measure != ops->measure ||
+         o->ctx != ops->ctx || o->prefix != ops->prefix ||
+         o->work != ops->work))
         rc = tent_set_error(TENT_EEXIST,
-                            "rpc server: frame type %u already has a handler",
-                            (unsigned)type);
-    else {
-        f->fn = fn;
-        f->ctx = fn ? ctx : NULL;
-    }
+                            "rpc server: frame type %u is already served "
+                            "(by %s)",
+                            (unsigned)type,
+                            f->ops.owner ? f->ops.owner : "another handler");
+    else if (ops)
+        f->ops = *ops;
+    else
+        memset(&f->ops, 0, sizeof(f->ops));
     pthread_rwlock_unlock(&f->lock);
+    if (!rc && ops) {
+        /* only grows: a removed handler's prefix stays (a longer first
+         * read only takes a few body bytes more into in[]) */
+        unsigned cur = atomic_load(&s->max_prefix);
+        while (ops->prefix > cur &&
+               !atomic_compare_exchange_weak(&s->max_prefix, &cur, ops->prefix))
+            ;
+    }
     return rc;
 }

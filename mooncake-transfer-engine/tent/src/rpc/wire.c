@@ -25,12 +25,6 @@ static void put32(uint8_t *p, uint32_t v)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static uint16_t get16(const uint8_t *p)
 {
     return (uint16_t)(p[0] | (p[1] << 8));
@@ -40,14 +34,6 @@ static uint32_t get32(const uint8_t *p)
 {
     uint32_t v = 0;
     for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
         v = (v << 8) | p[i];
     return v;
 }
@@ -88,22 +74,10 @@ int tent_wire_decode_hdr(const uint8_t *in, size_t n, struct tent_wire_hdr *out)
     case TENT_WIRE_NOTIFY:
         max = TENT_WIRE_MAX_NOTIFY;
         break;
-    case TENT_WIRE_READ:
-        max = TENT_WIRE_RW_LEN;
-        break;
-    case TENT_WIRE_DESC_RESP:
-    case TENT_WIRE_WRITE:
+    case 0:
+        return tent_set_error(TENT_EPROTO, "frame type 0 is unknown");
+    default: /* DESC_RESP, RESP, or a transport's */
         max = TENT_WIRE_MAX_BODY;
-        break;
-    case TENT_WIRE_RESP:
-        max = TENT_WIRE_RESP_LEN + TENT_WIRE_MAX_DATA;
-        break;
-    case TENT_WIRE_HELLO:
-    case TENT_WIRE_FENCE:
-        max = TENT_WIRE_TOKEN_LEN;
-        break;
-    default:
-        return tent_set_error(TENT_EPROTO, "frame type %u is unknown", type);
     }
     if (len > max)
         return tent_set_error(TENT_EPROTO,
@@ -112,55 +86,6 @@ int tent_wire_decode_hdr(const uint8_t *in, size_t n, struct tent_wire_hdr *out)
     out->type = type;
     out->seq = get32(in + 8);
     out->len = len;
-    return TENT_OK;
-}
-
-void tent_wire_encode_rw(uint8_t out[TENT_WIRE_RW_LEN], uint64_t addr,
-                         uint64_t length, const struct tent_wire_access *acc)
-{
-    put64(out, addr);
-    put64(out + 8, length);
-    put64(out + 16, acc ? acc->incarnation : 0);
-    if (acc)
-        memcpy(out + 24, acc->key, TENT_WIRE_KEY_LEN);
-    else
-        memset(out + 24, 0, TENT_WIRE_KEY_LEN);
-}
-
-int tent_wire_decode_rw(const uint8_t *in, size_t n, struct tent_wire_rw *out)
-{
-    if (!in || n < TENT_WIRE_RW_LEN)
-        return tent_set_error(TENT_EPROTO,
-                              "read/write request truncated: %zu bytes", n);
-    uint64_t addr = get64(in), length = get64(in + 8);
-    if (length == 0 || length > TENT_WIRE_MAX_DATA)
-        return tent_set_error(TENT_EPROTO,
-                              "read/write length %" PRIu64 " is outside 1..%u",
-                              length, TENT_WIRE_MAX_DATA);
-    if (addr + length < addr)
-        return tent_set_error(TENT_EPROTO,
-                              "read/write [%#" PRIx64 ", +%" PRIu64 ") wraps",
-                              addr, length);
-    out->addr = addr;
-    out->length = length;
-    out->acc.incarnation = get64(in + 16);
-    memcpy(out->acc.key, in + 24, TENT_WIRE_KEY_LEN);
-    return TENT_OK;
-}
-
-void tent_wire_encode_token(uint8_t out[TENT_WIRE_TOKEN_LEN], uint64_t token)
-{
-    put64(out, token);
-}
-
-int tent_wire_decode_token(const uint8_t *in, size_t n, uint64_t *token)
-{
-    if (!in || n != TENT_WIRE_TOKEN_LEN)
-        return tent_set_error(TENT_EPROTO, "connection token of %zu bytes", n);
-    uint64_t t = get64(in);
-    if (t == 0)
-        return tent_set_error(TENT_EPROTO, "connection token is 0");
-    *token = t;
     return TENT_OK;
 }
 

@@ -1,32 +1,27 @@
-/* Wire format of the engine's RPC server (control plane and tcp data path).
+/* Wire format of the engine's RPC server.
  *
  * Every message is a frame: a fixed 16-byte header followed by `len` bytes
  * of body.  All integers are little-endian.
  *
  *   offset 0  u32 magic   TENT_WIRE_MAGIC
  *          4  u8  version TENT_WIRE_VERSION (a different version is refused)
- *          5  u8  type    enum tent_wire_type
+ *          5  u8  type    enum tent_wire_type, or a transport's
  *          6  u16 flags   must be 0
  *          8  u32 seq     echoed in the response
  *         12  u32 len     body length, <= TENT_WIRE_MAX_BODY
  *
- * Bodies:
+ * The server's own frames (control plane) and their bodies:
  *   DESC_REQ   empty
  *   DESC_RESP  JSON segment descriptor (see tent_wire_decode_desc)
  *   NOTIFY     u16 name_len, u16 msg_len, u16 from_len, u16 0,
  *              name, msg, from (no NULs; lengths < 256, 4096, 256)
- *   READ       u64 addr, u64 length (length <= TENT_WIRE_MAX_DATA), then
- *              the access block
- *   WRITE      u64 addr, u64 length, the access block, then exactly
- *              `length` data bytes
- *   access     u64 incarnation, u8 key[16] (TENT_WIRE_ACCESS_LEN): what
- *              entitles the request to the range (struct tent_wire_access)
- *   RESP       i32 status (0 or a negative TENT_E* code), u32 0, then for a
- *              successful READ exactly the requested bytes
- *   HELLO      u64 token: names the connection it arrives on (a tcp data
- *              connection, so that a FENCE can name it later)
- *   FENCE      u64 token: answered once the connection HELLO named so is
- *              closed and nothing it carried can still touch memory
+ *   RESP       the answer to a request: i32 status (0 or a negative
+ *              TENT_E* code), u32 0, then what the request's type says
+ *              (nothing for the server's own requests)
+ * Every other type belongs to a transport, which defines its bodies in its
+ * own folder and installs the handlers that serve them (rpc.h
+ * tent_rpc_server_handle); the server refuses a type two transports claim.
+ * Types taken: 4, 5, 7, 8 (transport/tcp/tcp_wire.h).
  *
  * The decode functions are pure (no I/O, no global state) so that they can
  * be fuzzed; each validates every field before the caller uses any. */
@@ -43,49 +38,25 @@
 #define TENT_WIRE_VERSION      2
 #define TENT_WIRE_DESC_VERSION 1
 #define TENT_WIRE_HDR_LEN      16
-#define TENT_WIRE_KEY_LEN      16
-#define TENT_WIRE_ACCESS_LEN   (8 + TENT_WIRE_KEY_LEN)
-#define TENT_WIRE_RW_LEN       (16 + TENT_WIRE_ACCESS_LEN)
+#define TENT_WIRE_KEY_LEN      16 /* a descriptor buffer's access key */
 #define TENT_WIRE_RESP_LEN     8
-#define TENT_WIRE_MAX_DATA     (16u << 20)
-#define TENT_WIRE_MAX_BODY     (TENT_WIRE_MAX_DATA + TENT_WIRE_RW_LEN)
-#define TENT_WIRE_MAX_NOTIFY   (8 + 255 + 4095 + 255)
-#define TENT_WIRE_MAX_NAME     255
-#define TENT_WIRE_MAX_MSG      4095
+/* the longest body of any frame: 16 MiB of data and up to 64 bytes more */
+#define TENT_WIRE_MAX_BODY   ((16u << 20) + 64)
+#define TENT_WIRE_MAX_NOTIFY (8 + 255 + 4095 + 255)
+#define TENT_WIRE_MAX_NAME   255
+#define TENT_WIRE_MAX_MSG    4095
 
 enum tent_wire_type {
     TENT_WIRE_DESC_REQ = 1,
     TENT_WIRE_DESC_RESP = 2,
     TENT_WIRE_NOTIFY = 3,
-    TENT_WIRE_READ = 4,
-    TENT_WIRE_WRITE = 5,
     TENT_WIRE_RESP = 6,
-    TENT_WIRE_HELLO = 7,
-    TENT_WIRE_FENCE = 8,
 };
-#define TENT_WIRE_TOKEN_LEN 8
 
 struct tent_wire_hdr {
     uint8_t type;
     uint32_t seq;
     uint32_t len;
-};
-
-/* What a data request carries besides its range, checked by the target
- * before it touches memory: the incarnation of the target engine the
- * initiator resolved the address in (from its descriptor; a target of
- * another one refuses with TENT_ESTALE; 0 names none), and the access key
- * of the target registration (from the descriptor's buffer): a key that is
- * not the registration's is refused as an unregistered range. */
-struct tent_wire_access {
-    uint64_t incarnation;
-    uint8_t key[TENT_WIRE_KEY_LEN];
-};
-
-struct tent_wire_rw {
-    uint64_t addr;
-    uint64_t length;
-    struct tent_wire_access acc;
 };
 
 struct tent_wire_notify {
@@ -131,20 +102,11 @@ struct tent_wire_desc {
 
 void tent_wire_encode_hdr(uint8_t out[TENT_WIRE_HDR_LEN], uint8_t type,
                           uint32_t seq, uint32_t len);
-/* Validates magic, version, flags, type and length. 0 or TENT_EPROTO. */
+/* Validates magic, version, flags, type (not 0) and length (the server's
+ * own types' bounds; a transport's type within TENT_WIRE_MAX_BODY, its
+ * handler checks the rest).  0 or TENT_EPROTO. */
 int tent_wire_decode_hdr(const uint8_t *in, size_t n,
                          struct tent_wire_hdr *out);
-
-/* acc NULL: an access block of zeros. */
-void tent_wire_encode_rw(uint8_t out[TENT_WIRE_RW_LEN], uint64_t addr,
-                         uint64_t length, const struct tent_wire_access *acc);
-/* Validates a READ/WRITE prefix: length in 1..TENT_WIRE_MAX_DATA, no wrap. */
-int tent_wire_decode_rw(const uint8_t *in, size_t n, struct tent_wire_rw *out);
-
-/* HELLO and FENCE bodies. */
-void tent_wire_encode_token(uint8_t out[TENT_WIRE_TOKEN_LEN], uint64_t token);
-/* A token is any non-zero u64.  0 or TENT_EPROTO. */
-int tent_wire_decode_token(const uint8_t *in, size_t n, uint64_t *token);
 
 void tent_wire_encode_resp(uint8_t out[TENT_WIRE_RESP_LEN], int32_t status);
 /* Status must be 0 or a negative code >= -1000. */

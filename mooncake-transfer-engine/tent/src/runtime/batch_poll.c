@@ -25,24 +25,27 @@ void tent_task_set_cause(struct tent_task *t, int code, int native,
     t->native_error = native;
 }
 
-/* A cause that says the target no longer has the range as its descriptor
- * published it (unregistered, re-registered, restarted): worth fetching the
- * descriptor once more before giving up.  A vendor library's refusal is one
- * too: memfabric answers a range registered again (a new key) or gone with
- * its own code, which says no more. */
-static bool stale_descriptor_cause(int code)
+/* A cause that says, or may mean, that the target no longer has the range
+ * as its descriptor published it (unregistered, re-registered, restarted):
+ * worth fetching the descriptor once more before giving up.  A vendor's or
+ * fabric's refusal (TENT_EVENDOR, TENT_EIO) does not say why; the fresh
+ * descriptor does, when that is the reason, so every transport reports a
+ * range gone or made LOCAL since the same way.  Files have no descriptor to
+ * fetch again. */
+static bool stale_descriptor_cause(int code, bool file)
 {
     return code == TENT_ERANGE || code == TENT_ENOTREG || code == TENT_EPERM ||
-           code == TENT_EPEER || code == TENT_ESTALE || code == TENT_EVENDOR;
+           code == TENT_EPEER || code == TENT_ESTALE ||
+           (!file && (code == TENT_EVENDOR || code == TENT_EIO));
 }
 
 /* Requeues t for a descriptor refetch, once: the dispatcher fetches it with
  * no lock held and resolves the request again (batch_submit.c). */
 static bool try_refetch(struct tent_engine *e, struct tent_task *t, int code,
-                        int from)
+                        int from, bool file)
 {
     if (t->refetched || !e->seg_ops || t->req.target_id == LOCAL_SEGMENT_ID ||
-        !stale_descriptor_cause(code))
+        !stale_descriptor_cause(code, file))
         return false;
     LOG_DEBUG("task failed on %s with %s; fetching the target's descriptor "
               "again",
@@ -71,7 +74,7 @@ bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code,
                 tent_attrs_get(t->dst_buf->attrs, TENT_FILE_ATTR_FD) != NULL;
     bool transient =
         tent_attempt_is_transient(code, native, t->req.opcode, file);
-    if (!transient && try_refetch(e, t, code, from))
+    if (!transient && try_refetch(e, t, code, from, file))
         return true;
     if (!transient) {
         /* Another transport would meet the same refusal: fail at once. */
@@ -83,7 +86,7 @@ bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code,
     }
     if ((t->attempts >= e->max_failover_attempts ||
          t->cand_pos + 1 >= t->ncand) &&
-        try_refetch(e, t, code, from))
+        try_refetch(e, t, code, from, file))
         return true;
     if (t->attempts >= e->max_failover_attempts) {
         if (e->max_failover_attempts > 0)

@@ -98,15 +98,15 @@ static int env_reclaim_pages(void *ctx, const struct tent_buffer *buf)
     return tent_memory_reclaim_pages(ctx, buf);
 }
 
-static int env_serve_frames(void *ctx, uint8_t type, tent_rpc_frame_fn fn,
-                            void *fn_ctx)
+static int env_serve_frames(void *ctx, uint8_t type,
+                            const struct tent_rpc_frame_ops *ops)
 {
     struct tent_engine *e = ctx;
     if (!e->rpc)
-        return fn ? tent_set_error(TENT_ENOTSUP,
-                                   "this engine runs no RPC server")
-                  : TENT_OK;
-    return tent_rpc_server_handle(e->rpc, type, fn, fn_ctx);
+        return ops ? tent_set_error(TENT_ENOTSUP,
+                                    "this engine runs no RPC server")
+                   : TENT_OK;
+    return tent_rpc_server_handle(e->rpc, type, ops);
 }
 
 static int env_listen(void *ctx, const char *host, uint16_t port,

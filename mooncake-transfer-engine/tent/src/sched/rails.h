@@ -1,44 +1,21 @@
 /* Rails: the paths between this engine and a peer, and which one each slice
  * of a transfer takes.
  *
- * A transport that serves NICs (tcp today) builds one rail per usable
- * (local NIC, peer NIC) pair of a peer — the peer publishes its NICs, the
- * kernel's routes say which pairs work — and asks its rail set, slice by
- * slice, where to send.  The answer is TENT's slice spraying: the rail with
- * the least predicted completion time, (in-flight bytes + slice) / EWMA
- * bandwidth, with one pick in probe_every going round robin so every rail
- * keeps a fresh estimate (the first slice from that pick on large enough
- * to measure bandwidth: TENT_RAIL_SAMPLE_MIN, or the transport's smaller
- * sample_min).  A rail much slower than the
- * best (below min_share of its bandwidth, by a steadier meter of busy time than
- * the EWMA: see share_meter in rails.c) gets probe slices only, until it is
- * back above 1.3 times that line.  A rail whose slice
- * failed is paused and probed back with exponential back-off; a probe that
- * succeeds brings it back.
- *
- * The policy lives here, below the runtime and the transports, so every
- * transport with more than one path inherits it; the engine owns one
- * tent_sched (handed to transports in their environment), which also keeps
- * the per-NIC figures of tent_get_nic_load_stats and the per-rail metrics.
- *
- * Bandwidth is measured as delivery rate: when a slice completes, the
- * bytes the rail completed since the slice was picked (its own included)
- * over the time since then -- so slices that finish in a bunch on parallel
- * connections do not read as a burst of speed -- folded into the EWMA with
- * TENT's rule ewma = a * ewma + (1 - a) * sample, a =
- * bandwidth_learning_rate (0: the newest sample only; 1: never learn).
- * A slice smaller than TENT_RAIL_SAMPLE_MIN (or sample_min) says nothing about
- * bandwidth (a 4 KiB read takes its round trip, whatever the link's speed) and
- * would drag the estimate down -- with TENT's a = 0.01 one sample is nearly all
- * of it, and latency-critical small reads on an idle fast rail made it look
- * slower than a loaded slow one, so bulk work left it: such completions
- * leave the estimate alone and measure the rail's round trip instead.  A
- * slice that was alone on its rail has that round trip taken off its time
- * (the link idled during it).
+ * A transport that serves NICs builds one rail per usable (local NIC, peer
+ * NIC) pair of a peer and asks its rail set, slice by slice, where to send.
+ * The answer is TENT's slice spraying: the rail with the least predicted
+ * completion time, (in-flight bytes + slice) / EWMA bandwidth, with one
+ * pick in probe_every going round robin so every rail keeps a fresh
+ * estimate.  A rail much slower than the best (below min_share, by the
+ * busy-time meter of rails.c) gets probe slices only; a rail whose slice
+ * failed is paused and probed back with exponential back-off.  The policy
+ * lives here, below the runtime and the transports, so every transport
+ * with more than one path inherits it; the engine owns one tent_sched,
+ * which also keeps the per-NIC figures and per-rail metrics.
  *
  * Thread safety: every call may come from any thread; a rail set has one
- * lock, taken for a few hundred nanoseconds per pick and completion (a set
- * of one rail skips it when picking). */
+ * lock, held briefly per pick and completion (a set of one rail skips it
+ * when picking). */
 #ifndef TENT_SCHED_RAILS_H
 #define TENT_SCHED_RAILS_H
 
@@ -145,7 +122,22 @@ struct tent_rail_ticket {
  * bulk spread in proportion to speed, is either rail at random. */
 int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, bool yields,
                    uint32_t avoid, struct tent_rail_ticket *tk);
-/* The slice of bytes picked on rail i (with ticket tk) completed. */
+/* The slice of bytes picked on rail i (with ticket tk) completed.
+ *
+ * Bandwidth is measured as delivery rate: when a slice completes, the
+ * bytes the rail completed since the slice was picked (its own included)
+ * over the time since then -- so slices that finish in a bunch on parallel
+ * connections do not read as a burst of speed -- folded into the EWMA with
+ * TENT's rule ewma = a * ewma + (1 - a) * sample, a =
+ * bandwidth_learning_rate (0: the newest sample only; 1: never learn).
+ * A slice smaller than TENT_RAIL_SAMPLE_MIN (or sample_min) says nothing about
+ * bandwidth (a 4 KiB read takes its round trip, whatever the link's speed) and
+ * would drag the estimate down -- with TENT's a = 0.01 one sample is nearly all
+ * of it, and latency-critical small reads on an idle fast rail made it look
+ * slower than a loaded slow one, so bulk work left it: such completions
+ * leave the estimate alone and measure the rail's round trip instead.  A
+ * slice that was alone on its rail has that round trip taken off its time
+ * (the link idled during it). */
 void tent_rail_complete(struct tent_railset *rs, int i, uint64_t bytes,
                         const struct tent_rail_ticket *tk);
 /* It failed on rail i for a reason of the path (connection lost, no answer

@@ -1,61 +1,17 @@
 /* The contract between the runtime and a transport.
  *
  * A transport only moves bytes.  The runtime gives it resolved requests
- * (local address, remote address, length, the target segment and buffer)
- * and asks it for per-task status; it never sees policies, failover or
- * batch ids.  Everything a transport needs from the engine is handed down at
- * install in an environment table (struct tent_xport_env): configuration,
- * metrics, host identity, callbacks to publish attributes and read a peer's,
- * a read-only view of local registrations and the RPC server's frame
- * table.  Nothing under transport/ includes runtime headers, calls runtime
- * functions by name or takes a runtime lock; logging goes through the
- * common logger (common/log.h), a layer below both.
+ * (local address, remote address, length, the target segment and buffer,
+ * the peer handle) and asks it for per-task status; it never sees
+ * policies, failover or batch ids.  Everything a transport needs from the
+ * engine is handed down at install in an environment table (struct
+ * tent_xport_env).  Nothing under transport/ includes runtime headers,
+ * calls runtime functions by name or takes a runtime lock.
  *
- * One folder per transport (transport/<name>/): its initiator, its target
- * half (RPC frame handlers, if any), its metric families (metrics.def,
- * optional) and sources.cmake.  transports.def lists the transports built
- * here; it is the one list the registry, configuration, metrics labels,
- * the Python TransportType and README's table follow.
- *
- * Every op is filled (the runtime never tests for NULL): an op a transport
- * has nothing to do for points at a shared tent_xport_* stub of the exact
- * signature (below).
- *
- * Calling context.  "Runtime locks" are the engine's batch, segment and
- * registration locks.  Unless an op says otherwise it is called with no
- * runtime lock held, and it must not call back into the runtime except
- * through the env table.
- *   - submit and status never wait on the network or the vendor: they do
- *     non-blocking work only (a syscall that cannot block, a queue hand-off,
- *     an asynchronous vendor submission), so tent_submit and the status
- *     calls return within microseconds even when a peer stalls.  Progress
- *     on the network belongs to the transport's own threads or to
- *     non-blocking steps taken inside these calls.
- *   - The runtime calls submit and status for one slot from one thread at a
- *     time, but may call them for different slots of one sub-batch from
- *     different threads at once (a submit on slots 4..7 while another
- *     thread polls slot 2): per-slot state needs no lock, state shared by
- *     slots does.
- *   - add_buffer and remove_buffer run under the engine's registration
- *     lock (one at a time per engine) and may block, bounded by the
- *     transport's own timeout; install, uninstall and quiesce run alone
- *     (engine creation and destruction) and may block, bounded.
- *   - peer_open runs under the segment's peer lock (a runtime lock, itself
- *     possibly under a batch lock): it may start threads and map memory,
- *     but never waits on the network (connect lazily, on the first
- *     request).  peer_close runs with no runtime lock held (or alone, at
- *     teardown) and may join threads, bounded.
- *
- * Peers.  Everything a transport keeps for one peer (connections, rails,
- * threads, mappings, resolved vendor addresses, whether it is down) lives
- * in the peer handle peer_open makes from the segment's descriptor, and is
- * gone when peer_close returns.  The runtime opens one handle per (segment,
- * transport) on first use, hands it to every request (tent_xfer.peer),
- * and closes it when the segment is closed, when the segment's descriptor
- * names a new incarnation of the peer and at engine teardown, never while
- * a task submitted with it may still be in flight.  No request looks its
- * peer up by name: a transport reads the descriptor (env->seg_attr) in
- * peer_open, once. */
+ * One folder per transport (transport/<name>/) and one line of
+ * transports.def, the one list everything else follows.  The calling
+ * context of each op and the peer handle's lifetime are described at
+ * struct tent_transport_ops; docs/transports.md is the guide. */
 #ifndef TENT_TRANSPORT_TRANSPORT_H
 #define TENT_TRANSPORT_TRANSPORT_H
 
@@ -391,10 +347,10 @@ struct tent_xport_env {
      * context). */
     int (*reclaim_pages)(void *ctx, const struct tent_buffer *buf);
 
-    /* Installs (fn NULL: removes) the handler of RPC frame type on the
-     * engine's server (rpc.h tent_rpc_server_handle). */
-    int (*serve_frames)(void *ctx, uint8_t type, tent_rpc_frame_fn fn,
-                        void *fn_ctx);
+    /* Installs (ops NULL: removes) the transport's handler of RPC frame
+     * type on the engine's server (rpc.h tent_rpc_server_handle). */
+    int (*serve_frames)(void *ctx, uint8_t type,
+                        const struct tent_rpc_frame_ops *ops);
     /* The port of the engine's RPC server (the one rpc_addr names; 0 when
      * the engine runs none). */
     uint16_t rpc_port;
@@ -440,6 +396,47 @@ struct tent_transport {
     bool durable;
 };
 
+/* The ops of a transport.
+ *
+ * Every op is filled (the runtime never tests for NULL): an op a transport
+ * has nothing to do for points at a shared tent_xport_* stub of the exact
+ * signature (below).
+ *
+ * Calling context.  "Runtime locks" are the engine's batch, segment and
+ * registration locks.  Unless an op says otherwise it is called with no
+ * runtime lock held, and it must not call back into the runtime except
+ * through the env table.
+ *   - submit and status never wait on the network or the vendor: they do
+ *     non-blocking work only (a syscall that cannot block, a queue hand-off,
+ *     an asynchronous vendor submission), so tent_submit and the status
+ *     calls return within microseconds even when a peer stalls.  Progress
+ *     on the network belongs to the transport's own threads or to
+ *     non-blocking steps taken inside these calls.
+ *   - The runtime calls submit and status for one slot from one thread at a
+ *     time, but may call them for different slots of one sub-batch from
+ *     different threads at once (a submit on slots 4..7 while another
+ *     thread polls slot 2): per-slot state needs no lock, state shared by
+ *     slots does.
+ *   - add_buffer and remove_buffer run under the engine's registration
+ *     lock (one at a time per engine) and may block, bounded by the
+ *     transport's own timeout; install, uninstall and quiesce run alone
+ *     (engine creation and destruction) and may block, bounded.
+ *   - peer_open runs under the segment's peer lock (a runtime lock, itself
+ *     possibly under a batch lock): it may start threads and map memory,
+ *     but never waits on the network (connect lazily, on the first
+ *     request).  peer_close runs with no runtime lock held (or alone, at
+ *     teardown) and may join threads, bounded.
+ *
+ * Peers.  Everything a transport keeps for one peer (connections, rails,
+ * threads, mappings, resolved vendor addresses, whether it is down) lives
+ * in the peer handle peer_open makes from the segment's descriptor, and is
+ * gone when peer_close returns.  The runtime opens one handle per (segment,
+ * transport) on first use, hands it to every request (tent_xfer.peer),
+ * and closes it when the segment is closed, when the segment's descriptor
+ * names a new incarnation of the peer and at engine teardown, never while
+ * a task submitted with it may still be in flight.  No request looks its
+ * peer up by name: a transport reads the descriptor (env->seg_attr) in
+ * peer_open, once. */
 struct tent_transport_ops {
     const char *name;     /* "tcp", "shm", "memfabric": also the config key */
     int type;             /* TRANSPORT_* */

@@ -23,6 +23,7 @@
 #include "common/error.h"
 #include "e2e_peer.h"
 #include "rpc/rpc.h"
+#include "transport/tcp/tcp_wire.h"
 #include "tent/transfer_engine.h"
 
 #include <errno.h>
@@ -364,9 +365,9 @@ static void trickle_conn(struct trickler *t, int fd)
                 return;
             continue;
         }
-        if (hdr.type == TENT_WIRE_HELLO) {
+        if (hdr.type == TCP_WIRE_HELLO) {
             /* a tcp data connection names itself: answered at once */
-            uint8_t tok[TENT_WIRE_TOKEN_LEN];
+            uint8_t tok[TCP_WIRE_TOKEN_LEN];
             uint8_t rh[TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN];
             tent_wire_encode_hdr(rh, TENT_WIRE_RESP, hdr.seq,
                                  TENT_WIRE_RESP_LEN);
@@ -376,12 +377,12 @@ static void trickle_conn(struct trickler *t, int fd)
                 return;
             continue;
         }
-        if (hdr.type != TENT_WIRE_READ || hdr.len != TENT_WIRE_RW_LEN)
+        if (hdr.type != TCP_WIRE_READ || hdr.len != TCP_WIRE_RW_LEN)
             return;
-        uint8_t body[TENT_WIRE_RW_LEN];
-        struct tent_wire_rw rw;
+        uint8_t body[TCP_WIRE_RW_LEN];
+        struct tcp_wire_rw rw;
         if (recv_exact(fd, body, sizeof(body)) ||
-            tent_wire_decode_rw(body, sizeof(body), &rw))
+            tcp_wire_decode_rw(body, sizeof(body), &rw))
             return;
         atomic_fetch_add(&t->reads, 1);
         size_t n = TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN + rw.length;

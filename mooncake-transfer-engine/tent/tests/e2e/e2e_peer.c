@@ -291,6 +291,13 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
             sync_with_server(e, b);
             uint64_t h = e2e_fnv(b + c.off, c.len);
             tc_write_all(afd, &h, sizeof(h));
+        } else if (c.op == 'Y') {
+            /* FNV-1a of [off, +len) of this process's memory: a buffer the
+             * parent knows the address of (info), registered or not. */
+            const uint8_t *b = (const uint8_t *)(uintptr_t)c.off;
+            sync_with_server(e, b);
+            uint64_t h = e2e_fnv(b, c.len);
+            tc_write_all(afd, &h, sizeof(h));
         } else if (c.op == 'R') {
             /* Registers one more buffer (filled with the pattern). */
             uint8_t *m = malloc(c.len);
@@ -516,6 +523,11 @@ uint64_t e2e_peer_hash(struct e2e_peer *p, bool plain, uint64_t off,
 {
     return ask_u64(
         p, (struct cmd){.op = 'H', .plain = plain, .off = off, .len = len});
+}
+
+uint64_t e2e_peer_hash_at(struct e2e_peer *p, uint64_t addr, uint64_t len)
+{
+    return ask_u64(p, (struct cmd){.op = 'Y', .off = addr, .len = len});
 }
 
 uint64_t e2e_peer_register(struct e2e_peer *p, uint64_t len)

@@ -47,6 +47,9 @@ int e2e_peer_start(struct e2e_peer *p, size_t rw_len, bool shm, bool tcp);
 /* FNV-1a of [off, off+len) of the child's rw buffer (or plain buffer). */
 uint64_t e2e_peer_hash(struct e2e_peer *p, bool plain, uint64_t off,
                        uint64_t len);
+/* FNV-1a of [addr, +len) of the child's memory, at any address info gave
+ * (rw_base, ro_base, local_base, reg_base), registered or not. */
+uint64_t e2e_peer_hash_at(struct e2e_peer *p, uint64_t addr, uint64_t len);
 /* Registers len more bytes (pattern-filled malloc memory) in the child;
  * returns its address or 0. */
 uint64_t e2e_peer_register(struct e2e_peer *p, uint64_t len);

@@ -37,6 +37,7 @@
 #include "../common/test_child.h"
 #include "e2e_peer.h"
 #include "rpc/rpc.h"
+#include "transport/tcp/tcp_wire.h"
 #include "rpc/wire.h"
 #include "tent/transfer_engine.h"
 
@@ -85,7 +86,7 @@ struct slot {
     enum role role;
     enum slot_state st;
     bool ready, ever_ready;
-    uint8_t frame[TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN];
+    uint8_t frame[TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN];
     size_t frame_len, frame_at;
     uint8_t rh[TENT_WIRE_HDR_LEN];
     size_t rgot;
@@ -146,14 +147,14 @@ static int slot_role(struct slot *s, const struct atk_cfg *c, int idx, long now)
         return send_now(s->fd, s->frame, 1);
     case R_TRICKLE_BODY: {
         uint64_t off = (uint64_t)(idx % 16) * 65536 % c->body_span;
-        tent_wire_encode_hdr(s->frame, TENT_WIRE_WRITE, 3,
-                             TENT_WIRE_RW_LEN + 65536);
-        tent_wire_encode_rw(s->frame + TENT_WIRE_HDR_LEN, c->body_addr + off,
+        tent_wire_encode_hdr(s->frame, TCP_WIRE_WRITE, 3,
+                             TCP_WIRE_RW_LEN + 65536);
+        tcp_wire_encode_rw(s->frame + TENT_WIRE_HDR_LEN, c->body_addr + off,
                             65536, NULL);
         s->in_body = true;
         s->body_at = c->body_pattern + off; /* the next byte's pattern */
         s->st = S_TRICKLE;
-        return send_now(s->fd, s->frame, TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN);
+        return send_now(s->fd, s->frame, TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN);
     }
     case R_PARKED:
         tent_wire_encode_hdr(s->frame, TENT_WIRE_DESC_REQ, 4, 0);

@@ -26,6 +26,7 @@
 #include "common/config.h"
 #include "e2e_peer.h"
 #include "rpc/rpc.h"
+#include "transport/tcp/tcp_wire.h"
 #include "rpc/wire.h"
 #include "runtime/engine.h"
 #include "tent/transfer_engine.h"
@@ -52,9 +53,9 @@ static int group_teardown(void **state)
 
 /* The access block naming the key g_peer publishes for the buffer at addr
  * (zeros when none holds it). */
-static struct tent_wire_access peer_acc(uint64_t addr)
+static struct tcp_wire_access peer_acc(uint64_t addr)
 {
-    struct tent_wire_access a = {0};
+    struct tcp_wire_access a = {0};
     assert_true(e2e_desc_key(g_host, g_port, addr, a.key) >= 0);
     return a;
 }
@@ -170,6 +171,8 @@ static bool target_intact_but_partial(const uint8_t *partial, size_t n)
     return ok;
 }
 
+static int32_t read_answer(int fd, struct tent_wire_hdr *hdr);
+
 static void test_malformed_frames_drop_only_their_connection(void **state)
 {
     (void)state;
@@ -199,9 +202,17 @@ static void test_malformed_frames_drop_only_their_connection(void **state)
     send_bytes(fd, h, TENT_WIRE_HDR_LEN);
     assert_true(closed_by_server(fd));
     close(fd);
-    /* unknown type, and a response type sent as a request */
+    /* a type no transport here serves: its body skipped, TENT_ENOTSUP
+     * answered, the connection kept (a transport this engine does not
+     * run); then a response type sent as a request */
     fd = raw_connect();
-    tent_wire_encode_hdr(h, 77, 1, 0);
+    tent_wire_encode_hdr(h, 77, 1, 5);
+    memset(h + TENT_WIRE_HDR_LEN, 0x77, 5);
+    send_bytes(fd, h, TENT_WIRE_HDR_LEN + 5);
+    struct tent_wire_hdr ah;
+    assert_int_equal(read_answer(fd, &ah), TENT_ENOTSUP);
+    assert_int_equal(ah.seq, 1);
+    tent_wire_encode_hdr(h, 0, 2, 0); /* type 0 does not decode */
     send_bytes(fd, h, TENT_WIRE_HDR_LEN);
     assert_true(closed_by_server(fd));
     close(fd);
@@ -213,15 +224,15 @@ static void test_malformed_frames_drop_only_their_connection(void **state)
     close(fd);
     /* huge body length */
     fd = raw_connect();
-    tent_wire_encode_hdr(h, TENT_WIRE_WRITE, 1, 0xffffffffu);
+    tent_wire_encode_hdr(h, TCP_WIRE_WRITE, 1, 0xffffffffu);
     send_bytes(fd, h, TENT_WIRE_HDR_LEN);
     assert_true(closed_by_server(fd));
     close(fd);
     /* write whose body length disagrees with its declared data length */
     fd = raw_connect();
-    tent_wire_encode_hdr(h, TENT_WIRE_WRITE, 1, TENT_WIRE_RW_LEN + 10);
-    tent_wire_encode_rw(h + 16, g_peer.rw_base, 100, NULL);
-    send_bytes(fd, h, TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN);
+    tent_wire_encode_hdr(h, TCP_WIRE_WRITE, 1, TCP_WIRE_RW_LEN + 10);
+    tcp_wire_encode_rw(h + 16, g_peer.rw_base, 100, NULL);
+    send_bytes(fd, h, TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN);
     assert_true(closed_by_server(fd));
     close(fd);
     /* notification with inconsistent lengths */
@@ -247,10 +258,10 @@ static void test_malformed_frames_drop_only_their_connection(void **state)
      * arrived land (the sender had the right to write them), nothing else */
     uint8_t partial[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
     fd = raw_connect();
-    tent_wire_encode_hdr(h, TENT_WIRE_WRITE, 1, TENT_WIRE_RW_LEN + 4096);
-    struct tent_wire_access acc = peer_acc(g_peer.rw_base);
-    tent_wire_encode_rw(h + 16, g_peer.rw_base + 8192, 4096, &acc);
-    send_bytes(fd, h, TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN);
+    tent_wire_encode_hdr(h, TCP_WIRE_WRITE, 1, TCP_WIRE_RW_LEN + 4096);
+    struct tcp_wire_access acc = peer_acc(g_peer.rw_base);
+    tcp_wire_encode_rw(h + 16, g_peer.rw_base + 8192, 4096, &acc);
+    send_bytes(fd, h, TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN);
     send_bytes(fd, partial, sizeof(partial));
     close(fd);
     /* garbage */
@@ -290,13 +301,13 @@ static int32_t read_answer(int fd, struct tent_wire_hdr *hdr)
  * out; returns its length. */
 static size_t put_rw(uint8_t *out, int type, uint32_t seq, uint64_t addr,
                      uint32_t len, const uint8_t *data,
-                     const struct tent_wire_access *acc)
+                     const struct tcp_wire_access *acc)
 {
-    bool w = type == TENT_WIRE_WRITE;
-    const size_t at = TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN;
+    bool w = type == TCP_WIRE_WRITE;
+    const size_t at = TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN;
     tent_wire_encode_hdr(out, (uint8_t)type, seq,
-                         TENT_WIRE_RW_LEN + (w ? len : 0));
-    tent_wire_encode_rw(out + 16, addr, len, acc);
+                         TCP_WIRE_RW_LEN + (w ? len : 0));
+    tcp_wire_encode_rw(out + 16, addr, len, acc);
     if (w)
         memcpy(out + at, data, len);
     return at + (w ? len : 0);
@@ -305,9 +316,9 @@ static size_t put_rw(uint8_t *out, int type, uint32_t seq, uint64_t addr,
 /* Sends one well-formed request (a WRITE's data: zeros); returns the
  * answer's status. */
 static int32_t raw_rw_acc(int fd, int type, uint64_t addr, uint32_t len,
-                          const struct tent_wire_access *acc)
+                          const struct tcp_wire_access *acc)
 {
-    uint8_t *zeros = calloc(1, len), *req = malloc(TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN + (size_t)len);
+    uint8_t *zeros = calloc(1, len), *req = malloc(TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN + (size_t)len);
     send_bytes(fd, req, put_rw(req, type, 3, addr, len, zeros, acc));
     free(req);
     free(zeros);
@@ -324,7 +335,7 @@ static int32_t raw_rw_acc(int fd, int type, uint64_t addr, uint32_t len,
 /* raw_rw_acc with the key g_peer publishes for addr. */
 static int32_t raw_rw(int fd, int type, uint64_t addr, uint32_t len)
 {
-    struct tent_wire_access a = peer_acc(addr);
+    struct tcp_wire_access a = peer_acc(addr);
     return raw_rw_acc(fd, type, addr, len, &a);
 }
 
@@ -346,18 +357,18 @@ static void test_server_enforces_bounds_and_permissions(void **state)
     (void)state;
     int fd = raw_connect();
     struct e2e_peer *p = &g_peer;
-    assert_int_equal(raw_rw(fd, TENT_WIRE_WRITE, p->ro_base, 64), TENT_EPERM);
-    assert_int_equal(raw_rw(fd, TENT_WIRE_WRITE, p->local_base, 64),
+    assert_int_equal(raw_rw(fd, TCP_WIRE_WRITE, p->ro_base, 64), TENT_EPERM);
+    assert_int_equal(raw_rw(fd, TCP_WIRE_WRITE, p->local_base, 64),
                      TENT_EPERM);
-    assert_int_equal(raw_rw(fd, TENT_WIRE_READ, p->local_base, 64), TENT_EPERM);
+    assert_int_equal(raw_rw(fd, TCP_WIRE_READ, p->local_base, 64), TENT_EPERM);
     assert_int_equal(
-        raw_rw(fd, TENT_WIRE_READ, p->rw_base + p->rw_len - 10, 64),
+        raw_rw(fd, TCP_WIRE_READ, p->rw_base + p->rw_len - 10, 64),
         TENT_ERANGE);
-    assert_int_equal(raw_rw(fd, TENT_WIRE_WRITE, p->rw_base - 8, 64),
+    assert_int_equal(raw_rw(fd, TCP_WIRE_WRITE, p->rw_base - 8, 64),
                      TENT_ERANGE);
-    assert_int_equal(raw_rw(fd, TENT_WIRE_READ, 0x1000, 64), TENT_ERANGE);
+    assert_int_equal(raw_rw(fd, TCP_WIRE_READ, 0x1000, 64), TENT_ERANGE);
     /* the connection survives refusals and then serves a valid request */
-    assert_int_equal(raw_rw(fd, TENT_WIRE_READ, p->ro_base, 64), 0);
+    assert_int_equal(raw_rw(fd, TCP_WIRE_READ, p->ro_base, 64), 0);
     close(fd);
     const uint8_t partial[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
     assert_true(target_intact_but_partial(partial, sizeof(partial)));
@@ -373,36 +384,36 @@ static void test_wrong_key_refused_as_unregistered(void **state)
     (void)state;
     struct e2e_peer *p = &g_peer;
     uint64_t before = e2e_peer_hash(p, false, 0, 1 << 20);
-    struct tent_wire_access good = peer_acc(p->rw_base), zero = {0},
+    struct tcp_wire_access good = peer_acc(p->rw_base), zero = {0},
                             off = good, ro_zero = {0};
     uint8_t any = 0;
-    for (int i = 0; i < TENT_WIRE_KEY_LEN; i++)
+    for (int i = 0; i < TCP_WIRE_KEY_LEN; i++)
         any |= good.key[i];
     assert_true(any); /* the descriptor publishes a key */
-    off.key[TENT_WIRE_KEY_LEN - 1] ^= 1;
+    off.key[TCP_WIRE_KEY_LEN - 1] ^= 1;
     int fd = raw_connect();
-    const struct tent_wire_access *bad[] = {&zero, &off};
+    const struct tcp_wire_access *bad[] = {&zero, &off};
     for (int k = 0; k < 2; k++) {
         assert_int_equal(
-            raw_rw_acc(fd, TENT_WIRE_WRITE, p->rw_base, 4096, bad[k]),
+            raw_rw_acc(fd, TCP_WIRE_WRITE, p->rw_base, 4096, bad[k]),
             TENT_ERANGE);
         assert_int_equal(
-            raw_rw_acc(fd, TENT_WIRE_READ, p->rw_base + 64, 64, bad[k]),
+            raw_rw_acc(fd, TCP_WIRE_READ, p->rw_base + 64, 64, bad[k]),
             TENT_ERANGE);
     }
     /* an unregistered range: the same answer */
-    assert_int_equal(raw_rw_acc(fd, TENT_WIRE_READ, 0x1000, 64, &zero),
+    assert_int_equal(raw_rw_acc(fd, TCP_WIRE_READ, 0x1000, 64, &zero),
                      TENT_ERANGE);
     /* no key is no permission oracle either: read-only and local memory
      * answer as unregistered, not TENT_EPERM */
-    assert_int_equal(raw_rw_acc(fd, TENT_WIRE_WRITE, p->ro_base, 64, &ro_zero),
+    assert_int_equal(raw_rw_acc(fd, TCP_WIRE_WRITE, p->ro_base, 64, &ro_zero),
                      TENT_ERANGE);
     assert_int_equal(
-        raw_rw_acc(fd, TENT_WIRE_READ, p->local_base, 64, &ro_zero),
+        raw_rw_acc(fd, TCP_WIRE_READ, p->local_base, 64, &ro_zero),
         TENT_ERANGE);
     assert_int_equal(e2e_peer_hash(p, false, 0, 1 << 20), before);
     /* the connection survives; the right key reads */
-    assert_int_equal(raw_rw_acc(fd, TENT_WIRE_READ, p->rw_base, 64, &good), 0);
+    assert_int_equal(raw_rw_acc(fd, TCP_WIRE_READ, p->rw_base, 64, &good), 0);
     close(fd);
 }
 
@@ -419,24 +430,24 @@ static void test_reregistration_gets_a_new_key(void **state)
     tent_segment_id_t seg;
     assert_int_equal(tent_open_segment(e, &seg, p->name), 0);
     read_check(e, seg, p->rw_base); /* the engine holds the old descriptor */
-    struct tent_wire_access old = peer_acc(p->rw_base);
+    struct tcp_wire_access old = peer_acc(p->rw_base);
     assert_int_equal(e2e_peer_reregister_rw(p, PERM_GLOBAL_READ_WRITE), 0);
-    struct tent_wire_access cur = peer_acc(p->rw_base);
-    assert_memory_not_equal(old.key, cur.key, TENT_WIRE_KEY_LEN);
+    struct tcp_wire_access cur = peer_acc(p->rw_base);
+    assert_memory_not_equal(old.key, cur.key, TCP_WIRE_KEY_LEN);
     uint64_t before = e2e_peer_hash(p, false, 0, 1 << 20);
     int fd = raw_connect();
-    assert_int_equal(raw_rw_acc(fd, TENT_WIRE_WRITE, p->rw_base, 4096, &old),
+    assert_int_equal(raw_rw_acc(fd, TCP_WIRE_WRITE, p->rw_base, 4096, &old),
                      TENT_ERANGE);
-    assert_int_equal(raw_rw_acc(fd, TENT_WIRE_READ, p->rw_base, 4096, &old),
+    assert_int_equal(raw_rw_acc(fd, TCP_WIRE_READ, p->rw_base, 4096, &old),
                      TENT_ERANGE);
     assert_int_equal(e2e_peer_hash(p, false, 0, 1 << 20), before);
     /* the new key writes: the pattern's own bytes, so nothing changes */
     enum { N = 4096 };
-    uint8_t *req = malloc(TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN + N);
+    uint8_t *req = malloc(TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN + N);
     uint8_t pat[N];
     e2e_pattern_fill(pat, N, 0);
     send_bytes(fd, req,
-               put_rw(req, TENT_WIRE_WRITE, 5, p->rw_base, N, pat, &cur));
+               put_rw(req, TCP_WIRE_WRITE, 5, p->rw_base, N, pat, &cur));
     expect_answer(fd, 5, NULL, 0);
     free(req);
     close(fd);
@@ -460,14 +471,14 @@ static void test_back_to_back_requests_after_large_bodies(void **state)
     e2e_pattern_fill(orig, A + B, 0);
     for (size_t i = 0; i < A + B; i++)
         mine[i] = (uint8_t)~orig[i];
-    struct tent_wire_access acc = peer_acc(p->rw_base);
-    size_t n = put_rw(out, TENT_WIRE_WRITE, 11, p->rw_base, A, mine, &acc);
-    n += put_rw(out + n, TENT_WIRE_WRITE, 12, p->rw_base + A, B, mine + A,
+    struct tcp_wire_access acc = peer_acc(p->rw_base);
+    size_t n = put_rw(out, TCP_WIRE_WRITE, 11, p->rw_base, A, mine, &acc);
+    n += put_rw(out + n, TCP_WIRE_WRITE, 12, p->rw_base + A, B, mine + A,
                 &acc);
-    n += put_rw(out + n, TENT_WIRE_READ, 13, p->rw_base + A - 6, 12, NULL,
+    n += put_rw(out + n, TCP_WIRE_READ, 13, p->rw_base + A - 6, 12, NULL,
                 &acc);
     size_t last = n;
-    n += put_rw(out + n, TENT_WIRE_READ, 14, p->rw_base + A + B - 6, 12, NULL,
+    n += put_rw(out + n, TCP_WIRE_READ, 14, p->rw_base + A + B - 6, 12, NULL,
                 &acc);
     int fd = raw_connect();
     /* all but the tail of the last header, which follows only once the
@@ -484,7 +495,7 @@ static void test_back_to_back_requests_after_large_bodies(void **state)
     e2e_pattern_fill(edge + 6, 6, A + B);
     expect_answer(fd, 14, edge, 12);
     /* the pattern back, in one large write */
-    n = put_rw(out, TENT_WIRE_WRITE, 15, p->rw_base, A + B, orig, &acc);
+    n = put_rw(out, TCP_WIRE_WRITE, 15, p->rw_base, A + B, orig, &acc);
     assert_int_equal(tent_rpc_send_all(fd, out, n), 0);
     expect_answer(fd, 15, NULL, 0);
     close(fd);
@@ -501,9 +512,9 @@ static void test_back_to_back_requests_after_large_bodies(void **state)
 /* Sends a HELLO or FENCE for token on fd; returns the answer's status. */
 static int32_t raw_token(int fd, int type, uint64_t token)
 {
-    uint8_t h[TENT_WIRE_HDR_LEN + TENT_WIRE_TOKEN_LEN];
-    tent_wire_encode_hdr(h, (uint8_t)type, 9, TENT_WIRE_TOKEN_LEN);
-    tent_wire_encode_token(h + TENT_WIRE_HDR_LEN, token);
+    uint8_t h[TENT_WIRE_HDR_LEN + TCP_WIRE_TOKEN_LEN];
+    tent_wire_encode_hdr(h, (uint8_t)type, 9, TCP_WIRE_TOKEN_LEN);
+    tcp_wire_encode_token(h + TENT_WIRE_HDR_LEN, token);
     send_bytes(fd, h, sizeof(h));
     struct tent_wire_hdr hdr;
     int32_t st = read_answer(fd, &hdr);
@@ -523,19 +534,19 @@ static void test_fence_cuts_off_a_connection(void **state)
     const uint64_t off = 512u << 10, len = 64u << 10, sent = 4096;
     uint64_t before = e2e_peer_hash(p, false, off + sent, len - sent);
     int a = raw_connect();
-    assert_int_equal(raw_token(a, TENT_WIRE_HELLO, 0x5eedf00dull), 0);
-    uint8_t h[TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN];
-    tent_wire_encode_hdr(h, TENT_WIRE_WRITE, 3,
-                         TENT_WIRE_RW_LEN + (uint32_t)len);
-    struct tent_wire_access acc = peer_acc(p->rw_base);
-    tent_wire_encode_rw(h + 16, p->rw_base + off, len, &acc);
+    assert_int_equal(raw_token(a, TCP_WIRE_HELLO, 0x5eedf00dull), 0);
+    uint8_t h[TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN];
+    tent_wire_encode_hdr(h, TCP_WIRE_WRITE, 3,
+                         TCP_WIRE_RW_LEN + (uint32_t)len);
+    struct tcp_wire_access acc = peer_acc(p->rw_base);
+    tcp_wire_encode_rw(h + 16, p->rw_base + off, len, &acc);
     send_bytes(a, h, sizeof(h));
     uint8_t *data = malloc(len);
     memset(data, 0xee, len);
     send_bytes(a, data, sent); /* the write stops here: a stalled path */
     int b = raw_connect();
     long t0 = e2e_now_ms();
-    assert_int_equal(raw_token(b, TENT_WIRE_FENCE, 0x5eedf00dull), 0);
+    assert_int_equal(raw_token(b, TCP_WIRE_FENCE, 0x5eedf00dull), 0);
     print_message("    fence answered after %ld ms\n", e2e_now_ms() - t0);
     /* the rest of the write arrives late: it must not land */
     (void)send(a, data + sent, len - sent, MSG_NOSIGNAL);
@@ -544,9 +555,9 @@ static void test_fence_cuts_off_a_connection(void **state)
     assert_int_equal(e2e_peer_hash(p, false, off + sent, len - sent), before);
     /* a fenced token's HELLO arriving late: its connection is closed */
     int c = raw_connect();
-    uint8_t hello[TENT_WIRE_HDR_LEN + TENT_WIRE_TOKEN_LEN];
-    tent_wire_encode_hdr(hello, TENT_WIRE_HELLO, 9, TENT_WIRE_TOKEN_LEN);
-    tent_wire_encode_token(hello + TENT_WIRE_HDR_LEN, 0x5eedf00dull);
+    uint8_t hello[TENT_WIRE_HDR_LEN + TCP_WIRE_TOKEN_LEN];
+    tent_wire_encode_hdr(hello, TCP_WIRE_HELLO, 9, TCP_WIRE_TOKEN_LEN);
+    tcp_wire_encode_token(hello + TENT_WIRE_HDR_LEN, 0x5eedf00dull);
     send_bytes(c, hello, sizeof(hello));
     send_bytes(c, h, sizeof(h));
     (void)send(c, data, len, MSG_NOSIGNAL);
@@ -554,9 +565,9 @@ static void test_fence_cuts_off_a_connection(void **state)
     close(c);
     assert_int_equal(e2e_peer_hash(p, false, off + sent, len - sent), before);
     /* an unknown token is fenced at once; token 0 is malformed */
-    assert_int_equal(raw_token(b, TENT_WIRE_FENCE, 0x1234), 0);
-    tent_wire_encode_hdr(hello, TENT_WIRE_FENCE, 9, TENT_WIRE_TOKEN_LEN);
-    tent_wire_encode_token(hello + TENT_WIRE_HDR_LEN, 0);
+    assert_int_equal(raw_token(b, TCP_WIRE_FENCE, 0x1234), 0);
+    tent_wire_encode_hdr(hello, TCP_WIRE_FENCE, 9, TCP_WIRE_TOKEN_LEN);
+    tcp_wire_encode_token(hello + TENT_WIRE_HDR_LEN, 0);
     send_bytes(b, hello, sizeof(hello));
     assert_true(closed_by_server(b));
     close(b);
@@ -826,21 +837,21 @@ static void test_busy_server_refuses_newcomer(void **state)
                                            "rpc_frame_timeout_ms", "5000",
                                            "rpc_frame_min_rate", "1", NULL});
     int fds[4];
-    uint8_t h[TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN + 10];
-    struct tent_wire_access acc = {0};
+    uint8_t h[TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN + 10];
+    struct tcp_wire_access acc = {0};
     assert_int_equal(e2e_desc_key(t.host, t.port, (uintptr_t)t.buf, acc.key),
                      0);
     for (int i = 0; i < 4; i++) {
         fds[i] = connect_to(&t);
         /* a read that moves data: a working peer */
         assert_int_equal(
-            raw_rw_acc(fds[i], TENT_WIRE_READ, (uintptr_t)t.buf, 64, &acc), 0);
+            raw_rw_acc(fds[i], TCP_WIRE_READ, (uintptr_t)t.buf, 64, &acc), 0);
         /* then a write of 4 KiB of which 10 bytes come: inside a frame,
          * above 1 byte a second for longer than its deadline */
-        tent_wire_encode_hdr(h, TENT_WIRE_WRITE, 1, TENT_WIRE_RW_LEN + 4096);
-        tent_wire_encode_rw(h + TENT_WIRE_HDR_LEN, (uintptr_t)t.buf, 4096,
+        tent_wire_encode_hdr(h, TCP_WIRE_WRITE, 1, TCP_WIRE_RW_LEN + 4096);
+        tcp_wire_encode_rw(h + TENT_WIRE_HDR_LEN, (uintptr_t)t.buf, 4096,
                             &acc);
-        memcpy(h + TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN, t.buf, 10);
+        memcpy(h + TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN, t.buf, 10);
         send_bytes(fds[i], h, sizeof(h));
     }
     long end = e2e_now_ms() + 3000;

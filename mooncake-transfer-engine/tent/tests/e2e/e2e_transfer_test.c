@@ -510,8 +510,9 @@ static void test_kill_target_mid_batch(void **state)
         assert_true(mf_peer_down_seen(mf));
         pthread_mutex_lock(&mf->peer_lock);
         bool named = false;
-        for (size_t i = 0; i < mf->ndown; i++)
-            named |= strcmp(mf->down_peers[i], expect_id) == 0;
+        for (struct mf_peer *p = mf->peers; p; p = p->next)
+            named |= strcmp(p->unique_id, expect_id) == 0 &&
+                     atomic_load(&p->down);
         pthread_mutex_unlock(&mf->peer_lock);
         assert_true(named);
     }

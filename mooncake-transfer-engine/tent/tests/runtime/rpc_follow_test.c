@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "net/net.h"
 #include "rpc/rpc.h"
+#include "transport/tcp/tcp_wire.h"
 #include "rpc/wire.h"
 #include "tu_assert.h"
 
@@ -80,8 +81,8 @@ static int serve_write(void *ctx, struct tent_rpc_conn *c,
                        const struct tent_wire_hdr *h)
 {
     struct fixture *f = ctx;
-    uint64_t len = h->len - TENT_WIRE_RW_LEN;
-    uint8_t rw[TENT_WIRE_RW_LEN];
+    uint64_t len = h->len - TCP_WIRE_RW_LEN;
+    uint8_t rw[TCP_WIRE_RW_LEN];
     if (tent_rpc_conn_recv(c, rw, sizeof(rw)) || tent_rpc_conn_drain(c, len))
         return -1;
     struct seen s = {.len = len};
@@ -109,6 +110,14 @@ static int serve_write(void *ctx, struct tent_rpc_conn *c,
     return tent_rpc_conn_send_resp(c, h->seq, 0, NULL, 0);
 }
 
+/* tcp's WRITE as the server sees it (tcp_wire.h). */
+static int measure(void *ctx, const struct tent_wire_hdr *h,
+                   const uint8_t *body, size_t n, uint64_t *data)
+{
+    (void)ctx;
+    return tcp_wire_frame_data(h, body, n, data);
+}
+
 static void start(struct fixture *f, bool follow, int nclients)
 {
     memset(f, 0, sizeof(*f));
@@ -126,9 +135,14 @@ static void start(struct fixture *f, bool follow, int nclients)
     assert_int_equal(
         tent_rpc_server_start(&h, &lim, "127.0.0.1", 0, &f->srv, &f->port),
         TENT_OK);
-    assert_int_equal(
-        tent_rpc_server_handle(f->srv, TENT_WIRE_WRITE, serve_write, f),
-        TENT_OK);
+    struct tent_rpc_frame_ops ops = {.owner = "test",
+                                     .serve = serve_write,
+                                     .measure = measure,
+                                     .prefix = TCP_WIRE_RW_LEN,
+                                     .work = true,
+                                     .ctx = f};
+    assert_int_equal(tent_rpc_server_handle(f->srv, TCP_WIRE_WRITE, &ops),
+                     TENT_OK);
 }
 
 static void stop(struct fixture *f)
@@ -179,10 +193,10 @@ static void *client_main(void *arg)
         return NULL;
     }
     for (int i = 0; i < cl->nlens; i++) {
-        uint8_t pre[TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN];
-        tent_wire_encode_hdr(pre, TENT_WIRE_WRITE, (uint32_t)i + 1,
-                             TENT_WIRE_RW_LEN + cl->lens[i]);
-        tent_wire_encode_rw(pre + TENT_WIRE_HDR_LEN, 0x1000, cl->lens[i], NULL);
+        uint8_t pre[TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN];
+        tent_wire_encode_hdr(pre, TCP_WIRE_WRITE, (uint32_t)i + 1,
+                             TCP_WIRE_RW_LEN + cl->lens[i]);
+        tcp_wire_encode_rw(pre + TENT_WIRE_HDR_LEN, 0x1000, cl->lens[i], NULL);
         uint8_t resp[TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN];
         int32_t st = -1;
         if (tent_net_send_all(fd, pre, sizeof(pre), NULL) ||

@@ -14,15 +14,8 @@
  *  - quiesce() stops submissions for good and polls through the same path
  *    until every vendor batch has a result or MF_TRANSFER_TIMEOUT expires;
  *    a timeout completes nothing and cancels nothing.
- *
- * transports/memfabric/status_query_abi = 3 calls the fork's three-argument
- * query instead (0 done, 1 pending, else failed): there a query error
- * cannot be told from a failed batch, and both fail its tasks.
- *
- * Direction convention of smem_trans_batch_copy (see smem_trans_abi.h):
- * srcList always holds local addresses and destList remote addresses of the
- * peer named by destUrl; WRITE copies srcList[i] -> destList[i], READ copies
- * destList[i] -> srcList[i]. */
+ * (transports/memfabric/status_query_abi = 3: the fork's three-argument
+ * query, at poll_vendor_batch_locked.) */
 #include "transport/memfabric/memfabric_transport.h"
 
 #include "common/clock.h"
@@ -229,68 +222,29 @@ static struct tm_shard *mf_metrics(struct memfabric_transport *mf)
 
 /* ---- peers -------------------------------------------------------------- */
 
-/* Runs on a vendor thread.  A peer's unique id carries the port the vendor
- * bound at create ("<host>:0"), so a restarted peer comes back under a new
- * id: marking the old one down for good is safe. */
-static bool peer_known_locked(const struct memfabric_transport *mf,
-                              const char *peer)
-{
-    for (size_t i = 0; i < mf->ndown; i++)
-        if (strcmp(mf->down_peers[i], peer) == 0)
-            return true;
-    return false;
-}
-
-/* Adds peer to the down list (no bound, no eviction: a forgotten peer would
- * get submissions again).  1 added, 0 already there, -1 out of memory. */
-static int mark_down_locked(struct memfabric_transport *mf, const char *peer)
-{
-    if (peer_known_locked(mf, peer))
-        return 0;
-    if (mf->ndown == mf->down_cap) {
-        size_t ncap = mf->down_cap ? mf->down_cap * 2 : 16;
-        char **n = realloc(mf->down_peers, ncap * sizeof(*n));
-        if (!n)
-            return -1;
-        mf->down_peers = n;
-        mf->down_cap = ncap;
-    }
-    char *copy = strdup(peer);
-    if (!copy)
-        return -1;
-    mf->down_peers[mf->ndown++] = copy;
-    return 1;
-}
-
+/* Runs on a vendor thread: every open handle of that peer is marked, and
+ * new transfers through it are refused.  A peer's unique id carries the
+ * port the vendor bound at create ("<host>:0"), so a restarted peer comes
+ * back under a new id; a peer that only stalled and runs again gets a new
+ * handle from the runtime once it answers for its descriptor. */
 static void on_peer_down(const char *peer, void *user)
 {
     struct memfabric_transport *mf = user;
     if (!peer)
         return;
     atomic_fetch_add(&mf->peer_down_events, 1);
+    int marked = 0;
     pthread_mutex_lock(&mf->peer_lock);
-    int added = mark_down_locked(mf, peer);
+    for (struct mf_peer *p = mf->peers; p; p = p->next)
+        if (strcmp(p->unique_id, peer) == 0 && !atomic_exchange(&p->down, true))
+            marked++;
     pthread_mutex_unlock(&mf->peer_lock);
-    if (added < 0) {
-        LOG_ERROR("memfabric: peer %s went down but is not recorded (out of "
-                  "memory); transfers to it fail with the vendor's result",
-                  peer);
-        return;
-    }
-    if (added)
+    if (marked)
         tm_gauge_add(mf_metrics(mf), TM_PEERS, TM_X(mf->base.index),
-                     TM_PEER_DOWN, 1);
+                     TM_PEER_DOWN, marked);
     LOG_WARN("memfabric: peer %s went down; new transfers to it are refused, "
              "its in-flight batches finish with the vendor's result",
              peer);
-}
-
-static bool peer_is_down(struct memfabric_transport *mf, const char *peer)
-{
-    pthread_mutex_lock(&mf->peer_lock);
-    bool down = peer_known_locked(mf, peer);
-    pthread_mutex_unlock(&mf->peer_lock);
-    return down;
 }
 
 /* Frees a sub-batch and what its vendor batches kept. */
@@ -323,11 +277,6 @@ static void mf_uninstall(struct tent_transport *t)
         mf->subs = s->next;
         sub_delete(s);
     }
-    for (size_t i = 0; i < mf->ndown; i++)
-        free(mf->down_peers[i]);
-    free(mf->down_peers);
-    mf->down_peers = NULL;
-    mf->ndown = mf->down_cap = 0;
     pthread_mutex_destroy(&mf->lock);
     pthread_mutex_destroy(&mf->peer_lock);
     mf->unique_id[0] = '\0';
@@ -529,8 +478,9 @@ static int poll_vendor_batch_locked(struct memfabric_transport *mf,
     int32_t result = 0;
     int32_t rc;
     if (mf->set.status_query_abi == 3) {
-        /* 0 done, 1 pending, else failed: the code is the batch's result
-         * (this form cannot tell a query error from a failed batch). */
+        /* The fork's three-argument query: 0 done, 1 pending, else failed,
+         * the code being the batch's result (this form cannot tell a query
+         * error from a failed batch: both fail its tasks). */
         rc = memfabric_smem_trans_batch_status_query3(mf->handle, vb->batch_id,
                                                       0);
         if (rc != SM_QUERY3_DONE && rc != SM_QUERY3_PENDING) {
@@ -610,13 +560,6 @@ struct mf_group {
     size_t n;
 };
 
-/* The peer handle (transport.h): the unique id the peer's descriptor
- * published, resolved once by peer_open. */
-struct mf_peer {
-    struct tent_peer base;
-    char unique_id[256];
-};
-
 static int mf_peer_open(struct tent_transport *t,
                         const struct tent_seg_view *seg, uint64_t incarnation,
                         struct tent_peer **out)
@@ -643,14 +586,30 @@ static int mf_peer_open(struct tent_transport *t,
     }
     p->base.owner = t;
     p->base.incarnation = incarnation;
+    atomic_init(&p->down, false);
+    pthread_mutex_lock(&mf->peer_lock);
+    p->next = mf->peers;
+    mf->peers = p;
+    pthread_mutex_unlock(&mf->peer_lock);
     *out = &p->base;
     return TENT_OK;
 }
 
-static void mf_peer_close(TENT_UNUSED struct tent_transport *t,
-                          struct tent_peer *h)
+static void mf_peer_close(struct tent_transport *t, struct tent_peer *h)
 {
-    free(h);
+    struct memfabric_transport *mf = mf_of(t);
+    struct mf_peer *p = (struct mf_peer *)h;
+    pthread_mutex_lock(&mf->peer_lock);
+    for (struct mf_peer **pp = &mf->peers; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    pthread_mutex_unlock(&mf->peer_lock);
+    if (atomic_load(&p->down))
+        tm_gauge_add(mf_metrics(mf), TM_PEERS, TM_X(mf->base.index),
+                     TM_PEER_DOWN, -1);
+    free(p);
 }
 
 /* The peer unique id of request r (its handle's) into peer; 0 or a
@@ -671,7 +630,7 @@ static int resolve_peer(struct memfabric_transport *mf,
                               "long",
                               name);
     memcpy(peer, p->unique_id, strlen(p->unique_id) + 1);
-    if (peer_is_down(mf, peer))
+    if (atomic_load(&p->down))
         return tent_set_error(TENT_EPEER,
                               "memfabric: peer %s (segment '%s') went down",
                               peer, name);
@@ -695,7 +654,10 @@ static int reserve_vb_locked(struct memfabric_sub_batch *s)
 }
 
 /* Issues one smem_trans_batch_copy for the requests of group g (those i with
- * gidx[i] == g); sets their results. */
+ * gidx[i] == g); sets their results.  Direction (smem_trans_abi.h): srcList
+ * always holds local addresses and destList remote addresses of the peer
+ * named by destUrl; WRITE copies srcList[i] -> destList[i], READ copies
+ * destList[i] -> srcList[i]. */
 static void issue_group_locked(struct memfabric_transport *mf,
                                struct memfabric_sub_batch *s,
                                const struct tent_xfer *reqs, size_t n,

@@ -66,9 +66,9 @@ struct memfabric_sub_batch {
 /* Lock order: the runtime's batch lock, then lock, then peer_lock.
  * lock serialises submission, status polling (status() and each iteration
  * of quiesce()) and buffer registration; it guards accepting, subs and every
- * sub-batch's state.  peer_lock guards down_peers only; the vendor's
- * peer-down callback takes nothing else, so it may run on any vendor thread,
- * even while a vendor call made under lock is in progress.
+ * sub-batch's state.  peer_lock guards the list of peer handles only; the
+ * vendor's peer-down callback takes nothing else, so it may run on any vendor
+ * thread, even while a vendor call made under lock is in progress.
  *
  * The instance exists only between a successful install and uninstall (the
  * registry's one rule: a failed install is freed, never uninstalled), so
@@ -90,9 +90,19 @@ struct memfabric_transport {
     struct memfabric_sub_batch *subs;
 
     pthread_mutex_t peer_lock;
-    char **down_peers; /* every peer reported down, never forgotten */
-    size_t ndown, down_cap;
+    struct mf_peer *peers; /* the open peer handles */
     atomic_int peer_down_events;
+};
+
+/* The peer handle (transport.h): the unique id the peer's descriptor
+ * published, resolved once by peer_open, and whether the vendor reported
+ * the peer down since (a handle opened later starts without the mark: the
+ * runtime opens one when the peer answered again). */
+struct mf_peer {
+    struct tent_peer base;
+    char unique_id[256];
+    atomic_bool down;
+    struct mf_peer *next; /* on the transport's list, under peer_lock */
 };
 
 extern const struct tent_transport_ops tent_memfabric_transport_ops;

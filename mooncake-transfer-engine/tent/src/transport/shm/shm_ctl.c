@@ -8,15 +8,28 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
 
 static bool alive(long pid)
 {
@@ -26,10 +39,82 @@ static bool alive(long pid)
 /* ---- owner -----------------------------------------------------------------
  */
 
+/* The abstract address of name (no NUL: the kernel takes the length). */
+static socklen_t sock_addr(struct sockaddr_un *sa, const char *name)
+{
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    size_t n = strlen(name);
+    memcpy(sa->sun_path + 1, name, n);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+/* Accepts and closes: connecting is all a peer needs (the kernel tells it
+ * who listens); accepting keeps the backlog from filling. */
+static void *accept_main(void *arg)
+{
+    struct shm_ctl_owner *o = arg;
+    for (;;) {
+        struct pollfd pf[2] = {{.fd = o->sock, .events = POLLIN},
+                               {.fd = o->stop, .events = POLLIN}};
+        if (poll(pf, 2, -1) < 0 && errno != EINTR)
+            break;
+        if (pf[1].revents)
+            break;
+        int c;
+        while ((c = accept4(o->sock, NULL, NULL, SOCK_CLOEXEC)) >= 0)
+            close(c);
+    }
+    return NULL;
+}
+
+static void sock_close(struct shm_ctl_owner *o)
+{
+    if (o->thread) {
+        uint64_t one = 1;
+        ssize_t w = write(o->stop, &one, sizeof(one));
+        (void)w;
+        pthread_join(o->th, NULL);
+        o->thread = false;
+    }
+    if (o->sock >= 0)
+        close(o->sock);
+    if (o->stop >= 0)
+        close(o->stop);
+    o->sock = o->stop = -1;
+}
+
+static int sock_open(struct shm_ctl_owner *o, uint64_t incarnation)
+{
+    snprintf(o->sock_name, sizeof(o->sock_name), "tent-shm/%ld/%016llx",
+             (long)getpid(), (unsigned long long)incarnation);
+    struct sockaddr_un sa;
+    socklen_t sl = sock_addr(&sa, o->sock_name);
+    o->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    o->stop = eventfd(0, EFD_CLOEXEC);
+    int rc = TENT_OK;
+    if (o->sock < 0 || o->stop < 0 ||
+        bind(o->sock, (struct sockaddr *)&sa, sl) != 0 ||
+        listen(o->sock, 128) != 0)
+        rc = tent_set_error(TENT_EIO,
+                            "shm: cannot listen on the control socket "
+                            "'@%s': %s",
+                            o->sock_name, strerror(errno));
+    else if (pthread_create(&o->th, NULL, accept_main, o) != 0)
+        rc = tent_set_error(TENT_ENOMEM,
+                            "shm: cannot start the control socket's thread");
+    else
+        o->thread = true;
+    if (rc)
+        sock_close(o);
+    return rc;
+}
+
 int shm_ctl_create(struct shm_ctl_owner *o, uint64_t incarnation)
 {
     memset(o, 0, sizeof(*o));
     o->fd = -1;
+    o->sock = o->stop = -1;
     int fd = memfd_create("tent-shm-ctl", MFD_CLOEXEC);
     if (fd < 0)
         return tent_set_error(TENT_ENOMEM,
@@ -66,11 +151,15 @@ int shm_ctl_create(struct shm_ctl_owner *o, uint64_t incarnation)
     o->fd = fd;
     o->ino = (unsigned long long)st.st_ino;
     o->next_gen = 1;
-    return TENT_OK;
+    rc = sock_open(o, incarnation);
+    if (rc)
+        shm_ctl_destroy(o);
+    return rc;
 }
 
 void shm_ctl_destroy(struct shm_ctl_owner *o)
 {
+    sock_close(o);
     if (o->ctl)
         munmap(o->ctl, sizeof(struct shm_ctl));
     if (o->fd >= 0)
@@ -85,7 +174,8 @@ void shm_ctl_handle(const struct shm_ctl_owner *o, char *buf, size_t len)
 }
 
 int shm_ctl_enter(struct shm_ctl_owner *o, uint64_t base, uint64_t length,
-                  int perm, uint32_t *idx, uint64_t *gen)
+                  int perm, uint64_t ino, uint64_t dev, uint32_t *idx,
+                  uint64_t *gen)
 {
     uint32_t i = 0;
     while (i < SHM_CTL_REGS && (o->used[i / 8] >> (i % 8) & 1))
@@ -99,6 +189,8 @@ int shm_ctl_enter(struct shm_ctl_owner *o, uint64_t base, uint64_t length,
     struct shm_ctl_reg *r = &o->ctl->regs[i];
     atomic_store(&r->base, base);
     atomic_store(&r->length, length);
+    atomic_store(&r->ino, ino);
+    atomic_store(&r->dev, dev);
     atomic_store(&r->perm, (uint32_t)perm);
     uint64_t g = o->next_gen;
     o->next_gen += 2;
@@ -165,11 +257,73 @@ void shm_ctl_free(struct shm_ctl_owner *o, uint32_t idx)
 /* ---- initiator
  * ---------------------------------------------------------------- */
 
+int shm_ctl_identify(const char *seg, const char *sock_name, long desc_pid,
+                     int *pidfd)
+{
+    *pidfd = -1;
+    if (!sock_name || !*sock_name || strlen(sock_name) > 100)
+        return tent_set_error(TENT_ENOTSUP,
+                              "shm: segment '%s' publishes no control "
+                              "socket",
+                              seg);
+    struct sockaddr_un sa;
+    socklen_t sl = sock_addr(&sa, sock_name);
+    /* Non-blocking: a full backlog is a refusal, never a wait. */
+    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0 || connect(s, (struct sockaddr *)&sa, sl) != 0) {
+        int err = errno;
+        if (s >= 0)
+            close(s);
+        return tent_set_error(TENT_ENOTSUP,
+                              "shm: segment '%s': its control socket '@%s' "
+                              "does not answer: %s",
+                              seg, sock_name, strerror(err));
+    }
+    struct ucred cr;
+    socklen_t cl = sizeof(cr);
+    int rc = TENT_OK;
+    if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || cr.pid <= 0)
+        rc = tent_set_error(TENT_EPEER,
+                            "shm: segment '%s': the kernel names no process "
+                            "behind '@%s'",
+                            seg, sock_name);
+    else if (cr.uid != geteuid())
+        rc = tent_set_error(TENT_EPERM,
+                            "shm: segment '%s': the process behind its "
+                            "control socket (pid %ld) is uid %ld, not ours",
+                            seg, (long)cr.pid, (long)cr.uid);
+    else if ((long)cr.pid != desc_pid)
+        rc = tent_set_error(TENT_EPEER,
+                            "shm: segment '%s' names pid %ld, but the process "
+                            "behind its control socket is pid %ld: refused",
+                            seg, desc_pid, (long)cr.pid);
+    if (!rc) {
+        /* The kernel's pidfd of the listener where it has one (no window
+         * for the pid to be reused), else one opened by pid now. */
+        int pf = -1;
+        socklen_t pl = sizeof(pf);
+        if (getsockopt(s, SOL_SOCKET, SO_PEERPIDFD, &pf, &pl) != 0) {
+            pf = -1;
+            if (errno == ESRCH)
+                rc = tent_set_error(TENT_EPEER,
+                                    "shm: segment '%s': pid %ld behind its "
+                                    "control socket has exited",
+                                    seg, (long)cr.pid);
+            else
+                pf = (int)syscall(SYS_pidfd_open, (pid_t)cr.pid, 0);
+        }
+        *pidfd = pf;
+    }
+    close(s);
+    return rc;
+}
+
 int shm_ctl_attach(struct shm_ctl_view *v, long pid, const char *handle,
-                   bool self, uint64_t incarnation)
+                   uint64_t incarnation)
 {
     memset(v, 0, sizeof(*v));
     v->fd = -1;
+    bool self = pid == (long)getpid();
     int fdnum;
     unsigned long long ino;
     int rc = tent_shm_parse_handle(handle, &fdnum, &ino);
@@ -260,7 +414,7 @@ void shm_ctl_detach(struct shm_ctl_view *v)
 }
 
 int shm_ctl_begin(struct shm_ctl_view *v, uint32_t idx, uint64_t gen,
-                  bool write)
+                  bool write, struct shm_ctl_entry *e)
 {
     struct shm_ctl_slot *sl = v->slot;
     atomic_store(&sl->reg, idx < SHM_CTL_REGS ? idx : 0);
@@ -283,6 +437,18 @@ int shm_ctl_begin(struct shm_ctl_view *v, uint32_t idx, uint64_t gen,
                               "shm: pid %ld's buffer (control entry %u) does "
                               "not grant the %s",
                               v->pid, idx, write ? "write" : "read");
+    /* Read after the generation: the owner cannot rewrite the entry before
+     * our mark ends. */
+    e->base = atomic_load(&r->base);
+    e->length = atomic_load(&r->length);
+    e->ino = atomic_load(&r->ino);
+    e->dev = atomic_load(&r->dev);
+    e->perm = perm;
+    if (e->length == 0 || e->base + e->length < e->base)
+        return tent_set_error(TENT_EPROTO,
+                              "shm: control entry %u of pid %ld holds no "
+                              "valid range",
+                              idx, v->pid);
     return TENT_OK;
 }
 

@@ -1,48 +1,38 @@
 /* The shm transport's control page: how an owner revokes what it
- * registered from peers that copy into its memory without asking it.
+ * registered from peers that copy into its memory without asking it, and
+ * how they learn what they may touch.
  *
- * Every engine with shm installed keeps one page (a memfd, published as the
- * segment attribute "shm_ctl") that same-host peers map read-write:
- *  - one entry per registered buffer: its generation (odd while it is
- *    registered, even once revoked or free), range and permission; the
- *    descriptor publishes each buffer's entry index and generation
- *    (attribute "shm_reg");
- *  - one slot per initiator process: its pid, the entry it is copying into
- *    or out of now, and a sequence number that is odd during the copy.
- *
- * An initiator marks its slot (entry, then an odd sequence), checks that
- * the entry still has the generation its descriptor published and grants
- * the access, copies, and makes the sequence even again.  An owner revoking
- * an entry first makes its generation even, then waits until no slot shows
- * an odd sequence for that entry.  Both sides use sequentially consistent
- * operations, so either the initiator sees the revocation and touches
- * nothing, or the owner sees the copy and waits for its end: once the
- * revocation returns, no copy into the range is running or can start.  A
- * slot whose process has exited is cleared by whoever meets it (the owner
- * waiting, an initiator looking for a free slot).  A copy the owner stops
- * waiting for (its process stalled mid-copy) is marked broken in the slot
- * before the owner takes the memory away; the initiator reports it FAILED
- * when it finally ends.
- *
- * The page lives in shared memory a peer can write, but so does the memory
- * it guards: the trust boundary is the same user on the same host, as for
- * shm itself.  Everything read from a peer's page is bounds-checked. */
+ * One page per engine (a memfd, attribute "shm_ctl"), mapped read-write by
+ * same-host peers: one entry per served buffer (generation, odd while
+ * registered; range; permission; memfd inode and device) and one slot per
+ * initiator process (pid, the entry it copies now, a sequence number odd
+ * during the copy).  An initiator marks its slot, checks the entry's
+ * generation, range and permission, copies and clears the slot; an owner
+ * revoking an entry makes its generation even and waits for the slots that
+ * show it (sequentially consistent on both sides).  The owner is the
+ * process the kernel names behind its abstract control socket ("shm_sock",
+ * SO_PEERCRED), never the descriptor's pid alone.  Everything read from a
+ * peer's page is bounds-checked.  More: docs/transports/shm.md. */
 #ifndef TENT_TRANSPORT_SHM_CTL_H
 #define TENT_TRANSPORT_SHM_CTL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define SHM_CTL_MAGIC   0x315443204d485354ull /* "TSHM CT1" */
-#define SHM_CTL_VERSION 2
+#define SHM_CTL_VERSION 3
 #define SHM_CTL_REGS    4096
 #define SHM_CTL_PEERS   256
 
 struct shm_ctl_reg {
     _Atomic uint64_t gen; /* odd: registered; even: revoked or free */
     _Atomic uint64_t base, length;
+    /* The memfd behind the range (its offset 0 is base), 0 and 0 for
+     * memory reached with process_vm_* only. */
+    _Atomic uint64_t ino, dev;
     _Atomic uint32_t perm; /* PERM_* */
     uint32_t pad;
 };
@@ -70,20 +60,29 @@ struct shm_ctl_owner {
     struct shm_ctl *ctl;
     int fd;
     unsigned long long ino;
+    int sock;    /* the listening control socket, or -1 */
+    int stop;    /* eventfd that stops its accept thread */
+    bool thread; /* the accept thread runs */
+    pthread_t th;
+    char sock_name[64];             /* its abstract name, without the NUL */
     uint64_t next_gen;              /* the next odd generation */
     uint8_t used[SHM_CTL_REGS / 8]; /* entries in use */
 };
 
 /* Creates the page (memfd, mapped, read-locked for as long as it lives:
- * peers' liveness checks look for that lock).  0 or a TENT_E* code. */
+ * peers' liveness checks look for that lock) and the control socket, whose
+ * thread only accepts and closes: a peer learns who listens from the
+ * kernel on connect.  0 or a TENT_E* code. */
 int shm_ctl_create(struct shm_ctl_owner *o, uint64_t incarnation);
 void shm_ctl_destroy(struct shm_ctl_owner *o);
 /* "memfd:<fd>:<inode>": what the segment attribute "shm_ctl" carries. */
 void shm_ctl_handle(const struct shm_ctl_owner *o, char *buf, size_t len);
-/* Enters a registered range; *idx and *gen are what the descriptor
- * publishes.  TENT_ENOMEM when every entry is taken. */
+/* Enters a registered range (ino and dev: its memfd's, or 0 and 0); *idx
+ * and *gen are what the descriptor publishes.  TENT_ENOMEM when every
+ * entry is taken. */
 int shm_ctl_enter(struct shm_ctl_owner *o, uint64_t base, uint64_t length,
-                  int perm, uint32_t *idx, uint64_t *gen);
+                  int perm, uint64_t ino, uint64_t dev, uint32_t *idx,
+                  uint64_t *gen);
 /* Revokes entry idx: after it returns 0 no peer copy into the range runs.
  * A peer still copying after timeout_ms is named in *who_pid, its copy
  * marked broken, and TENT_EBUSY returned with the entry still revoked: the
@@ -106,20 +105,45 @@ struct shm_ctl_view {
     long pid;
 };
 
-/* Maps the page published as handle by process pid (self: an engine of
- * this process) and takes a slot.  0 or a TENT_E* code (TENT_ENOTSUP when
- * every slot is held by a live process: the request may go elsewhere;
- * TENT_ESTALE when the page's owner is not incarnation, unless 0). */
+/* Checks that desc_pid, the pid segment seg's descriptor publishes, is
+ * the process behind the segment: connects to its control socket
+ * sock_name and asks the kernel who listens there, which must be a
+ * process of our user and desc_pid (TENT_EPERM, TENT_EPEER otherwise,
+ * naming seg; TENT_ENOTSUP when nothing answers: another network
+ * namespace, or a peer of an older layout).  *pidfd gets a pidfd of it
+ * (-1 when the kernel has none). */
+int shm_ctl_identify(const char *seg, const char *sock_name, long desc_pid,
+                     int *pidfd);
+/* Maps the page published as handle by process pid (from
+ * shm_ctl_identify; an engine of this process when it is ours) and takes a
+ * slot.  0 or a TENT_E* code (TENT_ENOTSUP when every slot is held by a
+ * live process: the request may go elsewhere; TENT_ESTALE when the page's
+ * owner is not incarnation, unless 0). */
 int shm_ctl_attach(struct shm_ctl_view *v, long pid, const char *handle,
-                   bool self, uint64_t incarnation);
+                   uint64_t incarnation);
 void shm_ctl_detach(struct shm_ctl_view *v);
+/* An entry as shm_ctl_begin read it. */
+struct shm_ctl_entry {
+    uint64_t base, length, ino, dev;
+    uint32_t perm;
+};
+
 /* Starts a copy into entry idx (write: the copy writes the owner's
  * memory): 0 when the entry still has generation gen and grants the
- * access, else TENT_ERANGE (revoked, or another registration now) or
- * TENT_EPERM; the copy may only run after 0, and every call is followed by
- * shm_ctl_end. */
+ * access, with the entry in *e (stable until shm_ctl_end: the owner waits
+ * for the copy before it reuses the entry), else TENT_ERANGE (revoked, or
+ * another registration now), TENT_EPERM or TENT_EPROTO; the copy may only
+ * run after 0, only inside [e->base, +e->length) (shm_ctl_inside), and
+ * every call is followed by shm_ctl_end. */
 int shm_ctl_begin(struct shm_ctl_view *v, uint32_t idx, uint64_t gen,
-                  bool write);
+                  bool write, struct shm_ctl_entry *e);
+/* Whether [addr, +len) lies inside the entry (no wrap). */
+static inline bool shm_ctl_inside(const struct shm_ctl_entry *e, uint64_t addr,
+                                  uint64_t len)
+{
+    return addr >= e->base && len <= e->length &&
+           addr - e->base <= e->length - len;
+}
 /* Ends the copy; false when the owner gave up waiting for it (it revoked
  * the range while this copy stalled): the copy must be reported FAILED. */
 bool shm_ctl_end(struct shm_ctl_view *v);

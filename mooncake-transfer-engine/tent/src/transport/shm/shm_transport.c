@@ -1,51 +1,16 @@
 /* shm transport: same-host copies without a socket.
  *
  * Owner side (add_buffer): memory from tent_allocate_memory is a memfd
- * mapping; its handle "memfd:<fd>:<inode>" goes into the buffer's attribute
- * "shm" and so into the segment descriptor.  add_buffer also takes a POSIX
- * read lock on the memfd, held for as long as the memory is allocated (the
- * kernel drops it when the memory is freed, its fd closed, or the process
- * exits; children do not inherit it): what the initiator's checks look for.
- * Other registered host memory is published as "cma": a peer reaches it with
- * process_vm_readv/writev. Device memory and PERM_LOCAL_READ_WRITE memory are
- * not served.
- *
- * Initiator side: a target is a candidate only when its descriptor's host
- * identity (boot id + hostname) equals ours and it publishes its pid.  A
- * memfd handle is opened once through /proc/<pid>/fd/<fd> (which needs the
- * same ptrace "read" access as reading the peer's /proc entries, i.e. same
- * user), checked against the published inode so that a recycled fd number
- * is never mistaken for the buffer, mapped MAP_SHARED and cached in the
- * peer's handle (struct shm_peer) until the runtime closes it: the segment
- * was closed or names another incarnation.  "cma" memory uses process_vm_*;
- * when the kernel refuses (Yama ptrace_scope, other user) the request is
- * refused at submit, which touched nothing, and the runtime moves it to the
- * next transport.
- *
- * Copies run synchronously in submit (a memcpy of mapped memory is the
- * fastest thing we could hand to a thread anyway), so quiesce has nothing
- * to wait for.  Submit makes no system call on a cached mapping.  A copy is
- * reported COMPLETED only once a check that started after it found the peer
- * still holding the memory: for a memfd, the peer's POSIX read lock on it
- * (taken by tent_allocate_memory, dropped by the kernel when the memory is
- * freed or the process exits; not inherited by its children) is still
- * there: one F_GETLK on the fd we keep with the mapping (0.4 us here, where
- * a stat of /proc/<pid>/fd/<fd> cost 1.8 us).  Between two engines of one
- * process, whose own locks F_GETLK cannot see, the owner's fd must still
- * name the inode.  For "cma", the peer's pidfd is not readable.
- *
- * Checks are counted per mapping (per peer for cma) with a generation
- * number, so one check vouches for every copy finished before it began: a
- * batch of n requests to one buffer costs one system call at status time,
- * not n.  A failed check is sticky: later copies to that mapping are refused
- * at submit and the mapping is evicted from the cache.
- *
- * Eviction: a mapping is dropped from the cache when a check finds the
- * peer no longer holding the memory (it freed it), and every new
- * mapping of a peer first sweeps that peer's cached mappings the same way,
- * so an initiator's mappings follow what its peers still hold.  A mapping is
- * reference-counted by the cache and by every copy awaiting its check; the
- * last reference unmaps it. */
+ * mapping published as "memfd:<fd>:<inode>" (attribute "shm"), with a POSIX
+ * read lock held while the memory is allocated; other host memory is
+ * published as "cma" (process_vm_readv/writev).  Initiator side: a target
+ * on the same host is identified by the kernel behind its control socket
+ * (shm_ctl.h), every copy must lie inside the entry its owner wrote, and a
+ * memfd is mapped only when it is the entry's inode; mappings are cached in
+ * the peer handle.  Copies run in submit; a copy is COMPLETED once a check
+ * that began after it found the owner still holding the memory (one F_GETLK
+ * per mapping and status round), and a failed check is sticky.  The whole
+ * design: docs/transports/shm.md. */
 #include "common/compiler.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -65,13 +30,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
-
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
 
 /* Verification state of a mapping (or, for cma, of a peer): copies take
  * a generation after they finish; a good check that began at generation g
@@ -99,8 +59,10 @@ struct shm_map;
  * holds nothing (pid -1). */
 struct shm_peer {
     struct tent_peer base;
-    long pid;
+    long pid;            /* the descriptor's; used once identified */
+    bool identified;     /* the kernel named pid behind the control socket */
     char ctl_handle[64]; /* "" when the segment publishes none */
+    char sock_name[128]; /* "" when the segment publishes none */
     struct shm_proc proc;
     struct shm_map *maps; /* guarded by the transport's lock */
 };
@@ -111,7 +73,7 @@ struct shm_map {
     bool listed;      /* in its peer's maps; guarded by t->lock */
     struct shm_peer *peer;
     long pid;
-    unsigned long long ino;
+    unsigned long long ino, dev;
     int fd;     /* ours, for F_GETLK; -1 when pid is this process */
     int peerfd; /* the owner's fd number (checked when pid is ours) */
     void *addr;
@@ -199,9 +161,10 @@ static struct shm_transport *shm_of(struct tent_transport *t)
 
 /* The attributes shm publishes: the control page (segment), and per
  * buffer its mapping handle and its control entry. */
-#define SHM_CTL_ATTR "shm_ctl"
-#define SHM_ATTR     "shm"
-#define SHM_REG_ATTR "shm_reg"
+#define SHM_CTL_ATTR  "shm_ctl"
+#define SHM_ATTR      "shm"
+#define SHM_REG_ATTR  "shm_reg"
+#define SHM_SOCK_ATTR "shm_sock"
 
 static int shm_install(struct tent_transport *base)
 {
@@ -219,7 +182,10 @@ static int shm_install(struct tent_transport *base)
     char h[64];
     shm_ctl_handle(&t->own, h, sizeof(h));
     rc = env->publish_attr(env->ctx, SHM_CTL_ATTR, h);
+    if (!rc)
+        rc = env->publish_attr(env->ctx, SHM_SOCK_ATTR, t->own.sock_name);
     if (rc) {
+        env->publish_attr(env->ctx, SHM_CTL_ATTR, NULL);
         shm_ctl_destroy(&t->own);
         return rc;
     }
@@ -231,8 +197,10 @@ static void shm_uninstall(struct tent_transport *base)
 {
     struct shm_transport *t = shm_of(base);
     pthread_mutex_destroy(&t->lock);
-    if (base->env)
+    if (base->env) {
         base->env->publish_attr(base->env->ctx, SHM_CTL_ATTR, NULL);
+        base->env->publish_attr(base->env->ctx, SHM_SOCK_ATTR, NULL);
+    }
     shm_ctl_destroy(&t->own);
 }
 
@@ -259,8 +227,9 @@ static bool shm_can_reach(struct tent_transport *t,
     return t->env->seg_on_host(t->env->ctx, target);
 }
 
-/* peer_open: the peer's pid and control page as its descriptor publishes
- * them; the page is attached and memory mapped on first use. */
+/* peer_open: the peer's pid, control socket and control page as its
+ * descriptor publishes them; on first use the kernel names the process
+ * behind the socket, then the page is attached and memory mapped. */
 static int shm_peer_open(struct tent_transport *t,
                          const struct tent_seg_view *seg, uint64_t incarnation,
                          struct tent_peer **out)
@@ -282,7 +251,9 @@ static int shm_peer_open(struct tent_transport *t,
         if (!t->env->seg_attr(t->env->ctx, seg, SHM_CTL_ATTR, sp->ctl_handle,
                               sizeof(sp->ctl_handle)))
             sp->ctl_handle[0] = '\0';
-        sp->proc.pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+        if (!t->env->seg_attr(t->env->ctx, seg, SHM_SOCK_ATTR, sp->sock_name,
+                              sizeof(sp->sock_name)))
+            sp->sock_name[0] = '\0';
     }
     *out = &sp->base;
     return TENT_OK;
@@ -318,6 +289,7 @@ static int shm_add_buffer(struct tent_transport *base, struct tent_buffer *buf)
                               "shared with peers");
     struct stat st;
     char handle[64] = "cma";
+    uint64_t ino = 0, dev = 0;
     if (buf->alloc_fd >= 0 && fstat(buf->alloc_fd, &st) == 0) {
         /* A second lock of this process on the file is a no-op; the lock
          * lasts until the memory's fd is closed (tent_free_memory). */
@@ -331,11 +303,13 @@ static int shm_add_buffer(struct tent_transport *base, struct tent_buffer *buf)
                                   strerror(errno));
         snprintf(handle, sizeof(handle), "memfd:%d:%llu", buf->alloc_fd,
                  (unsigned long long)st.st_ino);
+        ino = (uint64_t)st.st_ino;
+        dev = (uint64_t)st.st_dev;
     }
     uint32_t idx;
     uint64_t gen;
-    int rc =
-        shm_ctl_enter(&t->own, buf->base, buf->length, buf->perm, &idx, &gen);
+    int rc = shm_ctl_enter(&t->own, buf->base, buf->length, buf->perm, ino, dev,
+                           &idx, &gen);
     if (rc)
         return rc;
     char reg[48];
@@ -483,9 +457,12 @@ static void sweep_locked(struct shm_transport *t, struct shm_peer *sp)
     }
 }
 
-/* Maps (or finds) the memfd behind target buffer tb of process pid. */
+/* Maps (or finds) the memfd that entry e of process sp names: handle
+ * (the descriptor's) says which of the owner's fds holds it, and that fd
+ * must be the inode the owner wrote in the entry.  The mapping starts at
+ * the file's offset 0, which is e->base. */
 static int map_get_locked(struct shm_transport *t, struct shm_peer *sp,
-                          const struct tent_buffer *tb, const char *handle,
+                          const char *handle, const struct shm_ctl_entry *e,
                           bool write, struct shm_map **out)
 {
     long pid = sp->pid;
@@ -494,16 +471,21 @@ static int map_get_locked(struct shm_transport *t, struct shm_peer *sp,
     int rc = tent_shm_parse_handle(handle, &fdnum, &ino);
     if (rc)
         return rc;
+    if (e->ino == 0 || ino != e->ino)
+        return tent_set_error(TENT_EPEER,
+                              "shm: memfd inode %llu is not the memory pid "
+                              "%ld registered at %#" PRIx64,
+                              ino, pid, e->base);
     for (struct shm_map *m = sp->maps; m; m = m->next)
-        if (m->ino == ino && m->len >= tb->length && (m->writable || !write) &&
-            !atomic_load(&m->chk.bad)) {
+        if (m->ino == e->ino && m->dev == e->dev && m->len >= e->length &&
+            (m->writable || !write) && !atomic_load(&m->chk.bad)) {
             *out = m;
             return TENT_OK;
         }
     sweep_locked(t, sp);
     char path[64];
     snprintf(path, sizeof(path), "/proc/%ld/fd/%d", pid, fdnum);
-    bool rw = tb->perm == PERM_GLOBAL_READ_WRITE;
+    bool rw = e->perm == PERM_GLOBAL_READ_WRITE;
     /* Another engine of this process: map its fd as it is.  Opening and
      * later closing a second fd of the file would drop this process's lock
      * on it, which other peers' checks rely on. */
@@ -514,12 +496,13 @@ static int map_get_locked(struct shm_transport *t, struct shm_peer *sp,
                               strerror(errno));
     struct stat st;
     rc = TENT_OK;
-    if (fstat(fd, &st) != 0 || (unsigned long long)st.st_ino != ino)
+    if (fstat(fd, &st) != 0 || (uint64_t)st.st_ino != e->ino ||
+        (uint64_t)st.st_dev != e->dev)
         rc = tent_set_error(TENT_EPEER,
-                            "shm: %s is not the published memory (inode "
-                            "%llu)",
-                            path, ino);
-    else if ((uint64_t)st.st_size < tb->length)
+                            "shm: %s is not the memory pid %ld registered at "
+                            "%#" PRIx64 " (inode %llu)",
+                            path, pid, e->base, ino);
+    else if ((uint64_t)st.st_size < e->length)
         rc = tent_set_error(TENT_EPEER,
                             "shm: %s holds %lld bytes, less than the buffer",
                             path, (long long)st.st_size);
@@ -533,9 +516,9 @@ static int map_get_locked(struct shm_transport *t, struct shm_peer *sp,
     }
     /* hugetlbfs wants whole huge pages; st_blksize is that size there. */
     uint64_t blk = st.st_blksize > 0 ? (uint64_t)st.st_blksize : 4096;
-    uint64_t maplen = (tb->length + blk - 1) / blk * blk;
+    uint64_t maplen = (e->length + blk - 1) / blk * blk;
     if (maplen > (uint64_t)st.st_size)
-        maplen = tb->length;
+        maplen = e->length;
     void *a = mmap(NULL, maplen, PROT_READ | (rw ? PROT_WRITE : 0), MAP_SHARED,
                    fd, 0);
     if (a == MAP_FAILED) {
@@ -550,11 +533,12 @@ static int map_get_locked(struct shm_transport *t, struct shm_peer *sp,
     m->listed = true;
     atomic_fetch_add(&t->nmaps, 1);
     m->pid = pid;
-    m->ino = ino;
+    m->ino = e->ino;
+    m->dev = e->dev;
     m->fd = self ? -1 : fd;
     m->peerfd = fdnum;
     m->addr = a;
-    m->len = tb->length;
+    m->len = e->length;
     m->maplen = maplen;
     m->writable = rw;
     m->peer = sp;
@@ -609,10 +593,13 @@ struct shm_run {
     struct shm_proc *proc;
     struct shm_map *map; /* NULL for cma */
     size_t first;        /* the run's first request */
+    /* The owner's entry: every copy of the run must lie inside it. */
+    struct shm_ctl_entry ent;
 };
 
-/* The peer's control page, attached on first use (checked to be the
- * incarnation the handle was opened for).  Caller holds t->lock. */
+/* On first use: the process behind the peer's control socket (which must
+ * be the pid its descriptor names), then its control page (checked to be
+ * the incarnation the handle was opened for).  Caller holds t->lock. */
 static int proc_ctl_locked(struct shm_peer *sp, const char *name)
 {
     if (sp->proc.ctl.ctl)
@@ -620,8 +607,16 @@ static int proc_ctl_locked(struct shm_peer *sp, const char *name)
     if (!sp->ctl_handle[0])
         return tent_set_error(
             TENT_ENOTSUP, "shm: segment '%s' publishes no control page", name);
+    if (!sp->identified) {
+        int pidfd;
+        int rc = shm_ctl_identify(name, sp->sock_name, sp->pid, &pidfd);
+        if (rc)
+            return rc;
+        sp->proc.pidfd = pidfd;
+        sp->identified = true;
+    }
     return shm_ctl_attach(&sp->proc.ctl, sp->pid, sp->ctl_handle,
-                          sp->pid == (long)getpid(), sp->base.incarnation);
+                          sp->base.incarnation);
 }
 
 /* Ends run r: our mark in the owner's page goes, and when the owner gave up
@@ -664,7 +659,6 @@ static int run_begin(struct shm_transport *t, const struct tent_xfer *x,
                               "shm: request to segment '%s' without its shm "
                               "peer handle",
                               x->target->name);
-    long pid = sp->pid;
     uint32_t idx;
     uint64_t gen;
     int rc =
@@ -672,30 +666,32 @@ static int run_begin(struct shm_transport *t, const struct tent_xfer *x,
     if (rc)
         return rc;
     const char *handle = tent_attrs_get(tb->attrs, SHM_ATTR);
+    bool memfd = handle && strncmp(handle, "memfd:", 6) == 0;
+    if (!memfd && (!handle || strcmp(handle, "cma") != 0))
+        return tent_set_error(TENT_ENOTSUP,
+                              "shm: buffer at %#" PRIx64 " has no shm handle",
+                              tb->base);
     pthread_mutex_lock(&t->lock);
     struct shm_proc *p = &sp->proc;
     rc = proc_ctl_locked(sp, x->target->name);
+    if (rc) {
+        pthread_mutex_unlock(&t->lock);
+        return rc;
+    }
+    long pid = sp->pid;
+    /* Marked before the check, so the owner either sees this run or we see
+     * its revocation; the entry it reads stays until the mark ends. */
+    struct shm_ctl_entry ent;
+    rc = shm_ctl_begin(&p->ctl, idx, gen, write, &ent);
     struct shm_map *m = NULL;
-    if (!rc && handle && strncmp(handle, "memfd:", 6) == 0) {
-        rc = map_get_locked(t, sp, tb, handle, write, &m);
+    if (!rc && memfd) {
+        rc = map_get_locked(t, sp, handle, &ent, write, &m);
         if (!rc)
             atomic_fetch_add(&m->refs, 1);
-    } else if (!rc && (!handle || strcmp(handle, "cma") != 0)) {
-        rc = tent_set_error(TENT_ENOTSUP,
-                            "shm: buffer at %#" PRIx64 " has no shm handle",
-                            tb->base);
     }
     pthread_mutex_unlock(&t->lock);
-    if (!rc) {
-        /* Marked before the check, so the owner either sees this run or
-         * we see its revocation. */
-        rc = shm_ctl_begin(&p->ctl, idx, gen, write);
-        if (rc)
-            shm_ctl_end(&p->ctl);
-    }
     if (rc) {
-        if (m)
-            map_unref(t, m);
+        shm_ctl_end(&p->ctl);
         return rc;
     }
     *r = (struct shm_run){.target = x->target,
@@ -705,7 +701,8 @@ static int run_begin(struct shm_transport *t, const struct tent_xfer *x,
                           .pid = pid,
                           .proc = p,
                           .map = m,
-                          .first = i};
+                          .first = i,
+                          .ent = ent};
     return TENT_OK;
 }
 
@@ -742,10 +739,17 @@ static int submit_one(struct shm_transport *t, const struct tent_xfer *x,
         return tent_set_error(TENT_EPEER, "shm: peer process %ld has exited",
                               c->pid);
     }
+    /* The descriptor's buffer proves nothing: the owner's entry must hold
+     * the range (m maps the whole entry). */
+    if (!shm_ctl_inside(&c->ent, x->remote, x->length))
+        return tent_set_error(TENT_ERANGE,
+                              "shm: [%#" PRIx64 ", +%" PRIu64 ") of segment "
+                              "'%s' is outside what pid %ld registered there "
+                              "([%#" PRIx64 ", +%" PRIu64 "))",
+                              x->remote, x->length, x->target->name, c->pid,
+                              c->ent.base, c->ent.length);
     if (m) {
-        /* target_buf wholly holds [remote, +length): checked by the runtime
-         * against the descriptor; m maps the whole buffer. */
-        char *r = (char *)m->addr + (x->remote - tb->base);
+        char *r = (char *)m->addr + (x->remote - c->ent.base);
         if (x->opcode == OPCODE_WRITE)
             memcpy(r, x->local, x->length);
         else

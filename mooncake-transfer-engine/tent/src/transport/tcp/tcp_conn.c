@@ -40,6 +40,16 @@ void tcp_conn_close(struct tcp_conn *c)
     c->nb.pos = c->nb.len = 0; /* nothing carries over connections */
 }
 
+void tcp_conn_abort(struct tcp_conn *c)
+{
+    if (c->fd >= 0) {
+        /* a reset goes out at once, even ahead of unsent bytes */
+        struct linger l = {.l_onoff = 1, .l_linger = 0};
+        setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    }
+    tcp_conn_close(c);
+}
+
 /* Between windows nothing is due from the server, so anything readable
  * means it closed the connection (its idle timeout, or an eviction). */
 bool tcp_conn_closed_while_idle(struct tcp_conn *c)
@@ -133,9 +143,9 @@ void tcp_conn_window(struct tcp_conn *c, struct slice **w, int n,
         mark_window(c, w[0]->prio);
     pace_window(c, pace);
     if (c->hello_due) {
-        tent_wire_encode_hdr(c->hello, TENT_WIRE_HELLO, TCP_HELLO_SEQ,
-                             TENT_WIRE_TOKEN_LEN);
-        tent_wire_encode_token(c->hello + TENT_WIRE_HDR_LEN, c->token);
+        tent_wire_encode_hdr(c->hello, TCP_WIRE_HELLO, TCP_HELLO_SEQ,
+                             TCP_WIRE_TOKEN_LEN);
+        tcp_wire_encode_token(c->hello + TENT_WIRE_HDR_LEN, c->token);
         c->iov[k].iov_base = c->hello;
         c->iov[k++].iov_len = sizeof(c->hello);
         c->hello_due = false;
@@ -145,11 +155,11 @@ void tcp_conn_window(struct tcp_conn *c, struct slice **w, int n,
         struct slice *s = w[i];
         bool wr = s->opcode == OPCODE_WRITE;
         c->w[i] = s;
-        tent_wire_encode_hdr(c->hdrs[i], wr ? TENT_WIRE_WRITE : TENT_WIRE_READ,
-                             (uint32_t)i, TENT_WIRE_RW_LEN + (wr ? s->len : 0));
+        tent_wire_encode_hdr(c->hdrs[i], wr ? TCP_WIRE_WRITE : TCP_WIRE_READ,
+                             (uint32_t)i, TCP_WIRE_RW_LEN + (wr ? s->len : 0));
         memcpy(c->acc.key, s->key, sizeof(c->acc.key));
-        tent_wire_encode_rw(c->hdrs[i] + TENT_WIRE_HDR_LEN, s->remote, s->len,
-                            &c->acc);
+        tcp_wire_encode_rw(c->hdrs[i] + TENT_WIRE_HDR_LEN, s->remote, s->len,
+                           &c->acc);
         c->first_iov[i] = k;
         c->iov[k].iov_base = c->hdrs[i];
         c->iov[k++].iov_len = sizeof(c->hdrs[i]);

@@ -5,8 +5,8 @@
 #define TENT_TRANSPORT_TCP_TCP_CONN_H
 
 #include "net/net.h"
-#include "rpc/wire.h"
 #include "sched/rails.h"
+#include "transport/tcp/tcp_wire.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -31,10 +31,10 @@ struct slice {
     char *local;
     uint64_t remote;
     uint32_t len;
-    uint8_t key[TENT_WIRE_KEY_LEN]; /* the target registration's */
-    int rail;                       /* index in the peer's rail set */
-    uint32_t avoid;                 /* rails it failed on (bit per rail) */
-    struct tent_rail_ticket tk;     /* from its rail's pick */
+    uint8_t key[TCP_WIRE_KEY_LEN]; /* the target registration's */
+    int rail;                      /* index in the peer's rail set */
+    uint32_t avoid;                /* rails it failed on (bit per rail) */
+    struct tent_rail_ticket tk;    /* from its rail's pick */
     uint64_t enq_ns; /* when it was queued there (priority promotion) */
     struct slice *next;
 };
@@ -49,7 +49,7 @@ struct tcp_conn {
     struct slice *w[WINDOW_SLICES];
     int32_t status[WINDOW_SLICES];
     int first_iov[WINDOW_SLICES]; /* iov index of slice i's header */
-    uint8_t hdrs[WINDOW_SLICES][TENT_WIRE_HDR_LEN + TENT_WIRE_RW_LEN];
+    uint8_t hdrs[WINDOW_SLICES][TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN];
     struct iovec iov[2 * WINDOW_SLICES + 1];
     int iov_at, iov_n; /* send progress */
     int ri;            /* answers received whole */
@@ -71,7 +71,7 @@ struct tcp_conn {
      * window (hello_due) and its answer comes first (hello_wait). */
     uint64_t token;
     bool hello_due, hello_wait;
-    uint8_t hello[TENT_WIRE_HDR_LEN + TENT_WIRE_TOKEN_LEN];
+    uint8_t hello[TENT_WIRE_HDR_LEN + TCP_WIRE_TOKEN_LEN];
     struct iovec iov_hello;
     /* Each window's class as the socket's SO_PRIORITY (mark_prio, set by
      * the owner), so that a priority-aware qdisc on the way out (pfifo_fast,
@@ -82,7 +82,7 @@ struct tcp_conn {
     /* The access block of every request on this connection: the peer's
      * incarnation its rail was opened for (set by the owner); each request
      * puts its slice's key in it. */
-    struct tent_wire_access acc;
+    struct tcp_wire_access acc;
     /* The socket's SO_MAX_PACING_RATE, bytes/s (0: none): a LOW window
      * may go out paced (tcp_conn_window). */
     uint64_t pace;
@@ -90,6 +90,10 @@ struct tcp_conn {
 
 struct tcp_conn *tcp_conn_new(void);
 void tcp_conn_close(struct tcp_conn *c);
+/* Closes with a reset, for a connection whose window failed: the target
+ * refuses what it still holds of it (tent_rpc_conn_land) once the reset is
+ * in, which it is before the failure is reported. */
+void tcp_conn_abort(struct tcp_conn *c);
 /* Whether the server has closed an idle connection. */
 bool tcp_conn_closed_while_idle(struct tcp_conn *c);
 /* Connects to host:port from src ("" = the kernel's choice), non-blocking

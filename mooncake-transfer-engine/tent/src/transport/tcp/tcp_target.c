@@ -1,5 +1,6 @@
 /* tcp transport, target half: the READ and WRITE frames of the engine's RPC
- * server, installed into the server's frame table at install.
+ * server (tcp_wire.h), installed into the server's frame table at install
+ * with the HELLO and FENCE frames of tcp_fence.c.
  *
  * A request is checked against the local registrations through the env's
  * pin_local (bounds, the registration's access key the request carries, the
@@ -18,7 +19,7 @@
 #include "common/tsan.h"
 #include "transport/tcp/tcp.h"
 
-_Static_assert(TENT_WIRE_KEY_LEN == TENT_BUF_KEY_LEN,
+_Static_assert(TCP_WIRE_KEY_LEN == TENT_BUF_KEY_LEN,
                "a request carries a registration's key whole");
 
 static void abort_conn(void *arg)
@@ -30,7 +31,7 @@ static void abort_conn(void *arg)
  * still holding the descriptor of a process that used this address before)
  * is refused before any memory is looked at.  0 names none. */
 static int check_access(const struct tent_xport_env *env,
-                        const struct tent_wire_access *acc)
+                        const struct tcp_wire_access *acc)
 {
     return acc->incarnation && acc->incarnation != env->incarnation
                ? TENT_ESTALE
@@ -47,11 +48,11 @@ static int serve_read(void *ctx, struct tent_rpc_conn *c,
                       const struct tent_wire_hdr *h)
 {
     const struct tent_xport_env *env = ctx;
-    uint8_t body[TENT_WIRE_RW_LEN];
-    struct tent_wire_rw rw;
-    if (h->len != TENT_WIRE_RW_LEN ||
+    uint8_t body[TCP_WIRE_RW_LEN];
+    struct tcp_wire_rw rw;
+    if (h->len != TCP_WIRE_RW_LEN ||
         tent_rpc_conn_recv(c, body, sizeof(body)) ||
-        tent_wire_decode_rw(body, sizeof(body), &rw))
+        tcp_wire_decode_rw(body, sizeof(body), &rw))
         return -1;
     struct tent_pin pin = pin_for(c);
     int st = check_access(env, &rw.acc);
@@ -72,12 +73,11 @@ static int serve_write(void *ctx, struct tent_rpc_conn *c,
                        const struct tent_wire_hdr *h)
 {
     const struct tent_xport_env *env = ctx;
-    uint8_t body[TENT_WIRE_RW_LEN];
-    struct tent_wire_rw rw;
-    if (h->len < TENT_WIRE_RW_LEN ||
-        tent_rpc_conn_recv(c, body, sizeof(body)) ||
-        tent_wire_decode_rw(body, sizeof(body), &rw) ||
-        rw.length != h->len - TENT_WIRE_RW_LEN)
+    uint8_t body[TCP_WIRE_RW_LEN];
+    struct tcp_wire_rw rw;
+    if (h->len < TCP_WIRE_RW_LEN || tent_rpc_conn_recv(c, body, sizeof(body)) ||
+        tcp_wire_decode_rw(body, sizeof(body), &rw) ||
+        rw.length != h->len - TCP_WIRE_RW_LEN)
         return -1;
     struct tent_pin pin = pin_for(c);
     int st = check_access(env, &rw.acc);
@@ -90,7 +90,7 @@ static int serve_write(void *ctx, struct tent_rpc_conn *c,
         return tent_rpc_conn_send_resp(c, h->seq, st, NULL, 0);
     }
     TENT_USER_IO_BEGIN();
-    int rc = tent_rpc_conn_recv(c, (void *)(uintptr_t)rw.addr, rw.length);
+    int rc = tent_rpc_conn_land(c, (void *)(uintptr_t)rw.addr, rw.length);
     TENT_USER_IO_END();
     env->unpin_local(env->ctx, &pin);
     if (rc)
@@ -98,20 +98,51 @@ static int serve_write(void *ctx, struct tent_rpc_conn *c,
     return tent_rpc_conn_send_resp(c, h->seq, 0, NULL, 0);
 }
 
+int tcp_frame_measure(void *ctx, const struct tent_wire_hdr *h,
+                      const uint8_t *body, size_t n, uint64_t *data)
+{
+    (void)ctx;
+    return tcp_wire_frame_data(h, body, n, data);
+}
+
+/* READ and WRITE move a peer's data (work; a READ's size is in its
+ * prefix); HELLO and FENCE do not. */
+static const struct {
+    uint8_t type;
+    tent_rpc_frame_fn serve;
+    uint32_t prefix;
+    bool work;
+} frames[] = {
+    {TCP_WIRE_READ, serve_read, TCP_WIRE_RW_LEN, true},
+    {TCP_WIRE_WRITE, serve_write, TCP_WIRE_RW_LEN, true},
+    {TCP_WIRE_HELLO, tcp_serve_hello, 0, false},
+    {TCP_WIRE_FENCE, tcp_serve_fence, 0, false},
+};
+#define NFRAMES (sizeof(frames) / sizeof(frames[0]))
+
 int tcp_target_start(const struct tent_xport_env *env)
 {
-    int rc =
-        env->serve_frames(env->ctx, TENT_WIRE_READ, serve_read, (void *)env);
-    if (rc)
-        return rc;
-    rc = env->serve_frames(env->ctx, TENT_WIRE_WRITE, serve_write, (void *)env);
-    if (rc)
-        env->serve_frames(env->ctx, TENT_WIRE_READ, NULL, NULL);
-    return rc;
+    for (size_t i = 0; i < NFRAMES; i++) {
+        struct tent_rpc_frame_ops ops = {
+            .owner = "tcp",
+            .serve = frames[i].serve,
+            .measure = tcp_frame_measure,
+            .prefix = frames[i].prefix,
+            .work = frames[i].work,
+            .ctx = (void *)env,
+        };
+        int rc = env->serve_frames(env->ctx, frames[i].type, &ops);
+        if (rc) {
+            while (i-- > 0)
+                env->serve_frames(env->ctx, frames[i].type, NULL);
+            return rc;
+        }
+    }
+    return TENT_OK;
 }
 
 void tcp_target_stop(const struct tent_xport_env *env)
 {
-    env->serve_frames(env->ctx, TENT_WIRE_WRITE, NULL, NULL);
-    env->serve_frames(env->ctx, TENT_WIRE_READ, NULL, NULL);
+    for (size_t i = NFRAMES; i-- > 0;)
+        env->serve_frames(env->ctx, frames[i].type, NULL);
 }

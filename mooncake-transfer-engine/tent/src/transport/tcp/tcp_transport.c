@@ -506,7 +506,7 @@ static void fence_and_move(struct tcp_rail *r, uint64_t token,
         struct tcp_rail *o = p->rails[i];
         if (o == r || !tent_rail_usable(p->rs, i))
             continue;
-        rc = tent_rpc_fence(o->host, o->port, o->src, t->timeout_ms, token);
+        rc = tcp_fence(o->host, o->port, o->src, t->timeout_ms, token);
         if (rc)
             snprintf(fwhy, sizeof(fwhy), "%s", tent_last_error());
         else
@@ -722,7 +722,7 @@ static void *worker_main(void *arg)
                      r->addr, tent_last_error(), n);
             char why[512];
             snprintf(why, sizeof(why), "%s", tent_last_error());
-            tcp_conn_close(c);
+            tcp_conn_abort(c);
             struct slice *rest = take_queue_at_failure(r);
             struct slice *fence = NULL;
             window_finish(r, c, rc, native, low, wbytes, &fence, false);
@@ -769,7 +769,7 @@ static void lend_finish(struct tcp_rail *r, int w, int rc, int native)
         LOG_WARN("tcp: rail %s: %s; %d slice(s) go elsewhere or fail", r->addr,
                  tent_last_error(), c->n);
         snprintf(why, sizeof(why), "%s", tent_last_error());
-        tcp_conn_close(c);
+        tcp_conn_abort(c);
         rest = take_queue_at_failure(r);
     }
     /* lent windows to a peer with several rails are reads (pend_flush):
@@ -1331,11 +1331,11 @@ static int tcp_install(struct tent_transport *base)
                                        4, 1, MAX_CONNS, &nc);
     if (!rc)
         rc = tent_config_get_int_range(env->cfg, "transports/tcp/slice_size",
-                                       1 << 20, 4096, TENT_WIRE_MAX_DATA, &ss);
+                                       1 << 20, 4096, TCP_WIRE_MAX_DATA, &ss);
     if (!rc)
         rc =
             tent_config_get_int_range(env->cfg, "transports/tcp/low_slice_size",
-                                      64 << 10, 4096, TENT_WIRE_MAX_DATA, &lss);
+                                      64 << 10, 4096, TCP_WIRE_MAX_DATA, &lss);
     if (!rc)
         rc = tent_config_get_int_range(env->cfg, "transports/tcp/rail_stall_ms",
                                        500, 0, 600000, &st);

@@ -1,0 +1,421 @@
+/* The confused deputy over shm (issue 42, item 3).  Three processes on one
+ * host: a victim engine (e2e_peer child) with a read-write buffer from
+ * tent_allocate_memory (a memfd), read-only, LOCAL and plain malloc
+ * buffers; a rogue (a second child) that serves, as a P2P segment of its
+ * own, a descriptor forged from the victim's -- the victim's pid, control
+ * page and control socket, and the control entry of the victim's
+ * read-write buffer, attached to whatever range and memfd the rogue
+ * likes; and this process, the deputy, an engine with shm only that is
+ * asked to move data to and from the rogue's segment.
+ *
+ * What must hold: the deputy never writes the victim's unregistered, LOCAL
+ * or READ_ONLY memory nor reads its LOCAL memory or its control page (the
+ * victim's bytes are hashed before and after, in the victim); a range that
+ * strays past the entry it names is refused; a rogue that listens on a
+ * control socket of its own while naming the victim's pid is refused with
+ * an error naming its segment; and the deputy's real traffic with the
+ * victim still moves and verifies every byte. */
+// clang-format off
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+// clang-format on
+
+#include "../common/test_child.h"
+#include "e2e_peer.h"
+#include "rpc/rpc.h"
+#include "rpc/wire.h"
+#include "tent/transfer_engine.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define LEN   (1u << 20)
+#define SMALL (64u * 1024) /* e2e_peer's ro, local and plain buffers */
+
+static struct e2e_peer g_victim;
+static struct tent_wire_desc g_vdesc; /* the victim's descriptor */
+static const struct tent_wire_buf *g_vrw; /* its rw buffer in g_vdesc */
+static tent_engine_t g_e;                 /* the deputy */
+static uint8_t *g_buf;                    /* the deputy's LEN bytes */
+
+/* ---- the rogue ------------------------------------------------------------
+ */
+
+struct rogue_arg {
+    const char *json;
+    size_t len;
+    const char *own_sock; /* an abstract name to listen on, or NULL */
+};
+
+static char *rogue_describe(void *ctx, size_t *len)
+{
+    const struct rogue_arg *a = ctx;
+    char *s = malloc(a->len);
+    if (s)
+        memcpy(s, a->json, a->len);
+    *len = a->len;
+    return s;
+}
+
+static int rogue_notify(void *ctx, const char *peer, const char *from,
+                        const char *name, const char *msg)
+{
+    (void)ctx, (void)peer, (void)from, (void)name, (void)msg;
+    return 0;
+}
+
+/* Serves the forged descriptor on 127.0.0.1 (port answered on afd) until
+ * the command pipe closes. */
+static void rogue_main(int cfd, int afd, void *arg)
+{
+    struct rogue_arg *a = arg;
+    int ls = -1;
+    if (a->own_sock) {
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        size_t n = strlen(a->own_sock);
+        memcpy(sa.sun_path + 1, a->own_sock, n);
+        ls = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+        if (ls < 0 ||
+            bind(ls, (struct sockaddr *)&sa,
+                 (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+                             n)) != 0 ||
+            listen(ls, 16) != 0)
+            _exit(2);
+    }
+    struct tent_rpc_handlers h = {
+        .ctx = a, .describe = rogue_describe, .notify = rogue_notify};
+    struct tent_rpc_server *srv = NULL;
+    uint16_t port = 0;
+    if (tent_rpc_server_start(&h, NULL, "127.0.0.1", 0, &srv, &port))
+        _exit(3);
+    tc_write_all(afd, &port, sizeof(port));
+    char c;
+    while (tc_read_all(cfd, &c, 1) == 0)
+        ;
+    tent_rpc_server_stop(srv);
+    if (ls >= 0)
+        close(ls);
+    _exit(0);
+}
+
+struct rogue {
+    pid_t pid;
+    int cmd, ans;
+    char name[64];
+};
+
+static void rogue_stop(struct rogue *r)
+{
+    close(r->cmd);
+    close(r->ans);
+    waitpid(r->pid, NULL, 0);
+}
+
+/* What the rogue publishes: one buffer [base, +len) granting reads and
+ * writes, with shm handle handle and the control entry of the victim's rw
+ * buffer; the victim's pid, control page and socket (sock overrides the
+ * socket). */
+static void forge_and_start(struct rogue *r, uint64_t base, uint64_t len,
+                            const char *handle, const char *sock)
+{
+    struct tent_wire_kv kv[TENT_WIRE_MAX_BUF_ATTRS];
+    int nkv = 0;
+    for (int i = 0; i < g_vrw->nattrs; i++)
+        kv[nkv++] = g_vrw->attrs[i];
+    for (int i = 0; i < nkv; i++)
+        if (strcmp(kv[i].key, "shm") == 0)
+            snprintf(kv[i].value, sizeof(kv[i].value), "%s", handle);
+    struct tent_wire_buf b = *g_vrw;
+    b.base = base;
+    b.length = len;
+    b.perm = PERM_GLOBAL_READ_WRITE;
+    b.attrs = kv;
+    b.nattrs = nkv;
+    static struct tent_wire_desc d;
+    d = g_vdesc;
+    d.bufs = &b;
+    d.nbufs = 1;
+    d.nattrs = 0;
+    for (int i = 0; i < g_vdesc.nattrs; i++) {
+        if (strcmp(g_vdesc.attr_key[i], "rpc_addr") == 0)
+            continue; /* refetches come to the rogue */
+        memcpy(d.attr_key[d.nattrs], g_vdesc.attr_key[i], 64);
+        memcpy(d.attr_value[d.nattrs], g_vdesc.attr_value[i], 256);
+        if (sock && strcmp(d.attr_key[d.nattrs], "shm_sock") == 0)
+            snprintf(d.attr_value[d.nattrs], 256, "%s", sock);
+        d.nattrs++;
+    }
+    struct rogue_arg a = {.own_sock = sock};
+    a.json = tent_wire_encode_desc(&d, &a.len);
+    assert_non_null(a.json);
+    r->pid = tc_fork_child(rogue_main, &a, &r->cmd, &r->ans);
+    assert_true(r->pid > 0);
+    uint16_t port = 0;
+    assert_int_equal(tc_read_all(r->ans, &port, sizeof(port)), 0);
+    free((void *)a.json);
+    snprintf(r->name, sizeof(r->name), "127.0.0.1:%u", port);
+}
+
+/* One request of len bytes between the deputy's buffer and addr of seg:
+ * STATUS_COMPLETED or STATUS_FAILED (a refused submit included), the
+ * cause's message in msg. */
+static int move(tent_segment_id_t seg, int op, uint64_t addr, size_t len,
+                char *msg, size_t cap)
+{
+    msg[0] = '\0';
+    tent_batch_id_t b = tent_allocate_batch(g_e, 1);
+    assert_true(b != TENT_INVALID_BATCH_ID);
+    tent_request_t r = {.opcode = op,
+                        .source = g_buf,
+                        .target_id = seg,
+                        .target_offset = addr,
+                        .length = len};
+    int st = STATUS_FAILED;
+    if (tent_submit(g_e, b, &r, 1) != 0) {
+        snprintf(msg, cap, "%s", tent_last_error());
+    } else {
+        tent_status_t s;
+        assert_int_equal(e2e_wait(g_e, b, 30000, &s), 0);
+        st = s.status;
+        int code = 0, native = 0;
+        if (st != STATUS_COMPLETED)
+            tent_task_error(g_e, b, 0, &code, &native, msg, cap);
+    }
+    tent_free_batch(g_e, b);
+    return st;
+}
+
+/* The deputy asked, through the rogue's segment, for op on [addr, +len)
+ * of the victim: it must fail.  Returns the failure's message. */
+static void refused(const char *what, uint64_t fbase, uint64_t flen,
+                    const char *handle, const char *sock, int op,
+                    uint64_t addr, size_t len, char *msg, size_t cap)
+{
+    struct rogue r;
+    forge_and_start(&r, fbase, flen, handle, sock);
+    tent_segment_id_t seg;
+    assert_int_equal(tent_open_segment(g_e, &seg, r.name), 0);
+    int st = move(seg, op, addr, len, msg, cap);
+    printf("  %s: %s (%s)\n", what,
+           st == STATUS_COMPLETED ? "COMPLETED" : "refused", msg);
+    assert_int_equal(st, STATUS_FAILED);
+    assert_int_equal(tent_close_segment(g_e, seg), 0);
+    rogue_stop(&r);
+}
+
+static const char *rw_handle(void)
+{
+    for (int i = 0; i < g_vrw->nattrs; i++)
+        if (strcmp(g_vrw->attrs[i].key, "shm") == 0)
+            return g_vrw->attrs[i].value;
+    fail_msg("the victim's rw buffer publishes no shm handle");
+    return NULL;
+}
+
+/* ---- cases ----------------------------------------------------------------
+ */
+
+/* Write into the victim's LOCAL, READ_ONLY and unregistered memory through
+ * an entry that grants writes elsewhere: nothing changes there. */
+static void test_no_write_outside_entry(void **state)
+{
+    (void)state;
+    char msg[512];
+    memset(g_buf, 0xEE, LEN);
+    struct {
+        const char *what;
+        uint64_t addr;
+    } t[] = {{"LOCAL", g_victim.local_base},
+             {"READ_ONLY", g_victim.ro_base},
+             {"unregistered", g_victim.reg_base}};
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        uint64_t before = e2e_peer_hash_at(&g_victim, t[i].addr, SMALL);
+        assert_int_not_equal(before, 0);
+        refused(t[i].what, t[i].addr, SMALL, "cma", NULL, OPCODE_WRITE,
+                t[i].addr, SMALL, msg, sizeof(msg));
+        assert_int_equal(e2e_peer_hash_at(&g_victim, t[i].addr, SMALL),
+                         before);
+    }
+}
+
+/* Read the victim's LOCAL memory: refused, and no byte of it arrives. */
+static void test_no_read_of_local(void **state)
+{
+    (void)state;
+    char msg[512];
+    memset(g_buf, 0, SMALL);
+    refused("read LOCAL", g_victim.local_base, SMALL, "cma", NULL, OPCODE_READ,
+            g_victim.local_base, SMALL, msg, sizeof(msg));
+    for (size_t i = 0; i < SMALL; i++)
+        assert_int_equal(g_buf[i], 0);
+}
+
+/* A range that starts inside the rw entry and runs past its end. */
+static void test_straddling_range_refused(void **state)
+{
+    (void)state;
+    char msg[512];
+    memset(g_buf, 0xEE, LEN);
+    uint64_t tail = g_victim.rw_base + g_victim.rw_len - 2048;
+    uint64_t before = e2e_peer_hash_at(&g_victim, tail, 2048);
+    refused("past the entry's end", g_victim.rw_base, 2 * g_victim.rw_len,
+            "cma", NULL, OPCODE_WRITE, tail, 4096, msg, sizeof(msg));
+    assert_non_null(strstr(msg, "outside"));
+    assert_int_equal(e2e_peer_hash_at(&g_victim, tail, 2048), before);
+}
+
+/* The rw entry with the memfd of the victim's control page: the inode is
+ * not the entry's, so its bytes are neither read nor written. */
+static void test_memfd_bound_to_entry(void **state)
+{
+    (void)state;
+    char msg[512];
+    const char *ctl = NULL;
+    for (int i = 0; i < g_vdesc.nattrs; i++)
+        if (strcmp(g_vdesc.attr_key[i], "shm_ctl") == 0)
+            ctl = g_vdesc.attr_value[i];
+    assert_non_null(ctl);
+    memset(g_buf, 0, 4096);
+    refused("another memfd", g_victim.rw_base, 4096, ctl, NULL, OPCODE_READ,
+            g_victim.rw_base, 4096, msg, sizeof(msg));
+    static const uint8_t zero[4096];
+    assert_memory_equal(g_buf, zero, sizeof(zero));
+    /* the entry's inode published, but the fd is the control page's */
+    char forged[128];
+    int ctlfd = -1;
+    unsigned long long rwino = 0;
+    assert_int_equal(sscanf(ctl, "memfd:%d:", &ctlfd), 1);
+    assert_int_equal(sscanf(rw_handle(), "memfd:%*d:%llu", &rwino), 1);
+    snprintf(forged, sizeof(forged), "memfd:%d:%llu", ctlfd, rwino);
+    refused("another fd, the entry's inode", g_victim.rw_base, 4096, forged,
+            NULL, OPCODE_READ, g_victim.rw_base, 4096, msg, sizeof(msg));
+    assert_memory_equal(g_buf, zero, sizeof(zero));
+    memset(g_buf, 0xEE, 4096);
+    refused("another memfd, write", g_victim.rw_base, 4096, ctl, NULL,
+            OPCODE_WRITE, g_victim.rw_base, 4096, msg, sizeof(msg));
+}
+
+/* The rogue listens on a control socket of its own and names the victim's
+ * pid, with the victim's rw buffer exactly as the victim publishes it. */
+static void test_pid_is_the_kernels(void **state)
+{
+    (void)state;
+    char msg[512], sock[64];
+    snprintf(sock, sizeof(sock), "tent-rogue/%ld", (long)getpid());
+    memset(g_buf, 0xEE, LEN);
+    uint64_t before = e2e_peer_hash_at(&g_victim, g_victim.rw_base, 4096);
+    struct rogue r;
+    forge_and_start(&r, g_vrw->base, g_vrw->length, rw_handle(), sock);
+    tent_segment_id_t seg;
+    assert_int_equal(tent_open_segment(g_e, &seg, r.name), 0);
+    int st = move(seg, OPCODE_WRITE, g_victim.rw_base, 4096, msg, sizeof(msg));
+    printf("  own socket: %s (%s)\n",
+           st == STATUS_COMPLETED ? "COMPLETED" : "refused", msg);
+    assert_int_equal(st, STATUS_FAILED);
+    assert_non_null(strstr(msg, r.name));
+    assert_non_null(strstr(msg, "pid"));
+    assert_int_equal(tent_close_segment(g_e, seg), 0);
+    rogue_stop(&r);
+    assert_int_equal(e2e_peer_hash_at(&g_victim, g_victim.rw_base, 4096),
+                     before);
+}
+
+/* The deputy's own traffic with the victim: every byte checked. */
+static void test_real_traffic(void **state)
+{
+    (void)state;
+    char msg[512];
+    tent_segment_id_t seg;
+    assert_int_equal(tent_open_segment(g_e, &seg, g_victim.name), 0);
+    e2e_pattern_fill(g_buf, LEN, 12345);
+    uint64_t h = e2e_fnv(g_buf, LEN);
+    assert_int_equal(
+        move(seg, OPCODE_WRITE, g_victim.rw_base, LEN, msg, sizeof(msg)),
+        STATUS_COMPLETED);
+    assert_int_equal(e2e_peer_hash(&g_victim, false, 0, LEN), h);
+    memset(g_buf, 0, LEN);
+    assert_int_equal(
+        move(seg, OPCODE_READ, g_victim.rw_base, LEN, msg, sizeof(msg)),
+        STATUS_COMPLETED);
+    assert_int_equal(e2e_fnv(g_buf, LEN), h);
+    /* read-only memory is readable (through process_vm_readv) */
+    memset(g_buf, 0, SMALL);
+    assert_int_equal(
+        move(seg, OPCODE_READ, g_victim.ro_base, SMALL, msg, sizeof(msg)),
+        STATUS_COMPLETED);
+    for (size_t i = 0; i < SMALL; i++)
+        assert_int_equal(g_buf[i], e2e_pattern(i));
+    /* and not writable */
+    assert_int_equal(
+        move(seg, OPCODE_WRITE, g_victim.ro_base, SMALL, msg, sizeof(msg)),
+        STATUS_FAILED);
+    assert_int_equal(tent_close_segment(g_e, seg), 0);
+}
+
+/* ---- setup ----------------------------------------------------------------
+ */
+
+static int setup(void **state)
+{
+    (void)state;
+    e2e_config(true, false);
+    if (e2e_peer_start(&g_victim, LEN, true, false) != 0)
+        return -1;
+    char host[256];
+    uint16_t port;
+    if (tent_rpc_parse_addr(g_victim.name, host, sizeof(host), &port) ||
+        tent_rpc_fetch_desc(host, port, 5000, &g_vdesc))
+        return -1;
+    for (size_t i = 0; i < g_vdesc.nbufs; i++)
+        if (g_vdesc.bufs[i].base == g_victim.rw_base)
+            g_vrw = &g_vdesc.bufs[i];
+    if (!g_vrw)
+        return -1;
+    g_e = tent_create_engine();
+    void *p;
+    if (!g_e || tent_allocate_memory(g_e, &p, LEN, "cpu") ||
+        tent_register_memory(g_e, p, LEN))
+        return -1;
+    g_buf = p;
+    /* The plain buffer is the victim's unregistered memory from now on. */
+    return e2e_peer_unregister_plain(&g_victim) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (g_e) {
+        if (g_buf)
+            tent_free_memory(g_e, g_buf);
+        tent_destroy_engine(g_e);
+    }
+    tent_wire_desc_free(&g_vdesc);
+    if (g_victim.pid > 0)
+        e2e_peer_quit(&g_victim);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1) /* one case by name (cmocka's glob) */
+        cmocka_set_test_filter(argv[1]);
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_no_write_outside_entry),
+        cmocka_unit_test(test_no_read_of_local),
+        cmocka_unit_test(test_straddling_range_refused),
+        cmocka_unit_test(test_memfd_bound_to_entry),
+        cmocka_unit_test(test_pid_is_the_kernels),
+        cmocka_unit_test(test_real_traffic),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

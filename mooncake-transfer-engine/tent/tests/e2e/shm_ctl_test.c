@@ -1,0 +1,112 @@
+/* The shm control page's checks in one process (issue 42, item 3): a copy
+ * must lie inside its entry (no wrap), the entry hands back the range and
+ * memfd identity its owner wrote, and a control socket is only taken for
+ * the pid the kernel names behind it. */
+// clang-format off
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+// clang-format on
+
+#include "common/error.h"
+#include "tent/transfer_engine.h"
+#include "transport/shm/shm_ctl.h"
+
+#include <string.h>
+#include <unistd.h>
+
+static void test_inside(void **state)
+{
+    (void)state;
+    struct shm_ctl_entry e = {.base = 0x1000, .length = 0x1000};
+    assert_true(shm_ctl_inside(&e, 0x1000, 0x1000));
+    assert_true(shm_ctl_inside(&e, 0x1fff, 1));
+    assert_true(shm_ctl_inside(&e, 0x1800, 0));
+    assert_false(shm_ctl_inside(&e, 0xfff, 2));
+    assert_false(shm_ctl_inside(&e, 0x1fff, 2));
+    assert_false(shm_ctl_inside(&e, 0x2000, 1));
+    assert_false(shm_ctl_inside(&e, 0x1000, 0x1001));
+    /* addr + len wraps: must not pass as a small end */
+    assert_false(shm_ctl_inside(&e, 0x1800, UINT64_MAX - 0x100));
+    assert_false(shm_ctl_inside(&e, UINT64_MAX, 2));
+    struct shm_ctl_entry top = {.base = UINT64_MAX - 0xfff, .length = 0x1000};
+    assert_true(shm_ctl_inside(&top, UINT64_MAX, 1));
+    assert_false(shm_ctl_inside(&top, UINT64_MAX, 2));
+}
+
+/* The owner's entry comes back whole from shm_ctl_begin; a revoked one or
+ * one whose range wraps (a peer scribbled on the page) does not. */
+static void test_entry_round_trip(void **state)
+{
+    (void)state;
+    struct shm_ctl_owner o;
+    assert_int_equal(shm_ctl_create(&o, 0x1234), 0);
+    uint32_t idx;
+    uint64_t gen;
+    assert_int_equal(shm_ctl_enter(&o, 0x10000, 0x4000, PERM_GLOBAL_READ_WRITE,
+                                   77, 9, &idx, &gen),
+                     0);
+    char h[64];
+    shm_ctl_handle(&o, h, sizeof(h));
+    struct shm_ctl_view v;
+    assert_int_equal(shm_ctl_attach(&v, (long)getpid(), h, 0x1234), 0);
+    struct shm_ctl_entry e;
+    assert_int_equal(shm_ctl_begin(&v, idx, gen, true, &e), 0);
+    assert_true(shm_ctl_end(&v));
+    assert_int_equal(e.base, 0x10000);
+    assert_int_equal(e.length, 0x4000);
+    assert_int_equal(e.ino, 77);
+    assert_int_equal(e.dev, 9);
+    atomic_store(&o.ctl->regs[idx].length, UINT64_MAX);
+    assert_int_equal(shm_ctl_begin(&v, idx, gen, true, &e), TENT_EPROTO);
+    shm_ctl_end(&v);
+    long who = 0;
+    assert_int_equal(shm_ctl_revoke(&o, idx, 1000, &who), 0);
+    assert_int_equal(shm_ctl_begin(&v, idx, gen, false, &e), TENT_ERANGE);
+    shm_ctl_end(&v);
+    shm_ctl_free(&o, idx);
+    shm_ctl_detach(&v);
+    shm_ctl_destroy(&o);
+}
+
+static void test_identify(void **state)
+{
+    (void)state;
+    struct shm_ctl_owner o;
+    assert_int_equal(shm_ctl_create(&o, 0xabcdef), 0);
+    int pidfd = -1;
+    assert_int_equal(shm_ctl_identify("me", o.sock_name, (long)getpid(),
+                                      &pidfd),
+                     0);
+    if (pidfd >= 0)
+        close(pidfd);
+    /* a descriptor naming another pid behind this socket */
+    assert_int_equal(shm_ctl_identify("liar:1", o.sock_name, (long)getppid(),
+                                      &pidfd),
+                     TENT_EPEER);
+    assert_int_equal(pidfd, -1);
+    assert_non_null(strstr(tent_last_error(), "'liar:1'"));
+    /* nothing listens there, or nothing published */
+    assert_int_equal(shm_ctl_identify("gone", "tent-shm/none/0", (long)getpid(),
+                                      &pidfd),
+                     TENT_ENOTSUP);
+    assert_int_equal(shm_ctl_identify("old", "", (long)getpid(), &pidfd),
+                     TENT_ENOTSUP);
+    shm_ctl_destroy(&o);
+    /* once the owner is gone its name answers no more */
+    assert_int_equal(shm_ctl_identify("me", o.sock_name, (long)getpid(),
+                                      &pidfd),
+                     TENT_ENOTSUP);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_inside),
+        cmocka_unit_test(test_entry_round_trip),
+        cmocka_unit_test(test_identify),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
