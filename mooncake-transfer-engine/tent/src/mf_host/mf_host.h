@@ -70,7 +70,8 @@ int mfh_recvv_user(int fd, struct iovec *iov, int n);
 
 /* ---- wire format (both ends are this library on one byte order) ------- */
 #define MFH_MAGIC   0x3148464du /* "MFH1" */
-#define MFH_VERSION 4u
+#define MFH_VERSION 5u
+#define MFH_KEY_LEN SMEM_TRANS_EXT_KEY_LEN
 
 enum mfh_msg_type {
     MFH_MSG_HELLO = 1,
@@ -98,6 +99,10 @@ struct mfh_msg {
     /* CHECK reply: the owner's rev_gen the check was made at; WRITE/READ:
      * that of the batch's check (0: none, admit as of now) */
     uint64_t gen;
+    /* WRITE/READ: the access key of the range addr lies in (zeros: none;
+     * a range registered with a key refuses any other, as if it were not
+     * registered) */
+    uint8_t key[MFH_KEY_LEN];
 };
 
 struct mfh_hello {
@@ -113,15 +118,20 @@ struct mfh_hello {
     char uid[MFH_UID_MAX];
 };
 
+/* CHECK: a range and the key of the registration it lies in; RANGES
+ * answers: the key is zeros (keys are never handed out). */
 struct mfh_wire_range {
     uint64_t addr;
     uint64_t len;
+    uint8_t key[MFH_KEY_LEN];
 };
 
 /* ---- objects ---------------------------------------------------------- */
 struct mfh_range {
     uintptr_t base;
     size_t len;
+    bool keyed; /* registered with key: served only to requests naming it */
+    uint8_t key[MFH_KEY_LEN];
 };
 
 struct mfh_conn {
@@ -178,6 +188,7 @@ struct mfh_slice {
     uintptr_t local;
     uint64_t remote;
     size_t len;
+    const uint8_t *key; /* its range's (the batch's ranges[i].key) */
 };
 
 enum mfh_batch_phase { MFH_PHASE_CHECK, MFH_PHASE_COPY };
@@ -304,10 +315,15 @@ struct mfh_handle {
 
 /* ranges.c: a handle's registered memory (h->mem_lock) */
 bool mfh_range_registered(struct mfh_handle *h, uint64_t addr, uint64_t len);
+/* Whether the ranges of r that admit key cover [addr, +len): a range
+ * registered without a key admits any, one with a key admits only that
+ * key (constant-time compare); key NULL: every range (the initiator's own
+ * view of a peer, whose keys it never has). */
 bool mfh_ranges_cover(const struct mfh_range *r, size_t n, uint64_t addr,
-                      uint64_t len);
+                      uint64_t len, const uint8_t *key);
+/* keys: count keys back to back, or NULL (registered without one). */
 int32_t mfh_ranges_add(struct mfh_handle *h, void *const *addrs,
-                       const size_t *caps, uint32_t count);
+                       const size_t *caps, const uint8_t *keys, uint32_t count);
 /* Deregisters the range at addr and revokes it from every copier: SM_OK
  * once none touches it any more; SM_RESOURCE_IN_USE (logged, naming the
  * peer) when one is still inside a copy after the handle's timeout, with
@@ -383,9 +399,10 @@ void mfh_shm_release(struct mfh_peer *p);
 /* batch.c */
 int mfh_workers_start(struct mfh_handle *h);
 void mfh_workers_stop(struct mfh_handle *h);
+/* keys: one per entry (MFH_KEY_LEN bytes each), or NULL (zeros). */
 int32_t mfh_batch_submit(struct mfh_handle *h, struct mfh_peer *p,
                          const smem_trans_batch_params_t *params,
-                         uint64_t *batch_id);
+                         const uint8_t *keys, uint64_t *batch_id);
 int32_t mfh_batch_query(struct mfh_handle *h, uint64_t id, int32_t *result);
 void mfh_batches_free(struct mfh_handle *h);
 

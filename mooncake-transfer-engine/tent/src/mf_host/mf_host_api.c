@@ -356,7 +356,27 @@ MFH_EXPORT int32_t smem_trans_register_mem(smem_trans_t handle, void *address,
         MFH_ERROR("register_mem: bad handle %p", handle);
         return SM_INVALID_PARAM;
     }
-    int32_t rc = mfh_ranges_add(h, &address, &capacity, 1);
+    int32_t rc = mfh_ranges_add(h, &address, &capacity, NULL, 1);
+    handle_put(h);
+    return rc;
+}
+
+MFH_EXPORT int32_t smem_trans_ext_register_mem_keyed(smem_trans_t handle,
+                                                     void *address,
+                                                     size_t capacity,
+                                                     const uint8_t *key,
+                                                     TENT_UNUSED uint32_t flags)
+{
+    if (!key) {
+        MFH_ERROR("register_mem_keyed: key is NULL");
+        return SM_INVALID_PARAM;
+    }
+    struct mfh_handle *h = handle_get(handle);
+    if (!h) {
+        MFH_ERROR("register_mem_keyed: bad handle %p", handle);
+        return SM_INVALID_PARAM;
+    }
+    int32_t rc = mfh_ranges_add(h, &address, &capacity, key, 1);
     handle_put(h);
     return rc;
 }
@@ -377,7 +397,7 @@ MFH_EXPORT int32_t smem_trans_batch_register_mem(smem_trans_t handle,
         MFH_ERROR("batch_register_mem: bad handle %p", handle);
         return SM_INVALID_PARAM;
     }
-    int32_t rc = mfh_ranges_add(h, addresses, capacities, count);
+    int32_t rc = mfh_ranges_add(h, addresses, capacities, NULL, count);
     handle_put(h);
     return rc;
 }
@@ -423,9 +443,9 @@ static int32_t check_params(const smem_trans_batch_params_t *pr)
     return SM_OK;
 }
 
-MFH_EXPORT int32_t smem_trans_batch_copy(smem_trans_t handle,
-                                         smem_trans_batch_params_t *params,
-                                         uint64_t *batchId)
+static int32_t batch_copy(smem_trans_t handle,
+                          const smem_trans_batch_params_t *params,
+                          const uint8_t *keys, uint64_t *batchId)
 {
     if (!params || !batchId) {
         MFH_ERROR("batch_copy: %s is NULL", !params ? "params" : "batchId");
@@ -445,11 +465,29 @@ MFH_EXPORT int32_t smem_trans_batch_copy(smem_trans_t handle,
         handle_put(h);
         return SM_INVALID_PARAM;
     }
-    rc = mfh_batch_submit(h, p, params, batchId);
+    rc = mfh_batch_submit(h, p, params, keys, batchId);
     if (rc != SM_OK)
         mfh_peer_put(p);
     handle_put(h);
     return rc;
+}
+
+MFH_EXPORT int32_t smem_trans_batch_copy(smem_trans_t handle,
+                                         smem_trans_batch_params_t *params,
+                                         uint64_t *batchId)
+{
+    return batch_copy(handle, params, NULL, batchId);
+}
+
+MFH_EXPORT int32_t smem_trans_ext_batch_copy_keyed(
+    smem_trans_t handle, smem_trans_batch_params_t *params, const uint8_t *keys,
+    uint64_t *batchId)
+{
+    if (!keys) {
+        MFH_ERROR("batch_copy_keyed: keys is NULL");
+        return SM_INVALID_PARAM;
+    }
+    return batch_copy(handle, params, keys, batchId);
 }
 
 MFH_EXPORT int32_t smem_trans_batch_status_query(smem_trans_t handle,

@@ -147,7 +147,7 @@ static int32_t run_check_cma(struct mfh_batch *b)
             int32_t rc = SM_OK;
             for (uint32_t i = 0; i < b->n_ranges; i++) {
                 if (!mfh_ranges_cover(p->cache, p->n_cache, b->ranges[i].addr,
-                                      b->ranges[i].len)) {
+                                      b->ranges[i].len, NULL)) {
                     rc = SM_INVALID_PARAM;
                     log_bad_range(b, i);
                     break;
@@ -262,6 +262,7 @@ static int32_t copy_tcp_run(struct mfh_batch *b, const struct mfh_slice *s,
                                 .addr = s[i].remote,
                                 .len = s[i].len,
                                 .gen = b->rev_snap};
+        memcpy(m[i].key, s[i].key, MFH_KEY_LEN);
         iov[n++] = (struct iovec){.iov_base = &m[i], .iov_len = sizeof(m[i])};
         if (write)
             iov[n++] = (struct iovec){.iov_base = (void *)s[i].local,
@@ -472,7 +473,7 @@ static void batch_free(struct mfh_batch *b)
  * the batch on success. */
 int32_t mfh_batch_submit(struct mfh_handle *h, struct mfh_peer *p,
                          const smem_trans_batch_params_t *params,
-                         uint64_t *batch_id)
+                         const uint8_t *keys, uint64_t *batch_id)
 {
     uint32_t n = params->batchSize;
     size_t n_slices = 0;
@@ -497,10 +498,15 @@ int32_t mfh_batch_submit(struct mfh_handle *h, struct mfh_peer *p,
         uint64_t remote = (uint64_t)(uintptr_t)params->destList[i];
         size_t len = params->sizeList[i];
         b->ranges[i] = (struct mfh_wire_range){.addr = remote, .len = len};
+        if (keys)
+            memcpy(b->ranges[i].key, keys + (size_t)i * MFH_KEY_LEN,
+                   MFH_KEY_LEN);
         for (size_t off = 0; off < len; off += MFH_SLICE) {
             size_t sl = len - off < MFH_SLICE ? len - off : MFH_SLICE;
-            b->slices[k++] = (struct mfh_slice){
-                .local = local + off, .remote = remote + off, .len = sl};
+            b->slices[k++] = (struct mfh_slice){.local = local + off,
+                                                .remote = remote + off,
+                                                .len = sl,
+                                                .key = b->ranges[i].key};
         }
     }
     atomic_init(&b->remaining, n_slices);

@@ -4,10 +4,22 @@
 #include "mf_host.h"
 
 #include <stdlib.h>
+#include <string.h>
 
-/* True if [addr, addr+len) is covered by the union of the ranges r. */
+static bool admits(const struct mfh_range *r, const uint8_t *key)
+{
+    if (!key || !r->keyed)
+        return true;
+    volatile uint8_t d = 0;
+    for (int i = 0; i < MFH_KEY_LEN; i++)
+        d |= (uint8_t)(r->key[i] ^ key[i]);
+    return d == 0;
+}
+
+/* True if [addr, addr+len) is covered by the union of the ranges r that
+ * admit key. */
 bool mfh_ranges_cover(const struct mfh_range *r, size_t n, uint64_t addr,
-                      uint64_t len)
+                      uint64_t len, const uint8_t *key)
 {
     if (len == 0 || addr + len < addr)
         return false;
@@ -16,7 +28,7 @@ bool mfh_ranges_cover(const struct mfh_range *r, size_t n, uint64_t addr,
         uint64_t best = cur;
         for (size_t i = 0; i < n; i++) {
             uint64_t b = r[i].base, e = b + r[i].len;
-            if (b <= cur && cur < e && e > best)
+            if (b <= cur && cur < e && e > best && admits(&r[i], key))
                 best = e;
         }
         if (best == cur)
@@ -29,13 +41,13 @@ bool mfh_ranges_cover(const struct mfh_range *r, size_t n, uint64_t addr,
 bool mfh_range_registered(struct mfh_handle *h, uint64_t addr, uint64_t len)
 {
     pthread_rwlock_rdlock(&h->mem_lock);
-    bool ok = mfh_ranges_cover(h->ranges, h->n_ranges, addr, len);
+    bool ok = mfh_ranges_cover(h->ranges, h->n_ranges, addr, len, NULL);
     pthread_rwlock_unlock(&h->mem_lock);
     return ok;
 }
 
 int32_t mfh_ranges_add(struct mfh_handle *h, void *const *addrs,
-                       const size_t *caps, uint32_t count)
+                       const size_t *caps, const uint8_t *keys, uint32_t count)
 {
     for (uint32_t i = 0; i < count; i++) {
         if (!addrs[i] || caps[i] == 0 ||
@@ -75,9 +87,14 @@ int32_t mfh_ranges_add(struct mfh_handle *h, void *const *addrs,
         }
     }
     if (rc == SM_OK) {
-        for (uint32_t i = 0; i < count; i++)
-            h->ranges[h->n_ranges++] =
-                (struct mfh_range){.base = (uintptr_t)addrs[i], .len = caps[i]};
+        for (uint32_t i = 0; i < count; i++) {
+            struct mfh_range *r = &h->ranges[h->n_ranges++];
+            *r = (struct mfh_range){.base = (uintptr_t)addrs[i],
+                                    .len = caps[i],
+                                    .keyed = keys != NULL};
+            if (keys)
+                memcpy(r->key, keys + (size_t)i * MFH_KEY_LEN, MFH_KEY_LEN);
+        }
         atomic_fetch_add(&h->ctl->mem_gen, 1);
     }
     pthread_rwlock_unlock(&h->mem_lock);

@@ -303,7 +303,8 @@ static int serve_check(struct mfh_handle *h, struct srv_io *io,
     pthread_rwlock_rdlock(&h->mem_lock);
     uint64_t gen = atomic_load(&h->ctl->rev_gen);
     for (uint32_t i = 0; i < m->count; i++) {
-        if (!mfh_ranges_cover(h->ranges, h->n_ranges, r[i].addr, r[i].len)) {
+        if (!mfh_ranges_cover(h->ranges, h->n_ranges, r[i].addr, r[i].len,
+                              r[i].key)) {
             status = SM_INVALID_PARAM;
             bad = i;
             break;
@@ -346,15 +347,18 @@ static int serve_ranges(struct mfh_handle *h, struct srv_io *io)
 }
 
 /* Whether a WRITE or READ may touch [m->addr, +m->len): the range is
- * registered now, and nothing overlapping it was deregistered since the
- * check of its batch (m->gen; 0: a batch of one request, never checked).
- * *snap: the rev_gen its copy is admitted at. */
+ * registered now (with the key the request carries, when it was registered
+ * with one: a wrong key is answered as an unregistered range), and nothing
+ * overlapping it was deregistered since the check of its batch (m->gen; 0: a
+ * batch of one request, never checked). *snap: the rev_gen its copy is admitted
+ * at. */
 static bool admit(struct mfh_handle *h, const struct mfh_msg *m,
                   const char *what, uint64_t *snap)
 {
     pthread_rwlock_rdlock(&h->mem_lock);
     uint64_t now = atomic_load(&h->ctl->rev_gen);
-    bool covered = mfh_ranges_cover(h->ranges, h->n_ranges, m->addr, m->len);
+    bool covered =
+        mfh_ranges_cover(h->ranges, h->n_ranges, m->addr, m->len, m->key);
     bool revoked = covered && m->gen != 0 &&
                    mfh_ctl_revoked(h->ctl, m->gen, now, m->addr, m->len);
     pthread_rwlock_unlock(&h->mem_lock);

@@ -209,8 +209,8 @@ int32_t mfh_shm_copy(struct mfh_peer *p, smem_trans_opcode_t op,
     const struct mfh_map *m = find_map_locked(p, s->remote, s->len);
     if (!m) {
         pthread_rwlock_unlock(&p->map_lock);
-        uint64_t base;
-        size_t len;
+        uint64_t base = 0;
+        size_t len = 0;
         if (!peer_range_of(p, s->remote, s->len, &base, &len))
             return MFH_SHM_NOMAP;
         pthread_rwlock_wrlock(&p->map_lock);

@@ -168,6 +168,18 @@ static int add_u64(cJSON *o, const char *key, uint64_t v)
     return cJSON_AddStringToObject(o, key, s) ? 0 : -1;
 }
 
+static int add_key(cJSON *o, const uint8_t key[TENT_WIRE_KEY_LEN])
+{
+    static const char hex[] = "0123456789abcdef";
+    char s[2 * TENT_WIRE_KEY_LEN + 1];
+    for (int i = 0; i < TENT_WIRE_KEY_LEN; i++) {
+        s[2 * i] = hex[key[i] >> 4];
+        s[2 * i + 1] = hex[key[i] & 15];
+    }
+    s[2 * TENT_WIRE_KEY_LEN] = 0;
+    return cJSON_AddStringToObject(o, "key", s) ? 0 : -1;
+}
+
 char *tent_wire_encode_desc(const struct tent_wire_desc *d, size_t *len)
 {
     cJSON *root = cJSON_CreateObject();
@@ -190,7 +202,8 @@ char *tent_wire_encode_desc(const struct tent_wire_desc *d, size_t *len)
         if (add_u64(o, "base", b->base) || add_u64(o, "length", b->length) ||
             !cJSON_AddStringToObject(o, "location", b->location) ||
             !cJSON_AddNumberToObject(o, "perm", b->perm) ||
-            !cJSON_AddNumberToObject(o, "xport_mask", b->xport_mask))
+            !cJSON_AddNumberToObject(o, "xport_mask", b->xport_mask) ||
+            add_key(o, b->key))
             goto done;
         cJSON *ba = cJSON_AddObjectToObject(o, "attrs");
         if (!ba)
@@ -266,6 +279,36 @@ static int get_int(const cJSON *o, const char *key, int64_t lo, int64_t hi,
     return TENT_OK;
 }
 
+static int hex_val(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                  : -1;
+}
+
+/* A buffer's "key": 32 lower-case hex digits; absent leaves zeros. */
+static int get_key(const cJSON *o, uint8_t key[TENT_WIRE_KEY_LEN],
+                   const char *where)
+{
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(o, "key");
+    if (!n)
+        return TENT_OK;
+    const char *s = cJSON_IsString(n) ? n->valuestring : NULL;
+    if (!s || strlen(s) != 2 * TENT_WIRE_KEY_LEN)
+        return tent_set_error(TENT_EPROTO,
+                              "descriptor %s: 'key' is not %d hex digits",
+                              where, 2 * TENT_WIRE_KEY_LEN);
+    for (int i = 0; i < TENT_WIRE_KEY_LEN; i++) {
+        int hi = hex_val(s[2 * i]), lo = hex_val(s[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return tent_set_error(TENT_EPROTO,
+                                  "descriptor %s: 'key' is not %d hex digits",
+                                  where, 2 * TENT_WIRE_KEY_LEN);
+        key[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return TENT_OK;
+}
+
 /* A buffer's "attrs": an object of at most TENT_WIRE_MAX_BUF_ATTRS short
  * strings; absent is none. */
 static int decode_buf_attrs(const cJSON *o, struct tent_wire_buf *b,
@@ -329,6 +372,8 @@ static int decode_buf(const cJSON *o, size_t i, struct tent_wire_buf *b)
         b->perm = (int)v;
     if (!rc && !(rc = get_int(o, "xport_mask", 0, UINT32_MAX, &v, where)))
         b->xport_mask = (uint32_t)v;
+    if (!rc)
+        rc = get_key(o, b->key, where);
     if (!rc)
         rc = decode_buf_attrs(o, b, where);
     if (rc)

@@ -38,6 +38,7 @@
 #define TENT_WIRE_VERSION      2
 #define TENT_WIRE_DESC_VERSION 1
 #define TENT_WIRE_HDR_LEN      16
+#define TENT_WIRE_KEY_LEN      16 /* a descriptor buffer's access key */
 #define TENT_WIRE_RESP_LEN     8
 /* the longest body of any frame: 16 MiB of data and up to 64 bytes more */
 #define TENT_WIRE_MAX_BODY   ((16u << 20) + 64)
@@ -73,12 +74,14 @@ struct tent_wire_kv {
     char value[TENT_WIRE_ATTR_VAL_MAX];
 };
 
-/* One buffer of a decoded descriptor. */
+/* One buffer of a decoded descriptor.  key: the registration's access key
+ * (all zeros when the descriptor names none, which no target accepts). */
 struct tent_wire_buf {
     uint64_t base, length;
     char location[64];
     int perm;
     uint32_t xport_mask;
+    uint8_t key[TENT_WIRE_KEY_LEN];
     struct tent_wire_kv *attrs; /* nattrs entries (heap), or NULL */
     int nattrs;
 };
@@ -123,6 +126,7 @@ int tent_wire_decode_notify(const uint8_t *in, size_t n,
  *   {"version": 1, "name": s, "host_id": s, "incarnation": "<u64>" (optional),
  *    "buffers": [{"base": "<u64>", "length": "<u64>", "location": s,
  *                 "perm": 0..2, "xport_mask": u32,
+ *                 "key": "<32 lower-case hex digits>" (optional),
  *                 "attrs": {key: value, ...}}, ...],   sorted, disjoint
  *    "attrs": {key: value, ...}} */
 int tent_wire_decode_desc(const char *in, size_t n, struct tent_wire_desc *out);

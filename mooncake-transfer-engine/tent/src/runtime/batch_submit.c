@@ -331,8 +331,8 @@ static struct tent_buffer *find_pin_locked(struct tent_segment *seg,
                                            uint64_t addr, uint64_t len,
                                            bool write)
 {
-    struct tent_buffer *buf =
-        tent_segment_find_access_locked(seg, addr, len, write, !seg->v.local);
+    struct tent_buffer *buf = tent_segment_find_access_locked(
+        seg, addr, len, write, !seg->v.local, NULL);
     if (buf)
         atomic_fetch_add_explicit(&buf->inflight, 1, memory_order_relaxed);
     return buf;
@@ -592,7 +592,18 @@ static bool refetch_waiting(struct tent_engine *e, struct tent_batch *b,
         size_t k = 0;
         while (k < nsegs && segs[k] != seg)
             k++;
-        if (k < nsegs && !changed[k]) {
+        bool write = t->req.opcode == OPCODE_WRITE, moved = false;
+        if (k < nsegs && !changed[k] && !fetch_failed[k] && t->dst_buf) {
+            /* Unchanged by this fetch, but perhaps by one made for another
+             * task after this one was resolved (its buffer was replaced:
+             * a new registration, with a new key): resolve it again. */
+            pthread_rwlock_rdlock(&seg->lock);
+            moved = tent_segment_find_access_locked(seg, t->req.target_offset,
+                                                    t->req.length, write, true,
+                                                    NULL) != t->dst_buf;
+            pthread_rwlock_unlock(&seg->lock);
+        }
+        if (k < nsegs && !changed[k] && !moved) {
             /* The descriptor says what it said: nothing to retry against;
              * the task fails with the cause it met.  A target that answered
              * as another incarnation while the name still resolves to
@@ -614,7 +625,6 @@ static bool refetch_waiting(struct tent_engine *e, struct tent_batch *b,
             tent_task_fail(t, t->last_error, t->native_error, t->error_msg);
             continue;
         }
-        bool write = t->req.opcode == OPCODE_WRITE;
         if (t->dst_buf) {
             atomic_fetch_sub(&t->dst_buf->inflight, 1);
             t->dst_buf = NULL;

@@ -341,10 +341,13 @@ struct tent_buffer *tent_segment_find_locked(const struct tent_segment *seg,
                                              uint64_t addr, uint64_t len);
 /* Like tent_segment_find_locked, but among overlapping ranges prefers one
  * that grants the access (a write; from a remote peer); when none does,
- * returns one that holds the range, whose permission then refuses it. */
+ * returns one that holds the range, whose permission then refuses it.  key
+ * non-NULL: only a buffer with that access key counts (constant-time
+ * compare). */
 struct tent_buffer *
 tent_segment_find_access_locked(const struct tent_segment *seg, uint64_t addr,
-                                uint64_t len, bool write, bool remote);
+                                uint64_t len, bool write, bool remote,
+                                const uint8_t *key);
 /* Whether any buffer overlaps [addr, addr+len); caller holds lock. */
 bool tent_segment_overlaps_locked(const struct tent_segment *seg, uint64_t addr,
                                   uint64_t len);

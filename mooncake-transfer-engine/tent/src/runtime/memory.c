@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -202,6 +203,17 @@ static int register_locked(struct tent_engine *e, void *addr, size_t size,
         memcpy(buf->location, a->location, sizeof(buf->location));
     buf->is_device = tent_location_is_device(buf->location);
     atomic_init(&buf->inflight, 0);
+    /* A fresh key for every registration (a range registered again after
+     * an unregister, or by a new process at the same address, gets
+     * another): a peer holding an older descriptor is refused. */
+    if (getrandom(buf->key, sizeof(buf->key), 0) != (ssize_t)sizeof(buf->key)) {
+        int err = errno;
+        tent_buffer_free(buf);
+        return tent_set_error(TENT_EIO,
+                              "register memory: getrandom for the key of "
+                              "[%p, +%zu) failed: %s",
+                              addr, size, strerror(err));
+    }
     int rc = attach_transports(e, buf, o->transport_type);
     if (rc != TENT_OK)
         goto fail_attach;

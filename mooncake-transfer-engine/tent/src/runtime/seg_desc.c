@@ -22,6 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(TENT_BUF_KEY_LEN == TENT_WIRE_KEY_LEN,
+               "a buffer's key travels whole in the descriptor");
+
 char *tent_desc_export(struct tent_engine *e, size_t *len)
 {
     struct tent_segment *seg = e->local;
@@ -45,6 +48,7 @@ char *tent_desc_export(struct tent_engine *e, size_t *len)
         snprintf(w->location, sizeof(w->location), "%s", b->location);
         w->perm = b->perm;
         w->xport_mask = b->xport_mask;
+        memcpy(w->key, b->key, sizeof(w->key));
         size_t na = tent_attrs_count(b->attrs);
         w->attrs = na ? calloc(na, sizeof(*w->attrs)) : NULL;
         if (na && !w->attrs) {
@@ -99,8 +103,10 @@ static bool same_attrs(const struct tent_attrs *a,
 
 static bool same_buf(const struct tent_buffer *b, const struct tent_wire_buf *w)
 {
+    /* a new key is a new registration: never the old record */
     return b->base == w->base && b->length == w->length && b->perm == w->perm &&
            b->xport_mask == w->xport_mask &&
+           memcmp(b->key, w->key, sizeof(b->key)) == 0 &&
            strcmp(b->location, w->location) == 0 && same_attrs(b->attrs, w);
 }
 
@@ -129,6 +135,7 @@ static struct tent_buffer *new_buf(const struct tent_wire_buf *w)
     snprintf(b->location, sizeof(b->location), "%s", w->location);
     b->perm = w->perm;
     b->xport_mask = w->xport_mask;
+    memcpy(b->key, w->key, sizeof(b->key));
     b->alloc_fd = -1;
     b->is_device = tent_location_is_device(b->location);
     for (int k = 0; k < w->nattrs; k++)

@@ -97,13 +97,16 @@ static bool grants(const struct tent_buffer *b, bool write, bool remote)
 
 struct tent_buffer *
 tent_segment_find_access_locked(const struct tent_segment *seg, uint64_t addr,
-                                uint64_t len, bool write, bool remote)
+                                uint64_t len, bool write, bool remote,
+                                const uint8_t *key)
 {
     struct tent_buffer *first = NULL;
     for (long i = floor_index(seg, addr); i >= 0; i--) {
         struct tent_buffer *b = seg->bufs[i];
         uint64_t off = addr - b->base;
         if (off >= b->length || len > b->length - off)
+            continue;
+        if (key && !tent_key_equal(b->key, key))
             continue;
         if (grants(b, write, remote))
             return b;

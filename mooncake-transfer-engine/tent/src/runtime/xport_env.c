@@ -34,16 +34,21 @@ static bool env_seg_on_host(void *ctx, const struct tent_seg_view *v)
 }
 
 /* A peer's access through transport type: the buffer wholly holding the
- * range that grants it, served by type; pinned until env_unpin_local. */
+ * range with the access key the peer named that grants it, served by type;
+ * pinned until env_unpin_local.  A wrong key is answered as an unregistered
+ * range (TENT_ERANGE), before the permission is looked at: a peer without
+ * the key learns nothing about what is registered. */
 static int env_pin_local(void *ctx, int type, uint64_t addr, uint64_t len,
-                         bool write, struct tent_pin *pin)
+                         bool write, const uint8_t *key, struct tent_pin *pin)
 {
     struct tent_engine *e = ctx;
     struct tent_segment *seg = e->local;
     int rc = TENT_OK;
     pthread_rwlock_rdlock(&seg->lock);
+    /* no key (NULL) is no match, never "any" */
     struct tent_buffer *b =
-        tent_segment_find_access_locked(seg, addr, len, write, true);
+        key ? tent_segment_find_access_locked(seg, addr, len, write, true, key)
+            : NULL;
     if (!b)
         rc = TENT_ERANGE;
     else if (b->perm == PERM_LOCAL_READ_WRITE ||

@@ -70,12 +70,25 @@ struct tent_peer {
     uint64_t incarnation;
 };
 
+/* Bytes of a registration's access key. */
+#define TENT_BUF_KEY_LEN 16
+
+/* Whether two access keys are equal, in time independent of where they
+ * differ (a refused peer learns nothing of the key from the answer time). */
+static inline bool tent_key_equal(const uint8_t *a, const uint8_t *b)
+{
+    volatile uint8_t d = 0;
+    for (int i = 0; i < TENT_BUF_KEY_LEN; i++)
+        d |= (uint8_t)(a[i] ^ b[i]);
+    return d == 0;
+}
+
 /* A registered buffer.  In the local segment it is one the application (or
  * tent_allocate_memory) registered; in a remote segment, one the peer
  * published.  A transport reads base, length, location, perm, is_device,
- * alloc_fd and attrs, and writes attrs only in its add_buffer (before the
- * buffer is published); every other field is the runtime's.  The runtime
- * keeps a record alive while inflight > 0. */
+ * alloc_fd, key and attrs, and writes attrs only in its add_buffer (before
+ * the buffer is published); every other field is the runtime's.  The
+ * runtime keeps a record alive while inflight > 0. */
 struct tent_buffer {
     uint64_t base;
     uint64_t length;
@@ -83,6 +96,12 @@ struct tent_buffer {
     int perm;       /* PERM_* */
     bool is_device; /* location names an accelerator */
     int alloc_fd;   /* local only: memfd whose offset 0 is base, or -1 */
+    /* The registration's access key: random (getrandom), drawn afresh by
+     * every registration, published in the descriptor with the buffer.  A
+     * peer's request names it (a remote record: the descriptor's); a
+     * target half refuses a request whose key is not the registration's as
+     * if the range were not registered (pin_local). */
+    uint8_t key[TENT_BUF_KEY_LEN];
     struct tent_attrs *attrs;
     /* runtime's */
     uint32_t xport_mask;   /* bit (1 << TRANSPORT_*) per transport serving it */
@@ -302,17 +321,20 @@ struct tent_xport_env {
     bool (*seg_on_host)(void *ctx, const struct tent_seg_view *seg);
 
     /* The local registrations, as a peer's request through transport type
-     * sees them: finds the buffer wholly holding [addr, +len) that grants
-     * the access (a write if write) to remote peers and that type serves,
-     * and pins it (pin->buf) until unpin_local.  Otherwise the TENT_E* code
-     * the peer is to be answered (TENT_ERANGE: not registered; TENT_EPERM:
-     * the permission refuses it; TENT_ENOTSUP: not served by type).  While
+     * sees them: finds the buffer wholly holding [addr, +len) whose access
+     * key is key (TENT_BUF_KEY_LEN bytes, compared in constant time), that
+     * grants the access (a write if write) to remote peers and that type
+     * serves, and pins it (pin->buf) until unpin_local.  Otherwise the
+     * TENT_E* code the peer is to be answered (TENT_ERANGE: not registered,
+     * or no registration holding it has that key: the two are one answer;
+     * TENT_EPERM: the permission refuses it; TENT_ENOTSUP: not served by
+     * type).  While
      * pinned, an unregister of the buffer calls pin->abort(pin->arg) (from
      * the unregistering thread, at most once: make the use end soon, e.g.
      * shut its connection down) and waits, bounded by revoke_timeout_ms,
      * for the unpin; pin->peer names the user in its error otherwise. */
     int (*pin_local)(void *ctx, int type, uint64_t addr, uint64_t len,
-                     bool write, struct tent_pin *pin);
+                     bool write, const uint8_t *key, struct tent_pin *pin);
     void (*unpin_local)(void *ctx, struct tent_pin *pin);
     /* How long an unregister waits for peers to stop using a range. */
     int revoke_timeout_ms;

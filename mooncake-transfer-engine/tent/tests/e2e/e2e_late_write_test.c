@@ -71,6 +71,21 @@ static int connect_peer(void)
     return fd;
 }
 
+/* What entitles a raw frame to the peer's rw buffer: its access key from
+ * the descriptor (incarnation 0 names none). */
+static struct tcp_wire_access rw_access(void)
+{
+    const char *colon = strrchr(g_peer.name, ':');
+    char host[64];
+    snprintf(host, sizeof(host), "%.*s", (int)(colon - g_peer.name),
+             g_peer.name);
+    struct tcp_wire_access acc = {0};
+    assert_int_equal(e2e_desc_key(host, (uint16_t)atoi(colon + 1),
+                                  g_peer.rw_base, acc.key),
+                     0);
+    return acc;
+}
+
 static void send_all(int fd, const uint8_t *b, size_t n)
 {
     while (n) {
@@ -118,8 +133,9 @@ static void late_write(uint64_t off, bool begun, bool reset)
 
     static uint8_t frame[TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN + LEN];
     tent_wire_encode_hdr(frame, TCP_WIRE_WRITE, 9, TCP_WIRE_RW_LEN + LEN);
+    struct tcp_wire_access acc = rw_access();
     tcp_wire_encode_rw(frame + TENT_WIRE_HDR_LEN, g_peer.rw_base + off, LEN,
-                        NULL);
+                       &acc);
     uint8_t *body = frame + TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN;
     for (size_t i = 0; i < LEN; i++)
         body[i] = (uint8_t)(e2e_pattern(off + i) ^ 0xa5);
@@ -180,8 +196,9 @@ static void test_live_frame_lands(void **state)
     const uint64_t off = 4 * LEN;
     static uint8_t frame[TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN + LEN];
     tent_wire_encode_hdr(frame, TCP_WIRE_WRITE, 7, TCP_WIRE_RW_LEN + LEN);
+    struct tcp_wire_access acc = rw_access();
     tcp_wire_encode_rw(frame + TENT_WIRE_HDR_LEN, g_peer.rw_base + off, LEN,
-                        NULL);
+                       &acc);
     uint8_t *body = frame + TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN;
     for (size_t i = 0; i < LEN; i++)
         body[i] = (uint8_t)(i * 7 + 1);

@@ -699,3 +699,37 @@ int e2e_wait(tent_engine_t e, tent_batch_id_t b, int timeout_ms,
         usleep(200);
     }
 }
+
+int e2e_desc_key(const char *host, uint16_t port, uint64_t addr,
+                 uint8_t key[TENT_WIRE_KEY_LEN])
+{
+    memset(key, 0, TENT_WIRE_KEY_LEN);
+    int fd = -1, rc = -1;
+    if (tent_rpc_connect(host, port, 3000, &fd))
+        return -1;
+    uint8_t h[TENT_WIRE_HDR_LEN];
+    struct tent_wire_hdr hdr;
+    char *body = NULL;
+    struct tent_wire_desc d;
+    memset(&d, 0, sizeof(d));
+    tent_wire_encode_hdr(h, TENT_WIRE_DESC_REQ, 1, 0);
+    if (tent_rpc_send_all(fd, h, sizeof(h)) ||
+        tent_rpc_recv_all(fd, h, sizeof(h)) ||
+        tent_wire_decode_hdr(h, sizeof(h), &hdr) ||
+        hdr.type != TENT_WIRE_DESC_RESP || !(body = malloc(hdr.len)) ||
+        tent_rpc_recv_all(fd, body, hdr.len) ||
+        tent_wire_decode_desc(body, hdr.len, &d))
+        goto out;
+    rc = 1;
+    for (size_t i = 0; i < d.nbufs; i++)
+        if (addr >= d.bufs[i].base && addr - d.bufs[i].base < d.bufs[i].length) {
+            memcpy(key, d.bufs[i].key, TENT_WIRE_KEY_LEN);
+            rc = 0;
+            break;
+        }
+    tent_wire_desc_free(&d);
+out:
+    free(body);
+    close(fd);
+    return rc;
+}

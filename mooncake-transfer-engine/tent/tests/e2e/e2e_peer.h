@@ -4,6 +4,7 @@
 #ifndef TENT_TESTS_E2E_PEER_H
 #define TENT_TESTS_E2E_PEER_H
 
+#include "rpc/wire.h"
 #include "tent/transfer_engine.h"
 
 #include <stdbool.h>
@@ -106,6 +107,11 @@ int e2e_peer_hold_fds(struct e2e_peer *p, int free_left);
 void e2e_peer_kill(struct e2e_peer *p);
 void e2e_peer_quit(struct e2e_peer *p);
 
+/* The access key the descriptor served at host:port publishes for the
+ * buffer holding addr (the first one listed): 0, 1 with zeros when no
+ * buffer holds addr, -1 when the descriptor could not be fetched. */
+int e2e_desc_key(const char *host, uint16_t port, uint64_t addr,
+                 uint8_t key[TENT_WIRE_KEY_LEN]);
 uint8_t e2e_pattern(uint64_t i);
 /* Fills buf[0, n) with e2e_pattern(seed + i): the pattern repeats every
  * 2 MiB, so it computes one period and copies it, which keeps filling a

@@ -51,6 +51,15 @@ static int group_teardown(void **state)
     return 0;
 }
 
+/* The access block naming the key g_peer publishes for the buffer at addr
+ * (zeros when none holds it). */
+static struct tcp_wire_access peer_acc(uint64_t addr)
+{
+    struct tcp_wire_access a = {0};
+    assert_true(e2e_desc_key(g_host, g_port, addr, a.key) >= 0);
+    return a;
+}
+
 static int raw_connect(void)
 {
     int fd = -1;
@@ -250,7 +259,8 @@ static void test_malformed_frames_drop_only_their_connection(void **state)
     uint8_t partial[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
     fd = raw_connect();
     tent_wire_encode_hdr(h, TCP_WIRE_WRITE, 1, TCP_WIRE_RW_LEN + 4096);
-    tcp_wire_encode_rw(h + 16, g_peer.rw_base + 8192, 4096, NULL);
+    struct tcp_wire_access acc = peer_acc(g_peer.rw_base);
+    tcp_wire_encode_rw(h + 16, g_peer.rw_base + 8192, 4096, &acc);
     send_bytes(fd, h, TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN);
     send_bytes(fd, partial, sizeof(partial));
     close(fd);
@@ -290,13 +300,14 @@ static int32_t read_answer(int fd, struct tent_wire_hdr *hdr)
 /* Appends a READ or WRITE request (a WRITE with its len bytes of data) to
  * out; returns its length. */
 static size_t put_rw(uint8_t *out, int type, uint32_t seq, uint64_t addr,
-                     uint32_t len, const uint8_t *data)
+                     uint32_t len, const uint8_t *data,
+                     const struct tcp_wire_access *acc)
 {
     bool w = type == TCP_WIRE_WRITE;
     const size_t at = TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN;
     tent_wire_encode_hdr(out, (uint8_t)type, seq,
                          TCP_WIRE_RW_LEN + (w ? len : 0));
-    tcp_wire_encode_rw(out + 16, addr, len, NULL);
+    tcp_wire_encode_rw(out + 16, addr, len, acc);
     if (w)
         memcpy(out + at, data, len);
     return at + (w ? len : 0);
@@ -304,10 +315,11 @@ static size_t put_rw(uint8_t *out, int type, uint32_t seq, uint64_t addr,
 
 /* Sends one well-formed request (a WRITE's data: zeros); returns the
  * answer's status. */
-static int32_t raw_rw(int fd, int type, uint64_t addr, uint32_t len)
+static int32_t raw_rw_acc(int fd, int type, uint64_t addr, uint32_t len,
+                          const struct tcp_wire_access *acc)
 {
     uint8_t *zeros = calloc(1, len), *req = malloc(TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN + (size_t)len);
-    send_bytes(fd, req, put_rw(req, type, 3, addr, len, zeros));
+    send_bytes(fd, req, put_rw(req, type, 3, addr, len, zeros, acc));
     free(req);
     free(zeros);
     struct tent_wire_hdr hdr;
@@ -318,6 +330,13 @@ static int32_t raw_rw(int fd, int type, uint64_t addr, uint32_t len)
         free(d);
     }
     return st;
+}
+
+/* raw_rw_acc with the key g_peer publishes for addr. */
+static int32_t raw_rw(int fd, int type, uint64_t addr, uint32_t len)
+{
+    struct tcp_wire_access a = peer_acc(addr);
+    return raw_rw_acc(fd, type, addr, len, &a);
 }
 
 /* Reads the next answer: it must be seq's, a success, carrying data[0, n). */
@@ -355,6 +374,88 @@ static void test_server_enforces_bounds_and_permissions(void **state)
     assert_true(target_intact_but_partial(partial, sizeof(partial)));
 }
 
+/* Access keys: a raw client that knows host:port and, from the descriptor,
+ * a buffer's address and length, but not its key (zeros, or a key one bit
+ * off), is refused for READ and WRITE with the very answer an unregistered
+ * range gets (TENT_ERANGE, also where the permission would refuse), and the
+ * target's memory is unchanged; the right key is served. */
+static void test_wrong_key_refused_as_unregistered(void **state)
+{
+    (void)state;
+    struct e2e_peer *p = &g_peer;
+    uint64_t before = e2e_peer_hash(p, false, 0, 1 << 20);
+    struct tcp_wire_access good = peer_acc(p->rw_base), zero = {0},
+                            off = good, ro_zero = {0};
+    uint8_t any = 0;
+    for (int i = 0; i < TCP_WIRE_KEY_LEN; i++)
+        any |= good.key[i];
+    assert_true(any); /* the descriptor publishes a key */
+    off.key[TCP_WIRE_KEY_LEN - 1] ^= 1;
+    int fd = raw_connect();
+    const struct tcp_wire_access *bad[] = {&zero, &off};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(
+            raw_rw_acc(fd, TCP_WIRE_WRITE, p->rw_base, 4096, bad[k]),
+            TENT_ERANGE);
+        assert_int_equal(
+            raw_rw_acc(fd, TCP_WIRE_READ, p->rw_base + 64, 64, bad[k]),
+            TENT_ERANGE);
+    }
+    /* an unregistered range: the same answer */
+    assert_int_equal(raw_rw_acc(fd, TCP_WIRE_READ, 0x1000, 64, &zero),
+                     TENT_ERANGE);
+    /* no key is no permission oracle either: read-only and local memory
+     * answer as unregistered, not TENT_EPERM */
+    assert_int_equal(raw_rw_acc(fd, TCP_WIRE_WRITE, p->ro_base, 64, &ro_zero),
+                     TENT_ERANGE);
+    assert_int_equal(
+        raw_rw_acc(fd, TCP_WIRE_READ, p->local_base, 64, &ro_zero),
+        TENT_ERANGE);
+    assert_int_equal(e2e_peer_hash(p, false, 0, 1 << 20), before);
+    /* the connection survives; the right key reads */
+    assert_int_equal(raw_rw_acc(fd, TCP_WIRE_READ, p->rw_base, 64, &good), 0);
+    close(fd);
+}
+
+/* A buffer registered again at the same address gets a new key: a request
+ * with the old descriptor's key is refused and writes nothing, the new key
+ * is served, and an engine holding the old descriptor refetches it and
+ * moves every byte. */
+static void test_reregistration_gets_a_new_key(void **state)
+{
+    (void)state;
+    struct e2e_peer *p = &g_peer;
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    tent_segment_id_t seg;
+    assert_int_equal(tent_open_segment(e, &seg, p->name), 0);
+    read_check(e, seg, p->rw_base); /* the engine holds the old descriptor */
+    struct tcp_wire_access old = peer_acc(p->rw_base);
+    assert_int_equal(e2e_peer_reregister_rw(p, PERM_GLOBAL_READ_WRITE), 0);
+    struct tcp_wire_access cur = peer_acc(p->rw_base);
+    assert_memory_not_equal(old.key, cur.key, TCP_WIRE_KEY_LEN);
+    uint64_t before = e2e_peer_hash(p, false, 0, 1 << 20);
+    int fd = raw_connect();
+    assert_int_equal(raw_rw_acc(fd, TCP_WIRE_WRITE, p->rw_base, 4096, &old),
+                     TENT_ERANGE);
+    assert_int_equal(raw_rw_acc(fd, TCP_WIRE_READ, p->rw_base, 4096, &old),
+                     TENT_ERANGE);
+    assert_int_equal(e2e_peer_hash(p, false, 0, 1 << 20), before);
+    /* the new key writes: the pattern's own bytes, so nothing changes */
+    enum { N = 4096 };
+    uint8_t *req = malloc(TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN + N);
+    uint8_t pat[N];
+    e2e_pattern_fill(pat, N, 0);
+    send_bytes(fd, req,
+               put_rw(req, TCP_WIRE_WRITE, 5, p->rw_base, N, pat, &cur));
+    expect_answer(fd, 5, NULL, 0);
+    free(req);
+    close(fd);
+    assert_int_equal(e2e_peer_hash(p, false, 0, 1 << 20), before);
+    read_check(e, seg, p->rw_base); /* refetched: the new key */
+    tent_destroy_engine(e);
+}
+
 /* Requests sent back to back: two large writes (the server receives their
  * bodies straight into the target, and with them the start of whatever
  * follows) then reads, the last one's header split across two sends.
@@ -370,11 +471,15 @@ static void test_back_to_back_requests_after_large_bodies(void **state)
     e2e_pattern_fill(orig, A + B, 0);
     for (size_t i = 0; i < A + B; i++)
         mine[i] = (uint8_t)~orig[i];
-    size_t n = put_rw(out, TCP_WIRE_WRITE, 11, p->rw_base, A, mine);
-    n += put_rw(out + n, TCP_WIRE_WRITE, 12, p->rw_base + A, B, mine + A);
-    n += put_rw(out + n, TCP_WIRE_READ, 13, p->rw_base + A - 6, 12, NULL);
+    struct tcp_wire_access acc = peer_acc(p->rw_base);
+    size_t n = put_rw(out, TCP_WIRE_WRITE, 11, p->rw_base, A, mine, &acc);
+    n += put_rw(out + n, TCP_WIRE_WRITE, 12, p->rw_base + A, B, mine + A,
+                &acc);
+    n += put_rw(out + n, TCP_WIRE_READ, 13, p->rw_base + A - 6, 12, NULL,
+                &acc);
     size_t last = n;
-    n += put_rw(out + n, TCP_WIRE_READ, 14, p->rw_base + A + B - 6, 12, NULL);
+    n += put_rw(out + n, TCP_WIRE_READ, 14, p->rw_base + A + B - 6, 12, NULL,
+                &acc);
     int fd = raw_connect();
     /* all but the tail of the last header, which follows only once the
      * request before it is answered: the server then holds part of a
@@ -390,7 +495,7 @@ static void test_back_to_back_requests_after_large_bodies(void **state)
     e2e_pattern_fill(edge + 6, 6, A + B);
     expect_answer(fd, 14, edge, 12);
     /* the pattern back, in one large write */
-    n = put_rw(out, TCP_WIRE_WRITE, 15, p->rw_base, A + B, orig);
+    n = put_rw(out, TCP_WIRE_WRITE, 15, p->rw_base, A + B, orig, &acc);
     assert_int_equal(tent_rpc_send_all(fd, out, n), 0);
     expect_answer(fd, 15, NULL, 0);
     close(fd);
@@ -433,7 +538,8 @@ static void test_fence_cuts_off_a_connection(void **state)
     uint8_t h[TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN];
     tent_wire_encode_hdr(h, TCP_WIRE_WRITE, 3,
                          TCP_WIRE_RW_LEN + (uint32_t)len);
-    tcp_wire_encode_rw(h + 16, p->rw_base + off, len, NULL);
+    struct tcp_wire_access acc = peer_acc(p->rw_base);
+    tcp_wire_encode_rw(h + 16, p->rw_base + off, len, &acc);
     send_bytes(a, h, sizeof(h));
     uint8_t *data = malloc(len);
     memset(data, 0xee, len);
@@ -732,15 +838,19 @@ static void test_busy_server_refuses_newcomer(void **state)
                                            "rpc_frame_min_rate", "1", NULL});
     int fds[4];
     uint8_t h[TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN + 10];
+    struct tcp_wire_access acc = {0};
+    assert_int_equal(e2e_desc_key(t.host, t.port, (uintptr_t)t.buf, acc.key),
+                     0);
     for (int i = 0; i < 4; i++) {
         fds[i] = connect_to(&t);
         /* a read that moves data: a working peer */
-        assert_int_equal(raw_rw(fds[i], TCP_WIRE_READ, (uintptr_t)t.buf, 64),
-                         0);
+        assert_int_equal(
+            raw_rw_acc(fds[i], TCP_WIRE_READ, (uintptr_t)t.buf, 64, &acc), 0);
         /* then a write of 4 KiB of which 10 bytes come: inside a frame,
          * above 1 byte a second for longer than its deadline */
         tent_wire_encode_hdr(h, TCP_WIRE_WRITE, 1, TCP_WIRE_RW_LEN + 4096);
-        tcp_wire_encode_rw(h + TENT_WIRE_HDR_LEN, (uintptr_t)t.buf, 4096, NULL);
+        tcp_wire_encode_rw(h + TENT_WIRE_HDR_LEN, (uintptr_t)t.buf, 4096,
+                            &acc);
         memcpy(h + TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN, t.buf, 10);
         send_bytes(fds[i], h, sizeof(h));
     }
@@ -862,6 +972,8 @@ int main(void)
         cmocka_unit_test(test_malformed_frames_drop_only_their_connection),
         cmocka_unit_test(test_server_enforces_bounds_and_permissions),
         cmocka_unit_test(test_back_to_back_requests_after_large_bodies),
+        cmocka_unit_test(test_wrong_key_refused_as_unregistered),
+        cmocka_unit_test(test_reregistration_gets_a_new_key),
         cmocka_unit_test(test_bad_descriptor_refused_by_initiator),
         cmocka_unit_test(test_idle_connections_cannot_lock_peers_out),
         cmocka_unit_test(test_slow_frame_dropped_at_deadline),

@@ -266,6 +266,20 @@ static void test_descriptor(void **state)
     memset(d2, 0, sizeof(*d2));
     assert_int_equal(tent_wire_decode_desc(again, len, d2), 0);
     assert_int_equal(d2->incarnation, 0xfedcba9876543210ull);
+    /* a buffer's access key (all 16 bytes) survives a round trip; a
+     * descriptor without one decodes with zeros */
+    static const uint8_t zero[TENT_WIRE_KEY_LEN];
+    assert_memory_equal(d2->bufs[0].key, zero, TENT_WIRE_KEY_LEN);
+    for (int i = 0; i < TENT_WIRE_KEY_LEN; i++)
+        d->bufs[1].key[i] = (uint8_t)(0xf1 - 17 * i);
+    free(again);
+    again = tent_wire_encode_desc(d, &len);
+    assert_non_null(again);
+    tent_wire_desc_free(d2);
+    memset(d2, 0, sizeof(*d2));
+    assert_int_equal(tent_wire_decode_desc(again, len, d2), 0);
+    assert_memory_equal(d2->bufs[1].key, d->bufs[1].key, TENT_WIRE_KEY_LEN);
+    assert_memory_equal(d2->bufs[0].key, zero, TENT_WIRE_KEY_LEN);
     tent_wire_desc_free(d2);
     tent_wire_desc_free(d);
     free(again);
@@ -289,6 +303,21 @@ static void test_descriptor(void **state)
                                     "\"base\":\"18446744073709551600\""),
                      TENT_EPROTO); /* wraps */
     assert_int_equal(decode_mutated("\"perm\":2", "\"perm\":3"), TENT_EPROTO);
+    /* a key is exactly 32 lower-case hex digits */
+    assert_int_equal(
+        decode_mutated("\"perm\":2",
+                       "\"perm\":2,\"key\":\"00112233445566778899aabbccddeeff\""),
+        TENT_OK);
+    assert_int_equal(
+        decode_mutated("\"perm\":2",
+                       "\"perm\":2,\"key\":\"00112233445566778899aabbccddeef\""),
+        TENT_EPROTO);
+    assert_int_equal(
+        decode_mutated("\"perm\":2",
+                       "\"perm\":2,\"key\":\"00112233445566778899aabbccddeefg\""),
+        TENT_EPROTO);
+    assert_int_equal(decode_mutated("\"perm\":2", "\"perm\":2,\"key\":7"),
+                     TENT_EPROTO);
     assert_int_equal(decode_mutated("\"perm\":2", "\"perm\":1.5"), TENT_EPROTO);
     assert_int_equal(decode_mutated("\"xport_mask\":128", "\"xport_mask\":-1"),
                      TENT_EPROTO);

@@ -1,6 +1,6 @@
 #!/bin/sh
 # libmf_smem.so (mf_host) must export exactly the 13 smem_* symbols of the
-# ABI and nothing else.  Usage: check_exports.sh path/to/libmf_smem.so
+# ABI and mf_host's two key extensions (smem_trans_ext_*), nothing else.  Usage: check_exports.sh path/to/libmf_smem.so
 set -eu
 lib=$1
 want="smem_set_log_level
@@ -11,6 +11,8 @@ smem_trans_config_init
 smem_trans_create
 smem_trans_deregister_mem
 smem_trans_destroy
+smem_trans_ext_batch_copy_keyed
+smem_trans_ext_register_mem_keyed
 smem_trans_get_rpc_port
 smem_trans_init
 smem_trans_register_mem
@@ -23,4 +25,4 @@ if [ "$got" != "$want" ]; then
     echo "--- got"; echo "$got"
     exit 1
 fi
-echo "ok: $lib exports exactly the 13 smem_* symbols"
+echo "ok: $lib exports exactly the 13 smem_* symbols and 2 extensions"

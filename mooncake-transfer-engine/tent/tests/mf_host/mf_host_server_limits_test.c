@@ -8,7 +8,9 @@
  *    peer's own connections stay usable across several timeouts; one that
  *    never says HELLO is closed after the socket timeout even without;
  *  - the HELLO answer holds no value inside any mapping of the target;
- *  - READ, WRITE and RANGES before a HELLO close the connection, unserved.
+ *  - READ, WRITE and RANGES before a HELLO close the connection, unserved;
+ *  - a range registered with a key refuses requests with another key as
+ *    if it were not registered.
  */
 /* cmocka.h needs these first. */
 /* clang-format off */
@@ -475,10 +477,176 @@ static void test_requests_before_hello_refused(void **state)
     assert_int_equal(mfh_child_stop(&c, false), 0);
 }
 
+/* One request on a greeted connection with key (NULL: zeros); the reply
+ * header (a READ answered SM_OK: its data into got, then its final
+ * status, which must be SM_OK). */
+static struct mfh_msg keyed_req(int fd, uint16_t type, uint64_t addr,
+                                uint64_t len, const uint8_t *key,
+                                const uint8_t *data, uint8_t *got)
+{
+    struct mfh_msg m = {
+        .magic = MFH_MAGIC, .type = type, .addr = addr, .len = len};
+    if (key)
+        memcpy(m.key, key, MFH_KEY_LEN);
+    struct mfh_wire_range r = {.addr = addr, .len = len};
+    if (type == MFH_MSG_CHECK) {
+        if (key)
+            memcpy(r.key, key, MFH_KEY_LEN);
+        m.count = 1;
+        m.addr = 0;
+        m.len = sizeof(r);
+    }
+    assert_int_equal(send(fd, &m, sizeof(m), MSG_NOSIGNAL), (ssize_t)sizeof(m));
+    if (type == MFH_MSG_CHECK)
+        assert_int_equal(send(fd, &r, sizeof(r), MSG_NOSIGNAL),
+                         (ssize_t)sizeof(r));
+    if (type == MFH_MSG_WRITE)
+        assert_int_equal(send(fd, data, len, MSG_NOSIGNAL), (ssize_t)len);
+    struct mfh_msg a;
+    assert_int_equal(tc_read_all(fd, &a, sizeof(a)), 0);
+    assert_int_equal(a.type, MFH_MSG_REPLY);
+    if (type == MFH_MSG_READ && a.status == SM_OK) {
+        assert_int_equal(a.len, len);
+        assert_int_equal(tc_read_all(fd, got, len), 0);
+        struct mfh_msg fin;
+        assert_int_equal(tc_read_all(fd, &fin, sizeof(fin)), 0);
+        assert_int_equal(fin.status, SM_OK);
+    }
+    return a;
+}
+
+/* One keyed batch of two entries (so the batch is CHECKed first) from
+ * instance h: its result. */
+static int32_t keyed_copy(smem_trans_t h, const char *uid,
+                          smem_trans_opcode_t op, uint8_t *local,
+                          uint8_t *remote, size_t len, const uint8_t *key)
+{
+    void *src[2] = {local, local + len / 2},
+         *dst[2] = {remote, remote + len / 2};
+    size_t sz[2] = {len / 2, len - len / 2};
+    uint8_t keys[2 * MFH_KEY_LEN];
+    memcpy(keys, key, MFH_KEY_LEN);
+    memcpy(keys + MFH_KEY_LEN, key, MFH_KEY_LEN);
+    smem_trans_batch_params_t p = {.destUrl = uid,
+                                   .srcList = src,
+                                   .destList = dst,
+                                   .sizeList = sz,
+                                   .batchSize = 2,
+                                   .opcode = op};
+    uint64_t id = 0;
+    int32_t rc = A->smem_trans_ext_batch_copy_keyed(h, &p, keys, &id);
+    if (rc != SM_OK)
+        return rc;
+    int32_t result = -12345;
+    rc = mfh_wait(A, h, id, &result, 30.0);
+    return rc != SM_OK ? rc : result;
+}
+
+/* A range registered with a key: READ, WRITE and CHECK without it (zeros)
+ * or with another are answered exactly as an unregistered range is, and
+ * write nothing; RANGES never hands the key out; the key is served; a new
+ * registration at the same address gets a new key and the old one is
+ * refused, through raw frames and through an instance of this library. */
+static void test_keyed_range_refuses_other_keys(void **state)
+{
+    (void)state;
+    struct mfh_child c;
+    target_start(&c, SMEMB_DATA_OP_HOST_TCP, 0, NULL);
+    enum { LEN = 8192 };
+    assert_int_equal(mfh_child_cmd(&c, 'Z', 0, 0, 0), 0);
+    assert_int_equal(mfh_child_cmd(&c, 'F', 0, LEN, 21), 0);
+    assert_int_equal(mfh_child_cmd(&c, 'K', 0, 0, 7), 0);
+    uint64_t base = (uint64_t)(uintptr_t)c.base;
+    uint8_t k7[MFH_KEY_LEN], k8[MFH_KEY_LEN], off[MFH_KEY_LEN];
+    mfh_test_key(7, k7);
+    mfh_test_key(8, k8);
+    memcpy(off, k7, MFH_KEY_LEN);
+    off[0] ^= 0x80;
+    static uint8_t got[LEN], junk[LEN];
+    memset(junk, 0xee, sizeof(junk));
+
+    int fd = raw_connect(c.uid, false, 5000);
+    uint8_t ans[sizeof(struct mfh_msg) + sizeof(struct mfh_hello)];
+    size_t alen = 0;
+    raw_hello(fd, ans, &alen);
+    /* the answer to an unregistered range, the reference */
+    struct mfh_msg none_r =
+        keyed_req(fd, MFH_MSG_READ, 0x1000, LEN, NULL, NULL, got);
+    struct mfh_msg none_w =
+        keyed_req(fd, MFH_MSG_WRITE, 0x1000, LEN, NULL, junk, NULL);
+    struct mfh_msg none_c =
+        keyed_req(fd, MFH_MSG_CHECK, 0x1000, LEN, NULL, NULL, NULL);
+    assert_int_not_equal(none_r.status, SM_OK);
+    const uint8_t *bad[] = {NULL, off};
+    for (int i = 0; i < 2; i++) {
+        struct mfh_msg r =
+            keyed_req(fd, MFH_MSG_READ, base, LEN, bad[i], NULL, got);
+        assert_memory_equal(&r, &none_r, sizeof(r));
+        r = keyed_req(fd, MFH_MSG_WRITE, base, LEN, bad[i], junk, NULL);
+        assert_memory_equal(&r, &none_w, sizeof(r));
+        r = keyed_req(fd, MFH_MSG_CHECK, base, LEN, bad[i], NULL, NULL);
+        assert_int_equal(r.status, none_c.status);
+        assert_int_equal(r.addr, none_c.addr);
+        assert_int_equal(r.len, none_c.len);
+    }
+    assert_int_equal(mfh_child_cmd(&c, 'V', 0, LEN, 21), 0); /* unchanged */
+    /* RANGES: the range, never its key */
+    struct mfh_msg m = {.magic = MFH_MAGIC, .type = MFH_MSG_RANGES};
+    assert_int_equal(send(fd, &m, sizeof(m), MSG_NOSIGNAL), (ssize_t)sizeof(m));
+    assert_int_equal(tc_read_all(fd, &m, sizeof(m)), 0);
+    assert_int_equal(m.status, SM_OK);
+    assert_int_equal(m.count, 1);
+    struct mfh_wire_range wr;
+    assert_int_equal(tc_read_all(fd, &wr, sizeof(wr)), 0);
+    assert_int_equal(wr.addr, base);
+    static const uint8_t zero[MFH_KEY_LEN];
+    assert_memory_equal(wr.key, zero, MFH_KEY_LEN);
+    /* the key: served */
+    memset(got, 0, sizeof(got));
+    m = keyed_req(fd, MFH_MSG_READ, base, LEN, k7, NULL, got);
+    assert_int_equal(m.status, SM_OK);
+    assert_int_equal(mfh_check(got, LEN, 21), LEN);
+    m = keyed_req(fd, MFH_MSG_CHECK, base, LEN, k7, NULL, NULL);
+    assert_int_equal(m.status, SM_OK);
+    /* registered again: a new key, the old one refused */
+    assert_int_equal(mfh_child_cmd(&c, 'K', 0, 0, 8), 0);
+    m = keyed_req(fd, MFH_MSG_WRITE, base, LEN, k7, junk, NULL);
+    assert_memory_equal(&m, &none_w, sizeof(m));
+    m = keyed_req(fd, MFH_MSG_READ, base, LEN, k7, NULL, got);
+    assert_memory_equal(&m, &none_r, sizeof(m));
+    assert_int_equal(mfh_child_cmd(&c, 'V', 0, LEN, 21), 0);
+    close(fd);
+
+    /* the same through an instance of this library: the old key's batch
+     * fails and writes nothing, the new key's moves every byte */
+    assert_int_equal(A->smem_trans_init(0, 0), SM_OK);
+    smem_trans_t h = mfh_create(A, SMEMB_DATA_OP_HOST_TCP);
+    assert_non_null(h);
+    uint8_t *buf = malloc(LEN);
+    assert_non_null(buf);
+    assert_int_equal(A->smem_trans_register_mem(h, buf, LEN, 0), SM_OK);
+    mfh_fill(buf, LEN, 33);
+    assert_int_not_equal(
+        keyed_copy(h, c.uid, SMEM_TRANS_OP_WRITE, buf, c.base, LEN, k7), SM_OK);
+    assert_int_equal(mfh_child_cmd(&c, 'V', 0, LEN, 21), 0);
+    assert_int_equal(
+        keyed_copy(h, c.uid, SMEM_TRANS_OP_WRITE, buf, c.base, LEN, k8), SM_OK);
+    assert_int_equal(mfh_child_cmd(&c, 'V', 0, LEN, 33), 0);
+    memset(buf, 0, LEN);
+    assert_int_equal(
+        keyed_copy(h, c.uid, SMEM_TRANS_OP_READ, buf, c.base, LEN, k8), SM_OK);
+    assert_int_equal(mfh_check(buf, LEN, 33), LEN);
+    A->smem_trans_destroy(h, 0);
+    A->smem_trans_uninit(0);
+    free(buf);
+    assert_int_equal(mfh_child_stop(&c, false), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_requests_before_hello_refused),
+        cmocka_unit_test(test_keyed_range_refuses_other_keys),
         cmocka_unit_test(test_hello_no_addresses_tcp),
         cmocka_unit_test(test_hello_no_addresses_shm),
         cmocka_unit_test(test_idle_timeout),

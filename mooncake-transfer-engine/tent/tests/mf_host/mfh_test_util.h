@@ -30,6 +30,7 @@ struct mfh_api {
     void *dl;
 #define MFH_API_PTR(ret, name, params) ret(*name) params;
     SMEM_TRANS_SYMBOLS(MFH_API_PTR)
+    SMEM_TRANS_EXT_SYMBOLS(MFH_API_PTR)
 #undef MFH_API_PTR
 };
 
@@ -48,8 +49,17 @@ static inline int mfh_api_load(struct mfh_api *a)
         return -1;                                                             \
     }
     SMEM_TRANS_SYMBOLS(MFH_API_SYM)
+    SMEM_TRANS_EXT_SYMBOLS(MFH_API_SYM)
 #undef MFH_API_SYM
     return 0;
+}
+
+/* The access key the tests derive from seed (what a descriptor would
+ * publish for a registration). */
+static inline void mfh_test_key(uint32_t seed, uint8_t key[SMEM_TRANS_EXT_KEY_LEN])
+{
+    for (int i = 0; i < SMEM_TRANS_EXT_KEY_LEN; i++)
+        key[i] = (uint8_t)(seed * 131u + (uint32_t)i * 29u + 1u);
 }
 
 static inline double mfh_now(void)
@@ -152,7 +162,8 @@ static inline void mfh_uid(const struct mfh_api *a, smem_trans_t h, char *uid,
  *   'Z' zero the buffer; 'F' off len seed: fill a range with the pattern;
  *   'V' off len seed: verify a range against the pattern and that the bytes
  *   just outside it are zero; 'M' (MFH_CHILD_MEMFD only) replace the
- *   buffer by a new memfd at the same address; 'Q' quit.  Each command
+ *   buffer by a new memfd at the same address; 'K' seed: register the
+ *   buffer again with the key mfh_test_key(seed); 'Q' quit.  Each command
  *   answers one byte
  *   (1 = ok). */
 struct mfh_child {
@@ -214,6 +225,12 @@ static inline void mfh_child_main(const struct mfh_api *a, uint32_t proto,
                  a->smem_trans_register_mem(h, buf, size, 0) == SM_OK;
             close(mfd);
             mfd = nfd;
+        } else if (c.op == 'K') {
+            uint8_t key[SMEM_TRANS_EXT_KEY_LEN];
+            mfh_test_key(c.seed, key);
+            ok = a->smem_trans_deregister_mem(h, buf) == SM_OK &&
+                 a->smem_trans_ext_register_mem_keyed(h, buf, size, key, 0) ==
+                     SM_OK;
         } else if (c.op == 'Z') {
             memset(buf, 0, size);
         } else if (c.op == 'F') {

@@ -14,6 +14,7 @@
 #define MEMFABRIC_LIBRARY "libmf_smem.so"
 
 struct memfabric_api_table memfabric_api;
+struct memfabric_api_ext_table memfabric_api_ext;
 smem_trans_status_query3_fn memfabric_status_query3;
 
 /* Guards everything below and memfabric_api.  Taken by load/unload only,
@@ -55,6 +56,15 @@ int memfabric_api_load(void)
     SMEM_TRANS_SYMBOLS(MEMFABRIC_API_RESOLVE)
 #undef MEMFABRIC_API_RESOLVE
     memfabric_api = table;
+    /* optional: absent from the vendor's library */
+    struct memfabric_api_ext_table ext;
+#define MEMFABRIC_API_RESOLVE_EXT(ret, name, params)                           \
+    sym = dlsym(h, #name);                                                     \
+    memcpy(&ext.name, &sym, sizeof(sym));
+    SMEM_TRANS_EXT_SYMBOLS(MEMFABRIC_API_RESOLVE_EXT)
+#undef MEMFABRIC_API_RESOLVE_EXT
+    (void)dlerror();
+    memfabric_api_ext = ext;
     sym = tent_dl_resolve(h, "smem_trans_batch_status_query", err, sizeof(err));
     memcpy(&memfabric_status_query3, &sym, sizeof(sym));
     api_handle = h;
@@ -67,6 +77,7 @@ fail_close:
     dlclose(h);
 fail:
     memset(&memfabric_api, 0, sizeof(memfabric_api));
+    memset(&memfabric_api_ext, 0, sizeof(memfabric_api_ext));
     memfabric_status_query3 = NULL;
     pthread_mutex_unlock(&api_lock);
     LOG_ERROR("%s: %s", MEMFABRIC_MSG_NO_LIBRARY, err);
@@ -78,6 +89,7 @@ void memfabric_api_unload(void)
     pthread_mutex_lock(&api_lock);
     if (api_refs > 0 && --api_refs == 0) {
         memset(&memfabric_api, 0, sizeof(memfabric_api));
+        memset(&memfabric_api_ext, 0, sizeof(memfabric_api_ext));
         memfabric_status_query3 = NULL;
         dlclose(api_handle);
         api_handle = NULL;

@@ -2,7 +2,8 @@
  *
  * memfabric_api_load() dlopen()s the library (MF_SMEM_LIBRARY names a file,
  * else "libmf_smem.so" through the loader search path, LD_LIBRARY_PATH) and
- * resolves exactly the 13 symbols of SMEM_TRANS_SYMBOLS; loads are
+ * resolves exactly the 13 symbols of SMEM_TRANS_SYMBOLS (and, when the
+ * library has them, mf_host's key extensions); loads are
  * reference-counted under a lock, and the last memfabric_api_unload()
  * dlclose()s it.  The memfabric_* inline functions below forward to the
  * loaded symbols; call them only between a successful load and its unload.
@@ -26,6 +27,15 @@ struct memfabric_api_table {
 
 /* Filled while the library is loaded, all NULL otherwise. */
 extern struct memfabric_api_table memfabric_api;
+/* mf_host's key extensions (smem_trans_abi.h SMEM_TRANS_EXT_SYMBOLS): set
+ * while a library that has them is loaded, NULL otherwise (the vendor's
+ * library has none: its registrations carry no key). */
+struct memfabric_api_ext_table {
+#define MEMFABRIC_API_MEMBER(ret, name, params) ret(*name) params;
+    SMEM_TRANS_EXT_SYMBOLS(MEMFABRIC_API_MEMBER)
+#undef MEMFABRIC_API_MEMBER
+};
+extern struct memfabric_api_ext_table memfabric_api_ext;
 /* The same smem_trans_batch_status_query symbol, typed as the fork's
  * three-argument form; call it only when the library has that shape
  * (transports/memfabric/status_query_abi = 3). */

@@ -663,7 +663,7 @@ static void issue_group_locked(struct memfabric_transport *mf,
                                const struct tent_xfer *reqs, size_t n,
                                const size_t *gidx, size_t g,
                                const struct mf_group *grp, void **src,
-                               void **dst, size_t *sizes,
+                               void **dst, size_t *sizes, uint8_t *keys,
                                struct tent_xfer_result *res)
 {
     uint32_t k = 0;
@@ -673,6 +673,11 @@ static void issue_group_locked(struct memfabric_transport *mf,
         src[k] = reqs[i].local;
         dst[k] = (void *)(uintptr_t)reqs[i].remote;
         sizes[k] = (size_t)reqs[i].length;
+        uint8_t *key = keys + (size_t)k * SMEM_TRANS_EXT_KEY_LEN;
+        if (reqs[i].target_buf) /* else zeros: a keyed range refuses it */
+            memcpy(key, reqs[i].target_buf->key, SMEM_TRANS_EXT_KEY_LEN);
+        else
+            memset(key, 0, SMEM_TRANS_EXT_KEY_LEN);
         k++;
     }
     int rc = reserve_vb_locked(s);
@@ -690,7 +695,12 @@ static void issue_group_locked(struct memfabric_transport *mf,
             .stream = NULL,
             .flags = 0,
         };
-        vrc = memfabric_smem_trans_batch_copy(mf->handle, &p, &batch_id);
+        /* with mf_host, every request names its target registration's
+         * key; the vendor's library has no way to carry one */
+        vrc = memfabric_api_ext.smem_trans_ext_batch_copy_keyed
+                  ? memfabric_api_ext.smem_trans_ext_batch_copy_keyed(
+                        mf->handle, &p, keys, &batch_id)
+                  : memfabric_smem_trans_batch_copy(mf->handle, &p, &batch_id);
         if (vrc != SM_OK)
             rc =
                 tent_set_error(TENT_EVENDOR,
@@ -735,8 +745,9 @@ static int mf_submit(struct tent_transport *t, struct tent_sub_batch *sb,
     void **src = calloc(n ? n : 1, sizeof(*src));
     void **dst = calloc(n ? n : 1, sizeof(*dst));
     size_t *sizes = calloc(n ? n : 1, sizeof(*sizes));
+    uint8_t *keys = calloc(n ? n : 1, SMEM_TRANS_EXT_KEY_LEN);
     int rc = TENT_OK;
-    if (!gidx || !groups || !src || !dst || !sizes) {
+    if (!gidx || !groups || !src || !dst || !sizes || !keys) {
         rc = tent_set_error(
             TENT_ENOMEM, "memfabric: out of memory submitting %zu requests", n);
         for (size_t i = 0; i < n; i++)
@@ -809,7 +820,7 @@ static int mf_submit(struct tent_transport *t, struct tent_sub_batch *sb,
     }
     for (size_t g = 0; g < ngroups; g++)
         issue_group_locked(mf, s, reqs, n, gidx, g, &groups[g], src, dst, sizes,
-                           res);
+                           keys, res);
     pthread_mutex_unlock(&mf->lock);
     for (size_t i = 0; i < n && rc == TENT_OK; i++)
         rc = res[i].code;
@@ -820,6 +831,7 @@ out:
     free(src);
     free(dst);
     free(sizes);
+    free(keys);
     return rc;
 }
 
@@ -894,7 +906,15 @@ static int mf_add_buffer(struct tent_transport *t, struct tent_buffer *buf)
                                   ? "PERM_GLOBAL_READ_ONLY"
                                   : "PERM_LOCAL_READ_WRITE");
     pthread_mutex_lock(&mf->lock);
-    int32_t vrc = memfabric_smem_trans_register_mem(mf->handle, addr, len, 0);
+    /* with mf_host, registered with the registration's key (requests
+     * must carry it); the vendor's library takes none */
+    _Static_assert(SMEM_TRANS_EXT_KEY_LEN == TENT_BUF_KEY_LEN,
+                   "mf_host takes a registration's key whole");
+    int32_t vrc =
+        memfabric_api_ext.smem_trans_ext_register_mem_keyed
+            ? memfabric_api_ext.smem_trans_ext_register_mem_keyed(
+                  mf->handle, addr, len, buf->key, 0)
+            : memfabric_smem_trans_register_mem(mf->handle, addr, len, 0);
     pthread_mutex_unlock(&mf->lock);
     if (vrc != SM_OK)
         return tent_set_error(TENT_EVENDOR,

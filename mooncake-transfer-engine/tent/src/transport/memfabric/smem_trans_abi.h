@@ -180,9 +180,26 @@ typedef int32_t (*smem_trans_status_query3_fn)(smem_trans_t handle,
 #define SM_QUERY3_DONE    0
 #define SM_QUERY3_PENDING 1
 
+/* mf_host's extensions: not in the vendor's library, whose ABI has no room
+ * for an access key; the memfabric transport resolves them when present.
+ * A range registered with a key (SMEM_TRANS_EXT_KEY_LEN bytes, the TENT
+ * registration's) is served only to requests that carry it; a range
+ * registered through smem_trans_register_mem carries none and is served as
+ * the vendor ABI serves it.  keys: batchSize keys back to back, the one of
+ * the peer's range each destList[i] lies in. */
+#define SMEM_TRANS_EXT_KEY_LEN 16
+#define SMEM_TRANS_EXT_SYMBOLS(X)                                              \
+    X(int32_t, smem_trans_ext_register_mem_keyed,                              \
+      (smem_trans_t handle, void *address, size_t capacity,                    \
+       const uint8_t *key, uint32_t flags))                                    \
+    X(int32_t, smem_trans_ext_batch_copy_keyed,                                \
+      (smem_trans_t handle, smem_trans_batch_params_t * params,                \
+       const uint8_t *keys, uint64_t *batchId))
+
 /* Prototypes, for libraries that implement the ABI (mock, mf_host). */
 #define SMEM_TRANS_PROTOTYPE(ret, name, params) ret name params;
 SMEM_TRANS_SYMBOLS(SMEM_TRANS_PROTOTYPE)
+SMEM_TRANS_EXT_SYMBOLS(SMEM_TRANS_PROTOTYPE)
 #undef SMEM_TRANS_PROTOTYPE
 
 #ifdef __cplusplus

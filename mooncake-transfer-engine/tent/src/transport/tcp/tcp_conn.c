@@ -158,6 +158,7 @@ void tcp_conn_window(struct tcp_conn *c, struct slice **w, int n,
         c->w[i] = s;
         tent_wire_encode_hdr(c->hdrs[i], wr ? TCP_WIRE_WRITE : TCP_WIRE_READ,
                              (uint32_t)i, TCP_WIRE_RW_LEN + (wr ? s->len : 0));
+        memcpy(c->acc.key, s->key, sizeof(c->acc.key));
         tcp_wire_encode_rw(c->hdrs[i] + TENT_WIRE_HDR_LEN, s->remote, s->len,
                            &c->acc);
         c->first_iov[i] = k;

@@ -31,9 +31,10 @@ struct slice {
     char *local;
     uint64_t remote;
     uint32_t len;
-    int rail;       /* index in the peer's rail set */
-    uint32_t avoid; /* rails it failed on (bit per rail) */
-    int tries;      /* new connections it was given (tcp_transport.c reroute) */
+    uint8_t key[TCP_WIRE_KEY_LEN]; /* the target registration's */
+    int rail;                      /* index in the peer's rail set */
+    uint32_t avoid;                /* rails it failed on (bit per rail) */
+    int tries; /* new connections it was given (tcp_transport.c reroute) */
     struct tent_rail_ticket tk; /* from its rail's pick */
     uint64_t enq_ns; /* when it was queued there (priority promotion) */
     struct slice *next;
@@ -80,7 +81,8 @@ struct tcp_conn {
     bool mark_prio;
     int sock_prio;
     /* The access block of every request on this connection: the peer's
-     * incarnation its rail was opened for (set by the owner). */
+     * incarnation its rail was opened for (set by the owner); each request
+     * puts its slice's key in it. */
     struct tcp_wire_access acc;
     /* The socket's SO_MAX_PACING_RATE, bytes/s (0: none): a LOW window
      * may go out paced (tcp_conn_window). */

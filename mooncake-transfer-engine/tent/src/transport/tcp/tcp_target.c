@@ -3,7 +3,8 @@
  * with the HELLO and FENCE frames of tcp_fence.c.
  *
  * A request is checked against the local registrations through the env's
- * pin_local (bounds, the permission it was registered with, served by tcp),
+ * pin_local (bounds, the registration's access key the request carries, the
+ * permission it was registered with, served by tcp),
  * which keeps the buffer pinned for the duration of the copy.  An
  * unregister meanwhile aborts the connection (the copy fails, the peer's
  * task with it) and waits for the unpin, so the memory is never written or
@@ -17,6 +18,9 @@
 #include "common/log.h"
 #include "common/tsan.h"
 #include "transport/tcp/tcp.h"
+
+_Static_assert(TCP_WIRE_KEY_LEN == TENT_BUF_KEY_LEN,
+               "a request carries a registration's key whole");
 
 static void abort_conn(void *arg)
 {
@@ -54,7 +58,7 @@ static int serve_read(void *ctx, struct tent_rpc_conn *c,
     int st = check_access(env, &rw.acc);
     if (!st)
         st = env->pin_local(env->ctx, TRANSPORT_TCP, rw.addr, rw.length, false,
-                            &pin);
+                            rw.acc.key, &pin);
     if (st)
         return tent_rpc_conn_send_resp(c, h->seq, st, NULL, 0);
     TENT_USER_IO_BEGIN();
@@ -79,7 +83,7 @@ static int serve_write(void *ctx, struct tent_rpc_conn *c,
     int st = check_access(env, &rw.acc);
     if (!st)
         st = env->pin_local(env->ctx, TRANSPORT_TCP, rw.addr, rw.length, true,
-                            &pin);
+                            rw.acc.key, &pin);
     if (st) {
         if (tent_rpc_conn_drain(c, rw.length))
             return -1;

@@ -2092,6 +2092,8 @@ static int make_slices(struct tcp_transport *t, struct tcp_sub *sb,
         s->local = (char *)x->local + off;
         s->remote = x->remote + off;
         s->len = (uint32_t)(left < cut ? left : cut);
+        if (x->target_buf) /* else zeros: the target refuses it */
+            memcpy(s->key, x->target_buf->key, sizeof(s->key));
         *link = s;
         link = &s->next;
         (*count)++;

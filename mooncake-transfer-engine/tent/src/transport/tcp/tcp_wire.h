@@ -47,8 +47,8 @@ _Static_assert(TCP_WIRE_MAX_DATA + TCP_WIRE_RW_LEN <= TENT_WIRE_MAX_BODY &&
  * before it touches memory: the incarnation of the target engine the
  * initiator resolved the address in (from its descriptor; a target of
  * another one refuses with TENT_ESTALE; 0 names none), and the access key
- * of the target registration, which per-registration keys (issue 42) will
- * fill and check; senders write zeros until then and targets ignore it. */
+ * of the target registration (from the descriptor's buffer): a key that is
+ * not the registration's is refused as an unregistered range. */
 struct tcp_wire_access {
     uint64_t incarnation;
     uint8_t key[TCP_WIRE_KEY_LEN];
