@@ -9,8 +9,10 @@
  *    libfabric_addr (hex), with the provider's name beside it; each
  *    registered buffer carries its MR key and the address a peer names its
  *    first byte with (buffer attributes libfabric_key, libfabric_base).
- *  - A peer's address is inserted into the AV once and cached in a struct
- *    lf_peer (the unit a peer handle of the contract would own).
+ *  - The peer handle (struct lf_peer, peer_open) holds the peer's AV
+ *    entry: inserted once when the handle opens, removed when the last
+ *    handle naming that address closes.  After a failed operation the
+ *    pair is rebuilt before the peer's next request (struct lf_av_ent).
  *  - submit slices requests, posts what the in-flight cap (tx_attr->size)
  *    allows and queues the rest; FI_EAGAIN leaves the slice queued.  A
  *    progress thread reads the CQ, posts queued slices and, by reading the
@@ -41,21 +43,52 @@
 #include <string.h>
 #include <time.h>
 
-#define LF_ATTR_ADDR "libfabric_addr"
-#define LF_ATTR_PROV "libfabric_provider"
-#define LF_ATTR_KEY  "libfabric_key"
-#define LF_ATTR_BASE "libfabric_base"
-#define LF_MAX_ADDR  120 /* bytes: hex fits a 255-byte segment attribute */
-#define LF_CQ_BATCH  32
-#define LF_FI_VER    FI_VERSION(1, 9)
+#define LF_ATTR_ADDR   "libfabric_addr"
+#define LF_ATTR_PROV   "libfabric_provider"
+#define LF_ATTR_KEY    "libfabric_key"
+#define LF_ATTR_BASE   "libfabric_base"
+#define LF_MAX_ADDR    120 /* bytes: hex fits a 255-byte segment attribute */
+#define LF_CQ_BATCH    32
+#define LF_FI_VER      FI_VERSION(1, 9)
+#define LF_MAX_RETIRED 256 /* replaced endpoints of rebuilt pairs, open */
 
 static const char *const default_providers[] = {"verbs;ofi_rxm", "efa", "cxi"};
 
-/* A peer as the AV knows it: one per distinct endpoint address. */
-struct lf_peer {
+/* An AV entry: one per distinct endpoint address, shared by the peer
+ * handles that name it (refs) and removed when the last one closes.
+ *
+ * stale: an operation to it failed.  libfabric 1.17's tcp;ofi_rxm keeps
+ * the connection its target dropped after refusing an RMA (a key closed or
+ * narrowed since), and every later operation on it fails
+ * (FI_ENOTCONN); removing and inserting the address again keeps that
+ * connection.  So once nothing is in flight to a stale peer, its next
+ * request gets the pair rebuilt: an endpoint of its own (ep, av: a new
+ * local address, hence a new connection), closed and opened anew on the
+ * next failure, and closed at peer_close.  Providers that bind MRs to an
+ * endpoint (FI_MR_ENDPOINT) only get the address inserted again. */
+struct lf_av_ent {
     char addr_hex[2 * LF_MAX_ADDR + 1];
     fi_addr_t fi_addr;
-    struct lf_peer *next;
+    struct fid_ep *ep; /* NULL: the transport's endpoint */
+    struct fid_av *av;
+    int refs;
+    uint32_t ops_out; /* our operations in flight to it */
+    uint32_t rebuilds;
+    bool stale;
+    struct lf_av_ent *next;
+};
+
+/* An endpoint of a rebuilt pair that was replaced or whose peer closed. */
+struct lf_retired {
+    struct fid_ep *ep;
+    struct fid_av *av;
+    struct lf_retired *next;
+};
+
+/* The peer handle (tent_peer first): its AV entry, made in peer_open. */
+struct lf_peer {
+    struct tent_peer base;
+    struct lf_av_ent *ent;
 };
 
 /* A local registration. */
@@ -74,6 +107,8 @@ struct lf_task;
 struct lf_op {
     struct fi_context2 ctx; /* first: FI_CONTEXT / FI_CONTEXT2 modes */
     struct lf_task *task;   /* NULL: free, or abandoned (below) */
+    struct lf_av_ent *ent;  /* the peer it goes to, until abandoned */
+    struct fid_ep *ep;      /* the endpoint it was posted on */
     uint64_t len;
     uint64_t posted_ns;
     bool abandoned; /* timed out: back to the pool when it completes */
@@ -88,7 +123,7 @@ struct lf_task {
     char *local;
     uint64_t raddr; /* fabric address of the first remote byte */
     uint64_t key;
-    fi_addr_t peer;
+    struct lf_av_ent *ent;
     struct lf_mr *lmr;
     uint64_t length, posted, done;
     uint64_t start_ns;
@@ -120,7 +155,11 @@ struct lf_transport {
     long idle_ns; /* polling: pause of an idle progress thread */
     char addr_hex[2 * LF_MAX_ADDR + 1];
 
-    /* Guards everything below and every lf_task / lf_mr / lf_peer. */
+    /* Held while the CQ is read and while a peer's own endpoint is opened
+     * or closed: the provider's CQ progress walks the endpoints bound to
+     * it.  Taken alone, or inside lock. */
+    pthread_mutex_t cq_lock;
+    /* Guards everything below and every lf_task / lf_mr / lf_av_ent. */
     pthread_mutex_t lock;
     pthread_cond_t drained; /* an operation finished */
     bool accepting;
@@ -131,7 +170,9 @@ struct lf_transport {
     uint64_t next_scan_ns;
     struct lf_task *qhead, *qtail;
     struct lf_mr *mrs;
-    struct lf_peer *peers;
+    struct lf_av_ent *avs;
+    struct lf_retired *retired;
+    uint32_t nretired;
     uint64_t next_key;
 };
 
@@ -310,7 +351,12 @@ fail:
 /* ---- completions --------------------------------------------------------- */
 
 /* A CQ error's cause: bad key, bounds and permission are permanent (the
- * request is wrong for this target); the rest, the peer or the path. */
+ * request is wrong for this target); the rest, the peer or the path.
+ * FI_ECANCELED is how tcp;ofi_rxm (1.17) reports an RMA its target
+ * refused (a key closed or narrowed since): the target drops the
+ * connection and the operation is cancelled, so it says the peer, and the
+ * runtime fetches the peer's descriptor again, which names the range's
+ * current state. */
 static int lf_cause(int err)
 {
     switch (err) {
@@ -331,6 +377,7 @@ static int lf_cause(int err)
     case FI_EHOSTUNREACH:
     case FI_ENOTCONN:
     case FI_ESHUTDOWN:
+    case FI_ECANCELED:
         return TENT_EPEER;
     default:
         return TENT_EIO;
@@ -370,6 +417,8 @@ static void settle_locked(struct lf_task *task)
 static void op_free_locked(struct lf_transport *lf, struct lf_op *op)
 {
     op->task = NULL;
+    op->ent = NULL;
+    op->ep = NULL;
     op->abandoned = false;
     op->next_free = lf->free_ops;
     lf->free_ops = op;
@@ -387,7 +436,9 @@ static void op_done_locked(struct lf_transport *lf, struct lf_op *op,
     }
     struct lf_task *task = op->task;
     task->ops_out--;
+    op->ent->ops_out--;
     if (err) {
+        op->ent->stale = true;
         if (!task->err)
             task->err = err;
         else
@@ -411,12 +462,13 @@ static int post_one_locked(struct lf_transport *lf, struct lf_task *task)
     uint64_t len = task->length - task->posted;
     if (len > lf->slice)
         len = lf->slice;
+    struct fid_ep *ep = task->ent->ep ? task->ent->ep : lf->ep;
     char *loc = task->local + task->posted;
     uint64_t raddr = task->raddr + task->posted;
     void *desc = task->lmr ? task->lmr->desc : NULL;
     ssize_t rc;
     if (task->opcode == OPCODE_READ) {
-        rc = fi_read(lf->ep, loc, len, desc, task->peer, raddr, task->key,
+        rc = fi_read(ep, loc, len, desc, task->ent->fi_addr, raddr, task->key,
                      &op->ctx);
     } else {
         struct iovec iov = {.iov_base = loc, .iov_len = len};
@@ -424,12 +476,11 @@ static int post_one_locked(struct lf_transport *lf, struct lf_task *task)
         struct fi_msg_rma msg = {.msg_iov = &iov,
                                  .desc = &desc,
                                  .iov_count = 1,
-                                 .addr = task->peer,
+                                 .addr = task->ent->fi_addr,
                                  .rma_iov = &riov,
                                  .rma_iov_count = 1,
                                  .context = &op->ctx};
-        rc = fi_writemsg(lf->ep, &msg,
-                         FI_COMPLETION | lf->info->tx_attr->op_flags);
+        rc = fi_writemsg(ep, &msg, FI_COMPLETION | lf->info->tx_attr->op_flags);
     }
     if (rc == -FI_EAGAIN)
         return 1;
@@ -446,6 +497,9 @@ static int post_one_locked(struct lf_transport *lf, struct lf_task *task)
     }
     lf->free_ops = op->next_free;
     op->task = task;
+    op->ent = task->ent;
+    op->ep = ep;
+    task->ent->ops_out++;
     op->len = len;
     op->posted_ns = tent_now_ns();
     task->ops_out++;
@@ -497,6 +551,9 @@ static void expire_locked(struct lf_transport *lf, uint64_t now)
         else
             free(e);
         op->abandoned = true;
+        op->ent->ops_out--;
+        op->ent->stale = true;
+        op->ent = NULL;
         lf->abandoned++;
         task->ops_out--;
         lf->ops_out--;
@@ -534,9 +591,21 @@ static void expire_locked(struct lf_transport *lf, uint64_t now)
 static int lf_poll(struct lf_transport *lf, bool wait)
 {
     struct fi_cq_entry ent[LF_CQ_BATCH];
+    struct fi_cq_err_entry e;
+    /* the progress thread waits; a caller's poll skips a busy CQ */
+    if (wait)
+        pthread_mutex_lock(&lf->cq_lock);
+    else if (pthread_mutex_trylock(&lf->cq_lock))
+        return 0;
     ssize_t n = wait && lf->cq_waits
                     ? fi_cq_sread(lf->cq, ent, LF_CQ_BATCH, NULL, 1)
                     : fi_cq_read(lf->cq, ent, LF_CQ_BATCH);
+    if (n == -FI_EAVAIL) {
+        memset(&e, 0, sizeof(e));
+        if (fi_cq_readerr(lf->cq, &e, 0) != 1)
+            n = 0;
+    }
+    pthread_mutex_unlock(&lf->cq_lock);
     if (n > 0) {
         pthread_mutex_lock(&lf->lock);
         for (ssize_t k = 0; k < n; k++)
@@ -546,10 +615,6 @@ static int lf_poll(struct lf_transport *lf, bool wait)
         return (int)n;
     }
     if (n == -FI_EAVAIL) {
-        struct fi_cq_err_entry e;
-        memset(&e, 0, sizeof(e));
-        if (fi_cq_readerr(lf->cq, &e, 0) != 1)
-            return 0;
         char pbuf[128];
         const char *pmsg = fi_cq_strerror(lf->cq, e.prov_errno, e.err_data,
                                           pbuf, sizeof(pbuf));
@@ -615,10 +680,22 @@ static void lf_close_mrs(struct lf_transport *lf)
 
 static void lf_free_state(struct lf_transport *lf)
 {
-    while (lf->peers) {
-        struct lf_peer *p = lf->peers;
-        lf->peers = p->next;
-        free(p);
+    /* handles the runtime left open (an abandoned engine's) */
+    while (lf->avs) {
+        struct lf_av_ent *e = lf->avs;
+        lf->avs = e->next;
+        if (e->ep) {
+            fi_close(&e->ep->fid);
+            fi_close(&e->av->fid);
+        }
+        free(e);
+    }
+    while (lf->retired) {
+        struct lf_retired *r = lf->retired;
+        lf->retired = r->next;
+        fi_close(&r->ep->fid);
+        fi_close(&r->av->fid);
+        free(r);
     }
     lf_close_mrs(lf);
     free(lf->ops);
@@ -754,6 +831,7 @@ static int lf_install_inner(struct tent_transport *t)
     }
     lf->next_key = 1;
     pthread_mutex_init(&lf->lock, NULL);
+    pthread_mutex_init(&lf->cq_lock, NULL);
     pthread_cond_init(&lf->drained, NULL);
     rc = t->env->publish_attr(t->env->ctx, LF_ATTR_ADDR, lf->addr_hex);
     if (!rc)
@@ -781,6 +859,7 @@ fail_publish:
     t->env->publish_attr(t->env->ctx, LF_ATTR_PROV, NULL);
 fail_lock:
     pthread_mutex_destroy(&lf->lock);
+    pthread_mutex_destroy(&lf->cq_lock);
     pthread_cond_destroy(&lf->drained);
     lf_free_state(lf);
 fail_fabric:
@@ -814,6 +893,7 @@ static void lf_uninstall(struct tent_transport *t)
     lf_close_fabric(lf);
     lf_api_close(&lf->api);
     pthread_mutex_destroy(&lf->lock);
+    pthread_mutex_destroy(&lf->cq_lock);
     pthread_cond_destroy(&lf->drained);
 }
 
@@ -839,35 +919,199 @@ static bool lf_can_reach(struct tent_transport *t,
 
 /* ---- peers --------------------------------------------------------------- */
 
-/* The AV entry of the peer publishing addr_hex, inserted on first use. */
-static int peer_locked(struct lf_transport *lf, const char *addr_hex,
-                       fi_addr_t *out)
+/* Inserts addr_hex into the entry's AV (ent->fi_addr). */
+static int av_insert_locked(struct lf_transport *lf, struct lf_av_ent *ent)
 {
-    for (struct lf_peer *p = lf->peers; p; p = p->next)
-        if (strcmp(p->addr_hex, addr_hex) == 0) {
-            *out = p->fi_addr;
+    uint8_t raw[LF_MAX_ADDR];
+    int n = from_hex(raw, sizeof(raw), ent->addr_hex);
+    if (n < 0)
+        return tent_set_error(TENT_EPROTO,
+                              "libfabric: peer address '%s' is not hex",
+                              ent->addr_hex);
+    int rc = fi_av_insert(ent->av ? ent->av : lf->av, raw, 1, &ent->fi_addr, 0,
+                          NULL);
+    if (rc != 1)
+        return tent_set_error(TENT_EPEER,
+                              "libfabric %s: fi_av_insert of peer %s: %s",
+                              lf->provider, ent->addr_hex,
+                              rc < 0 ? lf_err(lf, rc) : "not inserted");
+    return TENT_OK;
+}
+
+/* Takes the entry's address out of its AV, or retires its own endpoint
+ * (and AV).  A retired endpoint stays open until uninstall, when the
+ * progress thread has stopped: closing a tcp;ofi_rxm endpoint whose
+ * connection broke, while the shared CQ is progressed, crashed libfabric
+ * 1.17 inside fi_cq_sread.  Operations abandoned on it keep their slots
+ * (they may still complete). */
+static void av_remove_locked(struct lf_transport *lf, struct lf_av_ent *ent)
+{
+    if (!ent->ep) {
+        int rc = fi_av_remove(lf->av, &ent->fi_addr, 1, 0);
+        if (rc)
+            LOG_WARN("libfabric %s: fi_av_remove of peer %s: %s", lf->provider,
+                     ent->addr_hex, lf_err(lf, rc));
+        return;
+    }
+    struct lf_retired *r = malloc(sizeof(*r));
+    if (r) {
+        r->ep = ent->ep;
+        r->av = ent->av;
+        r->next = lf->retired;
+        lf->retired = r;
+    } else {
+        LOG_WARN("libfabric %s: out of memory: an endpoint of peer %s is "
+                 "left open",
+                 lf->provider, ent->addr_hex);
+    }
+    lf->nretired++;
+    ent->ep = NULL;
+    ent->av = NULL;
+}
+
+/* Gives the entry an endpoint (and AV) of its own, bound to the shared
+ * CQ: a fresh local address, so the provider connects anew. */
+static int pair_open_locked(struct lf_transport *lf, struct lf_av_ent *ent)
+{
+    struct fid_ep *ep = NULL;
+    struct fid_av *av = NULL;
+    struct fi_av_attr ava = {.type = FI_AV_TABLE};
+    const char *what = "fi_av_open";
+    pthread_mutex_lock(&lf->cq_lock);
+    int rc = fi_av_open(lf->domain, &ava, &av, NULL);
+    if (!rc &&
+        (what = "fi_endpoint",
+         rc = fi_endpoint(lf->domain, lf->info, &ep, NULL)) == 0 &&
+        (what = "fi_ep_bind(cq)",
+         rc = fi_ep_bind(ep, &lf->cq->fid, FI_TRANSMIT | FI_RECV)) == 0 &&
+        (what = "fi_ep_bind(av)", rc = fi_ep_bind(ep, &av->fid, 0)) == 0)
+        what = "fi_enable", rc = fi_enable(ep);
+    if (rc) {
+        if (ep)
+            fi_close(&ep->fid);
+        if (av)
+            fi_close(&av->fid);
+        pthread_mutex_unlock(&lf->cq_lock);
+        return tent_set_error(TENT_EPEER,
+                              "libfabric %s: rebuilding the connection to "
+                              "peer %s: %s failed: %s",
+                              lf->provider, ent->addr_hex, what,
+                              lf_err(lf, rc));
+    }
+    pthread_mutex_unlock(&lf->cq_lock);
+    ent->ep = ep;
+    ent->av = av;
+    rc = av_insert_locked(lf, ent);
+    if (rc)
+        av_remove_locked(lf, ent);
+    return rc;
+}
+
+/* The entry of addr_hex, inserted if no handle holds it yet; one more
+ * reference. */
+static int av_get_locked(struct lf_transport *lf, const char *addr_hex,
+                         struct lf_av_ent **out)
+{
+    for (struct lf_av_ent *e = lf->avs; e; e = e->next)
+        if (strcmp(e->addr_hex, addr_hex) == 0) {
+            e->refs++;
+            *out = e;
             return TENT_OK;
         }
-    uint8_t raw[LF_MAX_ADDR];
-    int n = from_hex(raw, sizeof(raw), addr_hex);
-    if (n < 0)
-        return tent_set_error(
-            TENT_EPROTO, "libfabric: peer address '%s' is not hex", addr_hex);
+    struct lf_av_ent *e = calloc(1, sizeof(*e));
+    if (!e)
+        return tent_set_error(TENT_ENOMEM, "libfabric: out of memory");
+    snprintf(e->addr_hex, sizeof(e->addr_hex), "%s", addr_hex);
+    int rc = av_insert_locked(lf, e);
+    if (rc) {
+        free(e);
+        return rc;
+    }
+    e->refs = 1;
+    e->next = lf->avs;
+    lf->avs = e;
+    *out = e;
+    return TENT_OK;
+}
+
+static void av_put_locked(struct lf_transport *lf, struct lf_av_ent *ent)
+{
+    if (--ent->refs > 0)
+        return;
+    struct lf_av_ent **pp = &lf->avs;
+    while (*pp != ent)
+        pp = &(*pp)->next;
+    *pp = ent->next;
+    av_remove_locked(lf, ent);
+    free(ent);
+}
+
+/* A stale entry with nothing in flight gets its pair rebuilt (see struct
+ * lf_av_ent).  Until then (operations still out) requests to it are
+ * posted as they were and may fail the same way. */
+static int av_refresh_locked(struct lf_transport *lf, struct lf_av_ent *ent)
+{
+    if (!ent->stale || ent->ops_out)
+        return TENT_OK;
+    av_remove_locked(lf, ent);
+    /* retired endpoints stay open: a bounded number of rebuilds */
+    int rc = lf->mr_endpoint || lf->nretired >= LF_MAX_RETIRED
+                 ? av_insert_locked(lf, ent)
+                 : pair_open_locked(lf, ent);
+    if (rc) {
+        /* back on the shared endpoint; stays stale: tried again next time */
+        int again = av_insert_locked(lf, ent);
+        return again ? again : rc;
+    }
+    ent->stale = false;
+    ent->rebuilds++;
+    LOG_DEBUG("libfabric %s: connection to peer %s rebuilt after a failed "
+              "operation (%u)",
+              lf->provider, ent->addr_hex, ent->rebuilds);
+    return TENT_OK;
+}
+
+/* peer_open: the peer's endpoint address from its descriptor (ours for the
+ * local segment), in the AV from now until peer_close. */
+static int lf_peer_open(struct tent_transport *t,
+                        const struct tent_seg_view *seg, uint64_t incarnation,
+                        struct tent_peer **out)
+{
+    struct lf_transport *lf = lf_of(t);
+    char addr[2 * LF_MAX_ADDR + 1];
+    if (seg->local)
+        snprintf(addr, sizeof(addr), "%s", lf->addr_hex);
+    else if (!t->env->seg_attr(t->env->ctx, seg, LF_ATTR_ADDR, addr,
+                               sizeof(addr)) ||
+             !*addr)
+        return tent_set_error(TENT_EPEER,
+                              "libfabric: segment %s publishes no libfabric "
+                              "address",
+                              seg->name);
     struct lf_peer *p = calloc(1, sizeof(*p));
     if (!p)
         return tent_set_error(TENT_ENOMEM, "libfabric: out of memory");
-    int rc = fi_av_insert(lf->av, raw, 1, &p->fi_addr, 0, NULL);
-    if (rc != 1) {
+    pthread_mutex_lock(&lf->lock);
+    int rc = av_get_locked(lf, addr, &p->ent);
+    pthread_mutex_unlock(&lf->lock);
+    if (rc) {
         free(p);
-        return tent_set_error(
-            TENT_EPEER, "libfabric %s: fi_av_insert of peer %s: %s",
-            lf->provider, addr_hex, rc < 0 ? lf_err(lf, rc) : "not inserted");
+        return rc;
     }
-    snprintf(p->addr_hex, sizeof(p->addr_hex), "%s", addr_hex);
-    p->next = lf->peers;
-    lf->peers = p;
-    *out = p->fi_addr;
+    p->base.owner = t;
+    p->base.incarnation = incarnation;
+    *out = &p->base;
     return TENT_OK;
+}
+
+static void lf_peer_close(struct tent_transport *t, struct tent_peer *h)
+{
+    struct lf_transport *lf = lf_of(t);
+    struct lf_peer *p = (struct lf_peer *)h;
+    pthread_mutex_lock(&lf->lock);
+    av_put_locked(lf, p->ent);
+    pthread_mutex_unlock(&lf->lock);
+    free(p);
 }
 
 /* ---- sub-batches -----------------------------------------------------------
@@ -925,7 +1169,6 @@ static int start_locked(struct lf_transport *lf, struct lf_task *task,
                         const struct tent_xfer *r)
 {
     const struct tent_buffer *tb = r->target_buf;
-    char addr[2 * LF_MAX_ADDR + 1];
     uint64_t key, base;
     if (!tb || !parse_u64(tent_attrs_get(tb->attrs, LF_ATTR_KEY), &key) ||
         !parse_u64(tent_attrs_get(tb->attrs, LF_ATTR_BASE), &base))
@@ -939,17 +1182,13 @@ static int start_locked(struct lf_transport *lf, struct lf_task *task,
                               "libfabric: [%#" PRIx64 ", +%" PRIu64
                               ") is outside the target buffer",
                               r->remote, r->length);
-    if (r->target->local) {
-        snprintf(addr, sizeof(addr), "%s", lf->addr_hex);
-    } else if (!lf->base.env->seg_attr(lf->base.env->ctx, r->target,
-                                       LF_ATTR_ADDR, addr, sizeof(addr))) {
-        return tent_set_error(TENT_EPEER,
-                              "libfabric: segment %s publishes no libfabric "
-                              "address",
+    if (!r->peer || r->peer->owner != &lf->base)
+        return tent_set_error(TENT_EINVAL,
+                              "libfabric: request to %s without a libfabric "
+                              "peer handle",
                               r->target->name);
-    }
-    fi_addr_t peer = FI_ADDR_UNSPEC;
-    int rc = peer_locked(lf, addr, &peer);
+    struct lf_av_ent *ent = ((struct lf_peer *)r->peer)->ent;
+    int rc = av_refresh_locked(lf, ent);
     if (rc)
         return rc;
     struct lf_mr *lmr =
@@ -966,7 +1205,7 @@ static int start_locked(struct lf_transport *lf, struct lf_task *task,
                              .local = r->local,
                              .raddr = base + (r->remote - tb->base),
                              .key = key,
-                             .peer = peer,
+                             .ent = ent,
                              .lmr = lmr,
                              .length = r->length,
                              .start_ns = tent_now_ns()};
@@ -1045,21 +1284,15 @@ static int lf_status(struct tent_transport *t, struct tent_sub_batch *sb,
     return TENT_OK;
 }
 
-static int lf_quiesce(struct tent_transport *t)
+/* Waits on drained (lock held) until done(arg) or the deadline; false
+ * when the deadline came first. */
+static bool wait_drained_locked(struct lf_transport *lf, uint64_t deadline_ns,
+                                bool (*done)(struct lf_transport *, void *),
+                                void *arg)
 {
-    struct lf_transport *lf = lf_of(t);
-    uint64_t deadline = tent_now_ns() + (uint64_t)lf->timeout_ms * 1000000u;
-    pthread_mutex_lock(&lf->lock);
-    lf->accepting = false;
-    while (lf->ops_out || lf->qhead) {
-        if (tent_now_ns() >= deadline) {
-            uint32_t out = lf->ops_out;
-            pthread_mutex_unlock(&lf->lock);
-            return tent_set_error(TENT_ETIMEDOUT,
-                                  "libfabric quiesce: %u operations still in "
-                                  "flight after %d ms",
-                                  out, lf->timeout_ms);
-        }
+    while (!done(lf, arg)) {
+        if (tent_now_ns() >= deadline_ns)
+            return false;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 10000000;
@@ -1069,7 +1302,28 @@ static int lf_quiesce(struct tent_transport *t)
         }
         pthread_cond_timedwait(&lf->drained, &lf->lock, &ts);
     }
+    return true;
+}
+
+static bool nothing_out(struct lf_transport *lf, TENT_UNUSED void *arg)
+{
+    return !lf->ops_out && !lf->qhead;
+}
+
+static int lf_quiesce(struct tent_transport *t)
+{
+    struct lf_transport *lf = lf_of(t);
+    uint64_t deadline = tent_now_ns() + (uint64_t)lf->timeout_ms * 1000000u;
+    pthread_mutex_lock(&lf->lock);
+    lf->accepting = false;
+    bool ok = wait_drained_locked(lf, deadline, nothing_out, NULL);
+    uint32_t out = lf->ops_out;
     pthread_mutex_unlock(&lf->lock);
+    if (!ok)
+        return tent_set_error(TENT_ETIMEDOUT,
+                              "libfabric quiesce: %u operations still in "
+                              "flight after %d ms",
+                              out, lf->timeout_ms);
     return TENT_OK;
 }
 
@@ -1141,6 +1395,11 @@ static int lf_add_buffer(struct tent_transport *t, struct tent_buffer *buf)
     return TENT_OK;
 }
 
+static bool mr_unused(TENT_UNUSED struct lf_transport *lf, void *arg)
+{
+    return ((struct lf_mr *)arg)->users == 0;
+}
+
 static int lf_remove_buffer(struct tent_transport *t, struct tent_buffer *buf)
 {
     struct lf_transport *lf = lf_of(t);
@@ -1157,26 +1416,16 @@ static int lf_remove_buffer(struct tent_transport *t, struct tent_buffer *buf)
     }
     m->revoked = true;
     /* Running tasks that use it (queued or posted) end first. */
-    while (m->users) {
-        if (tent_now_ns() >= deadline) {
-            m->revoked = false;
-            int users = m->users;
-            pthread_mutex_unlock(&lf->lock);
-            return tent_set_error(TENT_EBUSY,
-                                  "libfabric %s: %d operations on [%#" PRIx64
-                                  ", +%" PRIu64 ") still in flight after %d "
-                                  "ms; the buffer stays registered",
-                                  lf->provider, users, buf->base, buf->length,
-                                  lf->revoke_ms);
-        }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 10000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&lf->drained, &lf->lock, &ts);
+    if (!wait_drained_locked(lf, deadline, mr_unused, m)) {
+        m->revoked = false;
+        int users = m->users;
+        pthread_mutex_unlock(&lf->lock);
+        return tent_set_error(TENT_EBUSY,
+                              "libfabric %s: %d operations on [%#" PRIx64
+                              ", +%" PRIu64 ") still in flight after %d "
+                              "ms; the buffer stays registered",
+                              lf->provider, users, buf->base, buf->length,
+                              lf->revoke_ms);
     }
     *pp = m->next;
     pthread_mutex_unlock(&lf->lock);
@@ -1203,10 +1452,8 @@ const struct tent_transport_ops tent_libfabric_transport_ops = {
     .submit = lf_submit,
     .status = lf_status,
     .quiesce = lf_quiesce,
-    /* its per-peer state (struct lf_peer: the AV entry) is still looked up
-     * by segment in submit; moving it behind the handle is the next step */
-    .peer_open = tent_xport_peer_open_plain,
-    .peer_close = tent_xport_peer_close_plain,
+    .peer_open = lf_peer_open,
+    .peer_close = lf_peer_close,
     .add_buffer = lf_add_buffer,
     .remove_buffer = lf_remove_buffer,
 };
