@@ -80,6 +80,7 @@ struct lf_rail {
     struct fid_ep *ep;
     bool cq_waits; /* the CQ has a wait object: fi_cq_sread works */
     bool prov_key, mr_local, mr_endpoint;
+    bool loopback; /* the host's loopback: reaches peers on this host only */
     uint64_t max_msg;
     char name[64]; /* the domain: the NIC */
     char addr_hex[2 * LF_MAX_ADDR + 1];
@@ -118,8 +119,9 @@ struct lf_retired {
     struct lf_retired *next;
 };
 
-/* The peer handle (tent_peer first): its AV entry per shared rail (rail k
- * to the peer's rail k) and, with more than one, their rail set. */
+/* The peer handle (tent_peer first): its AV entry per shared rail (local
+ * rail ents[j]->rail to the peer's rail of the same index) and, with more
+ * than one, their rail set (rail j of the set is ents[j]). */
 struct lf_peer {
     struct tent_peer base;
     int nrails;
@@ -390,6 +392,9 @@ static int rail_open(struct lf_transport *lf, struct lf_rail *r,
     r->mr_endpoint = mm & FI_MR_ENDPOINT;
     r->max_msg =
         i->ep_attr->max_msg_size ? i->ep_attr->max_msg_size : UINT64_MAX;
+    const char *fn = i->fabric_attr->name ? i->fabric_attr->name : "";
+    r->loopback = strcmp(r->name, "lo") == 0 || strncmp(fn, "127.", 4) == 0 ||
+                  strncmp(fn, "::1/", 4) == 0;
     pthread_mutex_init(&r->cq_lock, NULL);
     return TENT_OK;
 fail:
@@ -731,7 +736,7 @@ static void op_done_locked(struct lf_transport *lf, struct lf_op *op,
                       "%s (%s); posting it on another rail",
                       lf->provider,
                       task->opcode == OPCODE_READ ? "read" : "write", op->len,
-                      lf->rails[op->rail].name, err->msg);
+                      lf->rails[op->ent->rail].name, err->msg);
             *rt = (struct lf_retry){
                 .task = task, .off = op->off, .len = op->len, .avoid = avoid};
             if (lf->retries_tail)
@@ -769,7 +774,8 @@ static int post_slice_locked(struct lf_transport *lf, struct lf_task *task,
             return -2;
     }
     struct lf_av_ent *ent = p->ents[k];
-    struct lf_rail *r = &lf->rails[k];
+    int li = ent->rail; /* the local rail, and the peer's of that index */
+    struct lf_rail *r = &lf->rails[li];
     if (av_refresh_locked(lf, ent)) {
         if (p->rs)
             tent_rail_release(p->rs, k, len, &tk);
@@ -780,15 +786,15 @@ static int post_slice_locked(struct lf_transport *lf, struct lf_task *task,
     struct fid_ep *ep = ent->ep ? ent->ep : r->ep;
     char *loc = task->local + off;
     uint64_t raddr = task->raddr + off;
-    void *desc = task->lmr ? task->lmr->desc[k] : NULL;
+    void *desc = task->lmr ? task->lmr->desc[li] : NULL;
     ssize_t rc;
     if (task->opcode == OPCODE_READ) {
-        rc = fi_read(ep, loc, len, desc, ent->fi_addr, raddr, task->keys[k],
+        rc = fi_read(ep, loc, len, desc, ent->fi_addr, raddr, task->keys[li],
                      &op->ctx);
     } else {
         struct iovec iov = {.iov_base = loc, .iov_len = len};
         struct fi_rma_iov riov = {
-            .addr = raddr, .len = len, .key = task->keys[k]};
+            .addr = raddr, .len = len, .key = task->keys[li]};
         struct fi_msg_rma msg = {.msg_iov = &iov,
                                  .desc = &desc,
                                  .iov_count = 1,
@@ -904,7 +910,7 @@ static void expire_locked(struct lf_transport *lf, uint64_t now)
                           "libfabric %s (%s): %s of %" PRIu64
                           " bytes not completed after %d ms (the operation "
                           "is left with the provider)",
-                          lf->provider, lf->rails[op->rail].name,
+                          lf->provider, lf->rails[op->ent->rail].name,
                           task->opcode == OPCODE_READ ? "read" : "write",
                           op->len, lf->timeout_ms));
         if (task->peer->rs)
@@ -1408,36 +1414,48 @@ static int lf_peer_open(struct tent_transport *t,
                               "libfabric: segment %s publishes no libfabric "
                               "address",
                               seg->name);
+    /* a loopback rail reaches a peer on this host only */
+    bool same_host = seg->local || t->env->seg_on_host(t->env->ctx, seg);
+    int use[LF_MAX_RAILS], m = 0;
+    for (int k = 0; k < n; k++)
+        if (!lf->rails[k].loopback || same_host)
+            use[m++] = k;
+    if (!m)
+        return tent_set_error(TENT_EPEER,
+                              "libfabric: no rail reaches segment %s (this "
+                              "engine's rails are loopback only)",
+                              seg->name);
+    if (!t->env->sched)
+        m = 1;
     struct lf_peer *p = calloc(1, sizeof(*p));
     if (!p)
         return tent_set_error(TENT_ENOMEM, "libfabric: out of memory");
     int rc = TENT_OK;
-    if (n > 1 && t->env->sched) {
+    if (m > 1) {
         struct tent_rail rails[LF_MAX_RAILS];
         memset(rails, 0, sizeof(rails));
-        for (int k = 0; k < n; k++) {
-            snprintf(rails[k].local_nic, sizeof(rails[k].local_nic), "%s",
-                     lf->rails[k].name);
-            snprintf(rails[k].peer_nic, sizeof(rails[k].peer_nic), "rail%d", k);
+        for (int j = 0; j < m; j++) {
+            snprintf(rails[j].local_nic, sizeof(rails[j].local_nic), "%s",
+                     lf->rails[use[j]].name);
+            snprintf(rails[j].peer_nic, sizeof(rails[j].peer_nic), "rail%d",
+                     use[j]);
         }
         rc = tent_railset_new(t->env->sched, &lf->sp, "libfabric", seg->name,
-                              rails, (size_t)n, &p->rs);
+                              rails, (size_t)m, &p->rs);
         if (rc) {
             free(p);
             return rc;
         }
-    } else {
-        n = 1;
     }
     pthread_mutex_lock(&lf->lock);
-    for (int k = 0; k < n && !rc; k++) {
-        rc = av_get_locked(lf, k, addr[k], &p->ents[k]);
+    for (int j = 0; j < m && !rc; j++) {
+        rc = av_get_locked(lf, use[j], addr[use[j]], &p->ents[j]);
         if (!rc)
-            p->nrails = k + 1;
+            p->nrails = j + 1;
     }
     if (rc)
-        for (int k = 0; k < p->nrails; k++)
-            av_put_locked(lf, p->ents[k]);
+        for (int j = 0; j < p->nrails; j++)
+            av_put_locked(lf, p->ents[j]);
     pthread_mutex_unlock(&lf->lock);
     if (rc) {
         if (p->rs)
@@ -1570,12 +1588,13 @@ static int start_locked(struct lf_transport *lf, struct lf_task *task,
                               "peer handle",
                               r->target->name);
     struct lf_peer *peer = (struct lf_peer *)r->peer;
-    if (nkeys < peer->nrails)
+    if (nkeys <= peer->ents[peer->nrails - 1]->rail)
         return tent_set_error(TENT_EPROTO,
                               "libfabric: the target buffer holding %#" PRIx64
-                              " has keys for %d rail(s), its segment "
-                              "publishes %d",
-                              r->remote, nkeys, peer->nrails);
+                              " has keys for %d rail(s), the peer is reached "
+                              "on rail %d",
+                              r->remote, nkeys,
+                              peer->ents[peer->nrails - 1]->rail);
     struct lf_mr *lmr =
         find_mr_locked(lf, (uint64_t)(uintptr_t)r->local, r->length);
     if (!lmr && any_mr_local(lf))
