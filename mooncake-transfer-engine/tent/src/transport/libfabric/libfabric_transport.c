@@ -32,6 +32,8 @@
  *  - remove_buffer revokes the buffer for new local use, waits (bounded) for
  *    our in-flight operations that use it, then closes its MRs: a peer's RMA
  *    on the range fails from then on. */
+#include "transport/libfabric/libfabric_transport.h"
+
 #include "common/clock.h"
 #include "common/compiler.h"
 #include "common/config.h"
@@ -50,6 +52,7 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,6 +234,35 @@ static struct lf_transport *lf_of(struct tent_transport *t)
 static const char *lf_err(struct lf_transport *lf, int rc)
 {
     return lf->api.strerror(rc < 0 ? -rc : rc);
+}
+
+/* tent_libfabric_fault_rail */
+static atomic_int g_fault_rail = -1;
+static atomic_uint g_fault_left;
+
+void tent_libfabric_fault_rail(int rail, unsigned count)
+{
+    atomic_store(&g_fault_left, 0);
+    atomic_store(&g_fault_rail, rail);
+    atomic_store(&g_fault_left, count);
+}
+
+unsigned tent_libfabric_fault_left(void)
+{
+    return atomic_load(&g_fault_left);
+}
+
+/* Whether an operation on rail li is to fail (one fault taken). */
+static bool fault_take(int li)
+{
+    if (atomic_load_explicit(&g_fault_left, memory_order_relaxed) == 0 ||
+        atomic_load(&g_fault_rail) != li)
+        return false;
+    unsigned left = atomic_load(&g_fault_left);
+    while (left &&
+           !atomic_compare_exchange_weak(&g_fault_left, &left, left - 1))
+        ;
+    return left != 0;
 }
 
 /* ---- hex ------------------------------------------------------------------
@@ -757,7 +789,7 @@ static void op_done_locked(struct lf_transport *lf, struct lf_op *op,
 
 /* Posts [off, +len) of task on a rail (the rail set's pick, avoiding the
  * rails of avoid).  0 posted, 1 not now (cap or FI_EAGAIN), -1 failed (the
- * task's err is set), -2 no rail left (nothing set). */
+ * task's err is set), -2 every rail not avoided is paused now. */
 static int post_slice_locked(struct lf_transport *lf, struct lf_task *task,
                              uint64_t off, uint64_t len, uint32_t avoid)
 {
@@ -788,7 +820,10 @@ static int post_slice_locked(struct lf_transport *lf, struct lf_task *task,
     uint64_t raddr = task->raddr + off;
     void *desc = task->lmr ? task->lmr->desc[li] : NULL;
     ssize_t rc;
-    if (task->opcode == OPCODE_READ) {
+    bool fault = fault_take(li);
+    if (fault) {
+        rc = 0; /* completed below, failed, without the provider */
+    } else if (task->opcode == OPCODE_READ) {
         rc = fi_read(ep, loc, len, desc, ent->fi_addr, raddr, task->keys[li],
                      &op->ctx);
     } else {
@@ -831,6 +866,12 @@ static int post_slice_locked(struct lf_transport *lf, struct lf_task *task,
     ent->ops_out++;
     task->ops_out++;
     lf->ops_out++;
+    if (fault)
+        op_done_locked(lf, op,
+                       tent_xerr_new(TENT_EPEER, FI_ECONNRESET,
+                                     "libfabric %s (%s): injected fault: "
+                                     "connection reset",
+                                     lf->provider, r->name));
     return 0;
 }
 
@@ -838,25 +879,24 @@ static int post_slice_locked(struct lf_transport *lf, struct lf_task *task,
  * tent_prio_pick names first, each task's in order. */
 static void pump_locked(struct lf_transport *lf)
 {
-    while (lf->retries) {
-        struct lf_retry *rt = lf->retries;
+    /* a slice whose other rails are all paused waits for one to come
+     * back (bounded by timeout_ms: expire_locked) */
+    struct lf_retry **rp = &lf->retries, *prev = NULL;
+    while (*rp) {
+        struct lf_retry *rt = *rp;
         int rc = post_slice_locked(lf, rt->task, rt->off, rt->len, rt->avoid);
         if (rc == 1)
             return;
-        lf->retries = rt->next;
-        if (!lf->retries)
-            lf->retries_tail = NULL;
+        if (rc == -2) {
+            prev = rt;
+            rp = &rt->next;
+            continue;
+        }
+        *rp = rt->next;
+        if (lf->retries_tail == rt)
+            lf->retries_tail = prev;
         struct lf_task *task = rt->task;
         task->retries--;
-        if (rc == -2)
-            task_fail_locked(
-                task,
-                tent_xerr_new(TENT_EPEER, 0,
-                              "libfabric %s: %s of %" PRIu64
-                              " bytes failed on every rail to the peer",
-                              lf->provider,
-                              task->opcode == OPCODE_READ ? "read" : "write",
-                              rt->len));
         free(rt);
         settle_locked(task);
     }
