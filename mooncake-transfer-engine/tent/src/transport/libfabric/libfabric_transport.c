@@ -164,6 +164,7 @@ struct lf_retry {
     struct lf_task *task;
     uint64_t off, len;
     uint32_t avoid;
+    struct tent_xerr *why; /* the failure: the task's if no rail takes it */
     struct lf_retry *next;
 };
 
@@ -769,15 +770,17 @@ static void op_done_locked(struct lf_transport *lf, struct lf_op *op,
                       lf->provider,
                       task->opcode == OPCODE_READ ? "read" : "write", op->len,
                       lf->rails[op->ent->rail].name, err->msg);
-            *rt = (struct lf_retry){
-                .task = task, .off = op->off, .len = op->len, .avoid = avoid};
+            *rt = (struct lf_retry){.task = task,
+                                    .off = op->off,
+                                    .len = op->len,
+                                    .avoid = avoid,
+                                    .why = err};
             if (lf->retries_tail)
                 lf->retries_tail->next = rt;
             else
                 lf->retries = rt;
             lf->retries_tail = rt;
             task->retries++;
-            free(err);
         } else {
             task_fail_locked(task, err);
         }
@@ -789,7 +792,7 @@ static void op_done_locked(struct lf_transport *lf, struct lf_op *op,
 
 /* Posts [off, +len) of task on a rail (the rail set's pick, avoiding the
  * rails of avoid).  0 posted, 1 not now (cap or FI_EAGAIN), -1 failed (the
- * task's err is set), -2 every rail not avoided is paused now. */
+ * task's err is set), -2 every rail not avoided is paused (nothing set). */
 static int post_slice_locked(struct lf_transport *lf, struct lf_task *task,
                              uint64_t off, uint64_t len, uint32_t avoid)
 {
@@ -879,24 +882,22 @@ static int post_slice_locked(struct lf_transport *lf, struct lf_task *task,
  * tent_prio_pick names first, each task's in order. */
 static void pump_locked(struct lf_transport *lf)
 {
-    /* a slice whose other rails are all paused waits for one to come
-     * back (bounded by timeout_ms: expire_locked) */
-    struct lf_retry **rp = &lf->retries, *prev = NULL;
-    while (*rp) {
-        struct lf_retry *rt = *rp;
+    /* a slice whose other rails are all paused fails with its rail's
+     * error (as tcp's): the runtime decides what comes next */
+    while (lf->retries) {
+        struct lf_retry *rt = lf->retries;
         int rc = post_slice_locked(lf, rt->task, rt->off, rt->len, rt->avoid);
         if (rc == 1)
             return;
-        if (rc == -2) {
-            prev = rt;
-            rp = &rt->next;
-            continue;
-        }
-        *rp = rt->next;
-        if (lf->retries_tail == rt)
-            lf->retries_tail = prev;
+        lf->retries = rt->next;
+        if (!lf->retries)
+            lf->retries_tail = NULL;
         struct lf_task *task = rt->task;
         task->retries--;
+        if (rc == -2)
+            task_fail_locked(task, rt->why);
+        else
+            free(rt->why);
         free(rt);
         settle_locked(task);
     }
@@ -919,8 +920,8 @@ static void pump_locked(struct lf_transport *lf)
             if (rc)
                 break;
             task->posted += len;
+            lf->served_ns[c] = now;
         }
-        lf->served_ns[c] = now;
         if (rc == 1 && !task->err)
             return; /* not now: keep the order */
         lf->qhead[c] = task->qnext;
@@ -985,6 +986,7 @@ static void expire_locked(struct lf_transport *lf, uint64_t now)
                                 " bytes whose rail failed was not posted "
                                 "again within %d ms",
                                 lf->provider, rt->len, lf->timeout_ms));
+        free(rt->why);
         free(rt);
         settle_locked(task);
     }
@@ -1148,6 +1150,7 @@ static void lf_free_state(struct lf_transport *lf)
     while (lf->retries) {
         struct lf_retry *rt = lf->retries;
         lf->retries = rt->next;
+        free(rt->why);
         free(rt);
     }
     lf->retries_tail = NULL;
