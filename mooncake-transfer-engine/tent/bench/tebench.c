@@ -41,6 +41,8 @@ tent_engine_t tb_make_engine(const struct tb_opts *o, const char *xport)
     }
     if (o->seg_name[0])
         tent_set_config("local_segment_name", o->seg_name);
+    if (o->libfabric_provider[0])
+        tent_set_config("transports/libfabric/provider", o->libfabric_provider);
     if (tb_transport_from_name(xport) > 0) {
         char key[64];
         for (size_t i = 0; i < sizeof(xport_names) / sizeof(*xport_names);
@@ -425,6 +427,8 @@ int tb_run_initiator(struct tb_opts *o, const char *xport)
     c.verify_reads = o->check_consistency || o->op == TB_OP_READ_VERIFY;
     c.readback_writes = o->check_consistency;
 
+    o->fabric_baseline =
+        o->baseline && !o->file_target && strcmp(xport, "libfabric") == 0;
     ret = TB_EXIT_OK;
     /* write_seed leaves the whole range seeded for a later read_verify */
     if (o->op == TB_OP_WRITE_SEED || o->op == TB_OP_READ_VERIFY)
@@ -440,7 +444,7 @@ int tb_run_initiator(struct tb_opts *o, const char *xport)
         for (size_t bi = 0; bi < o->blocks.n && ret == TB_EXIT_OK; bi++) {
             uint64_t threads = o->threads.v[ti], block = o->blocks.v[bi];
             double mem = 0, sock = 0, pp = 0;
-            if (o->baseline && !o->file_target) {
+            if (o->baseline && !o->file_target && !o->fabric_baseline) {
                 double s = o->duration / 2 > 1 ? 1 : o->duration / 2;
                 if (s < 0.2)
                     s = 0.2;
@@ -471,7 +475,28 @@ int tb_run_initiator(struct tb_opts *o, const char *xport)
                 /* fio just before and just after the case, averaged: a
                  * device that is still writing back one run's bytes slows
                  * the next, whichever it is */
-                double fio = 0;
+                double fio = 0, fab = 0, fab_lat = 0;
+                if (o->fabric_baseline) {
+                    /* the same provider, block and bytes in flight; one
+                     * initiator thread (the program's) */
+                    double s = o->duration / 2 > 2 ? 2 : o->duration / 2;
+                    if (s < 0.5)
+                        s = 0.5;
+                    char why[600];
+                    if (tb_fabric_ceiling(o->libfabric_provider,
+                                          o->op == TB_OP_READ ||
+                                              o->op == TB_OP_READ_VERIFY,
+                                          block, threads * batch, s, &fab,
+                                          &fab_lat, why, sizeof(why)) == 0)
+                        fprintf(stderr,
+                                "tebench: baseline: raw libfabric %s: %.3f "
+                                "GB/s with %llu in flight, %.2f us per "
+                                "block alone\n",
+                                why, fab, (unsigned long long)(threads * batch),
+                                fab_lat);
+                    else
+                        fprintf(stderr, "tebench: baseline: %s\n", why);
+                }
                 if (o->baseline && o->file_target) {
                     if (c.ntargets > 1)
                         fprintf(stderr, "tebench: baseline: fio runs on the "
@@ -495,6 +520,8 @@ int tb_run_initiator(struct tb_opts *o, const char *xport)
                 r.socket_gbs = sock;
                 r.pingpong_us = pp;
                 r.fio_gbs = fio;
+                r.fabric_gbs = fab;
+                r.fabric_lat_us = fab_lat;
                 tb_print_row(stdout, o, &r);
                 if (o->metrics)
                     tb_print_metrics(o->json ? stderr : stdout, e, idx + 1);

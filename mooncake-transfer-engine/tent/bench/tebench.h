@@ -69,6 +69,9 @@ struct tb_opts {
     char metadata_url_list[512];
     int64_t rpc_server_port; /* -1 = not given */
     char xport_type[32];     /* "", auto, tcp, shm, memfabric */
+    /* --libfabric_provider: transports/libfabric/provider ("" = the
+     * configuration's, else rdma/efa/cxi's own for those --xport_type) */
+    char libfabric_provider[64];
     char transport_hint[32]; /* --tent_transport_hint */
     char backend[16];
     char config[512];
@@ -76,6 +79,9 @@ struct tb_opts {
 
     bool json, loopback, baseline, metrics, help;
     bool file_target; /* the targets are file segments (file://) */
+    /* --baseline with --xport_type=libfabric: the raw libfabric ceiling
+     * (BW/Fabric, Lat/Fabric) instead of the memcpy and socket ones */
+    bool fabric_baseline;
 
     /* Which flags were given on the command line. */
     bool set_metadata_type, set_xport_type;
@@ -121,6 +127,9 @@ struct tb_result {
     double memcpy_gbs, socket_gbs; /* --baseline, else 0 */
     double pingpong_us; /* --baseline: C request/response of one block */
     double fio_gbs;     /* --baseline, file target: fio on the same file */
+    /* --baseline, libfabric: fabric_rma_bench's GB/s with the case's block
+     * and window (threads x batch), and its batch-1 round trip of a block */
+    double fabric_gbs, fabric_lat_us;
     /* CPU seconds (user + system, every thread) spent in the measured
      * window by this process and by the target (< 0: not known, a target
      * in another process not started by --loopback) */
@@ -184,6 +193,16 @@ int tb_prepare_file(const char *name, uint64_t size);
 double tb_fio_ceiling(const char *name, int op, uint64_t threads,
                       uint64_t block, uint64_t batch, uint64_t off,
                       uint64_t len, double seconds, char *why, size_t wlen);
+
+/* tebench_fabric.c: --baseline for --xport_type=libfabric.  Runs
+ * tent_fabric_rma_bench (beside tebench, or TEBENCH_FABRIC_BENCH) with
+ * provider (NULL or "": the first of verbs;ofi_rxm, efa, cxi that is
+ * here): window blocks in flight for seconds (*gbs), then one block at a
+ * time (*lat_us, mean).  0 with the provider used in why, or -1 with the
+ * reason in why. */
+int tb_fabric_ceiling(const char *provider, bool read, uint64_t block,
+                      uint64_t window, double seconds, double *gbs,
+                      double *lat_us, char *why, size_t wlen);
 
 /* tebench_pattern.c */
 static inline uint64_t tb_splitmix64(uint64_t x)

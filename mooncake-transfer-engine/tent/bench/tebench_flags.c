@@ -83,9 +83,14 @@ static const struct flag g_flags[] = {
     {"rpc_server_port", F_PORT, OPT(rpc_server_port), 0,
      "p2p RPC port (0 = pick one)"},
     STRF("xport_type", xport_type,
-         "auto, tcp, shm, memfabric, io_uring (or iouring), bufio, or a "
-         "Mooncake protocol name (ascend = memfabric): enables only that "
+         "auto, tcp, shm, memfabric, io_uring (or iouring), bufio, "
+         "libfabric, or a Mooncake protocol name (ascend = memfabric; rdma, "
+         "efa, cxi = libfabric with their provider): enables only that "
          "transport"),
+    STRF("libfabric_provider", libfabric_provider,
+         "libfabric provider of --xport_type=libfabric (tcp;ofi_rxm, shm, "
+         "verbs;ofi_rxm, efa, cxi; default: the configuration's, or the "
+         "protocol's for rdma, efa, cxi)"),
     STRF("tent_transport_hint", transport_hint,
          "per-request transport hint: unspec, tcp, shm, memfabric, io_uring, "
          "bufio"),
@@ -469,6 +474,20 @@ static int validate(struct tb_opts *o, char *err, size_t errlen)
                     "bad value in --xport_type=%s (auto, %s, or one of "
                     "Mooncake's protocol names)",
                     o->xport_type, built);
+    /* rdma, efa, cxi: libfabric with the protocol's provider */
+    char low[32];
+    for (size_t i = 0; i < sizeof(low); i++)
+        if (!(low[i] = (char)tolower((unsigned char)o->xport_type[i])))
+            break;
+    low[sizeof(low) - 1] = '\0';
+    const char *fab = classic_protocol_fabric(low);
+    if (strcmp(xc, "rdma") == 0 && fab && tb_transport_built("libfabric")) {
+        if (!o->libfabric_provider[0])
+            snprintf(o->libfabric_provider, sizeof(o->libfabric_provider), "%s",
+                     fab);
+        snprintf(o->xport_type, sizeof(o->xport_type), "libfabric");
+        xc = "libfabric";
+    }
     if (*xc && !tb_transport_built(xc))
         return fail(err, errlen,
                     "bad value in --xport_type=%s: this engine has no %s "

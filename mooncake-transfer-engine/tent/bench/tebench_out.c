@@ -116,6 +116,9 @@ void tb_print_header(FILE *f, const struct tb_opts *o)
                     "P999 Tx (us)", "Threads", "Transport");
     if (o->baseline && o->file_target)
         n += fprintf(f, " %10s %8s", "Fio (GB/S)", "BW/Fio");
+    else if (o->fabric_baseline)
+        n += fprintf(f, " %13s %10s %12s %10s", "Fabric (GB/S)", "BW/Fabric",
+                     "Fabric (us)", "Lat/Fabric");
     else if (o->baseline)
         n += fprintf(f, " %13s %13s %10s %10s %14s %9s", "Memcpy (GB/S)",
                      "Socket (GB/S)", "BW/Memcpy", "BW/Socket", "PingPong (us)",
@@ -168,6 +171,12 @@ void tb_print_row(FILE *f, const struct tb_opts *o, const struct tb_result *r)
         if (o->baseline && o->file_target)
             fprintf(f, ", \"fio_gbps\": %.6f, \"ratio_fio\": %.6f", r->fio_gbs,
                     ratio(r->bw_gbs, r->fio_gbs));
+        else if (o->fabric_baseline)
+            fprintf(f,
+                    ", \"fabric_gbps\": %.6f, \"ratio_fabric\": %.6f, "
+                    "\"fabric_lat_us\": %.3f, \"ratio_fabric_lat\": %.6f",
+                    r->fabric_gbs, ratio(r->bw_gbs, r->fabric_gbs),
+                    r->fabric_lat_us, ratio(r->avg_tx_us, r->fabric_lat_us));
         else if (o->baseline)
             fprintf(f,
                     ", \"memcpy_gbps\": %.6f, \"socket_gbps\": %.6f, "
@@ -195,6 +204,10 @@ void tb_print_row(FILE *f, const struct tb_opts *o, const struct tb_result *r)
             r->p999_tx_us, (unsigned long long)r->threads, r->transport);
     if (o->baseline && o->file_target)
         fprintf(f, " %10.3f %8.3f", r->fio_gbs, ratio(r->bw_gbs, r->fio_gbs));
+    else if (o->fabric_baseline)
+        fprintf(f, " %13.3f %10.3f %12.2f %10.3f", r->fabric_gbs,
+                ratio(r->bw_gbs, r->fabric_gbs), r->fabric_lat_us,
+                ratio(r->avg_tx_us, r->fabric_lat_us));
     else if (o->baseline)
         fprintf(f, " %13.3f %13.3f %10.3f %10.3f %14.2f %9.3f", r->memcpy_gbs,
                 r->socket_gbs, ratio(r->bw_gbs, r->memcpy_gbs),

@@ -133,7 +133,8 @@ static void detect_transports(struct classic_engine *ce)
         }
         static _Alignas(4096) unsigned char probe[4096];
         static const int types[CLASSIC_NKINDS] = {TRANSPORT_TCP, TRANSPORT_SHM,
-                                                  TRANSPORT_MEMFABRIC};
+                                                  TRANSPORT_MEMFABRIC,
+                                                  TRANSPORT_LIBFABRIC};
         tent_memory_options_t o = {.permission = PERM_GLOBAL_READ_WRITE,
                                    .transport_type = types[k]};
         ce->have[k] = tent_register_memory_ex(ce->te, probe, sizeof(probe),
@@ -354,6 +355,32 @@ static bool first_warning(struct classic_engine *ce, const char *proto)
     return true;
 }
 
+/* rdma, efa, cxi: the libfabric transport with the protocol's provider,
+ * when it runs here (a probe engine installs it); CLASSIC_LIBFABRIC, or
+ * -1 with the reason in why (tcp stands in, with the usual warning).
+ * Caller holds ce->lock. */
+static int fabric_stand_in(struct classic_engine *ce, const char *provider,
+                           char *why, size_t len)
+{
+    if (ce->have[CLASSIC_LIBFABRIC] &&
+        strcmp(ce->set.fabric_provider, provider) == 0)
+        return CLASSIC_LIBFABRIC;
+    if (ce->have[CLASSIC_LIBFABRIC]) {
+        snprintf(why, len, "libfabric runs provider %s here already",
+                 ce->set.fabric_provider);
+        return -1; /* one provider per engine */
+    }
+    char saved[sizeof(ce->set.fabric_provider)];
+    snprintf(saved, sizeof(saved), "%s", ce->set.fabric_provider);
+    snprintf(ce->set.fabric_provider, sizeof(ce->set.fabric_provider), "%s",
+             provider);
+    if (probe_transport(ce, CLASSIC_LIBFABRIC, why, len) == 0)
+        return CLASSIC_LIBFABRIC;
+    snprintf(ce->set.fabric_provider, sizeof(ce->set.fabric_provider), "%s",
+             saved);
+    return -1;
+}
+
 CLASSIC_API transport_t installTransport(transfer_engine_t engine,
                                          const char *proto, void **args)
 {
@@ -380,9 +407,18 @@ CLASSIC_API transport_t installTransport(transfer_engine_t engine,
         return NULL;
     pthread_mutex_lock(&ce->lock);
     int target = kind;
+    char fwhy[768] = "";
+    if (kind < 0 && pr.fabric && !ce->set.force_tcp && ce->te)
+        kind = target = fabric_stand_in(ce, pr.fabric, fwhy, sizeof(fwhy));
     if (kind < 0) {
         target = CLASSIC_TCP;
-        if (first_warning(ce, proto))
+        bool first = first_warning(ce, proto);
+        if (first && fwhy[0])
+            CLASSIC_WARN("installTransport: protocol '%s' has no device "
+                         "here (libfabric provider %s: %s); installing tcp "
+                         "instead",
+                         proto, pr.fabric, fwhy);
+        else if (first)
             CLASSIC_WARN("installTransport: protocol '%s' has no device "
                          "here (this engine has no %s transport); installing "
                          "tcp instead",

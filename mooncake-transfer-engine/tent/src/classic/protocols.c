@@ -9,34 +9,36 @@
 /* Mooncake's protocol names -> transports.def names: the one table.
  * Several of Mooncake's protocols are one TENT transport (efa and cxi are
  * rdma's NICs, ascend is memfabric); "unspec" is a protocol TENT has no
- * transport type for. */
+ * transport type for.  fabric: the libfabric provider that runs the
+ * protocol's NICs, when the libfabric transport is installed (this engine
+ * has no rdma transport of its own). */
 static const struct {
-    const char *proto, *xport;
+    const char *proto, *xport, *fabric;
 } g_protocols[] = {
-    {"tcp", "tcp"},
-    {"shm", "shm"},
-    {"ascend", "memfabric"},
-    {"memfabric", "memfabric"},
-    {"rdma", "rdma"},
-    {"efa", "rdma"},
-    {"cxi", "rdma"},
-    {"barex", "rdma"},
-    {"nvlink", "nvlink"},
-    {"nvlink_intra", "nvlink"},
-    {"hip", "nvlink"},
-    {"maca", "nvlink"},
-    {"musa", "nvlink"},
-    {"mnnvl", "mnnvl"},
-    {"ub", "ub"},
-    {"ubshmem", "ub"},
-    {"sunrise_link", "sunrise_link"},
-    {"tpu", "tpu"},
-    {"mpcomm", "mpcomm"},
-    {"gds", "gds"},
-    {"nvmeof", "gds"},
-    {"io_uring", "io_uring"},
-    {"cxl", "unspec"},
-    {"nccl", "unspec"},
+    {"tcp", "tcp", NULL},
+    {"shm", "shm", NULL},
+    {"ascend", "memfabric", NULL},
+    {"memfabric", "memfabric", NULL},
+    {"rdma", "rdma", "verbs;ofi_rxm"},
+    {"efa", "rdma", "efa"},
+    {"cxi", "rdma", "cxi"},
+    {"barex", "rdma", NULL},
+    {"nvlink", "nvlink", NULL},
+    {"nvlink_intra", "nvlink", NULL},
+    {"hip", "nvlink", NULL},
+    {"maca", "nvlink", NULL},
+    {"musa", "nvlink", NULL},
+    {"mnnvl", "mnnvl", NULL},
+    {"ub", "ub", NULL},
+    {"ubshmem", "ub", NULL},
+    {"sunrise_link", "sunrise_link", NULL},
+    {"tpu", "tpu", NULL},
+    {"mpcomm", "mpcomm", NULL},
+    {"gds", "gds", NULL},
+    {"nvmeof", "gds", NULL},
+    {"io_uring", "io_uring", NULL},
+    {"cxl", "unspec", NULL},
+    {"nccl", "unspec", NULL},
 };
 
 const char *classic_protocol_xport(const char *proto)
@@ -45,6 +47,15 @@ const char *classic_protocol_xport(const char *proto)
          i++)
         if (strcmp(proto, g_protocols[i].proto) == 0)
             return g_protocols[i].xport;
+    return NULL;
+}
+
+const char *classic_protocol_fabric(const char *proto)
+{
+    for (size_t i = 0; proto && i < sizeof(g_protocols) / sizeof(*g_protocols);
+         i++)
+        if (strcmp(proto, g_protocols[i].proto) == 0)
+            return g_protocols[i].fabric;
     return NULL;
 }
 

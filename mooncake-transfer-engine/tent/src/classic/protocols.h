@@ -13,6 +13,11 @@
  * a name Mooncake does not have. */
 const char *classic_protocol_xport(const char *proto);
 
+/* The libfabric provider that runs a protocol's NICs ("verbs;ofi_rxm" for
+ * rdma, "efa", "cxi"), or NULL: the libfabric transport with it stands in
+ * for a transport this engine does not have, when it installs. */
+const char *classic_protocol_fabric(const char *proto);
+
 /* The table's i-th protocol name and (xport, may be NULL) its transport;
  * NULL past the end. */
 const char *classic_protocol_at(size_t i, const char **xport);

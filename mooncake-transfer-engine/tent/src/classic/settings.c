@@ -20,8 +20,8 @@
 /* Mooncake's handshake port when MC_LEGACY_RPC_PORT_BINDING names none. */
 #define LEGACY_DEFAULT_PORT 12001
 
-const char *const classic_kind_names[CLASSIC_NKINDS] = {"tcp", "shm",
-                                                        "memfabric"};
+const char *const classic_kind_names[CLASSIC_NKINDS] = {
+    "tcp", "shm", "memfabric", "libfabric"};
 
 int classic_protocol_find(const char *proto, struct classic_protocol *out)
 {
@@ -29,6 +29,7 @@ int classic_protocol_find(const char *proto, struct classic_protocol *out)
     if (!xport)
         return -1;
     out->xport = xport;
+    out->fabric = classic_protocol_fabric(proto);
     out->kind = -1;
     for (int k = 0; k < CLASSIC_NKINDS; k++)
         if (strcmp(xport, classic_kind_names[k]) == 0)
@@ -646,6 +647,9 @@ static void *start_thread(void *arg)
     }
     if (set->npu >= 0)
         stage_number("transports/memfabric/device_id", set->npu);
+    if (set->fabric_provider[0])
+        bad |=
+            stage_string("transports/libfabric/provider", set->fabric_provider);
     if (set->redis_password[0])
         bad |= stage_string("metadata_password", set->redis_password);
     if (set->redis_db >= 0)

@@ -21,10 +21,11 @@ enum classic_kind {
     CLASSIC_TCP,
     CLASSIC_SHM,
     CLASSIC_MEMFABRIC,
+    CLASSIC_LIBFABRIC, /* rdma, efa, cxi: through a libfabric provider */
     CLASSIC_NKINDS,
 };
 
-/* Their tent names ("tcp", "shm", "memfabric"). */
+/* Their tent names ("tcp", "shm", "memfabric", "libfabric"). */
 extern const char *const classic_kind_names[CLASSIC_NKINDS];
 
 /* A Mooncake protocol name, as both Mooncake surfaces take it (the
@@ -33,6 +34,9 @@ struct classic_protocol {
     const char *xport; /* its transport in transports.def ("rdma", ...) */
     int kind; /* the enum classic_kind that runs it, or -1: this engine has
                * no such transport and tcp runs instead (a warning) */
+    /* kind -1 with a libfabric provider for its NICs ("efa"): the
+     * libfabric transport with that provider runs it when it installs */
+    const char *fabric;
 };
 
 /* Looks proto up in the one table of Mooncake protocol names
@@ -77,6 +81,8 @@ struct classic_settings {
     char redis_password[256]; /* metadata_password (MC_REDIS_PASSWORD) */
     int redis_db;             /* metadata_db (MC_REDIS_DB_INDEX), -1 = keep */
     enum classic_enable xport[CLASSIC_NKINDS];
+    /* transports/libfabric/provider; "" = not staged */
+    char fabric_provider[64];
     /* transports/tcp/nics: interface names or numeric addresses separated
      * by ','; "" = not staged (MC_TENT_CONF, else every interface) */
     char nics[1024];

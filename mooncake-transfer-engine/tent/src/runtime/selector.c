@@ -279,6 +279,11 @@ static int index_of_type(struct tent_engine *e, int type)
     for (int i = 0; i < e->nxports; i++)
         if (e->xports[i]->ops->type == type)
             return i;
+    /* This engine has no rdma transport of its own: TRANSPORT_RDMA (a hint,
+     * a policy) names the libfabric transport, which drives RDMA NICs
+     * (verbs, efa, cxi), when it is installed. */
+    if (type == TRANSPORT_RDMA)
+        return index_of_type(e, TRANSPORT_LIBFABRIC);
     return -1;
 }
 

@@ -389,6 +389,9 @@ static void test_install_transport(void **state)
     assert_ptr_equal(n, tcp);
     assert_int_equal(lines_with(log, "'rdma'", "tcp"), 1);
     assert_int_equal(lines_with(log, "'efa'", "tcp"), 1);
+    /* rdma and efa first tried libfabric with their provider */
+    assert_int_equal(lines_with(log, "'efa'", "libfabric provider efa"), 1);
+    assert_int_equal(lines_with(log, "'rdma'", "provider verbs;ofi_rxm"), 1);
     assert_int_equal(lines_with(log, "'nvlink'", "tcp"), 1);
     free(log);
     name_of(e, after, sizeof(after));

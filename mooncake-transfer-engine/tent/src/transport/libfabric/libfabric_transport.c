@@ -1,29 +1,45 @@
-/* libfabric transport: one-sided RMA (fi_write / fi_read) over an FI_EP_RDM
- * endpoint of a libfabric provider (verbs;ofi_rxm, efa, cxi on real
+/* libfabric transport: one-sided RMA (fi_write / fi_read) over FI_EP_RDM
+ * endpoints of a libfabric provider (verbs;ofi_rxm, efa, cxi on real
  * fabrics; tcp;ofi_rxm and shm anywhere).
  *
  *  - libfabric is loaded with dlopen (libfabric_api.c): without the library,
  *    or without a provider that has a device, install answers TENT_ENODEV and
  *    the transport is not installed.
- *  - The endpoint's address is published as the segment attribute
- *    libfabric_addr (hex), with the provider's name beside it; each
- *    registered buffer carries its MR key and the address a peer names its
- *    first byte with (buffer attributes libfabric_key, libfabric_base).
- *  - A peer's address is inserted into the AV once and cached in a struct
- *    lf_peer (the unit a peer handle of the contract would own).
- *  - submit slices requests, posts what the in-flight cap (tx_attr->size)
- *    allows and queues the rest; FI_EAGAIN leaves the slice queued.  A
- *    progress thread reads the CQ, posts queued slices and, by reading the
- *    CQ at all, drives a provider with FI_PROGRESS_MANUAL on the target side
- *    too.  status only reads task state.
+ *  - Rails: one fabric, domain, CQ, AV and endpoint per NIC (distinct
+ *    domain) fi_getinfo returns for the provider, up to max_rails.  Rail
+ *    k's endpoint address is published as the segment attribute
+ *    libfabric_addr (k = 0) or libfabric_addr<k>, with the provider's name
+ *    beside it; each registered buffer is registered in every rail's domain
+ *    and carries its keys (buffer attribute libfabric_key: the rails' keys,
+ *    hex, ',' between) and the address a peer names its first byte with
+ *    (libfabric_base).
+ *  - The peer handle (struct lf_peer, peer_open) holds the peer's AV entry
+ *    on each rail the two sides share (local rail k to the peer's rail k):
+ *    inserted once when the handle opens, removed when the last handle
+ *    naming that address closes.  With more than one rail, the handle has
+ *    a rail set of the engine's scheduler (sched/rails.h): each slice goes
+ *    where it is predicted to finish first, a rail whose operation failed
+ *    is paused (probed back later) and the slice is posted again on
+ *    another rail.  After a failed operation the pair is rebuilt before
+ *    the rail's next operation to that peer (struct lf_av_ent).
+ *  - submit slices requests and queues them per priority class; what the
+ *    in-flight cap (tx_attr->size) allows is posted at once, the rest as
+ *    operations complete (the class to serve from tent_prio_pick, so LOW
+ *    is promoted after priority_promotion_timeout_us); FI_EAGAIN leaves the
+ *    slice queued.  A progress thread reads the CQs, posts queued slices
+ *    and, by reading the CQs at all, drives a provider with
+ *    FI_PROGRESS_MANUAL on the target side too.
  *  - remove_buffer revokes the buffer for new local use, waits (bounded) for
- *    our in-flight operations that use it, then closes the MR: a peer's RMA
+ *    our in-flight operations that use it, then closes its MRs: a peer's RMA
  *    on the range fails from then on. */
+#include "transport/libfabric/libfabric_transport.h"
+
 #include "common/clock.h"
 #include "common/compiler.h"
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "sched/rails.h"
 #include "transport/libfabric/libfabric_api.h"
 #include "transport/transport.h"
 
@@ -36,33 +52,91 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define LF_ATTR_ADDR "libfabric_addr"
-#define LF_ATTR_PROV "libfabric_provider"
-#define LF_ATTR_KEY  "libfabric_key"
-#define LF_ATTR_BASE "libfabric_base"
-#define LF_MAX_ADDR  120 /* bytes: hex fits a 255-byte segment attribute */
-#define LF_CQ_BATCH  32
-#define LF_FI_VER    FI_VERSION(1, 9)
+#define LF_ATTR_ADDR   "libfabric_addr"
+#define LF_ATTR_PROV   "libfabric_provider"
+#define LF_ATTR_KEY    "libfabric_key"
+#define LF_ATTR_BASE   "libfabric_base"
+#define LF_MAX_ADDR    120 /* bytes: hex fits a 255-byte segment attribute */
+#define LF_MAX_RAILS   6   /* keys of every rail fit a buffer attribute */
+#define LF_CQ_BATCH    32
+#define LF_FI_VER      FI_VERSION(1, 9)
+#define LF_MAX_RETIRED 256 /* replaced endpoints of rebuilt pairs, open */
 
 static const char *const default_providers[] = {"verbs;ofi_rxm", "efa", "cxi"};
 
-/* A peer as the AV knows it: one per distinct endpoint address. */
-struct lf_peer {
+/* One NIC: its own fabric objects.  cq_lock is held while the CQ is read
+ * and while a peer's own endpoint on the rail is opened: the provider's
+ * CQ progress walks the endpoints bound to it.  Taken alone, or inside
+ * the transport's lock. */
+struct lf_rail {
+    const struct fi_info *info; /* an entry of lf->info */
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_cq *cq;
+    struct fid_av *av;
+    struct fid_ep *ep;
+    bool cq_waits; /* the CQ has a wait object: fi_cq_sread works */
+    bool prov_key, mr_local, mr_endpoint;
+    bool loopback; /* the host's loopback: reaches peers on this host only */
+    uint64_t max_msg;
+    char name[64]; /* the domain: the NIC */
     char addr_hex[2 * LF_MAX_ADDR + 1];
-    fi_addr_t fi_addr;
-    struct lf_peer *next;
+    pthread_mutex_t cq_lock;
 };
 
-/* A local registration. */
+/* An AV entry of one rail: one per distinct endpoint address, shared by the
+ * peer handles that name it (refs) and removed when the last one closes.
+ *
+ * stale: an operation to it failed.  libfabric 1.17's tcp;ofi_rxm keeps
+ * the connection its target dropped after refusing an RMA (a key closed or
+ * narrowed since), and every later operation on it fails (FI_ENOTCONN);
+ * removing and inserting the address again keeps that connection.  So
+ * once nothing is in flight to a stale peer, its next operation on the
+ * rail gets the pair rebuilt: an endpoint of its own (ep, av: a new local
+ * address, hence a new connection), replaced on the next failure.
+ * Providers that bind MRs to an endpoint (FI_MR_ENDPOINT) only get the
+ * address inserted again. */
+struct lf_av_ent {
+    int rail;
+    char addr_hex[2 * LF_MAX_ADDR + 1];
+    fi_addr_t fi_addr;
+    struct fid_ep *ep; /* NULL: the rail's endpoint */
+    struct fid_av *av;
+    int refs;
+    uint32_t ops_out; /* our operations in flight to it */
+    uint32_t rebuilds;
+    bool stale;
+    struct lf_av_ent *next;
+};
+
+/* An endpoint of a rebuilt pair that was replaced or whose peer closed. */
+struct lf_retired {
+    struct fid_ep *ep;
+    struct fid_av *av;
+    struct lf_retired *next;
+};
+
+/* The peer handle (tent_peer first): its AV entry per shared rail (local
+ * rail ents[j]->rail to the peer's rail of the same index) and, with more
+ * than one, their rail set (rail j of the set is ents[j]). */
+struct lf_peer {
+    struct tent_peer base;
+    int nrails;
+    struct lf_av_ent *ents[LF_MAX_RAILS];
+    struct tent_railset *rs;
+};
+
+/* A local registration: one MR per rail. */
 struct lf_mr {
     uint64_t base, length;
-    struct fid_mr *mr;
-    void *desc;
+    struct fid_mr *mr[LF_MAX_RAILS];
+    void *desc[LF_MAX_RAILS];
     int users;    /* our running tasks using it as local memory */
     bool revoked; /* remove_buffer began: no new local use */
     struct lf_mr *next;
@@ -74,10 +148,24 @@ struct lf_task;
 struct lf_op {
     struct fi_context2 ctx; /* first: FI_CONTEXT / FI_CONTEXT2 modes */
     struct lf_task *task;   /* NULL: free, or abandoned (below) */
-    uint64_t len;
+    struct lf_av_ent *ent;  /* the peer it goes to, until abandoned */
+    struct fid_ep *ep;      /* the endpoint it was posted on */
+    int rail;
+    struct tent_rail_ticket tk;
+    uint64_t off, len; /* of its task */
+    uint32_t avoid;    /* rails this slice failed on */
     uint64_t posted_ns;
     bool abandoned; /* timed out: back to the pool when it completes */
     struct lf_op *next_free;
+};
+
+/* A slice whose rail failed, to be posted again on another. */
+struct lf_retry {
+    struct lf_task *task;
+    uint64_t off, len;
+    uint32_t avoid;
+    struct tent_xerr *why; /* the failure: the task's if no rail takes it */
+    struct lf_retry *next;
 };
 
 enum { LF_IDLE, LF_RUNNING, LF_DONE, LF_FAILED };
@@ -85,14 +173,16 @@ enum { LF_IDLE, LF_RUNNING, LF_DONE, LF_FAILED };
 struct lf_task {
     int state; /* under the transport's lock */
     int opcode;
+    int prio;
     char *local;
     uint64_t raddr; /* fabric address of the first remote byte */
-    uint64_t key;
-    fi_addr_t peer;
+    uint64_t keys[LF_MAX_RAILS];
+    struct lf_peer *peer;
     struct lf_mr *lmr;
     uint64_t length, posted, done;
     uint64_t start_ns;
     uint32_t ops_out;
+    uint32_t retries; /* its slices in lf->retries */
     bool queued;
     struct lf_task *qnext;
     struct tent_xerr *err;
@@ -107,20 +197,17 @@ struct lf_transport {
     struct tent_transport base;
     struct lf_api api;
     char provider[64];
-    struct fi_info *info;
-    struct fid_fabric *fabric;
-    struct fid_domain *domain;
-    struct fid_cq *cq;
-    struct fid_av *av;
-    struct fid_ep *ep;
-    bool cq_waits; /* the CQ has a wait object: fi_cq_sread works */
-    bool virt_addr, prov_key, mr_local, mr_endpoint;
-    uint64_t slice, max_msg;
+    struct fi_info *info; /* fi_getinfo's list: the rails' entries */
+    struct lf_rail rails[LF_MAX_RAILS];
+    int nrails;
+    bool virt_addr; /* every rail: FI_MR_VIRT_ADDR */
+    uint64_t slice;
     int revoke_ms, timeout_ms;
     long idle_ns; /* polling: pause of an idle progress thread */
-    char addr_hex[2 * LF_MAX_ADDR + 1];
+    uint64_t promo_ns;
+    struct tent_sched_params sp;
 
-    /* Guards everything below and every lf_task / lf_mr / lf_peer. */
+    /* Guards everything below and every lf_task / lf_mr / lf_av_ent. */
     pthread_mutex_t lock;
     pthread_cond_t drained; /* an operation finished */
     bool accepting;
@@ -129,9 +216,14 @@ struct lf_transport {
     struct lf_op *ops, *free_ops;
     uint32_t ops_cap, ops_out, abandoned;
     uint64_t next_scan_ns;
-    struct lf_task *qhead, *qtail;
+    /* queued tasks per class, and when each class was last served */
+    struct lf_task *qhead[TENT_NPRIO], *qtail[TENT_NPRIO];
+    uint64_t served_ns[TENT_NPRIO];
+    struct lf_retry *retries, *retries_tail;
     struct lf_mr *mrs;
-    struct lf_peer *peers;
+    struct lf_av_ent *avs;
+    struct lf_retired *retired;
+    uint32_t nretired;
     uint64_t next_key;
 };
 
@@ -143,6 +235,35 @@ static struct lf_transport *lf_of(struct tent_transport *t)
 static const char *lf_err(struct lf_transport *lf, int rc)
 {
     return lf->api.strerror(rc < 0 ? -rc : rc);
+}
+
+/* tent_libfabric_fault_rail */
+static atomic_int g_fault_rail = -1;
+static atomic_uint g_fault_left;
+
+void tent_libfabric_fault_rail(int rail, unsigned count)
+{
+    atomic_store(&g_fault_left, 0);
+    atomic_store(&g_fault_rail, rail);
+    atomic_store(&g_fault_left, count);
+}
+
+unsigned tent_libfabric_fault_left(void)
+{
+    return atomic_load(&g_fault_left);
+}
+
+/* Whether an operation on rail li is to fail (one fault taken). */
+static bool fault_take(int li)
+{
+    if (atomic_load_explicit(&g_fault_left, memory_order_relaxed) == 0 ||
+        atomic_load(&g_fault_rail) != li)
+        return false;
+    unsigned left = atomic_load(&g_fault_left);
+    while (left &&
+           !atomic_compare_exchange_weak(&g_fault_left, &left, left - 1))
+        ;
+    return left != 0;
 }
 
 /* ---- hex ------------------------------------------------------------------
@@ -195,8 +316,6 @@ static bool parse_u64(const char *s, uint64_t *out)
     return true;
 }
 
-/* ---- fabric objects ---------------------------------------------------- */
-
 /* fi_getinfo for one provider name; TENT_ENODEV when it has no RMA RDM
  * endpoint here. */
 static int lf_getinfo(struct lf_transport *lf, const char *prov,
@@ -231,86 +350,304 @@ static int lf_getinfo(struct lf_transport *lf, const char *prov,
     return TENT_OK;
 }
 
-static void lf_close_fabric(struct lf_transport *lf)
+static void rail_close(struct lf_rail *r)
 {
-    if (lf->ep)
-        fi_close(&lf->ep->fid);
-    if (lf->av)
-        fi_close(&lf->av->fid);
-    if (lf->cq)
-        fi_close(&lf->cq->fid);
-    if (lf->domain)
-        fi_close(&lf->domain->fid);
-    if (lf->fabric)
-        fi_close(&lf->fabric->fid);
-    if (lf->info)
-        lf->api.freeinfo(lf->info);
-    lf->ep = NULL;
-    lf->av = NULL;
-    lf->cq = NULL;
-    lf->domain = NULL;
-    lf->fabric = NULL;
-    lf->info = NULL;
+    if (r->ep)
+        fi_close(&r->ep->fid);
+    if (r->av)
+        fi_close(&r->av->fid);
+    if (r->cq)
+        fi_close(&r->cq->fid);
+    if (r->domain)
+        fi_close(&r->domain->fid);
+    if (r->fabric)
+        fi_close(&r->fabric->fid);
+    r->ep = NULL;
+    r->av = NULL;
+    r->cq = NULL;
+    r->domain = NULL;
+    r->fabric = NULL;
 }
 
 #define LF_CHECK(call, what)                                                   \
     do {                                                                       \
         int _rc = (call);                                                      \
         if (_rc) {                                                             \
-            tent_set_error(TENT_EVENDOR, "libfabric %s: %s failed: %s (%d)",   \
-                           lf->provider, what, lf_err(lf, _rc), _rc);          \
+            tent_set_error(TENT_EVENDOR,                                       \
+                           "libfabric %s (%s): %s failed: %s (%d)",            \
+                           lf->provider, r->name, what, lf_err(lf, _rc), _rc); \
             goto fail;                                                         \
         }                                                                      \
     } while (0)
 
-static int lf_open_fabric(struct lf_transport *lf)
+/* Opens rail r on info i: fabric, domain, CQ (with a wait object when
+ * cq_waits and the provider has one), AV, endpoint. */
+static int rail_open(struct lf_transport *lf, struct lf_rail *r,
+                     const struct fi_info *i, bool cq_waits)
 {
-    struct fi_info *i = lf->info;
-    LF_CHECK(lf->api.fabric(i->fabric_attr, &lf->fabric, NULL), "fi_fabric");
-    LF_CHECK(fi_domain(lf->fabric, i, &lf->domain, NULL), "fi_domain");
+    r->info = i;
+    snprintf(r->name, sizeof(r->name), "%s",
+             i->domain_attr->name ? i->domain_attr->name : "?");
+    r->cq_waits = cq_waits;
+    LF_CHECK(lf->api.fabric(i->fabric_attr, &r->fabric, NULL), "fi_fabric");
+    LF_CHECK(fi_domain(r->fabric, (struct fi_info *)i, &r->domain, NULL),
+             "fi_domain");
     struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_CONTEXT,
                              .wait_obj = FI_WAIT_UNSPEC};
-    if (!lf->cq_waits || fi_cq_open(lf->domain, &cqa, &lf->cq, NULL)) {
+    if (!r->cq_waits || fi_cq_open(r->domain, &cqa, &r->cq, NULL)) {
         cqa.wait_obj = FI_WAIT_NONE;
-        lf->cq_waits = false;
-        LF_CHECK(fi_cq_open(lf->domain, &cqa, &lf->cq, NULL), "fi_cq_open");
+        r->cq_waits = false;
+        LF_CHECK(fi_cq_open(r->domain, &cqa, &r->cq, NULL), "fi_cq_open");
     }
     struct fi_av_attr ava = {.type = FI_AV_TABLE};
-    LF_CHECK(fi_av_open(lf->domain, &ava, &lf->av, NULL), "fi_av_open");
-    LF_CHECK(fi_endpoint(lf->domain, i, &lf->ep, NULL), "fi_endpoint");
-    LF_CHECK(fi_ep_bind(lf->ep, &lf->cq->fid, FI_TRANSMIT | FI_RECV),
+    LF_CHECK(fi_av_open(r->domain, &ava, &r->av, NULL), "fi_av_open");
+    LF_CHECK(fi_endpoint(r->domain, (struct fi_info *)i, &r->ep, NULL),
+             "fi_endpoint");
+    LF_CHECK(fi_ep_bind(r->ep, &r->cq->fid, FI_TRANSMIT | FI_RECV),
              "fi_ep_bind(cq)");
-    LF_CHECK(fi_ep_bind(lf->ep, &lf->av->fid, 0), "fi_ep_bind(av)");
-    LF_CHECK(fi_enable(lf->ep), "fi_enable");
+    LF_CHECK(fi_ep_bind(r->ep, &r->av->fid, 0), "fi_ep_bind(av)");
+    LF_CHECK(fi_enable(r->ep), "fi_enable");
     uint8_t addr[LF_MAX_ADDR];
     size_t alen = sizeof(addr);
-    int rc = fi_getname(&lf->ep->fid, addr, &alen);
+    int rc = fi_getname(&r->ep->fid, addr, &alen);
     if (rc == -FI_ETOOSMALL) {
         tent_set_error(TENT_ENOTSUP,
-                       "libfabric %s: endpoint address of %zu bytes exceeds "
-                       "%d",
-                       lf->provider, alen, LF_MAX_ADDR);
+                       "libfabric %s (%s): endpoint address of %zu bytes "
+                       "exceeds %d",
+                       lf->provider, r->name, alen, LF_MAX_ADDR);
         goto fail;
     }
     LF_CHECK(rc, "fi_getname");
-    to_hex(lf->addr_hex, addr, alen);
+    to_hex(r->addr_hex, addr, alen);
     uint64_t mm = i->domain_attr->mr_mode;
-    lf->virt_addr = mm & FI_MR_VIRT_ADDR;
-    lf->prov_key = mm & FI_MR_PROV_KEY;
-    lf->mr_local = mm & FI_MR_LOCAL;
-    lf->mr_endpoint = mm & FI_MR_ENDPOINT;
-    lf->max_msg =
+    r->prov_key = mm & FI_MR_PROV_KEY;
+    r->mr_local = mm & FI_MR_LOCAL;
+    r->mr_endpoint = mm & FI_MR_ENDPOINT;
+    r->max_msg =
         i->ep_attr->max_msg_size ? i->ep_attr->max_msg_size : UINT64_MAX;
+    const char *fn = i->fabric_attr->name ? i->fabric_attr->name : "";
+    r->loopback = strcmp(r->name, "lo") == 0 || strncmp(fn, "127.", 4) == 0 ||
+                  strncmp(fn, "::1/", 4) == 0;
+    pthread_mutex_init(&r->cq_lock, NULL);
     return TENT_OK;
 fail:
-    lf_close_fabric(lf);
+    rail_close(r);
     return TENT_EVENDOR;
+}
+
+/* Opens a rail per distinct domain of lf->info, in fi_getinfo's order, up
+ * to max; the ones that do not open are left out (logged).  TENT_EVENDOR
+ * when none opens.  Rails whose FI_MR_VIRT_ADDR differs from the first's
+ * are left out: a buffer has one base for all of them. */
+static int rails_open(struct lf_transport *lf, int max, bool cq_waits)
+{
+    int rc = TENT_EVENDOR;
+    for (const struct fi_info *i = lf->info; i && lf->nrails < max;
+         i = i->next) {
+        const char *dn = i->domain_attr->name ? i->domain_attr->name : "";
+        bool seen = false;
+        for (int k = 0; k < lf->nrails; k++)
+            seen |= strcmp(lf->rails[k].name, dn) == 0;
+        if (seen)
+            continue;
+        bool va = i->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
+        if (lf->nrails && va != lf->virt_addr)
+            continue;
+        struct lf_rail *r = &lf->rails[lf->nrails];
+        int orc = rail_open(lf, r, i, cq_waits);
+        if (orc) {
+            LOG_WARN("libfabric: rail %s left out: %s", dn, tent_last_error());
+            if (rc == TENT_EVENDOR)
+                rc = orc;
+            memset(r, 0, sizeof(*r));
+            continue;
+        }
+        if (!lf->nrails)
+            lf->virt_addr = va;
+        lf->nrails++;
+    }
+    if (lf->nrails)
+        return TENT_OK;
+    return rc;
+}
+
+static void rails_close(struct lf_transport *lf)
+{
+    for (int k = 0; k < lf->nrails; k++) {
+        rail_close(&lf->rails[k]);
+        pthread_mutex_destroy(&lf->rails[k].cq_lock);
+    }
+    lf->nrails = 0;
 }
 
 /* ---- completions --------------------------------------------------------- */
 
+/* ---- peers' AV entries ----------------------------------------------------
+ */
+
+/* Inserts addr_hex into the entry's AV (ent->fi_addr). */
+static int av_insert_locked(struct lf_transport *lf, struct lf_av_ent *ent)
+{
+    uint8_t raw[LF_MAX_ADDR];
+    int n = from_hex(raw, sizeof(raw), ent->addr_hex);
+    if (n < 0)
+        return tent_set_error(TENT_EPROTO,
+                              "libfabric: peer address '%s' is not hex",
+                              ent->addr_hex);
+    struct fid_av *av = ent->av ? ent->av : lf->rails[ent->rail].av;
+    int rc = fi_av_insert(av, raw, 1, &ent->fi_addr, 0, NULL);
+    if (rc != 1)
+        return tent_set_error(TENT_EPEER,
+                              "libfabric %s: fi_av_insert of peer %s: %s",
+                              lf->provider, ent->addr_hex,
+                              rc < 0 ? lf_err(lf, rc) : "not inserted");
+    return TENT_OK;
+}
+
+/* Takes the entry's address out of its rail's AV, or retires its own
+ * endpoint (and AV).  A retired endpoint stays open until uninstall, when
+ * the progress thread has stopped: closing a tcp;ofi_rxm endpoint whose
+ * connection broke, while the shared CQ is progressed, crashed libfabric
+ * 1.17 inside fi_cq_sread.  Operations abandoned on it keep their slots
+ * (they may still complete). */
+static void av_remove_locked(struct lf_transport *lf, struct lf_av_ent *ent)
+{
+    if (!ent->ep) {
+        int rc = fi_av_remove(lf->rails[ent->rail].av, &ent->fi_addr, 1, 0);
+        if (rc)
+            LOG_WARN("libfabric %s: fi_av_remove of peer %s: %s", lf->provider,
+                     ent->addr_hex, lf_err(lf, rc));
+        return;
+    }
+    struct lf_retired *r = malloc(sizeof(*r));
+    if (r) {
+        r->ep = ent->ep;
+        r->av = ent->av;
+        r->next = lf->retired;
+        lf->retired = r;
+    } else {
+        LOG_WARN("libfabric %s: out of memory: an endpoint of peer %s is "
+                 "left open",
+                 lf->provider, ent->addr_hex);
+    }
+    lf->nretired++;
+    ent->ep = NULL;
+    ent->av = NULL;
+}
+
+/* Gives the entry an endpoint (and AV) of its own on its rail, bound to the
+ * rail's CQ: a fresh local address, so the provider connects anew. */
+static int pair_open_locked(struct lf_transport *lf, struct lf_av_ent *ent)
+{
+    struct lf_rail *r = &lf->rails[ent->rail];
+    struct fid_ep *ep = NULL;
+    struct fid_av *av = NULL;
+    struct fi_av_attr ava = {.type = FI_AV_TABLE};
+    const char *what = "fi_av_open";
+    pthread_mutex_lock(&r->cq_lock);
+    int rc = fi_av_open(r->domain, &ava, &av, NULL);
+    if (!rc &&
+        (what = "fi_endpoint",
+         rc = fi_endpoint(r->domain, (struct fi_info *)r->info, &ep, NULL)) ==
+            0 &&
+        (what = "fi_ep_bind(cq)",
+         rc = fi_ep_bind(ep, &r->cq->fid, FI_TRANSMIT | FI_RECV)) == 0 &&
+        (what = "fi_ep_bind(av)", rc = fi_ep_bind(ep, &av->fid, 0)) == 0)
+        what = "fi_enable", rc = fi_enable(ep);
+    if (rc) {
+        if (ep)
+            fi_close(&ep->fid);
+        if (av)
+            fi_close(&av->fid);
+        pthread_mutex_unlock(&r->cq_lock);
+        return tent_set_error(TENT_EPEER,
+                              "libfabric %s: rebuilding the connection to "
+                              "peer %s: %s failed: %s",
+                              lf->provider, ent->addr_hex, what,
+                              lf_err(lf, rc));
+    }
+    pthread_mutex_unlock(&r->cq_lock);
+    ent->ep = ep;
+    ent->av = av;
+    rc = av_insert_locked(lf, ent);
+    if (rc)
+        av_remove_locked(lf, ent);
+    return rc;
+}
+
+/* The entry of addr_hex on rail, inserted if no handle holds it yet; one
+ * more reference. */
+static int av_get_locked(struct lf_transport *lf, int rail,
+                         const char *addr_hex, struct lf_av_ent **out)
+{
+    for (struct lf_av_ent *e = lf->avs; e; e = e->next)
+        if (e->rail == rail && strcmp(e->addr_hex, addr_hex) == 0) {
+            e->refs++;
+            *out = e;
+            return TENT_OK;
+        }
+    struct lf_av_ent *e = calloc(1, sizeof(*e));
+    if (!e)
+        return tent_set_error(TENT_ENOMEM, "libfabric: out of memory");
+    e->rail = rail;
+    size_t al = strnlen(addr_hex, sizeof(e->addr_hex) - 1);
+    memcpy(e->addr_hex, addr_hex, al);
+    int rc = av_insert_locked(lf, e);
+    if (rc) {
+        free(e);
+        return rc;
+    }
+    e->refs = 1;
+    e->next = lf->avs;
+    lf->avs = e;
+    *out = e;
+    return TENT_OK;
+}
+
+static void av_put_locked(struct lf_transport *lf, struct lf_av_ent *ent)
+{
+    if (--ent->refs > 0)
+        return;
+    struct lf_av_ent **pp = &lf->avs;
+    while (*pp != ent)
+        pp = &(*pp)->next;
+    *pp = ent->next;
+    av_remove_locked(lf, ent);
+    free(ent);
+}
+
+/* A stale entry with nothing in flight gets its pair rebuilt (see struct
+ * lf_av_ent).  Until then (operations still out) operations to it are
+ * posted as they were and may fail the same way. */
+static int av_refresh_locked(struct lf_transport *lf, struct lf_av_ent *ent)
+{
+    if (!ent->stale || ent->ops_out)
+        return TENT_OK;
+    av_remove_locked(lf, ent);
+    /* retired endpoints stay open: a bounded number of rebuilds */
+    int rc = lf->rails[ent->rail].mr_endpoint || lf->nretired >= LF_MAX_RETIRED
+                 ? av_insert_locked(lf, ent)
+                 : pair_open_locked(lf, ent);
+    if (rc) {
+        /* back on the rail's endpoint; stays stale: tried again next time */
+        int again = av_insert_locked(lf, ent);
+        return again ? again : rc;
+    }
+    ent->stale = false;
+    ent->rebuilds++;
+    LOG_DEBUG("libfabric %s: connection to peer %s rebuilt after a failed "
+              "operation (%u)",
+              lf->provider, ent->addr_hex, ent->rebuilds);
+    return TENT_OK;
+}
+
 /* A CQ error's cause: bad key, bounds and permission are permanent (the
- * request is wrong for this target); the rest, the peer or the path. */
+ * request is wrong for this target); the rest, the peer or the path.
+ * FI_ECANCELED is how tcp;ofi_rxm (1.17) reports an RMA its target
+ * refused (a key closed or narrowed since): the target drops the
+ * connection and the operation is cancelled, so it says the peer, and the
+ * runtime fetches the peer's descriptor again, which names the range's
+ * current state. */
 static int lf_cause(int err)
 {
     switch (err) {
@@ -331,6 +668,7 @@ static int lf_cause(int err)
     case FI_EHOSTUNREACH:
     case FI_ENOTCONN:
     case FI_ESHUTDOWN:
+    case FI_ECANCELED:
         return TENT_EPEER;
     default:
         return TENT_EIO;
@@ -341,20 +679,22 @@ static void enqueue_locked(struct lf_transport *lf, struct lf_task *task)
 {
     if (task->queued)
         return;
+    int c = task->prio;
     task->queued = true;
     task->qnext = NULL;
-    if (lf->qtail)
-        lf->qtail->qnext = task;
+    if (lf->qtail[c])
+        lf->qtail[c]->qnext = task;
     else
-        lf->qhead = task;
-    lf->qtail = task;
+        lf->qhead[c] = task;
+    lf->qtail[c] = task;
 }
 
 /* Makes a task terminal once nothing of it is in flight or queued; it
  * lets its local registration go then. */
 static void settle_locked(struct lf_task *task)
 {
-    if (task->ops_out || task->queued || task->state != LF_RUNNING)
+    if (task->ops_out || task->queued || task->retries ||
+        task->state != LF_RUNNING)
         return;
     if (task->err)
         task->state = LF_FAILED;
@@ -367,12 +707,29 @@ static void settle_locked(struct lf_task *task)
     task->lmr = NULL;
 }
 
+static void task_fail_locked(struct lf_task *task, struct tent_xerr *e)
+{
+    if (!task->err)
+        task->err = e;
+    else
+        free(e);
+}
+
 static void op_free_locked(struct lf_transport *lf, struct lf_op *op)
 {
     op->task = NULL;
+    op->ent = NULL;
+    op->ep = NULL;
     op->abandoned = false;
     op->next_free = lf->free_ops;
     lf->free_ops = op;
+}
+
+/* Whether a failure says the path (connection, peer, timeout) rather than
+ * the request (bounds, key, permission): only those move to another rail. */
+static bool path_cause(int code)
+{
+    return code != TENT_ERANGE && code != TENT_EPERM;
 }
 
 static void op_done_locked(struct lf_transport *lf, struct lf_op *op,
@@ -386,88 +743,190 @@ static void op_done_locked(struct lf_transport *lf, struct lf_op *op,
         return;
     }
     struct lf_task *task = op->task;
+    struct lf_peer *p = task->peer;
     task->ops_out--;
-    if (err) {
-        if (!task->err)
-            task->err = err;
-        else
-            free(err);
-    } else {
+    op->ent->ops_out--;
+    lf->ops_out--;
+    if (!err) {
+        if (p->rs)
+            tent_rail_complete(p->rs, op->rail, op->len, &op->tk);
         task->done += op->len;
+    } else {
+        op->ent->stale = true;
+        bool path = path_cause(err->code);
+        uint32_t avoid = op->avoid | 1u << op->rail;
+        uint32_t all = (1u << p->nrails) - 1;
+        struct lf_retry *rt = NULL;
+        if (p->rs) {
+            if (path)
+                tent_rail_fail(p->rs, op->rail, op->len, &op->tk);
+            else
+                tent_rail_complete(p->rs, op->rail, op->len, &op->tk);
+        }
+        if (p->rs && path && (avoid & all) != all && !task->err &&
+            (rt = calloc(1, sizeof(*rt))) != NULL) {
+            LOG_DEBUG("libfabric %s: %s of %" PRIu64 " bytes failed on rail "
+                      "%s (%s); posting it on another rail",
+                      lf->provider,
+                      task->opcode == OPCODE_READ ? "read" : "write", op->len,
+                      lf->rails[op->ent->rail].name, err->msg);
+            *rt = (struct lf_retry){.task = task,
+                                    .off = op->off,
+                                    .len = op->len,
+                                    .avoid = avoid,
+                                    .why = err};
+            if (lf->retries_tail)
+                lf->retries_tail->next = rt;
+            else
+                lf->retries = rt;
+            lf->retries_tail = rt;
+            task->retries++;
+        } else {
+            task_fail_locked(task, err);
+        }
     }
     op_free_locked(lf, op);
-    lf->ops_out--;
     settle_locked(task);
     pthread_cond_broadcast(&lf->drained);
 }
 
-/* Posts one slice of task; 0 posted, 1 not now (cap or FI_EAGAIN), < 0
- * failed (the task's err is set). */
-static int post_one_locked(struct lf_transport *lf, struct lf_task *task)
+/* Posts [off, +len) of task on a rail (the rail set's pick, avoiding the
+ * rails of avoid).  0 posted, 1 not now (cap or FI_EAGAIN), -1 failed (the
+ * task's err is set), -2 every rail not avoided is paused (nothing set). */
+static int post_slice_locked(struct lf_transport *lf, struct lf_task *task,
+                             uint64_t off, uint64_t len, uint32_t avoid)
 {
     struct lf_op *op = lf->free_ops;
     if (!op)
         return 1;
-    uint64_t len = task->length - task->posted;
-    if (len > lf->slice)
-        len = lf->slice;
-    char *loc = task->local + task->posted;
-    uint64_t raddr = task->raddr + task->posted;
-    void *desc = task->lmr ? task->lmr->desc : NULL;
+    struct lf_peer *p = task->peer;
+    int k = 0;
+    struct tent_rail_ticket tk;
+    memset(&tk, 0, sizeof(tk));
+    if (p->rs) {
+        k = tent_rail_pick(p->rs, len, task->prio == TENT_PRIO_LOW, avoid, &tk);
+        if (k < 0)
+            return -2;
+    }
+    struct lf_av_ent *ent = p->ents[k];
+    int li = ent->rail; /* the local rail, and the peer's of that index */
+    struct lf_rail *r = &lf->rails[li];
+    if (av_refresh_locked(lf, ent)) {
+        if (p->rs)
+            tent_rail_release(p->rs, k, len, &tk);
+        task_fail_locked(task,
+                         tent_xerr_new(TENT_EPEER, 0, "%s", tent_last_error()));
+        return -1;
+    }
+    struct fid_ep *ep = ent->ep ? ent->ep : r->ep;
+    char *loc = task->local + off;
+    uint64_t raddr = task->raddr + off;
+    void *desc = task->lmr ? task->lmr->desc[li] : NULL;
     ssize_t rc;
-    if (task->opcode == OPCODE_READ) {
-        rc = fi_read(lf->ep, loc, len, desc, task->peer, raddr, task->key,
+    bool fault = fault_take(li);
+    if (fault) {
+        rc = 0; /* completed below, failed, without the provider */
+    } else if (task->opcode == OPCODE_READ) {
+        rc = fi_read(ep, loc, len, desc, ent->fi_addr, raddr, task->keys[li],
                      &op->ctx);
     } else {
         struct iovec iov = {.iov_base = loc, .iov_len = len};
-        struct fi_rma_iov riov = {.addr = raddr, .len = len, .key = task->key};
+        struct fi_rma_iov riov = {
+            .addr = raddr, .len = len, .key = task->keys[li]};
         struct fi_msg_rma msg = {.msg_iov = &iov,
                                  .desc = &desc,
                                  .iov_count = 1,
-                                 .addr = task->peer,
+                                 .addr = ent->fi_addr,
                                  .rma_iov = &riov,
                                  .rma_iov_count = 1,
                                  .context = &op->ctx};
-        rc = fi_writemsg(lf->ep, &msg,
-                         FI_COMPLETION | lf->info->tx_attr->op_flags);
+        rc = fi_writemsg(ep, &msg, FI_COMPLETION | r->info->tx_attr->op_flags);
     }
-    if (rc == -FI_EAGAIN)
-        return 1;
     if (rc) {
-        struct tent_xerr *e = tent_xerr_new(
-            TENT_EVENDOR, (int)-rc, "libfabric %s: %s of %" PRIu64 " bytes: %s",
-            lf->provider, task->opcode == OPCODE_READ ? "fi_read" : "fi_write",
-            len, lf_err(lf, (int)rc));
-        if (!task->err)
-            task->err = e;
-        else
-            free(e);
+        if (p->rs)
+            tent_rail_release(p->rs, k, len, &tk);
+        if (rc == -FI_EAGAIN)
+            return 1;
+        task_fail_locked(
+            task,
+            tent_xerr_new(TENT_EVENDOR, (int)-rc,
+                          "libfabric %s (%s): %s of %" PRIu64 " bytes: %s",
+                          lf->provider, r->name,
+                          task->opcode == OPCODE_READ ? "fi_read" : "fi_write",
+                          len, lf_err(lf, (int)rc)));
         return -1;
     }
     lf->free_ops = op->next_free;
     op->task = task;
+    op->ent = ent;
+    op->ep = ep;
+    op->rail = k;
+    op->tk = tk;
+    op->off = off;
     op->len = len;
+    op->avoid = avoid;
     op->posted_ns = tent_now_ns();
+    ent->ops_out++;
     task->ops_out++;
-    task->posted += len;
     lf->ops_out++;
+    if (fault)
+        op_done_locked(lf, op,
+                       tent_xerr_new(TENT_EPEER, FI_ECONNRESET,
+                                     "libfabric %s (%s): injected fault: "
+                                     "connection reset",
+                                     lf->provider, r->name));
     return 0;
 }
 
-/* Posts what it can of the queued tasks, in order. */
+/* Posts slices of failed rails again, then queued tasks' slices, the class
+ * tent_prio_pick names first, each task's in order. */
 static void pump_locked(struct lf_transport *lf)
 {
-    while (lf->qhead) {
-        struct lf_task *task = lf->qhead;
+    /* a slice whose other rails are all paused fails with its rail's
+     * error (as tcp's): the runtime decides what comes next */
+    while (lf->retries) {
+        struct lf_retry *rt = lf->retries;
+        int rc = post_slice_locked(lf, rt->task, rt->off, rt->len, rt->avoid);
+        if (rc == 1)
+            return;
+        lf->retries = rt->next;
+        if (!lf->retries)
+            lf->retries_tail = NULL;
+        struct lf_task *task = rt->task;
+        task->retries--;
+        if (rc == -2)
+            task_fail_locked(task, rt->why);
+        else
+            free(rt->why);
+        free(rt);
+        settle_locked(task);
+    }
+    for (;;) {
+        uint64_t now = tent_now_ns(), since[TENT_NPRIO];
+        for (int c = 0; c < TENT_NPRIO; c++)
+            since[c] = lf->qhead[c] ? tent_prio_since(lf->qhead[c]->start_ns,
+                                                      lf->served_ns[c])
+                                    : TENT_PRIO_IDLE;
+        int c = tent_prio_pick(since, now, lf->promo_ns);
+        if (c < 0)
+            return;
+        struct lf_task *task = lf->qhead[c];
         int rc = 0;
-        while (!task->err && task->posted < task->length &&
-               (rc = post_one_locked(lf, task)) == 0)
-            ;
+        while (!task->err && task->posted < task->length) {
+            uint64_t len = task->length - task->posted;
+            if (len > lf->slice)
+                len = lf->slice;
+            rc = post_slice_locked(lf, task, task->posted, len, 0);
+            if (rc)
+                break;
+            task->posted += len;
+            lf->served_ns[c] = now;
+        }
         if (rc == 1 && !task->err)
             return; /* not now: keep the order */
-        lf->qhead = task->qnext;
-        if (!lf->qhead)
-            lf->qtail = NULL;
+        lf->qhead[c] = task->qnext;
+        if (!lf->qhead[c])
+            lf->qtail[c] = NULL;
         task->queued = false;
         settle_locked(task);
     }
@@ -486,57 +945,96 @@ static void expire_locked(struct lf_transport *lf, uint64_t now)
         if (!op->task || op->abandoned || now - op->posted_ns < limit)
             continue;
         struct lf_task *task = op->task;
-        struct tent_xerr *e = tent_xerr_new(
-            TENT_ETIMEDOUT, 0,
-            "libfabric %s: %s of %" PRIu64 " bytes not completed after %d ms "
-            "(the operation is left with the provider)",
-            lf->provider, task->opcode == OPCODE_READ ? "read" : "write",
-            op->len, lf->timeout_ms);
-        if (!task->err)
-            task->err = e;
-        else
-            free(e);
+        task_fail_locked(
+            task,
+            tent_xerr_new(TENT_ETIMEDOUT, 0,
+                          "libfabric %s (%s): %s of %" PRIu64
+                          " bytes not completed after %d ms (the operation "
+                          "is left with the provider)",
+                          lf->provider, lf->rails[op->ent->rail].name,
+                          task->opcode == OPCODE_READ ? "read" : "write",
+                          op->len, lf->timeout_ms));
+        if (task->peer->rs)
+            tent_rail_fail(task->peer->rs, op->rail, op->len, &op->tk);
         op->abandoned = true;
+        op->ent->ops_out--;
+        op->ent->stale = true;
+        op->ent = NULL;
         lf->abandoned++;
         task->ops_out--;
         lf->ops_out--;
         settle_locked(task);
         pthread_cond_broadcast(&lf->drained);
     }
-    /* Tasks the provider would not take (FI_EAGAIN all along). */
-    struct lf_task **pp = &lf->qhead, *prev = NULL;
-    while (*pp) {
-        struct lf_task *task = *pp;
+    /* Slices of failed rails no other rail took in time (FI_EAGAIN). */
+    struct lf_retry **rp = &lf->retries, *rprev = NULL;
+    while (*rp) {
+        struct lf_retry *rt = *rp;
+        struct lf_task *task = rt->task;
         if (now - task->start_ns < limit) {
-            prev = task;
-            pp = &task->qnext;
+            rprev = rt;
+            rp = &rt->next;
             continue;
         }
-        *pp = task->qnext;
-        if (lf->qtail == task)
-            lf->qtail = prev;
-        task->queued = false;
-        struct tent_xerr *e = tent_xerr_new(
-            TENT_ETIMEDOUT, 0,
-            "libfabric %s: %" PRIu64 " of %" PRIu64 " bytes not posted "
-            "within %d ms (the provider kept answering FI_EAGAIN)",
-            lf->provider, task->length - task->posted, task->length,
-            lf->timeout_ms);
-        if (!task->err)
-            task->err = e;
-        else
-            free(e);
+        *rp = rt->next;
+        if (lf->retries_tail == rt)
+            lf->retries_tail = rprev;
+        task->retries--;
+        task_fail_locked(
+            task, tent_xerr_new(TENT_ETIMEDOUT, 0,
+                                "libfabric %s: a slice of %" PRIu64
+                                " bytes whose rail failed was not posted "
+                                "again within %d ms",
+                                lf->provider, rt->len, lf->timeout_ms));
+        free(rt->why);
+        free(rt);
         settle_locked(task);
+    }
+    /* Tasks the provider would not take (FI_EAGAIN all along). */
+    for (int c = 0; c < TENT_NPRIO; c++) {
+        struct lf_task **pp = &lf->qhead[c], *prev = NULL;
+        while (*pp) {
+            struct lf_task *task = *pp;
+            if (now - task->start_ns < limit) {
+                prev = task;
+                pp = &task->qnext;
+                continue;
+            }
+            *pp = task->qnext;
+            if (lf->qtail[c] == task)
+                lf->qtail[c] = prev;
+            task->queued = false;
+            task_fail_locked(
+                task, tent_xerr_new(TENT_ETIMEDOUT, 0,
+                                    "libfabric %s: %" PRIu64 " of %" PRIu64
+                                    " bytes not posted within %d ms (the "
+                                    "provider kept answering FI_EAGAIN)",
+                                    lf->provider, task->length - task->posted,
+                                    task->length, lf->timeout_ms));
+            settle_locked(task);
+        }
     }
 }
 
-/* Reads completions (and errors); returns how many. */
-static int lf_poll(struct lf_transport *lf, bool wait)
+/* Reads rail r's completions (and errors); returns how many. */
+static int rail_poll(struct lf_transport *lf, struct lf_rail *r, bool wait)
 {
     struct fi_cq_entry ent[LF_CQ_BATCH];
-    ssize_t n = wait && lf->cq_waits
-                    ? fi_cq_sread(lf->cq, ent, LF_CQ_BATCH, NULL, 1)
-                    : fi_cq_read(lf->cq, ent, LF_CQ_BATCH);
+    struct fi_cq_err_entry e;
+    /* the progress thread waits; a caller's poll skips a busy CQ */
+    if (wait)
+        pthread_mutex_lock(&r->cq_lock);
+    else if (pthread_mutex_trylock(&r->cq_lock))
+        return 0;
+    ssize_t n = wait && r->cq_waits
+                    ? fi_cq_sread(r->cq, ent, LF_CQ_BATCH, NULL, 1)
+                    : fi_cq_read(r->cq, ent, LF_CQ_BATCH);
+    if (n == -FI_EAVAIL) {
+        memset(&e, 0, sizeof(e));
+        if (fi_cq_readerr(r->cq, &e, 0) != 1)
+            n = 0;
+    }
+    pthread_mutex_unlock(&r->cq_lock);
     if (n > 0) {
         pthread_mutex_lock(&lf->lock);
         for (ssize_t k = 0; k < n; k++)
@@ -546,17 +1044,14 @@ static int lf_poll(struct lf_transport *lf, bool wait)
         return (int)n;
     }
     if (n == -FI_EAVAIL) {
-        struct fi_cq_err_entry e;
-        memset(&e, 0, sizeof(e));
-        if (fi_cq_readerr(lf->cq, &e, 0) != 1)
-            return 0;
         char pbuf[128];
-        const char *pmsg = fi_cq_strerror(lf->cq, e.prov_errno, e.err_data,
-                                          pbuf, sizeof(pbuf));
+        const char *pmsg =
+            fi_cq_strerror(r->cq, e.prov_errno, e.err_data, pbuf, sizeof(pbuf));
         struct tent_xerr *xe = tent_xerr_new(
             lf_cause(e.err), e.err,
-            "libfabric %s: %s failed: %s (provider error %d: %s)", lf->provider,
-            "RMA", lf->api.strerror(e.err), e.prov_errno, pmsg ? pmsg : "?");
+            "libfabric %s (%s): RMA failed: %s (provider error %d: %s)",
+            lf->provider, r->name, lf->api.strerror(e.err), e.prov_errno,
+            pmsg ? pmsg : "?");
         if (!e.op_context) {
             free(xe);
             return 0;
@@ -568,22 +1063,35 @@ static int lf_poll(struct lf_transport *lf, bool wait)
         return 1;
     }
     if (n != -FI_EAGAIN && n != -FI_ETIMEDOUT && n != 0)
-        LOG_WARN("libfabric %s: fi_cq_read: %s", lf->provider,
+        LOG_WARN("libfabric %s (%s): fi_cq_read: %s", lf->provider, r->name,
                  lf_err(lf, (int)n));
     return 0;
+}
+
+/* Every rail's CQ; the progress thread waits in the CQ of a single rail
+ * that has a wait object. */
+static int lf_poll(struct lf_transport *lf, bool wait)
+{
+    int n = 0;
+    for (int k = 0; k < lf->nrails; k++)
+        n += rail_poll(lf, &lf->rails[k], wait && lf->nrails == 1);
+    return n;
 }
 
 static void *progress_main(void *arg)
 {
     struct lf_transport *lf = arg;
+    bool waits = lf->nrails == 1 && lf->rails[0].cq_waits;
     for (;;) {
         pthread_mutex_lock(&lf->lock);
         bool stop = lf->stop;
-        bool busy = lf->ops_out > 0 || lf->qhead;
-        if (lf->qhead)
+        bool busy = lf->ops_out > 0 || lf->retries;
+        for (int c = 0; c < TENT_NPRIO; c++)
+            busy |= lf->qhead[c] != NULL;
+        if (busy)
             pump_locked(lf);
         uint64_t now = tent_now_ns();
-        if ((lf->ops_out || lf->qhead) && now >= lf->next_scan_ns) {
+        if (busy && now >= lf->next_scan_ns) {
             expire_locked(lf, now);
             lf->next_scan_ns = now + 10000000u;
         }
@@ -592,7 +1100,7 @@ static void *progress_main(void *arg)
             return NULL;
         if (lf_poll(lf, true))
             continue;
-        if (!lf->cq_waits) {
+        if (!waits) {
             /* No wait object: poll often while busy, less when idle (a
              * peer's RMA on our memory still needs manual progress). */
             struct timespec ts = {0, busy ? 2000 : lf->idle_ns};
@@ -603,26 +1111,74 @@ static void *progress_main(void *arg)
 
 /* ---- install ----------------------------------------------------------- */
 
+static void mr_close(struct lf_transport *lf, struct lf_mr *m)
+{
+    for (int k = 0; k < lf->nrails; k++)
+        if (m->mr[k])
+            fi_close(&m->mr[k]->fid);
+}
+
 static void lf_close_mrs(struct lf_transport *lf)
 {
     while (lf->mrs) {
         struct lf_mr *m = lf->mrs;
         lf->mrs = m->next;
-        fi_close(&m->mr->fid);
+        mr_close(lf, m);
         free(m);
     }
 }
 
 static void lf_free_state(struct lf_transport *lf)
 {
-    while (lf->peers) {
-        struct lf_peer *p = lf->peers;
-        lf->peers = p->next;
-        free(p);
+    /* handles the runtime left open (an abandoned engine's) */
+    while (lf->avs) {
+        struct lf_av_ent *e = lf->avs;
+        lf->avs = e->next;
+        if (e->ep) {
+            fi_close(&e->ep->fid);
+            fi_close(&e->av->fid);
+        }
+        free(e);
     }
+    while (lf->retired) {
+        struct lf_retired *r = lf->retired;
+        lf->retired = r->next;
+        fi_close(&r->ep->fid);
+        fi_close(&r->av->fid);
+        free(r);
+    }
+    while (lf->retries) {
+        struct lf_retry *rt = lf->retries;
+        lf->retries = rt->next;
+        free(rt->why);
+        free(rt);
+    }
+    lf->retries_tail = NULL;
     lf_close_mrs(lf);
     free(lf->ops);
     lf->ops = lf->free_ops = NULL;
+}
+
+static void rail_attr(char *key, size_t len, int k);
+
+/* Publishes (or, publish false, removes) every rail's address and the
+ * provider's name. */
+static int publish_rails(struct tent_transport *t, bool publish)
+{
+    struct lf_transport *lf = lf_of(t);
+    int rc = t->env->publish_attr(t->env->ctx, LF_ATTR_PROV,
+                                  publish ? lf->provider : NULL);
+    for (int k = 0; k < lf->nrails && (!rc || !publish); k++) {
+        char key[32];
+        rail_attr(key, sizeof(key), k);
+        int r = t->env->publish_attr(t->env->ctx, key,
+                                     publish ? lf->rails[k].addr_hex : NULL);
+        if (!rc)
+            rc = r;
+    }
+    if (rc && publish)
+        publish_rails(t, false);
+    return rc;
 }
 
 /* Debian's libfabric loads its psm providers, and libpsm installs handlers
@@ -663,13 +1219,12 @@ static int lf_install(struct tent_transport *t)
     restore_signals(old);
     return rc;
 }
-
 static int lf_install_inner(struct tent_transport *t)
 {
     struct lf_transport *lf = lf_of(t);
     const struct tent_config *cfg = t->env->cfg;
     const char *lib = NULL, *prov = NULL, *progress = NULL;
-    int64_t slice, inflight, tmo, idle_us;
+    int64_t slice, inflight, tmo, idle_us, max_rails, promo_us;
     int rc =
         tent_config_get_string(cfg, "transports/libfabric/library", NULL, &lib);
     if (!rc)
@@ -690,6 +1245,16 @@ static int lf_install_inner(struct tent_transport *t)
     if (!rc)
         rc = tent_config_get_int_range(cfg, "transports/libfabric/poll_idle_us",
                                        50, 1, 100000, &idle_us);
+    if (!rc)
+        rc = tent_config_get_int_range(cfg, "transports/libfabric/max_rails",
+                                       LF_MAX_RAILS, 1, LF_MAX_RAILS,
+                                       &max_rails);
+    if (!rc)
+        rc = tent_config_get_int_range(
+            cfg, "transports/libfabric/priority_promotion_timeout_us", 10000, 0,
+            60000000, &promo_us);
+    if (!rc)
+        rc = tent_sched_params_load(cfg, "transports/libfabric", &lf->sp);
     if (rc)
         return rc;
     if (strcmp(progress, "auto") != 0 && strcmp(progress, "wait") != 0 &&
@@ -729,24 +1294,35 @@ static int lf_install_inner(struct tent_transport *t)
         goto fail_api;
     /* shm's CQ takes a wait object but its wait never sees a peer's RMA
      * that needs serving: poll it. */
-    lf->cq_waits = strcmp(progress, "wait") == 0 ||
-                   (strcmp(progress, "auto") == 0 &&
-                    strcmp(lf->info->fabric_attr->prov_name, "shm") != 0);
-    rc = lf_open_fabric(lf);
+    bool cq_waits = strcmp(progress, "wait") == 0 ||
+                    (strcmp(progress, "auto") == 0 &&
+                     strcmp(lf->info->fabric_attr->prov_name, "shm") != 0);
+    rc = rails_open(lf, (int)max_rails, cq_waits);
     if (rc)
-        goto fail_api;
-    lf->slice = (uint64_t)slice < lf->max_msg ? (uint64_t)slice : lf->max_msg;
+        goto fail_info;
+    lf->slice = (uint64_t)slice;
+    uint64_t txsize = 0;
+    for (int k = 0; k < lf->nrails; k++) {
+        const struct lf_rail *r = &lf->rails[k];
+        if (r->max_msg < lf->slice)
+            lf->slice = r->max_msg;
+        txsize += r->info->tx_attr->size;
+    }
     lf->ops_cap = (uint32_t)inflight;
-    if (lf->info->tx_attr->size && lf->info->tx_attr->size < lf->ops_cap)
-        lf->ops_cap = (uint32_t)lf->info->tx_attr->size;
+    if (txsize && txsize < lf->ops_cap)
+        lf->ops_cap = (uint32_t)txsize;
     lf->timeout_ms = (int)tmo;
     lf->idle_ns = (long)idle_us * 1000;
+    lf->promo_ns = (uint64_t)promo_us * 1000u;
     lf->revoke_ms =
         t->env->revoke_timeout_ms > 0 ? t->env->revoke_timeout_ms : (int)tmo;
+    /* the rail scheduler measures slices of at least the slice size */
+    if (!lf->sp.sample_min || lf->slice < lf->sp.sample_min)
+        lf->sp.sample_min = lf->slice;
     lf->ops = calloc(lf->ops_cap, sizeof(*lf->ops));
     if (!lf->ops) {
         rc = tent_set_error(TENT_ENOMEM, "libfabric: out of memory");
-        goto fail_fabric;
+        goto fail_rails;
     }
     for (uint32_t k = 0; k < lf->ops_cap; k++) {
         lf->ops[k].next_free = lf->free_ops;
@@ -755,9 +1331,7 @@ static int lf_install_inner(struct tent_transport *t)
     lf->next_key = 1;
     pthread_mutex_init(&lf->lock, NULL);
     pthread_cond_init(&lf->drained, NULL);
-    rc = t->env->publish_attr(t->env->ctx, LF_ATTR_ADDR, lf->addr_hex);
-    if (!rc)
-        rc = t->env->publish_attr(t->env->ctx, LF_ATTR_PROV, lf->provider);
+    rc = publish_rails(t, true);
     if (rc)
         goto fail_lock;
     lf->accepting = true;
@@ -766,25 +1340,34 @@ static int lf_install_inner(struct tent_transport *t)
                             "libfabric: cannot start the progress thread");
         goto fail_publish;
     }
-    LOG_INFO("libfabric: provider %s (fabric %s, domain %s), mr_mode 0x%" PRIx64
-             ", %u ops in flight, slices of %" PRIu64 " bytes%s",
-             lf->info->fabric_attr->prov_name, lf->info->fabric_attr->name,
-             lf->info->domain_attr->name,
-             (uint64_t)lf->info->domain_attr->mr_mode, lf->ops_cap, lf->slice,
-             lf->info->tx_attr->op_flags & FI_DELIVERY_COMPLETE
-                 ? ", delivery complete"
-                 : "");
+    for (int k = 0; k < lf->nrails; k++) {
+        const struct lf_rail *r = &lf->rails[k];
+        if (t->env->sched)
+            tent_sched_note_nic(t->env->sched, r->name, 0);
+        LOG_INFO("libfabric: rail %d: provider %s (fabric %s, domain %s), "
+                 "mr_mode 0x%" PRIx64 "%s",
+                 k, r->info->fabric_attr->prov_name, r->info->fabric_attr->name,
+                 r->name, (uint64_t)r->info->domain_attr->mr_mode,
+                 r->info->tx_attr->op_flags & FI_DELIVERY_COMPLETE
+                     ? ", delivery complete"
+                     : "");
+    }
+    LOG_INFO("libfabric: %d rail(s), %u ops in flight, slices of %" PRIu64
+             " bytes",
+             lf->nrails, lf->ops_cap, lf->slice);
     return TENT_OK;
 
 fail_publish:
-    t->env->publish_attr(t->env->ctx, LF_ATTR_ADDR, NULL);
-    t->env->publish_attr(t->env->ctx, LF_ATTR_PROV, NULL);
+    publish_rails(t, false);
 fail_lock:
     pthread_mutex_destroy(&lf->lock);
     pthread_cond_destroy(&lf->drained);
     lf_free_state(lf);
-fail_fabric:
-    lf_close_fabric(lf);
+fail_rails:
+    rails_close(lf);
+fail_info:
+    lf->api.freeinfo(lf->info);
+    lf->info = NULL;
 fail_api:
     lf_api_close(&lf->api);
     LOG_INFO("libfabric transport not installed: %s", tent_last_error());
@@ -799,19 +1382,21 @@ static void lf_uninstall(struct tent_transport *t)
     lf->accepting = false;
     pthread_mutex_unlock(&lf->lock);
     pthread_join(lf->progress, NULL);
-    if (t->env) {
-        t->env->publish_attr(t->env->ctx, LF_ATTR_ADDR, NULL);
-        t->env->publish_attr(t->env->ctx, LF_ATTR_PROV, NULL);
-    }
+    if (t->env)
+        publish_rails(t, false);
     /* Registrations the runtime left (bound to the endpoint under
-     * FI_MR_ENDPOINT) go before it; then the endpoint, so nothing
+     * FI_MR_ENDPOINT) go before it; then the endpoints, so nothing
      * completes into our ops after they are freed. */
     lf_close_mrs(lf);
-    if (lf->ep)
-        fi_close(&lf->ep->fid);
-    lf->ep = NULL;
+    for (int k = 0; k < lf->nrails; k++) {
+        if (lf->rails[k].ep)
+            fi_close(&lf->rails[k].ep->fid);
+        lf->rails[k].ep = NULL;
+    }
     lf_free_state(lf);
-    lf_close_fabric(lf);
+    rails_close(lf);
+    lf->api.freeinfo(lf->info);
+    lf->info = NULL;
     lf_api_close(&lf->api);
     pthread_mutex_destroy(&lf->lock);
     pthread_cond_destroy(&lf->drained);
@@ -820,6 +1405,14 @@ static void lf_uninstall(struct tent_transport *t)
 static uint32_t lf_capabilities(TENT_UNUSED struct tent_transport *t)
 {
     return TENT_CAP_DRAM_TO_DRAM;
+}
+
+static void rail_attr(char *key, size_t len, int k)
+{
+    if (k)
+        snprintf(key, len, "%s%d", LF_ATTR_ADDR, k);
+    else
+        snprintf(key, len, "%s", LF_ATTR_ADDR);
 }
 
 static bool lf_can_reach(struct tent_transport *t,
@@ -839,35 +1432,97 @@ static bool lf_can_reach(struct tent_transport *t,
 
 /* ---- peers --------------------------------------------------------------- */
 
-/* The AV entry of the peer publishing addr_hex, inserted on first use. */
-static int peer_locked(struct lf_transport *lf, const char *addr_hex,
-                       fi_addr_t *out)
+/* peer_open: the peer's endpoint address on each rail from its descriptor
+ * (ours for the local segment), in the rails' AVs from now until
+ * peer_close; rail k goes to the peer's rail k, as many as both have. */
+static int lf_peer_open(struct tent_transport *t,
+                        const struct tent_seg_view *seg, uint64_t incarnation,
+                        struct tent_peer **out)
 {
-    for (struct lf_peer *p = lf->peers; p; p = p->next)
-        if (strcmp(p->addr_hex, addr_hex) == 0) {
-            *out = p->fi_addr;
-            return TENT_OK;
-        }
-    uint8_t raw[LF_MAX_ADDR];
-    int n = from_hex(raw, sizeof(raw), addr_hex);
-    if (n < 0)
-        return tent_set_error(
-            TENT_EPROTO, "libfabric: peer address '%s' is not hex", addr_hex);
+    struct lf_transport *lf = lf_of(t);
+    char addr[LF_MAX_RAILS][2 * LF_MAX_ADDR + 1];
+    int n = 0;
+    for (; n < lf->nrails; n++) {
+        char key[32];
+        rail_attr(key, sizeof(key), n);
+        if (seg->local)
+            snprintf(addr[n], sizeof(addr[n]), "%s", lf->rails[n].addr_hex);
+        else if (!t->env->seg_attr(t->env->ctx, seg, key, addr[n],
+                                   sizeof(addr[n])) ||
+                 !*addr[n])
+            break;
+    }
+    if (!n)
+        return tent_set_error(TENT_EPEER,
+                              "libfabric: segment %s publishes no libfabric "
+                              "address",
+                              seg->name);
+    /* a loopback rail reaches a peer on this host only */
+    bool same_host = seg->local || t->env->seg_on_host(t->env->ctx, seg);
+    int use[LF_MAX_RAILS], m = 0;
+    for (int k = 0; k < n; k++)
+        if (!lf->rails[k].loopback || same_host)
+            use[m++] = k;
+    if (!m)
+        return tent_set_error(TENT_EPEER,
+                              "libfabric: no rail reaches segment %s (this "
+                              "engine's rails are loopback only)",
+                              seg->name);
+    if (!t->env->sched)
+        m = 1;
     struct lf_peer *p = calloc(1, sizeof(*p));
     if (!p)
         return tent_set_error(TENT_ENOMEM, "libfabric: out of memory");
-    int rc = fi_av_insert(lf->av, raw, 1, &p->fi_addr, 0, NULL);
-    if (rc != 1) {
-        free(p);
-        return tent_set_error(
-            TENT_EPEER, "libfabric %s: fi_av_insert of peer %s: %s",
-            lf->provider, addr_hex, rc < 0 ? lf_err(lf, rc) : "not inserted");
+    int rc = TENT_OK;
+    if (m > 1) {
+        struct tent_rail rails[LF_MAX_RAILS];
+        memset(rails, 0, sizeof(rails));
+        for (int j = 0; j < m; j++) {
+            snprintf(rails[j].local_nic, sizeof(rails[j].local_nic), "%s",
+                     lf->rails[use[j]].name);
+            snprintf(rails[j].peer_nic, sizeof(rails[j].peer_nic), "rail%d",
+                     use[j]);
+        }
+        rc = tent_railset_new(t->env->sched, &lf->sp, "libfabric", seg->name,
+                              rails, (size_t)m, &p->rs);
+        if (rc) {
+            free(p);
+            return rc;
+        }
     }
-    snprintf(p->addr_hex, sizeof(p->addr_hex), "%s", addr_hex);
-    p->next = lf->peers;
-    lf->peers = p;
-    *out = p->fi_addr;
+    pthread_mutex_lock(&lf->lock);
+    for (int j = 0; j < m && !rc; j++) {
+        rc = av_get_locked(lf, use[j], addr[use[j]], &p->ents[j]);
+        if (!rc)
+            p->nrails = j + 1;
+    }
+    if (rc)
+        for (int j = 0; j < p->nrails; j++)
+            av_put_locked(lf, p->ents[j]);
+    pthread_mutex_unlock(&lf->lock);
+    if (rc) {
+        if (p->rs)
+            tent_railset_free(p->rs);
+        free(p);
+        return rc;
+    }
+    p->base.owner = t;
+    p->base.incarnation = incarnation;
+    *out = &p->base;
     return TENT_OK;
+}
+
+static void lf_peer_close(struct tent_transport *t, struct tent_peer *h)
+{
+    struct lf_transport *lf = lf_of(t);
+    struct lf_peer *p = (struct lf_peer *)h;
+    pthread_mutex_lock(&lf->lock);
+    for (int k = 0; k < p->nrails; k++)
+        av_put_locked(lf, p->ents[k]);
+    pthread_mutex_unlock(&lf->lock);
+    if (p->rs)
+        tent_railset_free(p->rs);
+    free(p);
 }
 
 /* ---- sub-batches -----------------------------------------------------------
@@ -911,6 +1566,9 @@ static int lf_free_sub_batch(struct tent_transport *t,
 /* ---- submit / status ------------------------------------------------------
  */
 
+/* ---- submit / status ------------------------------------------------------
+ */
+
 static struct lf_mr *find_mr_locked(struct lf_transport *lf, uint64_t addr,
                                     uint64_t len)
 {
@@ -921,14 +1579,42 @@ static struct lf_mr *find_mr_locked(struct lf_transport *lf, uint64_t addr,
     return NULL;
 }
 
+/* The per-rail keys of a buffer attribute ("k0,k1,..."): how many, or -1
+ * when it is not that. */
+static int parse_keys(const char *s, uint64_t *keys, int max)
+{
+    if (!s || !*s)
+        return -1;
+    int n = 0;
+    while (*s && n < max) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(s, &end, 16);
+        if (errno || end == s || (*end && *end != ','))
+            return -1;
+        keys[n++] = v;
+        s = *end ? end + 1 : end;
+    }
+    return *s ? -1 : n;
+}
+
+static bool any_mr_local(const struct lf_transport *lf)
+{
+    for (int k = 0; k < lf->nrails; k++)
+        if (lf->rails[k].mr_local)
+            return true;
+    return false;
+}
+
 static int start_locked(struct lf_transport *lf, struct lf_task *task,
                         const struct tent_xfer *r)
 {
     const struct tent_buffer *tb = r->target_buf;
-    char addr[2 * LF_MAX_ADDR + 1];
-    uint64_t key, base;
-    if (!tb || !parse_u64(tent_attrs_get(tb->attrs, LF_ATTR_KEY), &key) ||
-        !parse_u64(tent_attrs_get(tb->attrs, LF_ATTR_BASE), &base))
+    uint64_t keys[LF_MAX_RAILS] = {0}, base;
+    int nkeys = tb ? parse_keys(tent_attrs_get(tb->attrs, LF_ATTR_KEY), keys,
+                                LF_MAX_RAILS)
+                   : -1;
+    if (nkeys < 0 || !parse_u64(tent_attrs_get(tb->attrs, LF_ATTR_BASE), &base))
         return tent_set_error(TENT_ENOTSUP,
                               "libfabric: the target buffer holding %#" PRIx64
                               " is not registered with libfabric",
@@ -939,22 +1625,22 @@ static int start_locked(struct lf_transport *lf, struct lf_task *task,
                               "libfabric: [%#" PRIx64 ", +%" PRIu64
                               ") is outside the target buffer",
                               r->remote, r->length);
-    if (r->target->local) {
-        snprintf(addr, sizeof(addr), "%s", lf->addr_hex);
-    } else if (!lf->base.env->seg_attr(lf->base.env->ctx, r->target,
-                                       LF_ATTR_ADDR, addr, sizeof(addr))) {
-        return tent_set_error(TENT_EPEER,
-                              "libfabric: segment %s publishes no libfabric "
-                              "address",
+    if (!r->peer || r->peer->owner != &lf->base)
+        return tent_set_error(TENT_EINVAL,
+                              "libfabric: request to %s without a libfabric "
+                              "peer handle",
                               r->target->name);
-    }
-    fi_addr_t peer = FI_ADDR_UNSPEC;
-    int rc = peer_locked(lf, addr, &peer);
-    if (rc)
-        return rc;
+    struct lf_peer *peer = (struct lf_peer *)r->peer;
+    if (nkeys <= peer->ents[peer->nrails - 1]->rail)
+        return tent_set_error(TENT_EPROTO,
+                              "libfabric: the target buffer holding %#" PRIx64
+                              " has keys for %d rail(s), the peer is reached "
+                              "on rail %d",
+                              r->remote, nkeys,
+                              peer->ents[peer->nrails - 1]->rail);
     struct lf_mr *lmr =
         find_mr_locked(lf, (uint64_t)(uintptr_t)r->local, r->length);
-    if (!lmr && lf->mr_local)
+    if (!lmr && any_mr_local(lf))
         return tent_set_error(TENT_ENOTREG,
                               "libfabric %s: local memory [%p, +%" PRIu64
                               ") is not registered (the provider needs "
@@ -963,13 +1649,14 @@ static int start_locked(struct lf_transport *lf, struct lf_task *task,
     free(task->err);
     *task = (struct lf_task){.state = LF_RUNNING,
                              .opcode = r->opcode,
+                             .prio = tent_prio_class(r->priority),
                              .local = r->local,
                              .raddr = base + (r->remote - tb->base),
-                             .key = key,
                              .peer = peer,
                              .lmr = lmr,
                              .length = r->length,
                              .start_ns = tent_now_ns()};
+    memcpy(task->keys, keys, sizeof(keys));
     if (r->length == 0) {
         task->state = LF_DONE;
         return TENT_OK;
@@ -1045,21 +1732,15 @@ static int lf_status(struct tent_transport *t, struct tent_sub_batch *sb,
     return TENT_OK;
 }
 
-static int lf_quiesce(struct tent_transport *t)
+/* Waits on drained (lock held) until done(arg) or the deadline; false
+ * when the deadline came first. */
+static bool wait_drained_locked(struct lf_transport *lf, uint64_t deadline_ns,
+                                bool (*done)(struct lf_transport *, void *),
+                                void *arg)
 {
-    struct lf_transport *lf = lf_of(t);
-    uint64_t deadline = tent_now_ns() + (uint64_t)lf->timeout_ms * 1000000u;
-    pthread_mutex_lock(&lf->lock);
-    lf->accepting = false;
-    while (lf->ops_out || lf->qhead) {
-        if (tent_now_ns() >= deadline) {
-            uint32_t out = lf->ops_out;
-            pthread_mutex_unlock(&lf->lock);
-            return tent_set_error(TENT_ETIMEDOUT,
-                                  "libfabric quiesce: %u operations still in "
-                                  "flight after %d ms",
-                                  out, lf->timeout_ms);
-        }
+    while (!done(lf, arg)) {
+        if (tent_now_ns() >= deadline_ns)
+            return false;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 10000000;
@@ -1069,9 +1750,35 @@ static int lf_quiesce(struct tent_transport *t)
         }
         pthread_cond_timedwait(&lf->drained, &lf->lock, &ts);
     }
+    return true;
+}
+
+static bool nothing_out(struct lf_transport *lf, TENT_UNUSED void *arg)
+{
+    bool queued = false;
+    for (int c = 0; c < TENT_NPRIO; c++)
+        queued |= lf->qhead[c] != NULL;
+    return !lf->ops_out && !lf->retries && !queued;
+}
+
+static int lf_quiesce(struct tent_transport *t)
+{
+    struct lf_transport *lf = lf_of(t);
+    uint64_t deadline = tent_now_ns() + (uint64_t)lf->timeout_ms * 1000000u;
+    pthread_mutex_lock(&lf->lock);
+    lf->accepting = false;
+    bool ok = wait_drained_locked(lf, deadline, nothing_out, NULL);
+    uint32_t out = lf->ops_out;
     pthread_mutex_unlock(&lf->lock);
+    if (!ok)
+        return tent_set_error(TENT_ETIMEDOUT,
+                              "libfabric quiesce: %u operations still in "
+                              "flight after %d ms",
+                              out, lf->timeout_ms);
     return TENT_OK;
 }
+
+/* ---- memory -------------------------------------------------------------- */
 
 /* ---- memory -------------------------------------------------------------- */
 
@@ -1095,50 +1802,70 @@ static int lf_add_buffer(struct tent_transport *t, struct tent_buffer *buf)
     uint64_t req_key = lf->next_key++;
     pthread_mutex_unlock(&lf->lock);
     void *addr = (void *)(uintptr_t)buf->base;
-    int rc = fi_mr_reg(lf->domain, addr, buf->length, access, 0, req_key, 0,
-                       &m->mr, NULL);
-    if (rc) {
-        free(m);
-        return tent_set_error(TENT_EVENDOR,
-                              "libfabric %s: fi_mr_reg([%p, +%" PRIu64 ")): %s",
-                              lf->provider, addr, buf->length, lf_err(lf, rc));
-    }
-    if (lf->mr_endpoint) {
-        rc = fi_mr_bind(m->mr, &lf->ep->fid, 0);
-        if (!rc)
-            rc = fi_mr_enable(m->mr);
-        if (rc) {
-            fi_close(&m->mr->fid);
-            free(m);
-            return tent_set_error(TENT_EVENDOR,
-                                  "libfabric %s: binding the MR of [%p, "
-                                  "+%" PRIu64 ") to the endpoint: %s",
-                                  lf->provider, addr, buf->length,
-                                  lf_err(lf, rc));
+    char keys[TENT_ATTR_VALUE_MAX] = "";
+    size_t kl = 0;
+    int rc = TENT_OK;
+    /* one registration per rail's domain; its key in the list */
+    for (int k = 0; k < lf->nrails && !rc; k++) {
+        struct lf_rail *r = &lf->rails[k];
+        int frc = fi_mr_reg(r->domain, addr, buf->length, access, 0, req_key, 0,
+                            &m->mr[k], NULL);
+        if (frc) {
+            m->mr[k] = NULL;
+            rc = tent_set_error(
+                TENT_EVENDOR,
+                "libfabric %s (%s): fi_mr_reg([%p, +%" PRIu64 ")): %s",
+                lf->provider, r->name, addr, buf->length, lf_err(lf, frc));
+            break;
         }
+        if (r->mr_endpoint) {
+            frc = fi_mr_bind(m->mr[k], &r->ep->fid, 0);
+            if (!frc)
+                frc = fi_mr_enable(m->mr[k]);
+            if (frc) {
+                rc = tent_set_error(TENT_EVENDOR,
+                                    "libfabric %s (%s): binding the MR of "
+                                    "[%p, +%" PRIu64 ") to the endpoint: %s",
+                                    lf->provider, r->name, addr, buf->length,
+                                    lf_err(lf, frc));
+                break;
+            }
+        }
+        m->desc[k] = fi_mr_desc(m->mr[k]);
+        kl += (size_t)snprintf(keys + kl, sizeof(keys) - kl, "%s%" PRIx64,
+                               k ? "," : "", fi_mr_key(m->mr[k]));
     }
     m->base = buf->base;
     m->length = buf->length;
-    m->desc = fi_mr_desc(m->mr);
-    if (buf->perm != PERM_LOCAL_READ_WRITE) {
+    if (!rc && buf->perm != PERM_LOCAL_READ_WRITE) {
         char v[32];
-        snprintf(v, sizeof(v), "%" PRIx64, fi_mr_key(m->mr));
-        rc = tent_attrs_set(&buf->attrs, LF_ATTR_KEY, v);
+        rc = kl < sizeof(keys)
+                 ? tent_attrs_set(&buf->attrs, LF_ATTR_KEY, keys)
+                 : tent_set_error(TENT_ENOTSUP,
+                                  "libfabric: the keys of %d rails do not "
+                                  "fit a buffer attribute",
+                                  lf->nrails);
         snprintf(v, sizeof(v), "%" PRIx64, lf->virt_addr ? buf->base : 0);
         if (!rc)
             rc = tent_attrs_set(&buf->attrs, LF_ATTR_BASE, v);
-        if (rc) {
+        if (rc)
             tent_attrs_set(&buf->attrs, LF_ATTR_KEY, NULL);
-            fi_close(&m->mr->fid);
-            free(m);
-            return rc;
-        }
+    }
+    if (rc) {
+        mr_close(lf, m);
+        free(m);
+        return rc;
     }
     pthread_mutex_lock(&lf->lock);
     m->next = lf->mrs;
     lf->mrs = m;
     pthread_mutex_unlock(&lf->lock);
     return TENT_OK;
+}
+
+static bool mr_unused(TENT_UNUSED struct lf_transport *lf, void *arg)
+{
+    return ((struct lf_mr *)arg)->users == 0;
 }
 
 static int lf_remove_buffer(struct tent_transport *t, struct tent_buffer *buf)
@@ -1157,34 +1884,27 @@ static int lf_remove_buffer(struct tent_transport *t, struct tent_buffer *buf)
     }
     m->revoked = true;
     /* Running tasks that use it (queued or posted) end first. */
-    while (m->users) {
-        if (tent_now_ns() >= deadline) {
-            m->revoked = false;
-            int users = m->users;
-            pthread_mutex_unlock(&lf->lock);
-            return tent_set_error(TENT_EBUSY,
-                                  "libfabric %s: %d operations on [%#" PRIx64
-                                  ", +%" PRIu64 ") still in flight after %d "
-                                  "ms; the buffer stays registered",
-                                  lf->provider, users, buf->base, buf->length,
-                                  lf->revoke_ms);
-        }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 10000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
-        pthread_cond_timedwait(&lf->drained, &lf->lock, &ts);
+    if (!wait_drained_locked(lf, deadline, mr_unused, m)) {
+        m->revoked = false;
+        int users = m->users;
+        pthread_mutex_unlock(&lf->lock);
+        return tent_set_error(TENT_EBUSY,
+                              "libfabric %s: %d operations on [%#" PRIx64
+                              ", +%" PRIu64 ") still in flight after %d "
+                              "ms; the buffer stays registered",
+                              lf->provider, users, buf->base, buf->length,
+                              lf->revoke_ms);
     }
     *pp = m->next;
     pthread_mutex_unlock(&lf->lock);
-    int rc = fi_close(&m->mr->fid);
-    if (rc)
-        LOG_WARN("libfabric %s: closing the MR of [%#" PRIx64 ", +%" PRIu64
-                 "): %s",
-                 lf->provider, buf->base, buf->length, lf_err(lf, rc));
+    for (int k = 0; k < lf->nrails; k++) {
+        int rc = fi_close(&m->mr[k]->fid);
+        if (rc)
+            LOG_WARN("libfabric %s (%s): closing the MR of [%#" PRIx64
+                     ", +%" PRIu64 "): %s",
+                     lf->provider, lf->rails[k].name, buf->base, buf->length,
+                     lf_err(lf, rc));
+    }
     free(m);
     return TENT_OK;
 }
@@ -1203,10 +1923,8 @@ const struct tent_transport_ops tent_libfabric_transport_ops = {
     .submit = lf_submit,
     .status = lf_status,
     .quiesce = lf_quiesce,
-    /* its per-peer state (struct lf_peer: the AV entry) is still looked up
-     * by segment in submit; moving it behind the handle is the next step */
-    .peer_open = tent_xport_peer_open_plain,
-    .peer_close = tent_xport_peer_close_plain,
+    .peer_open = lf_peer_open,
+    .peer_close = lf_peer_close,
     .add_buffer = lf_add_buffer,
     .remove_buffer = lf_remove_buffer,
 };
