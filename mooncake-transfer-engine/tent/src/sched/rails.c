@@ -22,10 +22,10 @@
  * The EWMA that ranks picks follows single slices (TENT's rate) and swings
  * both ways -- a slice that finds a shaped link idle passes in its token
  * bucket's burst, one that shared a bunch of completions reads their sum --
- * and deciding slowness on it flipped the 1 Gbit/s rail of a 1 + 3 Gbit/s
- * pair to probes only every few hundred milliseconds (its estimate read
- * 0.22-0.30 of the other's); busy time does not depend on how slices
- * overlap or complete. */
+ * and deciding slowness on it flipped the slower rail of an uneven pair to
+ * probes only every few hundred milliseconds (docs/performance.md "Design
+ * figures"); busy time does not depend on how slices overlap or
+ * complete. */
 #define SHARE_METER_NS (100ull * 1000000ull)
 /* A slow rail rejoins above this multiple of the line: hysteresis against
  * what noise the meter keeps.  It stays below 1 / (3 * min_share's default
@@ -36,8 +36,8 @@
  * another class's slice was picked within PACE_HOLD_NS (so a HIGH request
  * now and then finds no queue either), once CAP_MIN_SAMPLES unpaced meter
  * samples measured the rail's capacity (0.8 s of busy time: the first few,
- * with the connections and the application starting, read 0.55-0.72 of
- * rails_bench's 3 Gbit/s rail); the capacity is the highest sample of a
+ * with the connections and the application starting, read well below the
+ * link); the capacity is the highest sample of a
  * group of CAP_GROUP; and every RELEARN_NS of pacing one span goes unpaced
  * to measure the link again (one or two tenths of a second in ten: the
  * latency traffic meets the old queues 1-2% of the time). */
