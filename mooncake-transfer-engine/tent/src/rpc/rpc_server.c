@@ -72,8 +72,9 @@
 
 #define IOBUF      65536 /* per-connection input and output buffers */
 #define DIRECT_MIN 16384 /* larger reads bypass the input buffer */
-/* While bytes land in memory, the client's hang-up is looked for again
- * after a pause this long (the process may have been stopped) */
+/* While bytes land in memory, the client's hang-up is looked for at least
+ * this often, so that after a pause (the process may have been stopped)
+ * nothing it sent before its reset lands */
 #define LAND_CHECK_MS 2
 /* a frame's header and the longest prefix a handler measures */
 _Static_assert(TENT_WIRE_HDR_LEN + TENT_RPC_MAX_PREFIX <= DIRECT_MIN &&
@@ -364,9 +365,11 @@ static int srv_recv_as(struct tent_rpc_conn *c, void *buf, size_t n, bool land)
     while (got < n) {
         if (land) {
             long long now = tent_now_ms();
-            if ((!checked || now - checked >= LAND_CHECK_MS) && client_gone(c))
-                return -1;
-            checked = now;
+            if (!checked || now - checked >= LAND_CHECK_MS) {
+                if (client_gone(c))
+                    return -1;
+                checked = now; /* again within LAND_CHECK_MS of copying */
+            }
         }
         if (c->in_pos < c->in_len) {
             size_t k = c->in_len - c->in_pos;
