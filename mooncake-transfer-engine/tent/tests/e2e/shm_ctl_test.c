@@ -88,10 +88,9 @@ static void test_entry_key(void **state)
         key[i] = (uint8_t)(0x5a ^ (i * 37));
     uint32_t idx;
     uint64_t gen;
-    assert_int_equal(
-        shm_ctl_enter(&o, 0x1000, 0x1000, PERM_GLOBAL_READ_WRITE, 0, 0, key,
-                      &idx, &gen),
-        0);
+    assert_int_equal(shm_ctl_enter(&o, 0x1000, 0x1000, PERM_GLOBAL_READ_WRITE,
+                                   0, 0, key, &idx, &gen),
+                     0);
     char h[64];
     shm_ctl_handle(&o, h, sizeof(h));
     struct shm_ctl_view v;
@@ -117,10 +116,9 @@ static void test_entry_key(void **state)
         key2[i] = (uint8_t)(key[i] + 1);
     uint32_t idx2;
     uint64_t gen2;
-    assert_int_equal(
-        shm_ctl_enter(&o, 0x1000, 0x1000, PERM_GLOBAL_READ_WRITE, 0, 0, key2,
-                      &idx2, &gen2),
-        0);
+    assert_int_equal(shm_ctl_enter(&o, 0x1000, 0x1000, PERM_GLOBAL_READ_WRITE,
+                                   0, 0, key2, &idx2, &gen2),
+                     0);
     assert_int_equal(idx2, idx);
     assert_int_equal(shm_ctl_begin(&v, idx2, gen2, true, &e), 0);
     assert_true(shm_ctl_end(&v));
@@ -137,28 +135,27 @@ static void test_identify(void **state)
     struct shm_ctl_owner o;
     assert_int_equal(shm_ctl_create(&o, 0xabcdef), 0);
     int pidfd = -1;
-    assert_int_equal(shm_ctl_identify("me", o.sock_name, (long)getpid(),
-                                      &pidfd),
-                     0);
+    assert_int_equal(
+        shm_ctl_identify("me", o.sock_name, (long)getpid(), &pidfd), 0);
     if (pidfd >= 0)
         close(pidfd);
     /* a descriptor naming another pid behind this socket */
-    assert_int_equal(shm_ctl_identify("liar:1", o.sock_name, (long)getppid(),
-                                      &pidfd),
-                     TENT_EPEER);
+    assert_int_equal(
+        shm_ctl_identify("liar:1", o.sock_name, (long)getppid(), &pidfd),
+        TENT_EPEER);
     assert_int_equal(pidfd, -1);
     assert_non_null(strstr(tent_last_error(), "'liar:1'"));
     /* nothing listens there, or nothing published */
-    assert_int_equal(shm_ctl_identify("gone", "tent-shm/none/0", (long)getpid(),
-                                      &pidfd),
-                     TENT_ENOTSUP);
+    assert_int_equal(
+        shm_ctl_identify("gone", "tent-shm/none/0", (long)getpid(), &pidfd),
+        TENT_ENOTSUP);
     assert_int_equal(shm_ctl_identify("old", "", (long)getpid(), &pidfd),
                      TENT_ENOTSUP);
     shm_ctl_destroy(&o);
     /* once the owner is gone its name answers no more */
-    assert_int_equal(shm_ctl_identify("me", o.sock_name, (long)getpid(),
-                                      &pidfd),
-                     TENT_ENOTSUP);
+    assert_int_equal(
+        shm_ctl_identify("me", o.sock_name, (long)getpid(), &pidfd),
+        TENT_ENOTSUP);
 }
 
 int main(void)

@@ -600,15 +600,13 @@ struct shm_run {
 /* The refusal of a request outside the owner's entry, and of one whose
  * descriptor key is not the entry's: one code, one message, so the answer
  * does not tell a wrong key from a wrong range. */
-static int refuse_range(const struct tent_xfer *x, long pid,
-                        const struct shm_ctl_entry *e)
+static int refuse_range(const struct tent_xfer *x, long pid)
 {
     return tent_set_error(TENT_ERANGE,
                           "shm: [%#" PRIx64 ", +%" PRIu64 ") of segment '%s' "
-                          "is outside what pid %ld registered there ([%#" PRIx64
-                          ", +%" PRIu64 "))",
-                          x->remote, x->length, x->target->name, pid, e->base,
-                          e->length);
+                          "is outside what pid %ld registered there under the "
+                          "descriptor's access key",
+                          x->remote, x->length, x->target->name, pid);
 }
 
 /* On first use: the process behind the peer's control socket (which must
@@ -701,7 +699,7 @@ static int run_begin(struct shm_transport *t, const struct tent_xfer *x,
      * or copied (memfd and cma alike): a descriptor naming another's entry
      * without its key reaches nothing. */
     if (!rc && !shm_ctl_key_ok(&ent, tb->key))
-        rc = refuse_range(x, pid, &ent);
+        rc = refuse_range(x, pid);
     struct shm_map *m = NULL;
     if (!rc && memfd) {
         rc = map_get_locked(t, sp, handle, &ent, write, &m);
@@ -761,7 +759,7 @@ static int submit_one(struct shm_transport *t, const struct tent_xfer *x,
     /* The descriptor's buffer proves nothing: the owner's entry must hold
      * the range (m maps the whole entry). */
     if (!shm_ctl_inside(&c->ent, x->remote, x->length))
-        return refuse_range(x, c->pid, &c->ent);
+        return refuse_range(x, c->pid);
     if (m) {
         char *r = (char *)m->addr + (x->remote - c->ent.base);
         if (x->opcode == OPCODE_WRITE)
