@@ -140,7 +140,10 @@ static int load_settings(struct tent_engine *e)
     rc = tent_notifs_load_settings(e);
     if (rc)
         return rc;
-    return tent_policies_load(e);
+    rc = tent_policies_load(e);
+    if (rc)
+        return rc;
+    return tent_rq_load(e);
 }
 
 /* Installs every enabled transport.  One that is not available here (no
@@ -278,6 +281,7 @@ fail_rpc:
 fail_segs:
     tent_segment_free(e->local);
 fail_settings:
+    tent_rq_free(e);
     tent_sched_free(e->sched);
     tent_metrics_destroy(e->metrics);
     tent_config_free(e->cfg);
@@ -359,6 +363,7 @@ void tent_destroy_engine(tent_engine_t engine)
     if (!abandoned)
         tent_metrics_destroy(e->metrics);
     tent_sched_free(e->sched);
+    tent_rq_free(e);
     tent_config_free(e->cfg);
     pthread_mutex_destroy(&e->seg_lock);
     pthread_mutex_destroy(&e->reg_lock);
