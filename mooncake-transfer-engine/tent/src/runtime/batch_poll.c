@@ -240,7 +240,7 @@ int tent_task_status(tent_engine_t engine, tent_batch_id_t batch_id,
         maybe_notify(e, b);
     }
     tent_batch_unlock(b);
-    if (e->rq)
+    if (e->rq && rc == TENT_OK) /* a failed call keeps its error */
         tent_rq_pump(e);
     return rc;
 }
@@ -352,7 +352,7 @@ int tent_overall_status(tent_engine_t engine, tent_batch_id_t batch_id,
         status->status = STATUS_COMPLETED;
     status->transferred_bytes = bytes;
     tent_batch_unlock(b);
-    if (e->rq)
+    if (e->rq && rc == TENT_OK) /* a failed call keeps its error */
         tent_rq_pump(e);
     return rc;
 }
@@ -385,7 +385,7 @@ int tent_task_status_list(tent_engine_t engine, tent_batch_id_t batch_id,
         *count = b->ntasks;
     }
     tent_batch_unlock(b);
-    if (e->rq)
+    if (e->rq && rc == TENT_OK) /* a failed call keeps its error */
         tent_rq_pump(e);
     return rc;
 }
@@ -427,7 +427,7 @@ int tent_cancel_task(tent_engine_t engine, tent_batch_id_t batch_id,
                             task_id,
                             tent_xport_name(e, b->tasks[task_id].xport));
     tent_batch_unlock(b);
-    if (e->rq)
+    if (e->rq && rc == TENT_OK) /* a failed call keeps its error */
         tent_rq_pump(e);
     return rc;
 }
