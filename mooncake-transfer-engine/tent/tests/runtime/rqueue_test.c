@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <pthread.h>
 
 #define BLK 4096
 #define LEN (8 * BLK)
@@ -275,6 +276,89 @@ static void test_infeasible_drop(void **state)
     tent_destroy_engine(e);
 }
 
+struct stress_arg {
+    tent_engine_t e;
+    struct tu_bufs *p;
+    int id, fails;
+};
+
+/* Submits 150 batches of 1..3 requests with deadlines or none, waiting on
+ * some and freeing others in flight. */
+static void *stress_thread(void *arg)
+{
+    struct stress_arg *a = arg;
+    uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(a->id + 1);
+    for (int k = 0; k < 150; k++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        size_t n = 1 + rng % 3;
+        tent_batch_id_t b = tent_allocate_batch(a->e, n);
+        tent_request_t r[3];
+        for (size_t i = 0; i < n; i++) {
+            r[i] = tu_write(a->p, (((size_t)a->id * 3 + i) % 8) * BLK, BLK);
+            r[i].deadline_ns =
+                (rng >> 8) % 3 ? tent_now_ns() + (rng >> 16) % 50000000 : 0;
+        }
+        int rc = tent_submit(a->e, b, r, n);
+        if (rc == TENT_OK && (rng >> 4) % 4) {
+            tent_status_t st;
+            int wrc = tu_wait_all(a->e, b, &st, 5000);
+            if (wrc != TENT_OK || st.status != STATUS_COMPLETED) {
+                if (!a->fails++)
+                    print_error("thread %d: batch %d: rc %d status %d: %s\n",
+                                a->id, k, wrc, st.status, tent_last_error());
+            }
+        } else if (rc != TENT_OK && rc != TENT_ECAPACITY) {
+            if (!a->fails++)
+                print_error("thread %d: batch %d: submit %d: %s\n", a->id, k,
+                            rc, tent_last_error());
+        }
+        tent_free_batch(a->e, b);
+    }
+    return NULL;
+}
+
+/* Threads submitting, polling and freeing batches through a small window:
+ * every request ends, and the queue's accounting comes back to empty (a
+ * submit of max_outstanding_owners requests is admitted again). */
+static void test_threads_share_the_queue(void **state)
+{
+    (void)state;
+    struct tu_fx f = open_q(TU_LIST("enable_runtime_queue", "true",
+                                    "runtime_queue/max_outstanding_owners", "8",
+                                    "runtime_queue/max_dispatch_owners", "2",
+                                    "runtime_queue/deadline_aware", "true",
+                                    "runtime_queue/promotion_slack_ns",
+                                    "1000000"));
+    pthread_t th[3];
+    struct stress_arg a[3];
+    for (int i = 0; i < 3; i++) {
+        a[i] = (struct stress_arg){.e = f.e, .p = &f.p, .id = i};
+        assert_int_equal(pthread_create(&th[i], NULL, stress_thread, &a[i]),
+                         0);
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(a[i].fails, 0);
+    }
+    /* batches freed in flight end as they are reaped: poll them out */
+    f.b = tent_allocate_batch(f.e, 8);
+    tent_request_t r[8];
+    for (size_t i = 0; i < 8; i++)
+        r[i] = tu_write(&f.p, i * BLK / 2, BLK / 2);
+    long end = tu_now_ms() + 5000;
+    int rc;
+    while ((rc = tent_submit(f.e, f.b, r, 8)) == TENT_ECAPACITY &&
+           tu_now_ms() < end) {
+        tent_batch_id_t x = tent_allocate_batch(f.e, 1);
+        tent_free_batch(f.e, x); /* reaps the deferred batches */
+    }
+    assert_int_equal(rc, TENT_OK);
+    tent_status_t st;
+    assert_int_equal(tu_wait_all(f.e, f.b, &st, 5000), TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    tu_fx_close(&f);
+}
+
 static void test_bad_keys(void **state)
 {
     (void)state;
@@ -294,6 +378,7 @@ int main(void)
         TU_TEST(test_promotion),
         TU_TEST(test_admission_limits),
         TU_TEST(test_infeasible_drop),
+        TU_TEST(test_threads_share_the_queue),
         TU_TEST(test_bad_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
