@@ -421,7 +421,12 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
     t->policy = -1;
     t->peer = NULL;
     t->rqn = NULL;
-    t->t_deadline_submit = r->deadline_ns ? tent_now_ns() : 0;
+    if (r->deadline_ns) { /* read only when there is a deadline */
+        uint64_t now = tent_now_ns();
+        uint64_t us =
+            r->deadline_ns > now ? (r->deadline_ns - now + 999) / 1000 : 0;
+        t->dl_window_us = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+    }
     struct tent_segment *seg = seg_lookup(e, c, r->target_id);
     if (!seg)
         return tent_set_error(

@@ -137,6 +137,9 @@ struct tent_task {
     int8_t xport;      /* engine transport index now executing it, -1 none */
     int8_t last_xport; /* the last one that took it, -1 none */
     uint8_t attempts;  /* failovers taken */
+    /* The rule req.policy_name named (its index), or -1: follow the rules.
+     * The caller's string is not kept (req.policy_name is NULL). */
+    int8_t policy;
     /* The peer handle the task is in flight with (leads only; released when
      * it leaves its transport), and the incarnation of the descriptor its
      * target buffer was resolved in. */
@@ -148,20 +151,18 @@ struct tent_task {
     bool needs_refetch, refetched;
     uint8_t ncand, cand_pos;
     uint8_t cands[TENT_MAX_TRANSPORTS];
-    /* The rule req.policy_name named (its index), or -1: follow the rules.
-     * The caller's string is not kept (req.policy_name is NULL). */
-    int8_t policy;
-    /* metrics: submit and attempt start (ns) of a timed task; 0 = untimed */
-    uint64_t t_submit, t_attempt;
+    /* With a deadline: the time it gave at submit, µs (rounded up, at most
+     * UINT32_MAX), 0 when it had passed; for its MLU.  Else not read. */
+    uint32_t dl_window_us;
     /* The task whose transport slot carries this one: its own index, or,
      * when merge_requests joined it to the request before it, the index of
      * the first task of that merged request. */
     uint32_t lead;
+    /* metrics: submit and attempt start (ns) of a timed task; 0 = untimed */
+    uint64_t t_submit, t_attempt;
     /* Its entry in the runtime queue (rqueue.c) until it is terminal;
      * NULL when enable_runtime_queue is off. */
     struct tent_rq_node *rqn;
-    /* submit time (ns) of a task that carries a deadline, for its MLU */
-    uint64_t t_deadline_submit;
 };
 
 /* Batch table geometry: 1024 chunks of 1024 slots, so at most 1M batches

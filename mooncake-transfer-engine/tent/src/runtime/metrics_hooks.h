@@ -88,14 +88,16 @@ static inline void tmh_deadline_end(struct tm_shard *s,
                                     const struct tent_task *t, int xi,
                                     bool completed)
 {
-    uint64_t t0 = t->t_deadline_submit, dl = t->req.deadline_ns;
-    if (dl <= t0) {
+    if (!t->dl_window_us) {
         tm_add(s, TM_DEADLINE_INFEASIBLE, TM_X(xi), 0, 1);
         return;
     }
-    if (completed)
+    if (completed) {
+        uint64_t window = (uint64_t)t->dl_window_us * 1000;
+        uint64_t t0 = t->req.deadline_ns - window, now = tm_now_ns();
         tm_observe(s, TM_DEADLINE_MLU, TM_X(xi), 0,
-                   (tm_now_ns() - t0) * 1000 / (dl - t0));
+                   (now > t0 ? now - t0 : 0) * 1000 / window);
+    }
 }
 
 /* The runtime queue dropped the request as unable to meet its deadline
@@ -104,7 +106,7 @@ static inline void tmh_deadline_infeasible(struct tent_engine *e,
                                            const struct tent_task *t)
 {
     struct tm_shard *s = tm_shard(e->metrics);
-    if (s && t->req.deadline_ns > t->t_deadline_submit)
+    if (s && t->dl_window_us)
         tm_add(s, TM_DEADLINE_INFEASIBLE, TM_X(tmh_xport(t)), 0, 1);
 }
 
