@@ -14,15 +14,10 @@
  * / time left) reaches it, or whose deadline has passed, fails at once
  * (TENT_ETIMEDOUT, the cause gives the figures) instead of being sent.
  *
- * The rate is this queue's own measurement: per transport, the delivery
- * rate of requests of at least 64 KiB it dispatched (bytes / dispatch to
- * completion seen), an EWMA.  Until a transport has one, only a deadline
- * already past is dropped.
- *
- * Nothing runs in the background: the window is refilled by the API calls
- * (submit, status, cancel), and one that finds it full with requests
- * queued polls the batches holding it so completions nobody asks about
- * still free it. */
+ * The rate is this queue's own EWMA per transport, from requests of at
+ * least 64 KiB (none yet: only a past deadline is dropped).  Nothing runs
+ * in the background: submit, status and cancel refill the window, and one
+ * that finds it full polls the batches holding it.  docs/qos.md. */
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
