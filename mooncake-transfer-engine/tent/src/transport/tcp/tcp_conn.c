@@ -277,7 +277,8 @@ enum answer_read {
     ANSWER_FAILED, /* the connection is done for (*rc says why) */
 };
 
-/* A read that moved no byte: r is read_some's result. */
+/* A read that moved no byte: r is read_some's result, -EAGAIN or a
+ * negative errno (never 0: every read asks for at least one byte). */
 static enum answer_read read_stopped(long r, const char *addr, int *native,
                                      int *rc)
 {
