@@ -56,11 +56,18 @@ int tent_auth_client(const struct tent_auth *a, int fd, const char *ident,
     int rc = tent_rpc_send_all(fd, hello, hl);
     if (!rc)
         rc = tent_rpc_recv_all(fd, reply, sizeof(reply));
-    if (rc)
-        return tent_set_error(TENT_EPERM,
-                              "peer %s did not complete authentication (it "
-                              "may not use a cluster secret): %s",
-                              peer, tent_last_error());
+    if (rc) {
+        /* The socket failed (errno kept): a full server closes newcomers
+         * so, and a client retries that; a refusal is an answer, below. */
+        int err = rc == TENT_EPEER ? ECONNRESET : errno;
+        rc = tent_set_error(rc,
+                            "peer %s did not complete authentication (it "
+                            "may not use a cluster secret, or refused the "
+                            "connection): %s",
+                            peer, tent_last_error());
+        errno = err;
+        return rc;
+    }
     int r = tent_auth_client_answer(a, &st, reply, proof);
     if (r == -1)
         return tent_set_error(TENT_EPERM,

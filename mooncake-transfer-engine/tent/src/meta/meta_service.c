@@ -344,6 +344,19 @@ static bool overwritten_locked(struct tent_meta *m)
     if (!m->published || m->ops->get(m->kv, m->key, &val, &len))
         return false; /* unknown: the next period asks again */
     bool other = len != m->published_len || memcmp(val, m->published, len) != 0;
+    /* With the secret, a value another member signed is that member's (two
+     * engines configured with one name): putting ours back every period
+     * would flap peers between the two; say so instead.  Without it, a
+     * rogue's value and a twin's cannot be told apart: ours goes back. */
+    if (other && m->env.auth &&
+        tent_auth_verify_desc(m->env.auth, m->segment_name, val, len, &len) ==
+            TENT_OK) {
+        LOG_WARN("metadata (%s): another engine with the cluster secret "
+                 "publishes under '%s' (the same segment name twice?); "
+                 "leaving its descriptor",
+                 m->type, m->key);
+        other = false;
+    }
     free(val);
     return other;
 }

@@ -42,10 +42,17 @@ static const double latency_bounds[] = {
 #define N_LATENCY (sizeof(latency_bounds) / sizeof(latency_bounds[0]))
 _Static_assert(N_LATENCY == TM_NLAT, "TM_NLAT must match latency_bounds");
 
+/* TENT's bounds of tent_deadline_mlu_permille (1000: MLU 1.0). */
+static const double mlu_bounds[] = {100,  250,  500,  750,  900,
+                                    1000, 1250, 1500, 2000, 5000};
+_Static_assert(sizeof(mlu_bounds) / sizeof(mlu_bounds[0]) == TM_NMLU,
+               "TM_NMLU must match mlu_bounds");
+
 static double bound(enum tm_buckets b, unsigned i)
 {
-    return b == TM_B_LATENCY_US ? latency_bounds[i]
-                                : (double)(64ull << (2 * i));
+    return b == TM_B_LATENCY_US     ? latency_bounds[i]
+           : b == TM_B_MLU_PERMILLE ? mlu_bounds[i]
+                                    : (double)(64ull << (2 * i));
 }
 
 /* ---- registry and shards ----------------------------------------------- */
@@ -112,6 +119,9 @@ void tm_observe(struct tm_shard *s, enum tm_id id, unsigned l1, unsigned l2,
     unsigned n = (f->width - 2), i = 0;
     if (f->buckets == TM_B_SIZE_BYTES)
         i = tm_size_bucket(v);
+    else if (f->buckets == TM_B_MLU_PERMILLE)
+        while (i < n && (double)v > mlu_bounds[i])
+            i++;
     else
         while (i < n && (double)v > latency_bounds[i])
             i++;

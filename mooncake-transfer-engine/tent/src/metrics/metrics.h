@@ -41,7 +41,12 @@ enum tm_labels {
     TM_L_XPORT_STATE /* {transport, state} */
 };
 
-enum tm_buckets { TM_B_NONE, TM_B_LATENCY_US, TM_B_SIZE_BYTES };
+enum tm_buckets {
+    TM_B_NONE,
+    TM_B_LATENCY_US,
+    TM_B_SIZE_BYTES,
+    TM_B_MLU_PERMILLE /* TENT's MLU x 1000 bounds, 100 .. 5000 */
+};
 
 /* Each transport's own families live in its folder (transport/<name>/
  * metrics.def, defining TENT_XPORT_METRICS_<name>(X)); the build lists the
@@ -106,6 +111,14 @@ enum tm_buckets { TM_B_NONE, TM_B_LATENCY_US, TM_B_SIZE_BYTES };
     X(NOTIFY_SPOOFED, "tent_notify_spoofed_total", TM_COUNTER, TM_L_NONE,      \
       TM_B_NONE,                                                               \
       "Notifications dropped: sender not the authenticated segment")           \
+    X(DEADLINE_INFEASIBLE, "tent_deadline_infeasible_total", TM_COUNTER,       \
+      TM_L_XPORT, TM_B_NONE,                                                   \
+      "Transfers whose deadline had passed at submit, or that the runtime "    \
+      "queue dropped as unable to meet it")                                    \
+    X(DEADLINE_MLU, "tent_deadline_mlu_permille", TM_HISTOGRAM, TM_L_XPORT,    \
+      TM_B_MLU_PERMILLE,                                                       \
+      "Deadline feasibility ratio (MLU x 1000) of completed transfers that "   \
+      "carried a deadline; 1000 = the deadline exactly")                       \
     TENT_TRANSPORT_METRIC_FAMILIES(X)
 
 enum tm_id {
@@ -170,6 +183,7 @@ static inline struct tm_shard *tm_shard(struct tent_metrics *m)
  * compiles to a fixed offset (no table lookups on the data path). */
 #define TM_NLAT  22 /* latency bounds, see metrics.c */
 #define TM_NSIZE 13 /* size bounds: 64 B << 2i, i = 0..12 */
+#define TM_NMLU  10 /* MLU permille bounds, see metrics.c */
 #define TM_DIM2_OF(lb)                                                         \
     ((lb) == TM_L_XPORT_OP      ? TM_NOP                                       \
      : (lb) == TM_L_FROM_TO     ? TM_NXPORT                                    \
@@ -177,7 +191,10 @@ static inline struct tm_shard *tm_shard(struct tent_metrics *m)
                                 : 1)
 #define TM_DIM1_OF(lb) ((lb) == TM_L_NONE ? 1 : TM_NXPORT)
 #define TM_WIDTH_OF(ty, bk)                                                    \
-    ((ty) == TM_HISTOGRAM ? ((bk) == TM_B_LATENCY_US ? TM_NLAT : TM_NSIZE) + 2 \
+    ((ty) == TM_HISTOGRAM ? ((bk) == TM_B_LATENCY_US     ? TM_NLAT             \
+                             : (bk) == TM_B_MLU_PERMILLE ? TM_NMLU             \
+                                                         : TM_NSIZE) +         \
+                                2                                              \
                           : 1)
 /* Families computed when rendered have no cells of their own. */
 #define TM_DERIVED(id)                                                         \

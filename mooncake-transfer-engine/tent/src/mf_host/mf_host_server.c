@@ -396,11 +396,13 @@ static int recv_payload(struct mfh_handle *h, struct srv_io *io,
          * it sent before must not land (looked for at the start and after
          * any pause, as this process may have been stopped meanwhile). */
         long long now = tent_now_ms();
-        if ((!checked || now - checked >= 2) && client_gone(io->fd)) {
-            errno = ECONNRESET;
-            return -1;
+        if (!checked || now - checked >= 2) {
+            if (client_gone(io->fd)) {
+                errno = ECONNRESET;
+                return -1;
+            }
+            checked = now; /* again within 2 ms of copying */
         }
-        checked = now;
         bool buffered = io->in_pos < io->in_len;
         if (!buffered && n < SRV_DIRECT_MIN) {
             if (io_fill(h, io, false) != 0)

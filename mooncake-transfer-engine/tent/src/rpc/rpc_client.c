@@ -59,7 +59,9 @@ int tent_rpc_open(const struct tent_auth *auth, const char *ident,
     tent_net_format_hostport(peer, sizeof(peer), host, port);
     rc = tent_auth_client(auth, fd, ident, peer);
     if (rc) {
+        int err = errno; /* the socket's, for a caller that retries */
         close(fd);
+        errno = err;
         *out = -1;
         return rc;
     }

@@ -1,83 +1,24 @@
-/* The engine's RPC server.
+/* The engine's RPC server: descriptor fetches and notifications (its own
+ * frames, rpc/wire.h) and every frame type a transport installs a handler
+ * for (rpc.h tent_rpc_server_handle).
  *
- * Threads.  One loop thread owns the listening socket and every connection
- * that waits between frames: it watches them with epoll (one-shot), reads a
- * frame's first bytes without blocking, and hands the connection to a
- * worker once a whole header is in.  A worker serves frames on its
- * connection -- a handler may block on it, bounded by the frame's deadline
- * -- and keeps it while frames follow within LINGER_MS; then the connection
- * goes back to the loop.  So idle, never-used and header-trickling
- * connections hold no thread, a peer that keeps sending keeps its worker,
- * and the workers (started on demand, ended after WORKER_IDLE_MS without
- * work) number about the connections inside frames.
+ * One loop thread owns the listening sockets and every connection waiting
+ * between frames (epoll, one-shot) and hands a connection to a worker once
+ * a whole header is in; the worker serves frames on it -- a handler may
+ * block, bounded by the frame's deadline -- and keeps it while frames
+ * follow within LINGER_MS.  So idle and header-trickling connections hold
+ * no thread, and the workers (started on demand, ended after WORKER_IDLE_MS
+ * idle) number about the connections inside frames.  Whoever holds a
+ * connection checks its frame deadline and idle time (rpc.h
+ * tent_rpc_limits): a worker at every receive, the loop every TICK_MS.
  *
- * Every frame is decoded by wire.c before use; a frame that does not
- * validate closes its connection.  Descriptor requests and notifications are
- * answered through the owner's handler table (rpc.h); every other frame type
- * goes to the frame handler the transport owning the type installed, which
- * reads the frame's body and answers through tent_rpc_conn_*, and whose
- * measure hook checks the body length and says what data the frame moves.
- * The server knows neither its owner nor the transports' frames beyond
- * those tables.
+ * Every frame is decoded by wire.c before use; one that does not validate
+ * closes its connection.  The server knows neither its owner nor the
+ * transports' frames beyond the handler tables of rpc.h.
  *
- * Bounds (rpc.h tent_rpc_limits).  Whoever holds a connection checks its
- * frame deadline and idle time: a worker at every receive (at least every
- * IO_TICK_MS), the loop every TICK_MS for the connections it holds.
- *
- * Whom a newcomer replaces when the server is full.  A connection's work is
- * the bytes its data frames (types whose handler counts them as work) moved
- * (each such frame that succeeded counts at least FRAME_CREDIT), halved
- * every WORK_HALF_LIFE_MS since the last one: a peer's pooled data
- * connection that moved data scores above zero
- * until the idle timeout closes it; a connection that only fetched
- * descriptors or sent notifications, or never finished a data frame, scores
- * zero.  A frame is slow once it has been in progress for SLOW_GRACE_MS at
- * under rpc_frame_min_rate bytes a second overall (a header or body sent a
- * byte at a time, half a header and then silence).  The newcomer takes the
- * place of the first connection found in this order:
- *   1. zero work, inside a slow frame: the oldest frame first;
- *   2. zero work, between frames: the longest idle first (a connection just
- *      opened comes last);
- *   3. zero work, inside a frame that keeps the floor rate: the oldest
- *      frame first;
- *   4. some work, inside a slow frame or between frames: the least work
- *      first.
- * A connection with work inside a frame that keeps the floor rate -- a peer
- * moving data -- is never replaced; when every connection is one, the
- * newcomer is refused.  So idle, trickling and parked connections, in any
- * mix, give way to newcomers, and peers' connections that moved data are
- * the last to go: to hold a slot against them a client must move data
- * itself, on every connection it holds.
- *
- * Descriptors.  At start the server raises the process's soft RLIMIT_NOFILE
- * to the hard limit (once per process, logged) and caps its connections at
- * three quarters of the soft limit, leaving a quarter to the engine's other
- * descriptors (tcp pools, shm mappings, the metrics endpoint) and to the
- * application.  When accept() still runs out (EMFILE, ENFILE: something
- * else holds them), a reserve descriptor is given up to accept the waiting
- * connection and close it at once -- a refusal, counted and logged
- * (rate-limited) -- instead of leaving it in the queue to wake the loop
- * again and again; the cap drops below the connections open, so that later
- * newcomers replace connections instead of meeting the limit; accepting
- * pauses (BACKOFF_MIN_MS, doubling to BACKOFF_MAX_MS while the shortage
- * lasts); and the cap comes back FD_RECOVER_MS after the last shortage.
- *
- * CPUs (tcp_loopback_follow_cpu).  A client on this host sends from one of
- * our CPUs: the kernel processes its segments there, in its thread, and
- * they are warm in that CPU's cache.  The worker that copies them out (or,
- * for a read, the data in) on another CPU pulls every line across.  While
- * spare CPUs run the two sides side by side, that costs less than sharing
- * one; when they do not, it costs the most.  So a worker serving a data
- * frame of FOLLOW_MIN or more bytes (its handler's measure says how many)
- * on a loopback-to-loopback connection,
- * while such frames were in progress in more than half the CPUs' number
- * (each has a sender on this host too) within CROWD_HOLD_MS, runs on the
- * CPU the frame came in on (SO_INCOMING_CPU, when the process may use it);
- * a frame that does not qualify, or the connection going back to the
- * loop, gives the worker its CPUs back.  On this project's 2-core VM, tcp
- * 1 MiB writes with 2 threads went from 4.2-5.9 to 9.6-10.0 GB/s (p99 1.5-
- * 1.8 ms to 0.4 ms); one thread, where a CPU is spare, is left alone, as
- * following cost it a fifth. */
+ * Why, and the policies for a full server, descriptors and CPUs:
+ * docs/design.md "The RPC server", docs/security.md "Robustness against
+ * hostile clients". */
 #include "common/auth.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -131,8 +72,9 @@
 
 #define IOBUF      65536 /* per-connection input and output buffers */
 #define DIRECT_MIN 16384 /* larger reads bypass the input buffer */
-/* While bytes land in memory, the client's hang-up is looked for again
- * after a pause this long (the process may have been stopped) */
+/* While bytes land in memory, the client's hang-up is looked for at least
+ * this often, so that after a pause (the process may have been stopped)
+ * nothing it sent before its reset lands */
 #define LAND_CHECK_MS 2
 /* a frame's header and the longest prefix a handler measures */
 _Static_assert(TENT_WIRE_HDR_LEN + TENT_RPC_MAX_PREFIX <= DIRECT_MIN &&
@@ -448,9 +390,11 @@ static int srv_recv_as(struct tent_rpc_conn *c, void *buf, size_t n, bool land)
     while (got < n) {
         if (land) {
             long long now = tent_now_ms();
-            if ((!checked || now - checked >= LAND_CHECK_MS) && client_gone(c))
-                return -1;
-            checked = now;
+            if (!checked || now - checked >= LAND_CHECK_MS) {
+                if (client_gone(c))
+                    return -1;
+                checked = now; /* again within LAND_CHECK_MS of copying */
+            }
         }
         if (c->in_pos < c->in_len) {
             got += take_buffered(c, p + got, n - got);
@@ -801,6 +745,19 @@ int tent_rpc_conn_close_tagged(struct tent_rpc_conn *c, uint64_t tag)
 
 /* ---- following a same-host sender's CPU --------------------------------- */
 
+/* tcp_loopback_follow_cpu.  A client on this host sends from one of our
+ * CPUs: the kernel processes its segments there, and they are warm in that
+ * CPU's cache; a worker copying them on another CPU pulls every line
+ * across.  While spare CPUs run the two sides side by side that costs less
+ * than sharing one; when they do not, it costs the most.  So a worker
+ * serving a data frame of FOLLOW_MIN or more bytes on a loopback-to-loopback
+ * connection, while such frames were in progress in more than half the
+ * CPUs' number within CROWD_HOLD_MS, runs on the CPU the frame came in on
+ * (SO_INCOMING_CPU, when the process may use it); a frame that does not
+ * qualify, or the connection going back to the loop, gives the worker its
+ * CPUs back.  One sender, where a CPU is spare, is left alone: following
+ * cost it.  Figures: docs/performance.md "Design figures". */
+
 /* A worker's CPU while it serves one connection: cpu it was moved to (-1:
  * none), and the CPUs it had before. */
 struct follow {
@@ -823,7 +780,7 @@ static void follow_leave(struct follow *f)
 /* Moves the worker to the CPU the connection's frames come in on.  Once it
  * runs there, the kernel is asked again only every FOLLOW_ASK_MS: a sender
  * seldom moves, and the question is a system call on every large frame
- * (1.3 us on this project's VM, ~1% of a 1 MiB write). */
+ * (about 1% of a 1 MiB write; docs/performance.md "Design figures"). */
 static void follow_to(struct tent_rpc_conn *c, struct follow *f, long long now)
 {
     if (f->cpu >= 0 && now - f->asked_ms < FOLLOW_ASK_MS)
@@ -1245,9 +1202,25 @@ static void reap_workers(struct tent_rpc_server *s)
 
 /* ---- whom a newcomer replaces ------------------------------------------- */
 
-/* c's place in the order of the header comment: 0..3 (lower goes first),
- * *key orders within it (lower goes first), -1 when c may not be replaced
- * (a working peer inside a frame that keeps the floor rate). */
+/* Whom a newcomer replaces when the server is full.  A connection's work is
+ * the bytes its data frames (types whose handler counts them as work)
+ * moved, each such frame that succeeded counting at least FRAME_CREDIT,
+ * halved every WORK_HALF_LIFE_MS since the last one: a peer's pooled data
+ * connection scores above zero until the idle timeout closes it; one that
+ * only fetched descriptors or sent notifications, or never finished a data
+ * frame, scores zero.  A frame is slow once in progress for SLOW_GRACE_MS
+ * at under rpc_frame_min_rate bytes a second overall.  The order:
+ *   0. zero work, inside a slow frame: the oldest frame first;
+ *   1. zero work, between frames: the longest idle first (a connection just
+ *      opened comes last);
+ *   2. zero work, inside a frame that keeps the floor rate: oldest first;
+ *   3. some work, inside a slow frame or between frames: least work first.
+ * A connection with work inside a frame that keeps the floor rate is never
+ * replaced (-1); when every connection is one, the newcomer is refused.  So
+ * to hold a slot against peers that move data, a client must move data
+ * itself, on every connection it holds.
+ *
+ * Returns c's tier (lower goes first); *key orders within it (lower first). */
 static int rank(const struct tent_rpc_server *s, const struct tent_rpc_conn *c,
                 long long now, uint64_t *key)
 {
@@ -1423,7 +1396,14 @@ static int listener_of(struct tent_rpc_server *s, const void *p)
     return -1;
 }
 
-/* accept() on lfd ran out of descriptors (err: EMFILE or ENFILE). */
+/* accept() on lfd ran out of descriptors (err: EMFILE or ENFILE): something
+ * else holds them.  A reserve descriptor is given up to accept the waiting
+ * connection and close it at once -- a refusal, counted and logged
+ * (rate-limited) -- instead of leaving it queued to wake the loop again and
+ * again; the cap drops below the connections open, so later newcomers
+ * replace connections instead of meeting the limit; accepting pauses
+ * (BACKOFF_MIN_MS, doubling to BACKOFF_MAX_MS while the shortage lasts);
+ * the cap comes back FD_RECOVER_MS after the last shortage. */
 static void out_of_fds(struct tent_rpc_server *s, int lfd, int err)
 {
     long long now = tent_now_ms();
@@ -1623,7 +1603,9 @@ static pthread_mutex_t nofile_lock = PTHREAD_MUTEX_INITIALIZER;
 static pid_t nofile_pid;
 
 /* The connection cap the descriptor limit allows: three quarters of the
- * soft limit (at least 64 descriptors kept for the rest). */
+ * soft limit (at least 64 descriptors kept for the rest), leaving a quarter
+ * to the engine's other descriptors (tcp pools, shm mappings, the metrics
+ * endpoint) and to the application. */
 static int sized_cap(int want)
 {
     pthread_mutex_lock(&nofile_lock);

@@ -1,7 +1,5 @@
-/* Wire format of the engine's RPC server.
- *
- * Every message is a frame: a fixed 16-byte header followed by `len` bytes
- * of body.  All integers are little-endian.
+/* Wire format of the engine's RPC server.  Every message is a frame: a
+ * fixed 16-byte header, then `len` bytes of body; integers little-endian.
  *
  *   offset 0  u32 magic   TENT_WIRE_MAGIC
  *          4  u8  version TENT_WIRE_VERSION (a different version is refused)
@@ -10,16 +8,10 @@
  *          8  u32 seq     echoed in the response
  *         12  u32 len     body length, <= TENT_WIRE_MAX_BODY
  *
- * The server's own frames (control plane) and their bodies:
- *   DESC_REQ   empty
- *   DESC_RESP  JSON segment descriptor (see tent_wire_decode_desc)
- *   NOTIFY     u16 name_len, u16 msg_len, u16 from_len, u16 0,
- *              name, msg, from (no NULs; lengths < 256, 4096, 256)
- *   RESP       the answer to a request: i32 status (0 or a negative
- *              TENT_E* code), u32 0, then what the request's type says
- *              (nothing for the server's own requests)
- * Every other type belongs to a transport, which defines its bodies in its
- * own folder and installs the handlers that serve them (rpc.h
+ * The server's own frames: DESC_REQ (empty), DESC_RESP (the JSON segment
+ * descriptor), NOTIFY and RESP (bodies at their enum tent_wire_type
+ * entries).  Every other type belongs to a transport, which defines its
+ * bodies in its own folder and installs their handlers (rpc.h
  * tent_rpc_server_handle); the server refuses a type two transports claim.
  * Types taken: 4, 5, 7, 8 (transport/tcp/tcp_wire.h).
  *
@@ -46,10 +38,18 @@
 #define TENT_WIRE_MAX_NAME   255
 #define TENT_WIRE_MAX_MSG    4095
 
+/* The server's own frame types and their bodies. */
 enum tent_wire_type {
+    /* empty */
     TENT_WIRE_DESC_REQ = 1,
+    /* JSON segment descriptor (see tent_wire_decode_desc) */
     TENT_WIRE_DESC_RESP = 2,
+    /* u16 name_len, u16 msg_len, u16 from_len, u16 0, then name, msg, from
+     * (no NULs; lengths < 256, 4096, 256) */
     TENT_WIRE_NOTIFY = 3,
+    /* the answer to a request: i32 status (0 or a negative TENT_E* code),
+     * u32 0, then what the request's type says (nothing for the server's
+     * own requests) */
     TENT_WIRE_RESP = 6,
 };
 

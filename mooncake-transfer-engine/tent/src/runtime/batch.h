@@ -24,6 +24,9 @@
  * read with atomic loads; batch memory is type-stable). */
 struct tent_batch *tent_batch_lock(struct tent_engine *e, uint64_t id,
                                    const char *what);
+/* tent_batch_lock that leaves the thread's last error alone (NULL when
+ * the batch is gone): for the runtime queue's background moves. */
+struct tent_batch *tent_batch_lock_quiet(struct tent_engine *e, uint64_t id);
 /* The batch in id's slot of the table, unlocked and unreferenced, or NULL:
  * for tests that inspect a batch they own and nobody else touches. */
 struct tent_batch *tent_batch_peek(struct tent_engine *e, uint64_t id);
@@ -138,6 +141,8 @@ static inline void tent_task_fail(struct tent_task *t, int code, int native,
     t->bytes = 0;
     tent_task_set_cause(t, code, native, msg);
     tent_task_unpin(t);
+    if (t->rqn)
+        tent_rq_end(t, false, 0);
 }
 
 /* batch_poll.c */

@@ -142,6 +142,8 @@ static int apply_status(struct tent_engine *e, struct tent_batch *b, size_t i,
         else
             tent_task_unpin(t);
         tmh_completed(e, t, xi, t->bytes);
+        if (t->rqn)
+            tent_rq_end(t, true, t->bytes);
         return TENT_OK;
     }
     tent_task_unpeer(t);
@@ -243,6 +245,8 @@ int tent_task_status(tent_engine_t engine, tent_batch_id_t batch_id,
         maybe_notify(e, b);
     }
     tent_batch_unlock(b);
+    if (e->rq && rc == TENT_OK) /* a failed call keeps its error */
+        tent_rq_pump(e);
     return rc;
 }
 
@@ -353,6 +357,8 @@ int tent_overall_status(tent_engine_t engine, tent_batch_id_t batch_id,
         status->status = STATUS_COMPLETED;
     status->transferred_bytes = bytes;
     tent_batch_unlock(b);
+    if (e->rq && rc == TENT_OK) /* a failed call keeps its error */
+        tent_rq_pump(e);
     return rc;
 }
 
@@ -384,6 +390,8 @@ int tent_task_status_list(tent_engine_t engine, tent_batch_id_t batch_id,
         *count = b->ntasks;
     }
     tent_batch_unlock(b);
+    if (e->rq && rc == TENT_OK) /* a failed call keeps its error */
+        tent_rq_pump(e);
     return rc;
 }
 
@@ -411,6 +419,8 @@ int tent_cancel_task(tent_engine_t engine, tent_batch_id_t batch_id,
         t->state = STATUS_CANCELED;
         t->bytes = 0;
         tent_task_set_cause(t, TENT_OK, 0, NULL);
+        if (t->rqn)
+            tent_rq_end(t, false, 0);
     } else if (b->tasks[task_id].state == STATUS_PENDING ||
                b->tasks[task_id].state == STATUS_WAITING)
         /* No transport can take back work it has handed to the wire or to
@@ -422,6 +432,8 @@ int tent_cancel_task(tent_engine_t engine, tent_batch_id_t batch_id,
                             task_id,
                             tent_xport_name(e, b->tasks[task_id].xport));
     tent_batch_unlock(b);
+    if (e->rq && rc == TENT_OK) /* a failed call keeps its error */
+        tent_rq_pump(e);
     return rc;
 }
 

@@ -1,6 +1,7 @@
 /* The submit pipeline: validate every request, resolve and pin its buffers,
  * select transports, then hand the tasks to their transports in groups
  * (a request whose submit failed moves to the next transport at once). */
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "runtime/batch.h"
@@ -419,6 +420,13 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
     t->req.policy_name = NULL; /* the caller's string: resolved below */
     t->policy = -1;
     t->peer = NULL;
+    t->rqn = NULL;
+    if (r->deadline_ns) { /* read only when there is a deadline */
+        uint64_t now = tent_now_ns();
+        uint64_t us =
+            r->deadline_ns > now ? (r->deadline_ns - now + 999) / 1000 : 0;
+        t->dl_window_us = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+    }
     struct tent_segment *seg = seg_lookup(e, c, r->target_id);
     if (!seg)
         return tent_set_error(
@@ -778,8 +786,26 @@ again:
             goto out;
         }
     }
-    b->ntasks += count;
     tmh_submit(e, &b->tasks[first], count);
+    if (e->rq) {
+        /* TENT's runtime queue: admitted now, dispatched by the pump */
+        rc = tent_rq_admit(e, b, first, count);
+        if (rc) {
+            for (size_t j = 0; j < count; j++)
+                tent_task_unpin(&b->tasks[first + j]);
+            if (name) {
+                free(b->notif_name);
+                free(b->notif_msg);
+                b->notif_name = b->notif_msg = NULL;
+            }
+            goto out;
+        }
+        b->ntasks += count;
+        tent_batch_unlock(b);
+        tent_rq_pump(e);
+        return TENT_OK;
+    }
+    b->ntasks += count;
     tent_batch_dispatch(e, b, first, count);
 out:
     tent_batch_unlock(b);

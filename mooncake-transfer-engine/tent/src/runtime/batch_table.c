@@ -52,6 +52,20 @@ static struct tent_batch *slot_batch(struct tent_engine *e, uint64_t id)
  * there is locked and then checked, which is safe because batch memory is
  * never freed before its engine (a batch recycled meanwhile has another
  * id, or is dead). */
+struct tent_batch *tent_batch_lock_quiet(struct tent_engine *e, uint64_t id)
+{
+    struct tent_batch *b = slot_batch(e, id);
+    if (!b)
+        return NULL;
+    pthread_mutex_lock(&b->lock);
+    if (atomic_load_explicit(&b->id, memory_order_relaxed) != id || b->dead) {
+        pthread_mutex_unlock(&b->lock);
+        return NULL;
+    }
+    atomic_fetch_add(&b->refs, 1);
+    return b;
+}
+
 struct tent_batch *tent_batch_lock(struct tent_engine *e, uint64_t id,
                                    const char *what)
 {
@@ -303,6 +317,8 @@ int tent_free_batch(tent_engine_t engine, tent_batch_id_t batch_id)
     struct tent_batch *b = tent_batch_lock(e, batch_id, "tent_free_batch");
     if (!b)
         return TENT_ENOBATCH;
+    if (e->rq)
+        tent_rq_batch_freed(e, b);
     int rc = try_release(e, b);
     /* Polling let the lock go: a concurrent free may have won. */
     if (b->dead) {

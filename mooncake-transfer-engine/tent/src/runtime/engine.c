@@ -141,7 +141,10 @@ static int load_settings(struct tent_engine *e)
     rc = tent_notifs_load_settings(e);
     if (rc)
         return rc;
-    return tent_policies_load(e);
+    rc = tent_policies_load(e);
+    if (rc)
+        return rc;
+    return tent_rq_load(e);
 }
 
 /* Installs every enabled transport.  One that is not available here (no
@@ -280,6 +283,7 @@ fail_rpc:
 fail_segs:
     tent_segment_free(e->local);
 fail_settings:
+    tent_rq_free(e);
     tent_sched_free(e->sched);
     tent_metrics_destroy(e->metrics);
     tent_config_free(e->cfg);
@@ -363,6 +367,7 @@ void tent_destroy_engine(tent_engine_t engine)
         tent_auth_free(e->auth);
     }
     tent_sched_free(e->sched);
+    tent_rq_free(e);
     tent_config_free(e->cfg);
     pthread_mutex_destroy(&e->seg_lock);
     pthread_mutex_destroy(&e->reg_lock);

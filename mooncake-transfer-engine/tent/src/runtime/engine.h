@@ -137,6 +137,9 @@ struct tent_task {
     int8_t xport;      /* engine transport index now executing it, -1 none */
     int8_t last_xport; /* the last one that took it, -1 none */
     uint8_t attempts;  /* failovers taken */
+    /* The rule req.policy_name named (its index), or -1: follow the rules.
+     * The caller's string is not kept (req.policy_name is NULL). */
+    int8_t policy;
     /* The peer handle the task is in flight with (leads only; released when
      * it leaves its transport), and the incarnation of the descriptor its
      * target buffer was resolved in. */
@@ -148,15 +151,18 @@ struct tent_task {
     bool needs_refetch, refetched;
     uint8_t ncand, cand_pos;
     uint8_t cands[TENT_MAX_TRANSPORTS];
-    /* The rule req.policy_name named (its index), or -1: follow the rules.
-     * The caller's string is not kept (req.policy_name is NULL). */
-    int8_t policy;
-    /* metrics: submit and attempt start (ns) of a timed task; 0 = untimed */
-    uint64_t t_submit, t_attempt;
+    /* With a deadline: the time it gave at submit, µs (rounded up, at most
+     * UINT32_MAX), 0 when it had passed; for its MLU.  Else not read. */
+    uint32_t dl_window_us;
     /* The task whose transport slot carries this one: its own index, or,
      * when merge_requests joined it to the request before it, the index of
      * the first task of that merged request. */
     uint32_t lead;
+    /* metrics: submit and attempt start (ns) of a timed task; 0 = untimed */
+    uint64_t t_submit, t_attempt;
+    /* Its entry in the runtime queue (rqueue.c) until it is terminal;
+     * NULL when enable_runtime_queue is off. */
+    struct tent_rq_node *rqn;
 };
 
 /* Batch table geometry: 1024 chunks of 1024 slots, so at most 1M batches
@@ -269,6 +275,9 @@ struct tent_engine {
     struct tent_meta *meta;               /* its state, NULL once stopped */
     struct tent_metrics *metrics; /* NULL when metrics/enabled is false */
     struct tent_sched *sched;     /* rails of the transports (sched/rails.h) */
+    /* TENT's runtime admission queue (rqueue.c); NULL unless
+     * enable_runtime_queue.  Its lock is a leaf, taken under batch->lock. */
+    struct tent_rq *rq;
 
     /* Serialises register/unregister/allocate/free of local memory (and
      * the transports' add/remove_buffer calls they make).  Outermost: taken
@@ -472,6 +481,26 @@ int tent_policy_named(const struct tent_engine *e, const char *name,
 void tent_select_candidates(struct tent_engine *e, struct tent_task *task,
                             const struct tent_segment *target,
                             const struct tent_buffer *target_buf);
+
+/* rqueue.c: TENT's opt-in runtime admission queue (enable_runtime_queue). */
+struct tent_rq_node;
+/* Reads enable_runtime_queue and runtime_queue/...; sets e->rq when on. */
+int tent_rq_load(struct tent_engine *e);
+void tent_rq_free(struct tent_engine *e);
+/* Admits the new tasks [first, first+n) of b (locked, resolved, WAITING)
+ * into the queue, or none: TENT_ECAPACITY naming the limit.  A task whose
+ * deadline cannot be met is failed at once (TENT_ETIMEDOUT, the cause
+ * naming the figures). */
+int tent_rq_admit(struct tent_engine *e, struct tent_batch *b, size_t first,
+                  size_t n);
+/* The task (its batch locked) is terminal: its entry leaves the queue or
+ * the dispatch window; completed with bytes feeds the measured rate. */
+void tent_rq_end(struct tent_task *t, bool completed, uint64_t bytes);
+/* Moves queued tasks into the dispatch window while it has room (EDF
+ * order when deadline_aware).  Call with no runtime lock held. */
+void tent_rq_pump(struct tent_engine *e);
+/* tent_free_batch: b's tasks still queued are cancelled (b locked). */
+void tent_rq_batch_freed(struct tent_engine *e, struct tent_batch *b);
 
 /* notify.c */
 /* Where a queued notification came from, beside tent_notifi_record (whose

@@ -81,6 +81,35 @@ static inline void tmh_refused(struct tent_engine *e, struct tent_task *t,
     tmh_attempt_end(s, t, xi, true, t->t_submit ? tm_now_ns() : 0);
 }
 
+/* A request that carried a deadline ends (TENT's observability): one whose
+ * deadline had passed at submit counts as infeasible, a completed one
+ * gives its MLU, time taken / time it had, in permille. */
+static inline void tmh_deadline_end(struct tm_shard *s,
+                                    const struct tent_task *t, int xi,
+                                    bool completed)
+{
+    if (!t->dl_window_us) {
+        tm_add(s, TM_DEADLINE_INFEASIBLE, TM_X(xi), 0, 1);
+        return;
+    }
+    if (completed) {
+        uint64_t window = (uint64_t)t->dl_window_us * 1000;
+        uint64_t t0 = t->req.deadline_ns - window, now = tm_now_ns();
+        tm_observe(s, TM_DEADLINE_MLU, TM_X(xi), 0,
+                   (now > t0 ? now - t0 : 0) * 1000 / window);
+    }
+}
+
+/* The runtime queue dropped the request as unable to meet its deadline
+ * (counted here unless tmh_failed counts it: passed at submit). */
+static inline void tmh_deadline_infeasible(struct tent_engine *e,
+                                           const struct tent_task *t)
+{
+    struct tm_shard *s = tm_shard(e->metrics);
+    if (s && t->dl_window_us)
+        tm_add(s, TM_DEADLINE_INFEASIBLE, TM_X(tmh_xport(t)), 0, 1);
+}
+
 /* The task's transport xi reported COMPLETED with bytes moved: the attempt
  * and the request end. */
 static inline void tmh_completed(struct tent_engine *e, struct tent_task *t,
@@ -93,6 +122,8 @@ static inline void tmh_completed(struct tent_engine *e, struct tent_task *t,
     uint64_t now = t->t_submit ? tm_now_ns() : 0;
     tmh_attempt_end(s, t, xi, false, now);
     tm_observe_size(s, w ? TM_WRITE_SIZE : TM_READ_SIZE, TM_X(xi), bytes);
+    if (t->req.deadline_ns)
+        tmh_deadline_end(s, t, xi, true);
     if (now)
         tm_observe(s, w ? TM_WRITE_LATENCY : TM_READ_LATENCY, TM_X(xi), 0,
                    (now - t->t_submit) / 1000);
@@ -121,6 +152,8 @@ static inline void tmh_failed(struct tent_engine *e, struct tent_task *t)
     bool w = t->req.opcode == OPCODE_WRITE;
     int xi = tmh_xport(t);
     tm_add(s, w ? TM_WRITE_FAILURES : TM_READ_FAILURES, TM_X(xi), 0, 1);
+    if (t->req.deadline_ns)
+        tmh_deadline_end(s, t, xi, false);
     if (t->t_submit)
         tm_observe(s, w ? TM_WRITE_LATENCY : TM_READ_LATENCY, TM_X(xi), 0,
                    (tm_now_ns() - t->t_submit) / 1000);

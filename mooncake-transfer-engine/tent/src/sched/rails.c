@@ -4,6 +4,7 @@
 #include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "sched/slots.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -22,10 +23,10 @@
  * The EWMA that ranks picks follows single slices (TENT's rate) and swings
  * both ways -- a slice that finds a shaped link idle passes in its token
  * bucket's burst, one that shared a bunch of completions reads their sum --
- * and deciding slowness on it flipped the 1 Gbit/s rail of a 1 + 3 Gbit/s
- * pair to probes only every few hundred milliseconds (its estimate read
- * 0.22-0.30 of the other's); busy time does not depend on how slices
- * overlap or complete. */
+ * and deciding slowness on it flipped the slower rail of an uneven pair to
+ * probes only every few hundred milliseconds (docs/performance.md "Design
+ * figures"); busy time does not depend on how slices overlap or
+ * complete. */
 #define SHARE_METER_NS (100ull * 1000000ull)
 /* A slow rail rejoins above this multiple of the line: hysteresis against
  * what noise the meter keeps.  It stays below 1 / (3 * min_share's default
@@ -36,8 +37,8 @@
  * another class's slice was picked within PACE_HOLD_NS (so a HIGH request
  * now and then finds no queue either), once CAP_MIN_SAMPLES unpaced meter
  * samples measured the rail's capacity (0.8 s of busy time: the first few,
- * with the connections and the application starting, read 0.55-0.72 of
- * rails_bench's 3 Gbit/s rail); the capacity is the highest sample of a
+ * with the connections and the application starting, read well below the
+ * link); the capacity is the highest sample of a
  * group of CAP_GROUP; and every RELEARN_NS of pacing one span goes unpaced
  * to measure the link again (one or two tenths of a second in ten: the
  * latency traffic meets the old queues 1-2% of the time). */
@@ -97,6 +98,7 @@ struct tent_railset {
     size_t n;
     uint64_t picks;
     uint64_t fg_ns; /* a slice not of the yielding class was last picked */
+    struct tent_slots *slots; /* host-wide slots (the sched's), or NULL */
     bool probe_due; /* the next slice that can measure bandwidth probes */
     unsigned rr;
     uint64_t rng;
@@ -108,9 +110,15 @@ struct nic_entry {
     double bw; /* the initial estimate, for a NIC without rails */
 };
 
+#define MAX_SLOT_REGIONS 4
+
 struct tent_sched {
     pthread_mutex_t lock; /* guards sets and nics; before any set's lock */
     struct tent_railset *sets;
+    /* host-wide slot regions the sets share, by name (opened once) */
+    struct tent_slots *slots[MAX_SLOT_REGIONS];
+    char slot_names[MAX_SLOT_REGIONS][128];
+    size_t nslots;
     struct nic_entry nics[MAX_NICS];
     size_t nnics;
 };
@@ -157,6 +165,20 @@ int tent_sched_params_load(const struct tent_config *cfg, const char *prefix,
     if (!rc)
         rc = tent_config_get_double_range(cfg, KEY("low_pacing_gain"), 0.9, 0.0,
                                           1.0, &out->yield_pace_gain);
+    const char *shm = NULL;
+    if (!rc)
+        rc =
+            tent_config_get_string(cfg, KEY("shared_quota_shm_path"), "", &shm);
+    if (!rc && strlen(shm) >= sizeof(out->quota_shm))
+        rc = tent_set_error(TENT_ECONFIG,
+                            "config key '%s' = \"%s\" is longer than %zu "
+                            "characters",
+                            k, shm, sizeof(out->quota_shm) - 1);
+    if (!rc)
+        snprintf(out->quota_shm, sizeof(out->quota_shm), "%s", shm);
+    if (!rc && !(rc = tent_config_get_int_range(
+                     cfg, KEY("slot_rotation_interval_ms"), 2, 1, 60000, &v)))
+        out->slot_interval_ms = (int)v;
 #undef KEY
     if (!rc && out->backoff_max_ms < out->backoff_min_ms)
         rc = tent_set_error(TENT_ECONFIG,
@@ -183,8 +205,31 @@ void tent_sched_free(struct tent_sched *s)
         LOG_WARN("sched: rail sets still open: the scheduler is kept");
         return;
     }
+    for (size_t i = 0; i < s->nslots; i++)
+        tent_slots_close(s->slots[i]);
     pthread_mutex_destroy(&s->lock);
     free(s);
+}
+
+/* The region named name, opened on first use; NULL (said once) when it
+ * cannot be: TENT then goes on without global coordination.  Caller holds
+ * s->lock. */
+static struct tent_slots *slots_get_locked(struct tent_sched *s,
+                                           const char *name, int interval_ms)
+{
+    for (size_t i = 0; i < s->nslots; i++)
+        if (strcmp(s->slot_names[i], name) == 0)
+            return s->slots[i];
+    if (s->nslots == MAX_SLOT_REGIONS)
+        return NULL;
+    struct tent_slots *sl = NULL;
+    if (tent_slots_open(name, interval_ms, &sl) != TENT_OK)
+        LOG_WARN("sched: no priority slots shared with other processes: %s",
+                 tent_last_error());
+    /* remembered even when it failed: tried once */
+    snprintf(s->slot_names[s->nslots], sizeof(s->slot_names[0]), "%s", name);
+    s->slots[s->nslots++] = sl;
+    return sl;
 }
 
 /* Caller holds s->lock. */
@@ -240,6 +285,8 @@ int tent_railset_new(struct tent_sched *s, const struct tent_sched_params *p,
     }
     pthread_mutex_init(&rs->lock, NULL);
     pthread_mutex_lock(&s->lock);
+    if (p->quota_shm[0])
+        rs->slots = slots_get_locked(s, p->quota_shm, p->slot_interval_ms);
     for (size_t i = 0; i < n; i++)
         nic_note(s, nic_label(&rails[i]),
                  rails[i].link_bw > 0 ? rails[i].link_bw : p->default_bw);
@@ -491,8 +538,11 @@ int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, bool yields,
                 pick = (int)i;
     }
     if (pick >= 0) {
-        if (!yields)
+        if (!yields) {
             rs->fg_ns = now;
+            if (rs->slots) /* the host's clock, whatever rails_clock is */
+                tent_slots_note(rs->slots, 0 /* HIGH */, tent_now_ns());
+        }
         tk->yields = yields;
         count_locked(rs, &rs->rails[pick], bytes, true, tk, now);
         tk->start_ns = now;
@@ -634,6 +684,11 @@ void tent_rail_move(struct tent_railset *rs, int from, int to, uint64_t bytes,
     pthread_mutex_unlock(&rs->lock);
 }
 
+struct tent_slots *tent_railset_slots(struct tent_railset *rs)
+{
+    return rs ? rs->slots : NULL;
+}
+
 double tent_rail_yield_pace(struct tent_railset *rs, int i, bool sending)
 {
     if (i < 0 || (size_t)i >= rs->n || rs->p.yield_pace_gain <= 0)
@@ -645,7 +700,12 @@ double tent_rail_yield_pace(struct tent_railset *rs, int i, bool sending)
     if (x->r.link_bw > 0 && x->r.link_bw < cap)
         cap = x->r.link_bw;
     double pace = 0;
-    if (rs->fg_ns && now - rs->fg_ns <= PACE_HOLD_NS && cap > 0) {
+    /* latency-critical slices of this set, or of any engine of the host */
+    bool fg = rs->fg_ns && now - rs->fg_ns <= PACE_HOLD_NS;
+    if (!fg && rs->slots)
+        fg = tent_slots_busy(rs->slots, 2 /* LOW */, tent_now_ns(),
+                             PACE_HOLD_NS);
+    if (fg && cap > 0) {
         if (!x->paced_since_ns)
             x->paced_since_ns = now;
         if (now - x->paced_since_ns <= RELEARN_NS) {

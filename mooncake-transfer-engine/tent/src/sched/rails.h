@@ -56,6 +56,12 @@ struct tent_sched_params {
      * the yielding class is paced at this fraction of each rail's capacity
      * (tent_rail_yield_pace; 0: never paced). */
     double yield_pace_gain;
+    /* shared_quota_shm_path ("": off) and slot_rotation_interval_ms (2):
+     * TENT's priority slots shared by the engines of the host
+     * (sched/slots.h); with them, the yielding class is paced also while
+     * another process of the host sends latency-critical slices. */
+    char quota_shm[128];
+    int slot_interval_ms;
 };
 
 /* Reads the parameters under prefix ("transports/tcp"); defaults for the
@@ -177,6 +183,9 @@ void tent_rail_move(struct tent_railset *rs, int from, int to, uint64_t bytes,
  * a window of the yielding class goes out at that pace now (the meter's
  * current span is marked paced). */
 double tent_rail_yield_pace(struct tent_railset *rs, int i, bool sending);
+
+/* The host-wide slots the set shares (shared_quota_shm_path), or NULL. */
+struct tent_slots *tent_railset_slots(struct tent_railset *rs);
 
 /* For tests: the clock of picks and completions (ns, monotonic; NULL: the
  * system's).  Set it before any rail set is used. */

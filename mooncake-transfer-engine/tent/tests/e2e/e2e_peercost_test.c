@@ -11,6 +11,8 @@
  *    rpc_max_connections, each moving data in rounds with the others: the
  *    target evicts idle connections or refuses newcomers, the initiators
  *    reconnect and retry, and every task COMPLETES.
+ *  overcap_secret_tcp: the same with a cluster secret (a refusal then
+ *    comes during the handshake, and must still be retried).
  *  measure N: prints the engine's threads, descriptors and resident memory
  *    before and after opening N peers and moving data with all of them at
  *    once, and after idle_timeout_ms (docs/performance.md, "Cost per
@@ -327,10 +329,24 @@ int main(int argc, char **argv)
         t = (struct CMUnitTest)cmocka_unit_test(test_idle_reuse_tcp);
     else if (strcmp(mode, "overcap_tcp") == 0)
         t = (struct CMUnitTest)cmocka_unit_test(test_overcap_tcp);
+    else if (strcmp(mode, "overcap_secret_tcp") == 0) {
+        /* every process of the test, children too, holds the secret */
+        static char path[] = "/tmp/tent_peercost_secretXXXXXX";
+        int fd = mkstemp(path); /* mode 0600 */
+        if (fd < 0 || write(fd, "peercost-test-cluster-secret\n", 29) != 29)
+            return 1;
+        close(fd);
+        setenv("MC_TENT_SECRET_FILE", path, 1);
+        t = (struct CMUnitTest)cmocka_unit_test(test_overcap_tcp);
+        const struct CMUnitTest tests[] = {t};
+        int rc = cmocka_run_group_tests_name(mode, tests, NULL, NULL);
+        unlink(path);
+        return rc;
+    }
     else {
         fprintf(stderr,
                 "usage: %s threads_tcp|idle_tcp|idle_reuse_tcp|overcap_tcp|"
-                "measure N\n",
+                "overcap_secret_tcp|measure N\n",
                 argv[0]);
         return 2;
     }

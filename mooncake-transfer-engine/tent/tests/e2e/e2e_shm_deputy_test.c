@@ -14,7 +14,10 @@
  * strays past the entry it names is refused; a rogue that listens on a
  * control socket of its own while naming the victim's pid is refused with
  * an error naming its segment; and the deputy's real traffic with the
- * victim still moves and verifies every byte. */
+ * victim still moves and verifies every byte.  Issue 42, item 1: a forged
+ * descriptor that names the victim's real entry and range but not its
+ * access key (zeros, one bit off, the key of an earlier registration) is
+ * refused exactly as a range outside the entry, memfd and cma alike. */
 // clang-format off
 #include <setjmp.h>
 #include <stdarg.h>
@@ -42,10 +45,14 @@
 #define SMALL (64u * 1024) /* e2e_peer's ro, local and plain buffers */
 
 static struct e2e_peer g_victim;
-static struct tent_wire_desc g_vdesc; /* the victim's descriptor */
+static struct tent_wire_desc g_vdesc;     /* the victim's descriptor */
 static const struct tent_wire_buf *g_vrw; /* its rw buffer in g_vdesc */
 static tent_engine_t g_e;                 /* the deputy */
 static uint8_t *g_buf;                    /* the deputy's LEN bytes */
+/* What forge_and_start copies: the buffer (NULL: g_vrw) and the key it
+ * publishes (NULL: that buffer's own). */
+static const struct tent_wire_buf *g_forge_src;
+static const uint8_t *g_forge_key;
 
 /* ---- the rogue ------------------------------------------------------------
  */
@@ -86,8 +93,8 @@ static void rogue_main(int cfd, int afd, void *arg)
         ls = socket(AF_UNIX, SOCK_SEQPACKET, 0);
         if (ls < 0 ||
             bind(ls, (struct sockaddr *)&sa,
-                 (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
-                             n)) != 0 ||
+                 (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) !=
+                0 ||
             listen(ls, 16) != 0)
             _exit(2);
     }
@@ -127,14 +134,17 @@ static void rogue_stop(struct rogue *r)
 static void forge_and_start(struct rogue *r, uint64_t base, uint64_t len,
                             const char *handle, const char *sock)
 {
+    const struct tent_wire_buf *src = g_forge_src ? g_forge_src : g_vrw;
     struct tent_wire_kv kv[TENT_WIRE_MAX_BUF_ATTRS];
     int nkv = 0;
-    for (int i = 0; i < g_vrw->nattrs; i++)
-        kv[nkv++] = g_vrw->attrs[i];
+    for (int i = 0; i < src->nattrs; i++)
+        kv[nkv++] = src->attrs[i];
     for (int i = 0; i < nkv; i++)
         if (strcmp(kv[i].key, "shm") == 0)
             snprintf(kv[i].value, sizeof(kv[i].value), "%s", handle);
-    struct tent_wire_buf b = *g_vrw;
+    struct tent_wire_buf b = *src;
+    if (g_forge_key)
+        memcpy(b.key, g_forge_key, sizeof(b.key));
     b.base = base;
     b.length = len;
     b.perm = PERM_GLOBAL_READ_WRITE;
@@ -197,8 +207,8 @@ static int move(tent_segment_id_t seg, int op, uint64_t addr, size_t len,
 /* The deputy asked, through the rogue's segment, for op on [addr, +len)
  * of the victim: it must fail.  Returns the failure's message. */
 static void refused(const char *what, uint64_t fbase, uint64_t flen,
-                    const char *handle, const char *sock, int op,
-                    uint64_t addr, size_t len, char *msg, size_t cap)
+                    const char *handle, const char *sock, int op, uint64_t addr,
+                    size_t len, char *msg, size_t cap)
 {
     struct rogue r;
     forge_and_start(&r, fbase, flen, handle, sock);
@@ -210,6 +220,17 @@ static void refused(const char *what, uint64_t fbase, uint64_t flen,
     assert_int_equal(st, STATUS_FAILED);
     assert_int_equal(tent_close_segment(g_e, seg), 0);
     rogue_stop(&r);
+}
+
+static const struct tent_wire_buf *desc_buf(const struct tent_wire_desc *d,
+                                            uint64_t base)
+{
+    for (size_t i = 0; i < d->nbufs; i++)
+        if (d->bufs[i].base == base)
+            return &d->bufs[i];
+    fail_msg("no buffer at %#llx in the victim's descriptor",
+             (unsigned long long)base);
+    return NULL;
 }
 
 static const char *rw_handle(void)
@@ -242,8 +263,7 @@ static void test_no_write_outside_entry(void **state)
         assert_int_not_equal(before, 0);
         refused(t[i].what, t[i].addr, SMALL, "cma", NULL, OPCODE_WRITE,
                 t[i].addr, SMALL, msg, sizeof(msg));
-        assert_int_equal(e2e_peer_hash_at(&g_victim, t[i].addr, SMALL),
-                         before);
+        assert_int_equal(e2e_peer_hash_at(&g_victim, t[i].addr, SMALL), before);
     }
 }
 
@@ -361,6 +381,126 @@ static void test_real_traffic(void **state)
     assert_int_equal(tent_close_segment(g_e, seg), 0);
 }
 
+/* A forged descriptor that names the victim's rw buffer exactly (entry,
+ * range, memfd; and the same entry reached with process_vm_*) and its
+ * read-only buffer (a cma entry), but carries a wrong key: zeros, or the
+ * real key with one bit off.  Refused as a range outside the entry, and
+ * the victim's bytes neither change nor arrive. */
+static void test_wrong_key_refused(void **state)
+{
+    (void)state;
+    char msg[512], what[96];
+    uint8_t keys[3][TENT_WIRE_KEY_LEN];
+    memset(keys[0], 0, sizeof(keys[0]));
+    memcpy(keys[1], g_vrw->key, sizeof(keys[1]));
+    keys[1][7] ^= 0x10;
+    memcpy(keys[2], g_vrw->key, sizeof(keys[2]));
+    keys[2][TENT_WIRE_KEY_LEN - 1] ^= 0x01;
+    const struct tent_wire_buf *ro = desc_buf(&g_vdesc, g_victim.ro_base);
+    static const uint8_t zero[4096];
+    for (int k = 0; k < 3; k++) {
+        g_forge_key = keys[k];
+        const char *how[] = {rw_handle(), "cma"};
+        for (int h = 0; h < 2; h++) {
+            uint64_t before =
+                e2e_peer_hash_at(&g_victim, g_victim.rw_base, 4096);
+            memset(g_buf, 0xEE, 4096);
+            snprintf(what, sizeof(what), "key %d, %s, write", k, how[h]);
+            refused(what, g_vrw->base, g_vrw->length, how[h], NULL,
+                    OPCODE_WRITE, g_victim.rw_base, 4096, msg, sizeof(msg));
+            assert_non_null(strstr(msg, "outside"));
+            assert_int_equal(
+                e2e_peer_hash_at(&g_victim, g_victim.rw_base, 4096), before);
+            memset(g_buf, 0, 4096);
+            snprintf(what, sizeof(what), "key %d, %s, read", k, how[h]);
+            refused(what, g_vrw->base, g_vrw->length, how[h], NULL, OPCODE_READ,
+                    g_victim.rw_base, 4096, msg, sizeof(msg));
+            assert_non_null(strstr(msg, "outside"));
+            assert_memory_equal(g_buf, zero, sizeof(zero));
+        }
+    }
+    /* the read-only buffer's cma entry, with its key one bit off */
+    uint8_t rokey[TENT_WIRE_KEY_LEN];
+    memcpy(rokey, ro->key, sizeof(rokey));
+    rokey[0] ^= 0x80;
+    g_forge_src = ro;
+    g_forge_key = rokey;
+    memset(g_buf, 0, 4096);
+    refused("read-only, key one bit off", ro->base, ro->length, "cma", NULL,
+            OPCODE_READ, g_victim.ro_base, 4096, msg, sizeof(msg));
+    assert_non_null(strstr(msg, "outside"));
+    assert_memory_equal(g_buf, zero, sizeof(zero));
+    /* with its own key the same forged buffer reads: the key was all that
+     * was missing */
+    g_forge_key = NULL;
+    struct rogue r;
+    forge_and_start(&r, ro->base, ro->length, "cma", NULL);
+    tent_segment_id_t seg;
+    assert_int_equal(tent_open_segment(g_e, &seg, r.name), 0);
+    assert_int_equal(
+        move(seg, OPCODE_READ, g_victim.ro_base, 4096, msg, sizeof(msg)),
+        STATUS_COMPLETED);
+    for (size_t i = 0; i < 4096; i++)
+        assert_int_equal(g_buf[i], e2e_pattern(i));
+    assert_int_equal(tent_close_segment(g_e, seg), 0);
+    rogue_stop(&r);
+    g_forge_src = NULL;
+}
+
+/* The victim registers its rw buffer again: a new entry generation and a
+ * new key.  The old descriptor is refused, and so is the new entry named
+ * with the old key; a fresh descriptor moves data. */
+static void test_reregistered_key(void **state)
+{
+    (void)state;
+    char msg[512];
+    uint8_t oldkey[TENT_WIRE_KEY_LEN];
+    memcpy(oldkey, g_vrw->key, sizeof(oldkey));
+    assert_int_equal(e2e_peer_reregister_rw(&g_victim, PERM_GLOBAL_READ_WRITE),
+                     0);
+    char host[256];
+    uint16_t port;
+    struct tent_wire_desc nd;
+    assert_int_equal(
+        tent_rpc_parse_addr(g_victim.name, host, sizeof(host), &port), 0);
+    assert_int_equal(tent_rpc_fetch_desc(NULL, "", host, port, 5000, &nd), 0);
+    const struct tent_wire_buf *nrw = desc_buf(&nd, g_victim.rw_base);
+    assert_memory_not_equal(nrw->key, oldkey, sizeof(oldkey));
+    uint64_t before = e2e_peer_hash_at(&g_victim, g_victim.rw_base, 4096);
+    memset(g_buf, 0xEE, 4096);
+    /* the old descriptor as it was */
+    refused("old descriptor", g_vrw->base, g_vrw->length, rw_handle(), NULL,
+            OPCODE_WRITE, g_victim.rw_base, 4096, msg, sizeof(msg));
+    assert_int_equal(e2e_peer_hash_at(&g_victim, g_victim.rw_base, 4096),
+                     before);
+    /* the new entry and generation, the old key (memfd and cma) */
+    g_forge_src = nrw;
+    g_forge_key = oldkey;
+    const char *how[] = {rw_handle(), "cma"};
+    for (int h = 0; h < 2; h++) {
+        refused("new entry, old key", nrw->base, nrw->length, how[h], NULL,
+                OPCODE_WRITE, g_victim.rw_base, 4096, msg, sizeof(msg));
+        assert_non_null(strstr(msg, "outside"));
+        assert_int_equal(e2e_peer_hash_at(&g_victim, g_victim.rw_base, 4096),
+                         before);
+    }
+    g_forge_src = NULL;
+    g_forge_key = NULL;
+    /* the victim's own, refetched descriptor carries the new key */
+    tent_segment_id_t seg;
+    assert_int_equal(tent_open_segment(g_e, &seg, g_victim.name), 0);
+    e2e_pattern_fill(g_buf, 4096, 777);
+    uint64_t h = e2e_fnv(g_buf, 4096);
+    assert_int_equal(
+        move(seg, OPCODE_WRITE, g_victim.rw_base, 4096, msg, sizeof(msg)),
+        STATUS_COMPLETED);
+    assert_int_equal(e2e_peer_hash_at(&g_victim, g_victim.rw_base, 4096), h);
+    assert_int_equal(tent_close_segment(g_e, seg), 0);
+    tent_wire_desc_free(&g_vdesc);
+    g_vdesc = nd;
+    g_vrw = desc_buf(&g_vdesc, g_victim.rw_base);
+}
+
 /* ---- setup ----------------------------------------------------------------
  */
 
@@ -416,6 +556,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_memfd_bound_to_entry),
         cmocka_unit_test(test_pid_is_the_kernels),
         cmocka_unit_test(test_real_traffic),
+        cmocka_unit_test(test_wrong_key_refused),
+        cmocka_unit_test(test_reregistered_key),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

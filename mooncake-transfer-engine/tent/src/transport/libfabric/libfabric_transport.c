@@ -6,32 +6,18 @@
  *    or without a provider that has a device, install answers TENT_ENODEV and
  *    the transport is not installed.
  *  - Rails: one fabric, domain, CQ, AV and endpoint per NIC (distinct
- *    domain) fi_getinfo returns for the provider, up to max_rails.  Rail
- *    k's endpoint address is published as the segment attribute
- *    libfabric_addr (k = 0) or libfabric_addr<k>, with the provider's name
- *    beside it; each registered buffer is registered in every rail's domain
- *    and carries its keys (buffer attribute libfabric_key: the rails' keys,
- *    hex, ',' between) and the address a peer names its first byte with
- *    (libfabric_base).
- *  - The peer handle (struct lf_peer, peer_open) holds the peer's AV entry
- *    on each rail the two sides share (local rail k to the peer's rail k):
- *    inserted once when the handle opens, removed when the last handle
- *    naming that address closes.  With more than one rail, the handle has
- *    a rail set of the engine's scheduler (sched/rails.h): each slice goes
- *    where it is predicted to finish first, a rail whose operation failed
- *    is paused (probed back later) and the slice is posted again on
- *    another rail.  After a failed operation the pair is rebuilt before
- *    the rail's next operation to that peer (struct lf_av_ent).
+ *    domain) fi_getinfo returns for the provider, up to max_rails, each
+ *    endpoint address published as libfabric_addr (rail 0) or
+ *    libfabric_addr<k>; each registered buffer is registered in every
+ *    rail's domain and carries its keys (libfabric_key) and the address a
+ *    peer names its first byte with (libfabric_base).
  *  - submit slices requests and queues them per priority class; what the
  *    in-flight cap (tx_attr->size) allows is posted at once, the rest as
- *    operations complete (the class to serve from tent_prio_pick, so LOW
- *    is promoted after priority_promotion_timeout_us); FI_EAGAIN leaves the
- *    slice queued.  A progress thread reads the CQs, posts queued slices
- *    and, by reading the CQs at all, drives a provider with
- *    FI_PROGRESS_MANUAL on the target side too.
- *  - remove_buffer revokes the buffer for new local use, waits (bounded) for
- *    our in-flight operations that use it, then closes its MRs: a peer's RMA
- *    on the range fails from then on. */
+ *    operations complete.  A progress thread reads the CQs and posts queued
+ *    slices, which also drives a FI_PROGRESS_MANUAL provider's target side.
+ *
+ * Peers (rail sets, AV entries) and buffer removal: at lf_peer_open and
+ * lf_remove_buffer.  The whole story: docs/transports/libfabric.md. */
 #include "transport/libfabric/libfabric_transport.h"
 
 #include "common/clock.h"
@@ -1434,7 +1420,16 @@ static bool lf_can_reach(struct tent_transport *t,
 
 /* peer_open: the peer's endpoint address on each rail from its descriptor
  * (ours for the local segment), in the rails' AVs from now until
- * peer_close; rail k goes to the peer's rail k, as many as both have. */
+ * peer_close; rail k goes to the peer's rail k, as many as both have.  An
+ * AV entry is inserted once when the first handle naming that address
+ * opens and removed when the last one closes.  With more than one rail the
+ * handle has a rail set of the engine's scheduler (sched/rails.h): each
+ * slice goes where it is predicted to finish first, a rail whose operation
+ * failed is paused (probed back later) and the slice is posted again on
+ * another rail; the pair is rebuilt before the rail's next operation to
+ * that peer (struct lf_av_ent).  The class to serve comes from
+ * tent_prio_pick, so LOW is promoted after priority_promotion_timeout_us,
+ * and FI_EAGAIN leaves a slice queued. */
 static int lf_peer_open(struct tent_transport *t,
                         const struct tent_seg_view *seg, uint64_t incarnation,
                         struct tent_peer **out)
@@ -1868,6 +1863,9 @@ static bool mr_unused(TENT_UNUSED struct lf_transport *lf, void *arg)
     return ((struct lf_mr *)arg)->users == 0;
 }
 
+/* Revokes the buffer for new local use, waits (bounded) for our in-flight
+ * operations that use it, then closes its MRs: a peer's RMA on the range
+ * fails from then on. */
 static int lf_remove_buffer(struct tent_transport *t, struct tent_buffer *buf)
 {
     struct lf_transport *lf = lf_of(t);

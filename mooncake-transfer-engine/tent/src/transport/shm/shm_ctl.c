@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "tent/transfer_engine.h"
 #include "transport/shm/shm_handle.h"
+#include "transport/transport.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +31,10 @@
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
 #endif
+
+_Static_assert(sizeof(((struct shm_ctl_entry *)0)->key) == TENT_BUF_KEY_LEN &&
+                   sizeof(((struct shm_ctl_reg *)0)->key) == TENT_BUF_KEY_LEN,
+               "an entry holds one access key");
 
 static bool alive(long pid)
 {
@@ -174,8 +179,8 @@ void shm_ctl_handle(const struct shm_ctl_owner *o, char *buf, size_t len)
 }
 
 int shm_ctl_enter(struct shm_ctl_owner *o, uint64_t base, uint64_t length,
-                  int perm, uint64_t ino, uint64_t dev, uint32_t *idx,
-                  uint64_t *gen)
+                  int perm, uint64_t ino, uint64_t dev, const uint8_t *key,
+                  uint32_t *idx, uint64_t *gen)
 {
     uint32_t i = 0;
     while (i < SHM_CTL_REGS && (o->used[i / 8] >> (i % 8) & 1))
@@ -192,6 +197,10 @@ int shm_ctl_enter(struct shm_ctl_owner *o, uint64_t base, uint64_t length,
     atomic_store(&r->ino, ino);
     atomic_store(&r->dev, dev);
     atomic_store(&r->perm, (uint32_t)perm);
+    uint64_t k[2];
+    memcpy(k, key, sizeof(k));
+    atomic_store(&r->key[0], k[0]);
+    atomic_store(&r->key[1], k[1]);
     uint64_t g = o->next_gen;
     o->next_gen += 2;
     atomic_store(&r->gen, g); /* odd: registered, published last */
@@ -444,12 +453,19 @@ int shm_ctl_begin(struct shm_ctl_view *v, uint32_t idx, uint64_t gen,
     e->ino = atomic_load(&r->ino);
     e->dev = atomic_load(&r->dev);
     e->perm = perm;
+    uint64_t k[2] = {atomic_load(&r->key[0]), atomic_load(&r->key[1])};
+    memcpy(e->key, k, sizeof(e->key));
     if (e->length == 0 || e->base + e->length < e->base)
         return tent_set_error(TENT_EPROTO,
                               "shm: control entry %u of pid %ld holds no "
                               "valid range",
                               idx, v->pid);
     return TENT_OK;
+}
+
+bool shm_ctl_key_ok(const struct shm_ctl_entry *e, const uint8_t *key)
+{
+    return tent_key_equal(e->key, key);
 }
 
 bool shm_ctl_end(struct shm_ctl_view *v)

@@ -4,10 +4,11 @@
  *
  * One page per engine (a memfd, attribute "shm_ctl"), mapped read-write by
  * same-host peers: one entry per served buffer (generation, odd while
- * registered; range; permission; memfd inode and device) and one slot per
+ * registered; range; permission; memfd inode and device; the
+ * registration's access key) and one slot per
  * initiator process (pid, the entry it copies now, a sequence number odd
  * during the copy).  An initiator marks its slot, checks the entry's
- * generation, range and permission, copies and clears the slot; an owner
+ * generation, key, range and permission, copies and clears the slot; an owner
  * revoking an entry makes its generation even and waits for the slots that
  * show it (sequentially consistent on both sides).  The owner is the
  * process the kernel names behind its abstract control socket ("shm_sock",
@@ -23,7 +24,7 @@
 #include <stdint.h>
 
 #define SHM_CTL_MAGIC   0x315443204d485354ull /* "TSHM CT1" */
-#define SHM_CTL_VERSION 3
+#define SHM_CTL_VERSION 4
 #define SHM_CTL_REGS    4096
 #define SHM_CTL_PEERS   256
 
@@ -35,7 +36,11 @@ struct shm_ctl_reg {
     _Atomic uint64_t ino, dev;
     _Atomic uint32_t perm; /* PERM_* */
     uint32_t pad;
+    /* The registration's access key (TENT_BUF_KEY_LEN bytes): a request
+     * names the entry and must carry this key (shm_ctl_key_ok). */
+    _Atomic uint64_t key[2];
 };
+_Static_assert(sizeof(struct shm_ctl_reg) == 64, "an entry is a cache line");
 
 struct shm_ctl_slot {
     _Atomic int64_t pid;     /* 0: free */
@@ -77,12 +82,12 @@ int shm_ctl_create(struct shm_ctl_owner *o, uint64_t incarnation);
 void shm_ctl_destroy(struct shm_ctl_owner *o);
 /* "memfd:<fd>:<inode>": what the segment attribute "shm_ctl" carries. */
 void shm_ctl_handle(const struct shm_ctl_owner *o, char *buf, size_t len);
-/* Enters a registered range (ino and dev: its memfd's, or 0 and 0); *idx
- * and *gen are what the descriptor publishes.  TENT_ENOMEM when every
- * entry is taken. */
+/* Enters a registered range (ino and dev: its memfd's, or 0 and 0; key:
+ * its access key, TENT_BUF_KEY_LEN bytes); *idx and *gen are what the
+ * descriptor publishes.  TENT_ENOMEM when every entry is taken. */
 int shm_ctl_enter(struct shm_ctl_owner *o, uint64_t base, uint64_t length,
-                  int perm, uint64_t ino, uint64_t dev, uint32_t *idx,
-                  uint64_t *gen);
+                  int perm, uint64_t ino, uint64_t dev, const uint8_t *key,
+                  uint32_t *idx, uint64_t *gen);
 /* Revokes entry idx: after it returns 0 no peer copy into the range runs.
  * A peer still copying after timeout_ms is named in *who_pid, its copy
  * marked broken, and TENT_EBUSY returned with the entry still revoked: the
@@ -126,6 +131,7 @@ void shm_ctl_detach(struct shm_ctl_view *v);
 struct shm_ctl_entry {
     uint64_t base, length, ino, dev;
     uint32_t perm;
+    uint8_t key[16]; /* TENT_BUF_KEY_LEN */
 };
 
 /* Starts a copy into entry idx (write: the copy writes the owner's
@@ -144,6 +150,10 @@ static inline bool shm_ctl_inside(const struct shm_ctl_entry *e, uint64_t addr,
     return addr >= e->base && len <= e->length &&
            addr - e->base <= e->length - len;
 }
+/* Whether key (TENT_BUF_KEY_LEN bytes, the descriptor's) is the entry's,
+ * in time independent of where they differ.  A request whose key is not
+ * is refused exactly as a range outside the entry. */
+bool shm_ctl_key_ok(const struct shm_ctl_entry *e, const uint8_t *key);
 /* Ends the copy; false when the owner gave up waiting for it (it revoked
  * the range while this copy stalled): the copy must be reported FAILED. */
 bool shm_ctl_end(struct shm_ctl_view *v);

@@ -309,7 +309,7 @@ static int shm_add_buffer(struct tent_transport *base, struct tent_buffer *buf)
     uint32_t idx;
     uint64_t gen;
     int rc = shm_ctl_enter(&t->own, buf->base, buf->length, buf->perm, ino, dev,
-                           &idx, &gen);
+                           buf->key, &idx, &gen);
     if (rc)
         return rc;
     char reg[48];
@@ -597,6 +597,18 @@ struct shm_run {
     struct shm_ctl_entry ent;
 };
 
+/* The refusal of a request outside the owner's entry, and of one whose
+ * descriptor key is not the entry's: one code, one message, so the answer
+ * does not tell a wrong key from a wrong range. */
+static int refuse_range(const struct tent_xfer *x, long pid)
+{
+    return tent_set_error(TENT_ERANGE,
+                          "shm: [%#" PRIx64 ", +%" PRIu64 ") of segment '%s' "
+                          "is outside what pid %ld registered there under the "
+                          "descriptor's access key",
+                          x->remote, x->length, x->target->name, pid);
+}
+
 /* On first use: the process behind the peer's control socket (which must
  * be the pid its descriptor names), then its control page (checked to be
  * the incarnation the handle was opened for).  Caller holds t->lock. */
@@ -683,6 +695,11 @@ static int run_begin(struct shm_transport *t, const struct tent_xfer *x,
      * its revocation; the entry it reads stays until the mark ends. */
     struct shm_ctl_entry ent;
     rc = shm_ctl_begin(&p->ctl, idx, gen, write, &ent);
+    /* The descriptor's key must open the entry before anything is mapped
+     * or copied (memfd and cma alike): a descriptor naming another's entry
+     * without its key reaches nothing. */
+    if (!rc && !shm_ctl_key_ok(&ent, tb->key))
+        rc = refuse_range(x, pid);
     struct shm_map *m = NULL;
     if (!rc && memfd) {
         rc = map_get_locked(t, sp, handle, &ent, write, &m);
@@ -742,12 +759,7 @@ static int submit_one(struct shm_transport *t, const struct tent_xfer *x,
     /* The descriptor's buffer proves nothing: the owner's entry must hold
      * the range (m maps the whole entry). */
     if (!shm_ctl_inside(&c->ent, x->remote, x->length))
-        return tent_set_error(TENT_ERANGE,
-                              "shm: [%#" PRIx64 ", +%" PRIu64 ") of segment "
-                              "'%s' is outside what pid %ld registered there "
-                              "([%#" PRIx64 ", +%" PRIu64 "))",
-                              x->remote, x->length, x->target->name, c->pid,
-                              c->ent.base, c->ent.length);
+        return refuse_range(x, c->pid);
     if (m) {
         char *r = (char *)m->addr + (x->remote - c->ent.base);
         if (x->opcode == OPCODE_WRITE)

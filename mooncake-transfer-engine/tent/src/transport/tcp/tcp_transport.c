@@ -1,84 +1,20 @@
 /* tcp transport, initiator half: reads and writes against a peer engine's
- * registered memory, served by the peer's RPC server (READ/WRITE frames,
- * handled by the peer's tcp_target.c).
+ * registered memory, served by the peer's RPC server (the READ and WRITE
+ * frames of tcp_wire.h, handled by the peer's tcp_target.c).
  *
- * Rails.  The transport serves a set of local NICs: loopback only when the
- * engine is bound to a loopback address, else every interface with an
- * address (transports/tcp/nics to choose), each with a listening address of
- * the engine's RPC server, published as the "tcp_nics" attribute.  Towards
- * a peer it builds one rail per (local NIC, peer NIC) pair the kernel
- * routes over that local NIC (sched/rails.h), or a single rail to the
- * peer's rpc_addr when no pair works.
+ * Requests are cut into slices of at most slice_size bytes and the rail set
+ * (sched/rails.h) picks each slice's rail: one per (local NIC, peer NIC)
+ * pair the kernel routes, each with at most `connections` connections,
+ * opened on demand and closed after idle_timeout_ms unused.  The threads
+ * that drive them are one pool per engine (transports/tcp/workers), so
+ * threads do not grow with peers.  A window is slices of one opcode and one
+ * priority class, all sent before its answers are read in order.  A submit
+ * that makes one window may be sent by the submitting thread itself over an
+ * idle connection, so tent_submit never waits on the network.
  *
- * Requests are cut into slices of at most slice_size bytes; the rail set
- * picks each slice's rail (least predicted completion time, probes, paused
- * rails avoided) and it is queued on that rail.  Each rail has at most
- * `connections` connections bound to its local address, opened on demand
- * and closed after idle_timeout_ms without a window.  The threads that
- * drive them are one pool per engine (transports/tcp/workers; by default
- * twice the online CPUs, 8 to 64), started as work needs them: a rail with
- * work and a free connection is put on the pool's ready list, and a pool
- * thread takes a window off it on one of its connections.  So threads do
- * not grow with peers; a slow or dead peer holds a pool thread only for the
- * window it is sending (bounded by timeout_ms, or rail_stall_ms with
- * another rail).  A thread takes a window of slices of one opcode and one
- * priority queue (so that only one direction carries bulk data and neither
- * side can block the other), sends every request, then reads the answers
- * in order, and goes on with the same rail for a few windows before it
- * returns to the ready list.  A window carries at most slice_size bytes of
- * data (or WINDOW_SLICES slices).
- *
- * Priorities: each rail has a queue per class (TENT_PRIO_HIGH, MEDIUM, LOW),
- * served in that order; a queue not served for priority_promotion_timeout_us
- * counts one class higher per timeout, so LOW is never starved.  LOW
- * requests are cut into slices of low_slice_size (64 KiB, at most
- * slice_size), a rail keeps at most three LOW windows on its wire, and
- * while other classes go to the peer each goes out paced just below the
- * link's capacity (low_pacing_gain; sched/rails.h: tent_rail_yield_pace),
- * so that LOW does not build queues in the kernel or the link in front of
- * a HIGH request.  What it does queue there a priority-aware qdisc can
- * still pass: each window goes out with its class as the socket's
- * SO_PRIORITY (socket_priority; tcp_conn.h).
- *
- * Faults: when a window fails on a rail (connection lost, no answer in
- * time, or no byte moved -- or no connection made -- for rail_stall_ms
- * while another rail exists), the rail is paused (probed back with back-off
- * by the rail set) and its slices go to another rail: reads and unsent
- * writes at once; a write whose bytes may have reached the peer only after
- * the peer has cut that connection off (a FENCE frame through another
- * rail answered once the old connection's handler is gone), so its late
- * bytes can never land after the retry.  A connection the peer refused or
- * closed (a server over rpc_max_connections evicts idle ones) is not the
- * path failing: its slices are tried again, up to TCP_RETRIES times each,
- * on a new connection (a rail of the peer, the same one when it has no
- * other) -- reads and unsent writes at once, writes that may have been
- * sent after a fence (through the same server when there is no other
- * rail).  With no rail left, no fence or no retry left, the slice fails
- * with the rail's error.
- *
- * Submits that make one window to a rail (at most slice_size bytes, one
- * opcode, not LOW; writes only to a peer of one rail, as a write lent to a
- * peer of several could need a fence, which blocks) skip the hand-off to
- * the pool when the rail has no queued work a pool thread may take now (LOW
- * slices held back by their wire budget are not: a HIGH read under a LOW
- * stream is lent past them): the submitting thread borrows an idle open
- * connection of the rail, sends what the socket takes without
- * blocking and returns; status calls on the peer's tasks (and quiesce) move the
- * borrowed windows on with the same non-blocking steps until their answers are
- * in, then give the connections back.  Every idle connection can be lent, so
- * each thread of a multi-threaded caller drives its own (and keeps to the one
- * it lent last: lend_pick_locked).  The lend thread moves
- * them on every LEND_TICK_MS while any is out, so bytes keep flowing (and
- * deadlines keep being checked) for a caller that polls late or not at all; it
- * keeps ticking for LEND_LINGER_MS after the last one, so a stream of lends
- * wakes it once, not once per lend (a thread switch that cost a 4 KiB read 40
- * us of its 50 us on this project's 2-core VM).  So tent_submit never waits on
- * the network, and a caller that polls moves its bytes itself, without the
- * thread switches of a hand-off (1 MiB writes on loopback: 1.5x the throughput
- * with one thread, 1.35-1.41x with two).
- *
- * Causes: a failure is recorded per task (the first one) with our code,
- * the errno or the peer's answer, and a message naming the peer. */
+ * Sections: slices; queues (priorities, LOW pacing); windows (faults,
+ * fences, retries); stealing; the pool; the lent connection; rails and
+ * peers; NICs served; ops.  The whole story: docs/transports/tcp.md. */
 #include "common/clock.h"
 #include "common/compiler.h"
 #include "common/config.h"
@@ -108,7 +44,7 @@
 /* How often the lend thread moves lent windows nobody polls, and how long
  * it keeps ticking after the last one came back before it sleeps (so that a
  * stream of lends does not wake it, a thread switch on the submit path, for
- * every one). */
+ * every one; docs/performance.md "Design figures"). */
 #define LEND_TICK_MS   1
 #define LEND_LINGER_MS 100
 
@@ -237,7 +173,7 @@ struct tcp_transport {
     pthread_cond_t lend_cv;
     atomic_int nlent;
     atomic_bool lend_sleeping;
-    /* The pool (see the top of this file). */
+    /* The pool (see "the pool" below). */
     pthread_mutex_t pool_mu;
     pthread_cond_t pool_done; /* a rail's busy went to 0 */
     struct tcp_rail *ready_head, *ready_tail;
@@ -337,6 +273,8 @@ static void rail_mark(struct tcp_rail *r, bool down)
 }
 
 /* ---- slices ---------------------------------------------------------------
+ * A failure is recorded per task (the first one) with our code, the errno
+ * or the peer's answer, and a message naming the peer.
  */
 
 /* A slice's outcome.  code != 0 is a failure with its native code and
@@ -373,6 +311,16 @@ static void fail_list(struct tcp_transport *t, struct slice *s, int code,
 }
 
 /* ---- queues ----------------------------------------------------------------
+ * Each rail has a queue per class (TENT_PRIO_HIGH, MEDIUM, LOW), served in
+ * that order; a queue not served for priority_promotion_timeout_us counts
+ * one class higher per timeout, so LOW is never starved.  LOW requests are
+ * cut into slices of low_slice_size, a rail keeps at most LOW_WINDOWS LOW
+ * windows on its wire, and while other classes go to the peer each goes
+ * out paced just below the link's capacity (low_pacing_gain;
+ * tent_rail_yield_pace), so that LOW does not build queues in the kernel or
+ * the link in front of a HIGH request.  What it does queue there a
+ * priority-aware qdisc can still pass: each window goes out with its class
+ * as the socket's SO_PRIORITY (socket_priority; tcp_conn.h).
  */
 
 /* Every queued slice of r, all classes, as one list.  Caller holds lock. */
@@ -400,10 +348,9 @@ static bool queued_locked(const struct tcp_rail *r)
 
 /* LOW windows a rail keeps on its wire at most: while one waits for its
  * answer the others keep the link busy (with one, the link idled for the
- * answers' round trips: what LOW alone measured of rails_bench's 3 Gbit/s
- * rail, the capacity its pace is learned from, read 0.73 of it), and one
- * connection stays free for a HIGH request (it is lent, no LOW window
- * ahead of it on its socket). */
+ * answers' round trips and LOW alone fell well short of the capacity its
+ * pace is learned from), and one connection stays free for a HIGH request
+ * (it is lent, no LOW window ahead of it on its socket). */
 #define LOW_WINDOWS 3
 
 static int low_windows(const struct tcp_transport *t)
@@ -474,6 +421,20 @@ static int take_window_locked(struct tcp_rail *r, int k, struct slice **w,
 }
 
 /* ---- windows -------------------------------------------------------------
+ * When a window fails on a rail (connection lost, no answer in time, or no
+ * byte moved -- or no connection made -- for rail_stall_ms while another
+ * rail exists), the rail is paused (probed back by the rail set) and its
+ * slices go to another rail: reads and unsent writes at once; a write whose
+ * bytes may have reached the peer only after the peer has cut that
+ * connection off (a FENCE through another rail, answered once the old
+ * connection's handler is gone), so its late bytes never land after the
+ * retry.  The failed connection is aborted with a reset first
+ * (tcp_conn_abort), so the target refuses what it still holds of it.
+ * A connection the peer refused or closed (a full server evicts idle ones)
+ * is not the path failing: its slices are tried again, up to TCP_RETRIES
+ * times, on a new connection (the same rail when the peer has no other),
+ * writes that may have been sent after a fence.  With no rail, fence or
+ * retry left, the slice fails with the rail's error.
  */
 
 /* The window on c ended.  Answers [0, c->ri) are in: each slice gets its
@@ -529,8 +490,8 @@ static void window_finish(struct tcp_rail *r, struct tcp_conn *c, int rc,
     if (low) {
         /* LOW work held back by the budget may go now: the caller's own
          * next window, without a thread switch, when it takes one and
-         * nothing ranks above it (one wake-up less per LOW window: on a
-         * 2-core host, several thousand a second) */
+         * nothing ranks above it (one wake-up less per LOW window, of
+         * which a LOW stream makes thousands a second) */
         pthread_mutex_lock(&r->lock);
         r->low_wire -= wbytes;
         bool other = r->q[TENT_PRIO_HIGH].head || r->q[TENT_PRIO_MEDIUM].head;
@@ -818,6 +779,17 @@ static void lend_hint_set(const struct tcp_rail *r, int w)
 }
 
 /* ---- the pool --------------------------------------------------------- */
+
+/* One pool of threads per engine (workers; by default twice the online
+ * CPUs, 8 to 64), started as work needs them: a rail with work and a free
+ * connection is put on the pool's ready list, and a pool thread takes a
+ * window off it on one of its connections.  A window is slices of one
+ * opcode and one class (so only one direction carries bulk data and
+ * neither side can block the other), at most slice_size bytes or
+ * WINDOW_SLICES slices; the thread sends every request, then reads the
+ * answers in order.  A slow or dead peer holds a pool thread only for the
+ * window it is sending (bounded by timeout_ms, or rail_stall_ms with
+ * another rail). */
 
 static void *pool_main(void *arg);
 
@@ -1177,6 +1149,19 @@ static void *pool_main(void *arg)
 }
 
 /* ---- the lent connection ----------------------------------------------------
+ * A submit that makes one window to a rail (at most slice_size bytes, one
+ * opcode, not LOW; writes only to a peer of one rail, as a write lent to a
+ * peer of several could need a fence, which blocks) skips the hand-off to
+ * the pool when the rail has no queued work a pool thread may take now
+ * (LOW slices held back by their wire budget do not count): the submitting
+ * thread borrows an idle connection of the rail, sends what the socket
+ * takes without blocking and returns; status calls on the peer's tasks (and
+ * quiesce) move the window on with the same non-blocking steps until its
+ * answers are in, then give the connection back.  Every idle connection
+ * can be lent, so each thread of a multi-threaded caller drives its own
+ * (lend_pick_locked).  The lend thread moves lent windows on every
+ * LEND_TICK_MS while any is out, so bytes move and deadlines are checked
+ * for a caller that polls late or not at all.
  */
 
 /* Gives the lent connection w back: onto the idle stack, and a pool
@@ -1628,6 +1613,12 @@ static void tcp_peer_close(struct tent_transport *base, struct tent_peer *h)
 }
 
 /* ---- NICs served -----------------------------------------------------------
+ * Loopback only when the engine is bound to a loopback address, else every
+ * interface with an address (transports/tcp/nics to choose), each with a
+ * listening address of the engine's RPC server, published as the
+ * "tcp_nics" attribute.  Towards a peer, plan_rails builds one rail per
+ * (local NIC, peer NIC) pair the kernel routes over that local NIC, or a
+ * single rail to the peer's rpc_addr when no pair works.
  */
 
 /* Whether a NIC is one transports/tcp/nics names (by name or address). */
@@ -1864,7 +1855,7 @@ static void progress_all_lent(struct tcp_transport *t)
     pthread_mutex_unlock(&t->lock);
 }
 
-/* The lend thread (see the top of this file). */
+/* The lend thread (see "the lent connection" above). */
 static void *lend_main(void *arg)
 {
     struct tcp_transport *t = arg;
@@ -2174,12 +2165,10 @@ static int tcp_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
  * on this host the peer's server, which runs beside its sender while the
  * CPUs are crowded (rpc_server.c, tcp_loopback_follow_cpu).  A caller that
  * polls without pause, as Mooncake's benchmark does, otherwise holds that
- * CPU until the scheduler takes it away.  On this project's 2-core VM, with
- * such a caller and 2 threads, 1 MiB writes went from 5.1-5.5 to 8.9-9.6
- * GB/s (p99 3.1-3.4 ms to 0.40-0.46) and 64 KiB x 32 from 4.0-4.7 to
- * 6.2-7.0; a caller that yields itself (tebench) is unchanged.  A gap of
- * 10 us cost that caller 6% on 64 KiB x 32.  With nothing else to run the
- * yield returns at once. */
+ * CPU until the scheduler takes it away.  A caller that yields itself
+ * (tebench) is unchanged, and a shorter gap costs the spinning caller
+ * throughput on small blocks (docs/performance.md "Design figures").  With
+ * nothing else to run the yield returns at once. */
 #define POLL_YIELD_MIN    65536
 #define POLL_YIELD_GAP_NS 50000
 
