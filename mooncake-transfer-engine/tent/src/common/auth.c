@@ -91,7 +91,7 @@ int tent_auth_client(const struct tent_auth *a, int fd, const char *ident,
 static void hex_of(const uint8_t *mac, char *out)
 {
     static const char d[] = "0123456789abcdef";
-    for (int i = 0; i < TENT_AUTH_MAC_LEN; i++) {
+    for (size_t i = 0; i < TENT_AUTH_MAC_LEN; i++) {
         out[2 * i] = d[mac[i] >> 4];
         out[2 * i + 1] = d[mac[i] & 15];
     }
@@ -108,11 +108,13 @@ char *tent_auth_sign_desc(const struct tent_auth *a, const char *json,
     if (!tent_auth_mac(a, "tent-desc", json, len, mac))
         return NULL;
     size_t ml = strlen(SIG_MEMBER);
-    size_t n = len - 1 + ml + 2 * TENT_AUTH_MAC_LEN + 2;
+    size_t n = len - 1 + ml + 2 * (size_t)TENT_AUTH_MAC_LEN + 2;
     char *s = malloc(n + 1);
     if (!s)
         return NULL;
     memcpy(s, json, len - 1);
+    /* the closing "\"}" below brings the NUL */
+    // NOLINTNEXTLINE(bugprone-not-null-terminated-result)
     memcpy(s + len - 1, SIG_MEMBER, ml);
     hex_of(mac, s + len - 1 + ml);
     memcpy(s + n - 2, "\"}", 3);
@@ -123,7 +125,8 @@ char *tent_auth_sign_desc(const struct tent_auth *a, const char *json,
 int tent_auth_verify_desc(const struct tent_auth *a, const char *segment,
                           char *json, size_t len, size_t *body_len)
 {
-    size_t ml = strlen(SIG_MEMBER), tail = ml + 2 * TENT_AUTH_MAC_LEN + 2;
+    size_t ml = strlen(SIG_MEMBER),
+           tail = ml + 2 * (size_t)TENT_AUTH_MAC_LEN + 2;
     if (len < tail + 2 || memcmp(json + len - 2, "\"}", 2) != 0 ||
         memcmp(json + len - tail, SIG_MEMBER, ml) != 0)
         return tent_set_error(TENT_EPERM,

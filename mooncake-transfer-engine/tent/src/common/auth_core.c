@@ -130,8 +130,8 @@ static bool transcript_mac(const struct tent_auth *a, const char *label,
     uint8_t t[2 * TENT_AUTH_NONCE_LEN + 1 + TENT_AUTH_MAX_IDENT];
     memcpy(t, st->nc, TENT_AUTH_NONCE_LEN);
     memcpy(t + TENT_AUTH_NONCE_LEN, st->ns, TENT_AUTH_NONCE_LEN);
-    t[2 * TENT_AUTH_NONCE_LEN] = st->ident_len;
-    memcpy(t + 2 * TENT_AUTH_NONCE_LEN + 1, st->ident, st->ident_len);
+    t[2 * (size_t)TENT_AUTH_NONCE_LEN] = st->ident_len;
+    memcpy(t + 2 * (size_t)TENT_AUTH_NONCE_LEN + 1, st->ident, st->ident_len);
     return tent_auth_mac(a, label, t,
                          2 * TENT_AUTH_NONCE_LEN + 1u + st->ident_len, mac);
 }
@@ -208,6 +208,8 @@ int tent_auth_server_reply(const struct tent_auth *a,
         return -1;
     memcpy(st->ident, ident, st->ident_len);
     st->ident[st->ident_len] = 0;
+    /* the wire's four magic bytes, no NUL */
+    // NOLINTNEXTLINE(bugprone-not-null-terminated-result)
     memcpy(out, AUTH_MAGIC, 4);
     memset(out + 4, 0, 4);
     memcpy(out + 8, st->ns, TENT_AUTH_NONCE_LEN);

@@ -342,6 +342,31 @@ static void spin_done(struct tent_rpc_conn *c, bool found)
     c->spin_skip = (1u << c->spin_misses) - 1;
 }
 
+/* Copies up to n bytes of what in[] holds to dst; returns the count. */
+static size_t take_buffered(struct tent_rpc_conn *c, char *dst, size_t n)
+{
+    size_t k = c->in_len - c->in_pos;
+    if (k > n)
+        k = n;
+    memcpy(dst, c->in + c->in_pos, k);
+    c->in_pos += k;
+    return k;
+}
+
+/* A landing receive's wait for bytes, as the socket's timeout would wait
+ * but seeing a hang-up too: 1 when bytes came, 0 after a tick without,
+ * -1 when the connection must be dropped. */
+static int land_wait(struct tent_rpc_conn *c)
+{
+    struct pollfd pf = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
+    int pr = poll(&pf, 1, IO_TICK_MS);
+    if (pr < 0 && errno != EINTR)
+        return -1;
+    if (pr > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+        return -1;
+    return pr > 0 ? 1 : 0;
+}
+
 /* Receives exactly n bytes of the frame being served, which fails once the
  * frame's deadline passes, however slowly bytes keep coming.  A large body
  * (DIRECT_MIN or more) goes straight into buf, and each receive of it also
@@ -372,12 +397,7 @@ static int srv_recv_as(struct tent_rpc_conn *c, void *buf, size_t n, bool land)
             }
         }
         if (c->in_pos < c->in_len) {
-            size_t k = c->in_len - c->in_pos;
-            if (k > n - got)
-                k = n - got;
-            memcpy(p + got, c->in + c->in_pos, k);
-            c->in_pos += k;
-            got += k;
+            got += take_buffered(c, p + got, n - got);
             ticks = 0;
             continue;
         }
@@ -441,12 +461,8 @@ static int srv_recv_as(struct tent_rpc_conn *c, void *buf, size_t n, bool land)
             continue;
         }
         if (land) {
-            /* wait as the socket's timeout would, seeing a hang-up too */
-            struct pollfd pf = {.fd = c->fd, .events = POLLIN | POLLRDHUP};
-            int pr = poll(&pf, 1, IO_TICK_MS);
-            if (pr < 0 && errno != EINTR)
-                return -1;
-            if (pr > 0 && (pf.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+            int pr = land_wait(c);
+            if (pr < 0)
                 return -1;
             if (pr > 0) {
                 checked = tent_now_ms();

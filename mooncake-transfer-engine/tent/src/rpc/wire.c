@@ -172,11 +172,11 @@ static int add_key(cJSON *o, const uint8_t key[TENT_WIRE_KEY_LEN])
 {
     static const char hex[] = "0123456789abcdef";
     char s[2 * TENT_WIRE_KEY_LEN + 1];
-    for (int i = 0; i < TENT_WIRE_KEY_LEN; i++) {
+    for (size_t i = 0; i < TENT_WIRE_KEY_LEN; i++) {
         s[2 * i] = hex[key[i] >> 4];
         s[2 * i + 1] = hex[key[i] & 15];
     }
-    s[2 * TENT_WIRE_KEY_LEN] = 0;
+    s[2 * (size_t)TENT_WIRE_KEY_LEN] = 0;
     return cJSON_AddStringToObject(o, "key", s) ? 0 : -1;
 }
 
@@ -294,11 +294,11 @@ static int get_key(const cJSON *o, uint8_t key[TENT_WIRE_KEY_LEN],
     if (!n)
         return TENT_OK;
     const char *s = cJSON_IsString(n) ? n->valuestring : NULL;
-    if (!s || strlen(s) != 2 * TENT_WIRE_KEY_LEN)
+    if (!s || strlen(s) != 2 * (size_t)TENT_WIRE_KEY_LEN)
         return tent_set_error(TENT_EPROTO,
                               "descriptor %s: 'key' is not %d hex digits",
                               where, 2 * TENT_WIRE_KEY_LEN);
-    for (int i = 0; i < TENT_WIRE_KEY_LEN; i++) {
+    for (size_t i = 0; i < TENT_WIRE_KEY_LEN; i++) {
         int hi = hex_val(s[2 * i]), lo = hex_val(s[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return tent_set_error(TENT_EPROTO,

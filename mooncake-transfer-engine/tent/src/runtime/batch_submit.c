@@ -537,6 +537,27 @@ static int select_for(struct tent_engine *e, struct seg_cache *c, size_t i,
     return TENT_OK;
 }
 
+/* Fails task t, which refetch_waiting found nothing new to retry against,
+ * with the cause it met; a stale incarnation says whether seg's name now
+ * resolves to nothing (fetch_failed) or to another process. */
+static void fail_as_met(struct tent_engine *e, struct tent_task *t,
+                        const struct tent_segment *seg, bool fetch_failed)
+{
+    tmh_failed(e, t);
+    if (t->last_error != TENT_ESTALE) {
+        tent_task_fail(t, t->last_error, t->native_error, t->error_msg);
+        return;
+    }
+    char msg[384];
+    tent_peer_restarted_msg(msg, sizeof(msg), seg->v.name, t->incarnation, 0);
+    char full[768];
+    snprintf(full, sizeof(full), "%s (%s): %s", msg,
+             fetch_failed ? "its name resolves to nothing"
+                          : "another process answers at its address",
+             t->error_msg ? t->error_msg : "");
+    tent_task_fail(t, TENT_ESTALE, t->native_error, full);
+}
+
 /* The tasks among [first, first+n) that met a range their target no longer
  * has as published (needs_refetch, tent_task_advance): each target's
  * descriptor is fetched again (with the batch lock released, the tasks
@@ -616,21 +637,7 @@ static bool refetch_waiting(struct tent_engine *e, struct tent_batch *b,
              * the task fails with the cause it met.  A target that answered
              * as another incarnation while the name still resolves to
              * ours (or to nothing): the process addressed is gone. */
-            tmh_failed(e, t);
-            if (t->last_error == TENT_ESTALE) {
-                char msg[384];
-                tent_peer_restarted_msg(msg, sizeof(msg), seg->v.name,
-                                        t->incarnation, 0);
-                char full[768];
-                snprintf(full, sizeof(full), "%s (%s): %s", msg,
-                         fetch_failed[k] ? "its name resolves to nothing"
-                                         : "another process answers at its "
-                                           "address",
-                         t->error_msg ? t->error_msg : "");
-                tent_task_fail(t, TENT_ESTALE, t->native_error, full);
-                continue;
-            }
-            tent_task_fail(t, t->last_error, t->native_error, t->error_msg);
+            fail_as_met(e, t, seg, fetch_failed[k]);
             continue;
         }
         if (t->dst_buf) {

@@ -1473,7 +1473,9 @@ static int lf_peer_open(struct tent_transport *t,
         struct tent_rail rails[LF_MAX_RAILS];
         memset(rails, 0, sizeof(rails));
         for (int j = 0; j < m; j++) {
-            snprintf(rails[j].local_nic, sizeof(rails[j].local_nic), "%s",
+            /* the domain's name as the rail's label, cut to fit */
+            snprintf(rails[j].local_nic, sizeof(rails[j].local_nic), "%.*s",
+                     (int)sizeof(rails[j].local_nic) - 1,
                      lf->rails[use[j]].name);
             snprintf(rails[j].peer_nic, sizeof(rails[j].peer_nic), "rail%d",
                      use[j]);

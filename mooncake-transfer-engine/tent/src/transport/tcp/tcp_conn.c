@@ -248,111 +248,194 @@ static int io_fail(int neg, const char *what, const char *addr, int *native)
                           strerror(-neg));
 }
 
+/* Sends what the socket takes of the window's frames: 0 when all of them
+ * are out (each answer now gets timeout_ms), POLLOUT when the socket is
+ * full, or a negative TENT_E* code. */
+static int send_window(struct tcp_conn *c, const char *addr, int timeout_ms,
+                       int *native)
+{
+    if (c->iov_at >= c->iov_n)
+        return 0;
+    int at = c->iov_at;
+    size_t left = c->iov[at].iov_len;
+    int r = tent_net_sendv_some(c->fd, c->iov, c->iov_n, &c->iov_at);
+    if (c->iov_at != at || c->iov[at].iov_len != left)
+        note_progress(c);
+    if (r == -EAGAIN)
+        return POLLOUT;
+    if (r)
+        return io_fail(r, "send to", addr, native);
+    c->deadline = tent_now_ms() + timeout_ms;
+    return 0;
+}
+
+/* Where one read of an answer's bytes leaves answer ri. */
+enum answer_read {
+    ANSWER_MORE,   /* bytes of it are still due: read on */
+    ANSWER_WHOLE,  /* it is all in */
+    ANSWER_WAIT,   /* the socket has nothing now */
+    ANSWER_FAILED, /* the connection is done for (*rc says why) */
+};
+
+/* A read that moved no byte: r is read_some's result, -EAGAIN or a
+ * negative errno (never 0: every read asks for at least one byte). */
+static enum answer_read read_stopped(long r, const char *addr, int *native,
+                                     int *rc)
+{
+    if (r == -EAGAIN)
+        return ANSWER_WAIT;
+    if (r < 0) {
+        *rc = io_fail((int)r, "receive from", addr, native);
+        return ANSWER_FAILED;
+    }
+    return ANSWER_WHOLE;
+}
+
+/* Reads bytes of answer ri's header; a whole header is checked, and the
+ * HELLO's answer, which comes ahead of the window's, consumed. */
+static enum answer_read read_answer_header(struct tcp_conn *c, const char *addr,
+                                           int *native, int *rc)
+{
+    long r = tent_net_inbuf_read_some(c->fd, &c->nb, c->rh + c->rh_got,
+                                      sizeof(c->rh) - c->rh_got, SIZE_MAX);
+    if (r <= 0)
+        return read_stopped(r, addr, native, rc);
+    note_progress(c);
+    c->rh_got += (size_t)r;
+    if (c->rh_got < sizeof(c->rh))
+        return ANSWER_MORE;
+    if (c->hello_wait) {
+        if ((*rc = hello_answer(c)))
+            return ANSWER_FAILED;
+        c->hello_wait = false;
+        c->rh_got = 0;
+        return ANSWER_MORE;
+    }
+    if ((*rc = answer_header(c)))
+        return ANSWER_FAILED;
+    return c->rdata_len ? ANSWER_MORE : ANSWER_WHOLE;
+}
+
+/* Reads bytes of the data answer ri carries, into its slice's buffer. */
+static enum answer_read read_answer_data(struct tcp_conn *c, const char *addr,
+                                         int *native, int *rc)
+{
+    struct slice *s = c->w[c->ri];
+    long r = tent_net_inbuf_read_some(c->fd, &c->nb, s->local + c->rdata,
+                                      c->rdata_len - c->rdata, DIRECT_MIN);
+    if (r <= 0)
+        return read_stopped(r, addr, native, rc);
+    note_progress(c);
+    c->rdata += (uint32_t)r;
+    return c->rdata < c->rdata_len ? ANSWER_MORE : ANSWER_WHOLE;
+}
+
+/* Receives the answers the socket has: 0 when every answer is in, POLLIN
+ * when it has no more now, or a negative TENT_E* code. */
+static int recv_answers(struct tcp_conn *c, const char *addr, int timeout_ms,
+                        int *native)
+{
+    while (c->ri < c->n) {
+        int rc = 0;
+        enum answer_read a = c->rh_got < sizeof(c->rh)
+                                 ? read_answer_header(c, addr, native, &rc)
+                                 : read_answer_data(c, addr, native, &rc);
+        if (a == ANSWER_FAILED)
+            return rc;
+        if (a == ANSWER_WAIT)
+            return POLLIN;
+        if (a == ANSWER_MORE)
+            continue;
+        /* answer ri is whole; the next one gets timeout_ms */
+        c->ri++;
+        c->rh_got = 0;
+        c->rdata = 0;
+        c->rdata_len = 0;
+        c->deadline = tent_now_ms() + timeout_ms;
+    }
+    return 0;
+}
+
+/* When a byte last moved on this connection or, if it has one, its path. */
+static long long last_progress(const struct tcp_conn *c)
+{
+    long long last = c->progress_ms;
+    if (c->path_progress_ms) {
+        long long p =
+            atomic_load_explicit(c->path_progress_ms, memory_order_relaxed);
+        if (p > last)
+            last = p;
+    }
+    return last;
+}
+
+/* Fails a window waiting (want) past its deadline or, with stall_ms, for
+ * stall_ms without a byte moving on the path; else *until is when the wait
+ * for want must end. */
+static int check_deadlines(struct tcp_conn *c, const char *addr, short want,
+                           int timeout_ms, long long now, long long *until,
+                           int *native)
+{
+    if (now >= c->deadline) {
+        *native = ETIMEDOUT;
+        return tent_set_error(TENT_ETIMEDOUT,
+                              "tcp: peer %s: no %s within %d ms", addr,
+                              want == POLLOUT ? "progress sending the "
+                                                "window"
+                                              : "answer",
+                              timeout_ms);
+    }
+    *until = c->deadline;
+    if (c->stall_ms <= 0)
+        return TENT_OK;
+    long long last = last_progress(c);
+    if (now - last >= c->stall_ms) {
+        *native = ETIMEDOUT;
+        return tent_set_error(TENT_ETIMEDOUT,
+                              "tcp: peer %s: no byte moved on the "
+                              "path for %d ms",
+                              addr, c->stall_ms);
+    }
+    if (last + c->stall_ms < *until)
+        *until = last + c->stall_ms;
+    return TENT_OK;
+}
+
+/* Waits up to left ms for the socket to be ready for want. */
+static int wait_ready(struct tcp_conn *c, short want, long long left,
+                      int *native)
+{
+    struct pollfd pf = {.fd = c->fd, .events = want};
+    if (poll(&pf, 1, left > INT_MAX ? INT_MAX : (int)left) < 0 &&
+        errno != EINTR) {
+        *native = errno;
+        return tent_set_error(TENT_EPEER, "tcp: poll failed: %s",
+                              strerror(errno));
+    }
+    return TENT_OK;
+}
+
 int tcp_conn_step(struct tcp_conn *c, const char *addr, bool block,
                   int timeout_ms, int *native)
 {
     *native = 0;
     for (;;) {
-        short want = 0;
-        if (c->iov_at < c->iov_n) {
-            int at = c->iov_at;
-            size_t left = c->iov[at].iov_len;
-            int r = tent_net_sendv_some(c->fd, c->iov, c->iov_n, &c->iov_at);
-            if (c->iov_at != at || c->iov[at].iov_len != left)
-                note_progress(c);
-            if (r == -EAGAIN)
-                want = POLLOUT;
-            else if (r)
-                return io_fail(r, "send to", addr, native);
-            else /* sent: each answer now gets timeout_ms */
-                c->deadline = tent_now_ms() + timeout_ms;
-        }
-        while (!want && c->ri < c->n) {
-            struct slice *s = c->w[c->ri];
-            long r;
-            if (c->rh_got < sizeof(c->rh)) {
-                r = tent_net_inbuf_read_some(c->fd, &c->nb, c->rh + c->rh_got,
-                                             sizeof(c->rh) - c->rh_got,
-                                             SIZE_MAX);
-                if (r > 0) {
-                    note_progress(c);
-                    c->rh_got += (size_t)r;
-                    if (c->rh_got == sizeof(c->rh) && c->hello_wait) {
-                        if ((r = hello_answer(c)))
-                            return (int)r;
-                        c->hello_wait = false;
-                        c->rh_got = 0;
-                        continue;
-                    }
-                    if (c->rh_got == sizeof(c->rh) && (r = answer_header(c)))
-                        return (int)r;
-                    if (c->rh_got < sizeof(c->rh) || c->rdata_len)
-                        continue;
-                }
-            } else {
-                r = tent_net_inbuf_read_some(c->fd, &c->nb, s->local + c->rdata,
-                                             c->rdata_len - c->rdata,
-                                             DIRECT_MIN);
-                if (r > 0) {
-                    note_progress(c);
-                    c->rdata += (uint32_t)r;
-                    if (c->rdata < c->rdata_len)
-                        continue;
-                }
-            }
-            if (r == -EAGAIN) {
-                want = POLLIN;
-                break;
-            }
-            if (r < 0)
-                return io_fail((int)r, "receive from", addr, native);
-            /* answer ri is whole; the next one gets timeout_ms */
-            c->ri++;
-            c->rh_got = 0;
-            c->rdata = 0;
-            c->rdata_len = 0;
-            c->deadline = tent_now_ms() + timeout_ms;
-        }
-        if (!want)
+        int want = send_window(c, addr, timeout_ms, native);
+        if (want == 0)
+            want = recv_answers(c, addr, timeout_ms, native);
+        if (want < 0)
+            return want;
+        if (want == 0)
             return 1;
         long long now = tent_now_ms();
-        if (now >= c->deadline) {
-            *native = ETIMEDOUT;
-            return tent_set_error(TENT_ETIMEDOUT,
-                                  "tcp: peer %s: no %s within %d ms", addr,
-                                  want == POLLOUT ? "progress sending the "
-                                                    "window"
-                                                  : "answer",
-                                  timeout_ms);
-        }
-        long long until = c->deadline;
-        if (c->stall_ms > 0) {
-            long long last = c->progress_ms;
-            if (c->path_progress_ms) {
-                long long p = atomic_load_explicit(c->path_progress_ms,
-                                                   memory_order_relaxed);
-                if (p > last)
-                    last = p;
-            }
-            if (now - last >= c->stall_ms) {
-                *native = ETIMEDOUT;
-                return tent_set_error(TENT_ETIMEDOUT,
-                                      "tcp: peer %s: no byte moved on the "
-                                      "path for %d ms",
-                                      addr, c->stall_ms);
-            }
-            if (last + c->stall_ms < until)
-                until = last + c->stall_ms;
-        }
+        long long until = 0;
+        int rc = check_deadlines(c, addr, (short)want, timeout_ms, now, &until,
+                                 native);
+        if (rc)
+            return rc;
         if (!block)
             return 0;
-        struct pollfd pf = {.fd = c->fd, .events = want};
-        long long left = until - now;
-        if (poll(&pf, 1, left > INT_MAX ? INT_MAX : (int)left) < 0 &&
-            errno != EINTR) {
-            *native = errno;
-            return tent_set_error(TENT_EPEER, "tcp: poll failed: %s",
-                                  strerror(errno));
-        }
+        if ((rc = wait_ready(c, (short)want, until - now, native)))
+            return rc;
     }
 }

@@ -911,6 +911,23 @@ static void fence_job_run(struct tcp_rail *r, struct fence_job *j, bool fail)
     free(j);
 }
 
+/* The connection of r's slot me, made on first use (NULL when out of
+ * memory). */
+static struct tcp_conn *slot_conn_locked(struct tcp_rail *r, int me)
+{
+    struct tcp_conn *c = r->conns[me];
+    if (c)
+        return c;
+    c = tcp_conn_new();
+    if (c) {
+        c->path_progress_ms = &r->progress_ms;
+        c->mark_prio = r->peer->t->sock_prio;
+        c->acc.incarnation = r->peer->base.incarnation;
+        r->conns[me] = c;
+    }
+    return c;
+}
+
 /* Sends windows of r on one of its connections until it has no work a
  * thread may take, no free connection, or SERVE_WINDOWS were sent (then
  * it goes to the back of the ready list). */
@@ -962,16 +979,7 @@ static void serve_rail(struct tcp_rail *r)
         /* more than this window: another thread takes it in parallel */
         if (r->nidle > 0 && next_queue_locked(r, low_cap) >= 0)
             rail_kick(r, 1);
-        struct tcp_conn *c = r->conns[me];
-        if (!c) {
-            c = tcp_conn_new();
-            if (c) {
-                c->path_progress_ms = &r->progress_ms;
-                c->mark_prio = t->sock_prio;
-                c->acc.incarnation = r->peer->base.incarnation;
-                r->conns[me] = c;
-            }
-        }
+        struct tcp_conn *c = slot_conn_locked(r, me);
         pthread_mutex_unlock(&r->lock);
         if (!c) {
             /* as a failed window, unsent: nothing of it reached the peer */
