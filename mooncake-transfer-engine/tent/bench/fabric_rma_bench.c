@@ -52,6 +52,7 @@ struct opts {
     double seconds;
     long iters;
     bool json;
+    bool spin; /* the target polls its CQ instead of sleeping */
 };
 
 struct fab {
@@ -310,8 +311,8 @@ static int run_target(const struct opts *o, int lfd)
     fab_insert(&f, &theirs);
     /* Drive progress until the initiator closes or writes its byte. */
     for (unsigned k = 0;; k++) {
-        cq_poll(&f, true);
-        if (!f.waits) {
+        cq_poll(&f, !o->spin);
+        if (!f.waits && !o->spin) {
             /* as the engine's transport does on an idle target */
             struct timespec ts = {0, 50000};
             nanosleep(&ts, NULL);
@@ -470,7 +471,9 @@ static void usage(void)
             "initiator]\n"
             "         [--host H] [--port N] [--mode bw|lat] [--op write|read]\n"
             "         [--size B] [--window W] [--seconds S] [--iters N] "
-            "[--json]\n");
+            "[--json]\n"
+            "         [--spin]   (the target polls its CQ; default: it sleeps\n"
+            "                     in the CQ's wait object)\n");
     exit(2);
 }
 
@@ -500,7 +503,8 @@ int main(int argc, char **argv)
         {"provider", 1, 0, 'p'}, {"role", 1, 0, 'r'},   {"host", 1, 0, 'H'},
         {"port", 1, 0, 'P'},     {"mode", 1, 0, 'm'},   {"op", 1, 0, 'o'},
         {"size", 1, 0, 's'},     {"window", 1, 0, 'w'}, {"seconds", 1, 0, 'd'},
-        {"iters", 1, 0, 'n'},    {"json", 0, 0, 'j'},   {0, 0, 0, 0}};
+        {"iters", 1, 0, 'n'},    {"json", 0, 0, 'j'},   {"spin", 0, 0, 'S'},
+        {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -540,6 +544,9 @@ int main(int argc, char **argv)
             break;
         case 'j':
             o.json = true;
+            break;
+        case 'S':
+            o.spin = true;
             break;
         default:
             usage();
