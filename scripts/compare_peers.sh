@@ -6,8 +6,11 @@
 #          tag_lat 8 B and tag_bw 1 MiB over tcp on lo, ucp_put_bw 8 B over
 #          posix,cma
 #   fabric bench/fabric_rma_bench.c over tcp;ofi_rxm: 4 KiB read latency
-#          (batch 1, polls its CQ) and 1 MiB x 32 write bandwidth
-#   engine tcp 4 KiB READ batch 1, shm 8 B x 128 WRITE, tcp 1 MiB x 32 WRITE
+#          (batch 1, both sides polling their CQs) and 1 MiB x 32 write
+#          bandwidth; with tcp;ofi_rxm and shm the ceiling of the engine's
+#          libfabric transport (issue 44: 1 MiB x 32, 4 KiB read)
+#   engine tcp 4 KiB READ batch 1, shm 8 B x 128 WRITE, tcp 1 MiB x 32 WRITE,
+#          libfabric 1 MiB x 32 WRITE/READ and 4 KiB READ batch 1
 # and prints each target with its ratio.  Every program runs itself and its
 # peer process; traffic stays on 127.0.0.1.
 #   [ROUNDS=5] [DURATION=2] [BUILD=build] scripts/compare_peers.sh
@@ -101,12 +104,39 @@ for r in $(seq "$ROUNDS"); do
     rec tcp1m_gbps "${bw:-}"
     rec tcp1m_cpu_i "${ci:-}"
     rec tcp1m_cpu_t "${ct:-}"
-    # libfabric
+    # libfabric: the 4 KiB read with a target that polls its CQ (as the
+    # engine's server polls after traffic) and one that sleeps in it
     read -r avg p99 <<<"$("$FABRIC" --provider 'tcp;ofi_rxm' --mode lat \
-        --op read --size 4096 --iters 20000 --json 2>/dev/null |
+        --op read --size 4096 --iters 20000 --spin --json 2>/dev/null |
         jget avg_us p99_us)"
     rec fab_read_us "${avg:-}"
     rec fab_read_p99_us "${p99:-}"
+    read -r avg <<<"$("$FABRIC" --provider 'tcp;ofi_rxm' --mode lat \
+        --op read --size 4096 --iters 20000 --json 2>/dev/null |
+        jget avg_us)"
+    rec fab_read_sleep_us "${avg:-}"
+    # issue 44: the engine's libfabric transport against the raw program,
+    # same provider, block and window
+    for prov in 'tcp;ofi_rxm' shm; do
+        p=${prov%%;*}
+        for op in write read; do
+            read -r bw <<<"$(tb --xport_type=libfabric \
+                --libfabric_provider="$prov" --op_type=$op --block_size=1M \
+                --batch_size=32 --total_buffer_size=32M | jget bw_gbps)"
+            rec "lf_${p}_${op}_gbps" "${bw:-}"
+            read -r bw <<<"$("$FABRIC" --provider "$prov" --mode bw \
+                --op $op --size 1M --window 32 --seconds "$DURATION" --json \
+                2>/dev/null | jget gb_per_s)"
+            rec "raw_${p}_${op}_gbps" "${bw:-}"
+        done
+        read -r tx <<<"$(tb --xport_type=libfabric --libfabric_provider="$prov" \
+            --op_type=read --block_size=4K --batch_size=1 \
+            --total_buffer_size=4K | jget avg_tx_us)"
+        rec "lf_${p}_rd4k_us" "${tx:-}"
+        read -r avg <<<"$("$FABRIC" --provider "$prov" --mode lat --op read \
+            --size 4096 --iters 20000 --spin --json 2>/dev/null | jget avg_us)"
+        rec "raw_${p}_rd4k_us" "${avg:-}"
+    done
     read -r bw <<<"$("$FABRIC" --provider 'tcp;ofi_rxm' --mode bw \
         --op write --size 1M --window 32 --seconds "$DURATION" --json \
         2>/dev/null | jget gb_per_s)"
@@ -156,11 +186,20 @@ target("shm 8 B x 128 per request vs UCX ucp_put_bw 8 B (posix,cma) per message"
        "shm8_ns", "ucx_put8_ns", "ns", False, 1.0)
 target("tcp 1 MiB x 32 WRITE vs UCX tag_bw 1 MiB (tcp, lo)",
        "tcp1m_gbps", "ucx_tag_bw_gbps", "GB/s", True, 1.0)
+for p, name in (("tcp", "tcp;ofi_rxm"), ("shm", "shm")):
+    for op in ("write", "read"):
+        target("libfabric transport %s 1 MiB x 32 %s vs raw libfabric RMA"
+               % (name, op.upper()), "lf_%s_%s_gbps" % (p, op),
+               "raw_%s_%s_gbps" % (p, op), "GB/s", True, 0.9)
+    target("libfabric transport %s 4 KiB READ batch 1, Avg Tx vs raw RMA read"
+           % name, "lf_%s_rd4k_us" % p, "raw_%s_rd4k_us" % p, "µs", False, 1.3)
 head = ("target", "engine (median, range)", "peer (median, range)",
         "engine/peer", "goal", "met")
 ref = [
     ("tcp 4 KiB READ P99 Tx", "%.4g µs" % m("tcp4k_p99_us"),
      "libfabric read p99 %.4g µs" % m("fab_read_p99_us")),
+    ("libfabric tcp;ofi_rxm 4 KiB read, target sleeping in its CQ",
+     "%.4g µs" % m("fab_read_sleep_us"), ""),
     ("UCX tag_lat 8 B (tcp, lo), one way", "%.4g µs" % m("ucx_tag_lat_us"), ""),
     ("libfabric tcp;ofi_rxm 1 MiB x 32 write", "%.4g GB/s" %
      m("fab_write_gbps"), "engine/libfabric %.2f" %
@@ -192,7 +231,7 @@ else:
         print("  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)))
     print()
     for r in ref:
-        print("%-55s %s  %s" % r)
+        print("%-60s %s  %s" % r)
 missing = [k for k in ("tcp4k_tx_us", "fab_read_us", "shm8_ns", "ucx_put8_ns",
                        "tcp1m_gbps", "ucx_tag_bw_gbps") if k not in v]
 if missing:

@@ -11,6 +11,18 @@
 
 #include <unistd.h>
 
+/* The token body HELLO and FENCE carry; -1 (drop the connection) when it is
+ * malformed. */
+static int recv_token(struct tent_rpc_conn *c, const struct tent_wire_hdr *h,
+                      uint64_t *tok)
+{
+    uint8_t b[TCP_WIRE_TOKEN_LEN];
+    if (h->len != TCP_WIRE_TOKEN_LEN || tent_rpc_conn_recv(c, b, sizeof(b)) ||
+        tcp_wire_decode_token(b, sizeof(b), tok))
+        return -1;
+    return 0;
+}
+
 /* HELLO: the connection is known by the token from now on; a token fenced
  * before (this HELLO was still in the network) drops the connection before
  * anything on it is served. */
@@ -18,10 +30,8 @@ int tcp_serve_hello(void *ctx, struct tent_rpc_conn *c,
                     const struct tent_wire_hdr *h)
 {
     (void)ctx;
-    uint8_t b[TCP_WIRE_TOKEN_LEN];
     uint64_t tok;
-    if (h->len != TCP_WIRE_TOKEN_LEN || tent_rpc_conn_recv(c, b, sizeof(b)) ||
-        tcp_wire_decode_token(b, sizeof(b), &tok))
+    if (recv_token(c, h, &tok))
         return -1;
     if (tent_rpc_conn_tag(c, tok)) {
         LOG_DEBUG("tcp: %s: a connection fenced before it said hello",
@@ -38,10 +48,8 @@ int tcp_serve_fence(void *ctx, struct tent_rpc_conn *c,
                     const struct tent_wire_hdr *h)
 {
     (void)ctx;
-    uint8_t b[TCP_WIRE_TOKEN_LEN];
     uint64_t tok;
-    if (h->len != TCP_WIRE_TOKEN_LEN || tent_rpc_conn_recv(c, b, sizeof(b)) ||
-        tcp_wire_decode_token(b, sizeof(b), &tok))
+    if (recv_token(c, h, &tok))
         return -1;
     int st = tent_rpc_conn_close_tagged(c, tok);
     LOG_DEBUG("tcp: %s fenced a connection: %s", tent_rpc_conn_peer(c),

@@ -205,10 +205,14 @@ static void rail_kick(struct tcp_rail *r, int n);
 
 /* Tries of a slice whose connection the peer refused or closed (a server
  * over rpc_max_connections evicts idle ones), each on a new connection
- * opened after retry_pause_ms: a full server refuses newcomers while every
- * connection it keeps is moving data, which frees one in milliseconds. */
-#define TCP_RETRIES    5
-#define RETRY_PAUSE_MS 4
+ * opened after a pause: a full server refuses newcomers while every
+ * connection it keeps is moving data, which frees one in milliseconds --
+ * or, on a crowded machine, in the time its holders get a CPU.  Pauses
+ * double from RETRY_PAUSE_MS up to RETRY_PAUSE_MAX_MS: ten tries span
+ * about half a second to a second. */
+#define TCP_RETRIES        10
+#define RETRY_PAUSE_MS     4
+#define RETRY_PAUSE_MAX_MS 64
 /* Windows a pool thread sends on one rail before it lets other rails'
  * work go first (the rail goes to the back of the ready list). */
 #define SERVE_WINDOWS 16
@@ -225,12 +229,12 @@ static bool conn_lost(int rc, int native)
 }
 
 /* The pause before try number tries (0: none): RETRY_PAUSE_MS doubled with
- * each, plus up to as much again of jitter. */
+ * each up to RETRY_PAUSE_MAX_MS, plus up to as much again of jitter. */
 static void pause_for_try(int tries)
 {
     if (tries <= 0)
         return;
-    int ms = RETRY_PAUSE_MS << (tries - 1);
+    int ms = tries > 5 ? RETRY_PAUSE_MAX_MS : RETRY_PAUSE_MS << (tries - 1);
     ms += (int)(tent_now_ns() % (uint64_t)ms);
     poll(NULL, 0, ms);
 }
