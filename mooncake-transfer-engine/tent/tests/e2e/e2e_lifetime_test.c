@@ -20,7 +20,6 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -40,44 +39,6 @@ const char *__tsan_default_options(void)
 #endif
 
 static bool g_skipped;
-
-struct usage {
-    long threads, fds, rss_kb;
-};
-
-static long status_field(const char *key)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long v = -1;
-    size_t kl = strlen(key);
-    while (f && fgets(line, sizeof(line), f))
-        if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
-            v = strtol(line + kl + 1, NULL, 10);
-            break;
-        }
-    if (f)
-        fclose(f);
-    return v;
-}
-
-static long count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    long n = 0;
-    struct dirent *de;
-    while (d && (de = readdir(d)))
-        n += de->d_name[0] != '.';
-    if (d)
-        closedir(d);
-    return n - 1; /* the directory's own */
-}
-
-static struct usage usage_now(void)
-{
-    return (struct usage){status_field("Threads"), count_fds(),
-                          status_field("VmRSS")};
-}
 
 static int restarts(int dflt)
 {
@@ -149,11 +110,11 @@ static void churn(bool shm, size_t len, int n)
     /* one life first: what the engine makes once (the lend thread, the
      * first mapping of a pool, the allocator's arenas) is not a peer's */
     one_life(e, src, len, shm, 1);
-    struct usage before = usage_now();
+    struct e2e_usage before = e2e_usage_now();
     long t0 = e2e_now_ms();
     for (int i = 0; i < n; i++)
         one_life(e, src, len, shm, 2 + (uint64_t)i);
-    struct usage after = usage_now();
+    struct e2e_usage after = e2e_usage_now();
     print_message("    %d %s restarts (%zu-byte buffers) in %ld ms: threads "
                   "%ld -> %ld, fds %ld -> %ld, VmRSS %ld -> %ld kB\n",
                   n, shm ? "shm" : "tcp", len, e2e_now_ms() - t0,

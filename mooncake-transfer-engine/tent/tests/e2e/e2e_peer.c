@@ -733,3 +733,37 @@ out:
     close(fd);
     return rc;
 }
+
+long e2e_status_field(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    size_t kl = strlen(key);
+    while (f && fgets(line, sizeof(line), f))
+        if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
+            v = strtol(line + kl + 1, NULL, 10);
+            break;
+        }
+    if (f)
+        fclose(f);
+    return v;
+}
+
+long e2e_count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    long n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        n += de->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n - 1; /* the directory's own */
+}
+
+struct e2e_usage e2e_usage_now(void)
+{
+    return (struct e2e_usage){e2e_status_field("Threads"), e2e_count_fds(),
+                              e2e_status_field("VmRSS")};
+}

@@ -118,6 +118,16 @@ uint8_t e2e_pattern(uint64_t i);
  * large buffer quick under the sanitizers. */
 void e2e_pattern_fill(void *buf, size_t n, uint64_t seed);
 uint64_t e2e_fnv(const void *p, size_t n);
+
+/* This process's threads, open fds and resident set (kB), as the
+ * per-peer cost tests read them from /proc/self. */
+struct e2e_usage {
+    long threads, fds, rss_kb;
+};
+/* A numeric field of /proc/self/status ("Threads", "VmRSS"); -1 if absent. */
+long e2e_status_field(const char *key);
+long e2e_count_fds(void);
+struct e2e_usage e2e_usage_now(void);
 /* Polls the batch until no task is pending or timeout; returns overall. */
 int e2e_wait(tent_engine_t e, tent_batch_id_t b, int timeout_ms,
              tent_status_t *st);

@@ -26,50 +26,11 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-struct usage {
-    long threads, fds, rss_kb;
-};
-
-static long status_field(const char *key)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long v = -1;
-    size_t kl = strlen(key);
-    while (f && fgets(line, sizeof(line), f))
-        if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
-            v = strtol(line + kl + 1, NULL, 10);
-            break;
-        }
-    if (f)
-        fclose(f);
-    return v;
-}
-
-static long count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    long n = 0;
-    struct dirent *de;
-    while (d && (de = readdir(d)))
-        n += de->d_name[0] != '.';
-    if (d)
-        closedir(d);
-    return n - 1; /* the directory's own */
-}
-
-static struct usage usage_now(void)
-{
-    return (struct usage){status_field("Threads"), count_fds(),
-                          status_field("VmRSS")};
-}
 
 #define LEN (1u << 20)
 
@@ -129,7 +90,7 @@ static void move_all(tent_engine_t e, struct fleet *f, uint8_t *buf,
  * peers and moves data with all of them at once; the usage before the
  * opens, after the transfers and (idle_ms > 0) once the idle connections
  * are closed. */
-static void cost(int n, int workers, int idle_ms, struct usage out[3])
+static void cost(int n, int workers, int idle_ms, struct e2e_usage out[3])
 {
     struct fleet f;
     fleet_start(&f, n); /* the children first: no threads here yet */
@@ -148,18 +109,18 @@ static void cost(int n, int workers, int idle_ms, struct usage out[3])
         tent_allocate_memory(e, (void **)&buf, (size_t)n * len, "cpu"), 0);
     assert_int_equal(tent_register_memory(e, buf, (size_t)n * len), 0);
     e2e_pattern_fill(buf, len, 7);
-    out[0] = usage_now();
+    out[0] = e2e_usage_now();
     for (int i = 0; i < n; i++)
         assert_int_equal(tent_open_segment(e, &f.seg[i], f.p[i].name), 0);
     for (int round = 0; round < 3; round++)
         move_all(e, &f, buf, len);
-    out[1] = usage_now();
+    out[1] = e2e_usage_now();
     out[2] = out[1];
     if (idle_ms > 0) {
         long t0 = e2e_now_ms();
         while (e2e_now_ms() - t0 < idle_ms + 5000) {
             usleep(20 * 1000);
-            out[2] = usage_now();
+            out[2] = e2e_usage_now();
             if (out[2].fds <= out[0].fds)
                 break;
         }
@@ -184,7 +145,7 @@ static void test_threads_tcp(void **state)
     (void)state;
     const int workers = 4;
     int n = peers();
-    struct usage u[3];
+    struct e2e_usage u[3];
     cost(n, workers, 0, u);
     print_message("    %d peers, %d pool threads: threads %ld -> %ld, fds %ld "
                   "-> %ld, VmRSS %ld -> %ld kB\n",
@@ -203,7 +164,7 @@ static void test_idle_tcp(void **state)
 {
     (void)state;
     const int idle_ms = 300;
-    struct usage u[3];
+    struct e2e_usage u[3];
     long t0 = e2e_now_ms();
     cost(2, 0, idle_ms, u);
     print_message("    idle_timeout_ms %d: fds %ld -> %ld -> %ld (%ld ms)\n",
@@ -227,7 +188,7 @@ static void test_idle_reuse_tcp(void **state)
     assert_int_equal(tent_register_memory(e, buf, 4096), 0);
     tent_segment_id_t seg;
     assert_int_equal(tent_open_segment(e, &seg, p.name), 0);
-    long base = count_fds();
+    long base = e2e_count_fds();
     for (int i = 0; i < 3; i++) {
         memset(buf, 0x30 + i, 4096);
         tent_request_t w = {.opcode = OPCODE_WRITE,
@@ -240,9 +201,9 @@ static void test_idle_reuse_tcp(void **state)
         assert_int_equal(st.status, STATUS_COMPLETED);
         assert_true(e2e_peer_hash(&p, false, 0, 4096) == e2e_fnv(buf, 4096));
         long t0 = e2e_now_ms();
-        while (count_fds() > base && e2e_now_ms() - t0 < 5000)
+        while (e2e_count_fds() > base && e2e_now_ms() - t0 < 5000)
             usleep(10 * 1000);
-        assert_true(count_fds() <= base);
+        assert_true(e2e_count_fds() <= base);
     }
     assert_int_equal(tent_close_segment(e, seg), 0);
     tent_destroy_engine(e);
@@ -304,7 +265,7 @@ static void test_overcap_tcp(void **state)
 
 static void measure(int n)
 {
-    struct usage u[3];
+    struct e2e_usage u[3];
     cost(n, 0, 1000, u);
     printf("peers %d: threads %ld -> %ld (idle %ld), fds %ld -> %ld (idle "
            "%ld), VmRSS %ld -> %ld kB (idle %ld)\n",
