@@ -2213,9 +2213,8 @@ static void poll_yield(const struct tcp_task *k)
  * that spins meanwhile burns a CPU they or the peer's server need.  One
  * such wait per scan of a sub-batch (a poll of a slot at or before the last
  * one polled starts a scan), so tent_overall_status waits once, not once
- * per task.  With one slice left in flight the poll yields instead: the
- * end of the last slice is seen at once, not a wake-up later.  Smaller
- * tasks finish within a wake-up's time and keep the yield too. */
+ * per task.  Smaller tasks finish within a wake-up's time and keep the
+ * yield of poll_yield. */
 #define STATUS_WAIT_MIN (256u << 10)
 #define STATUS_WAIT_NS  1000000u
 
@@ -2227,8 +2226,7 @@ static bool status_wait(struct tcp_transport *t, const struct tcp_sub *sb,
     bool scan = sb != last_sb || slot <= last_slot;
     last_sb = sb;
     last_slot = slot;
-    if (k->length < STATUS_WAIT_MIN || !scan || atomic_load(&t->nlent) > 0 ||
-        atomic_load(&t->inflight) < 2)
+    if (k->length < STATUS_WAIT_MIN || !scan || atomic_load(&t->nlent) > 0)
         return false;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
