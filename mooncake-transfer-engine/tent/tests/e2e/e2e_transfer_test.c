@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -771,6 +772,58 @@ static void test_lent_read_lands_unpolled(void **state)
         assert_memory_equal(f->dst + lane * len, f->mirror + lane * len, len);
         assert_int_equal(tent_free_batch(f->e, b), 0);
     }
+}
+
+static double thread_cpu_ms(void)
+{
+    struct rusage ru;
+    assert_int_equal(getrusage(RUSAGE_THREAD, &ru), 0);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
+/* A caller that polls a batch of large tasks without pause while pool
+ * threads move them sleeps in its status calls until slices end: with the
+ * target stopped for 300 ms mid-batch, the polling thread uses little CPU
+ * (a spinning one takes a whole CPU).  Every byte lands. */
+static void test_pooled_poll_sleeps(void **state)
+{
+    struct fixture *f = *state;
+    const size_t len = (size_t)1 << 20, n = 32;
+    tent_request_t r[32];
+    lanes(f, r, n, len, false);
+    for (size_t i = 0; i < n * len; i++)
+        f->src[i] = (uint8_t)rnd(f);
+    tent_batch_id_t b = tent_allocate_batch(f->e, n);
+    assert_int_equal(tent_submit(f->e, b, r, n), 0);
+    kill(f->peer.pid, SIGSTOP);
+    tent_status_t st;
+    long calls = 0, t0 = e2e_now_ms();
+    double cpu0 = thread_cpu_ms();
+    do {
+        assert_int_equal(tent_overall_status(f->e, b, &st), 0);
+        calls++;
+    } while (st.status == STATUS_PENDING && e2e_now_ms() - t0 < 300);
+    double cpu = thread_cpu_ms() - cpu0;
+    long took = e2e_now_ms() - t0;
+    kill(f->peer.pid, SIGCONT);
+    print_message("target stopped: %ld status calls, %.1f ms of CPU in %ld "
+                  "ms\n",
+                  calls, cpu, took);
+    assert_int_equal(st.status, STATUS_PENDING);
+    assert_true(cpu < 0.2 * (double)took);
+    assert_int_equal(wait_done(f, b, 30000).status, STATUS_COMPLETED);
+    assert_int_equal(tent_free_batch(f->e, b), 0);
+    memset(f->dst, 0, n * len);
+    for (size_t i = 0; i < n; i++) {
+        r[i].opcode = OPCODE_READ;
+        r[i].source = f->dst + i * len;
+    }
+    b = tent_allocate_batch(f->e, n);
+    assert_int_equal(tent_submit(f->e, b, r, n), 0);
+    assert_int_equal(wait_done(f, b, 30000).status, STATUS_COMPLETED);
+    assert_int_equal(tent_free_batch(f->e, b), 0);
+    assert_memory_equal(f->dst, f->src, n * len);
 }
 
 static void test_notifications_after_data(void **state)
@@ -1774,6 +1827,7 @@ int main(int argc, char **argv)
         /* tcp only: shm copies need no cooperation from the target */
         CASE(test_stalled_target_times_out, setup, X_TCP),
         CASE(test_lent_read_lands_unpolled, setup, X_TCP),
+        CASE(test_pooled_poll_sleeps, setup, X_TCP),
         CASE(test_tcp_high_ahead_of_low, setup, X_PRIO),
         CASE(test_tcp_low_not_starved, setup, X_PRIO),
         {cmocka_unit_test(test_tcp_socket_priority), X_PRIO},

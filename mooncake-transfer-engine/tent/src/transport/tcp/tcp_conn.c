@@ -152,6 +152,7 @@ void tcp_conn_window(struct tcp_conn *c, struct slice **w, int n,
         c->hello_due = false;
         c->hello_wait = true;
     }
+    c->wbytes = 0;
     for (int i = 0; i < n; i++) {
         struct slice *s = w[i];
         bool wr = s->opcode == OPCODE_WRITE;
@@ -167,6 +168,7 @@ void tcp_conn_window(struct tcp_conn *c, struct slice **w, int n,
         if (wr) {
             c->iov[k].iov_base = s->local;
             c->iov[k++].iov_len = s->len;
+            c->wbytes += s->len;
         }
     }
     c->n = n;
@@ -415,13 +417,21 @@ static int wait_ready(struct tcp_conn *c, short want, long long left,
     return TENT_OK;
 }
 
+/* A window that just finished sending this much write data has no answer
+ * yet (the target first takes the data in): the step waits for one before
+ * it reads, not after a read that finds nothing. */
+#define ANSWER_LATER_MIN 65536
+
 int tcp_conn_step(struct tcp_conn *c, const char *addr, bool block,
                   int timeout_ms, int *native)
 {
     *native = 0;
     for (;;) {
+        bool sending = c->iov_at < c->iov_n;
         int want = send_window(c, addr, timeout_ms, native);
-        if (want == 0)
+        if (want == 0 && sending && c->wbytes >= ANSWER_LATER_MIN)
+            want = POLLIN;
+        else if (want == 0)
             want = recv_answers(c, addr, timeout_ms, native);
         if (want < 0)
             return want;

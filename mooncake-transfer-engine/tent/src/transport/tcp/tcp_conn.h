@@ -53,6 +53,7 @@ struct tcp_conn {
     uint8_t hdrs[WINDOW_SLICES][TENT_WIRE_HDR_LEN + TCP_WIRE_RW_LEN];
     struct iovec iov[2 * WINDOW_SLICES + 1];
     int iov_at, iov_n; /* send progress */
+    uint64_t wbytes;   /* write data the window carries */
     int ri;            /* answers received whole */
     uint8_t rh[TENT_WIRE_HDR_LEN + TENT_WIRE_RESP_LEN];
     size_t rh_got;      /* bytes of answer ri's header received */

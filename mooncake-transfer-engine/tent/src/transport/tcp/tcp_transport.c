@@ -189,6 +189,13 @@ struct tcp_transport {
     /* The engine's metrics (NULL: off), taken at install: workers use it,
      * and it outlives an engine that abandoned this transport. */
     struct tent_metrics *metrics;
+    /* Status polls waiting for a slice to end (status_wait): a slice that
+     * ends while done_waiters > 0 bumps done_seq and wakes them.  done_mu
+     * is a leaf. */
+    pthread_mutex_t done_mu;
+    pthread_cond_t done_cv; /* CLOCK_MONOTONIC */
+    unsigned done_seq;      /* done_mu */
+    atomic_int done_waiters;
 };
 
 static struct tcp_transport *tcp_of(struct tent_transport *t)
@@ -302,6 +309,12 @@ slice_done(struct tcp_transport *t, struct slice *s, int code, int native,
     free(s);
     atomic_fetch_sub(&k->remaining, 1);
     atomic_fetch_sub(&t->inflight, 1);
+    if (atomic_load(&t->done_waiters) > 0) {
+        pthread_mutex_lock(&t->done_mu);
+        t->done_seq++;
+        pthread_cond_broadcast(&t->done_cv);
+        pthread_mutex_unlock(&t->done_mu);
+    }
 }
 
 static void fail_list(struct tcp_transport *t, struct slice *s, int code,
@@ -1842,6 +1855,13 @@ static int tcp_install(struct tent_transport *base)
         return tent_set_error(TENT_ENOMEM, "tcp: cannot start the worker "
                                            "pool");
     }
+    /* before the first submit, which nothing above can make */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&t->done_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&t->done_mu, NULL);
     t->serving = true;
     t->accepting = true;
     atomic_store(&t->accepting_a, true);
@@ -1965,6 +1985,8 @@ static void tcp_uninstall(struct tent_transport *base)
     pthread_cond_destroy(&t->pool_done);
     pthread_mutex_destroy(&t->pool_mu);
     pthread_mutex_destroy(&t->lock);
+    pthread_cond_destroy(&t->done_cv);
+    pthread_mutex_destroy(&t->done_mu);
 }
 
 static uint32_t tcp_caps(TENT_UNUSED struct tent_transport *t)
@@ -2188,9 +2210,48 @@ static void poll_yield(const struct tcp_task *k)
     sched_yield();
 }
 
-static int tcp_status(TENT_UNUSED struct tent_transport *t,
-                      struct tent_sub_batch *sbb, uint32_t slot,
-                      struct tent_xfer_status *out)
+/* A status poll that finds a task of STATUS_WAIT_MIN bytes or more still
+ * on its way, with no lent window out (whose bytes only polls and the lend
+ * thread's ticks move), sleeps until a slice of the transport ends, for at
+ * most STATUS_WAIT_NS: its bytes are moved by pool threads, and a caller
+ * that spins meanwhile burns a CPU they or the peer's server need.  One
+ * such wait per scan of a sub-batch (a poll of a slot at or before the last
+ * one polled starts a scan), so tent_overall_status waits once, not once
+ * per task.  Smaller tasks finish within a wake-up's time and keep the
+ * yield of poll_yield. */
+#define STATUS_WAIT_MIN (256u << 10)
+#define STATUS_WAIT_NS  1000000u
+
+static bool status_wait(struct tcp_transport *t, const struct tcp_sub *sb,
+                        uint32_t slot, struct tcp_task *k)
+{
+    static _Thread_local const struct tcp_sub *last_sb;
+    static _Thread_local uint32_t last_slot;
+    bool scan = sb != last_sb || slot <= last_slot;
+    last_sb = sb;
+    last_slot = slot;
+    if (k->length < STATUS_WAIT_MIN || !scan || atomic_load(&t->nlent) > 0)
+        return false;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + STATUS_WAIT_NS;
+    ts.tv_sec += (time_t)(ns / 1000000000u);
+    ts.tv_nsec = (long)(ns % 1000000000u);
+    pthread_mutex_lock(&t->done_mu);
+    atomic_fetch_add(&t->done_waiters, 1);
+    unsigned seq = t->done_seq;
+    /* slice_done's decrement comes before its look at done_waiters, this
+     * look at remaining after the increment: one of them sees the other */
+    while (t->done_seq == seq && atomic_load(&k->remaining) > 0)
+        if (pthread_cond_timedwait(&t->done_cv, &t->done_mu, &ts))
+            break;
+    atomic_fetch_sub(&t->done_waiters, 1);
+    pthread_mutex_unlock(&t->done_mu);
+    return true;
+}
+
+static int tcp_status(struct tent_transport *base, struct tent_sub_batch *sbb,
+                      uint32_t slot, struct tent_xfer_status *out)
 {
     struct tcp_sub *sb = (struct tcp_sub *)sbb;
     if (slot >= sb->base.capacity)
@@ -2200,8 +2261,10 @@ static int tcp_status(TENT_UNUSED struct tent_transport *t,
     memset(out, 0, sizeof(*out));
     if (atomic_load(&k->remaining) > 0 && k->peer) {
         peer_progress(k->peer);
-        if (atomic_load(&k->remaining) > 0) {
+        if (atomic_load(&k->remaining) > 0 &&
+            !status_wait(tcp_of(base), sb, slot, k))
             poll_yield(k);
+        if (atomic_load(&k->remaining) > 0) {
             out->state = TENT_XFER_PENDING;
             return TENT_OK;
         }
