@@ -42,6 +42,12 @@ static int load_settings(struct tent_engine *e)
         tent_log_set_level(l);
     }
 
+    /* read before create_engine (tent_create_engine); checked here */
+    bool quiet;
+    rc = tent_config_get_bool(e->cfg, "log_quiet", false, &quiet);
+    if (rc)
+        return rc;
+
     int64_t v;
     rc = tent_config_get_int_range(e->cfg, "max_failover_attempts", 3, 0, 255,
                                    &v);
