@@ -253,6 +253,29 @@ static bool fault_take(int li)
     return left != 0;
 }
 
+/* tent_libfabric_fault_eagain */
+static atomic_uint g_eagain_left;
+
+void tent_libfabric_fault_eagain(unsigned count)
+{
+    atomic_store(&g_eagain_left, count);
+}
+
+unsigned tent_libfabric_eagain_left(void)
+{
+    return atomic_load(&g_eagain_left);
+}
+
+/* Whether this post is to be answered FI_EAGAIN (one answer taken). */
+static bool eagain_take(void)
+{
+    unsigned left = atomic_load_explicit(&g_eagain_left, memory_order_relaxed);
+    while (left &&
+           !atomic_compare_exchange_weak(&g_eagain_left, &left, left - 1))
+        ;
+    return left != 0;
+}
+
 /* ---- hex ------------------------------------------------------------------
  */
 
@@ -822,8 +845,10 @@ static int post_slice_locked(struct lf_transport *lf, struct lf_task *task,
     uint64_t raddr = task->raddr + off;
     void *desc = task->lmr ? task->lmr->desc[li] : NULL;
     ssize_t rc;
-    bool fault = fault_take(li);
-    if (fault) {
+    bool fault = false;
+    if (eagain_take()) {
+        rc = -FI_EAGAIN; /* as a provider with full queues answers */
+    } else if ((fault = fault_take(li))) {
         rc = 0; /* completed below, failed, without the provider */
     } else if (task->opcode == OPCODE_READ) {
         rc = fi_read(ep, loc, len, desc, ent->fi_addr, raddr, task->keys[li],
