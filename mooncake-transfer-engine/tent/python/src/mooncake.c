@@ -284,13 +284,17 @@ static PyObject *mc_last_error(MCObject *self, PyObject *unused TENTPY_UNUSED)
 
 /* ---- initialize --------------------------------------------------------- */
 
-/* The transport initialize() installs for `asked`: tcp, shm or memfabric
- * (ascend means memfabric).  MC_FORCE_TCP set (to anything, as Mooncake
- * reads it) means tcp whatever was asked.  A protocol with no device here
- * runs tcp, with one warning (note) naming both.  NULL: refused. */
+/* The transport initialize() installs for `asked`: tcp, shm, memfabric
+ * (ascend means memfabric) or, for rdma, efa and cxi, libfabric with the
+ * protocol's provider (*fabric; do_initialize falls back to tcp when it
+ * does not install).  MC_FORCE_TCP set (to anything, as Mooncake reads it)
+ * means tcp whatever was asked.  A protocol with no device here runs tcp,
+ * with one warning (note) naming both.  NULL: refused. */
 static const char *choose_protocol(MCObject *self, const char *asked,
-                                   char *note, size_t note_len, bool *warning)
+                                   char *note, size_t note_len, bool *warning,
+                                   const char **fabric)
 {
+    *fabric = NULL;
     if (getenv("MC_FORCE_TCP")) {
         if (strcmp(asked, "tcp") != 0)
             snprintf(note, note_len,
@@ -306,6 +310,10 @@ static const char *choose_protocol(MCObject *self, const char *asked,
     if (classic_protocol_find(asked, &pr) == 0) {
         if (pr.kind >= 0)
             return classic_kind_names[pr.kind];
+        if (pr.fabric) {
+            *fabric = pr.fabric;
+            return classic_kind_names[CLASSIC_LIBFABRIC];
+        }
         snprintf(note, note_len,
                  "protocol '%s' has no device on this host (this engine has "
                  "no %s transport); the engine runs tcp instead (it moves "
@@ -387,10 +395,11 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
         set_last(self, "initialize: local_hostname is empty");
         return -1;
     }
-    char note[512] = "";
+    char note[1200] = "";
     bool note_is_warning = false;
-    const char *proto =
-        choose_protocol(self, proto_in, note, sizeof(note), &note_is_warning);
+    const char *fabric = NULL;
+    const char *proto = choose_protocol(self, proto_in, note, sizeof(note),
+                                        &note_is_warning, &fabric);
     if (!proto)
         return -1;
     char conn[1100];
@@ -409,10 +418,41 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
         set_last(self, "initialize: %s", msg);
         return -1;
     }
+    tent_engine_t e = NULL;
+    /* rdma, efa, cxi: libfabric alone with the protocol's provider; where
+     * it does not install (no such device), tcp with the warning */
+    if (fabric) {
+        struct classic_settings fs = set;
+        fs.xport[CLASSIC_LIBFABRIC] = CLASSIC_ON;
+        fs.xport[CLASSIC_TCP] = CLASSIC_OFF;
+        fs.quiet = true; /* its failure is the one warning below */
+        int n = snprintf(fs.fabric_provider, sizeof(fs.fabric_provider), "%s",
+                         fabric);
+        char why[768];
+        if (n < 0 || (size_t)n >= sizeof(fs.fabric_provider)) {
+            snprintf(why, sizeof(why), "the provider name is too long");
+        } else {
+            Py_BEGIN_ALLOW_THREADS;
+            e = classic_settings_start(&fs, why, sizeof(why));
+            Py_END_ALLOW_THREADS;
+        }
+        if (e) {
+            fs.quiet = false;
+            set = fs;
+        } else {
+            snprintf(note, sizeof(note),
+                     "protocol '%s' has no device on this host (libfabric "
+                     "provider %s: %s); the engine runs tcp instead",
+                     proto_in, fabric, why);
+            note_is_warning = true;
+            proto = "tcp";
+        }
+    }
     /* The protocol's transport, and only that one: tcp (on by default) is
      * turned off for another protocol; shm and memfabric stay as
      * MC_TENT_CONF says (off by default). */
-    int kind = strcmp(proto, "shm") == 0         ? CLASSIC_SHM
+    int kind = e                                 ? CLASSIC_LIBFABRIC
+               : strcmp(proto, "shm") == 0       ? CLASSIC_SHM
                : strcmp(proto, "memfabric") == 0 ? CLASSIC_MEMFABRIC
                                                  : CLASSIC_TCP;
     set.xport[kind] = CLASSIC_ON;
@@ -433,10 +473,11 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
                  device, proto_in, proto);
         log_to_python("warning", w);
     }
-    tent_engine_t e;
-    Py_BEGIN_ALLOW_THREADS;
-    e = classic_settings_start(&set, msg, sizeof(msg));
-    Py_END_ALLOW_THREADS;
+    if (!e) {
+        Py_BEGIN_ALLOW_THREADS;
+        e = classic_settings_start(&set, msg, sizeof(msg));
+        Py_END_ALLOW_THREADS;
+    }
     if (!e) {
         /* the cause (for a broken Ascend setup, the seed's words) in
          * last_error() and in the application's log */

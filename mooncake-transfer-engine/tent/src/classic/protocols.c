@@ -4,6 +4,7 @@
 #include "classic/protocols.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Mooncake's protocol names -> transports.def names: the one table.
@@ -53,9 +54,22 @@ const char *classic_protocol_xport(const char *proto)
 const char *classic_protocol_fabric(const char *proto)
 {
     for (size_t i = 0; proto && i < sizeof(g_protocols) / sizeof(*g_protocols);
-         i++)
-        if (strcmp(proto, g_protocols[i].proto) == 0)
-            return g_protocols[i].fabric;
+         i++) {
+        if (strcmp(proto, g_protocols[i].proto) != 0)
+            continue;
+        if (!g_protocols[i].fabric)
+            return NULL;
+        /* MC_FABRIC_PROVIDER_<PROTO> names another provider for it (a
+         * site's own, or tcp;ofi_rxm where there is no device) */
+        char name[64];
+        size_t k = 0;
+        k += (size_t)snprintf(name, sizeof(name), "MC_FABRIC_PROVIDER_");
+        for (const char *c = proto; *c && k + 1 < sizeof(name); c++)
+            name[k++] = (*c >= 'a' && *c <= 'z') ? (char)(*c - 'a' + 'A') : *c;
+        name[k] = '\0';
+        const char *v = getenv(name);
+        return v && *v ? v : g_protocols[i].fabric;
+    }
     return NULL;
 }
 

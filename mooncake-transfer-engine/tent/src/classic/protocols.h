@@ -14,8 +14,9 @@
 const char *classic_protocol_xport(const char *proto);
 
 /* The libfabric provider that runs a protocol's NICs ("verbs;ofi_rxm" for
- * rdma, "efa", "cxi"), or NULL: the libfabric transport with it stands in
- * for a transport this engine does not have, when it installs. */
+ * rdma, "efa", "cxi"; the environment's MC_FABRIC_PROVIDER_RDMA, _EFA or
+ * _CXI when set and not empty), or NULL: the libfabric transport with it
+ * stands in for a transport this engine does not have, when it installs. */
 const char *classic_protocol_fabric(const char *proto);
 
 /* The table's i-th protocol name and (xport, may be NULL) its transport;

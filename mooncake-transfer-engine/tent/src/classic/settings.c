@@ -650,6 +650,8 @@ static void *start_thread(void *arg)
     if (set->fabric_provider[0])
         bad |=
             stage_string("transports/libfabric/provider", set->fabric_provider);
+    if (set->quiet)
+        tent_set_config("log_quiet", "true");
     if (set->redis_password[0])
         bad |= stage_string("metadata_password", set->redis_password);
     if (set->redis_db >= 0)

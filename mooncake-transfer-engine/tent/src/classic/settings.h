@@ -69,15 +69,16 @@ int classic_parse_name(const char *s, struct classic_name *out);
 
 /* One tent engine's configuration, as tent_set_config keys. */
 struct classic_settings {
-    char meta_type[8];        /* metadata_type: p2p, etcd, redis, http */
-    char meta_servers[1024];  /* metadata_servers; "" with p2p */
-    char host[256];           /* rpc_server_hostname */
-    unsigned port;            /* rpc_server_port; 0 = from the range */
-    unsigned port_min;        /* rpc_server_port_range with port 0; */
-    unsigned port_max;        /*   0, 0 = an ephemeral port */
-    char segment_name[256];   /* local_segment_name; "" = <host>:<port> */
-    int npu;                  /* transports/memfabric/device_id, -1 = keep */
-    bool force_tcp;           /* MC_FORCE_TCP is set */
+    char meta_type[8];       /* metadata_type: p2p, etcd, redis, http */
+    char meta_servers[1024]; /* metadata_servers; "" with p2p */
+    char host[256];          /* rpc_server_hostname */
+    unsigned port;           /* rpc_server_port; 0 = from the range */
+    unsigned port_min;       /* rpc_server_port_range with port 0; */
+    unsigned port_max;       /*   0, 0 = an ephemeral port */
+    char segment_name[256];  /* local_segment_name; "" = <host>:<port> */
+    int npu;                 /* transports/memfabric/device_id, -1 = keep */
+    bool force_tcp;          /* MC_FORCE_TCP is set */
+    bool quiet; /* a probe: log_quiet staged, the start logs nothing */
     char redis_password[256]; /* metadata_password (MC_REDIS_PASSWORD) */
     int redis_db;             /* metadata_db (MC_REDIS_DB_INDEX), -1 = keep */
     enum classic_enable xport[CLASSIC_NKINDS];

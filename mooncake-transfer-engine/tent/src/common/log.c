@@ -79,8 +79,17 @@ void tent_log_emit(const char *level, const char *tag, const char *file,
     va_end(ap);
 }
 
+static _Thread_local bool t_muted;
+
+void tent_log_mute_thread(bool mute)
+{
+    t_muted = mute;
+}
+
 void tent_log_write(int level, const char *file, int line, const char *fmt, ...)
 {
+    if (t_muted)
+        return;
     va_list ap;
     va_start(ap, fmt);
     tent_log_vemit(tent_log_level_name(level), NULL, file, line, fmt, ap);

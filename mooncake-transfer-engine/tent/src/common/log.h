@@ -24,6 +24,9 @@ extern atomic_int tent_log_threshold;
 int tent_log_level_parse(const char *name);
 const char *tent_log_level_name(int level);
 void tent_log_set_level(int level);
+/* While mute is true, nothing the calling thread logs is written (an
+ * engine started in a thread of its own to probe a transport). */
+void tent_log_mute_thread(bool mute);
 
 void tent_log_write(int level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

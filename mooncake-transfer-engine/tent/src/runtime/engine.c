@@ -42,6 +42,12 @@ static int load_settings(struct tent_engine *e)
         tent_log_set_level(l);
     }
 
+    /* read before create_engine (tent_create_engine); checked here */
+    bool quiet;
+    rc = tent_config_get_bool(e->cfg, "log_quiet", false, &quiet);
+    if (rc)
+        return rc;
+
     int64_t v;
     rc = tent_config_get_int_range(e->cfg, "max_failover_attempts", 3, 0, 255,
                                    &v);
@@ -197,7 +203,7 @@ static int install_transports(struct tent_engine *e)
     return TENT_OK;
 }
 
-tent_engine_t tent_create_engine(void)
+static tent_engine_t create_engine(void)
 {
     struct tent_engine *e = calloc(1, sizeof(*e));
     if (!e) {
@@ -298,6 +304,24 @@ fail_config:
     free(e);
     (void)rc; /* the thread's last error already says what failed */
     return NULL;
+}
+
+/* log_quiet (staged by a caller that starts an engine only to see whether
+ * a transport installs): nothing this thread logs while the engine is
+ * created is written; a failure is still in tent_last_error(). */
+tent_engine_t tent_create_engine(void)
+{
+    struct tent_config *cfg = NULL;
+    bool quiet = false;
+    if (tent_config_snapshot(&cfg) == TENT_OK) {
+        if (tent_config_get_bool(cfg, "log_quiet", false, &quiet) != TENT_OK)
+            quiet = false;
+        tent_config_free(cfg);
+    }
+    tent_log_mute_thread(quiet);
+    tent_engine_t e = create_engine();
+    tent_log_mute_thread(false);
+    return e;
 }
 
 void tent_destroy_engine(tent_engine_t engine)

@@ -4,8 +4,10 @@
  *
  * Writes and reads of 1 B .. 4 MiB at odd offsets, every byte checked on
  * both ends (the target hashes its own memory); a batch of many requests
- * (more slices than the in-flight cap); a read-only buffer refuses writes;
- * once the target unregisters its buffer, reads of the range fail.
+ * (more slices than the in-flight cap); a storm of FI_EAGAIN answers is
+ * waited out, and one longer than timeout_ms fails the request with that
+ * cause; a read-only buffer refuses writes; once the target unregisters
+ * its buffer, reads of the range fail.
  *
  * Skipped (77) when the transport is not built, libfabric is not
  * installed, or the provider has no RMA endpoint here. */
@@ -193,6 +195,81 @@ static void test_batch(void **state)
     assert_int_equal(st.status, STATUS_COMPLETED);
     assert_int_equal(tent_free_batch(f->e, b), 0);
     assert_memory_equal(f->dst, f->src, (size_t)N * LEN);
+}
+
+/* An FI_EAGAIN storm (injected: tent_libfabric_fault_eagain, the next
+ * 3000 posts answered as by a provider with full queues) is waited out,
+ * not failed: a batch of writes and one of reads, more slices than the
+ * in-flight cap, all complete with every byte right, and the storm was
+ * used up on them. */
+static void test_eagain_storm(void **state)
+{
+    struct fixture *f = *state;
+    enum { N = 24, LEN = 300000, STORM = 3000 };
+    tent_request_t r[N];
+    e2e_pattern_fill(f->src, (size_t)N * LEN, 78);
+    for (int i = 0; i < N; i++)
+        r[i] = (tent_request_t){.opcode = OPCODE_WRITE,
+                                .source = f->src + (size_t)i * LEN,
+                                .target_id = f->seg,
+                                .target_offset =
+                                    f->peer.rw_base + (uint64_t)i * LEN,
+                                .length = LEN};
+    tent_status_t st;
+    for (int op = 0; op < 2; op++) {
+        if (op == 1) {
+            for (int i = 0; i < N; i++) {
+                r[i].opcode = OPCODE_READ;
+                r[i].source = f->dst + (size_t)i * LEN;
+            }
+            memset(f->dst, 0, (size_t)N * LEN);
+        }
+        tent_libfabric_fault_eagain(STORM);
+        tent_batch_id_t b = tent_allocate_batch(f->e, N);
+        assert_int_equal(tent_submit(f->e, b, r, N), 0);
+        assert_int_equal(e2e_wait(f->e, b, 30000, &st), 0);
+        unsigned left = tent_libfabric_eagain_left();
+        tent_libfabric_fault_eagain(0);
+        assert_int_equal(st.status, STATUS_COMPLETED);
+        assert_int_equal(left, 0);
+        assert_int_equal(tent_free_batch(f->e, b), 0);
+    }
+    assert_true(e2e_peer_hash(&f->peer, false, 0, (size_t)N * LEN) ==
+                e2e_fnv(f->src, (size_t)N * LEN));
+    assert_memory_equal(f->dst, f->src, (size_t)N * LEN);
+}
+
+/* A provider that answers FI_EAGAIN for longer than timeout_ms (3000):
+ * the request fails with TENT_ETIMEDOUT and a cause that says so, and
+ * once the provider takes posts again the next request completes. */
+static void test_eagain_forever(void **state)
+{
+    struct fixture *f = *state;
+    e2e_pattern_fill(f->src, 65536, 79);
+    tent_request_t r = {.opcode = OPCODE_WRITE,
+                        .source = f->src,
+                        .target_id = f->seg,
+                        .target_offset = f->peer.rw_base,
+                        .length = 65536};
+    tent_libfabric_fault_eagain(~0u);
+    tent_batch_id_t b = tent_allocate_batch(f->e, 1);
+    assert_int_equal(tent_submit(f->e, b, &r, 1), 0);
+    tent_status_t st;
+    assert_int_equal(e2e_wait(f->e, b, 30000, &st), 0);
+    tent_libfabric_fault_eagain(0);
+    assert_int_equal(st.status, STATUS_FAILED);
+    int code = 0, native = 0;
+    char msg[512] = "";
+    assert_int_equal(tent_task_error(f->e, b, 0, &code, &native, msg,
+                                     sizeof(msg)),
+                     0);
+    assert_int_equal(code, TENT_ETIMEDOUT);
+    assert_non_null(strstr(msg, "FI_EAGAIN"));
+    assert_int_equal(tent_free_batch(f->e, b), 0);
+    assert_int_equal(run(f, OPCODE_WRITE, f->src, f->peer.rw_base, 65536),
+                     STATUS_COMPLETED);
+    assert_true(e2e_peer_hash(&f->peer, false, 0, 65536) ==
+                e2e_fnv(f->src, 65536));
 }
 
 /* The read-only buffer: reads work, a write is refused and leaves it. */
@@ -574,6 +651,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_install),
         cmocka_unit_test_setup_teardown(test_sizes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_eagain_storm, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_eagain_forever, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_revoked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rdma_names, setup_rdma_policy,

@@ -150,6 +150,7 @@ struct lf_retry {
     struct lf_task *task;
     uint64_t off, len;
     uint32_t avoid;
+    uint64_t queued_ns;    /* when its rail failed */
     struct tent_xerr *why; /* the failure: the task's if no rail takes it */
     struct lf_retry *next;
 };
@@ -248,6 +249,29 @@ static bool fault_take(int li)
     unsigned left = atomic_load(&g_fault_left);
     while (left &&
            !atomic_compare_exchange_weak(&g_fault_left, &left, left - 1))
+        ;
+    return left != 0;
+}
+
+/* tent_libfabric_fault_eagain */
+static atomic_uint g_eagain_left;
+
+void tent_libfabric_fault_eagain(unsigned count)
+{
+    atomic_store(&g_eagain_left, count);
+}
+
+unsigned tent_libfabric_eagain_left(void)
+{
+    return atomic_load(&g_eagain_left);
+}
+
+/* Whether this post is to be answered FI_EAGAIN (one answer taken). */
+static bool eagain_take(void)
+{
+    unsigned left = atomic_load_explicit(&g_eagain_left, memory_order_relaxed);
+    while (left &&
+           !atomic_compare_exchange_weak(&g_eagain_left, &left, left - 1))
         ;
     return left != 0;
 }
@@ -718,6 +742,39 @@ static bool path_cause(int code)
     return code != TENT_ERANGE && code != TENT_EPERM;
 }
 
+/* Queues [off, +len) of task to be posted again on a rail not in avoid
+ * (the rails it failed on), why its failure; false (nothing queued) when
+ * the peer has no other rail or the task has failed already. */
+static bool retry_locked(struct lf_transport *lf, struct lf_task *task,
+                         uint64_t off, uint64_t len, uint32_t avoid,
+                         struct tent_xerr *why)
+{
+    struct lf_peer *p = task->peer;
+    uint32_t all = (1u << p->nrails) - 1;
+    if (!p->rs || (avoid & all) == all || task->err)
+        return false;
+    struct lf_retry *rt = calloc(1, sizeof(*rt));
+    if (!rt)
+        return false;
+    LOG_DEBUG("libfabric %s: %s of %" PRIu64 " bytes failed (%s); posting it "
+              "on another rail",
+              lf->provider, task->opcode == OPCODE_READ ? "read" : "write", len,
+              why->msg);
+    *rt = (struct lf_retry){.task = task,
+                            .off = off,
+                            .len = len,
+                            .avoid = avoid,
+                            .queued_ns = tent_now_ns(),
+                            .why = why};
+    if (lf->retries_tail)
+        lf->retries_tail->next = rt;
+    else
+        lf->retries = rt;
+    lf->retries_tail = rt;
+    task->retries++;
+    return true;
+}
+
 static void op_done_locked(struct lf_transport *lf, struct lf_op *op,
                            struct tent_xerr *err)
 {
@@ -741,35 +798,14 @@ static void op_done_locked(struct lf_transport *lf, struct lf_op *op,
         op->ent->stale = true;
         bool path = path_cause(err->code);
         uint32_t avoid = op->avoid | 1u << op->rail;
-        uint32_t all = (1u << p->nrails) - 1;
-        struct lf_retry *rt = NULL;
         if (p->rs) {
             if (path)
                 tent_rail_fail(p->rs, op->rail, op->len, &op->tk);
             else
                 tent_rail_complete(p->rs, op->rail, op->len, &op->tk);
         }
-        if (p->rs && path && (avoid & all) != all && !task->err &&
-            (rt = calloc(1, sizeof(*rt))) != NULL) {
-            LOG_DEBUG("libfabric %s: %s of %" PRIu64 " bytes failed on rail "
-                      "%s (%s); posting it on another rail",
-                      lf->provider,
-                      task->opcode == OPCODE_READ ? "read" : "write", op->len,
-                      lf->rails[op->ent->rail].name, err->msg);
-            *rt = (struct lf_retry){.task = task,
-                                    .off = op->off,
-                                    .len = op->len,
-                                    .avoid = avoid,
-                                    .why = err};
-            if (lf->retries_tail)
-                lf->retries_tail->next = rt;
-            else
-                lf->retries = rt;
-            lf->retries_tail = rt;
-            task->retries++;
-        } else {
+        if (!path || !retry_locked(lf, task, op->off, op->len, avoid, err))
             task_fail_locked(task, err);
-        }
     }
     op_free_locked(lf, op);
     settle_locked(task);
@@ -809,8 +845,10 @@ static int post_slice_locked(struct lf_transport *lf, struct lf_task *task,
     uint64_t raddr = task->raddr + off;
     void *desc = task->lmr ? task->lmr->desc[li] : NULL;
     ssize_t rc;
-    bool fault = fault_take(li);
-    if (fault) {
+    bool fault = false;
+    if (eagain_take()) {
+        rc = -FI_EAGAIN; /* as a provider with full queues answers */
+    } else if ((fault = fault_take(li))) {
         rc = 0; /* completed below, failed, without the provider */
     } else if (task->opcode == OPCODE_READ) {
         rc = fi_read(ep, loc, len, desc, ent->fi_addr, raddr, task->keys[li],
@@ -828,18 +866,30 @@ static int post_slice_locked(struct lf_transport *lf, struct lf_task *task,
                                  .context = &op->ctx};
         rc = fi_writemsg(ep, &msg, FI_COMPLETION | r->info->tx_attr->op_flags);
     }
-    if (rc) {
+    if (rc == -FI_EAGAIN) {
         if (p->rs)
             tent_rail_release(p->rs, k, len, &tk);
-        if (rc == -FI_EAGAIN)
-            return 1;
-        task_fail_locked(
-            task,
-            tent_xerr_new(TENT_EVENDOR, (int)-rc,
-                          "libfabric %s (%s): %s of %" PRIu64 " bytes: %s",
-                          lf->provider, r->name,
-                          task->opcode == OPCODE_READ ? "fi_read" : "fi_write",
-                          len, lf_err(lf, (int)rc)));
+        return 1;
+    }
+    if (rc) {
+        struct tent_xerr *e = tent_xerr_new(
+            TENT_EVENDOR, (int)-rc,
+            "libfabric %s (%s): %s of %" PRIu64 " bytes: %s", lf->provider,
+            r->name, task->opcode == OPCODE_READ ? "fi_read" : "fi_write", len,
+            lf_err(lf, (int)rc));
+        /* refused by the path (no route, no connection): nothing went out,
+         * so the slice may go to another rail at once */
+        bool path = path_cause(lf_cause((int)-rc));
+        if (p->rs && path)
+            tent_rail_fail(p->rs, k, len, &tk);
+        else if (p->rs)
+            tent_rail_release(p->rs, k, len, &tk);
+        if (path) {
+            ent->stale = true;
+            if (retry_locked(lf, task, off, len, avoid | 1u << k, e))
+                return 0;
+        }
+        task_fail_locked(task, e);
         return -1;
     }
     lf->free_ops = op->next_free;
@@ -931,6 +981,9 @@ static void expire_locked(struct lf_transport *lf, uint64_t now)
         if (!op->task || op->abandoned || now - op->posted_ns < limit)
             continue;
         struct lf_task *task = op->task;
+        /* failed, not posted on another rail: the operation may still
+         * complete later (a read into the task's buffer, a write into the
+         * peer's), after a retry's bytes, and it cannot be cancelled */
         task_fail_locked(
             task,
             tent_xerr_new(TENT_ETIMEDOUT, 0,
@@ -957,7 +1010,7 @@ static void expire_locked(struct lf_transport *lf, uint64_t now)
     while (*rp) {
         struct lf_retry *rt = *rp;
         struct lf_task *task = rt->task;
-        if (now - task->start_ns < limit) {
+        if (now < rt->queued_ns + limit) {
             rprev = rt;
             rp = &rt->next;
             continue;

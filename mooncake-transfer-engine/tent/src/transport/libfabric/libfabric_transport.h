@@ -10,5 +10,12 @@
 void tent_libfabric_fault_rail(int rail, unsigned count);
 /* Faults armed and not yet taken. */
 unsigned tent_libfabric_fault_left(void);
+/* For tests: the next count posts of any libfabric transport of the
+ * process (any rail) are answered FI_EAGAIN without reaching the provider,
+ * as a provider whose queues are full does; the slice waits and is posted
+ * again.  count 0 disarms it. */
+void tent_libfabric_fault_eagain(unsigned count);
+/* EAGAIN answers armed and not yet given. */
+unsigned tent_libfabric_eagain_left(void);
 
 #endif

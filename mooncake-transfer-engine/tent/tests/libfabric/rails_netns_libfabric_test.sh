@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# The libfabric transport's rails in network namespaces (issue 44, item 6):
+#   rails_netns_libfabric_test.sh <path to tent_rails_tool>
+#
+# The two hosts of scripts/lib/rails_net.sh (two veth pairs, shaped 1 and
+# 3 Gbit/s); target and initiator run the libfabric transport alone over
+# tcp;ofi_rxm, one rail per veth (max_rails 2: fi_getinfo lists both veths
+# before lo).  The initiator writes 1 MiB x 32 batches with --check (each
+# round writes a pattern of its own and reads it back: every byte is
+# compared) while rail 2's link goes down at the initiator and comes back.
+#
+# The contract (docs/transports/libfabric.md): an operation that fails or
+# does not complete within timeout_ms on a rail pauses that rail and its
+# slice goes to the other rail; a task fails only when no rail takes it,
+# with its cause, and the runtime retries it once against a fresh
+# descriptor.  So the test asserts: the run ends with status 0, no task
+# FAILED, no byte differs, both rails carried bytes before the link went
+# down, data keeps moving while it is down (every 1 s window after the
+# first timeout_ms sees completions), and after link-up rail 2 carries
+# bytes again within REJOIN_MS.  RAILS_TEST_KEEP=<dir> keeps the output.
+#
+# Needs root, iproute2 and tc (tbf); else it prints why and exits 77.
+set -u
+
+RAILS_TOOL=${1:?usage: rails_netns_libfabric_test.sh <path to tent_rails_tool>}
+HERE=$(cd "$(dirname "$0")" && pwd)
+LIB=$HERE/../../../../scripts/lib
+. "$LIB/rails_net.sh"
+. "$LIB/rails_run.sh"
+
+if ! why=$(rails_net_can); then
+    echo "SKIP rails_netns_libfabric_test: $why"
+    exit 77
+fi
+[ -x "$RAILS_TOOL" ] || {
+    echo "FAIL rails_netns_libfabric_test: tent_rails_tool not found at $RAILS_TOOL" >&2
+    exit 1
+}
+command -v fi_info >/dev/null 2>&1 || {
+    echo "SKIP rails_netns_libfabric_test: fi_info (libfabric-bin) not installed"
+    exit 77
+}
+
+SLACK=${RAILS_TIME_SLACK:-2}
+TIMEOUT_MS=1000 # transports/libfabric/timeout_ms: a dead rail's operations fail by then
+REJOIN_MS=$((2000 * SLACK))
+TICK=100
+
+RAILS_WORK=$(mktemp -d "${TMPDIR:-/tmp}/tent_lf_rails_test.XXXXXX")
+cleanup() {
+    rails_targets_stop
+    if [ -n "${RAILS_TEST_KEEP:-}" ]; then
+        mkdir -p "$RAILS_TEST_KEEP" && cp -r "$RAILS_WORK"/. "$RAILS_TEST_KEEP"/
+    fi
+    rails_net_down
+    rm -rf "$RAILS_WORK"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM HUP
+
+FAILS=0
+check() { # check <what> <condition (awk)> <figures...>
+    local what=$1 cond=$2
+    shift 2
+    if awk "BEGIN { exit !($cond) }"; then
+        echo "PASS $what ($*)"
+    else
+        echo "FAIL $what ($*)"
+        FAILS=$((FAILS + 1))
+    fi
+}
+show_logs() {
+    local f
+    for f in "$RAILS_WORK"/*.err; do
+        [ -s "$f" ] || continue
+        echo "---- $(basename "$f")"
+        tail -n 12 "$f"
+    done
+}
+
+# libfabric alone, tcp;ofi_rxm, the two veths as rails (both ends)
+LF=(--set transports/tcp/enable=false --set transports/shm/enable=false
+    --set transports/libfabric/enable=true
+    --set "transports/libfabric/provider=tcp;ofi_rxm"
+    --set transports/libfabric/max_rails=2
+    --set "transports/libfabric/timeout_ms=$TIMEOUT_MS"
+    --set transports/libfabric/rail_backoff_max_ms=800 ${RAILS_LF_EXTRA:-})
+
+rails_net_up "$$" 1gbit 3gbit || {
+    echo "FAIL rails_netns_libfabric_test: cannot set up the namespaces"
+    exit 1
+}
+# both ends must list the veths as their first two domains (rail k goes to
+# the peer's rail k); fi_info says what the transport will open
+for ns in "$RN_I" "$RN_T"; do
+    doms=$(ip netns exec "$ns" fi_info -p 'tcp;ofi_rxm' -t FI_EP_RDM 2>/dev/null |
+        awk '/domain:/ { if (!seen[$2]++) print $2 }' | head -n 2 | sort | tr '\n' ' ')
+    case "$doms" in
+    "${RN_PFX}"?1" ${RN_PFX}"?2" ") ;;
+    *)
+        echo "SKIP rails_netns_libfabric_test: tcp;ofi_rxm in $ns lists '$doms' first, not its two veths"
+        exit 77
+        ;;
+    esac
+done
+
+rails_target_start T 10.77.1.2 17787 64 "${LF[@]}" || {
+    echo "FAIL rails_netns_libfabric_test: the target did not start"
+    exit 1
+}
+
+rails_event_script "$RAILS_WORK/ev_down.sh" rails_net_link 2 down
+rails_event_script "$RAILS_WORK/ev_up.sh" rails_net_link 2 up
+res() {
+    local v
+    v=$(rails_result "$RAILS_WORK/$1" "$2")
+    echo "${v:--1}"
+}
+
+# scenario <name> <op>: rail 2's link down at 2.5 s, up at 6 s, 11 s of
+# <op> (write: each round read back)
+scenario() {
+    local n=$1 op=$2
+    rails_run "$RAILS_WORK/$n" T --op "$op" --seconds 11 --after-ms 500 \
+        --interval-ms $TICK --check "${LF[@]}" \
+        --event "2500=$RAILS_WORK/ev_down.sh" --event "6000=$RAILS_WORK/ev_up.sh"
+    RC=$?
+    rails_net_link 2 up
+    local ev1 ev2
+    ev1=$(rails_events "$RAILS_WORK/$n" | awk 'NR == 1 { print $2 }')
+    ev2=$(rails_events "$RAILS_WORK/$n" | awk 'NR == 2 { print $2 }')
+    echo "$n: $(grep '^result' "$RAILS_WORK/$n" || echo 'no result line')"
+    local failed
+    failed=$(res "$n" failed)
+    # an operation on the dead rail that does not complete within
+    # timeout_ms fails its task with that cause (its bytes may still land
+    # later: it is not posted elsewhere); nothing else fails
+    local named
+    named=$(grep -c "task FAILED: libfabric tcp;ofi_rxm (${RN_PFX}i2): $op of [0-9]* bytes not completed after $TIMEOUT_MS ms" \
+        "$RAILS_WORK/$n.err")
+    [ "$op" = write ] && named=$((named + $(grep -c "task FAILED: libfabric tcp;ofi_rxm (${RN_PFX}i2): read of [0-9]* bytes not completed after $TIMEOUT_MS ms" \
+        "$RAILS_WORK/$n.err")))
+    check "$n: every FAILED task names the timeout on rail 2" \
+        "$failed >= 0 && $named == $failed" "failed=$failed, with that cause $named"
+    check "$n: every byte checked" \
+        "$(res "$n" check_bytes) > 0 && $(res "$n" check_bad) == 0" \
+        "check_bytes=$(res "$n" check_bytes) check_bad=$(res "$n" check_bad)"
+    local ran
+    ran=$(rails_events "$RAILS_WORK/$n" | wc -l)
+    check "$n: the events ran" "$ran == 2" "$ran of 2, done at ${ev1:-?} ${ev2:-?} ms"
+    ev1=${ev1:-0}
+    ev2=${ev2:-0}
+    local before="$RAILS_WORK/$n.before" c1 c2 moving first back
+    awk -v e="$ev1" '/^tick / { split($2, t, "="); if (t[2] + 0 > e + 0) exit } { print }' \
+        "$RAILS_WORK/$n" >"$before"
+    c1=$(rails_first_carry "$before" both 1 0 1048576)
+    c2=$(rails_first_carry "$before" both 2 0 1048576)
+    check "$n: both rails carried bytes before the link went down" "$c1 >= 0 && $c2 >= 0" \
+        "first tick with >= 1 MiB: rail 1 at $c1 ms, rail 2 at $c2 ms"
+    moving=$(rails_min_rate "$RAILS_WORK/$n" $((ev1 + TIMEOUT_MS + 500)) "$ev2" 1000)
+    check "$n: data keeps moving over rail 1 while rail 2 is down" "$moving > 0" \
+        "least GB/s over 1 s of the outage after the first ${TIMEOUT_MS} ms: $moving"
+    first=$(rails_first_carry "$RAILS_WORK/$n" both 2 "$ev2" 1048576)
+    back=$(awk -v t="$first" -v e="$ev2" 'BEGIN { print (t < 0) ? 999999 : t - e }')
+    check "$n: link up: rail 2 carries bytes again within ${REJOIN_MS} ms" \
+        "$back <= $REJOIN_MS" "after $back ms"
+}
+scenario reads read
+scenario writes write
+
+rails_target_stop T
+trc=$?
+check "the target ended cleanly" "$trc == 0" "status $trc"
+
+if [ "$FAILS" -gt 0 ]; then
+    echo "FAIL rails_netns_libfabric_test: $FAILS check(s) failed"
+    show_logs
+    exit 1
+fi
+echo "PASS rails_netns_libfabric_test"
