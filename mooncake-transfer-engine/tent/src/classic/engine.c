@@ -370,6 +370,11 @@ static int fabric_stand_in(struct classic_engine *ce, const char *provider,
                  ce->set.fabric_provider);
         return -1; /* one provider per engine */
     }
+    if (strlen(provider) >= sizeof(ce->set.fabric_provider)) {
+        snprintf(why, len, "provider name '%.40s...' is longer than %zu bytes",
+                 provider, sizeof(ce->set.fabric_provider) - 1);
+        return -1;
+    }
     char saved[sizeof(ce->set.fabric_provider)];
     snprintf(saved, sizeof(saved), "%s", ce->set.fabric_provider);
     snprintf(ce->set.fabric_provider, sizeof(ce->set.fabric_provider), "%s",

@@ -394,6 +394,18 @@ static void test_install_transport(void **state)
     assert_int_equal(lines_with(log, "'rdma'", "provider verbs;ofi_rxm"), 1);
     assert_int_equal(lines_with(log, "'nvlink'", "tcp"), 1);
     free(log);
+    /* a provider name too long to keep is refused, not cut short */
+    char longname[101];
+    memset(longname, 'p', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    setenv("MC_FABRIC_PROVIDER_CXI", longname, 1);
+    capture_begin();
+    transport_t x = installTransport(e, "cxi", NULL);
+    log = capture_end();
+    unsetenv("MC_FABRIC_PROVIDER_CXI");
+    assert_ptr_equal(x, tcp);
+    assert_int_equal(lines_with(log, "'cxi'", "longer than 63 bytes"), 1);
+    free(log);
     name_of(e, after, sizeof(after));
     assert_string_equal(before, after);
     assert_int_equal(uninstallTransport(e, "tcp"), 0);
