@@ -735,8 +735,29 @@ static int prepare_all(struct tent_engine *e, const tent_request_t *entries,
     tent_pin_run_flush(&c->runs[0]);
     tent_pin_run_flush(&c->runs[1]);
     pthread_rwlock_unlock(&e->local->lock);
-    for (size_t i = 0; i < count && rc == TENT_OK; i++)
-        rc = select_for(e, c, i, &tasks[i], i ? &tasks[i - 1] : NULL);
+    for (size_t i = 0; i < count && rc == TENT_OK; i++) {
+        struct tent_task *t = &tasks[i];
+        const struct tent_task *prev = i ? &tasks[i - 1] : NULL;
+        /* Like the request before in everything select_for reads (same
+         * direction, buffers, target, hint, priority, policy; length and
+         * intent when policies may look at them): the same answer. */
+        if (prev && prev->req.opcode == t->req.opcode &&
+            prev->dst_buf == t->dst_buf && prev->src_buf == t->src_buf &&
+            prev->req.target_id == t->req.target_id &&
+            prev->req.transport_hint == t->req.transport_hint &&
+            prev->req.priority == t->req.priority &&
+            prev->policy == t->policy &&
+            (e->npolicies == 0 ||
+             (prev->req.length == t->req.length &&
+              prev->req.intent_type == t->req.intent_type))) {
+            memcpy(t->cands, prev->cands, sizeof(t->cands));
+            t->ncand = prev->ncand;
+            t->cand_pos = 0;
+            t->state = STATUS_WAITING;
+            continue;
+        }
+        rc = select_for(e, c, i, t, prev);
+    }
     if (rc != TENT_OK)
         for (size_t i = 0; i < pinned; i++)
             tent_task_unpin(&tasks[i]);

@@ -431,9 +431,13 @@ static int shm_free_sub(struct tent_transport *t, struct tent_sub_batch *base)
 {
     struct shm_sub *sb = (struct shm_sub *)base;
     for (size_t i = 0; i < sb->base.capacity; i++) {
-        task_release(shm_of(t), &sb->tasks[i]);
-        free(sb->tasks[i].err);
-        sb->tasks[i].err = NULL;
+        struct shm_task *k = &sb->tasks[i];
+        if (k->map || k->proc || k->unchecked)
+            task_release(shm_of(t), k);
+        if (k->err) {
+            free(k->err);
+            k->err = NULL;
+        }
     }
     /* kept as the spare, as released as a fresh one is zeroed */
     sb = atomic_exchange(&shm_of(t)->spare, sb);
