@@ -9,7 +9,12 @@
  * target in a second process, so that the runtime's headline cannot hide
  * transport cost.
  *
- * Usage: tent_runtime_bench [seconds per size and engine (default 1)] */
+ * Usage: tent_runtime_bench [seconds per size and engine (default 1)]
+ *        tent_runtime_bench --cycles N BATCH
+ * The second form runs exactly N cycles of BATCH requests on the metrics-on
+ * engine and nothing else: under `valgrind --tool=callgrind` (or perf stat)
+ * two runs with different N give instructions per request, a figure that
+ * the machine's load does not move. */
 #include "bench_target.h"
 #include "common/compiler.h"
 #include "common/config.h"
@@ -71,6 +76,7 @@ static int instant_submit(TENT_UNUSED struct tent_transport *t,
     for (size_t i = 0; i < n; i++) {
         s->len[reqs[i].slot] = reqs[i].length;
         res[i].code = TENT_OK;
+        res[i].done = true;
     }
     return TENT_OK;
 }
@@ -288,8 +294,35 @@ static int xp_measure(int shm, const struct xp_target *tg, const size_t *sizes,
     return 0;
 }
 
+/* --cycles N BATCH: a fixed amount of work, for instruction counts. */
+static int fixed_cycles(long cycles, size_t n)
+{
+    tent_transport_register(&instant_ops);
+    tent_set_config("log_level", "error");
+    const struct tent_transport_ops *ops[16];
+    size_t nops = tent_transport_registry_snapshot(ops, 16);
+    for (size_t i = 0; i < nops; i++) {
+        char key[128];
+        snprintf(key, sizeof(key), "transports/%s/enable", ops[i]->name);
+        tent_set_config(key, ops[i] == &instant_ops ? "true" : "false");
+    }
+    struct side on = {0};
+    if (n < 1 || n > 128 || side_init(&on, true))
+        return 1;
+    for (long k = 0; k < cycles; k++)
+        if (cycle(on.e, on.reqs, n)) {
+            fprintf(stderr, "cycle failed: %s\n", tent_last_error());
+            return 1;
+        }
+    side_fini(&on);
+    printf("%ld cycles of %zu requests\n", cycles, n);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "--cycles") == 0)
+        return fixed_cycles(atol(argv[2]), (size_t)atol(argv[3]));
     double secs = argc > 1 ? atof(argv[1]) : 1.0;
     if (secs <= 0)
         secs = 1.0;

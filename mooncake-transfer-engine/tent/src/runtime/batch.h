@@ -13,6 +13,7 @@
 #define TENT_RUNTIME_BATCH_H
 
 #include "runtime/engine.h"
+#include "runtime/metrics_hooks.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -133,6 +134,27 @@ static inline void tent_task_unpin_runs(struct tent_task *t,
     t->src_buf = t->dst_buf = NULL;
 }
 
+/* Makes PENDING task t, on transport xi, COMPLETED with bytes moved (at
+ * most its length): its handle is released in peers and its pins in runs
+ * (the caller applies both), or at once when NULL; counted in metrics;
+ * its runtime queue entry ends.  Batch lock held. */
+static inline void tent_task_complete(struct tent_engine *e,
+                                      struct tent_task *t, int xi,
+                                      uint64_t bytes, struct tent_pin_run *runs,
+                                      struct tent_peer_run *peers)
+{
+    tent_task_unpeer_run(t, peers); /* it left its transport */
+    t->state = STATUS_COMPLETED;
+    t->bytes = bytes < t->req.length ? bytes : t->req.length;
+    if (runs)
+        tent_task_unpin_runs(t, runs);
+    else
+        tent_task_unpin(t);
+    tmh_completed(e, t, xi, t->bytes);
+    if (t->rqn)
+        tent_rq_end(t, true, t->bytes);
+}
+
 /* Makes the task FAILED with its cause and unpins it. */
 static inline void tent_task_fail(struct tent_task *t, int code, int native,
                                   const char *msg)
@@ -154,6 +176,15 @@ const char *tent_xport_name(struct tent_engine *e, int xi);
  * limit, teardown, or a cause no transport can fix). */
 bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code,
                        int native, const char *msg);
+/* Records what transport xi said (rc, st) about PENDING task i's slot; may
+ * fail the task over (re-dispatching it).  A completed task's unpins are
+ * counted in runs and its handle in peers (the caller applies both), or
+ * applied at once when NULL.  Batch lock held. */
+int tent_task_apply_status(struct tent_engine *e, struct tent_batch *b,
+                           size_t i, int xi, int rc,
+                           const struct tent_xfer_status *st,
+                           bool allow_failover, struct tent_pin_run *runs,
+                           struct tent_peer_run *peers);
 /* Polls every task of a locked batch (releasing the lock around the
  * transport calls); returns the first query error. */
 int tent_batch_poll_all(struct tent_engine *e, struct tent_batch *b);

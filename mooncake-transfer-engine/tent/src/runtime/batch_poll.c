@@ -117,14 +117,11 @@ bool tent_task_advance(struct tent_engine *e, struct tent_task *t, int code,
     return true;
 }
 
-/* Records what transport xi said (rc, st) about PENDING task i's slot; may
- * fail the task over (re-dispatching it).  A completed task's unpins are
- * counted in runs (the caller applies them), or applied at once when runs
- * is NULL.  Batch lock held. */
-static int apply_status(struct tent_engine *e, struct tent_batch *b, size_t i,
-                        int xi, int rc, const struct tent_xfer_status *st,
-                        bool allow_failover, struct tent_pin_run *runs,
-                        struct tent_peer_run *peers)
+int tent_task_apply_status(struct tent_engine *e, struct tent_batch *b,
+                           size_t i, int xi, int rc,
+                           const struct tent_xfer_status *st,
+                           bool allow_failover, struct tent_pin_run *runs,
+                           struct tent_peer_run *peers)
 {
     struct tent_task *t = &b->tasks[i];
     if (t->state != STATUS_PENDING || t->xport != xi)
@@ -134,16 +131,7 @@ static int apply_status(struct tent_engine *e, struct tent_batch *b, size_t i,
     if (st->state == TENT_XFER_PENDING)
         return TENT_OK;
     if (st->state == TENT_XFER_COMPLETED) {
-        tent_task_unpeer_run(t, peers); /* it left its transport */
-        t->state = STATUS_COMPLETED;
-        t->bytes = st->bytes < t->req.length ? st->bytes : t->req.length;
-        if (runs)
-            tent_task_unpin_runs(t, runs);
-        else
-            tent_task_unpin(t);
-        tmh_completed(e, t, xi, t->bytes);
-        if (t->rqn)
-            tent_rq_end(t, true, t->bytes);
+        tent_task_complete(e, t, xi, st->bytes, runs, peers);
         return TENT_OK;
     }
     tent_task_unpeer(t);
@@ -178,7 +166,8 @@ static int poll_task(struct tent_engine *e, struct tent_batch *b, size_t i,
     int rc = tr->ops->status(tr, sb, t->lead, &st);
     pthread_mutex_lock(&b->lock);
     tent_slot_release(b, lead);
-    return apply_status(e, b, i, xi, rc, &st, allow_failover, NULL, NULL);
+    return tent_task_apply_status(e, b, i, xi, rc, &st, allow_failover, NULL,
+                                  NULL);
 }
 
 /* Sends the batch's notification once every task has completed (the send
@@ -307,9 +296,9 @@ int tent_batch_poll_all(struct tent_engine *e, struct tent_batch *b)
         struct tent_pin_run runs[2] = {{0}};
         struct tent_peer_run peers = {0};
         for (size_t k = 0; k < n; k++) {
-            int rc = apply_status(e, b, ents[k].task, ents[k].xi, ents[k].rc,
-                                  &ents[k].st, e->auto_failover_on_poll, runs,
-                                  &peers);
+            int rc = tent_task_apply_status(
+                e, b, ents[k].task, ents[k].xi, ents[k].rc, &ents[k].st,
+                e->auto_failover_on_poll, runs, &peers);
             if (rc && !first_err)
                 first_err = rc;
         }

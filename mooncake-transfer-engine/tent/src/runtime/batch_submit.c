@@ -26,6 +26,8 @@ struct seg_cache {
     bool refetched;
     /* repins of this call not yet applied (source, target) */
     struct tent_pin_run runs[2];
+    /* the last task of this call resolved for a read [0] and a write [1] */
+    const struct tent_task *last[2];
     /* The last peer handle taken, with one count of its own so that it
      * stays open while cached (peer_put by cache_drop). */
     struct tent_peer_ref *pref;
@@ -147,6 +149,8 @@ static bool flush_group(struct tent_engine *e, struct tent_batch *b, int xi,
         rc = tr->ops->alloc_sub_batch(tr, b->capacity, &b->subs[xi]);
     if (rc == TENT_OK) {
         struct tent_sub_batch *sb = b->subs[xi];
+        for (size_t j = 0; j < g->k; j++)
+            g->res[j].done = false;
         pthread_mutex_unlock(&b->lock);
         tr->ops->submit(tr, sb, g->x, g->k, g->res);
         pthread_mutex_lock(&b->lock);
@@ -175,22 +179,33 @@ static bool flush_group(struct tent_engine *e, struct tent_batch *b, int xi,
     }
     tmh_started(e, xi, started - writes, writes);
     /* Followers merged into a request follow its lead: in flight with it,
-     * or on to their own next transport with its cause. */
+     * or on to their own next transport with its cause.  A request the
+     * transport completed in submit is recorded now, lead and followers,
+     * as a status poll would have. */
     started = writes = 0;
+    struct tent_pin_run runs[2] = {{0}};
+    struct tent_peer_run peers = {0};
+    bool any_done = false;
     for (size_t j = 0; j < g->k; j++) {
-        const struct tent_task *lead = &b->tasks[g->x[j].slot];
+        struct tent_task *lead = &b->tasks[g->x[j].slot];
+        bool ok = lead->state == STATUS_PENDING && lead->xport == xi;
+        bool done = ok && g->res[j].done;
+        any_done |= done;
         for (size_t i = g->x[j].slot; i < g->x[j].slot + g->ntasks[j]; i++) {
             struct tent_task *t = &b->tasks[i];
             tent_slot_release(b, t);
-            if (t == lead)
-                continue;
-            if (lead->state == STATUS_PENDING && lead->xport == xi) {
+            if (t != lead && ok) {
                 t->state = STATUS_PENDING;
                 t->xport = t->last_xport = (int8_t)xi;
                 started++;
                 writes += t->req.opcode == OPCODE_WRITE;
+            }
+            if (done) {
+                tent_task_complete(e, t, xi, t->req.length, runs, &peers);
                 continue;
             }
+            if (t == lead || ok)
+                continue;
             t->lead = (uint32_t)i;
             tmh_refused(e, t, xi);
             again |= tent_task_advance(
@@ -199,6 +214,11 @@ static bool flush_group(struct tent_engine *e, struct tent_batch *b, int xi,
         }
     }
     tmh_started(e, xi, started - writes, writes);
+    if (any_done) {
+        tent_pin_run_flush(&runs[0]);
+        tent_pin_run_flush(&runs[1]);
+        tent_peer_run_flush(&peers);
+    }
     g->k = 0;
     return again;
 }
@@ -264,12 +284,19 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
     bool again = true;
     while (again) {
         again = false;
+        /* a task waiting for its descriptor: refetch_waiting has work */
+        bool refetch = false;
         for (int xi = 0; xi < e->nxports; xi++) {
             g->k = 0;
             for (size_t i = first; i < first + n; i++) {
                 struct tent_task *t = &b->tasks[i];
-                if (t->state != STATUS_WAITING || t->busy || t->needs_refetch ||
-                    t->cands[t->cand_pos] != xi)
+                if (t->state != STATUS_WAITING || t->busy)
+                    continue;
+                if (t->needs_refetch) {
+                    refetch = true;
+                    continue;
+                }
+                if (t->cands[t->cand_pos] != xi)
                     continue;
                 if (!seg_lookup(e, &c, t->req.target_id)) {
                     /* Closed since the task was accepted: it cannot start. */
@@ -316,7 +343,7 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
             cache_flush(&c);
             again |= flush_group(e, b, xi, g);
         }
-        if (!again) {
+        if (!again && (refetch || e->nxports == 0)) {
             cache_drop(&c);
             again = refetch_waiting(e, b, first, n);
         }
@@ -351,8 +378,10 @@ static struct tent_buffer *find_pinned(struct tent_segment *seg, uint64_t addr,
     return buf;
 }
 
-/* Checks the fields of request i that need no lookup. */
-static int check_request(const tent_request_t *r, size_t i)
+/* Checks the fields of request i that need no lookup.  *hint_ok is a
+ * transport_hint already found valid in this call: the requests of a call
+ * mostly share one, and naming it means a registry walk. */
+static int check_request(const tent_request_t *r, size_t i, int *hint_ok)
 {
     if (r->opcode != OPCODE_READ && r->opcode != OPCODE_WRITE)
         return tent_set_error(TENT_EINVAL,
@@ -372,11 +401,13 @@ static int check_request(const tent_request_t *r, size_t i)
             "0..2",
             i, r->priority);
     if (r->transport_hint != TRANSPORT_UNSPEC &&
+        r->transport_hint != *hint_ok &&
         strcmp(tent_transport_type_name(r->transport_hint), "unknown") == 0)
         return tent_set_error(TENT_EINVAL,
                               "tent_submit: request %zu: transport_hint %d is "
                               "not a TRANSPORT_* value",
                               i, r->transport_hint);
+    *hint_ok = r->transport_hint;
     if ((uintptr_t)r->source + r->length < (uintptr_t)r->source ||
         r->target_offset + r->length < r->target_offset)
         return tent_set_error(TENT_EINVAL,
@@ -404,8 +435,7 @@ static struct tent_buffer *repin(struct tent_pin_run *run,
  * Caller holds e->local->lock (read).  On failure (or NEED_REFETCH) t holds
  * only its own pins (the caller unpins). */
 static int resolve(struct tent_engine *e, struct seg_cache *c,
-                   const tent_request_t *r, size_t i, struct tent_task *t,
-                   const struct tent_task *prev)
+                   const tent_request_t *r, size_t i, struct tent_task *t)
 {
     t->req = *r;
     t->src_buf = t->dst_buf = NULL;
@@ -451,8 +481,10 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
                               "not a TENT_INTENT_* value",
                               i, r->intent_type);
     bool write = r->opcode == OPCODE_WRITE;
-    /* the request before, same direction, found the range granting it */
-    bool same = prev && prev->req.opcode == r->opcode;
+    /* the last request of this call in the same direction found the range
+     * granting it (reads and writes may alternate) */
+    const struct tent_task *prev = c->last[write];
+    bool same = prev != NULL;
     t->src_buf = same ? repin(&c->runs[0], prev->src_buf, (uintptr_t)r->source,
                               r->length)
                       : NULL;
@@ -491,6 +523,7 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
                               "is outside the buffers of segment '%s'",
                               i, (unsigned long long)r->target_offset,
                               (unsigned long long)r->length, seg->v.name);
+    c->last[write] = t;
     return TENT_OK;
 }
 
@@ -688,8 +721,9 @@ static int prepare_all(struct tent_engine *e, const tent_request_t *entries,
                        size_t count, struct tent_task *tasks,
                        struct seg_cache *c)
 {
+    int hint_ok = TRANSPORT_UNSPEC;
     for (size_t i = 0; i < count; i++) {
-        int rc = check_request(&entries[i], i);
+        int rc = check_request(&entries[i], i, &hint_ok);
         if (rc)
             return rc;
     }
@@ -697,13 +731,33 @@ static int prepare_all(struct tent_engine *e, const tent_request_t *entries,
     int rc = TENT_OK;
     pthread_rwlock_rdlock(&e->local->lock);
     for (; pinned < count && rc == TENT_OK; pinned++)
-        rc = resolve(e, c, &entries[pinned], pinned, &tasks[pinned],
-                     pinned ? &tasks[pinned - 1] : NULL);
+        rc = resolve(e, c, &entries[pinned], pinned, &tasks[pinned]);
     tent_pin_run_flush(&c->runs[0]);
     tent_pin_run_flush(&c->runs[1]);
     pthread_rwlock_unlock(&e->local->lock);
-    for (size_t i = 0; i < count && rc == TENT_OK; i++)
-        rc = select_for(e, c, i, &tasks[i], i ? &tasks[i - 1] : NULL);
+    for (size_t i = 0; i < count && rc == TENT_OK; i++) {
+        struct tent_task *t = &tasks[i];
+        const struct tent_task *prev = i ? &tasks[i - 1] : NULL;
+        /* Like the request before in everything select_for reads (same
+         * direction, buffers, target, hint, priority, policy; length and
+         * intent when policies may look at them): the same answer. */
+        if (prev && prev->req.opcode == t->req.opcode &&
+            prev->dst_buf == t->dst_buf && prev->src_buf == t->src_buf &&
+            prev->req.target_id == t->req.target_id &&
+            prev->req.transport_hint == t->req.transport_hint &&
+            prev->req.priority == t->req.priority &&
+            prev->policy == t->policy &&
+            (e->npolicies == 0 ||
+             (prev->req.length == t->req.length &&
+              prev->req.intent_type == t->req.intent_type))) {
+            memcpy(t->cands, prev->cands, sizeof(t->cands));
+            t->ncand = prev->ncand;
+            t->cand_pos = 0;
+            t->state = STATUS_WAITING;
+            continue;
+        }
+        rc = select_for(e, c, i, t, prev);
+    }
     if (rc != TENT_OK)
         for (size_t i = 0; i < pinned; i++)
             tent_task_unpin(&tasks[i]);

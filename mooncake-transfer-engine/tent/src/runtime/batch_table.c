@@ -247,7 +247,8 @@ void tent_batch_recycle(struct tent_batch *b)
     free(b->notif_msg);
     b->notif_name = b->notif_msg = NULL;
     for (size_t i = 0; i < b->ntasks; i++)
-        free(b->tasks[i].error_msg);
+        if (b->tasks[i].error_msg)
+            free(b->tasks[i].error_msg);
     b->ntasks = 0;
     if (b->tasks_cap > KEEP_TASKS) {
         free(b->tasks);

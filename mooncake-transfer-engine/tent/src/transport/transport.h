@@ -232,6 +232,12 @@ struct tent_xfer_result {
     int code;   /* 0: started (its status will become terminal); else it did
                    not start and touched no memory */
     int native; /* when code != 0 */
+    /* code 0 and already COMPLETED with all its bytes (a transport that
+     * copies in submit and needs no later check): the runtime records the
+     * outcome at once and asks status no more for the slot.  The runtime
+     * clears it before each submit; a transport may leave it alone (one
+     * that wraps another and decides completion itself clears it). */
+    bool done;
     char msg[160];
 };
 
@@ -472,8 +478,10 @@ struct tent_transport_ops {
      * network or the vendor).  res[i].code = 0 when request i started (its
      * status will become terminal), else a negative TENT_E* code with its
      * native code and message (tent_xres_fail): it did not start, touched
-     * no memory and may go to another transport.  Returns 0 when all
-     * started, else the first failure code. */
+     * no memory and may go to another transport; res[i].done = true when
+     * it has also completed (its status would say COMPLETED with every
+     * byte from now on).  Returns 0 when all started, else the first
+     * failure code. */
     int (*submit)(struct tent_transport *t, struct tent_sub_batch *sb,
                   const struct tent_xfer *reqs, size_t n,
                   struct tent_xfer_result *res);

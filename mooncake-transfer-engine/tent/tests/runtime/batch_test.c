@@ -487,6 +487,68 @@ static void test_merge_keeps_order_of_overlapping_chain(void **state)
         assert_memory_equal(on + i * 8, on, 8);
 }
 
+/* A transport that completes requests in submit (tent_xfer_result.done):
+ * the tasks, merged followers included, are COMPLETED as soon as submit
+ * returns and the transport is never asked about them; reads and writes
+ * in one call move the right bytes and leave no buffer pinned. */
+static void test_done_at_submit(void **state)
+{
+    (void)state;
+    tu_config((const char *const[]){"fake_a", NULL});
+    tent_set_config("merge_requests", "true");
+    tent_engine_t e = tent_create_engine();
+    assert_non_null(e);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    fake_behavior[0].done_at_submit = true;
+    for (size_t i = 0; i < LEN; i++) {
+        p.src[i] = (char)(i * 7 + 1);
+        p.dst[i] = (char)(i * 3 + 2);
+    }
+    tent_batch_id_t b = tent_allocate_batch(e, 8);
+    tent_request_t r[8];
+    for (size_t i = 0; i < 4; i++) /* contiguous: merged into one */
+        r[i] = tu_write(&p, i * 100, 100);
+    for (size_t i = 4; i < 8; i++) { /* reads and writes alternate */
+        r[i] = tu_write(&p, i * 4096, 512 + i);
+        if (i % 2)
+            r[i].opcode = OPCODE_READ;
+    }
+    static char want_src[LEN], want_dst[LEN];
+    memcpy(want_src, p.src, LEN);
+    memcpy(want_dst, p.dst, LEN);
+    for (size_t i = 0; i < 8; i++) {
+        size_t off = (size_t)((char *)r[i].source - p.src);
+        if (r[i].opcode == OPCODE_WRITE)
+            memcpy(want_dst + off, want_src + off, r[i].length);
+        else
+            memcpy(want_src + off, want_dst + off, r[i].length);
+    }
+    assert_int_equal(tent_submit(e, b, r, 8), TENT_OK);
+    tent_status_t list[8];
+    size_t n = 8;
+    assert_int_equal(tent_task_status_list(e, b, list, &n), TENT_OK);
+    for (size_t i = 0; i < 8; i++) {
+        assert_int_equal(list[i].status, STATUS_COMPLETED);
+        assert_int_equal(list[i].transferred_bytes, r[i].length);
+    }
+    assert_int_equal(atomic_load(&fake_stats[0].status_calls), 0);
+    assert_int_equal(atomic_load(&fake_stats[0].submitted), 5); /* 4 merged */
+    assert_memory_equal(p.src, want_src, LEN);
+    assert_memory_equal(p.dst, want_dst, LEN);
+    /* no pin left: the batch frees at once and the memory unregisters */
+    struct tent_batch *bt = tent_batch_peek(tent_engine_cast(e), b);
+    assert_non_null(bt);
+    for (size_t i = 0; i < 8; i++) {
+        assert_null(bt->tasks[i].src_buf);
+        assert_null(bt->tasks[i].dst_buf);
+        assert_null(bt->tasks[i].peer);
+    }
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -501,6 +563,7 @@ int main(void)
         TU_TEST(test_merge_requests),
         TU_TEST(test_merge_keeps_order_of_overlapping_chain),
         TU_TEST(test_free_in_flight_is_deferred),
+        TU_TEST(test_done_at_submit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -127,6 +127,11 @@ static int fake_submit(struct tent_transport *t, struct tent_sub_batch *sb,
         if (reqs[i].opcode == OPCODE_WRITE && reqs[i].durable)
             atomic_fetch_add(&fake_stats[w].durable_writes, 1);
         res[i].code = TENT_OK;
+        if (b->done_at_submit && !b->fail_completion && !b->never_complete &&
+            !b->complete_after_ns && b->polls_before_done == 0) {
+            res[i].done = true;
+            atomic_fetch_add(&fake_stats[w].completed, 1);
+        }
     }
     return first;
 }

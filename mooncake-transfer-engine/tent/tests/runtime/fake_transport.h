@@ -36,6 +36,7 @@ struct fake_behavior {
     uintptr_t refuse_buffer_base; /* add_buffer of a buffer here: TENT_EIO */
     int fail_native;              /* native of a failed completion (-1) */
     bool durable; /* read at install: the instance's tent_transport.durable */
+    bool done_at_submit; /* tent_xfer_result.done: COMPLETED in submit */
 };
 
 struct fake_stats {

@@ -155,6 +155,9 @@ static int fault_submit(struct tent_transport *t, struct tent_sub_batch *sb,
         inner_of(t)->ops->submit(inner_of(t), s->inner, fwd, k, fwd_res);
         for (size_t j = 0; j < k; j++) {
             res[fwd_idx[j]] = fwd_res[j];
+            /* completion is this wrapper's to report (delays, faults):
+             * never "done at submit" */
+            res[fwd_idx[j]].done = false;
             if (fwd_res[j].code != TENT_OK) {
                 if (!first)
                     first = fwd_res[j].code;

@@ -97,6 +97,7 @@ struct shm_task {
 struct shm_sub {
     struct tent_sub_batch base;
     struct shm_task *tasks;
+    size_t room; /* tasks allocated (>= base.capacity when reused) */
 };
 
 /* lock guards the peers' maps and control pages; it is taken under no
@@ -112,6 +113,9 @@ struct shm_transport {
     struct shm_ctl_owner own;
     pthread_mutex_t lock;
     atomic_size_t nmaps; /* mappings alive, listed or awaiting checks */
+    /* The last sub-batch freed, its tasks released: the next batch takes
+     * it instead of allocating and zeroing one. */
+    _Atomic(struct shm_sub *) spare;
 };
 
 size_t tent_shm_mapping_count(struct tent_transport *t)
@@ -196,6 +200,9 @@ static int shm_install(struct tent_transport *base)
 static void shm_uninstall(struct tent_transport *base)
 {
     struct shm_transport *t = shm_of(base);
+    struct shm_sub *sp = atomic_exchange(&t->spare, NULL);
+    if (sp)
+        tent_sub_batch_delete(&sp->base, sp->tasks);
     pthread_mutex_destroy(&t->lock);
     if (base->env) {
         base->env->publish_attr(base->env->ctx, SHM_CTL_ATTR, NULL);
@@ -376,11 +383,21 @@ static int shm_remove_buffer(struct tent_transport *base,
 static int shm_alloc_sub(struct tent_transport *t, size_t capacity,
                          struct tent_sub_batch **out)
 {
+    struct shm_sub *sp = atomic_exchange(&shm_of(t)->spare, NULL);
+    if (sp && sp->room >= capacity) {
+        sp->base.capacity = capacity;
+        *out = &sp->base;
+        return TENT_OK;
+    }
+    if (sp)
+        tent_sub_batch_delete(&sp->base, sp->tasks);
     struct shm_task *tasks;
     int rc = tent_sub_batch_new(t, sizeof(struct shm_sub), capacity,
                                 sizeof(*tasks), (void **)&tasks, out);
-    if (!rc)
+    if (!rc) {
         ((struct shm_sub *)*out)->tasks = tasks;
+        ((struct shm_sub *)*out)->room = capacity;
+    }
     return rc;
 }
 
@@ -414,10 +431,18 @@ static int shm_free_sub(struct tent_transport *t, struct tent_sub_batch *base)
 {
     struct shm_sub *sb = (struct shm_sub *)base;
     for (size_t i = 0; i < sb->base.capacity; i++) {
-        task_release(shm_of(t), &sb->tasks[i]);
-        free(sb->tasks[i].err);
+        struct shm_task *k = &sb->tasks[i];
+        if (k->map || k->proc || k->unchecked)
+            task_release(shm_of(t), k);
+        if (k->err) {
+            free(k->err);
+            k->err = NULL;
+        }
     }
-    tent_sub_batch_delete(&sb->base, sb->tasks);
+    /* kept as the spare, as released as a fresh one is zeroed */
+    sb = atomic_exchange(&shm_of(t)->spare, sb);
+    if (sb)
+        tent_sub_batch_delete(&sb->base, sb->tasks);
     return TENT_OK;
 }
 
@@ -793,6 +818,8 @@ static int submit_one(struct shm_transport *t, const struct tent_xfer *x,
     return TENT_OK;
 }
 
+static void task_settle(struct shm_transport *t, struct shm_task *k);
+
 static int shm_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
                       const struct tent_xfer *reqs, size_t n,
                       struct tent_xfer_result *res)
@@ -825,6 +852,18 @@ static int shm_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
         }
     }
     run_end(t, &c, sb, reqs, n);
+    /* Every copy of this call has finished: one check now (per mapping,
+     * as a status round would make) vouches for them all, so the runtime
+     * need not ask again.  A copy the check does not vouch for stays as
+     * it is and is settled by status. */
+    for (size_t i = 0; i < n; i++) {
+        if (res[i].code != TENT_OK)
+            continue;
+        struct shm_task *k = &sb->tasks[reqs[i].slot];
+        if (k->unchecked)
+            task_settle(t, k);
+        res[i].done = k->state == TENT_XFER_COMPLETED;
+    }
     return first;
 }
 
