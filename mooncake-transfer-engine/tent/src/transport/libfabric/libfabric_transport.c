@@ -203,8 +203,9 @@ struct lf_transport {
     long spin_ns;  /* after activity, poll this long before sleeping */
     bool fds_wait; /* every rail has a wait fd that sees a peer's traffic */
     int efd;       /* eventfd: submit and stop wake the progress thread */
-    atomic_bool sleeping; /* the progress thread is in (or near) ppoll */
-    atomic_uint kicks;    /* submits that posted or queued work */
+    atomic_bool sleeping;       /* the progress thread is in (or near) ppoll */
+    atomic_uint kicks;          /* submits that posted or queued work */
+    _Atomic uint64_t status_ns; /* when a caller last polled status */
     uint64_t promo_ns;
     struct tent_sched_params sp;
 
@@ -1162,18 +1163,57 @@ static bool lf_trywait(struct lf_transport *lf)
     return true;
 }
 
-/* The progress thread.  After activity (a completion, a submit, a wait fd
- * that fired) it polls the CQs for spin_ns.  Then it sleeps in one ppoll
- * over the rails' wait fds and the eventfd: when every rail has a wait fd
- * that sees a peer's traffic, after fi_trywait, until something happens
- * (bounded: LF_WAIT_BUSY_NS with operations out, LF_WAIT_IDLE_NS without);
- * otherwise for a pause doubling from LF_PAUSE_MIN_NS up to LF_PAUSE_BUSY_NS
- * while operations are out and up to idle_ns when idle, since a peer's RMA
- * on our memory may need our manual progress. */
+/* The spin after activity, as tcp's RPC workers do it: a spin that runs
+ * out without new activity makes the next 2^k - 1 activities go without
+ * one after k such spins in a row (k <= 6), so sparse traffic or a
+ * crowded machine costs little spinning. */
+struct lf_spin {
+    uint64_t end; /* spin until then */
+    bool on;      /* a spin is running */
+    int misses, skip;
+};
+
+static void spin_activity(struct lf_spin *sp, uint64_t now, long spin_ns)
+{
+    if (sp->on && now < sp->end)
+        sp->misses = 0; /* the spin caught it */
+    if (sp->skip > 0) {
+        sp->skip--;
+        sp->on = false;
+        sp->end = 0;
+        return;
+    }
+    sp->on = spin_ns > 0;
+    sp->end = now + (uint64_t)spin_ns;
+}
+
+/* The thread goes to sleep: a spin that ran its length counts a miss. */
+static void spin_over(struct lf_spin *sp, uint64_t now)
+{
+    if (sp->on && now >= sp->end) {
+        if (sp->misses < 6)
+            sp->misses++;
+        sp->skip = (1 << sp->misses) - 1;
+    }
+    sp->on = false;
+    sp->end = 0;
+}
+
+#define LF_CALLER_NS     100000UL
 #define LF_PAUSE_MIN_NS  2000L
 #define LF_PAUSE_BUSY_NS 50000L
 #define LF_WAIT_BUSY_NS  1000000L
 #define LF_WAIT_IDLE_NS  200000000L
+/* The progress thread.  After activity (a completion, a submit, a wait fd
+ * that fired, a peer's RMA the FI_RMA_EVENT counter saw) it polls the CQs
+ * for spin_ns, unless a caller is polling status (it reads the CQs
+ * itself).  Then it sleeps in one ppoll over the rails' wait fds and the
+ * eventfd: when every rail has a wait fd that sees a peer's traffic, after
+ * fi_trywait, until something happens (bounded: LF_WAIT_BUSY_NS with
+ * operations out, LF_WAIT_IDLE_NS without); otherwise for a pause doubling
+ * from LF_PAUSE_MIN_NS up to LF_PAUSE_BUSY_NS while operations are out
+ * (LF_WAIT_BUSY_NS while a caller polls) and up to idle_ns when idle,
+ * since a peer's RMA on our memory may need our manual progress. */
 static void *progress_main(void *arg)
 {
     struct lf_transport *lf = arg;
@@ -1187,7 +1227,7 @@ static void *progress_main(void *arg)
         if (lf->rails[k].wait_fd >= 0)
             pfd[nfd++] =
                 (struct pollfd){.fd = lf->rails[k].wait_fd, .events = POLLIN};
-    uint64_t active_ns = tent_now_ns();
+    struct lf_spin sp = {0};
     long pause = LF_PAUSE_MIN_NS;
     unsigned seen = atomic_load(&lf->kicks);
     for (;;) {
@@ -1207,15 +1247,22 @@ static void *progress_main(void *arg)
         if (stop)
             return NULL;
         unsigned kicks = atomic_load(&lf->kicks);
-        int got = lf_poll(lf, true);
-        if (got > 0 || kicks != seen || lf_served(lf)) {
-            seen = kicks;
-            active_ns = tent_now_ns();
+        bool act = lf_poll(lf, true) > 0 || kicks != seen || lf_served(lf);
+        seen = kicks;
+        now = tent_now_ns();
+        /* a caller polling status reads the CQs itself: no second
+         * spinner (on a small machine it would take the caller's core) */
+        bool caller =
+            now - atomic_load_explicit(&lf->status_ns, memory_order_relaxed) <
+            LF_CALLER_NS;
+        if (act) {
+            spin_activity(&sp, now, lf->spin_ns);
             pause = LF_PAUSE_MIN_NS;
             continue;
         }
-        if (tent_now_ns() - active_ns < (uint64_t)lf->spin_ns)
+        if (now < sp.end && !caller)
             continue;
+        spin_over(&sp, now);
         long ns;
         int n = lf->fds_wait ? nfd : 1;
         if (lf->fds_wait) {
@@ -1224,7 +1271,9 @@ static void *progress_main(void *arg)
             ns = busy ? LF_WAIT_BUSY_NS : LF_WAIT_IDLE_NS;
         } else {
             ns = pause;
-            long cap = busy ? LF_PAUSE_BUSY_NS : lf->idle_ns;
+            long cap = !busy    ? lf->idle_ns
+                       : caller ? LF_WAIT_BUSY_NS
+                                : LF_PAUSE_BUSY_NS;
             pause = pause * 2 > cap ? cap : pause * 2;
             if (ns > cap)
                 ns = cap;
@@ -1247,7 +1296,7 @@ static void *progress_main(void *arg)
             (void)r;
         }
         /* traffic (ours or a peer's): stay awake for the next one */
-        active_ns = tent_now_ns();
+        spin_activity(&sp, tent_now_ns(), lf->spin_ns);
         pause = LF_PAUSE_MIN_NS;
     }
 }
@@ -1896,6 +1945,7 @@ static int lf_status(struct tent_transport *t, struct tent_sub_batch *sb,
         return tent_set_error(TENT_EINVAL, "libfabric: slot %u out of range",
                               slot);
     /* The caller's poll drives progress too (no thread hand-off). */
+    atomic_store_explicit(&lf->status_ns, tent_now_ns(), memory_order_relaxed);
     lf_poll(lf, false);
     pthread_mutex_lock(&lf->lock);
     struct lf_task *task = &s->tasks[slot];
