@@ -58,6 +58,7 @@
 #define LF_FI_VER          FI_VERSION(1, 9)
 #define LF_MAX_RETIRED     256 /* replaced endpoints of rebuilt pairs, open */
 #define LF_DEFAULT_SPIN_US 50
+#define LF_CALLER_NS       100000UL /* a status poll this recent: polling */
 #define LF_DEFAULT_IDLE_US 10000
 
 static const char *const default_providers[] = {"verbs;ofi_rxm", "efa", "cxi"};
@@ -1136,11 +1137,19 @@ static bool lf_served(struct lf_transport *lf)
     return any;
 }
 
-/* Wakes the progress thread if it sleeps (or is about to). */
-static void lf_wake(struct lf_transport *lf)
+/* Whether a caller polled status lately: it reads the CQs itself. */
+static bool caller_polls(struct lf_transport *lf, uint64_t now)
+{
+    return now - atomic_load_explicit(&lf->status_ns, memory_order_relaxed) <
+           LF_CALLER_NS;
+}
+
+/* Counts a kick (activity the progress thread sees on its next pass) and,
+ * with fd, wakes the thread if it sleeps (or is about to). */
+static void lf_wake(struct lf_transport *lf, bool fd)
 {
     atomic_fetch_add(&lf->kicks, 1);
-    if (atomic_load(&lf->sleeping)) {
+    if (fd && atomic_load(&lf->sleeping)) {
         uint64_t one = 1;
         ssize_t w = write(lf->efd, &one, sizeof(one));
         (void)w; /* EAGAIN: the counter is already non-zero */
@@ -1199,7 +1208,6 @@ static void spin_over(struct lf_spin *sp, uint64_t now)
     sp->end = 0;
 }
 
-#define LF_CALLER_NS     100000UL
 #define LF_PAUSE_MIN_NS  2000L
 #define LF_PAUSE_BUSY_NS 50000L
 #define LF_WAIT_BUSY_NS  1000000L
@@ -1252,9 +1260,7 @@ static void *progress_main(void *arg)
         now = tent_now_ns();
         /* a caller polling status reads the CQs itself: no second
          * spinner (on a small machine it would take the caller's core) */
-        bool caller =
-            now - atomic_load_explicit(&lf->status_ns, memory_order_relaxed) <
-            LF_CALLER_NS;
+        bool caller = caller_polls(lf, now);
         if (act) {
             spin_activity(&sp, now, lf->spin_ns);
             pause = LF_PAUSE_MIN_NS;
@@ -1597,7 +1603,7 @@ static void lf_uninstall(struct tent_transport *t)
     lf->stop = true;
     lf->accepting = false;
     pthread_mutex_unlock(&lf->lock);
-    lf_wake(lf);
+    lf_wake(lf, true);
     pthread_join(lf->progress, NULL);
     close(lf->efd);
     lf->efd = -1;
@@ -1931,8 +1937,15 @@ static int lf_submit(struct tent_transport *t, struct tent_sub_batch *sb,
     /* Post now what may go now; the progress thread posts the rest (and
      * reads the completions when the caller does not). */
     pump_locked(lf);
+    /* The thread is woken when it has to act: work the cap left queued
+     * (nothing may complete to wake it), or CQs without a wait fd that no
+     * caller is polling.  Otherwise a completion fires a wait fd, or the
+     * caller reads it: no wake-up per submit. */
+    bool queued = lf->retries != NULL;
+    for (int c = 0; c < TENT_NPRIO; c++)
+        queued |= lf->qhead[c] != NULL;
     pthread_mutex_unlock(&lf->lock);
-    lf_wake(lf);
+    lf_wake(lf, queued || (!lf->fds_wait && !caller_polls(lf, tent_now_ns())));
     return first;
 }
 
