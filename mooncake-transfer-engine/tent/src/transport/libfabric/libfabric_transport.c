@@ -1211,16 +1211,19 @@ static void spin_over(struct lf_spin *sp, uint64_t now)
 #define LF_PAUSE_MIN_NS  2000L
 #define LF_PAUSE_BUSY_NS 50000L
 #define LF_WAIT_BUSY_NS  1000000L
-#define LF_WAIT_IDLE_NS  200000000L
+#define LF_WARM_NS       50000000UL
 /* The progress thread.  After activity (a completion, a submit, a wait fd
  * that fired, a peer's RMA the FI_RMA_EVENT counter saw) it polls the CQs
  * for spin_ns, unless a caller is polling status (it reads the CQs
  * itself).  Then it sleeps in one ppoll over the rails' wait fds and the
  * eventfd: when every rail has a wait fd that sees a peer's traffic, after
  * fi_trywait, until something happens (bounded: LF_WAIT_BUSY_NS with
- * operations out, LF_WAIT_IDLE_NS without); otherwise for a pause doubling
- * from LF_PAUSE_MIN_NS up to LF_PAUSE_BUSY_NS while operations are out
- * (LF_WAIT_BUSY_NS while a caller polls) and up to idle_ns when idle,
+ * operations out or within LF_WARM_NS of activity, idle_ns after: rxm's
+ * connection set-up is not seen by its CQ's wait fd, so it only moves
+ * when the thread polls, and a peer's second rail connects soon after
+ * its first); otherwise for a
+ * pause doubling from LF_PAUSE_MIN_NS up to LF_PAUSE_BUSY_NS while operations
+ * are out (LF_WAIT_BUSY_NS while a caller polls) and up to idle_ns when idle,
  * since a peer's RMA on our memory may need our manual progress. */
 static void *progress_main(void *arg)
 {
@@ -1236,6 +1239,7 @@ static void *progress_main(void *arg)
             pfd[nfd++] =
                 (struct pollfd){.fd = lf->rails[k].wait_fd, .events = POLLIN};
     struct lf_spin sp = {0};
+    uint64_t warm_until = 0;
     long pause = LF_PAUSE_MIN_NS;
     unsigned seen = atomic_load(&lf->kicks);
     for (;;) {
@@ -1262,6 +1266,7 @@ static void *progress_main(void *arg)
          * spinner (on a small machine it would take the caller's core) */
         bool caller = caller_polls(lf, now);
         if (act) {
+            warm_until = now + LF_WARM_NS;
             spin_activity(&sp, now, lf->spin_ns);
             pause = LF_PAUSE_MIN_NS;
             continue;
@@ -1269,21 +1274,24 @@ static void *progress_main(void *arg)
         if (now < sp.end && !caller)
             continue;
         spin_over(&sp, now);
-        long ns;
-        int n = lf->fds_wait ? nfd : 1;
-        if (lf->fds_wait) {
-            if (!lf_trywait(lf))
-                continue;
-            ns = busy ? LF_WAIT_BUSY_NS : LF_WAIT_IDLE_NS;
-        } else {
-            ns = pause;
-            long cap = !busy    ? lf->idle_ns
-                       : caller ? LF_WAIT_BUSY_NS
-                                : LF_PAUSE_BUSY_NS;
-            pause = pause * 2 > cap ? cap : pause * 2;
-            if (ns > cap)
-                ns = cap;
-        }
+        /* Short pauses while operations are out and for LF_WARM_NS after
+         * activity: rxm moves deferred operations and connection set-up
+         * only inside a CQ read, which its wait fd does not announce (and
+         * waking on the fds mid-traffic upset the rail scheduler's
+         * estimates in the failover tests).  Long ones when idle, ended
+         * early by the wait fds where they see a peer's traffic. */
+        long cap = busy ? (caller ? LF_WAIT_BUSY_NS : LF_PAUSE_BUSY_NS)
+                   : now < warm_until ? LF_PAUSE_BUSY_NS
+                                      : lf->idle_ns;
+        long ns = pause > cap ? cap : pause;
+        pause = pause * 2 > cap ? cap : pause * 2;
+        /* the wait fds only for a long sleep (see above) */
+        bool fds = lf->fds_wait && cap == lf->idle_ns;
+        int n = fds ? nfd : 1;
+        if (fds && !lf_trywait(lf))
+            continue;
+        if (fds)
+            ns = cap;
         /* a submit after this store writes the eventfd; one before it
          * changed kicks */
         atomic_store(&lf->sleeping, true);
@@ -1302,7 +1310,9 @@ static void *progress_main(void *arg)
             (void)r;
         }
         /* traffic (ours or a peer's): stay awake for the next one */
-        spin_activity(&sp, tent_now_ns(), lf->spin_ns);
+        now = tent_now_ns();
+        warm_until = now + LF_WARM_NS;
+        spin_activity(&sp, now, lf->spin_ns);
         pause = LF_PAUSE_MIN_NS;
     }
 }
@@ -1937,15 +1947,14 @@ static int lf_submit(struct tent_transport *t, struct tent_sub_batch *sb,
     /* Post now what may go now; the progress thread posts the rest (and
      * reads the completions when the caller does not). */
     pump_locked(lf);
-    /* The thread is woken when it has to act: work the cap left queued
-     * (nothing may complete to wake it), or CQs without a wait fd that no
-     * caller is polling.  Otherwise a completion fires a wait fd, or the
-     * caller reads it: no wake-up per submit. */
+    /* The thread is woken (it may be in a long idle sleep) unless a
+     * caller is polling status, which reads the CQs itself: no wake-up
+     * per submit then.  Work the cap left queued always wakes it. */
     bool queued = lf->retries != NULL;
     for (int c = 0; c < TENT_NPRIO; c++)
         queued |= lf->qhead[c] != NULL;
     pthread_mutex_unlock(&lf->lock);
-    lf_wake(lf, queued || (!lf->fds_wait && !caller_polls(lf, tent_now_ns())));
+    lf_wake(lf, queued || !caller_polls(lf, tent_now_ns()));
     return first;
 }
 
