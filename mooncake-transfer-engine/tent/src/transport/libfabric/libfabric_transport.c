@@ -1215,16 +1215,13 @@ static void spin_over(struct lf_spin *sp, uint64_t now)
 /* The progress thread.  After activity (a completion, a submit, a wait fd
  * that fired, a peer's RMA the FI_RMA_EVENT counter saw) it polls the CQs
  * for spin_ns, unless a caller is polling status (it reads the CQs
- * itself).  Then it sleeps in one ppoll over the rails' wait fds and the
- * eventfd: when every rail has a wait fd that sees a peer's traffic, after
- * fi_trywait, until something happens (bounded: LF_WAIT_BUSY_NS with
- * operations out or within LF_WARM_NS of activity, idle_ns after: rxm's
- * connection set-up is not seen by its CQ's wait fd, so it only moves
- * when the thread polls, and a peer's second rail connects soon after
- * its first); otherwise for a
- * pause doubling from LF_PAUSE_MIN_NS up to LF_PAUSE_BUSY_NS while operations
- * are out (LF_WAIT_BUSY_NS while a caller polls) and up to idle_ns when idle,
- * since a peer's RMA on our memory may need our manual progress. */
+ * itself).  Then it sleeps: pauses doubling from LF_PAUSE_MIN_NS up to
+ * LF_PAUSE_BUSY_NS while operations are out (LF_WAIT_BUSY_NS while a
+ * caller polls) and for LF_WARM_NS after activity; when idle, up to
+ * idle_ns, in one ppoll over the rails' wait fds (after fi_trywait) and
+ * the eventfd where every rail has a wait fd that sees a peer's traffic,
+ * else over the eventfd alone, since a peer's RMA on our memory may need
+ * our manual progress. */
 static void *progress_main(void *arg)
 {
     struct lf_transport *lf = arg;
