@@ -1283,7 +1283,7 @@ static void *progress_main(void *arg)
         long ns = pause > cap ? cap : pause;
         pause = pause * 2 > cap ? cap : pause * 2;
         /* the wait fds only for a long sleep (see above) */
-        bool fds = lf->fds_wait && cap == lf->idle_ns;
+        bool fds = lf->fds_wait && !busy && now >= warm_until;
         int n = fds ? nfd : 1;
         if (fds && !lf_trywait(lf))
             continue;
