@@ -24,6 +24,7 @@
 #include "transport/libfabric/libfabric_transport.h"
 #include "tent/transfer_engine.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -33,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define RW_LEN (8u << 20)
@@ -584,6 +586,95 @@ static void test_install(void **state)
     assert_true(engine_has_libfabric());
 }
 
+/* CPU time (ns) and voluntary context switches of every thread of pid. */
+struct proc_use {
+    uint64_t cpu_ns, vcsw;
+};
+
+static struct proc_use proc_use(pid_t pid)
+{
+    struct proc_use u = {0, 0};
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *fp = fopen(path, "r");
+    assert_non_null(fp);
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
+    fclose(fp);
+    buf[n] = '\0';
+    /* fields after the command's closing parenthesis: utime is 14th */
+    char *p = strrchr(buf, ')');
+    assert_non_null(p);
+    unsigned long long ut = 0, st = 0;
+    assert_int_equal(sscanf(p + 2,
+                            "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+                            "%llu %llu",
+                            &ut, &st),
+                     2);
+    u.cpu_ns = (ut + st) * (1000000000ull / (uint64_t)sysconf(_SC_CLK_TCK));
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        char sp[320];
+        snprintf(sp, sizeof(sp), "/proc/%d/task/%s/status", (int)pid,
+                 de->d_name);
+        FILE *sf = fopen(sp, "r");
+        if (!sf)
+            continue; /* the thread ended */
+        unsigned long long v;
+        while (fgets(line, sizeof(line), sf))
+            if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1)
+                u.vcsw += v;
+        fclose(sf);
+    }
+    closedir(d);
+    return u;
+}
+
+/* After traffic, both engines go quiet: over a second with nothing to do,
+ * neither process (its progress thread polling or sleeping in short
+ * pauses) takes more than a sliver of CPU or wakes more than a few hundred
+ * times.  A target must still serve the next request. */
+static void test_idle(void **state)
+{
+    struct fixture *f = *state;
+    e2e_pattern_fill(f->src, 1 << 20, 21);
+    for (int k = 0; k < 50; k++)
+        assert_int_equal(run(f, k % 2 ? OPCODE_READ : OPCODE_WRITE,
+                             k % 2 ? f->dst : f->src, f->peer.rw_base, 4096),
+                         STATUS_COMPLETED);
+    assert_int_equal(
+        run(f, OPCODE_WRITE, f->src, f->peer.rw_base, 1 << 20),
+        STATUS_COMPLETED);
+    /* the spin after the last completion ends well within this */
+    struct timespec settle = {0, 200000000};
+    nanosleep(&settle, NULL);
+    struct proc_use me0 = proc_use(getpid()), peer0 = proc_use(f->peer.pid);
+    struct timespec idle = {1, 0};
+    nanosleep(&idle, NULL);
+    struct proc_use me1 = proc_use(getpid()), peer1 = proc_use(f->peer.pid);
+    uint64_t me_cpu = me1.cpu_ns - me0.cpu_ns,
+             peer_cpu = peer1.cpu_ns - peer0.cpu_ns;
+    uint64_t me_sw = me1.vcsw - me0.vcsw, peer_sw = peer1.vcsw - peer0.vcsw;
+    printf("idle 1 s: initiator %.1f ms CPU, %llu wakeups; target %.1f ms "
+           "CPU, %llu wakeups\n",
+           (double)me_cpu / 1e6, (unsigned long long)me_sw,
+           (double)peer_cpu / 1e6, (unsigned long long)peer_sw);
+    assert_true(me_sw < 400);
+    assert_true(peer_sw < 400);
+    assert_true(me_cpu <= 40000000u);
+    assert_true(peer_cpu <= 40000000u);
+    /* and the idle target still serves */
+    memset(f->dst, 0, 4096);
+    assert_int_equal(run(f, OPCODE_READ, f->dst, f->peer.rw_base, 4096),
+                     STATUS_COMPLETED);
+    assert_memory_equal(f->dst, f->src, 4096);
+}
+
 #ifdef TENT_HAVE_LIBFABRIC
 /* Whether libfabric is here with an RMA RDM endpoint of the provider. */
 static bool provider_present(const char *prov)
@@ -661,6 +752,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_rail_failover_read, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_priorities, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idle, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 #endif

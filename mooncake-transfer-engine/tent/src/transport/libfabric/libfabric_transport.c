@@ -31,6 +31,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -42,17 +43,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <time.h>
+#include <unistd.h>
 
-#define LF_ATTR_ADDR   "libfabric_addr"
-#define LF_ATTR_PROV   "libfabric_provider"
-#define LF_ATTR_KEY    "libfabric_key"
-#define LF_ATTR_BASE   "libfabric_base"
-#define LF_MAX_ADDR    120 /* bytes: hex fits a 255-byte segment attribute */
-#define LF_MAX_RAILS   6   /* keys of every rail fit a buffer attribute */
-#define LF_CQ_BATCH    32
-#define LF_FI_VER      FI_VERSION(1, 9)
-#define LF_MAX_RETIRED 256 /* replaced endpoints of rebuilt pairs, open */
+#define LF_ATTR_ADDR       "libfabric_addr"
+#define LF_ATTR_PROV       "libfabric_provider"
+#define LF_ATTR_KEY        "libfabric_key"
+#define LF_ATTR_BASE       "libfabric_base"
+#define LF_MAX_ADDR        120 /* bytes: hex fits a 255-byte segment attribute */
+#define LF_MAX_RAILS       6   /* keys of every rail fit a buffer attribute */
+#define LF_CQ_BATCH        32
+#define LF_FI_VER          FI_VERSION(1, 9)
+#define LF_MAX_RETIRED     256 /* replaced endpoints of rebuilt pairs, open */
+#define LF_DEFAULT_SPIN_US 50
+#define LF_CALLER_NS       100000UL /* a status poll this recent: polling */
+#define LF_DEFAULT_IDLE_US 10000
 
 static const char *const default_providers[] = {"verbs;ofi_rxm", "efa", "cxi"};
 
@@ -67,7 +74,11 @@ struct lf_rail {
     struct fid_cq *cq;
     struct fid_av *av;
     struct fid_ep *ep;
-    bool cq_waits; /* the CQ has a wait object: fi_cq_sread works */
+    bool cq_waits; /* the CQ has a wait fd the progress thread sleeps in */
+    int wait_fd;   /* the CQ's FI_WAIT_FD (FI_GETWAIT), or -1 */
+    /* FI_RMA_EVENT: counts the peers' RMA this side served (NULL: none) */
+    struct fid_cntr *served;
+    uint64_t served_seen; /* progress thread only */
     bool prov_key, mr_local, mr_endpoint;
     bool loopback; /* the host's loopback: reaches peers on this host only */
     uint64_t max_msg;
@@ -190,7 +201,13 @@ struct lf_transport {
     bool virt_addr; /* every rail: FI_MR_VIRT_ADDR */
     uint64_t slice;
     int revoke_ms, timeout_ms;
-    long idle_ns; /* polling: pause of an idle progress thread */
+    long idle_ns;  /* longest pause of a progress thread that polls */
+    long spin_ns;  /* after activity, poll this long before sleeping */
+    bool fds_wait; /* every rail has a wait fd that sees a peer's traffic */
+    int efd;       /* eventfd: submit and stop wake the progress thread */
+    atomic_bool sleeping;       /* the progress thread is in (or near) ppoll */
+    atomic_uint kicks;          /* submits that posted or queued work */
+    _Atomic uint64_t status_ns; /* when a caller last polled status */
     uint64_t promo_ns;
     struct tent_sched_params sp;
 
@@ -327,15 +344,14 @@ static bool parse_u64(const char *s, uint64_t *out)
 }
 
 /* fi_getinfo for one provider name; TENT_ENODEV when it has no RMA RDM
- * endpoint here. */
-static int lf_getinfo(struct lf_transport *lf, const char *prov,
+ * endpoint here.  rma_event: also ask for FI_RMA_EVENT (counters of the
+ * peers' RMA on our memory), if the provider has it. */
+static int lf_getinfo(struct lf_transport *lf, const char *prov, bool rma_event,
                       struct fi_info **out)
 {
     struct fi_info *hints = lf->api.dupinfo(NULL);
     if (!hints)
         return tent_set_error(TENT_ENOMEM, "libfabric: fi_dupinfo failed");
-    hints->caps =
-        FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
     hints->ep_attr->type = FI_EP_RDM;
     hints->mode = FI_CONTEXT | FI_CONTEXT2;
     hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR |
@@ -345,10 +361,13 @@ static int lf_getinfo(struct lf_transport *lf, const char *prov,
     hints->fabric_attr->prov_name = strdup(prov);
     /* A write's completion should mean the bytes are in the target's
      * memory; providers that cannot promise it are asked without. */
-    hints->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
-    int rc = lf->api.getinfo(LF_FI_VER, NULL, NULL, 0, hints, out);
-    if (rc == -FI_ENODATA) {
-        hints->tx_attr->op_flags = 0;
+    int rc = -FI_ENODATA;
+    for (int a = rma_event ? 0 : 2; a < 4 && rc == -FI_ENODATA; a++) {
+        hints->caps =
+            FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+        if (a < 2)
+            hints->caps |= FI_RMA_EVENT;
+        hints->tx_attr->op_flags = a % 2 ? 0 : FI_DELIVERY_COMPLETE;
         rc = lf->api.getinfo(LF_FI_VER, NULL, NULL, 0, hints, out);
     }
     lf->api.freeinfo(hints);
@@ -366,6 +385,8 @@ static void rail_close(struct lf_rail *r)
         fi_close(&r->ep->fid);
     if (r->av)
         fi_close(&r->av->fid);
+    if (r->served)
+        fi_close(&r->served->fid);
     if (r->cq)
         fi_close(&r->cq->fid);
     if (r->domain)
@@ -374,6 +395,7 @@ static void rail_close(struct lf_rail *r)
         fi_close(&r->fabric->fid);
     r->ep = NULL;
     r->av = NULL;
+    r->served = NULL;
     r->cq = NULL;
     r->domain = NULL;
     r->fabric = NULL;
@@ -390,6 +412,28 @@ static void rail_close(struct lf_rail *r)
         }                                                                      \
     } while (0)
 
+/* With FI_RMA_EVENT, a counter of the RMA the rail's endpoint serves: the
+ * progress thread's only sign of a peer's traffic where the CQ's wait
+ * object does not see it.  Without one the rail simply has none. */
+static void rail_open_served(struct lf_transport *lf, struct lf_rail *r)
+{
+    if (!(r->info->caps & FI_RMA_EVENT))
+        return;
+    struct fi_cntr_attr ca = {.events = FI_CNTR_EVENTS_COMP,
+                              .wait_obj = FI_WAIT_NONE};
+    int rc = fi_cntr_open(r->domain, &ca, &r->served, NULL);
+    if (!rc)
+        rc = fi_ep_bind(r->ep, &r->served->fid,
+                        FI_REMOTE_READ | FI_REMOTE_WRITE);
+    if (rc) {
+        LOG_DEBUG("libfabric %s (%s): no counter of served RMA: %s",
+                  lf->provider, r->name, lf_err(lf, rc));
+        if (r->served)
+            fi_close(&r->served->fid);
+        r->served = NULL;
+    }
+}
+
 /* Opens rail r on info i: fabric, domain, CQ (with a wait object when
  * cq_waits and the provider has one), AV, endpoint. */
 static int rail_open(struct lf_transport *lf, struct lf_rail *r,
@@ -402,9 +446,20 @@ static int rail_open(struct lf_transport *lf, struct lf_rail *r,
     LF_CHECK(lf->api.fabric(i->fabric_attr, &r->fabric, NULL), "fi_fabric");
     LF_CHECK(fi_domain(r->fabric, (struct fi_info *)i, &r->domain, NULL),
              "fi_domain");
+    /* A wait fd (fi_cq(3): FI_WAIT_FD, fetched with FI_GETWAIT) lets one
+     * ppoll sleep on every rail; without one the CQ is polled. */
     struct fi_cq_attr cqa = {.format = FI_CQ_FORMAT_CONTEXT,
-                             .wait_obj = FI_WAIT_UNSPEC};
-    if (!r->cq_waits || fi_cq_open(r->domain, &cqa, &r->cq, NULL)) {
+                             .wait_obj = FI_WAIT_FD};
+    r->wait_fd = -1;
+    if (r->cq_waits && fi_cq_open(r->domain, &cqa, &r->cq, NULL) != 0)
+        r->cq = NULL;
+    if (r->cq &&
+        (fi_control(&r->cq->fid, FI_GETWAIT, &r->wait_fd) || r->wait_fd < 0)) {
+        fi_close(&r->cq->fid);
+        r->cq = NULL;
+        r->wait_fd = -1;
+    }
+    if (!r->cq) {
         cqa.wait_obj = FI_WAIT_NONE;
         r->cq_waits = false;
         LF_CHECK(fi_cq_open(r->domain, &cqa, &r->cq, NULL), "fi_cq_open");
@@ -416,6 +471,7 @@ static int rail_open(struct lf_transport *lf, struct lf_rail *r,
     LF_CHECK(fi_ep_bind(r->ep, &r->cq->fid, FI_TRANSMIT | FI_RECV),
              "fi_ep_bind(cq)");
     LF_CHECK(fi_ep_bind(r->ep, &r->av->fid, 0), "fi_ep_bind(av)");
+    rail_open_served(lf, r);
     LF_CHECK(fi_enable(r->ep), "fi_enable");
     uint8_t addr[LF_MAX_ADDR];
     size_t alen = sizeof(addr);
@@ -562,7 +618,11 @@ static int pair_open_locked(struct lf_transport *lf, struct lf_av_ent *ent)
             0 &&
         (what = "fi_ep_bind(cq)",
          rc = fi_ep_bind(ep, &r->cq->fid, FI_TRANSMIT | FI_RECV)) == 0 &&
-        (what = "fi_ep_bind(av)", rc = fi_ep_bind(ep, &av->fid, 0)) == 0)
+        (what = "fi_ep_bind(av)", rc = fi_ep_bind(ep, &av->fid, 0)) == 0 &&
+        (what = "fi_ep_bind(cntr)",
+         rc = r->served ? fi_ep_bind(ep, &r->served->fid,
+                                     FI_REMOTE_READ | FI_REMOTE_WRITE)
+                        : 0) == 0)
         what = "fi_enable", rc = fi_enable(ep);
     if (rc) {
         if (ep)
@@ -1056,18 +1116,17 @@ static void expire_locked(struct lf_transport *lf, uint64_t now)
 }
 
 /* Reads rail r's completions (and errors); returns how many. */
-static int rail_poll(struct lf_transport *lf, struct lf_rail *r, bool wait)
+static int rail_poll(struct lf_transport *lf, struct lf_rail *r, bool block)
 {
     struct fi_cq_entry ent[LF_CQ_BATCH];
     struct fi_cq_err_entry e;
-    /* the progress thread waits; a caller's poll skips a busy CQ */
-    if (wait)
+    /* the progress thread takes the CQ; a caller's poll skips a busy one
+     * (nobody sleeps holding it: the thread sleeps in ppoll) */
+    if (block)
         pthread_mutex_lock(&r->cq_lock);
     else if (pthread_mutex_trylock(&r->cq_lock))
         return 0;
-    ssize_t n = wait && r->cq_waits
-                    ? fi_cq_sread(r->cq, ent, LF_CQ_BATCH, NULL, 1)
-                    : fi_cq_read(r->cq, ent, LF_CQ_BATCH);
+    ssize_t n = fi_cq_read(r->cq, ent, LF_CQ_BATCH);
     if (n == -FI_EAVAIL) {
         memset(&e, 0, sizeof(e));
         if (fi_cq_readerr(r->cq, &e, 0) != 1)
@@ -1107,20 +1166,132 @@ static int rail_poll(struct lf_transport *lf, struct lf_rail *r, bool wait)
     return 0;
 }
 
-/* Every rail's CQ; the progress thread waits in the CQ of a single rail
- * that has a wait object. */
-static int lf_poll(struct lf_transport *lf, bool wait)
+/* Every rail's CQ, once. */
+static int lf_poll(struct lf_transport *lf, bool block)
 {
     int n = 0;
     for (int k = 0; k < lf->nrails; k++)
-        n += rail_poll(lf, &lf->rails[k], wait && lf->nrails == 1);
+        n += rail_poll(lf, &lf->rails[k], block);
     return n;
 }
 
+/* Whether any rail served a peer's RMA since the last call. */
+static bool lf_served(struct lf_transport *lf)
+{
+    bool any = false;
+    for (int k = 0; k < lf->nrails; k++) {
+        struct lf_rail *r = &lf->rails[k];
+        if (!r->served)
+            continue;
+        uint64_t v = fi_cntr_read(r->served);
+        any |= v != r->served_seen;
+        r->served_seen = v;
+    }
+    return any;
+}
+
+/* Whether a caller polled status lately: it reads the CQs itself. */
+static bool caller_polls(struct lf_transport *lf, uint64_t now)
+{
+    return now - atomic_load_explicit(&lf->status_ns, memory_order_relaxed) <
+           LF_CALLER_NS;
+}
+
+/* Counts a kick (activity the progress thread sees on its next pass) and,
+ * with fd, wakes the thread if it sleeps (or is about to). */
+static void lf_wake(struct lf_transport *lf, bool fd)
+{
+    atomic_fetch_add(&lf->kicks, 1);
+    if (fd && atomic_load(&lf->sleeping)) {
+        uint64_t one = 1;
+        ssize_t w = write(lf->efd, &one, sizeof(one));
+        (void)w; /* EAGAIN: the counter is already non-zero */
+    }
+}
+
+/* fi_trywait(3) on every rail: true when the thread may block on the
+ * wait fds (nothing the CQs would report without a read first). */
+static bool lf_trywait(struct lf_transport *lf)
+{
+    for (int k = 0; k < lf->nrails; k++) {
+        struct lf_rail *r = &lf->rails[k];
+        struct fid *f = &r->cq->fid;
+        pthread_mutex_lock(&r->cq_lock);
+        int rc = fi_trywait(r->fabric, &f, 1);
+        pthread_mutex_unlock(&r->cq_lock);
+        if (rc != FI_SUCCESS)
+            return false;
+    }
+    return true;
+}
+
+/* The spin after activity, as tcp's RPC workers do it: a spin that runs
+ * out without new activity makes the next 2^k - 1 activities go without
+ * one after k such spins in a row (k <= 6), so sparse traffic or a
+ * crowded machine costs little spinning. */
+struct lf_spin {
+    uint64_t end; /* spin until then */
+    bool on;      /* a spin is running */
+    int misses, skip;
+};
+
+static void spin_activity(struct lf_spin *sp, uint64_t now, long spin_ns)
+{
+    if (sp->on && now < sp->end)
+        sp->misses = 0; /* the spin caught it */
+    if (sp->skip > 0) {
+        sp->skip--;
+        sp->on = false;
+        sp->end = 0;
+        return;
+    }
+    sp->on = spin_ns > 0;
+    sp->end = now + (uint64_t)spin_ns;
+}
+
+/* The thread goes to sleep: a spin that ran its length counts a miss. */
+static void spin_over(struct lf_spin *sp, uint64_t now)
+{
+    if (sp->on && now >= sp->end) {
+        if (sp->misses < 6)
+            sp->misses++;
+        sp->skip = (1 << sp->misses) - 1;
+    }
+    sp->on = false;
+    sp->end = 0;
+}
+
+#define LF_PAUSE_MIN_NS  2000L
+#define LF_PAUSE_BUSY_NS 50000L
+#define LF_WAIT_BUSY_NS  1000000L
+#define LF_WARM_NS       50000000UL
+/* The progress thread.  After activity (a completion, a submit, a wait fd
+ * that fired, a peer's RMA the FI_RMA_EVENT counter saw) it polls the CQs
+ * for spin_ns, unless a caller is polling status (it reads the CQs
+ * itself).  Then it sleeps: pauses doubling from LF_PAUSE_MIN_NS up to
+ * LF_PAUSE_BUSY_NS while operations are out (LF_WAIT_BUSY_NS while a
+ * caller polls) and for LF_WARM_NS after activity; when idle, up to
+ * idle_ns, in one ppoll over the rails' wait fds (after fi_trywait) and
+ * the eventfd where every rail has a wait fd that sees a peer's traffic,
+ * else over the eventfd alone, since a peer's RMA on our memory may need
+ * our manual progress. */
 static void *progress_main(void *arg)
 {
     struct lf_transport *lf = arg;
-    bool waits = lf->nrails == 1 && lf->rails[0].cq_waits;
+    pthread_setname_np(pthread_self(), "tent-lf-prog");
+    /* short sleeps mean what they say (the default slack is 50 us) */
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    struct pollfd pfd[LF_MAX_RAILS + 1];
+    int nfd = 0;
+    pfd[nfd++] = (struct pollfd){.fd = lf->efd, .events = POLLIN};
+    for (int k = 0; k < lf->nrails; k++)
+        if (lf->rails[k].wait_fd >= 0)
+            pfd[nfd++] =
+                (struct pollfd){.fd = lf->rails[k].wait_fd, .events = POLLIN};
+    struct lf_spin sp = {0};
+    uint64_t warm_until = 0;
+    long pause = LF_PAUSE_MIN_NS;
+    unsigned seen = atomic_load(&lf->kicks);
     for (;;) {
         pthread_mutex_lock(&lf->lock);
         bool stop = lf->stop;
@@ -1137,14 +1308,62 @@ static void *progress_main(void *arg)
         pthread_mutex_unlock(&lf->lock);
         if (stop)
             return NULL;
-        if (lf_poll(lf, true))
+        unsigned kicks = atomic_load(&lf->kicks);
+        bool act = lf_poll(lf, true) > 0 || kicks != seen || lf_served(lf);
+        seen = kicks;
+        now = tent_now_ns();
+        /* a caller polling status reads the CQs itself: no second
+         * spinner (on a small machine it would take the caller's core) */
+        bool caller = caller_polls(lf, now);
+        if (act) {
+            warm_until = now + LF_WARM_NS;
+            spin_activity(&sp, now, lf->spin_ns);
+            pause = LF_PAUSE_MIN_NS;
             continue;
-        if (!waits) {
-            /* No wait object: poll often while busy, less when idle (a
-             * peer's RMA on our memory still needs manual progress). */
-            struct timespec ts = {0, busy ? 2000 : lf->idle_ns};
-            nanosleep(&ts, NULL);
         }
+        if (now < sp.end && !caller)
+            continue;
+        spin_over(&sp, now);
+        /* Short pauses while operations are out and for LF_WARM_NS after
+         * activity: rxm moves deferred operations and connection set-up
+         * only inside a CQ read, which its wait fd does not announce (and
+         * waking on the fds mid-traffic upset the rail scheduler's
+         * estimates in the failover tests).  Long ones when idle, ended
+         * early by the wait fds where they see a peer's traffic. */
+        long cap = busy ? (caller ? LF_WAIT_BUSY_NS : LF_PAUSE_BUSY_NS)
+                   : now < warm_until ? LF_PAUSE_BUSY_NS
+                                      : lf->idle_ns;
+        long ns = pause > cap ? cap : pause;
+        pause = pause * 2 > cap ? cap : pause * 2;
+        /* the wait fds only for a long sleep (see above) */
+        bool fds = lf->fds_wait && !busy && now >= warm_until;
+        int n = fds ? nfd : 1;
+        if (fds && !lf_trywait(lf))
+            continue;
+        if (fds)
+            ns = cap;
+        /* a submit after this store writes the eventfd; one before it
+         * changed kicks */
+        atomic_store(&lf->sleeping, true);
+        if (atomic_load(&lf->kicks) != seen) {
+            atomic_store(&lf->sleeping, false);
+            continue;
+        }
+        struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
+        int rc = ppoll(pfd, (nfds_t)n, &ts, NULL);
+        atomic_store(&lf->sleeping, false);
+        if (rc <= 0)
+            continue;
+        if (pfd[0].revents & POLLIN) {
+            uint64_t v;
+            ssize_t r = read(lf->efd, &v, sizeof(v));
+            (void)r;
+        }
+        /* traffic (ours or a peer's): stay awake for the next one */
+        now = tent_now_ns();
+        warm_until = now + LF_WARM_NS;
+        spin_activity(&sp, now, lf->spin_ns);
+        pause = LF_PAUSE_MIN_NS;
     }
 }
 
@@ -1249,6 +1468,14 @@ static void restore_signals(const struct sigaction *old)
 
 static int lf_install_inner(struct tent_transport *t);
 
+/* Whether the progress thread polls the provider's CQs: shm's CQ takes a
+ * wait object but its wait never sees a peer's RMA that needs serving. */
+static bool lf_polled(const char *progress, const char *prov)
+{
+    return strcmp(progress, "poll") == 0 ||
+           (strcmp(progress, "auto") == 0 && strcmp(prov, "shm") == 0);
+}
+
 static int lf_install(struct tent_transport *t)
 {
     struct sigaction old[LF_NSIG];
@@ -1263,7 +1490,7 @@ static int lf_install_inner(struct tent_transport *t)
     struct lf_transport *lf = lf_of(t);
     const struct tent_config *cfg = t->env->cfg;
     const char *lib = NULL, *prov = NULL, *progress = NULL;
-    int64_t slice, inflight, tmo, idle_us, max_rails, promo_us;
+    int64_t slice, inflight, tmo, idle_us, spin_us, max_rails, promo_us;
     int rc =
         tent_config_get_string(cfg, "transports/libfabric/library", NULL, &lib);
     if (!rc)
@@ -1282,8 +1509,13 @@ static int lf_install_inner(struct tent_transport *t)
         rc = tent_config_get_string(cfg, "transports/libfabric/progress",
                                     "auto", &progress);
     if (!rc)
-        rc = tent_config_get_int_range(cfg, "transports/libfabric/poll_idle_us",
-                                       50, 1, 100000, &idle_us);
+        rc =
+            tent_config_get_int_range(cfg, "transports/libfabric/poll_idle_us",
+                                      LF_DEFAULT_IDLE_US, 1, 1000000, &idle_us);
+    if (!rc)
+        rc =
+            tent_config_get_int_range(cfg, "transports/libfabric/spin_us",
+                                      LF_DEFAULT_SPIN_US, 0, 1000000, &spin_us);
     if (!rc)
         rc = tent_config_get_int_range(cfg, "transports/libfabric/max_rails",
                                        LF_MAX_RAILS, 1, LF_MAX_RAILS,
@@ -1312,14 +1544,16 @@ static int lf_install_inner(struct tent_transport *t)
         return rc;
     }
     if (prov && *prov) {
-        rc = lf_getinfo(lf, prov, &lf->info);
+        rc = lf_getinfo(lf, prov, lf_polled(progress, prov), &lf->info);
         snprintf(lf->provider, sizeof(lf->provider), "%s", prov);
     } else {
         rc = TENT_ENODEV;
         for (size_t k = 0;
              rc && k < sizeof(default_providers) / sizeof(default_providers[0]);
              k++) {
-            rc = lf_getinfo(lf, default_providers[k], &lf->info);
+            rc = lf_getinfo(lf, default_providers[k],
+                            lf_polled(progress, default_providers[k]),
+                            &lf->info);
             snprintf(lf->provider, sizeof(lf->provider), "%s",
                      default_providers[k]);
         }
@@ -1331,11 +1565,7 @@ static int lf_install_inner(struct tent_transport *t)
     }
     if (rc)
         goto fail_api;
-    /* shm's CQ takes a wait object but its wait never sees a peer's RMA
-     * that needs serving: poll it. */
-    bool cq_waits = strcmp(progress, "wait") == 0 ||
-                    (strcmp(progress, "auto") == 0 &&
-                     strcmp(lf->info->fabric_attr->prov_name, "shm") != 0);
+    bool cq_waits = !lf_polled(progress, lf->info->fabric_attr->prov_name);
     rc = rails_open(lf, (int)max_rails, cq_waits);
     if (rc)
         goto fail_info;
@@ -1352,6 +1582,10 @@ static int lf_install_inner(struct tent_transport *t)
         lf->ops_cap = (uint32_t)txsize;
     lf->timeout_ms = (int)tmo;
     lf->idle_ns = (long)idle_us * 1000;
+    lf->spin_ns = (long)spin_us * 1000;
+    lf->fds_wait = true;
+    for (int k = 0; k < lf->nrails; k++)
+        lf->fds_wait &= lf->rails[k].wait_fd >= 0;
     lf->promo_ns = (uint64_t)promo_us * 1000u;
     lf->revoke_ms =
         t->env->revoke_timeout_ms > 0 ? t->env->revoke_timeout_ms : (int)tmo;
@@ -1368,6 +1602,12 @@ static int lf_install_inner(struct tent_transport *t)
         lf->free_ops = &lf->ops[k];
     }
     lf->next_key = 1;
+    lf->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (lf->efd < 0) {
+        rc = tent_set_error(TENT_ENOMEM, "libfabric: eventfd: %s",
+                            strerror(errno));
+        goto fail_state;
+    }
     pthread_mutex_init(&lf->lock, NULL);
     pthread_cond_init(&lf->drained, NULL);
     rc = publish_rails(t, true);
@@ -1401,6 +1641,9 @@ fail_publish:
 fail_lock:
     pthread_mutex_destroy(&lf->lock);
     pthread_cond_destroy(&lf->drained);
+    close(lf->efd);
+    lf->efd = -1;
+fail_state:
     lf_free_state(lf);
 fail_rails:
     rails_close(lf);
@@ -1420,7 +1663,10 @@ static void lf_uninstall(struct tent_transport *t)
     lf->stop = true;
     lf->accepting = false;
     pthread_mutex_unlock(&lf->lock);
+    lf_wake(lf, true);
     pthread_join(lf->progress, NULL);
+    close(lf->efd);
+    lf->efd = -1;
     if (t->env)
         publish_rails(t, false);
     /* Registrations the runtime left (bound to the endpoint under
@@ -1748,9 +1994,17 @@ static int lf_submit(struct tent_transport *t, struct tent_sub_batch *sb,
                 first = rc;
         }
     }
-    /* Post now what may go now; the progress thread posts the rest. */
+    /* Post now what may go now; the progress thread posts the rest (and
+     * reads the completions when the caller does not). */
     pump_locked(lf);
+    /* The thread is woken (it may be in a long idle sleep) unless a
+     * caller is polling status, which reads the CQs itself: no wake-up
+     * per submit then.  Work the cap left queued always wakes it. */
+    bool queued = lf->retries != NULL;
+    for (int c = 0; c < TENT_NPRIO; c++)
+        queued |= lf->qhead[c] != NULL;
     pthread_mutex_unlock(&lf->lock);
+    lf_wake(lf, queued || !caller_polls(lf, tent_now_ns()));
     return first;
 }
 
@@ -1763,6 +2017,7 @@ static int lf_status(struct tent_transport *t, struct tent_sub_batch *sb,
         return tent_set_error(TENT_EINVAL, "libfabric: slot %u out of range",
                               slot);
     /* The caller's poll drives progress too (no thread hand-off). */
+    atomic_store_explicit(&lf->status_ns, tent_now_ns(), memory_order_relaxed);
     lf_poll(lf, false);
     pthread_mutex_lock(&lf->lock);
     struct lf_task *task = &s->tasks[slot];
