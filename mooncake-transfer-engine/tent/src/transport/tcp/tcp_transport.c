@@ -980,19 +980,19 @@ static void serve_rail(struct tcp_rail *r)
         int k = next_queue_held_locked(r, low_cap, &held);
         if (k < 0 && held && !r->slot_wait) {
             /* LOW waits for its slot: one thread per rail sleeps until
-             * then, holding no connection, and serves it */
+             * then (10 ms at a time, so a stop is seen), holding no
+             * connection, and serves it */
             r->slot_wait = true;
             if (me >= 0)
                 slot_free_locked(r, me);
             me = -1;
             pthread_mutex_unlock(&r->lock);
-            struct tent_slots *sl = tent_railset_slots(r->peer->rs);
-            tent_slots_wait(sl, TENT_PRIO_LOW,
-                            3ull * 1000000ull *
-                                (uint64_t)tent_slots_interval_ms(sl));
+            tent_slots_wait(tent_railset_slots(r->peer->rs), TENT_PRIO_LOW,
+                            10000000ull);
             pthread_mutex_lock(&r->lock);
             r->slot_wait = false;
             pthread_mutex_unlock(&r->lock);
+            sent--; /* no window sent: the rail's turn goes on */
             continue;
         }
         if (k < 0 && !tried && r->peer->nrails > 1 && !queued_locked(r)) {
