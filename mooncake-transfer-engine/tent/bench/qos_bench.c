@@ -3,6 +3,13 @@
  * priority slots shared between them (shared_quota_shm_path, docs/qos.md).
  *
  *   tent_qos_bench [--xport=tcp|shm] [--slots] [--secs=N] [--warmup=N]
+ *                  [--host=ADDR] [--target | --seg=NAME --base=ADDR]
+ *
+ * --target runs the target alone (prints "<segment> <address>", serves
+ * until killed); --seg/--base run the two clients against such a target,
+ * e.g. in another network namespace; --host is the address the engines
+ * bind to (rpc_server_hostname).  --slots names the region by
+ * --region=NAME when given (both sides' clients share it).
  *
  * Forks a target (an engine with a registered 256 MiB buffer), a LOW
  * process (batches of 4 x 1 MiB LOW writes, back to back) and a HIGH
@@ -28,6 +35,7 @@
 #define HIGH_BLOCK   4096
 
 static const char *xport = "tcp";
+static const char *host, *region;
 static bool slots;
 static double secs = 5, warmup = 2;
 
@@ -48,11 +56,16 @@ static void configure(void)
         tent_set_config(key, strcmp(all[i], xport) == 0 ? "true" : "false");
     }
     tent_set_config("log_level", "error");
+    if (host)
+        tent_set_config("rpc_server_hostname", host);
     if (slots) {
         char key[96], name[64];
         snprintf(key, sizeof(key), "transports/%s/shared_quota_shm_path",
                  xport);
-        snprintf(name, sizeof(name), "/tent_qos_bench_%d", (int)getppid());
+        if (region)
+            snprintf(name, sizeof(name), "%s", region);
+        else
+            snprintf(name, sizeof(name), "/tent_qos_bench_%d", (int)getppid());
         tent_set_config(key, name);
     }
 }
@@ -174,6 +187,9 @@ static void run_client(const char *seg, uint64_t base, bool high, int fd)
 
 int main(int argc, char **argv)
 {
+    bool target_only = false;
+    const char *seg_arg = NULL;
+    unsigned long long base_arg = 0;
     for (int i = 1; i < argc; i++) {
         if (strncmp(argv[i], "--xport=", 8) == 0)
             xport = argv[i] + 8;
@@ -183,19 +199,43 @@ int main(int argc, char **argv)
             secs = atof(argv[i] + 7);
         else if (strncmp(argv[i], "--warmup=", 9) == 0)
             warmup = atof(argv[i] + 9);
+        else if (strncmp(argv[i], "--host=", 7) == 0)
+            host = argv[i] + 7;
+        else if (strncmp(argv[i], "--region=", 9) == 0)
+            region = argv[i] + 9;
+        else if (strcmp(argv[i], "--target") == 0)
+            target_only = true;
+        else if (strncmp(argv[i], "--seg=", 6) == 0)
+            seg_arg = argv[i] + 6;
+        else if (strncmp(argv[i], "--base=", 7) == 0)
+            base_arg = strtoull(argv[i] + 7, NULL, 0);
         else {
             fprintf(stderr,
                     "usage: %s [--xport=tcp|shm] [--slots] [--secs=N] "
-                    "[--warmup=N]\n",
+                    "[--warmup=N] [--host=ADDR] [--region=NAME] "
+                    "[--target | --seg=NAME --base=ADDR]\n",
                     argv[0]);
             return 2;
         }
     }
+    if (target_only) {
+        setvbuf(stdout, NULL, _IONBF, 0);
+        run_target(STDOUT_FILENO);
+        return 0;
+    }
     int tp[2], out[2];
+    char seg[320];
+    unsigned long long base;
+    pid_t target = -1;
+    if (seg_arg) {
+        snprintf(seg, sizeof(seg), "%s", seg_arg);
+        base = base_arg;
+        goto clients;
+    }
     if (pipe(tp))
         return 1;
     fflush(NULL);
-    pid_t target = fork();
+    target = fork();
     if (target == 0) {
         close(tp[0]);
         run_target(tp[1]);
@@ -205,15 +245,15 @@ int main(int argc, char **argv)
     char line[512] = {0};
     ssize_t got = read(tp[0], line, sizeof(line) - 1);
     close(tp[0]);
-    char seg[320];
-    unsigned long long base;
     if (got <= 0 || sscanf(line, "%319s %llu", seg, &base) != 2) {
         fprintf(stderr, "the target did not start\n");
         kill(target, SIGTERM);
         return 1;
     }
+clients:
     if (pipe(out)) { /* after the target's fork: it must not hold it */
-        kill(target, SIGTERM);
+        if (target > 0)
+            kill(target, SIGTERM);
         return 1;
     }
     pid_t kids[2];
@@ -236,9 +276,11 @@ int main(int argc, char **argv)
     printf("%s, slots %s:\n", xport, slots ? "shared" : "off");
     while ((n = read(out[0], buf, sizeof(buf))) > 0)
         fwrite(buf, 1, (size_t)n, stdout);
-    kill(target, SIGTERM);
-    waitpid(target, NULL, 0);
-    if (slots) {
+    if (target > 0) {
+        kill(target, SIGTERM);
+        waitpid(target, NULL, 0);
+    }
+    if (slots && !region) {
         char name[64];
         snprintf(name, sizeof(name), "/dev/shm/tent_qos_bench_%d",
                  (int)getpid());

@@ -52,6 +52,44 @@ struct transfer_request {
 
 typedef struct transfer_request transfer_request_t;
 
+/* Beyond Mooncake: TENT's request fields, through submitTransferEx().
+ * struct transfer_request keeps Mooncake's layout; this one is separate. */
+
+/** transfer_request_ex.priority: TENT's classes (PRIO_HIGH is the
+ *  default of a zeroed request, as in TENT). */
+#define TRANSFER_PRIO_HIGH   (0)
+#define TRANSFER_PRIO_MEDIUM (1)
+#define TRANSFER_PRIO_LOW    (2)
+
+/** transfer_request_ex.intent_type: TENT's IntentType values, matched by
+ *  policy rules that name an intent_type. */
+#define TRANSFER_INTENT_UNSPEC              (0)
+#define TRANSFER_INTENT_FOREGROUND_GET      (1)
+#define TRANSFER_INTENT_BACKGROUND_PREFETCH (2)
+#define TRANSFER_INTENT_MIGRATION           (3)
+#define TRANSFER_INTENT_CHECKPOINT          (4)
+#define TRANSFER_INTENT_WEIGHT_LOADING      (5)
+#define TRANSFER_INTENT_STAGING_INTERNAL    (6)
+
+/** A transfer_request with TENT's request fields.  Zero-initialise it:
+ *  a zero field changes nothing. */
+struct transfer_request_ex {
+    int opcode; /**< OPCODE_READ or OPCODE_WRITE */
+    void *source;
+    segment_id_t target_id; /**< from openSegment() */
+    uint64_t target_offset;
+    uint64_t length;
+    int priority;    /**< TRANSFER_PRIO_* */
+    int intent_type; /**< TRANSFER_INTENT_* */
+    /** Absolute deadline in CLOCK_MONOTONIC nanoseconds; 0: none. */
+    uint64_t deadline_ns;
+    /** The policy rule to use, by name, ahead of every filter (NULL: match
+     *  the rules).  Read during the submit only. */
+    const char *policy_name;
+};
+
+typedef struct transfer_request_ex transfer_request_ex_t;
+
 /** A notification: the sender's name and its message. */
 struct notify_msg {
     char *name;
@@ -191,6 +229,24 @@ int submitTransfer(transfer_engine_t engine, batch_id_t batch_id,
 int submitTransferWithNotify(transfer_engine_t engine, batch_id_t batch_id,
                              struct transfer_request *entries, size_t count,
                              notify_msg_t notify_msg);
+
+/** submitTransfer() of requests with TENT's fields: priority, intent_type,
+ *  deadline_ns and policy_name act as in TENT (docs/qos.md).  notify_msg
+ *  may be NULL; otherwise it is sent as by submitTransferWithNotify().  A
+ *  request with an unknown policy_name, priority or intent_type is refused
+ *  (Status 1) and nothing is started.  A request whose deadline cannot be
+ *  met fails: its status is STATUS_FAILED and getTransferError() gives
+ *  STATUS_TIMEOUT and the cause. */
+int submitTransferEx(transfer_engine_t engine, batch_id_t batch_id,
+                     const struct transfer_request_ex *entries, size_t count,
+                     const notify_msg_t *notify_msg);
+
+/** Why a task failed: *cause gets 0 when it has not failed, STATUS_TIMEOUT
+ *  when it timed out or its deadline could not be met, STATUS_FAILED for
+ *  any other failure; msg (may be NULL) gets the cause, NUL-terminated and
+ *  truncated to len bytes ("" when none).  Returns a Status code. */
+int getTransferError(transfer_engine_t engine, batch_id_t batch_id,
+                     size_t task_id, int *cause, char *msg, size_t len);
 
 /** Takes the notifications received so far: an array of *size entries
  *  (NULL when there are none), each name and msg malloc'ed.  The caller

@@ -1082,11 +1082,76 @@ static int len_item(PyObject *o, const char *fn, uint64_t *out)
     return tentpy_len_from(o, fn, out);
 }
 
+/* TENT's request fields a transfer call takes by keyword (beyond
+ * Mooncake's module): absent or None leaves a field at its default. */
+struct qos_in {
+    uint64_t deadline_ns;
+    int intent_type;
+    const char *policy_name; /* NULL: none; the argument's UTF-8 */
+};
+
+#define QOS_NAMES "deadline_ns", "policy_name", "intent_type"
+
+/* Reads a[0..2] = deadline_ns, policy_name, intent_type. */
+static int qos_arg(MCObject *self, PyObject *const *a, const char *fn,
+                   struct qos_in *out)
+{
+    memset(out, 0, sizeof(*out));
+    PyObject *d = a[0];
+    if (d && d != Py_None) {
+        if (!PyLong_Check(d) || PyBool_Check(d)) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s(): deadline_ns must be int, not %s", fn,
+                         Py_TYPE(d)->tp_name);
+            return ARG_PYERR;
+        }
+        out->deadline_ns = PyLong_AsUnsignedLongLong(d);
+        if (out->deadline_ns == (uint64_t)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError,
+                         "%s(): deadline_ns %R is not in 0..2**64-1 (an "
+                         "absolute time.monotonic_ns() value, 0 for none)",
+                         fn, d);
+            return ARG_PYERR;
+        }
+    }
+    if (a[2] && a[2] != Py_None) {
+        char what[128];
+        snprintf(what, sizeof(what), "%s(): intent_type", fn);
+        if (tentpy_int_from(a[2], what, TENT_INTENT_UNSPEC,
+                            TENT_INTENT_STAGING_INTERNAL,
+                            &out->intent_type) < 0)
+            return ARG_PYERR;
+    }
+    const char *pol;
+    int r = str_in(self, a[1], fn, "policy_name", &pol);
+    if (r != ARG_OK)
+        return r;
+    out->policy_name = pol[0] ? pol : NULL;
+    return ARG_OK;
+}
+
+static void req_fill(tent_request_t *r, int opcode, uint64_t a, uint64_t p,
+                     uint64_t l, tent_segment_id_t seg, int hint,
+                     const struct qos_in *qos)
+{
+    memset(r, 0, sizeof(*r));
+    r->opcode = opcode;
+    r->source = (void *)(uintptr_t)a;
+    r->target_id = seg;
+    r->target_offset = p;
+    r->length = l;
+    r->transport_hint = hint;
+    r->deadline_ns = qos->deadline_ns;
+    r->intent_type = qos->intent_type;
+    r->policy_name = qos->policy_name;
+}
+
 /* Builds the requests; single=1 takes scalars instead of lists. */
 static int build_reqs(MCObject *self TENTPY_UNUSED, int single, PyObject *bufs,
                       PyObject *peers, PyObject *lens, int opcode,
-                      tent_segment_id_t seg, int hint, const char *fn,
-                      struct reqs *q)
+                      tent_segment_id_t seg, int hint, const struct qos_in *qos,
+                      const char *fn, struct reqs *q)
 {
     PyObject *sb = NULL, *sp = NULL, *sl = NULL;
     q->r = NULL;
@@ -1095,18 +1160,11 @@ static int build_reqs(MCObject *self TENTPY_UNUSED, int single, PyObject *bufs,
     if (single) {
         q->r = q->stack;
         q->n = 1;
-        tent_request_t *r = &q->r[0];
-        memset(r, 0, sizeof(*r));
         uint64_t a, p, l;
         if (len_item(lens, fn, &l) < 0 || mem_item(bufs, q, fn, &a, l) < 0 ||
             len_item(peers, fn, &p) < 0)
             goto fail;
-        r->opcode = opcode;
-        r->source = (void *)(uintptr_t)a;
-        r->target_id = seg;
-        r->target_offset = p;
-        r->length = l;
-        r->transport_hint = hint;
+        req_fill(&q->r[0], opcode, a, p, l, seg, hint, qos);
         return 0;
     }
     /* Snapshots: the conversions below may run Python code (data_ptr(),
@@ -1141,14 +1199,7 @@ static int build_reqs(MCObject *self TENTPY_UNUSED, int single, PyObject *bufs,
             mem_item(PyTuple_GET_ITEM(sb, i), q, fn, &a, l) < 0 ||
             len_item(PyTuple_GET_ITEM(sp, i), fn, &p) < 0)
             goto fail;
-        tent_request_t *r = &q->r[i];
-        memset(r, 0, sizeof(*r));
-        r->opcode = opcode;
-        r->source = (void *)(uintptr_t)a;
-        r->target_id = seg;
-        r->target_offset = p;
-        r->length = l;
-        r->transport_hint = hint;
+        req_fill(&q->r[i], opcode, a, p, l, seg, hint, qos);
     }
     if (tentpy_seq_unchanged(bufs, sb, what[0]) < 0 ||
         tentpy_seq_unchanged(peers, sp, what[1]) < 0 ||
@@ -1229,15 +1280,18 @@ static int notify_arg(MCObject *self, PyObject *o, const char *fn,
 static PyObject *sync_common(MCObject *self, int single, PyObject *target,
                              PyObject *bufs, PyObject *peers, PyObject *lens,
                              int opcode, PyObject *notify, PyObject *hint_o,
-                             const char *fn)
+                             PyObject *const *qos_o, const char *fn)
 {
     int hint = TRANSPORT_UNSPEC;
+    struct qos_in qos;
     if (!PyUnicode_Check(target)) {
         PyErr_Format(PyExc_TypeError, "%s(): target_hostname must be str", fn);
         return NULL;
     }
     PyObject *nname = NULL, *nmsg = NULL;
     int a = hint_arg(self, hint_o, fn, &hint);
+    if (a == ARG_OK)
+        a = qos_arg(self, qos_o, fn, &qos);
     if (a == ARG_OK)
         a = notify_arg(self, notify, fn, &nname, &nmsg);
     if (a == ARG_PYERR)
@@ -1251,8 +1305,8 @@ static PyObject *sync_common(MCObject *self, int single, PyObject *target,
     /* The arguments are converted before the call is entered: their Python
      * code (data_ptr()) may even close this engine. */
     if (tentpy_check(&self->core) < 0 ||
-        build_reqs(self, single, bufs, peers, lens, opcode, 0, hint, fn, &q) <
-            0)
+        build_reqs(self, single, bufs, peers, lens, opcode, 0, hint, &qos, fn,
+                   &q) < 0)
         goto out_notify;
     if (tentpy_enter(&self->core) < 0)
         goto out_free;
@@ -1295,51 +1349,51 @@ out_notify:
     return res;
 }
 
-static const char *const sync_names[] = {"target_hostname", "buffer",
+static const char *const sync_names[] = {"target_hostname",     "buffer",
                                          "peer_buffer_address", "length",
-                                         "transport_hint"};
-static const char *const bsync_names[] = {"target_hostname", "buffers",
+                                         "transport_hint",      QOS_NAMES};
+static const char *const bsync_names[] = {"target_hostname",       "buffers",
                                           "peer_buffer_addresses", "lengths",
-                                          "transport_hint"};
+                                          "transport_hint",        QOS_NAMES};
 
 static PyObject *mc_sync_write(MCObject *self, PyObject *const *args,
                                Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *a[5];
+    PyObject *a[8];
     if (PARSE("transfer_sync_write", sync_names, 4, a) < 0)
         return NULL;
     return sync_common(self, 1, a[0], a[1], a[2], a[3], OPCODE_WRITE, NULL,
-                       a[4], "transfer_sync_write");
+                       a[4], a + 5, "transfer_sync_write");
 }
 
 static PyObject *mc_sync_read(MCObject *self, PyObject *const *args,
                               Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *a[5];
+    PyObject *a[8];
     if (PARSE("transfer_sync_read", sync_names, 4, a) < 0)
         return NULL;
     return sync_common(self, 1, a[0], a[1], a[2], a[3], OPCODE_READ, NULL, a[4],
-                       "transfer_sync_read");
+                       a + 5, "transfer_sync_read");
 }
 
 static PyObject *mc_bsync_write(MCObject *self, PyObject *const *args,
                                 Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *a[5];
+    PyObject *a[8];
     if (PARSE("batch_transfer_sync_write", bsync_names, 4, a) < 0)
         return NULL;
     return sync_common(self, 0, a[0], a[1], a[2], a[3], OPCODE_WRITE, NULL,
-                       a[4], "batch_transfer_sync_write");
+                       a[4], a + 5, "batch_transfer_sync_write");
 }
 
 static PyObject *mc_bsync_read(MCObject *self, PyObject *const *args,
                                Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *a[5];
+    PyObject *a[8];
     if (PARSE("batch_transfer_sync_read", bsync_names, 4, a) < 0)
         return NULL;
     return sync_common(self, 0, a[0], a[1], a[2], a[3], OPCODE_READ, NULL, a[4],
-                       "batch_transfer_sync_read");
+                       a + 5, "batch_transfer_sync_read");
 }
 
 static PyObject *mc_sync(MCObject *self, PyObject *const *args,
@@ -1347,13 +1401,13 @@ static PyObject *mc_sync(MCObject *self, PyObject *const *args,
 {
     static const char *const names[] = {
         "target_hostname", "buffer", "peer_buffer_address", "length",
-        "opcode",          "notify", "transport_hint"};
-    PyObject *a[7];
+        "opcode",          "notify", "transport_hint",      QOS_NAMES};
+    PyObject *a[10];
     int op;
     if (PARSE("transfer_sync", names, 5, a) < 0 ||
         opcode_arg(a[4], "transfer_sync", &op) < 0)
         return NULL;
-    return sync_common(self, 1, a[0], a[1], a[2], a[3], op, a[5], a[6],
+    return sync_common(self, 1, a[0], a[1], a[2], a[3], op, a[5], a[6], a + 7,
                        "transfer_sync");
 }
 
@@ -1362,13 +1416,13 @@ static PyObject *mc_bsync(MCObject *self, PyObject *const *args,
 {
     static const char *const names[] = {
         "target_hostname", "buffers", "peer_buffer_addresses", "lengths",
-        "opcode",          "notify",  "transport_hint"};
-    PyObject *a[7];
+        "opcode",          "notify",  "transport_hint",        QOS_NAMES};
+    PyObject *a[10];
     int op;
     if (PARSE("batch_transfer_sync", names, 5, a) < 0 ||
         opcode_arg(a[4], "batch_transfer_sync", &op) < 0)
         return NULL;
-    return sync_common(self, 0, a[0], a[1], a[2], a[3], op, a[5], a[6],
+    return sync_common(self, 0, a[0], a[1], a[2], a[3], op, a[5], a[6], a + 7,
                        "batch_transfer_sync");
 }
 
@@ -1376,15 +1430,18 @@ static PyObject *mc_bsync(MCObject *self, PyObject *const *args,
 static PyObject *async_common(MCObject *self, int single, PyObject *target,
                               PyObject *bufs, PyObject *peers, PyObject *lens,
                               int opcode, PyObject *notify, PyObject *hint_o,
-                              const char *fn)
+                              PyObject *const *qos_o, const char *fn)
 {
     int hint = TRANSPORT_UNSPEC;
+    struct qos_in qos;
     if (!PyUnicode_Check(target)) {
         PyErr_Format(PyExc_TypeError, "%s(): target_hostname must be str", fn);
         return NULL;
     }
     PyObject *nname = NULL, *nmsg = NULL;
     int a = hint_arg(self, hint_o, fn, &hint);
+    if (a == ARG_OK)
+        a = qos_arg(self, qos_o, fn, &qos);
     if (a == ARG_OK)
         a = notify_arg(self, notify, fn, &nname, &nmsg);
     if (a == ARG_PYERR)
@@ -1397,8 +1454,8 @@ static PyObject *async_common(MCObject *self, int single, PyObject *target,
     q.holders = NULL;
     /* converted before the call is entered, as in sync_common */
     if (tentpy_check(&self->core) < 0 ||
-        build_reqs(self, single, bufs, peers, lens, opcode, 0, hint, fn, &q) <
-            0)
+        build_reqs(self, single, bufs, peers, lens, opcode, 0, hint, &qos, fn,
+                   &q) < 0)
         goto out_notify;
     if (tentpy_enter(&self->core) < 0)
         goto out_free;
@@ -1467,21 +1524,21 @@ out_notify:
 static PyObject *mc_async_write(MCObject *self, PyObject *const *args,
                                 Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *a[5];
+    PyObject *a[8];
     if (PARSE("batch_transfer_async_write", bsync_names, 4, a) < 0)
         return NULL;
     return async_common(self, 0, a[0], a[1], a[2], a[3], OPCODE_WRITE, NULL,
-                        a[4], "batch_transfer_async_write");
+                        a[4], a + 5, "batch_transfer_async_write");
 }
 
 static PyObject *mc_async_read(MCObject *self, PyObject *const *args,
                                Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *a[5];
+    PyObject *a[8];
     if (PARSE("batch_transfer_async_read", bsync_names, 4, a) < 0)
         return NULL;
     return async_common(self, 0, a[0], a[1], a[2], a[3], OPCODE_READ, NULL,
-                        a[4], "batch_transfer_async_read");
+                        a[4], a + 5, "batch_transfer_async_read");
 }
 
 static PyObject *mc_async(MCObject *self, PyObject *const *args,
@@ -1489,24 +1546,24 @@ static PyObject *mc_async(MCObject *self, PyObject *const *args,
 {
     static const char *const names[] = {
         "target_hostname", "buffers", "peer_buffer_addresses", "lengths",
-        "opcode",          "notify",  "transport_hint"};
-    PyObject *a[7];
+        "opcode",          "notify",  "transport_hint",        QOS_NAMES};
+    PyObject *a[10];
     int op;
     if (PARSE("batch_transfer_async", names, 5, a) < 0 ||
         opcode_arg(a[4], "batch_transfer_async", &op) < 0)
         return NULL;
-    return async_common(self, 0, a[0], a[1], a[2], a[3], op, a[5], a[6],
+    return async_common(self, 0, a[0], a[1], a[2], a[3], op, a[5], a[6], a + 7,
                         "batch_transfer_async");
 }
 
 static PyObject *mc_submit_write(MCObject *self, PyObject *const *args,
                                  Py_ssize_t nargs, PyObject *kwnames)
 {
-    PyObject *a[5];
+    PyObject *a[8];
     if (PARSE("transfer_submit_write", sync_names, 4, a) < 0)
         return NULL;
     return async_common(self, 1, a[0], a[1], a[2], a[3], OPCODE_WRITE, NULL,
-                        a[4], "transfer_submit_write");
+                        a[4], a + 5, "transfer_submit_write");
 }
 
 /* The deadline of an async batch, or -1 when this engine did not submit

@@ -400,3 +400,80 @@ def test_protocol_names_are_the_classic_apis(proto, caplog, monkeypatch):
     assert len([w for w in warnings_of(caplog)
                 if proto in w.getMessage()]) == 1
     eng.close()
+
+
+def test_mooncake_calls_take_tent_fields(peer_factory, monkeypatch):
+    """tent.mooncake's transfer calls take TENT's deadline_ns, policy_name
+    and intent_type by keyword: a name picks its rule ahead of the first
+    matching one, an intent is matched by a rule naming it, and a deadline
+    that cannot be met fails the call with the cause in last_error()."""
+    import time
+    peer = peer_factory(api="tent", proto="tcp", size=1 << 20)
+    peer.fill(47)
+    monkeypatch.setenv("MC_TENT_CONF", json.dumps({
+        "log_level": "error",
+        "policy": [
+            {"name": "ckpt", "segment_type": "memory",
+             "intent_type": "checkpoint", "transports": ["shm"]},
+            {"name": "any", "segment_type": "memory",
+             "transports": ["tcp"]},
+            {"name": "shm_only", "segment_type": "memory",
+             "transports": ["shm"]}],
+        "enable_runtime_queue": True,
+        "runtime_queue": {"deadline_aware": True,
+                          "mlu_local_threshold": 1.0}}))
+    eng = mooncake_engine("tcp")
+    local = np.zeros(1 << 16, dtype=np.uint8)
+    assert eng.register_memory(local, local.nbytes) == 0, eng.last_error()
+    s = peer.session
+    # defaults and explicit "none" values: rule "any", tcp
+    assert eng.transfer_sync_read(s, local, peer.addr, 4096) == 0, \
+        eng.last_error()
+    assert eng.transfer_sync_read(s, local, peer.addr, 4096, deadline_ns=0,
+                                  policy_name=None, intent_type=None) == 0
+    assert eng.transfer_sync_read(s, local, peer.addr, 4096,
+                                  policy_name="any") == 0
+    # the named rule (shm, not running here) is the one used
+    assert eng.transfer_sync_read(s, local, peer.addr, 4096,
+                                  policy_name="shm_only") == -1
+    assert eng.batch_transfer_sync_write(s, [local], [peer.addr], [4096],
+                                         policy_name="shm_only") == -1
+    assert eng.transfer_sync_read(s, local, peer.addr, 4096,
+                                  policy_name="nope") == -1
+    assert "policy_name 'nope'" in eng.last_error()
+    # TENT's IntentType names and values, also at module level as pybind11's
+    # export_values() gives them
+    assert [(m.name, int(m)) for m in tent.IntentType] == [
+        ("INTENT_UNSPEC", 0), ("FOREGROUND_GET", 1),
+        ("BACKGROUND_PREFETCH", 2), ("MIGRATION", 3), ("CHECKPOINT", 4),
+        ("WEIGHT_LOADING", 5), ("STAGING_INTERNAL", 6)]
+    assert tent.CHECKPOINT is tent.IntentType.CHECKPOINT
+    # an intent matched by the rule that names it
+    assert eng.transfer_sync_read(
+        s, local, peer.addr, 4096,
+        intent_type=tent.IntentType.CHECKPOINT) == -1
+    assert eng.transfer_sync_read(
+        s, local, peer.addr, 4096,
+        intent_type=tent.IntentType.FOREGROUND_GET) == 0
+    # deadlines: one already past fails with its cause; a generous one is met
+    assert eng.transfer_sync_read(s, local, peer.addr, 4096,
+                                  deadline_ns=time.monotonic_ns() - 1) == -1
+    assert "deadline" in eng.last_error(), eng.last_error()
+    assert eng.transfer_sync(
+        s, local, peer.addr, 4096, TransferOpcode.Read,
+        deadline_ns=time.monotonic_ns() + 10**10) == 0
+    bid = eng.batch_transfer_async_read(
+        s, [local], [peer.addr], [4096], deadline_ns=time.monotonic_ns() - 1)
+    assert bid != 0, eng.last_error()
+    assert eng.get_batch_transfer_status([bid]) == -1
+    assert "deadline" in eng.last_error(), eng.last_error()
+    # bad values
+    with pytest.raises(ValueError):
+        eng.transfer_sync_read(s, local, peer.addr, 4096, intent_type=7)
+    with pytest.raises(TypeError):
+        eng.transfer_sync_read(s, local, peer.addr, 4096, deadline_ns="soon")
+    with pytest.raises(ValueError):
+        eng.transfer_sync_read(s, local, peer.addr, 4096, deadline_ns=-1)
+    with pytest.raises(TypeError):
+        eng.transfer_sync_read(s, local, peer.addr, 4096, policy_name=3)
+    eng.close()

@@ -191,8 +191,43 @@ CLASSIC_API batch_id_t allocateBatchID(transfer_engine_t engine,
 
 #define STACK_REQUESTS 32
 
+/* The requests of a submit: Mooncake's struct or the _ex one. */
+struct entries {
+    const struct transfer_request *plain;
+    const struct transfer_request_ex *ex;
+};
+
+static int32_t entry_target(const struct entries *in, size_t i)
+{
+    return in->ex ? in->ex[i].target_id : in->plain[i].target_id;
+}
+
+static tent_request_t entry_request(const struct entries *in, size_t i)
+{
+    if (!in->ex)
+        return (tent_request_t){
+            .opcode = in->plain[i].opcode,
+            .source = in->plain[i].source,
+            .target_id = (tent_segment_id_t)in->plain[i].target_id,
+            .target_offset = in->plain[i].target_offset,
+            .length = in->plain[i].length,
+        };
+    const struct transfer_request_ex *x = &in->ex[i];
+    return (tent_request_t){
+        .opcode = x->opcode,
+        .source = x->source,
+        .target_id = (tent_segment_id_t)x->target_id,
+        .target_offset = x->target_offset,
+        .length = x->length,
+        .priority = x->priority,
+        .intent_type = x->intent_type,
+        .deadline_ns = x->deadline_ns,
+        .policy_name = x->policy_name,
+    };
+}
+
 static int submit(transfer_engine_t engine, batch_id_t batch_id,
-                  struct transfer_request *entries, size_t count,
+                  const struct entries *in, size_t count,
                   const notify_msg_t *notify, const char *fn)
 {
     struct classic_engine *ce = classic_engine_of(engine, fn);
@@ -200,7 +235,7 @@ static int submit(transfer_engine_t engine, batch_id_t batch_id,
         return CLASSIC_ST_INVALID_ARGUMENT;
     if (count == 0 && !notify)
         return CLASSIC_ST_OK; /* nothing to do, as Mooncake */
-    if (count == 0 || !entries) {
+    if (count == 0 || (!in->plain && !in->ex)) {
         CLASSIC_WARN("%s: %s", fn,
                      count == 0 ? "entries must not be empty"
                                 : "entries is NULL");
@@ -211,9 +246,9 @@ static int submit(transfer_engine_t engine, batch_id_t batch_id,
         return CLASSIC_ST_INVALID_ARGUMENT;
     }
     for (size_t i = 0; i < count; i++)
-        if (entries[i].target_id < 0) {
+        if (entry_target(in, i) < 0) {
             CLASSIC_WARN("%s: request %zu: target_id %d is not a segment id",
-                         fn, i, entries[i].target_id);
+                         fn, i, entry_target(in, i));
             return CLASSIC_ST_INVALID_ARGUMENT;
         }
     bool counted;
@@ -233,13 +268,7 @@ static int submit(transfer_engine_t engine, batch_id_t batch_id,
         return CLASSIC_ST_MEMORY;
     }
     for (size_t i = 0; i < count; i++)
-        reqs[i] = (tent_request_t){
-            .opcode = entries[i].opcode,
-            .source = entries[i].source,
-            .target_id = (tent_segment_id_t)entries[i].target_id,
-            .target_offset = entries[i].target_offset,
-            .length = entries[i].length,
-        };
+        reqs[i] = entry_request(in, i);
     int rc = notify ? tent_submit_notif(te, batch_id, reqs, count, notify->name,
                                         notify->msg)
                     : tent_submit(te, batch_id, reqs, count);
@@ -254,7 +283,8 @@ static int submit(transfer_engine_t engine, batch_id_t batch_id,
 CLASSIC_API int submitTransfer(transfer_engine_t engine, batch_id_t batch_id,
                                struct transfer_request *entries, size_t count)
 {
-    return submit(engine, batch_id, entries, count, NULL, __func__);
+    struct entries in = {.plain = entries};
+    return submit(engine, batch_id, &in, count, NULL, __func__);
 }
 
 CLASSIC_API int submitTransferWithNotify(transfer_engine_t engine,
@@ -262,7 +292,51 @@ CLASSIC_API int submitTransferWithNotify(transfer_engine_t engine,
                                          struct transfer_request *entries,
                                          size_t count, notify_msg_t notify_msg)
 {
-    return submit(engine, batch_id, entries, count, &notify_msg, __func__);
+    struct entries in = {.plain = entries};
+    return submit(engine, batch_id, &in, count, &notify_msg, __func__);
+}
+
+CLASSIC_API int submitTransferEx(transfer_engine_t engine, batch_id_t batch_id,
+                                 const struct transfer_request_ex *entries,
+                                 size_t count, const notify_msg_t *notify_msg)
+{
+    struct entries in = {.ex = entries};
+    return submit(engine, batch_id, &in, count, notify_msg, __func__);
+}
+
+CLASSIC_API int getTransferError(transfer_engine_t engine, batch_id_t batch_id,
+                                 size_t task_id, int *cause, char *msg,
+                                 size_t len)
+{
+    if (msg && len)
+        msg[0] = '\0';
+    struct classic_engine *ce = classic_engine_of(engine, __func__);
+    if (!ce)
+        return CLASSIC_ST_INVALID_ARGUMENT;
+    if (!cause) {
+        CLASSIC_WARN("getTransferError: cause is NULL");
+        return CLASSIC_ST_INVALID_ARGUMENT;
+    }
+    bool counted;
+    if (!classic_enter(ce, &counted))
+        return CLASSIC_ST_CONTEXT;
+    tent_engine_t te = data_engine(ce, __func__);
+    if (!te) {
+        classic_leave(ce, counted);
+        return CLASSIC_ST_INVALID_ARGUMENT;
+    }
+    int code = TENT_OK, native = 0;
+    int rc = tent_task_error(te, batch_id, task_id, &code, &native,
+                             msg && len ? msg : NULL, msg ? len : 0);
+    if (rc != TENT_OK)
+        CLASSIC_WARN("getTransferError: %s", tent_last_error());
+    classic_leave(ce, counted);
+    if (rc != TENT_OK)
+        return classic_status_of(rc);
+    *cause = code == TENT_OK          ? 0
+             : code == TENT_ETIMEDOUT ? STATUS_TIMEOUT
+                                      : STATUS_FAILED;
+    return CLASSIC_ST_OK;
 }
 
 CLASSIC_API int getTransferStatus(transfer_engine_t engine, batch_id_t batch_id,

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SLOTS_MAGIC   0x54454e54534c4f54ull /* "TENTSLOT" */
@@ -164,4 +165,34 @@ bool tent_slots_busy(const struct tent_slots *s, int prio, uint64_t now,
 {
     uint64_t last = tent_slots_last_above(s, prio);
     return last && (now < last || now - last <= window_ns);
+}
+
+bool tent_slots_holds(struct tent_slots *s, int prio, uint64_t now)
+{
+    if (tent_slots_allows(s, prio, now))
+        return false;
+    uint64_t cycle =
+        (uint64_t)s->shm->interval_ms * 1000000ull * TENT_SLOTS_NCLASS;
+    return tent_slots_busy(s, prio, now, cycle);
+}
+
+uint64_t tent_slots_next_ns(const struct tent_slots *s, uint64_t now)
+{
+    uint64_t iv = (uint64_t)s->shm->interval_ms * 1000000ull;
+    return (now / iv + 1) * iv;
+}
+
+uint64_t tent_slots_wait(struct tent_slots *s, int prio, uint64_t max_ns)
+{
+    uint64_t start = tent_now_ns(), now = start;
+    while (now - start < max_ns && tent_slots_holds(s, prio, now)) {
+        uint64_t until = tent_slots_next_ns(s, now);
+        if (until - start > max_ns)
+            until = start + max_ns;
+        struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
+                              .tv_nsec = (long)(until % 1000000000ull)};
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+        now = tent_now_ns();
+    }
+    return now - start;
 }

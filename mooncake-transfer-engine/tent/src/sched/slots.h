@@ -46,4 +46,15 @@ uint64_t tent_slots_last_above(const struct tent_slots *s, int prio);
 bool tent_slots_busy(const struct tent_slots *s, int prio, uint64_t now,
                      uint64_t window_ns);
 
+/* TENT's hold of class prio at now, on a busy host: prio's slot has not
+ * come (tent_slots_allows is false) while a more urgent class sent on the
+ * host within the last rotation (3 intervals).  So LOW waits for slot 2
+ * only while HIGH or MEDIUM traffic runs; on a quiet host it goes on. */
+bool tent_slots_holds(struct tent_slots *s, int prio, uint64_t now);
+/* The start of the next slot after now (CLOCK_MONOTONIC ns). */
+uint64_t tent_slots_next_ns(const struct tent_slots *s, uint64_t now);
+/* Waits (sleeps) while tent_slots_holds(s, prio, now), at most max_ns;
+ * returns the ns waited. */
+uint64_t tent_slots_wait(struct tent_slots *s, int prio, uint64_t max_ns);
+
 #endif

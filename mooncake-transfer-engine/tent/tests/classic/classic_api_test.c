@@ -879,6 +879,110 @@ static void test_failed_task(void **state)
     free(dst);
 }
 
+/* ---- submitTransferEx: TENT's request fields ---------------------------- */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* policy_name picks its rule ahead of the first matching one; an unknown
+ * name is refused; a deadline the measured rate cannot meet fails the task
+ * at once with STATUS_TIMEOUT as its cause and a message that says so. */
+static void test_submit_ex(void **state)
+{
+    (void)state;
+    setenv("MC_TENT_CONF",
+           "{\"policy\": ["
+           "{\"name\": \"bulk\", \"segment_type\": \"memory\", "
+           "\"transports\": [\"tcp\"]},"
+           "{\"name\": \"pinned\", \"segment_type\": \"memory\", "
+           "\"transports\": [\"shm\"]}],"
+           "\"enable_runtime_queue\": true,"
+           "\"runtime_queue\": {\"deadline_aware\": true, "
+           "\"mlu_local_threshold\": 1.0}}",
+           1);
+    transfer_engine_t a = p2p(0), c = p2p(0);
+    assert_non_null(installTransport(a, "shm", NULL));
+    assert_non_null(installTransport(c, "shm", NULL));
+    unsetenv("MC_TENT_CONF");
+    char *src = malloc(4 * MIB), *dst = calloc(1, 4 * MIB);
+    memset(src, 0x3c, 4 * MIB);
+    assert_int_equal(registerLocalMemory(a, src, 4 * MIB, "*", 1), 0);
+    assert_int_equal(registerLocalMemory(c, dst, 4 * MIB, "*", 1), 0);
+    char nc[64];
+    name_of(c, nc, sizeof(nc));
+    segment_id_t seg = openSegment(a, nc);
+    assert_true(seg > 0);
+    batch_id_t bid = allocateBatchID(a, 8);
+    assert_true(bid != INVALID_BATCH);
+    transfer_request_ex_t r = {
+        .opcode = OPCODE_WRITE,
+        .source = src,
+        .target_id = seg,
+        .target_offset = (uint64_t)(uintptr_t)dst,
+        .length = MIB,
+        .priority = TRANSFER_PRIO_MEDIUM,
+        .intent_type = TRANSFER_INTENT_FOREGROUND_GET,
+    };
+    /* no policy_name: the first rule, tcp (it also measures tcp's rate) */
+    assert_int_equal(submitTransferEx(a, bid, &r, 1, NULL), 0);
+    assert_int_equal(wait_tasks(a, bid, 0, 1), 1);
+    assert_string_equal(transport_of(a, bid, 0), "tcp");
+    int cause = -1;
+    char msg[512] = "x";
+    assert_int_equal(getTransferError(a, bid, 0, &cause, msg, sizeof(msg)),
+                     0);
+    assert_int_equal(cause, 0);
+    assert_string_equal(msg, "");
+    /* policy_name: that rule, shm */
+    r.policy_name = "pinned";
+    r.target_offset += MIB;
+    r.source = src + MIB;
+    assert_int_equal(submitTransferEx(a, bid, &r, 1, NULL), 0);
+    assert_int_equal(wait_tasks(a, bid, 1, 1), 1);
+    assert_string_equal(transport_of(a, bid, 1), "shm");
+    assert_memory_equal(src, dst, 2 * MIB);
+    /* a name no rule has, a bad intent: refused, nothing started */
+    r.policy_name = "nope";
+    assert_int_equal(submitTransferEx(a, bid, &r, 1, NULL), 1);
+    r.policy_name = NULL;
+    r.intent_type = 7;
+    assert_int_equal(submitTransferEx(a, bid, &r, 1, NULL), 1);
+    /* 1 MiB in 2 us at tcp's measured rate: fails at once, never sent */
+    r.intent_type = TRANSFER_INTENT_UNSPEC;
+    r.source = src + 2 * MIB;
+    r.target_offset = (uint64_t)(uintptr_t)(dst + 2 * MIB);
+    r.deadline_ns = mono_ns() + 2000;
+    assert_int_equal(submitTransferEx(a, bid, &r, 1, NULL), 0);
+    transfer_status_t st;
+    assert_int_equal(getTransferStatus(a, bid, 2, &st), 0);
+    assert_int_equal(st.status, STATUS_FAILED);
+    assert_int_equal(getTransferError(a, bid, 2, &cause, msg, sizeof(msg)),
+                     0);
+    assert_int_equal(cause, STATUS_TIMEOUT);
+    assert_non_null(strstr(msg, "deadline infeasible"));
+    assert_non_null(strstr(msg, "'tcp'"));
+    assert_int_equal(dst[2 * MIB], 0);
+    /* a generous deadline is met */
+    r.deadline_ns = mono_ns() + 20000000000ull;
+    assert_int_equal(submitTransferEx(a, bid, &r, 1, NULL), 0);
+    assert_int_equal(wait_tasks(a, bid, 3, 1), 1);
+    assert_int_equal(dst[2 * MIB], 0x3c);
+    /* bad input */
+    assert_int_equal(getTransferError(a, bid, 0, NULL, msg, sizeof(msg)), 1);
+    assert_int_not_equal(getTransferError(a, bid, 99, &cause, NULL, 0), 0);
+    assert_int_equal(getTransferError(NULL, bid, 0, &cause, NULL, 0), 1);
+    assert_int_equal(submitTransferEx(a, bid, NULL, 1, NULL), 1);
+    assert_int_equal(freeBatchID(a, bid), 0);
+    destroyTransferEngine(a);
+    destroyTransferEngine(c);
+    free(src);
+    free(dst);
+}
+
 /* ---- notifications ------------------------------------------------------ */
 
 static notify_msg_t *wait_notifs(transfer_engine_t e, int *size)
@@ -1207,6 +1311,7 @@ int main(void)
         cmocka_unit_test(test_write_read),
         cmocka_unit_test(test_not_remote_accessible),
         cmocka_unit_test(test_failed_task),
+        cmocka_unit_test(test_submit_ex),
         cmocka_unit_test(test_notifications),
         cmocka_unit_test(test_submit_with_notify),
         cmocka_unit_test(test_nic_load_stats),

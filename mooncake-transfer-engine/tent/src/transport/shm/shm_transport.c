@@ -11,9 +11,12 @@
  * that began after it found the owner still holding the memory (one F_GETLK
  * per mapping and status round), and a failed check is sticky.  The whole
  * design: docs/transports/shm.md. */
+#include "common/clock.h"
 #include "common/compiler.h"
+#include "common/config.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "sched/slots.h"
 #include "transport/shm/shm_ctl.h"
 #include "transport/shm/shm_handle.h"
 #include "transport/transport.h"
@@ -116,7 +119,13 @@ struct shm_transport {
     /* The last sub-batch freed, its tasks released: the next batch takes
      * it instead of allocating and zeroing one. */
     _Atomic(struct shm_sub *) spare;
+    /* TENT's slots shared by the host's engines (shared_quota_shm_path),
+     * or NULL: LOW copies wait for their slot while other classes run. */
+    struct tent_slots *slots;
 };
+
+/* A LOW copy checks its slot before each piece of this size. */
+#define SLOT_PIECE (256u << 10)
 
 size_t tent_shm_mapping_count(struct tent_transport *t)
 {
@@ -180,7 +189,28 @@ static int shm_install(struct tent_transport *base)
                               "shm: this engine publishes no host identity");
     snprintf(t->host_id, sizeof(t->host_id), "%s", id);
     t->revoke_timeout_ms = env->revoke_timeout_ms;
-    int rc = shm_ctl_create(&t->own, env->incarnation);
+    const char *qname = "";
+    int64_t iv = 2;
+    int rc = env->cfg ? tent_config_get_string(
+                            env->cfg, "transports/shm/shared_quota_shm_path",
+                            "", &qname)
+                      : TENT_OK;
+    if (!rc && strlen(qname) > 127)
+        rc = tent_set_error(TENT_ECONFIG,
+                            "config key 'transports/shm/shared_quota_shm_path' "
+                            "= \"%s\" is longer than 127 characters",
+                            qname);
+    if (!rc && env->cfg)
+        rc = tent_config_get_int_range(
+            env->cfg, "transports/shm/slot_rotation_interval_ms", 2, 1, 60000,
+            &iv);
+    if (rc)
+        return rc;
+    t->slots = NULL;
+    if (qname[0] && tent_slots_open(qname, (int)iv, &t->slots) != TENT_OK)
+        LOG_WARN("shm: no priority slots shared with other processes: %s",
+                 tent_last_error());
+    rc = shm_ctl_create(&t->own, env->incarnation);
     if (rc)
         return rc;
     char h[64];
@@ -191,6 +221,8 @@ static int shm_install(struct tent_transport *base)
     if (rc) {
         env->publish_attr(env->ctx, SHM_CTL_ATTR, NULL);
         shm_ctl_destroy(&t->own);
+        tent_slots_close(t->slots);
+        t->slots = NULL;
         return rc;
     }
     pthread_mutex_init(&t->lock, NULL);
@@ -209,6 +241,8 @@ static void shm_uninstall(struct tent_transport *base)
         base->env->publish_attr(base->env->ctx, SHM_SOCK_ATTR, NULL);
     }
     shm_ctl_destroy(&t->own);
+    tent_slots_close(t->slots);
+    t->slots = NULL;
 }
 
 static uint32_t shm_caps(TENT_UNUSED struct tent_transport *t)
@@ -785,13 +819,29 @@ static int submit_one(struct shm_transport *t, const struct tent_xfer *x,
      * the range (m maps the whole entry). */
     if (!shm_ctl_inside(&c->ent, x->remote, x->length))
         return refuse_range(x, c->pid);
+    bool low = tent_prio_class(x->priority) == TENT_PRIO_LOW;
+    if (t->slots && !low)
+        tent_slots_note(t->slots, tent_prio_class(x->priority), tent_now_ns());
+    uint64_t slot_max =
+        t->slots
+            ? 3ull * 1000000ull * (uint64_t)tent_slots_interval_ms(t->slots)
+            : 0;
     if (m) {
         char *r = (char *)m->addr + (x->remote - c->ent.base);
-        if (x->opcode == OPCODE_WRITE)
-            memcpy(r, x->local, x->length);
-        else
-            memcpy(x->local, r, x->length);
+        char *l = x->local;
+        for (uint64_t off = 0; off < x->length; off += SLOT_PIECE) {
+            uint64_t len =
+                x->length - off < SLOT_PIECE ? x->length - off : SLOT_PIECE;
+            if (low && t->slots)
+                tent_slots_wait(t->slots, TENT_PRIO_LOW, slot_max);
+            if (x->opcode == OPCODE_WRITE)
+                memcpy(r + off, l + off, len);
+            else
+                memcpy(l + off, r + off, len);
+        }
     } else {
+        if (low && t->slots)
+            tent_slots_wait(t->slots, TENT_PRIO_LOW, slot_max);
         int state = TENT_XFER_COMPLETED;
         int rc = cma_copy(c->pid, x, &state, native);
         if (rc)

@@ -23,6 +23,7 @@
 #include "metrics/metrics.h"
 #include "net/nics.h"
 #include "sched/rails.h"
+#include "sched/slots.h"
 #include "transport/tcp/tcp.h"
 #include "transport/tcp/tcp_conn.h"
 
@@ -111,8 +112,9 @@ struct tcp_rail {
     int nidle;
     long long used_ms[MAX_CONNS]; /* when slot i was last freed */
     struct squeue q[TENT_NPRIO];
-    uint64_t q_bytes;              /* bytes queued, all classes */
-    uint64_t low_wire;             /* bytes of LOW windows on the wire */
+    uint64_t q_bytes;  /* bytes queued, all classes */
+    uint64_t low_wire; /* bytes of LOW windows on the wire */
+    bool slot_wait;    /* a pool thread waits for LOW's slot (serve_rail) */
     _Atomic long long progress_ms; /* a byte last moved on the rail */
     bool stop;
     int nconns; /* slots: transports/tcp/connections */
@@ -393,20 +395,41 @@ static uint64_t low_window_pace(struct tcp_rail *r)
     return (uint64_t)(pace / low_windows(r->peer->t));
 }
 
-/* The queue a pool thread serves next (-1: nothing it may take now).  Caller
- * holds lock. */
-static int next_queue_locked(struct tcp_rail *r, uint64_t low_cap)
+/* Whether LOW waits for its slot: the host's slots (shared_quota_shm_path)
+ * hold it while another class is active on the host (tent_slots_holds). */
+static bool low_slot_held(struct tcp_rail *r, uint64_t now)
+{
+    struct tent_slots *sl = tent_railset_slots(r->peer->rs);
+    return sl && tent_slots_holds(sl, TENT_PRIO_LOW, now);
+}
+
+/* The queue a pool thread serves next (-1: nothing it may take now); *held
+ * (may be NULL) tells whether queued LOW waits for its slot.  Caller holds
+ * lock. */
+static int next_queue_held_locked(struct tcp_rail *r, uint64_t low_cap,
+                                  bool *held)
 {
     struct tcp_transport *t = r->peer->t;
-    uint64_t since[TENT_NPRIO];
+    uint64_t since[TENT_NPRIO], now = tent_now_ns();
+    bool hold = false;
     for (int k = 0; k < TENT_NPRIO; k++) {
         const struct slice *h = r->q[k].head;
+        if (h && k == TENT_PRIO_LOW && r->low_wire < low_cap)
+            hold = low_slot_held(r, now);
         /* LOW past its budget waits for a LOW window to finish */
-        since[k] = !h || (k == TENT_PRIO_LOW && r->low_wire >= low_cap)
-                       ? TENT_PRIO_IDLE
-                       : tent_prio_since(h->enq_ns, r->q[k].served_ns);
+        since[k] =
+            !h || (k == TENT_PRIO_LOW && (r->low_wire >= low_cap || hold))
+                ? TENT_PRIO_IDLE
+                : tent_prio_since(h->enq_ns, r->q[k].served_ns);
     }
-    return tent_prio_pick(since, tent_now_ns(), t->promo_ns);
+    if (held)
+        *held = hold;
+    return tent_prio_pick(since, now, t->promo_ns);
+}
+
+static int next_queue_locked(struct tcp_rail *r, uint64_t low_cap)
+{
+    return next_queue_held_locked(r, low_cap, NULL);
 }
 
 /* Takes a window off queue k: slices of the head's opcode, at most
@@ -970,7 +993,25 @@ static void serve_rail(struct tcp_rail *r)
             fence_job_run(r, fj, false);
             continue;
         }
-        int k = next_queue_locked(r, low_cap);
+        bool held = false;
+        int k = next_queue_held_locked(r, low_cap, &held);
+        if (k < 0 && held && !r->slot_wait) {
+            /* LOW waits for its slot: one thread per rail sleeps until
+             * then (10 ms at a time, so a stop is seen), holding no
+             * connection, and serves it */
+            r->slot_wait = true;
+            if (me >= 0)
+                slot_free_locked(r, me);
+            me = -1;
+            pthread_mutex_unlock(&r->lock);
+            tent_slots_wait(tent_railset_slots(r->peer->rs), TENT_PRIO_LOW,
+                            10000000ull);
+            pthread_mutex_lock(&r->lock);
+            r->slot_wait = false;
+            pthread_mutex_unlock(&r->lock);
+            sent--; /* no window sent: the rail's turn goes on */
+            continue;
+        }
         if (k < 0 && !tried && r->peer->nrails > 1 && !queued_locked(r)) {
             tried = true;
             pthread_mutex_unlock(&r->lock);
