@@ -9,7 +9,8 @@
 #   [ROUNDS=3] [BUILD=build] scripts/perf_report.sh            (markdown on stdout)
 #   [ROUNDS=3] [BUILD=build] scripts/perf_report.sh --update   (rewrites the
 #       section between the perf_report markers of docs/performance.md)
-# About 20 minutes with ROUNDS=3 on 2 cores.
+# BUFFERS (exact) picks perf_table.sh's buffers ("256M exact" for both).
+# About 13 minutes with ROUNDS=3 on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -39,9 +40,10 @@ trap 'rm -rf "$OUT" "$WORK"' EXIT
     echo
     echo "Medians of $ROUNDS rounds; each ratio against the ceiling measured" \
         "just before the case in the same round (BW/memcpy, BW/socket," \
-        "PingPong/AvgTx)."
+        "PingPong/AvgTx); buffers: ${BUFFERS:-exact} (exact = block x batch x" \
+        "threads)."
     echo
-    (cd "$WORK" && ROUNDS=$ROUNDS OUT="$WORK/perf.csv" \
+    (cd "$WORK" && ROUNDS=$ROUNDS OUT="$WORK/perf.csv" BUFFERS=${BUFFERS:-exact} \
         "$OLDPWD/scripts/perf_table.sh" "$OLDPWD/$TEBENCH")
     echo
     echo "### File segments against fio (issue 22's table)"

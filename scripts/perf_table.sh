@@ -6,7 +6,7 @@
 # Ratios use the ceilings of the first binary's run in the same round.
 #   [ROUNDS=n] [CASES_RE=regex] scripts/perf_table.sh AFTER_TEBENCH [BEFORE_TEBENCH]
 # CASES_RE runs only the cases whose names match (e.g. '^tcp'); the tables
-# leave out the others.
+# leave out the others.  BUFFERS=exact (or 256M) runs one buffer of the two.
 # Prints the raw rows (CSV) to perf_table.csv and the medians as tables.
 set -uo pipefail
 AFTER=$1
@@ -48,7 +48,8 @@ for round in $(seq "${ROUNDS:-3}"); do
     for c in "${CASES[@]}"; do
         IFS='|' read -r name thr x op blk bat exact extra envs <<<"$c"
         [[ "$name" =~ ${CASES_RE:-.} ]] || continue
-        for buf in 256M "$exact"; do
+        for buf in ${BUFFERS:-256M exact}; do
+            [ "$buf" = exact ] && buf=$exact
             for which in after before; do
                 tb=$AFTER
                 [ "$which" = before ] && tb=$BEFORE
@@ -78,6 +79,7 @@ for name, buf, which, rnd, bw, tx, mem, sock, pp in csv.reader(open(sys.argv[1])
                                        sock=num(sock), pp=num(pp)))
 builds = [b for b in ("before", "after") if any(k[2] == b for k in rows)]
 have = {k[0] for k in rows}  # the cases run (CASES_RE)
+BUFS = [b for b in ("256M", "exact") if any(k[1] == b for k in rows)]
 def med(vals):
     vals = [v for v in vals if v == v]
     return statistics.median(vals) if vals else float("nan")
@@ -113,13 +115,13 @@ print("|---|---|" + "---|" * len(builds) + "---|")
 for label, name, kind, target in TABLE:
     if name not in have:
         continue
-    for buf in ("256M", "exact"):
+    for buf in BUFS:
         print(f"| {label} | {buf} | " + " | ".join(KINDS[kind](name, buf, w) for w in builds) + f" | {target} |")
 if {"mft4Kx1", "tcp4Kx1", "mft4Kx32", "tcp4Kx32", "mfs4Kx32", "shm4Kx32"} <= have:
     print()
     print("| memfabric over mf_host | buffer | " + " | ".join(builds) + " | target |")
     print("|---|---|" + "---|" * len(builds) + "---|")
-    for buf in ("256M", "exact"):
+    for buf in BUFS:
         cells = [f"{col('mft4Kx1', buf, w, 'tx') / col('tcp4Kx1', buf, w, 'tx'):.2f}x ({col('mft4Kx1', buf, w, 'tx'):.1f} vs {col('tcp4Kx1', buf, w, 'tx'):.1f} us)" for w in builds]
         print(f"| host_tcp 4 KiB batch 1: Avg Tx / tcp's | {buf} | " + " | ".join(cells) + " | <= 1.2x |")
         for mf, other, label in (("mft4Kx32", "tcp4Kx32", "host_tcp 4 KiB x 32: BW / tcp's"),
@@ -135,6 +137,6 @@ for two, one, label in (("shm4Kx32t2", "shm4Kx32", "shm 4 KiB x 32"), ("shm1Mx32
                         ("mft1Mx32t2", "mft1Mx32t1", "memfabric 1 MiB x 32")):
     if two not in have or one not in have:
         continue
-    for buf in ("256M", "exact"):
+    for buf in BUFS:
         print(f"| {label} | {buf} | " + " | ".join(f"{col(two, buf, w, 'bw') / col(one, buf, w, 'bw'):.2f}" for w in builds) + " |")
 PY
