@@ -54,3 +54,33 @@ function(tent_label_tests)
     endif()
   endforeach()
 endfunction()
+
+# tent_split_test(NAME name TARGET target CASES case... COMMAND cmd arg...)
+# adds the cmocka suite `target` as several CTest entries, so that its slow
+# cases run beside the rest of the suite instead of after it: `name` runs
+# every case but the named ones, and `name.case` runs each named case
+# alone (tests/common/case_filter.c: TENT_TEST_SKIP, TENT_TEST_ONLY).
+# Every case still runs exactly once.  Sets TENT_SPLIT_TESTS in the
+# caller to the entries added, for its set_tests_properties (which must
+# append to ENVIRONMENT, not set it).
+function(tent_split_test)
+  cmake_parse_arguments(S "" "NAME;TARGET" "CASES;COMMAND" ${ARGN})
+  get_target_property(_wrapped ${S_TARGET} TENT_CASE_FILTER)
+  if(NOT _wrapped)
+    target_sources(${S_TARGET} PRIVATE
+      ${PROJECT_SOURCE_DIR}/mooncake-transfer-engine/tent/tests/common/case_filter.c)
+    target_link_options(${S_TARGET} PRIVATE
+      "LINKER:--wrap=_cmocka_run_group_tests")
+    set_target_properties(${S_TARGET} PROPERTIES TENT_CASE_FILTER TRUE)
+  endif()
+  string(REPLACE ";" "," _skip "${S_CASES}")
+  add_test(NAME ${S_NAME} COMMAND ${S_COMMAND})
+  set_property(TEST ${S_NAME} APPEND PROPERTY ENVIRONMENT "TENT_TEST_SKIP=${_skip}")
+  set(_all ${S_NAME})
+  foreach(c ${S_CASES})
+    add_test(NAME ${S_NAME}.${c} COMMAND ${S_COMMAND})
+    set_property(TEST ${S_NAME}.${c} APPEND PROPERTY ENVIRONMENT "TENT_TEST_ONLY=${c}")
+    list(APPEND _all ${S_NAME}.${c})
+  endforeach()
+  set(TENT_SPLIT_TESTS ${_all} PARENT_SCOPE)
+endfunction()
