@@ -9,10 +9,23 @@
 #   netns        builds network namespaces (root, iproute2)
 #   valgrind     runs under valgrind
 #   perf         timing guards that want a quiet machine (not in test.sh)
-# and "slow" on top for the few that take more than half a minute alone.
+# and on top:
+#   slow         the few that take longest alone (started first: COST)
+#   timing       bounds on time that a crowded machine can miss: test.sh
+#                runs them beside the rest but at most nproc at a time and
+#                ahead of the rest (which it runs at a lower priority)
 set(TENT_TEST_KINDS unit e2e conformance netns valgrind perf)
-set(TENT_SLOW_TESTS tent_e2e_revoke_tcp_test tent_py_torch_test
-    tent_py_transfer_test)
+set(TENT_SLOW_TESTS tent_py_metrics_test tent_py_torch_test
+    tent_py_transfer_test tent_meta_netns_test
+    tent_conformance_memfabric_host_tcp_test.test_stalled_peer
+    tent_conformance_libfabric_tcp_test tebench_metrics_tcp_test
+    mf_host_two_process_valgrind_test mf_host_abi_valgrind_test
+    mf_host_revoke_test tent_e2e_revoke_tcp_test.test_stalled_initiator_malloc
+    tent_e2e_revoke_tcp_test.test_stalled_initiator_allocated)
+set(TENT_TIMING_TESTS tent_py_sigint_test tent_runtime_rpc_spin_test
+    tent_e2e_rpc_robustness_test mf_host_revoke_test tent_meta_netns_test
+    tent_e2e_rails_netns_down_test tent_e2e_rails_netns_far_test
+    tent_e2e_rails_netns_slow_test)
 
 function(tent_label_tests)
   get_directory_property(_tests TESTS)
@@ -39,10 +52,15 @@ function(tent_label_tests)
         list(APPEND _add unit)
       endif()
     endif()
-    # shaped links between namespaces measure time: never beside another
-    # test of the suite
-    if(t MATCHES "netns")
-      set_property(TEST ${t} PROPERTY RUN_SERIAL TRUE)
+    # shaped links between namespaces measure time (with slack for a busy
+    # machine): one such test at a time, beside the rest of the suite
+    if(t MATCHES "rails_netns")
+      set_property(TEST ${t} PROPERTY RESOURCE_LOCK tent_rails_netns)
+    endif()
+    # tebench's runs measure for a second and want rows > 0; libfabric's
+    # tcp provider progresses on its own thread within timeout_ms
+    if(t IN_LIST TENT_TIMING_TESTS OR t MATCHES "^tebench_|libfabric")
+      list(APPEND _add timing)
     endif()
     if(t IN_LIST TENT_SLOW_TESTS)
       list(APPEND _add slow)
