@@ -12,8 +12,8 @@
 # and on top:
 #   slow         the few that take longest alone (started first: COST)
 #   timing       bounds on time that a crowded machine can miss: test.sh
-#                runs them beside the rest but at most nproc at a time and
-#                ahead of the rest (which it runs at a lower priority)
+#                runs them beside the rest, at most nproc at a time and at
+#                a higher priority (scripts/run_ctest.sh)
 set(TENT_TEST_KINDS unit e2e conformance netns valgrind perf)
 set(TENT_SLOW_TESTS tent_py_metrics_test tent_py_torch_test
     tent_py_transfer_test tent_meta_netns_test
