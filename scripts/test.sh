@@ -10,9 +10,6 @@ BUILD_DIR=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} \
   -DBUILD_UNIT_TESTS=ON ${CMAKE_EXTRA:-} >/dev/null
 cmake --build "$BUILD_DIR" --parallel "$(nproc)"
-# Every test but the perf-labelled guard (tebench_perf_test, timing-
-# sensitive: run it on a quiet machine with  ctest --test-dir build -L perf),
-# as many at once as the machine has CPUs (JOBS overrides).  Labels select
-# a kind: ctest --test-dir build -L unit (see cmake/TentTestLabels.cmake).
-ctest --test-dir "$BUILD_DIR" --output-on-failure --no-tests=error --timeout 300 \
-  -j "${JOBS:-$(nproc)}" -LE perf
+# Every test but the perf-labelled guard, several at once
+# (scripts/run_ctest.sh says how; JOBS overrides).
+scripts/run_ctest.sh "$BUILD_DIR"
