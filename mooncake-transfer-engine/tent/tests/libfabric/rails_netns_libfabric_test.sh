@@ -44,7 +44,11 @@ command -v fi_info >/dev/null 2>&1 || {
 
 SLACK=${RAILS_TIME_SLACK:-2}
 TIMEOUT_MS=1000 # transports/libfabric/timeout_ms: a dead rail's operations fail by then
-REJOIN_MS=$((2000 * SLACK))
+# Rail 2 comes back once the operations abandoned on it return from the
+# provider (its pair is rebuilt only then), that is when TCP retransmits
+# on the old connection: after a 3.5 s outage its doubling back-off can
+# put that up to about 6.5 s after link-up.
+REJOIN_MS=$((3500 * SLACK))
 TICK=100
 
 RAILS_WORK=$(mktemp -d "${TMPDIR:-/tmp}/tent_lf_rails_test.XXXXXX")
@@ -118,11 +122,11 @@ res() {
     echo "${v:--1}"
 }
 
-# scenario <name> <op>: rail 2's link down at 2.5 s, up at 6 s, 11 s of
+# scenario <name> <op>: rail 2's link down at 2.5 s, up at 6 s, 14 s of
 # <op> (write: each round read back)
 scenario() {
     local n=$1 op=$2
-    rails_run "$RAILS_WORK/$n" T --op "$op" --seconds 11 --after-ms 500 \
+    rails_run "$RAILS_WORK/$n" T --op "$op" --seconds 14 --after-ms 500 \
         --interval-ms $TICK --check "${LF[@]}" \
         --event "2500=$RAILS_WORK/ev_down.sh" --event "6000=$RAILS_WORK/ev_up.sh"
     RC=$?
