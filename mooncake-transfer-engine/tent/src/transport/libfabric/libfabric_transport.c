@@ -360,14 +360,26 @@ static int lf_getinfo(struct lf_transport *lf, const char *prov, bool rma_event,
     hints->domain_attr->threading = FI_THREAD_SAFE;
     hints->fabric_attr->prov_name = strdup(prov);
     /* A write's completion should mean the bytes are in the target's
-     * memory; providers that cannot promise it are asked without. */
+     * memory; providers that cannot promise it are asked without.  That
+     * guarantee goes before FI_RMA_EVENT (counters that only tell the
+     * progress thread a peer used our memory). */
+    static const struct {
+        bool event;
+        uint64_t flags;
+    } asks[] = {{true, FI_DELIVERY_COMPLETE},
+                {false, FI_DELIVERY_COMPLETE},
+                {true, 0},
+                {false, 0}};
     int rc = -FI_ENODATA;
-    for (int a = rma_event ? 0 : 2; a < 4 && rc == -FI_ENODATA; a++) {
+    for (size_t a = 0; a < sizeof(asks) / sizeof(*asks) && rc == -FI_ENODATA;
+         a++) {
+        if (asks[a].event && !rma_event)
+            continue;
         hints->caps =
             FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
-        if (a < 2)
+        if (asks[a].event)
             hints->caps |= FI_RMA_EVENT;
-        hints->tx_attr->op_flags = a % 2 ? 0 : FI_DELIVERY_COMPLETE;
+        hints->tx_attr->op_flags = asks[a].flags;
         rc = lf->api.getinfo(LF_FI_VER, NULL, NULL, 0, hints, out);
     }
     lf->api.freeinfo(hints);
@@ -1209,9 +1221,10 @@ static void lf_wake(struct lf_transport *lf, bool fd)
     }
 }
 
-/* fi_trywait(3) on every rail: true when the thread may block on the
- * wait fds (nothing the CQs would report without a read first). */
-static bool lf_trywait(struct lf_transport *lf)
+/* fi_trywait(3) on every rail: 1 when the thread may block on the wait
+ * fds (nothing the CQs would report without a read first), 0 when a CQ
+ * asks to be read first (-FI_EAGAIN), the negative error otherwise. */
+static int lf_trywait(struct lf_transport *lf)
 {
     for (int k = 0; k < lf->nrails; k++) {
         struct lf_rail *r = &lf->rails[k];
@@ -1220,9 +1233,9 @@ static bool lf_trywait(struct lf_transport *lf)
         int rc = fi_trywait(r->fabric, &f, 1);
         pthread_mutex_unlock(&r->cq_lock);
         if (rc != FI_SUCCESS)
-            return false;
+            return rc == -FI_EAGAIN ? 0 : rc;
     }
-    return true;
+    return 1;
 }
 
 /* The spin after activity, as tcp's RPC workers do it: a spin that runs
@@ -1291,6 +1304,7 @@ static void *progress_main(void *arg)
     struct lf_spin sp = {0};
     uint64_t warm_until = 0;
     long pause = LF_PAUSE_MIN_NS;
+    int again = 0; /* fi_trywait's -FI_EAGAIN in a row */
     unsigned seen = atomic_load(&lf->kicks);
     for (;;) {
         pthread_mutex_lock(&lf->lock);
@@ -1319,6 +1333,7 @@ static void *progress_main(void *arg)
             warm_until = now + LF_WARM_NS;
             spin_activity(&sp, now, lf->spin_ns);
             pause = LF_PAUSE_MIN_NS;
+            again = 0;
             continue;
         }
         if (now < sp.end && !caller)
@@ -1337,9 +1352,24 @@ static void *progress_main(void *arg)
         pause = pause * 2 > cap ? cap : pause * 2;
         /* the wait fds only for a long sleep (see above) */
         bool fds = lf->fds_wait && !busy && now >= warm_until;
+        if (fds) {
+            int tw = lf_trywait(lf);
+            if (tw < 0) {
+                /* a provider that cannot say: timed sleeps from now on */
+                LOG_WARN("libfabric %s: fi_trywait: %s; the progress thread "
+                         "sleeps by the clock instead of in wait fds",
+                         lf->provider, lf_err(lf, tw));
+                lf->fds_wait = false;
+                fds = false;
+            } else if (tw == 0 && ++again < 4) {
+                continue; /* read what the CQs hold, then ask again */
+            } else if (tw == 0) {
+                fds = false; /* a CQ that keeps asking: a timed pause */
+            }
+        }
+        if (fds)
+            again = 0;
         int n = fds ? nfd : 1;
-        if (fds && !lf_trywait(lf))
-            continue;
         if (fds)
             ns = cap;
         /* a submit after this store writes the eventfd; one before it
