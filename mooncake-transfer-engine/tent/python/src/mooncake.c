@@ -432,8 +432,12 @@ static int do_initialize(MCObject *self, const char *local, const char *meta,
         if (n < 0 || (size_t)n >= sizeof(fs.fabric_provider)) {
             snprintf(why, sizeof(why), "the provider name is too long");
         } else {
+            /* libfabric alone first: with shm or memfabric also enabled
+             * (MC_TENT_CONF) an engine would start without it */
             Py_BEGIN_ALLOW_THREADS;
-            e = classic_settings_start(&fs, why, sizeof(why));
+            if (classic_settings_probe(&fs, CLASSIC_LIBFABRIC, why,
+                                       sizeof(why)) == 0)
+                e = classic_settings_start(&fs, why, sizeof(why));
             Py_END_ALLOW_THREADS;
         }
         if (e) {

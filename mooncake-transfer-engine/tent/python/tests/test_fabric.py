@@ -164,6 +164,30 @@ def test_a_provider_named_but_absent_falls_back_to_tcp(caplog, clean_env):
         eng.close()
 
 
+def test_absent_provider_with_shm_enabled_still_falls_back(caplog,
+                                                           clean_env):
+    """shm enabled by MC_TENT_CONF does not make a libfabric that did not
+    install look like one that did: tcp with the warning."""
+    fd, path = tempfile.mkstemp(prefix="tent-py-fabric-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump({"transports": {"shm": {"enable": True}}}, f)
+    clean_env.setenv("MC_TENT_CONF", path)
+    clean_env.setenv(env_name("efa"), "no-such-provider")
+    caplog.set_level(logging.INFO, logger="tent.mooncake")
+    eng = TransferEngine()
+    try:
+        assert eng.initialize("127.0.0.1", "P2PHANDSHAKE", "efa", "") == 0, \
+            eng.last_error()
+        warns = warnings_of(caplog)
+        assert len(warns) == 1, warns
+        assert "'efa'" in warns[0] and "no-such-provider" in warns[0], warns
+        assert "tcp" in installed(eng), installed(eng)
+        assert "libfabric" not in installed(eng), installed(eng)
+    finally:
+        eng.close()
+        os.unlink(path)
+
+
 def test_force_tcp_wins_over_the_provider(caplog, clean_env):
     clean_env.setenv(env_name("rdma"), PROVIDER)
     clean_env.setenv("MC_FORCE_TCP", "1")

@@ -324,21 +324,7 @@ static int add_transport(struct classic_engine *ce, int kind, const char *proto)
 static int probe_transport(const struct classic_engine *ce, int kind, char *why,
                            size_t len)
 {
-    struct classic_settings p = ce->set;
-    snprintf(p.meta_type, sizeof(p.meta_type), "p2p");
-    p.meta_servers[0] = '\0';
-    p.port = p.port_min = p.port_max = 0;
-    p.segment_name[0] = '\0';
-    p.redis_password[0] = '\0';
-    p.redis_db = -1;
-    p.nics[0] = '\0';
-    for (int k = 0; k < CLASSIC_NKINDS; k++)
-        p.xport[k] = k == kind ? CLASSIC_ON : CLASSIC_OFF;
-    tent_engine_t te = classic_settings_start(&p, why, len);
-    if (!te)
-        return -1;
-    tent_destroy_engine(te);
-    return 0;
+    return classic_settings_probe(&ce->set, kind, why, len);
 }
 
 /* One warning per protocol and engine.  Caller holds ce->lock. */

@@ -692,3 +692,23 @@ tent_engine_t classic_settings_start(const struct classic_settings *set,
         snprintf(why, why_len, "%s", job.why);
     return job.te;
 }
+
+int classic_settings_probe(const struct classic_settings *set, int kind,
+                           char *why, size_t why_len)
+{
+    struct classic_settings p = *set;
+    snprintf(p.meta_type, sizeof(p.meta_type), "p2p");
+    p.meta_servers[0] = '\0';
+    p.port = p.port_min = p.port_max = 0;
+    p.segment_name[0] = '\0';
+    p.redis_password[0] = '\0';
+    p.redis_db = -1;
+    p.nics[0] = '\0';
+    for (int k = 0; k < CLASSIC_NKINDS; k++)
+        p.xport[k] = k == kind ? CLASSIC_ON : CLASSIC_OFF;
+    tent_engine_t te = classic_settings_start(&p, why, why_len);
+    if (!te)
+        return -1;
+    tent_destroy_engine(te);
+    return 0;
+}

@@ -137,6 +137,12 @@ int classic_settings_devices(struct classic_settings *set, const char *devices,
 tent_engine_t classic_settings_start(const struct classic_settings *set,
                                      char *why, size_t why_len);
 
+/* Whether transport kind runs here with *set's keys: an engine of that
+ * transport alone, without metadata, port or segment name, started and
+ * destroyed.  0, or -1 with the reason in why. */
+int classic_settings_probe(const struct classic_settings *set, int kind,
+                           char *why, size_t why_len);
+
 /* "host:port", "[v6]:port" for an IPv6 host; snprintf's result. */
 int classic_format_hostport(char *buf, size_t len, const char *host,
                             unsigned port);
