@@ -499,12 +499,19 @@ int main(int argc, char **argv)
                      .window = 32,
                      .seconds = 2,
                      .iters = 10000};
-    static const struct option lo[] = {
-        {"provider", 1, 0, 'p'}, {"role", 1, 0, 'r'},   {"host", 1, 0, 'H'},
-        {"port", 1, 0, 'P'},     {"mode", 1, 0, 'm'},   {"op", 1, 0, 'o'},
-        {"size", 1, 0, 's'},     {"window", 1, 0, 'w'}, {"seconds", 1, 0, 'd'},
-        {"iters", 1, 0, 'n'},    {"json", 0, 0, 'j'},   {"spin", 0, 0, 'S'},
-        {0, 0, 0, 0}};
+    static const struct option lo[] = {{"provider", 1, 0, 'p'},
+                                       {"role", 1, 0, 'r'},
+                                       {"host", 1, 0, 'H'},
+                                       {"port", 1, 0, 'P'},
+                                       {"mode", 1, 0, 'm'},
+                                       {"op", 1, 0, 'o'},
+                                       {"size", 1, 0, 's'},
+                                       {"window", 1, 0, 'w'},
+                                       {"seconds", 1, 0, 'd'},
+                                       {"iters", 1, 0, 'n'},
+                                       {"json", 0, 0, 'j'},
+                                       {"spin", 0, 0, 'S'},
+                                       {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
