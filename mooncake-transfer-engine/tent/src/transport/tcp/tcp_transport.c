@@ -971,6 +971,39 @@ static struct tcp_conn *slot_conn_locked(struct tcp_rail *r, int me)
 /* Sends windows of r on one of its connections until it has no work a
  * thread may take, no free connection, or SERVE_WINDOWS were sent (then
  * it goes to the back of the ready list). */
+/* Sends window w[0..n) on c (opened first when it is not open: the peer
+ * may have closed it while idle) and takes its answers; 0 or the failure
+ * (native: its errno). */
+static int window_run(struct tcp_rail *r, struct tcp_conn *c, struct slice **w,
+                      int n, bool low, int *native)
+{
+    struct tcp_transport *t = r->peer->t;
+    int rc = TENT_OK;
+    if (c->fd >= 0 && tcp_conn_closed_while_idle(c)) {
+        LOG_DEBUG("tcp: peer %s closed an idle connection; reconnecting",
+                  r->addr);
+        tcp_conn_close(c);
+    }
+    if (c->fd < 0) {
+        retry_pause(w, n);
+        /* With another rail to go to, a connect (or its hello) that has
+         * not finished within the stall window is a stalled path too: a
+         * far end that went down leaves SYNs unanswered until ARP gives
+         * up, seconds later, and the probe slice with them. */
+        int open_ms = t->timeout_ms;
+        if (r->peer->nrails > 1 && t->stall_ms > 0 && t->stall_ms < open_ms)
+            open_ms = t->stall_ms;
+        rc = tcp_conn_open(c, t->base.env->auth, t->base.env->segment_name,
+                           r->host, r->port, r->src, t->loopback_cc, open_ms,
+                           native);
+    }
+    tcp_conn_window(c, w, n, t->timeout_ms, low ? low_window_pace(r) : 0);
+    c->stall_ms = r->peer->nrails > 1 ? t->stall_ms : 0;
+    if (!rc)
+        rc = tcp_conn_step(c, r->addr, true, t->timeout_ms, native);
+    return rc;
+}
+
 static void serve_rail(struct tcp_rail *r)
 {
     struct tcp_transport *t = r->peer->t;
@@ -1051,29 +1084,8 @@ static void serve_rail(struct tcp_rail *r)
             continue;
         }
 
-        int rc = TENT_OK, native = 0;
-        if (c->fd >= 0 && tcp_conn_closed_while_idle(c)) {
-            LOG_DEBUG("tcp: peer %s closed an idle connection; reconnecting",
-                      r->addr);
-            tcp_conn_close(c);
-        }
-        if (c->fd < 0) {
-            retry_pause(w, n);
-            /* With another rail to go to, a connect (or its hello) that
-             * has not finished within the stall window is a stalled path
-             * too: a far end that went down leaves SYNs unanswered until
-             * ARP gives up, seconds later, and the probe slice with them. */
-            int open_ms = t->timeout_ms;
-            if (r->peer->nrails > 1 && t->stall_ms > 0 && t->stall_ms < open_ms)
-                open_ms = t->stall_ms;
-            rc = tcp_conn_open(c, t->base.env->auth, t->base.env->segment_name,
-                               r->host, r->port, r->src, t->loopback_cc,
-                               open_ms, &native);
-        }
-        tcp_conn_window(c, w, n, t->timeout_ms, low ? low_window_pace(r) : 0);
-        c->stall_ms = r->peer->nrails > 1 ? t->stall_ms : 0;
-        if (!rc)
-            rc = tcp_conn_step(c, r->addr, true, t->timeout_ms, &native);
+        int native = 0;
+        int rc = window_run(r, c, w, n, low, &native);
         if (rc < 0) {
             /* a refused or closed connection is tried again: routine for
              * a peer whose server is full */
