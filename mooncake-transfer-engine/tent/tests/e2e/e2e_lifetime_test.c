@@ -53,13 +53,25 @@ static void one_life(tent_engine_t e, uint8_t *src, size_t len, bool shm,
                      uint64_t seed)
 {
     struct e2e_peer p;
-    assert_int_equal(e2e_peer_start(&p, len, shm, !shm), 0);
     tent_segment_id_t seg;
-    if (tent_open_segment(e, &seg, p.name) != 0) {
+    for (int attempt = 0;; attempt++) {
+        assert_int_equal(e2e_peer_start(&p, len, shm, !shm), 0);
+        if (tent_open_segment(e, &seg, p.name) == 0)
+            break;
         /* say why, and leave no peer behind to hold the run up */
         char why[512];
         snprintf(why, sizeof(why), "%s", tent_last_error());
         e2e_peer_kill(&p);
+        /* A peer forked (without exec) from this threaded process that
+         * never answers at all was seen only under ASan: most likely an
+         * allocator lock another thread held at the fork.  It is started
+         * again once, and said; twice is a failure. */
+        if (attempt == 0 && strstr(why, "timed out with 16 bytes left")) {
+            print_message("    peer '%s' never answered (%s); started "
+                          "again\n",
+                          p.name, why);
+            continue;
+        }
         fail_msg("opening restarted peer '%s': %s", p.name, why);
     }
     e2e_pattern_fill(src, len, seed);
