@@ -157,6 +157,21 @@ static tent_engine_t data_engine(struct classic_engine *ce, const char *fn)
     return ce->te;
 }
 
+/* Enters ce (classic_enter) and takes its data engine into *te: OK, or the
+ * status to return (CONTEXT, or INVALID_ARGUMENT with ce left again). */
+static int enter_data(struct classic_engine *ce, const char *fn, bool *counted,
+                      tent_engine_t *te)
+{
+    if (!classic_enter(ce, counted))
+        return CLASSIC_ST_CONTEXT;
+    *te = data_engine(ce, fn);
+    if (!*te) {
+        classic_leave(ce, *counted);
+        return CLASSIC_ST_INVALID_ARGUMENT;
+    }
+    return CLASSIC_ST_OK;
+}
+
 CLASSIC_API batch_id_t allocateBatchID(transfer_engine_t engine,
                                        size_t batch_size)
 {
@@ -252,13 +267,10 @@ static int submit(transfer_engine_t engine, batch_id_t batch_id,
             return CLASSIC_ST_INVALID_ARGUMENT;
         }
     bool counted;
-    if (!classic_enter(ce, &counted))
-        return CLASSIC_ST_CONTEXT;
-    tent_engine_t te = data_engine(ce, fn);
-    if (!te) {
-        classic_leave(ce, counted);
-        return CLASSIC_ST_INVALID_ARGUMENT;
-    }
+    tent_engine_t te;
+    int est = enter_data(ce, fn, &counted, &te);
+    if (est != CLASSIC_ST_OK)
+        return est;
     tent_request_t stack[STACK_REQUESTS];
     tent_request_t *reqs =
         count <= STACK_REQUESTS ? stack : malloc(count * sizeof(*reqs));
@@ -318,13 +330,10 @@ CLASSIC_API int getTransferError(transfer_engine_t engine, batch_id_t batch_id,
         return CLASSIC_ST_INVALID_ARGUMENT;
     }
     bool counted;
-    if (!classic_enter(ce, &counted))
-        return CLASSIC_ST_CONTEXT;
-    tent_engine_t te = data_engine(ce, __func__);
-    if (!te) {
-        classic_leave(ce, counted);
-        return CLASSIC_ST_INVALID_ARGUMENT;
-    }
+    tent_engine_t te;
+    int est = enter_data(ce, __func__, &counted, &te);
+    if (est != CLASSIC_ST_OK)
+        return est;
     int code = TENT_OK, native = 0;
     int rc = tent_task_error(te, batch_id, task_id, &code, &native,
                              msg && len ? msg : NULL, msg ? len : 0);
@@ -351,13 +360,10 @@ CLASSIC_API int getTransferStatus(transfer_engine_t engine, batch_id_t batch_id,
         return CLASSIC_ST_INVALID_ARGUMENT;
     }
     bool counted;
-    if (!classic_enter(ce, &counted))
-        return CLASSIC_ST_CONTEXT;
-    tent_engine_t te = data_engine(ce, __func__);
-    if (!te) {
-        classic_leave(ce, counted);
-        return CLASSIC_ST_INVALID_ARGUMENT;
-    }
+    tent_engine_t te;
+    int est = enter_data(ce, __func__, &counted, &te);
+    if (est != CLASSIC_ST_OK)
+        return est;
     tent_status_t st = {.status = -1};
     int rc = tent_task_status(te, batch_id, task_id, &st);
     classic_leave(ce, counted);
@@ -391,13 +397,10 @@ CLASSIC_API int freeBatchID(transfer_engine_t engine, batch_id_t batch_id)
     if (!ce)
         return CLASSIC_ST_INVALID_ARGUMENT;
     bool counted;
-    if (!classic_enter(ce, &counted))
-        return CLASSIC_ST_CONTEXT;
-    tent_engine_t te = data_engine(ce, __func__);
-    if (!te) {
-        classic_leave(ce, counted);
-        return CLASSIC_ST_INVALID_ARGUMENT;
-    }
+    tent_engine_t te;
+    int est = enter_data(ce, __func__, &counted, &te);
+    if (est != CLASSIC_ST_OK)
+        return est;
     /* Mooncake's classic engine refuses to free a batch still moving
      * (batch busy); tent_free_batch would take it and defer the free, as
      * TENT does. */
