@@ -106,6 +106,19 @@ static int teardown(void **state)
     return 0;
 }
 
+/* Submits r[0..n) in a batch of cap and waits (30 s) until every task has
+ * COMPLETED; frees the batch. */
+static void run_batch(struct fixture *f, tent_request_t *r, size_t cap,
+                      size_t n)
+{
+    tent_status_t st;
+    tent_batch_id_t b = tent_allocate_batch(f->e, cap);
+    assert_int_equal(tent_submit(f->e, b, r, n), 0);
+    assert_int_equal(e2e_wait(f->e, b, 30000, &st), 0);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(tent_free_batch(f->e, b), 0);
+}
+
 /* One request; returns its final status (STATUS_FAILED when it did not
  * start) and checks which transport moved it. */
 static int run(struct fixture *f, int opcode, uint8_t *local, uint64_t remote,
@@ -191,11 +204,7 @@ static void test_batch(void **state)
         r[i].source = f->dst + (size_t)i * LEN;
     }
     memset(f->dst, 0, (size_t)N * LEN);
-    b = tent_allocate_batch(f->e, N);
-    assert_int_equal(tent_submit(f->e, b, r, N), 0);
-    assert_int_equal(e2e_wait(f->e, b, 30000, &st), 0);
-    assert_int_equal(st.status, STATUS_COMPLETED);
-    assert_int_equal(tent_free_batch(f->e, b), 0);
+    run_batch(f, r, N, N);
     assert_memory_equal(f->dst, f->src, (size_t)N * LEN);
 }
 
@@ -392,13 +401,8 @@ static void test_rail_failover(void **state)
                                 .target_offset =
                                     f->peer.rw_base + (uint64_t)i * LEN,
                                 .length = LEN};
-    tent_status_t st;
     /* a first batch: the rails exist once the peer handle does */
-    tent_batch_id_t b = tent_allocate_batch(f->e, N);
-    assert_int_equal(tent_submit(f->e, b, r, 4), 0);
-    assert_int_equal(e2e_wait(f->e, b, 30000, &st), 0);
-    assert_int_equal(st.status, STATUS_COMPLETED);
-    assert_int_equal(tent_free_batch(f->e, b), 0);
+    run_batch(f, r, N, 4);
     int nrails = 0;
     rail_metric(f->e, "tent_rail_bytes_total", NULL, &nrails);
     if (nrails < 2) {
@@ -410,11 +414,7 @@ static void test_rail_failover(void **state)
      * batches go until one of them met rail 0's faults (its probe comes
      * back to rail 0 within a few batches) */
     for (int k = 0; k < 20 && tent_libfabric_fault_left() == 4; k++) {
-        b = tent_allocate_batch(f->e, N);
-        assert_int_equal(tent_submit(f->e, b, r, N), 0);
-        assert_int_equal(e2e_wait(f->e, b, 30000, &st), 0);
-        assert_int_equal(st.status, STATUS_COMPLETED);
-        assert_int_equal(tent_free_batch(f->e, b), 0);
+        run_batch(f, r, N, N);
     }
     /* the first failure pauses rail 0: the rest go to rail 1 (until a
      * probe, with back-off) */
@@ -453,12 +453,7 @@ static void test_rail_failover_read(void **state)
                                 .target_offset =
                                     f->peer.rw_base + (uint64_t)i * LEN,
                                 .length = LEN};
-    tent_status_t st;
-    tent_batch_id_t b = tent_allocate_batch(f->e, N);
-    assert_int_equal(tent_submit(f->e, b, r, N), 0);
-    assert_int_equal(e2e_wait(f->e, b, 30000, &st), 0);
-    assert_int_equal(st.status, STATUS_COMPLETED);
-    assert_int_equal(tent_free_batch(f->e, b), 0);
+    run_batch(f, r, N, N);
     int nrails = 0;
     rail_metric(f->e, "tent_rail_bytes_total", NULL, &nrails);
     if (nrails < 2) {
@@ -473,11 +468,7 @@ static void test_rail_failover_read(void **state)
     tent_libfabric_fault_rail(1, 3);
     /* until a batch met rail 1's faults (see test_rail_failover) */
     for (int k = 0; k < 20 && tent_libfabric_fault_left() == 3; k++) {
-        b = tent_allocate_batch(f->e, N);
-        assert_int_equal(tent_submit(f->e, b, r, N), 0);
-        assert_int_equal(e2e_wait(f->e, b, 30000, &st), 0);
-        assert_int_equal(st.status, STATUS_COMPLETED);
-        assert_int_equal(tent_free_batch(f->e, b), 0);
+        run_batch(f, r, N, N);
     }
     unsigned left = tent_libfabric_fault_left();
     tent_libfabric_fault_rail(-1, 0);
