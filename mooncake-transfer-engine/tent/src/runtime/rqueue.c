@@ -429,9 +429,12 @@ static bool claim(struct tent_rq *q, struct tent_batch *b, const struct pick *p)
 }
 
 /* Polls the batches holding the window (at most a few), so completions
- * nobody asked about free it. */
+ * nobody asked about free it.  Batches freed while in flight cannot be
+ * locked by id any more: the reaper polls those (else their requests
+ * would hold the window while every submitter waits for it). */
 static void poll_window(struct tent_engine *e)
 {
+    tent_batches_reap(e);
     struct tent_rq *q = e->rq;
     uint64_t ids[4];
     size_t nid = 0;
