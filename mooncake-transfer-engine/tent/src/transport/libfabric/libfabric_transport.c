@@ -57,7 +57,7 @@
 #define LF_CQ_BATCH        32
 #define LF_FI_VER          FI_VERSION(1, 9)
 #define LF_MAX_RETIRED     256 /* replaced endpoints of rebuilt pairs, open */
-#define LF_DEFAULT_SPIN_US 50
+#define LF_DEFAULT_SPIN_US 200
 #define LF_CALLER_NS       100000UL /* a status poll this recent: polling */
 #define LF_DEFAULT_IDLE_US 10000
 
@@ -1187,17 +1187,34 @@ static int lf_poll(struct lf_transport *lf, bool block)
     return n;
 }
 
-/* Whether any rail served a peer's RMA since the last call. */
-static bool lf_served(struct lf_transport *lf)
+/* Whether a peer's RMA reached this side: a target's only sign of
+ * traffic, since it has no completions of its own.  A rail with an
+ * FI_RMA_EVENT counter (shm) says so by the counter (after the CQ read
+ * that serves it: before = false).  A rail without one but with a wait fd
+ * (tcp;ofi_rxm) says so by the fd: readable before the CQ read (before =
+ * true) means a peer's bytes wait in a socket; fi_trywait(3) after the
+ * read re-arms the fd's signal (it stays readable until then) and answers
+ * -FI_EAGAIN while something is left to serve. */
+static bool lf_served(struct lf_transport *lf, bool before)
 {
     bool any = false;
     for (int k = 0; k < lf->nrails; k++) {
         struct lf_rail *r = &lf->rails[k];
-        if (!r->served)
-            continue;
-        uint64_t v = fi_cntr_read(r->served);
-        any |= v != r->served_seen;
-        r->served_seen = v;
+        if (r->served) {
+            if (before)
+                continue;
+            uint64_t v = fi_cntr_read(r->served);
+            any |= v != r->served_seen;
+            r->served_seen = v;
+        } else if (r->wait_fd >= 0 && lf->fds_wait && before) {
+            struct pollfd p = {.fd = r->wait_fd, .events = POLLIN};
+            any |= poll(&p, 1, 0) > 0;
+        } else if (r->wait_fd >= 0 && lf->fds_wait) {
+            struct fid *f = &r->cq->fid;
+            pthread_mutex_lock(&r->cq_lock);
+            any |= fi_trywait(r->fabric, &f, 1) == -FI_EAGAIN;
+            pthread_mutex_unlock(&r->cq_lock);
+        }
     }
     return any;
 }
@@ -1279,15 +1296,14 @@ static void spin_over(struct lf_spin *sp, uint64_t now)
 #define LF_WAIT_BUSY_NS  1000000L
 #define LF_WARM_NS       50000000UL
 /* The progress thread.  After activity (a completion, a submit, a wait fd
- * that fired, a peer's RMA the FI_RMA_EVENT counter saw) it polls the CQs
- * for spin_ns, unless a caller is polling status (it reads the CQs
- * itself).  Then it sleeps: pauses doubling from LF_PAUSE_MIN_NS up to
- * LF_PAUSE_BUSY_NS while operations are out (LF_WAIT_BUSY_NS while a
- * caller polls) and for LF_WARM_NS after activity; when idle, up to
- * idle_ns, in one ppoll over the rails' wait fds (after fi_trywait) and
- * the eventfd where every rail has a wait fd that sees a peer's traffic,
- * else over the eventfd alone, since a peer's RMA on our memory may need
- * our manual progress. */
+ * that fired, a peer's RMA lf_served saw) it polls the CQs for spin_ns;
+ * while a caller polls status it neither reads the CQs nor spins.  Then it
+ * sleeps: pauses doubling from LF_PAUSE_MIN_NS up to LF_PAUSE_BUSY_NS while
+ * operations are out (LF_WAIT_BUSY_NS while a caller polls) and for LF_WARM_NS
+ * after activity; when idle, up to idle_ns, in one ppoll over the rails' wait
+ * fds (after fi_trywait) and the eventfd where every rail has a wait fd that
+ * sees a peer's traffic, else over the eventfd alone, since a peer's RMA on our
+ * memory may need our manual progress. */
 static void *progress_main(void *arg)
 {
     struct lf_transport *lf = arg;
@@ -1322,13 +1338,20 @@ static void *progress_main(void *arg)
         pthread_mutex_unlock(&lf->lock);
         if (stop)
             return NULL;
+        /* A caller polling status reads the CQs itself, which also
+         * serves the peers' RMA: the thread stays out of its way (a
+         * second reader contends for the CQ lock, a second spinner takes
+         * the caller's core on a small machine). */
         unsigned kicks = atomic_load(&lf->kicks);
-        bool act = lf_poll(lf, true) > 0 || kicks != seen || lf_served(lf);
+        bool caller = caller_polls(lf, tent_now_ns());
+        bool act = false;
+        if (!caller) {
+            act = lf_served(lf, true);
+            act |= lf_poll(lf, true) > 0;
+            act |= lf_served(lf, false) || kicks != seen;
+        }
         seen = kicks;
         now = tent_now_ns();
-        /* a caller polling status reads the CQs itself: no second
-         * spinner (on a small machine it would take the caller's core) */
-        bool caller = caller_polls(lf, now);
         if (act) {
             warm_until = now + LF_WARM_NS;
             spin_activity(&sp, now, lf->spin_ns);
