@@ -17,6 +17,7 @@
 #include <cmocka.h>
 // clang-format on
 
+#include "../common/secret_files.h"
 #include "common/auth.h"
 #include "e2e_peer.h"
 #include "rpc/rpc.h"
@@ -42,21 +43,12 @@
 #define SECRET  "correct horse battery staple, loopback edition"
 #define WRONG   "a different secret of the same length, almost!!"
 
-static char g_dir[64], g_good[128], g_wrong[128], g_loose[128];
-static const char *g_child_kv[] = {"security/secret_file", g_good, NULL};
+static struct secret_files g_sf;
+static const char *g_child_kv[] = {"security/secret_file", g_sf.good, NULL};
 static struct e2e_peer g_peer;
 static char g_host[64];
 static uint16_t g_port;
 static uint64_t g_hash; /* of the child's rw buffer before anything */
-
-static void write_file(const char *path, const char *text, mode_t mode)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    assert_int_equal(fchmod(fd, mode), 0);
-    close(fd);
-}
 
 static tent_engine_t engine_with_secret(const char *path)
 {
@@ -69,15 +61,8 @@ static tent_engine_t engine_with_secret(const char *path)
 static int setup(void **state)
 {
     (void)state;
-    snprintf(g_dir, sizeof(g_dir), "/tmp/tent_auth_XXXXXX");
-    if (!mkdtemp(g_dir))
+    if (secret_files_make(&g_sf, "tent_auth", SECRET, WRONG) != 0)
         return -1;
-    snprintf(g_good, sizeof(g_good), "%s/good", g_dir);
-    snprintf(g_wrong, sizeof(g_wrong), "%s/wrong", g_dir);
-    snprintf(g_loose, sizeof(g_loose), "%s/loose", g_dir);
-    write_file(g_good, SECRET "\n", 0600);
-    write_file(g_wrong, WRONG "\n", 0600);
-    write_file(g_loose, SECRET "\n", 0644);
     e2e_config(false, true);
     e2e_set_child_config(g_child_kv);
     if (e2e_peer_start(&g_peer, RW_LEN, false, true) != 0)
@@ -92,26 +77,7 @@ static int teardown(void **state)
 {
     (void)state;
     e2e_peer_quit(&g_peer);
-    char cmd[160];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-/* Bytes the server sends before it closes fd (waits for the close). */
-static size_t bytes_until_close(int fd)
-{
-    size_t total = 0;
-    uint8_t buf[4096];
-    for (;;) {
-        ssize_t r = recv(fd, buf, sizeof(buf), 0);
-        if (r > 0) {
-            total += (size_t)r;
-            continue;
-        }
-        if (r < 0 && errno == EINTR)
-            continue;
-        return total;
-    }
+    return secret_files_remove(&g_sf);
 }
 
 /* The frames a rogue sends first: a descriptor request, a READ and a WRITE
@@ -197,7 +163,7 @@ static void test_wrong_key_handshake(void **state)
 static void test_engines_without_the_secret(void **state)
 {
     (void)state;
-    const char *paths[2] = {NULL, g_wrong};
+    const char *paths[2] = {NULL, g_sf.wrong};
     for (int i = 0; i < 2; i++) {
         tent_engine_t e = engine_with_secret(paths[i]);
         assert_non_null(e);
@@ -206,7 +172,7 @@ static void test_engines_without_the_secret(void **state)
         tent_destroy_engine(e);
     }
     struct tent_auth *wrong;
-    assert_int_equal(tent_auth_load(g_wrong, &wrong), 0);
+    assert_int_equal(tent_auth_load(g_sf.wrong, &wrong), 0);
     for (int i = 0; i < 2; i++) {
         int rc = tent_rpc_notify(i ? wrong : NULL, g_host, g_port, 3000,
                                  "e2e", "1 0 4096 0", "prefill-node-0");
@@ -227,7 +193,7 @@ static void test_legit_pair(void **state)
 {
     (void)state;
     struct tent_auth *good;
-    assert_int_equal(tent_auth_load(g_good, &good), 0);
+    assert_int_equal(tent_auth_load(g_sf.good, &good), 0);
     int fd;
     assert_int_equal(
         tent_rpc_open(good, "honest", g_host, g_port, NULL, 3000, &fd), 0);
@@ -251,7 +217,7 @@ static void test_legit_pair(void **state)
     assert_int_equal(st.notify_spoofed, 1);
     assert_true(st.auth_refused >= 5);
 
-    tent_engine_t e = engine_with_secret(g_good);
+    tent_engine_t e = engine_with_secret(g_sf.good);
     assert_non_null(e);
     tent_segment_id_t h;
     assert_int_equal(tent_open_segment(e, &h, g_peer.name), 0);
@@ -294,17 +260,17 @@ static void test_legit_pair(void **state)
 static void test_loose_file_refused(void **state)
 {
     (void)state;
-    tent_engine_t e = engine_with_secret(g_loose);
+    tent_engine_t e = engine_with_secret(g_sf.loose);
     assert_null(e);
-    assert_non_null(strstr(tent_last_error(), g_loose));
+    assert_non_null(strstr(tent_last_error(), g_sf.loose));
     assert_non_null(strstr(tent_last_error(), "0644"));
-    setenv("MC_TENT_SECRET_FILE", g_loose, 1);
+    setenv("MC_TENT_SECRET_FILE", g_sf.loose, 1);
     e = engine_with_secret(NULL);
     unsetenv("MC_TENT_SECRET_FILE");
     assert_null(e);
-    assert_non_null(strstr(tent_last_error(), g_loose));
+    assert_non_null(strstr(tent_last_error(), g_sf.loose));
     /* the environment alone makes a working engine too */
-    setenv("MC_TENT_SECRET_FILE", g_good, 1);
+    setenv("MC_TENT_SECRET_FILE", g_sf.good, 1);
     e = engine_with_secret(NULL);
     unsetenv("MC_TENT_SECRET_FILE");
     assert_non_null(e);
@@ -330,7 +296,7 @@ static long metric(tent_engine_t e, const char *name)
 static void test_metrics_count(void **state)
 {
     (void)state;
-    tent_engine_t e = engine_with_secret(g_good);
+    tent_engine_t e = engine_with_secret(g_sf.good);
     assert_non_null(e);
     assert_int_equal(metric(e, "tent_rpc_auth_refused_total"), 0);
     assert_int_equal(metric(e, "tent_notify_spoofed_total"), 0);
@@ -341,7 +307,7 @@ static void test_metrics_count(void **state)
     assert_int_not_equal(
         tent_rpc_notify(NULL, host, port, 3000, "e2e", "hi", "nobody"), 0);
     struct tent_auth *good;
-    assert_int_equal(tent_auth_load(g_good, &good), 0);
+    assert_int_equal(tent_auth_load(g_sf.good, &good), 0);
     int fd;
     assert_int_equal(
         tent_rpc_open(good, "honest", host, port, NULL, 3000, &fd), 0);

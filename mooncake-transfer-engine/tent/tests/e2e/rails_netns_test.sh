@@ -48,18 +48,8 @@ down | far | slow) SCENARIOS=$2 ;;
     ;;
 esac
 HERE=$(cd "$(dirname "$0")" && pwd)
-LIB=$HERE/../../../../scripts/lib
-. "$LIB/rails_net.sh"
-. "$LIB/rails_run.sh"
-
-if ! why=$(rails_net_can); then
-    echo "SKIP rails_netns_test: $why"
-    exit 77
-fi
-[ -x "$RAILS_TOOL" ] || {
-    echo "FAIL rails_netns_test: tent_rails_tool not found at $RAILS_TOOL" >&2
-    exit 1
-}
+. "$HERE/../../../../scripts/lib/rails_test.sh"
+rails_test_start rails_netns_test "$RAILS_TOOL"
 
 # The goals (a link set up again carries slices within 2 s; a throttled
 # rail gets probes only within 2 s; no wait over 3 stall times) are what
@@ -73,49 +63,9 @@ STALL_MS=500 # transports/tcp/rail_stall_ms (the default, set explicitly)
 STARVE_MS=$((3 * STALL_MS * SLACK))
 TICK=100
 
-RAILS_WORK=$(mktemp -d "${TMPDIR:-/tmp}/tent_rails_test.XXXXXX")
-cleanup() {
-    rails_targets_stop
-    # RAILS_TEST_KEEP=<dir>: every run's output (the ticks) is kept there
-    if [ -n "${RAILS_TEST_KEEP:-}" ]; then
-        mkdir -p "$RAILS_TEST_KEEP" && cp -r "$RAILS_WORK"/. "$RAILS_TEST_KEEP"/
-    fi
-    rails_net_down
-    rm -rf "$RAILS_WORK"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
-
-FAILS=0
-check() { # check <what> <condition (awk)> <figures...>
-    local what=$1 cond=$2
-    shift 2
-    if awk "BEGIN { exit !($cond) }"; then
-        echo "PASS $what ($*)"
-    else
-        echo "FAIL $what ($*)"
-        FAILS=$((FAILS + 1))
-    fi
-}
-show_logs() {
-    local f
-    for f in "$RAILS_WORK"/*.err; do
-        [ -s "$f" ] || continue
-        echo "---- $(basename "$f")"
-        tail -n 8 "$f"
-    done
-}
-
-rails_net_up "$$" 1gbit 3gbit || {
-    echo "FAIL rails_netns_test: cannot set up the namespaces"
-    exit 1
-}
+rails_netns_setup 1gbit 3gbit
 # without a cluster secret a named address serves that NIC alone: name both
-rails_target_start T 10.77.1.2 17777 64 \
-    --set "transports/tcp/nics=${RN_PFX}t1,${RN_PFX}t2" || {
-    echo "FAIL rails_netns_test: the target did not start"
-    exit 1
-}
+rails_test_target 10.77.1.2 17777 --set "transports/tcp/nics=${RN_PFX}t1,${RN_PFX}t2"
 
 # run <name> <seconds> [events...]: the initiator with --check; sets EV1_END,
 # EV2_END (when events ran) and prints the result line
@@ -131,12 +81,6 @@ run() {
     EV1_END=$(rails_events "$RAILS_WORK/$name" | awk 'NR == 1 { print $2 }')
     EV2_END=$(rails_events "$RAILS_WORK/$name" | awk 'NR == 2 { print $2 }')
     echo "$name: $(grep '^result' "$RAILS_WORK/$name" || echo 'no result line')"
-}
-# a figure of a run's result line, -1 when there is none
-res() {
-    local v
-    v=$(rails_result "$RAILS_WORK/$1" "$2")
-    echo "${v:--1}"
 }
 # the common checks of a run: status, no task FAILED, every byte the same,
 # the events ran (n of them)
@@ -219,13 +163,4 @@ scenario_slow() {
 for sc in $SCENARIOS; do
     "scenario_$sc"
 done
-rails_target_stop T
-trc=$?
-check "the target ended cleanly" "$trc == 0" "status $trc"
-
-if [ "$FAILS" -gt 0 ]; then
-    echo "FAIL rails_netns_test ($SCENARIOS): $FAILS check(s) failed"
-    show_logs
-    exit 1
-fi
-echo "PASS rails_netns_test ($SCENARIOS)"
+rails_test_finish 8 "($SCENARIOS)"

@@ -25,18 +25,8 @@ set -u
 
 RAILS_TOOL=${1:?usage: rails_netns_libfabric_test.sh <path to tent_rails_tool>}
 HERE=$(cd "$(dirname "$0")" && pwd)
-LIB=$HERE/../../../../scripts/lib
-. "$LIB/rails_net.sh"
-. "$LIB/rails_run.sh"
-
-if ! why=$(rails_net_can); then
-    echo "SKIP rails_netns_libfabric_test: $why"
-    exit 77
-fi
-[ -x "$RAILS_TOOL" ] || {
-    echo "FAIL rails_netns_libfabric_test: tent_rails_tool not found at $RAILS_TOOL" >&2
-    exit 1
-}
+. "$HERE/../../../../scripts/lib/rails_test.sh"
+rails_test_start rails_netns_libfabric_test "$RAILS_TOOL"
 command -v fi_info >/dev/null 2>&1 || {
     echo "SKIP rails_netns_libfabric_test: fi_info (libfabric-bin) not installed"
     exit 77
@@ -51,38 +41,6 @@ TIMEOUT_MS=1000 # transports/libfabric/timeout_ms: a dead rail's operations fail
 REJOIN_MS=$((3500 * SLACK))
 TICK=100
 
-RAILS_WORK=$(mktemp -d "${TMPDIR:-/tmp}/tent_lf_rails_test.XXXXXX")
-cleanup() {
-    rails_targets_stop
-    if [ -n "${RAILS_TEST_KEEP:-}" ]; then
-        mkdir -p "$RAILS_TEST_KEEP" && cp -r "$RAILS_WORK"/. "$RAILS_TEST_KEEP"/
-    fi
-    rails_net_down
-    rm -rf "$RAILS_WORK"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
-
-FAILS=0
-check() { # check <what> <condition (awk)> <figures...>
-    local what=$1 cond=$2
-    shift 2
-    if awk "BEGIN { exit !($cond) }"; then
-        echo "PASS $what ($*)"
-    else
-        echo "FAIL $what ($*)"
-        FAILS=$((FAILS + 1))
-    fi
-}
-show_logs() {
-    local f
-    for f in "$RAILS_WORK"/*.err; do
-        [ -s "$f" ] || continue
-        echo "---- $(basename "$f")"
-        tail -n 12 "$f"
-    done
-}
-
 # libfabric alone, tcp;ofi_rxm, the two veths as rails (both ends)
 LF=(--set transports/tcp/enable=false --set transports/shm/enable=false
     --set transports/libfabric/enable=true
@@ -91,10 +49,7 @@ LF=(--set transports/tcp/enable=false --set transports/shm/enable=false
     --set "transports/libfabric/timeout_ms=$TIMEOUT_MS"
     --set transports/libfabric/rail_backoff_max_ms=800 ${RAILS_LF_EXTRA:-})
 
-rails_net_up "$$" 1gbit 3gbit || {
-    echo "FAIL rails_netns_libfabric_test: cannot set up the namespaces"
-    exit 1
-}
+rails_netns_setup 1gbit 3gbit
 # both ends must list the veths as their first two domains (rail k goes to
 # the peer's rail k); fi_info says what the transport will open
 for ns in "$RN_I" "$RN_T"; do
@@ -109,18 +64,10 @@ for ns in "$RN_I" "$RN_T"; do
     esac
 done
 
-rails_target_start T 10.77.1.2 17787 64 "${LF[@]}" || {
-    echo "FAIL rails_netns_libfabric_test: the target did not start"
-    exit 1
-}
+rails_test_target 10.77.1.2 17787 "${LF[@]}"
 
 rails_event_script "$RAILS_WORK/ev_down.sh" rails_net_link 2 down
 rails_event_script "$RAILS_WORK/ev_up.sh" rails_net_link 2 up
-res() {
-    local v
-    v=$(rails_result "$RAILS_WORK/$1" "$2")
-    echo "${v:--1}"
-}
 
 # scenario <name> <op>: rail 2's link down at 2.5 s, up at 6 s, 14 s of
 # <op> (write: each round read back)
@@ -186,13 +133,4 @@ scenario() {
 scenario reads read
 scenario writes write
 
-rails_target_stop T
-trc=$?
-check "the target ended cleanly" "$trc == 0" "status $trc"
-
-if [ "$FAILS" -gt 0 ]; then
-    echo "FAIL rails_netns_libfabric_test: $FAILS check(s) failed"
-    show_logs
-    exit 1
-fi
-echo "PASS rails_netns_libfabric_test"
+rails_test_finish 12

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 /* clang-format on */
 
+#include "../common/secret_files.h"
 #include "mf_host/mf_host.h"
 #include "mfh_test_util.h"
 
@@ -29,32 +30,17 @@
 static struct mfh_api api;
 static const struct mfh_api *A = &api;
 static struct mfh_child g_target;
-static char g_dir[64], g_good[128], g_wrong[128], g_loose[128];
-
-static void write_file(const char *path, const char *text, mode_t mode)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    assert_int_equal(fchmod(fd, mode), 0);
-    close(fd);
-}
+static struct secret_files g_sf;
 
 static int group_setup(void **state)
 {
     (void)state;
     if (mfh_api_load(&api) != 0)
         return -1;
-    snprintf(g_dir, sizeof(g_dir), "/tmp/mfh_auth_XXXXXX");
-    if (!mkdtemp(g_dir))
+    if (secret_files_make(&g_sf, "mfh_auth", "mf_host's shared cluster secret",
+                          "not the cluster's secret at all") != 0)
         return -1;
-    snprintf(g_good, sizeof(g_good), "%s/good", g_dir);
-    snprintf(g_wrong, sizeof(g_wrong), "%s/wrong", g_dir);
-    snprintf(g_loose, sizeof(g_loose), "%s/loose", g_dir);
-    write_file(g_good, "mf_host's shared cluster secret\n", 0600);
-    write_file(g_wrong, "not the cluster's secret at all\n", 0600);
-    write_file(g_loose, "mf_host's shared cluster secret\n", 0644);
-    setenv("MC_TENT_SECRET_FILE", g_good, 1);
+    setenv("MC_TENT_SECRET_FILE", g_sf.good, 1);
     int rc = mfh_child_start(&g_target, A, SMEMB_DATA_OP_HOST_TCP, TARGET_SIZE);
     unsetenv("MC_TENT_SECRET_FILE");
     if (rc != 0 ||
@@ -67,31 +53,12 @@ static int group_teardown(void **state)
 {
     (void)state;
     mfh_child_stop(&g_target, false);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", g_dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return secret_files_remove(&g_sf);
 }
 
 static void target_unchanged(void)
 {
     assert_int_equal(mfh_child_cmd(&g_target, 'V', 0, TARGET_SIZE, SEED), 0);
-}
-
-/* Bytes the server sends on fd before it closes it. */
-static size_t bytes_until_close(int fd)
-{
-    size_t total = 0;
-    uint8_t buf[4096];
-    for (;;) {
-        ssize_t r = recv(fd, buf, sizeof(buf), 0);
-        if (r > 0) {
-            total += (size_t)r;
-            continue;
-        }
-        if (r < 0 && errno == EINTR)
-            continue;
-        return total;
-    }
 }
 
 static int raw_connect(void)
@@ -179,14 +146,14 @@ static void test_instances_without_the_secret(void **state)
 {
     (void)state;
     copy_with(NULL, true);
-    copy_with(g_wrong, true);
+    copy_with(g_sf.wrong, true);
     target_unchanged();
 }
 
 static void test_loose_file_refused(void **state)
 {
     (void)state;
-    setenv("MC_TENT_SECRET_FILE", g_loose, 1);
+    setenv("MC_TENT_SECRET_FILE", g_sf.loose, 1);
     assert_int_equal(A->smem_trans_init(0, 0), SM_OK);
     smem_trans_t h = mfh_create(A, SMEMB_DATA_OP_HOST_TCP);
     unsetenv("MC_TENT_SECRET_FILE");
@@ -198,7 +165,7 @@ static void test_loose_file_refused(void **state)
 static void test_legit_instance(void **state)
 {
     (void)state;
-    copy_with(g_good, false);
+    copy_with(g_sf.good, false);
 }
 
 int main(void)
