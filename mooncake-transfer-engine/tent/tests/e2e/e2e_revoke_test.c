@@ -436,8 +436,16 @@ static bool stop_mid_copy(struct owner *o, pid_t child)
                     break;
                 usleep(1000);
             }
+            /* tcp: the child may have sent every byte before the stop
+             * (under load, our server lags), then the copy still ends;
+             * with the last quarter untouched it has not (more than any
+             * socket buffers hold) */
+            bool tcp = !g_mf && !g_shm;
             if (copy_running(o) &&
-                (g_mode != M_MF_TCP || mf_request_left_open(o)))
+                (g_mode != M_MF_TCP || mf_request_left_open(o)) &&
+                (!tcp ||
+                 untouched((const uint8_t *)o->buf + o->len - o->len / 4,
+                           o->len / 4)))
                 return true;
             /* stopped between two copies: let it go on, catch it later in
              * the same transfer */
