@@ -152,8 +152,9 @@ struct tcp_transport {
     int timeout_ms;
     int nconns;
     uint32_t slice_size;
-    uint32_t low_slice; /* LOW's slices and windows: low_slice_size */
-    bool sock_prio;     /* socket_priority: windows marked by class */
+    uint32_t window_size; /* a window's bytes while a backlog lasts */
+    uint32_t low_slice;   /* LOW's slices and windows: low_slice_size */
+    bool sock_prio;       /* socket_priority: windows marked by class */
     char loopback_cc[TENT_RPC_CC_MAX]; /* tcp_loopback_congestion */
     int stall_ms;
     uint64_t promo_ns;
@@ -444,6 +445,17 @@ static int take_window_locked(struct tcp_rail *r, int k, struct slice **w,
     uint64_t bytes = 0;
     int op = q->head->opcode;
     uint64_t cap = k == TENT_PRIO_LOW ? t->low_slice : t->slice_size;
+    /* While the rail holds window_size bytes for each of its connections, a
+     * window carries up to that much: one wait for answers (a sleep and a
+     * wake-up on each side) per window, not per slice.  What is left of a
+     * backlog goes in smaller windows, so its end still spreads over the
+     * connections.  MEDIUM grows only with no HIGH queued behind it. */
+    if (k != TENT_PRIO_LOW && t->window_size > cap &&
+        (k == TENT_PRIO_HIGH || !r->q[TENT_PRIO_HIGH].head)) {
+        uint64_t share = r->q_bytes / (uint64_t)r->nconns;
+        if (share > cap)
+            cap = share < t->window_size ? share : t->window_size;
+    }
     q->served_ns = tent_now_ns();
     while (q->head && n < WINDOW_SLICES && q->head->opcode == op &&
            (n == 0 || bytes + q->head->len <= cap)) {
@@ -1805,7 +1817,7 @@ static int tcp_install(struct tent_transport *base)
     struct tcp_transport *t = tcp_of(base);
     const struct tent_xport_env *env = base->env;
     t->metrics = env->metrics;
-    int64_t to, nc, ss, lss, st, promo, nw, idle;
+    int64_t to, nc, ss, ws, lss, st, promo, nw, idle;
     int rc = tent_config_get_int_range(env->cfg, "transports/tcp/timeout_ms",
                                        3000, 1, 600000, &to);
     if (!rc)
@@ -1814,6 +1826,9 @@ static int tcp_install(struct tent_transport *base)
     if (!rc)
         rc = tent_config_get_int_range(env->cfg, "transports/tcp/slice_size",
                                        1 << 20, 4096, TCP_WIRE_MAX_DATA, &ss);
+    if (!rc)
+        rc = tent_config_get_int_range(env->cfg, "transports/tcp/window_size",
+                                       2 << 20, 4096, TCP_WIRE_MAX_DATA, &ws);
     if (!rc)
         rc =
             tent_config_get_int_range(env->cfg, "transports/tcp/low_slice_size",
@@ -1852,6 +1867,7 @@ static int tcp_install(struct tent_transport *base)
     t->timeout_ms = (int)to;
     t->nconns = (int)nc;
     t->slice_size = (uint32_t)ss;
+    t->window_size = (uint32_t)(ws > ss ? ws : ss);
     t->low_slice = (uint32_t)(lss < ss ? lss : ss);
     /* low_budget(): the LOW bytes a rail lets onto its wire; the HIGH pick
      * counts a rail's LOW bytes only that far: the rest waits behind HIGH in
