@@ -282,9 +282,10 @@ static void unlink_batch(struct tent_engine *e, struct tent_batch *b,
 static size_t busy_tasks(const struct tent_batch *b)
 {
     size_t busy = 0;
-    for (size_t i = 0; i < b->ntasks; i++)
-        busy += b->tasks[i].state == STATUS_PENDING ||
-                b->tasks[i].state == STATUS_WAITING;
+    for (size_t i = 0; i < b->ntasks; i++) {
+        unsigned s = b->tasks[i].state;
+        busy += s == STATUS_PENDING || s == STATUS_WAITING;
+    }
     return busy;
 }
 
@@ -294,8 +295,12 @@ static size_t busy_tasks(const struct tent_batch *b)
  * holds its sub-batch). */
 static int try_release(struct tent_engine *e, struct tent_batch *b)
 {
-    (void)tent_batch_poll_all(e, b);
     size_t busy = busy_tasks(b);
+    /* a poll has work only then (tent_overall_status) */
+    if (busy || b->notif_name) {
+        (void)tent_batch_poll_all(e, b);
+        busy = busy_tasks(b);
+    }
     if (busy)
         return tent_set_error(TENT_EBUSY,
                               "batch %#llx has %zu task(s) still in flight",
