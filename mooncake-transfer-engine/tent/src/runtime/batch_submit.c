@@ -24,8 +24,11 @@ struct seg_cache {
      * it (with the batch lock released) and prepare again, once per call. */
     struct tent_segment *refetch;
     bool refetched;
-    /* repins of this call not yet applied (source, target) */
+    /* repins of this call not yet applied (source, target), and the like
+     * tasks just before the one being resolved, which take one more pin
+     * of both its predecessor's buffers each */
     struct tent_pin_run runs[2];
+    int likes;
     /* the last task of this call resolved for a read [0] and a write [1] */
     const struct tent_task *last[2];
     /* The last peer handle taken, with one count of its own so that it
@@ -135,6 +138,40 @@ struct group {
     size_t k; /* requests */
 };
 
+/* Records the m tasks of one request, lead and the followers merged into
+ * it, COMPLETED on transport xi as tent_task_complete would one by one:
+ * merged tasks share the lead's buffers and opcode (mergeable), so their
+ * pins are released in one step.  Releases their claims. */
+static void complete_merged(struct tent_engine *e, struct tent_batch *b,
+                            struct tent_task *lead, uint32_t m, int xi,
+                            struct tent_pin_run runs[2],
+                            struct tent_peer_run *peers)
+{
+    tent_task_unpeer_run(lead, peers); /* followers hold none */
+    if (lead->src_buf)
+        tent_pin_run_add(&runs[0], lead->src_buf, -(int)m);
+    if (lead->dst_buf)
+        tent_pin_run_add(&runs[1], lead->dst_buf, -(int)m);
+    bool rq = false;
+    for (uint32_t k = 0; k < m; k++) {
+        struct tent_task *t = &lead[k];
+        t->busy = false;
+        t->state = STATUS_COMPLETED;
+        t->xport = t->last_xport = (int8_t)xi;
+        t->bytes = t->req.length;
+        t->src_buf = t->dst_buf = NULL;
+        rq |= t->rqn != NULL;
+    }
+    tmh_completed_run(e, lead, m, xi);
+    if (rq)
+        for (uint32_t k = 0; k < m; k++)
+            if (lead[k].rqn)
+                tent_rq_end(&lead[k], true, lead[k].bytes);
+    b->nbusy -= (int)m;
+    if (b->nbusy == 0 && b->idle_waiters)
+        pthread_cond_broadcast(&b->idle);
+}
+
 /* Hands group g to transport xi with the batch lock released; the tasks in
  * it are claimed.  Returns whether any task needs another round
  * (submit-stage failover). */
@@ -191,6 +228,13 @@ static bool flush_group(struct tent_engine *e, struct tent_batch *b, int xi,
         bool ok = lead->state == STATUS_PENDING && lead->xport == xi;
         bool done = ok && g->res[j].done;
         any_done |= done;
+        if (done) {
+            uint32_t m = g->ntasks[j];
+            started += m - 1;
+            writes += lead->req.opcode == OPCODE_WRITE ? m - 1 : 0;
+            complete_merged(e, b, lead, m, xi, runs, &peers);
+            continue;
+        }
         for (size_t i = g->x[j].slot; i < g->x[j].slot + g->ntasks[j]; i++) {
             struct tent_task *t = &b->tasks[i];
             tent_slot_release(b, t);
@@ -242,6 +286,12 @@ static bool mergeable(const struct tent_engine *e, const struct tent_batch *b,
         overlap((uintptr_t)x->local, x->length + t->req.length, x->remote,
                 x->length + t->req.length))
         return false;
+    /* Following prev since submit (never moved since): the same opcode,
+     * target, priority, source buffer and incarnation, and contiguous. */
+    if (t->follows)
+        return prev->lead == x->slot && prev->busy &&
+               t->dst_buf == x->target_buf &&
+               x->length + t->req.length <= e->merge_max_bytes;
     return prev->lead == x->slot && prev->busy && t->req.opcode == x->opcode &&
            t->req.target_id == prev->req.target_id &&
            t->req.priority == prev->req.priority &&
@@ -254,6 +304,39 @@ static bool mergeable(const struct tent_engine *e, const struct tent_batch *b,
 
 static bool refetch_waiting(struct tent_engine *e, struct tent_batch *b,
                             size_t first, size_t n);
+
+/* Merges into g's last request, whose last task is i, the tasks after i
+ * (before end) that follow their predecessor since submit and wait for
+ * transport xi, while mergeable would take them; claims them.  Returns the
+ * index of the last task merged (i when none). */
+static size_t absorb(const struct tent_engine *e, struct tent_batch *b,
+                     struct group *g, size_t i, size_t end, int xi)
+{
+    struct tent_xfer *x = &g->x[g->k - 1];
+    bool local = x->target->local;
+    uint64_t len = x->length, max = e->merge_max_bytes;
+    size_t j = i + 1;
+    for (; j < end; j++) {
+        struct tent_task *t = &b->tasks[j];
+        /* follows: on its first transport (cands[0]), same target, source
+         * buffer, opcode, priority and incarnation as task j - 1 (in x),
+         * contiguous with it, and needing no refetch */
+        if (!t->follows || t->state != STATUS_WAITING || t->busy ||
+            t->cands[0] != xi || t->dst_buf != x->target_buf ||
+            len + t->req.length > max ||
+            (local && overlap((uintptr_t)x->local, len + t->req.length,
+                              x->remote, len + t->req.length)))
+            break;
+        len += t->req.length;
+        t->lead = x->slot;
+        t->busy = true;
+    }
+    uint32_t m = (uint32_t)(j - 1 - i);
+    x->length = len;
+    g->ntasks[g->k - 1] += m;
+    b->nbusy += (int)m;
+    return j - 1;
+}
 
 void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                          size_t first, size_t n)
@@ -313,10 +396,14 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                 if (e->merge_requests && g->k > 0 && i > first &&
                     mergeable(e, b, i, t, &g->x[g->k - 1])) {
                     g->x[g->k - 1].length += t->req.length;
-                    g->x[g->k - 1].durable |= task_durable(e, t);
+                    /* one that follows is on its first transport, the
+                     * lead's now: nothing to add */
+                    if (!t->follows)
+                        g->x[g->k - 1].durable |= task_durable(e, t);
                     g->ntasks[g->k - 1]++;
                     t->lead = g->x[g->k - 1].slot;
                     tent_slot_claim(b, t);
+                    i = absorb(e, b, g, i, first + n, xi);
                     continue;
                 }
                 struct tent_peer_ref *pr = NULL;
@@ -339,6 +426,8 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                 tent_slot_claim(b, t);
                 g->ntasks[g->k] = 1;
                 fill_xfer(e, &c, t, (uint32_t)i, &g->x[g->k++], pr);
+                if (e->merge_requests)
+                    i = absorb(e, b, g, i, first + n, xi);
             }
             cache_flush(&c);
             again |= flush_group(e, b, xi, g);
@@ -431,6 +520,42 @@ static struct tent_buffer *repin(struct tent_pin_run *run,
     return buf;
 }
 
+/* Whether [addr, +len) lies wholly inside buf. */
+static inline bool inside(const struct tent_buffer *buf, uint64_t addr,
+                          uint64_t len)
+{
+    return addr >= buf->base && len <= buf->length &&
+           addr - buf->base <= buf->length - len;
+}
+
+/* Whether request r, in the direction of prev (the task resolved just
+ * before it in this call), may take prev's buffers and selection: same
+ * target and options, no deadline or policy name, and inside both of
+ * prev's buffers (so the same lookups and checks would give the same
+ * answers). */
+static inline bool like_prev(const struct tent_engine *e,
+                             const struct tent_task *prev,
+                             const tent_request_t *r)
+{
+    return prev->req.target_id == r->target_id &&
+           prev->req.priority == r->priority &&
+           prev->req.transport_hint == r->transport_hint &&
+           prev->req.intent_type == r->intent_type && !r->deadline_ns &&
+           !prev->req.deadline_ns && prev->policy == -1 &&
+           !(r->policy_name && r->policy_name[0]) &&
+           (e->npolicies == 0 || prev->req.length == r->length);
+}
+
+/* Applies the pins of the chain of like tasks before t (see resolve). */
+static inline void flush_likes(struct seg_cache *c, const struct tent_task *t)
+{
+    if (c->likes) {
+        tent_pin_run_add(&c->runs[0], t[-1].src_buf, c->likes);
+        tent_pin_run_add(&c->runs[1], t[-1].dst_buf, c->likes);
+        c->likes = 0;
+    }
+}
+
 /* Resolves request i into task t and pins its source and target buffers.
  * Caller holds e->local->lock (read).  On failure (or NEED_REFETCH) t holds
  * only its own pins (the caller unpins). */
@@ -438,7 +563,7 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
                    const tent_request_t *r, size_t i, struct tent_task *t)
 {
     t->req = *r;
-    t->src_buf = t->dst_buf = NULL;
+    t->req.policy_name = NULL; /* the caller's string: resolved below */
     t->bytes = 0;
     t->last_error = 0;
     t->native_error = 0;
@@ -447,10 +572,33 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
     t->needs_refetch = t->refetched = false;
     t->xport = t->last_xport = -1;
     t->attempts = 0;
-    t->req.policy_name = NULL; /* the caller's string: resolved below */
     t->policy = -1;
     t->peer = NULL;
     t->rqn = NULL;
+    bool write = r->opcode == OPCODE_WRITE;
+    const struct tent_task *last = c->last[write];
+    if (last == t - 1 && like_prev(e, last, r)) {
+        if (inside(last->src_buf, (uintptr_t)r->source, r->length) &&
+            inside(last->dst_buf, r->target_offset, r->length)) {
+            /* The request before, in the same direction: its buffers hold
+             * this one too (pinned once more, counted in likes until the
+             * chain ends) and its selection applies. */
+            t->src_buf = last->src_buf;
+            t->dst_buf = last->dst_buf;
+            c->likes++;
+            t->incarnation = last->incarnation;
+            t->like = true;
+            t->follows =
+                (uintptr_t)last->req.source + last->req.length ==
+                    (uintptr_t)r->source &&
+                last->req.target_offset + last->req.length == r->target_offset;
+            c->last[write] = t;
+            return TENT_OK;
+        }
+    }
+    flush_likes(c, t);
+    t->like = t->follows = false;
+    t->src_buf = t->dst_buf = NULL;
     if (r->deadline_ns) { /* read only when there is a deadline */
         uint64_t now = tent_now_ns();
         uint64_t us =
@@ -480,10 +628,9 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
                               "tent_submit: request %zu: intent_type %d is "
                               "not a TENT_INTENT_* value",
                               i, r->intent_type);
-    bool write = r->opcode == OPCODE_WRITE;
     /* the last request of this call in the same direction found the range
      * granting it (reads and writes may alternate) */
-    const struct tent_task *prev = c->last[write];
+    const struct tent_task *prev = last;
     bool same = prev != NULL;
     t->src_buf = same ? repin(&c->runs[0], prev->src_buf, (uintptr_t)r->source,
                               r->length)
@@ -732,24 +879,16 @@ static int prepare_all(struct tent_engine *e, const tent_request_t *entries,
     pthread_rwlock_rdlock(&e->local->lock);
     for (; pinned < count && rc == TENT_OK; pinned++)
         rc = resolve(e, c, &entries[pinned], pinned, &tasks[pinned]);
+    flush_likes(c, &tasks[pinned]);
     tent_pin_run_flush(&c->runs[0]);
     tent_pin_run_flush(&c->runs[1]);
     pthread_rwlock_unlock(&e->local->lock);
     for (size_t i = 0; i < count && rc == TENT_OK; i++) {
         struct tent_task *t = &tasks[i];
         const struct tent_task *prev = i ? &tasks[i - 1] : NULL;
-        /* Like the request before in everything select_for reads (same
-         * direction, buffers, target, hint, priority, policy; length and
-         * intent when policies may look at them): the same answer. */
-        if (prev && prev->req.opcode == t->req.opcode &&
-            prev->dst_buf == t->dst_buf && prev->src_buf == t->src_buf &&
-            prev->req.target_id == t->req.target_id &&
-            prev->req.transport_hint == t->req.transport_hint &&
-            prev->req.priority == t->req.priority &&
-            prev->policy == t->policy &&
-            (e->npolicies == 0 ||
-             (prev->req.length == t->req.length &&
-              prev->req.intent_type == t->req.intent_type))) {
+        /* Like the request before in everything select_for reads (resolve
+         * found it so): the same answer. */
+        if (t->like) {
             memcpy(t->cands, prev->cands, sizeof(t->cands));
             t->ncand = prev->ncand;
             t->cand_pos = 0;

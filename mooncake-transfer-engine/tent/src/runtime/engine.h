@@ -149,6 +149,12 @@ struct tent_task {
      * on (it met a range the target no longer has as published); once per
      * task (refetched). */
     bool needs_refetch, refetched;
+    /* Set at submit when the task is like the one before it in the call
+     * in everything selection reads, within the same two buffers (like);
+     * and its source and target start where that one's end (follows):
+     * dispatch then merges it without comparing them again.  Cleared when
+     * the task leaves its first transport (tent_task_advance). */
+    bool like, follows;
     uint8_t ncand, cand_pos;
     uint8_t cands[TENT_MAX_TRANSPORTS];
     /* With a deadline: the time it gave at submit, µs (rounded up, at most
