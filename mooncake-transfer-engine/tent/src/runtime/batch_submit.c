@@ -575,6 +575,7 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
     t->policy = -1;
     t->peer = NULL;
     t->rqn = NULL;
+    t->t_submit = 0; /* untimed unless tmh_submit picks it */
     bool write = r->opcode == OPCODE_WRITE;
     const struct tent_task *last = c->last[write];
     if (last == t - 1 && like_prev(e, last, r)) {

@@ -23,15 +23,14 @@ static inline int tmh_xport(const struct tent_task *t)
     return t->ncand ? t->cands[t->cand_pos] : -1;
 }
 
-/* Submit: picks the tasks to time among tasks[0..n) and stamps them. */
+/* Submit: picks the tasks to time among tasks[0..n) and stamps them (the
+ * others keep the t_submit of 0 that resolving them gave). */
 static inline void tmh_submit(struct tent_engine *e, struct tent_task *tasks,
                               size_t n)
 {
     if (!e->metrics)
         return;
     unsigned first = tm_sample_pick(e->metrics, n);
-    for (size_t i = 0; i < n; i++)
-        tasks[i].t_submit = 0;
     if (first >= n)
         return;
     unsigned every = tm_sample_every(e->metrics);
