@@ -152,16 +152,22 @@ static void complete_merged(struct tent_engine *e, struct tent_batch *b,
         tent_pin_run_add(&runs[0], lead->src_buf, -(int)m);
     if (lead->dst_buf)
         tent_pin_run_add(&runs[1], lead->dst_buf, -(int)m);
-    bool rq = false;
+    bool rq = false, msgs = false;
+    uint64_t bytes = 0;
     for (uint32_t k = 0; k < m; k++) {
         struct tent_task *t = &lead[k];
         t->busy = false;
         t->state = STATUS_COMPLETED;
         t->xport = t->last_xport = (int8_t)xi;
         t->bytes = t->req.length;
+        bytes += t->bytes;
         t->src_buf = t->dst_buf = NULL;
         rq |= t->rqn != NULL;
+        msgs |= t->error_msg != NULL;
     }
+    b->ndone += m;
+    b->done_bytes += bytes;
+    b->done_msgs |= msgs;
     tmh_completed_run(e, lead, m, xi);
     if (rq)
         for (uint32_t k = 0; k < m; k++)

@@ -199,6 +199,13 @@ struct tent_batch {
     int nbusy, idle_waiters;
     pthread_cond_t idle;
     size_t capacity, ntasks;
+    /* Tasks recorded COMPLETED by a completed merged request in submit
+     * (complete_merged: each once, and COMPLETED is final), the bytes they
+     * moved and whether one keeps a cause message: when they are all the
+     * batch's tasks, status and free need not look at each. */
+    size_t ndone;
+    uint64_t done_bytes;
+    bool done_msgs;
     struct tent_task *tasks;
     size_t tasks_cap; /* tasks' length: kept across recycling */
     struct tent_sub_batch *subs[TENT_MAX_TRANSPORTS];
