@@ -584,7 +584,7 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
     t->t_submit = 0; /* untimed unless tmh_submit picks it */
     bool write = r->opcode == OPCODE_WRITE;
     const struct tent_task *last = c->last[write];
-    if (last == t - 1 && like_prev(e, last, r)) {
+    if (last && last + 1 == t && like_prev(e, last, r)) {
         if (inside(last->src_buf, (uintptr_t)r->source, r->length) &&
             inside(last->dst_buf, r->target_offset, r->length)) {
             /* The request before, in the same direction: its buffers hold
