@@ -29,8 +29,9 @@ struct seg_cache {
      * of both its predecessor's buffers each */
     struct tent_pin_run runs[2];
     int likes;
-    /* the last task of this call resolved for a read [0] and a write [1] */
-    const struct tent_task *last[2];
+    /* the last task of this call resolved for a read [0] and a write [1],
+     * and the first of the chain of like tasks it ends (resolve) */
+    const struct tent_task *last[2], *head[2];
     /* The last peer handle taken, with one count of its own so that it
      * stays open while cached (peer_put by cache_drop). */
     struct tent_peer_ref *pref;
@@ -584,21 +585,25 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
     t->t_submit = 0; /* untimed unless tmh_submit picks it */
     bool write = r->opcode == OPCODE_WRITE;
     const struct tent_task *last = c->last[write];
-    if (last && last + 1 == t && like_prev(e, last, r)) {
-        if (inside(last->src_buf, (uintptr_t)r->source, r->length) &&
-            inside(last->dst_buf, r->target_offset, r->length)) {
+    /* The task before is the last one in this direction: it is like the
+     * chain's head (equal in everything like_prev compares, in the same
+     * buffers), so this one is compared with the head, whose fields no
+     * iteration writes, and with the caller's request before (r[-1]). */
+    const struct tent_task *head = c->head[write];
+    if (last && last + 1 == t && like_prev(e, head, r)) {
+        if (inside(head->src_buf, (uintptr_t)r->source, r->length) &&
+            inside(head->dst_buf, r->target_offset, r->length)) {
             /* The request before, in the same direction: its buffers hold
              * this one too (pinned once more, counted in likes until the
              * chain ends) and its selection applies. */
-            t->src_buf = last->src_buf;
-            t->dst_buf = last->dst_buf;
+            t->src_buf = head->src_buf;
+            t->dst_buf = head->dst_buf;
             c->likes++;
-            t->incarnation = last->incarnation;
+            t->incarnation = head->incarnation;
             t->like = true;
-            t->follows =
-                (uintptr_t)last->req.source + last->req.length ==
-                    (uintptr_t)r->source &&
-                last->req.target_offset + last->req.length == r->target_offset;
+            t->follows = (uintptr_t)r[-1].source + r[-1].length ==
+                             (uintptr_t)r->source &&
+                         r[-1].target_offset + r[-1].length == r->target_offset;
             c->last[write] = t;
             return TENT_OK;
         }
@@ -677,7 +682,7 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
                               "is outside the buffers of segment '%s'",
                               i, (unsigned long long)r->target_offset,
                               (unsigned long long)r->length, seg->v.name);
-    c->last[write] = t;
+    c->last[write] = c->head[write] = t;
     return TENT_OK;
 }
 
@@ -890,19 +895,21 @@ static int prepare_all(struct tent_engine *e, const tent_request_t *entries,
     tent_pin_run_flush(&c->runs[0]);
     tent_pin_run_flush(&c->runs[1]);
     pthread_rwlock_unlock(&e->local->lock);
+    const struct tent_task *head = NULL; /* the last task selected */
     for (size_t i = 0; i < count && rc == TENT_OK; i++) {
         struct tent_task *t = &tasks[i];
-        const struct tent_task *prev = i ? &tasks[i - 1] : NULL;
         /* Like the request before in everything select_for reads (resolve
-         * found it so): the same answer. */
+         * found it so), and so like the head of its chain: the same
+         * answer. */
         if (t->like) {
-            memcpy(t->cands, prev->cands, sizeof(t->cands));
-            t->ncand = prev->ncand;
+            memcpy(t->cands, head->cands, sizeof(t->cands));
+            t->ncand = head->ncand;
             t->cand_pos = 0;
             t->state = STATUS_WAITING;
             continue;
         }
-        rc = select_for(e, c, i, t, prev);
+        rc = select_for(e, c, i, t, i ? &tasks[i - 1] : NULL);
+        head = t;
     }
     if (rc != TENT_OK)
         for (size_t i = 0; i < pinned; i++)
