@@ -148,6 +148,15 @@ static void complete_merged(struct tent_engine *e, struct tent_batch *b,
                             struct tent_pin_run runs[2],
                             struct tent_peer_run *peers)
 {
+    if (m == 1) { /* one task: the per-task path costs less */
+        bool msg = lead->error_msg != NULL;
+        tent_slot_release(b, lead);
+        tent_task_complete(e, lead, xi, lead->req.length, runs, peers);
+        b->ndone++;
+        b->done_bytes += lead->bytes;
+        b->done_msgs |= msg;
+        return;
+    }
     tent_task_unpeer_run(lead, peers); /* followers hold none */
     if (lead->src_buf)
         tent_pin_run_add(&runs[0], lead->src_buf, -(int)m);
