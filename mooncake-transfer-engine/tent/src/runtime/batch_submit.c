@@ -572,12 +572,38 @@ static inline void flush_likes(struct seg_cache *c, const struct tent_task *t)
     }
 }
 
-/* Resolves request i into task t and pins its source and target buffers.
- * Caller holds e->local->lock (read).  On failure (or NEED_REFETCH) t holds
- * only its own pins (the caller unpins). */
+/* Checks request i (check_request, or, for one like the head of the chain
+ * it continues, only what may differ from the head's checked fields),
+ * then resolves it into task t and pins its source and target buffers.
+ * Caller holds e->local->lock (read).  A request that fails its check
+ * sets *invalid and leaves t alone; on any other failure (or NEED_REFETCH)
+ * t holds only its own pins (the caller unpins). */
 static int resolve(struct tent_engine *e, struct seg_cache *c,
-                   const tent_request_t *r, size_t i, struct tent_task *t)
+                   const tent_request_t *r, size_t i, struct tent_task *t,
+                   int *hint_ok, bool *invalid)
 {
+    bool write = r->opcode == OPCODE_WRITE;
+    const struct tent_task *last = c->last[write];
+    /* The task before is the last one in this direction: it is like the
+     * chain's head (equal in everything like_prev compares, in the same
+     * buffers), so this one is compared with the head, whose fields no
+     * iteration writes, and with the caller's request before (r[-1]).
+     * Its opcode, priority and hint are the head's, which passed
+     * check_request; inside its source buffer it has a source and does
+     * not wrap; its target's end is checked here. */
+    const struct tent_task *head = c->head[write];
+    bool like = last && last + 1 == t && r->opcode == head->req.opcode &&
+                like_prev(e, head, r) && r->length &&
+                r->target_offset + r->length > r->target_offset &&
+                inside(head->src_buf, (uintptr_t)r->source, r->length) &&
+                inside(head->dst_buf, r->target_offset, r->length);
+    if (!like) {
+        int rc = check_request(r, i, hint_ok);
+        if (rc) {
+            *invalid = true;
+            return rc;
+        }
+    }
     t->req = *r;
     t->req.policy_name = NULL; /* the caller's string: resolved below */
     t->bytes = 0;
@@ -592,30 +618,20 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
     t->peer = NULL;
     t->rqn = NULL;
     t->t_submit = 0; /* untimed unless tmh_submit picks it */
-    bool write = r->opcode == OPCODE_WRITE;
-    const struct tent_task *last = c->last[write];
-    /* The task before is the last one in this direction: it is like the
-     * chain's head (equal in everything like_prev compares, in the same
-     * buffers), so this one is compared with the head, whose fields no
-     * iteration writes, and with the caller's request before (r[-1]). */
-    const struct tent_task *head = c->head[write];
-    if (last && last + 1 == t && like_prev(e, head, r)) {
-        if (inside(head->src_buf, (uintptr_t)r->source, r->length) &&
-            inside(head->dst_buf, r->target_offset, r->length)) {
-            /* The request before, in the same direction: its buffers hold
-             * this one too (pinned once more, counted in likes until the
-             * chain ends) and its selection applies. */
-            t->src_buf = head->src_buf;
-            t->dst_buf = head->dst_buf;
-            c->likes++;
-            t->incarnation = head->incarnation;
-            t->like = true;
-            t->follows = (uintptr_t)r[-1].source + r[-1].length ==
-                             (uintptr_t)r->source &&
-                         r[-1].target_offset + r[-1].length == r->target_offset;
-            c->last[write] = t;
-            return TENT_OK;
-        }
+    if (like) {
+        /* The request before, in the same direction: its buffers hold
+         * this one too (pinned once more, counted in likes until the
+         * chain ends) and its selection applies. */
+        t->src_buf = head->src_buf;
+        t->dst_buf = head->dst_buf;
+        c->likes++;
+        t->incarnation = head->incarnation;
+        t->like = true;
+        t->follows =
+            (uintptr_t)r[-1].source + r[-1].length == (uintptr_t)r->source &&
+            r[-1].target_offset + r[-1].length == r->target_offset;
+        c->last[write] = t;
+        return TENT_OK;
     }
     flush_likes(c, t);
     t->like = t->follows = false;
@@ -890,20 +906,31 @@ static int prepare_all(struct tent_engine *e, const tent_request_t *entries,
                        struct seg_cache *c)
 {
     int hint_ok = TRANSPORT_UNSPEC;
-    for (size_t i = 0; i < count; i++) {
-        int rc = check_request(&entries[i], i, &hint_ok);
-        if (rc)
-            return rc;
-    }
     size_t pinned = 0;
     int rc = TENT_OK;
+    bool invalid = false;
     pthread_rwlock_rdlock(&e->local->lock);
-    for (; pinned < count && rc == TENT_OK; pinned++)
-        rc = resolve(e, c, &entries[pinned], pinned, &tasks[pinned]);
+    for (; pinned < count; pinned++) {
+        rc = resolve(e, c, &entries[pinned], pinned, &tasks[pinned], &hint_ok,
+                     &invalid);
+        if (rc) {
+            pinned += !invalid; /* a task that failed resolving holds pins */
+            break;
+        }
+    }
     flush_likes(c, &tasks[pinned]);
     tent_pin_run_flush(&c->runs[0]);
     tent_pin_run_flush(&c->runs[1]);
     pthread_rwlock_unlock(&e->local->lock);
+    /* Every request is checked before any is resolved, as far as the
+     * caller can tell: a request after the one that failed to resolve
+     * (or needs a refetch) that fails its check is the error. */
+    for (size_t i = pinned; rc != TENT_OK && !invalid && i < count; i++) {
+        int vrc = check_request(&entries[i], i, &hint_ok);
+        if (vrc)
+            rc = vrc;
+        invalid = vrc != TENT_OK;
+    }
     const struct tent_task *head = NULL; /* the last task selected */
     for (size_t i = 0; i < count && rc == TENT_OK; i++) {
         struct tent_task *t = &tasks[i];
