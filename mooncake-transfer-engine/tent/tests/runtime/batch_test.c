@@ -653,6 +653,68 @@ static void test_like_runs_two_buffers(void **state)
     tent_destroy_engine(e);
 }
 
+/* A call is checked whole before anything is resolved, runs of like
+ * requests included: a bad field inside a run is refused naming its
+ * request, a request that fails its check is the error even after an
+ * earlier one that cannot be resolved, and a refused call leaves no pin. */
+static void test_like_runs_checked(void **state)
+{
+    (void)state;
+    enum { N = 6, SZ = 64 };
+    tent_engine_t e = merge_engine();
+    assert_non_null(e);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    static char unregistered[SZ];
+    tent_batch_id_t b = tent_allocate_batch(e, N);
+    tent_request_t r[N];
+    struct {
+        size_t at;
+        int code;
+        const char *what;
+    } cases[] = {{2, TENT_EINVAL, "request 2: length is 0"},
+                 {3, TENT_EINVAL, "request 3: opcode 5"},
+                 {4, TENT_EINVAL, "request 4: length 64 wraps"},
+                 {5, TENT_EINVAL, "request 5: priority 7"}};
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        for (size_t i = 0; i < N; i++)
+            r[i] = tu_write(&p, i * SZ, SZ);
+        switch (k) {
+        case 0:
+            r[2].length = 0;
+            break;
+        case 1:
+            r[3].opcode = 5;
+            break;
+        case 2:
+            r[4].target_offset = UINT64_MAX - 8;
+            break;
+        case 3: /* unresolvable before, invalid after */
+            r[1].source = unregistered;
+            r[5].priority = 7;
+            break;
+        }
+        assert_int_equal(tent_submit(e, b, r, N), cases[k].code);
+        assert_contains(tent_last_error(), cases[k].what);
+        assert_int_equal(pins_at(e, p.src), 0);
+        assert_int_equal(pins_at(e, p.dst), 0);
+    }
+    /* the unresolvable one alone: its own error */
+    for (size_t i = 0; i < N; i++)
+        r[i] = tu_write(&p, i * SZ, SZ);
+    r[3].source = unregistered;
+    assert_int_equal(tent_submit(e, b, r, N), TENT_ENOTREG);
+    assert_contains(tent_last_error(), "request 3");
+    assert_int_equal(pins_at(e, p.src), 0);
+    assert_int_equal(pins_at(e, p.dst), 0);
+    tent_status_t st;
+    assert_int_equal(tent_overall_status(e, b, &st), TENT_OK);
+    assert_int_equal(st.status, STATUS_WAITING); /* nothing was accepted */
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -669,6 +731,7 @@ int main(void)
         TU_TEST(test_free_in_flight_is_deferred),
         TU_TEST(test_done_at_submit),
         TU_TEST(test_like_runs_two_buffers),
+        TU_TEST(test_like_runs_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
