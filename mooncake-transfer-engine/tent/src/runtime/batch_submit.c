@@ -544,11 +544,11 @@ static inline bool inside(const struct tent_buffer *buf, uint64_t addr,
            addr - buf->base <= buf->length - len;
 }
 
-/* Whether request r, in the direction of prev (the task resolved just
- * before it in this call), may take prev's buffers and selection: same
- * target and options, no deadline or policy name, and inside both of
- * prev's buffers (so the same lookups and checks would give the same
- * answers). */
+/* Whether request r has the options of task prev (the head of the chain
+ * it would continue, in its direction): same target, priority, hint and
+ * intent, no deadline or policy name (length too when policies may look
+ * at it).  With its range inside prev's two buffers (resolve), the same
+ * lookups and checks give the same answers. */
 static inline bool like_prev(const struct tent_engine *e,
                              const struct tent_task *prev,
                              const tent_request_t *r)
