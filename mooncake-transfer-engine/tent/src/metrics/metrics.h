@@ -279,6 +279,17 @@ static inline void tm_observe_size(struct tm_shard *s, enum tm_id id,
     tm_cell_add(s, c + tm_layout[id].width - 1, bytes);
 }
 
+/* n size samples of bytes each (none when n is 0). */
+static inline void tm_observe_size_n(struct tm_shard *s, enum tm_id id,
+                                     unsigned l1, uint64_t bytes, uint64_t n)
+{
+    if (!s || !n)
+        return;
+    uint32_t c = tm_cell(id, l1, 0);
+    tm_cell_add(s, c + tm_size_bucket(bytes), n);
+    tm_cell_add(s, c + tm_layout[id].width - 1, bytes * n);
+}
+
 /* Latency sampling: of n requests submitted now by this thread, those at
  * index first, first + every, first + 2 * every ... (< n) are timed, where
  * first is returned (n when none) and every is tm_sample_every(m). */

@@ -24,10 +24,14 @@ struct seg_cache {
      * it (with the batch lock released) and prepare again, once per call. */
     struct tent_segment *refetch;
     bool refetched;
-    /* repins of this call not yet applied (source, target) */
+    /* repins of this call not yet applied (source, target), and the like
+     * tasks just before the one being resolved, which take one more pin
+     * of both its predecessor's buffers each */
     struct tent_pin_run runs[2];
-    /* the last task of this call resolved for a read [0] and a write [1] */
-    const struct tent_task *last[2];
+    int likes;
+    /* the last task of this call resolved for a read [0] and a write [1],
+     * and the first of the chain of like tasks it ends (resolve) */
+    const struct tent_task *last[2], *head[2];
     /* The last peer handle taken, with one count of its own so that it
      * stays open while cached (peer_put by cache_drop). */
     struct tent_peer_ref *pref;
@@ -135,6 +139,55 @@ struct group {
     size_t k; /* requests */
 };
 
+/* Records the m tasks of one request, lead and the followers merged into
+ * it, COMPLETED on transport xi as tent_task_complete would one by one:
+ * merged tasks share the lead's buffers and opcode (mergeable), so their
+ * pins are released in one step.  Releases their claims. */
+static void complete_merged(struct tent_engine *e, struct tent_batch *b,
+                            struct tent_task *lead, uint32_t m, int xi,
+                            struct tent_pin_run runs[2],
+                            struct tent_peer_run *peers)
+{
+    if (m == 1) { /* one task: the per-task path costs less */
+        bool msg = lead->error_msg != NULL;
+        tent_slot_release(b, lead);
+        tent_task_complete(e, lead, xi, lead->req.length, runs, peers);
+        b->ndone++;
+        b->done_bytes += lead->bytes;
+        b->done_msgs |= msg;
+        return;
+    }
+    tent_task_unpeer_run(lead, peers); /* followers hold none */
+    if (lead->src_buf)
+        tent_pin_run_add(&runs[0], lead->src_buf, -(int)m);
+    if (lead->dst_buf)
+        tent_pin_run_add(&runs[1], lead->dst_buf, -(int)m);
+    bool rq = false, msgs = false;
+    uint64_t bytes = 0;
+    for (uint32_t k = 0; k < m; k++) {
+        struct tent_task *t = &lead[k];
+        t->busy = false;
+        t->state = STATUS_COMPLETED;
+        t->xport = t->last_xport = (int8_t)xi;
+        t->bytes = t->req.length;
+        bytes += t->bytes;
+        t->src_buf = t->dst_buf = NULL;
+        rq |= t->rqn != NULL;
+        msgs |= t->error_msg != NULL;
+    }
+    b->ndone += m;
+    b->done_bytes += bytes;
+    b->done_msgs |= msgs;
+    tmh_completed_run(e, lead, m, xi);
+    if (rq)
+        for (uint32_t k = 0; k < m; k++)
+            if (lead[k].rqn)
+                tent_rq_end(&lead[k], true, lead[k].bytes);
+    b->nbusy -= (int)m;
+    if (b->nbusy == 0 && b->idle_waiters)
+        pthread_cond_broadcast(&b->idle);
+}
+
 /* Hands group g to transport xi with the batch lock released; the tasks in
  * it are claimed.  Returns whether any task needs another round
  * (submit-stage failover). */
@@ -191,6 +244,13 @@ static bool flush_group(struct tent_engine *e, struct tent_batch *b, int xi,
         bool ok = lead->state == STATUS_PENDING && lead->xport == xi;
         bool done = ok && g->res[j].done;
         any_done |= done;
+        if (done) {
+            uint32_t m = g->ntasks[j];
+            started += m - 1;
+            writes += lead->req.opcode == OPCODE_WRITE ? m - 1 : 0;
+            complete_merged(e, b, lead, m, xi, runs, &peers);
+            continue;
+        }
         for (size_t i = g->x[j].slot; i < g->x[j].slot + g->ntasks[j]; i++) {
             struct tent_task *t = &b->tasks[i];
             tent_slot_release(b, t);
@@ -242,6 +302,12 @@ static bool mergeable(const struct tent_engine *e, const struct tent_batch *b,
         overlap((uintptr_t)x->local, x->length + t->req.length, x->remote,
                 x->length + t->req.length))
         return false;
+    /* Following prev since submit (never moved since): the same opcode,
+     * target, priority, source buffer and incarnation, and contiguous. */
+    if (t->follows)
+        return prev->lead == x->slot && prev->busy &&
+               t->dst_buf == x->target_buf &&
+               x->length + t->req.length <= e->merge_max_bytes;
     return prev->lead == x->slot && prev->busy && t->req.opcode == x->opcode &&
            t->req.target_id == prev->req.target_id &&
            t->req.priority == prev->req.priority &&
@@ -254,6 +320,39 @@ static bool mergeable(const struct tent_engine *e, const struct tent_batch *b,
 
 static bool refetch_waiting(struct tent_engine *e, struct tent_batch *b,
                             size_t first, size_t n);
+
+/* Merges into g's last request, whose last task is i, the tasks after i
+ * (before end) that follow their predecessor since submit and wait for
+ * transport xi, while mergeable would take them; claims them.  Returns the
+ * index of the last task merged (i when none). */
+static size_t absorb(const struct tent_engine *e, struct tent_batch *b,
+                     struct group *g, size_t i, size_t end, int xi)
+{
+    struct tent_xfer *x = &g->x[g->k - 1];
+    bool local = x->target->local;
+    uint64_t len = x->length, max = e->merge_max_bytes;
+    size_t j = i + 1;
+    for (; j < end; j++) {
+        struct tent_task *t = &b->tasks[j];
+        /* follows: on its first transport (cands[0]), same target, source
+         * buffer, opcode, priority and incarnation as task j - 1 (in x),
+         * contiguous with it, and needing no refetch */
+        if (!t->follows || t->state != STATUS_WAITING || t->busy ||
+            t->cands[0] != xi || t->dst_buf != x->target_buf ||
+            len + t->req.length > max ||
+            (local && overlap((uintptr_t)x->local, len + t->req.length,
+                              x->remote, len + t->req.length)))
+            break;
+        len += t->req.length;
+        t->lead = x->slot;
+        t->busy = true;
+    }
+    uint32_t m = (uint32_t)(j - 1 - i);
+    x->length = len;
+    g->ntasks[g->k - 1] += m;
+    b->nbusy += (int)m;
+    return j - 1;
+}
 
 void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                          size_t first, size_t n)
@@ -313,10 +412,14 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                 if (e->merge_requests && g->k > 0 && i > first &&
                     mergeable(e, b, i, t, &g->x[g->k - 1])) {
                     g->x[g->k - 1].length += t->req.length;
-                    g->x[g->k - 1].durable |= task_durable(e, t);
+                    /* one that follows is on its first transport, the
+                     * lead's now: nothing to add */
+                    if (!t->follows)
+                        g->x[g->k - 1].durable |= task_durable(e, t);
                     g->ntasks[g->k - 1]++;
                     t->lead = g->x[g->k - 1].slot;
                     tent_slot_claim(b, t);
+                    i = absorb(e, b, g, i, first + n, xi);
                     continue;
                 }
                 struct tent_peer_ref *pr = NULL;
@@ -339,6 +442,8 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                 tent_slot_claim(b, t);
                 g->ntasks[g->k] = 1;
                 fill_xfer(e, &c, t, (uint32_t)i, &g->x[g->k++], pr);
+                if (e->merge_requests)
+                    i = absorb(e, b, g, i, first + n, xi);
             }
             cache_flush(&c);
             again |= flush_group(e, b, xi, g);
@@ -431,14 +536,76 @@ static struct tent_buffer *repin(struct tent_pin_run *run,
     return buf;
 }
 
-/* Resolves request i into task t and pins its source and target buffers.
- * Caller holds e->local->lock (read).  On failure (or NEED_REFETCH) t holds
- * only its own pins (the caller unpins). */
-static int resolve(struct tent_engine *e, struct seg_cache *c,
-                   const tent_request_t *r, size_t i, struct tent_task *t)
+/* Whether [addr, +len) lies wholly inside buf. */
+static inline bool inside(const struct tent_buffer *buf, uint64_t addr,
+                          uint64_t len)
 {
+    return addr >= buf->base && len <= buf->length &&
+           addr - buf->base <= buf->length - len;
+}
+
+/* Whether request r has the options of task prev (the head of the chain
+ * it would continue, in its direction): same target, priority, hint and
+ * intent, no deadline or policy name (length too when policies may look
+ * at it).  With its range inside prev's two buffers (resolve), the same
+ * lookups and checks give the same answers. */
+static inline bool like_prev(const struct tent_engine *e,
+                             const struct tent_task *prev,
+                             const tent_request_t *r)
+{
+    return prev->req.target_id == r->target_id &&
+           prev->req.priority == r->priority &&
+           prev->req.transport_hint == r->transport_hint &&
+           prev->req.intent_type == r->intent_type && !r->deadline_ns &&
+           !prev->req.deadline_ns && prev->policy == -1 &&
+           !(r->policy_name && r->policy_name[0]) &&
+           (e->npolicies == 0 || prev->req.length == r->length);
+}
+
+/* Applies the pins of the chain of like tasks before t (see resolve). */
+static inline void flush_likes(struct seg_cache *c, const struct tent_task *t)
+{
+    if (c->likes) {
+        tent_pin_run_add(&c->runs[0], t[-1].src_buf, c->likes);
+        tent_pin_run_add(&c->runs[1], t[-1].dst_buf, c->likes);
+        c->likes = 0;
+    }
+}
+
+/* Checks request i (check_request, or, for one like the head of the chain
+ * it continues, only what may differ from the head's checked fields),
+ * then resolves it into task t and pins its source and target buffers.
+ * Caller holds e->local->lock (read).  A request that fails its check
+ * sets *invalid and leaves t alone; on any other failure (or NEED_REFETCH)
+ * t holds only its own pins (the caller unpins). */
+static int resolve(struct tent_engine *e, struct seg_cache *c,
+                   const tent_request_t *r, size_t i, struct tent_task *t,
+                   int *hint_ok, bool *invalid)
+{
+    bool write = r->opcode == OPCODE_WRITE;
+    const struct tent_task *last = c->last[write];
+    /* The task before is the last one in this direction: it is like the
+     * chain's head (equal in everything like_prev compares, in the same
+     * buffers), so this one is compared with the head, whose fields no
+     * iteration writes, and with the caller's request before (r[-1]).
+     * Its opcode, priority and hint are the head's, which passed
+     * check_request; inside its source buffer it has a source and does
+     * not wrap; its target's end is checked here. */
+    const struct tent_task *head = c->head[write];
+    bool like = last && last + 1 == t && r->opcode == head->req.opcode &&
+                like_prev(e, head, r) && r->length &&
+                r->target_offset + r->length > r->target_offset &&
+                inside(head->src_buf, (uintptr_t)r->source, r->length) &&
+                inside(head->dst_buf, r->target_offset, r->length);
+    if (!like) {
+        int rc = check_request(r, i, hint_ok);
+        if (rc) {
+            *invalid = true;
+            return rc;
+        }
+    }
     t->req = *r;
-    t->src_buf = t->dst_buf = NULL;
+    t->req.policy_name = NULL; /* the caller's string: resolved below */
     t->bytes = 0;
     t->last_error = 0;
     t->native_error = 0;
@@ -447,10 +614,28 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
     t->needs_refetch = t->refetched = false;
     t->xport = t->last_xport = -1;
     t->attempts = 0;
-    t->req.policy_name = NULL; /* the caller's string: resolved below */
     t->policy = -1;
     t->peer = NULL;
     t->rqn = NULL;
+    t->t_submit = 0; /* untimed unless tmh_submit picks it */
+    if (like) {
+        /* The request before, in the same direction: its buffers hold
+         * this one too (pinned once more, counted in likes until the
+         * chain ends) and its selection applies. */
+        t->src_buf = head->src_buf;
+        t->dst_buf = head->dst_buf;
+        c->likes++;
+        t->incarnation = head->incarnation;
+        t->like = true;
+        t->follows =
+            (uintptr_t)r[-1].source + r[-1].length == (uintptr_t)r->source &&
+            r[-1].target_offset + r[-1].length == r->target_offset;
+        c->last[write] = t;
+        return TENT_OK;
+    }
+    flush_likes(c, t);
+    t->like = t->follows = false;
+    t->src_buf = t->dst_buf = NULL;
     if (r->deadline_ns) { /* read only when there is a deadline */
         uint64_t now = tent_now_ns();
         uint64_t us =
@@ -480,10 +665,9 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
                               "tent_submit: request %zu: intent_type %d is "
                               "not a TENT_INTENT_* value",
                               i, r->intent_type);
-    bool write = r->opcode == OPCODE_WRITE;
     /* the last request of this call in the same direction found the range
      * granting it (reads and writes may alternate) */
-    const struct tent_task *prev = c->last[write];
+    const struct tent_task *prev = last;
     bool same = prev != NULL;
     t->src_buf = same ? repin(&c->runs[0], prev->src_buf, (uintptr_t)r->source,
                               r->length)
@@ -523,7 +707,7 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
                               "is outside the buffers of segment '%s'",
                               i, (unsigned long long)r->target_offset,
                               (unsigned long long)r->length, seg->v.name);
-    c->last[write] = t;
+    c->last[write] = c->head[write] = t;
     return TENT_OK;
 }
 
@@ -722,41 +906,46 @@ static int prepare_all(struct tent_engine *e, const tent_request_t *entries,
                        struct seg_cache *c)
 {
     int hint_ok = TRANSPORT_UNSPEC;
-    for (size_t i = 0; i < count; i++) {
-        int rc = check_request(&entries[i], i, &hint_ok);
-        if (rc)
-            return rc;
-    }
     size_t pinned = 0;
     int rc = TENT_OK;
+    bool invalid = false;
     pthread_rwlock_rdlock(&e->local->lock);
-    for (; pinned < count && rc == TENT_OK; pinned++)
-        rc = resolve(e, c, &entries[pinned], pinned, &tasks[pinned]);
+    for (; pinned < count; pinned++) {
+        rc = resolve(e, c, &entries[pinned], pinned, &tasks[pinned], &hint_ok,
+                     &invalid);
+        if (rc) {
+            pinned += !invalid; /* a task that failed resolving holds pins */
+            break;
+        }
+    }
+    flush_likes(c, &tasks[pinned]);
     tent_pin_run_flush(&c->runs[0]);
     tent_pin_run_flush(&c->runs[1]);
     pthread_rwlock_unlock(&e->local->lock);
+    /* Every request is checked before any is resolved, as far as the
+     * caller can tell: a request after the one that failed to resolve
+     * (or needs a refetch) that fails its check is the error. */
+    for (size_t i = pinned; rc != TENT_OK && !invalid && i < count; i++) {
+        int vrc = check_request(&entries[i], i, &hint_ok);
+        if (vrc)
+            rc = vrc;
+        invalid = vrc != TENT_OK;
+    }
+    const struct tent_task *head = NULL; /* the last task selected */
     for (size_t i = 0; i < count && rc == TENT_OK; i++) {
         struct tent_task *t = &tasks[i];
-        const struct tent_task *prev = i ? &tasks[i - 1] : NULL;
-        /* Like the request before in everything select_for reads (same
-         * direction, buffers, target, hint, priority, policy; length and
-         * intent when policies may look at them): the same answer. */
-        if (prev && prev->req.opcode == t->req.opcode &&
-            prev->dst_buf == t->dst_buf && prev->src_buf == t->src_buf &&
-            prev->req.target_id == t->req.target_id &&
-            prev->req.transport_hint == t->req.transport_hint &&
-            prev->req.priority == t->req.priority &&
-            prev->policy == t->policy &&
-            (e->npolicies == 0 ||
-             (prev->req.length == t->req.length &&
-              prev->req.intent_type == t->req.intent_type))) {
-            memcpy(t->cands, prev->cands, sizeof(t->cands));
-            t->ncand = prev->ncand;
+        /* Like the request before in everything select_for reads (resolve
+         * found it so), and so like the head of its chain: the same
+         * answer. */
+        if (t->like) {
+            memcpy(t->cands, head->cands, sizeof(t->cands));
+            t->ncand = head->ncand;
             t->cand_pos = 0;
             t->state = STATUS_WAITING;
             continue;
         }
-        rc = select_for(e, c, i, t, prev);
+        rc = select_for(e, c, i, t, i ? &tasks[i - 1] : NULL);
+        head = t;
     }
     if (rc != TENT_OK)
         for (size_t i = 0; i < pinned; i++)

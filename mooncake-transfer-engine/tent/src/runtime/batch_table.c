@@ -210,6 +210,9 @@ tent_batch_id_t tent_allocate_batch(tent_engine_t engine, size_t batch_size)
     b->nbusy = b->idle_waiters = 0;
     b->capacity = batch_size;
     b->ntasks = 0;
+    b->ndone = 0;
+    b->done_bytes = 0;
+    b->done_msgs = false;
     memset(b->subs, 0, sizeof(b->subs));
     b->next_deferred = b->next_free = NULL;
     b->notif_name = b->notif_msg = NULL;
@@ -246,9 +249,10 @@ void tent_batch_recycle(struct tent_batch *b)
     free(b->notif_name);
     free(b->notif_msg);
     b->notif_name = b->notif_msg = NULL;
-    for (size_t i = 0; i < b->ntasks; i++)
-        if (b->tasks[i].error_msg)
-            free(b->tasks[i].error_msg);
+    if (b->ndone < b->ntasks || b->done_msgs)
+        for (size_t i = 0; i < b->ntasks; i++)
+            if (b->tasks[i].error_msg)
+                free(b->tasks[i].error_msg);
     b->ntasks = 0;
     if (b->tasks_cap > KEEP_TASKS) {
         free(b->tasks);
@@ -282,9 +286,10 @@ static void unlink_batch(struct tent_engine *e, struct tent_batch *b,
 static size_t busy_tasks(const struct tent_batch *b)
 {
     size_t busy = 0;
-    for (size_t i = 0; i < b->ntasks; i++)
-        busy += b->tasks[i].state == STATUS_PENDING ||
-                b->tasks[i].state == STATUS_WAITING;
+    for (size_t i = 0; i < b->ntasks; i++) {
+        unsigned s = b->tasks[i].state;
+        busy += s == STATUS_PENDING || s == STATUS_WAITING;
+    }
     return busy;
 }
 
@@ -294,8 +299,12 @@ static size_t busy_tasks(const struct tent_batch *b)
  * holds its sub-batch). */
 static int try_release(struct tent_engine *e, struct tent_batch *b)
 {
-    (void)tent_batch_poll_all(e, b);
-    size_t busy = busy_tasks(b);
+    size_t busy = b->ndone == b->ntasks ? 0 : busy_tasks(b);
+    /* a poll has work only then (tent_overall_status) */
+    if (busy || b->notif_name) {
+        (void)tent_batch_poll_all(e, b);
+        busy = busy_tasks(b);
+    }
     if (busy)
         return tent_set_error(TENT_EBUSY,
                               "batch %#llx has %zu task(s) still in flight",

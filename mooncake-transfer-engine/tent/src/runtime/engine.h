@@ -149,6 +149,12 @@ struct tent_task {
      * on (it met a range the target no longer has as published); once per
      * task (refetched). */
     bool needs_refetch, refetched;
+    /* Set at submit when the task is like the one before it in the call
+     * in everything selection reads, within the same two buffers (like);
+     * and its source and target start where that one's end (follows):
+     * dispatch then merges it without comparing them again.  Cleared when
+     * the task leaves its first transport (tent_task_advance). */
+    bool like, follows;
     uint8_t ncand, cand_pos;
     uint8_t cands[TENT_MAX_TRANSPORTS];
     /* With a deadline: the time it gave at submit, µs (rounded up, at most
@@ -193,6 +199,13 @@ struct tent_batch {
     int nbusy, idle_waiters;
     pthread_cond_t idle;
     size_t capacity, ntasks;
+    /* Tasks recorded COMPLETED by a completed merged request in submit
+     * (complete_merged: each once, and COMPLETED is final), the bytes they
+     * moved and whether one keeps a cause message: when they are all the
+     * batch's tasks, status and free need not look at each. */
+    size_t ndone;
+    uint64_t done_bytes;
+    bool done_msgs;
     struct tent_task *tasks;
     size_t tasks_cap; /* tasks' length: kept across recycling */
     struct tent_sub_batch *subs[TENT_MAX_TRANSPORTS];

@@ -23,15 +23,14 @@ static inline int tmh_xport(const struct tent_task *t)
     return t->ncand ? t->cands[t->cand_pos] : -1;
 }
 
-/* Submit: picks the tasks to time among tasks[0..n) and stamps them. */
+/* Submit: picks the tasks to time among tasks[0..n) and stamps them (the
+ * others keep the t_submit of 0 that resolving them gave). */
 static inline void tmh_submit(struct tent_engine *e, struct tent_task *tasks,
                               size_t n)
 {
     if (!e->metrics)
         return;
     unsigned first = tm_sample_pick(e->metrics, n);
-    for (size_t i = 0; i < n; i++)
-        tasks[i].t_submit = 0;
     if (first >= n)
         return;
     unsigned every = tm_sample_every(e->metrics);
@@ -127,6 +126,33 @@ static inline void tmh_completed(struct tent_engine *e, struct tent_task *t,
     if (now)
         tm_observe(s, w ? TM_WRITE_LATENCY : TM_READ_LATENCY, TM_X(xi), 0,
                    (now - t->t_submit) / 1000);
+}
+
+/* tmh_completed for tasks[0..m), each having moved its whole length, all
+ * of one opcode: the size samples of equal lengths go in one update. */
+static inline void tmh_completed_run(struct tent_engine *e,
+                                     struct tent_task *tasks, size_t m, int xi)
+{
+    struct tm_shard *s = tm_shard(e->metrics);
+    if (!s)
+        return;
+    enum tm_id id =
+        tasks[0].req.opcode == OPCODE_WRITE ? TM_WRITE_SIZE : TM_READ_SIZE;
+    uint64_t len = 0, n = 0;
+    for (size_t k = 0; k < m; k++) {
+        struct tent_task *t = &tasks[k];
+        if (t->t_submit || t->req.deadline_ns) {
+            tmh_completed(e, t, xi, t->bytes);
+            continue;
+        }
+        if (t->bytes != len) {
+            tm_observe_size_n(s, id, TM_X(xi), len, n);
+            len = t->bytes;
+            n = 0;
+        }
+        n++;
+    }
+    tm_observe_size_n(s, id, TM_X(xi), len, n);
 }
 
 /* The task's transport xi reported FAILED (a completion-stage failure). */

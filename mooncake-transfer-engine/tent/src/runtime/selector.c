@@ -287,12 +287,17 @@ static int index_of_type(struct tent_engine *e, int type)
     return -1;
 }
 
-static void add_cand(struct tent_task *task, int xi)
+static bool has_cand(const struct tent_task *task, int xi)
 {
     for (int i = 0; i < task->ncand; i++)
         if (task->cands[i] == xi)
-            return;
-    if (task->ncand < TENT_MAX_TRANSPORTS)
+            return true;
+    return false;
+}
+
+static void add_cand(struct tent_task *task, int xi)
+{
+    if (!has_cand(task, xi) && task->ncand < TENT_MAX_TRANSPORTS)
         task->cands[task->ncand++] = (uint8_t)xi;
 }
 
@@ -317,12 +322,14 @@ void tent_select_candidates(struct tent_engine *e, struct tent_task *task,
     if (match && match->ntransports) {
         for (int i = 0; i < match->ntransports; i++) {
             int xi = index_of_type(e, match->transports[i]);
-            if (xi >= 0 && usable(e, xi, task, target, target_buf))
+            if (xi >= 0 && !has_cand(task, xi) &&
+                usable(e, xi, task, target, target_buf))
                 add_cand(task, xi);
         }
         return;
     }
+    /* the hinted transport, already asked, is not asked again */
     for (int xi = 0; xi < e->nxports; xi++)
-        if (usable(e, xi, task, target, target_buf))
+        if (!has_cand(task, xi) && usable(e, xi, task, target, target_buf))
             add_cand(task, xi);
 }

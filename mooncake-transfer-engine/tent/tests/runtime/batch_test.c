@@ -549,6 +549,172 @@ static void test_done_at_submit(void **state)
     tent_destroy_engine(e);
 }
 
+/* The pins buffer addr (registered locally) holds now. */
+static int pins_at(tent_engine_t e, const void *addr)
+{
+    struct tent_segment *seg = tent_engine_cast(e)->local;
+    pthread_rwlock_rdlock(&seg->lock);
+    struct tent_buffer *buf =
+        tent_segment_find_locked(seg, (uintptr_t)addr, 1);
+    int n = buf ? atomic_load(&buf->inflight) : -1000;
+    pthread_rwlock_unlock(&seg->lock);
+    return n;
+}
+
+/* Runs of like requests (resolved, merged and completed as a run) mixed
+ * over two buffer pairs, with a gap, a change of direction and a run that
+ * fails over: every task ends with its own status and bytes, the bytes land
+ * where each request says, each run reaches the transport as one request,
+ * and no pin is left.  Then, in the same batch, a call whose run on p goes
+ * on into q's target, unregistered meanwhile, is refused whole, naming that
+ * request, and takes no pin either. */
+static void test_like_runs_two_buffers(void **state)
+{
+    (void)state;
+    enum { N = 32, SZ = 64 };
+    tent_engine_t e = merge_engine();
+    assert_non_null(e);
+    struct tu_bufs p, q;
+    tu_bufs_init(e, &p, LEN);
+    tu_bufs_init(e, &q, LEN);
+    fake_behavior[0].done_at_submit = fake_behavior[1].done_at_submit = true;
+    fake_behavior[0].fail_submit_slots = 1ull << 24; /* the last run's lead */
+    for (size_t i = 0; i < LEN; i++) {
+        p.src[i] = q.src[i] = (char)(i * 7 + 1);
+        p.dst[i] = q.dst[i] = (char)(i * 3 + 2);
+    }
+    tent_request_t r[N];
+    for (size_t k = 0; k < 8; k++) {
+        r[k] = tu_write(&p, k * SZ, SZ);               /* a run on p */
+        r[8 + k] = tu_write(&q, k * SZ, SZ);           /* one on q */
+        r[24 + k] = tu_write(&q, 16384 + k * SZ, SZ);  /* refused by fake_a */
+    }
+    for (size_t k = 0; k < 4; k++) {
+        r[16 + k] = tu_write(&p, 4096 + k * 2 * SZ, SZ); /* gaps */
+        r[20 + k] = tu_write(&p, 8192 + k * SZ, SZ);     /* reads */
+        r[20 + k].opcode = OPCODE_READ;
+    }
+    static char want[2][2][LEN]; /* [p, q][src, dst] */
+    memcpy(want[0][0], p.src, LEN);
+    memcpy(want[0][1], p.dst, LEN);
+    memcpy(want[1][0], q.src, LEN);
+    memcpy(want[1][1], q.dst, LEN);
+    for (size_t i = 0; i < N; i++) {
+        bool onq = (char *)r[i].source >= q.src &&
+                   (char *)r[i].source < q.src + LEN;
+        size_t off = (size_t)((char *)r[i].source - (onq ? q.src : p.src));
+        char(*w)[LEN] = want[onq];
+        if (r[i].opcode == OPCODE_WRITE)
+            memcpy(w[1] + off, w[0] + off, SZ);
+        else
+            memcpy(w[0] + off, w[1] + off, SZ);
+    }
+    tent_batch_id_t b = tent_allocate_batch(e, 2 * N);
+    assert_int_equal(tent_submit(e, b, r, N), TENT_OK);
+    tent_status_t st;
+    for (size_t i = 0; i < N; i++) {
+        assert_int_equal(tent_task_status(e, b, i, &st), TENT_OK);
+        assert_int_equal(st.status, STATUS_COMPLETED);
+        assert_int_equal(st.transferred_bytes, SZ);
+    }
+    assert_memory_equal(p.src, want[0][0], LEN);
+    assert_memory_equal(p.dst, want[0][1], LEN);
+    assert_memory_equal(q.src, want[1][0], LEN);
+    assert_memory_equal(q.dst, want[1][1], LEN);
+    /* fake_a: the two runs, the four gapped writes, the reads; the refused
+     * run merged again on fake_b */
+    assert_int_equal(atomic_load(&fake_stats[0].submitted), 7);
+    assert_int_equal(atomic_load(&fake_stats[0].refused), 1);
+    assert_int_equal(atomic_load(&fake_stats[1].submitted), 1);
+    assert_int_equal(pins_at(e, p.src), 0);
+    assert_int_equal(pins_at(e, p.dst), 0);
+    assert_int_equal(pins_at(e, q.src), 0);
+    assert_int_equal(pins_at(e, q.dst), 0);
+
+    /* q's target revoked between two calls on the batch */
+    assert_int_equal(tent_unregister_memory(e, q.dst, LEN), TENT_OK);
+    for (size_t k = 0; k < 8; k++)
+        r[k] = tu_write(&p, 32768 + k * SZ, SZ);
+    /* its source continues the run on p: only the target differs */
+    r[8] = tu_write(&p, 32768 + 8 * SZ, SZ);
+    r[8].target_offset = (uintptr_t)q.dst;
+    assert_int_equal(tent_submit(e, b, r, 9), TENT_ERANGE);
+    assert_contains(tent_last_error(), "request 8");
+    assert_int_equal(pins_at(e, p.src), 0);
+    assert_int_equal(pins_at(e, p.dst), 0);
+    assert_int_equal(pins_at(e, q.src), 0);
+    assert_int_equal(tent_overall_status(e, b, &st), TENT_OK);
+    assert_int_equal(st.status, STATUS_COMPLETED);
+    assert_int_equal(st.transferred_bytes, N * SZ);
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    assert_int_equal(tent_register_memory(e, q.dst, LEN), TENT_OK);
+    tu_bufs_fini(e, &q);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
+/* A call is checked whole before anything is resolved, runs of like
+ * requests included: a bad field inside a run is refused naming its
+ * request, a request that fails its check is the error even after an
+ * earlier one that cannot be resolved, and a refused call leaves no pin. */
+static void test_like_runs_checked(void **state)
+{
+    (void)state;
+    enum { N = 6, SZ = 64 };
+    tent_engine_t e = merge_engine();
+    assert_non_null(e);
+    struct tu_bufs p;
+    tu_bufs_init(e, &p, LEN);
+    static char unregistered[SZ];
+    tent_batch_id_t b = tent_allocate_batch(e, N);
+    tent_request_t r[N];
+    struct {
+        size_t at;
+        int code;
+        const char *what;
+    } cases[] = {{2, TENT_EINVAL, "request 2: length is 0"},
+                 {3, TENT_EINVAL, "request 3: opcode 5"},
+                 {4, TENT_EINVAL, "request 4: length 64 wraps"},
+                 {5, TENT_EINVAL, "request 5: priority 7"}};
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        for (size_t i = 0; i < N; i++)
+            r[i] = tu_write(&p, i * SZ, SZ);
+        switch (k) {
+        case 0:
+            r[2].length = 0;
+            break;
+        case 1:
+            r[3].opcode = 5;
+            break;
+        case 2:
+            r[4].target_offset = UINT64_MAX - 8;
+            break;
+        case 3: /* unresolvable before, invalid after */
+            r[1].source = unregistered;
+            r[5].priority = 7;
+            break;
+        }
+        assert_int_equal(tent_submit(e, b, r, N), cases[k].code);
+        assert_contains(tent_last_error(), cases[k].what);
+        assert_int_equal(pins_at(e, p.src), 0);
+        assert_int_equal(pins_at(e, p.dst), 0);
+    }
+    /* the unresolvable one alone: its own error */
+    for (size_t i = 0; i < N; i++)
+        r[i] = tu_write(&p, i * SZ, SZ);
+    r[3].source = unregistered;
+    assert_int_equal(tent_submit(e, b, r, N), TENT_ENOTREG);
+    assert_contains(tent_last_error(), "request 3");
+    assert_int_equal(pins_at(e, p.src), 0);
+    assert_int_equal(pins_at(e, p.dst), 0);
+    tent_status_t st;
+    assert_int_equal(tent_overall_status(e, b, &st), TENT_OK);
+    assert_int_equal(st.status, STATUS_WAITING); /* nothing was accepted */
+    assert_int_equal(tent_free_batch(e, b), TENT_OK);
+    tu_bufs_fini(e, &p);
+    tent_destroy_engine(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -564,6 +730,8 @@ int main(void)
         TU_TEST(test_merge_keeps_order_of_overlapping_chain),
         TU_TEST(test_free_in_flight_is_deferred),
         TU_TEST(test_done_at_submit),
+        TU_TEST(test_like_runs_two_buffers),
+        TU_TEST(test_like_runs_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

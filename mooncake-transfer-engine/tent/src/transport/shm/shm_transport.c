@@ -101,6 +101,10 @@ struct shm_sub {
     struct tent_sub_batch base;
     struct shm_task *tasks;
     size_t room; /* tasks allocated (>= base.capacity when reused) */
+    /* One past the highest slot submitted since allocation: slots above it
+     * are as allocated (zero), so freeing need not look at them.  Submits
+     * of one batch may run at once (on different slots). */
+    atomic_size_t used;
 };
 
 /* lock guards the peers' maps and control pages; it is taken under no
@@ -420,6 +424,7 @@ static int shm_alloc_sub(struct tent_transport *t, size_t capacity,
     struct shm_sub *sp = atomic_exchange(&shm_of(t)->spare, NULL);
     if (sp && sp->room >= capacity) {
         sp->base.capacity = capacity;
+        atomic_store_explicit(&sp->used, 0, memory_order_relaxed);
         *out = &sp->base;
         return TENT_OK;
     }
@@ -464,7 +469,8 @@ task_fail(struct shm_task *k, int code, int native, const char *fmt, ...)
 static int shm_free_sub(struct tent_transport *t, struct tent_sub_batch *base)
 {
     struct shm_sub *sb = (struct shm_sub *)base;
-    for (size_t i = 0; i < sb->base.capacity; i++) {
+    size_t used = atomic_load_explicit(&sb->used, memory_order_relaxed);
+    for (size_t i = 0; i < used; i++) {
         struct shm_task *k = &sb->tasks[i];
         if (k->map || k->proc || k->unchecked)
             task_release(shm_of(t), k);
@@ -878,6 +884,7 @@ static int shm_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
     struct shm_sub *sb = (struct shm_sub *)sbb;
     struct shm_run c = {0};
     int first = TENT_OK;
+    size_t top = 0; /* one past the highest slot taken */
     for (size_t i = 0; i < n; i++) {
         const struct tent_xfer *x = &reqs[i];
         int native = 0;
@@ -885,6 +892,8 @@ static int shm_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
         if (x->slot >= sb->base.capacity)
             rc = tent_set_error(TENT_EINVAL, "shm: slot %u beyond capacity",
                                 x->slot);
+        else if (x->slot >= top)
+            top = x->slot + 1;
         bool remote = x->target_buf && !x->target->local;
         if (!rc && remote &&
             !(c.tb == x->target_buf && c.target == x->target &&
@@ -902,6 +911,11 @@ static int shm_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
         }
     }
     run_end(t, &c, sb, reqs, n);
+    size_t used = atomic_load_explicit(&sb->used, memory_order_relaxed);
+    while (top > used && !atomic_compare_exchange_weak_explicit(
+                             &sb->used, &used, top, memory_order_relaxed,
+                             memory_order_relaxed))
+        ;
     /* Every copy of this call has finished: one check now (per mapping,
      * as a status round would make) vouches for them all, so the runtime
      * need not ask again.  A copy the check does not vouch for stays as
