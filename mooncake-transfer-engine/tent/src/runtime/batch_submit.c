@@ -354,17 +354,97 @@ static size_t absorb(const struct tent_engine *e, struct tent_batch *b,
     return j - 1;
 }
 
+/* Fails the tasks of [first, first + n) still waiting to start. */
+static void fail_waiting(struct tent_batch *b, size_t first, size_t n, int code,
+                         const char *why)
+{
+    for (size_t i = first; i < first + n; i++) {
+        struct tent_task *t = &b->tasks[i];
+        if (t->state == STATUS_WAITING && !t->busy)
+            tent_task_fail(t, code, 0, why);
+    }
+}
+
+/* One pass of dispatch over transport xi: groups the waiting tasks whose
+ * current candidate it is (merging like ones) and hands them over.
+ * *refetch is set when a task waits for its descriptor.  Returns whether
+ * any task needs another round. */
+static bool dispatch_pass(struct tent_engine *e, struct tent_batch *b,
+                          struct seg_cache *c, struct group *g, int xi,
+                          size_t first, size_t n, bool *refetch)
+{
+    bool again = false;
+    g->k = 0;
+    for (size_t i = first; i < first + n; i++) {
+        struct tent_task *t = &b->tasks[i];
+        if (t->state != STATUS_WAITING || t->busy)
+            continue;
+        if (t->needs_refetch) {
+            *refetch = true;
+            continue;
+        }
+        if (t->cands[t->cand_pos] != xi)
+            continue;
+        if (!seg_lookup(e, c, t->req.target_id)) {
+            /* Closed since the task was accepted: it cannot start. */
+            LOG_WARN("task %zu not started: its target segment %llu "
+                     "was closed",
+                     i, (unsigned long long)t->req.target_id);
+            tent_task_fail(t, TENT_ENOSEGMENT, 0,
+                           "the target segment was closed before the "
+                           "task started");
+            continue;
+        }
+        /* Requests over an overlapping source and target keep their
+         * order: never merged (each is its own copy). */
+        if (e->merge_requests && g->k > 0 && i > first &&
+            mergeable(e, b, i, t, &g->x[g->k - 1])) {
+            g->x[g->k - 1].length += t->req.length;
+            /* one that follows is on its first transport, the lead's
+             * now: nothing to add */
+            if (!t->follows)
+                g->x[g->k - 1].durable |= task_durable(e, t);
+            g->ntasks[g->k - 1]++;
+            t->lead = g->x[g->k - 1].slot;
+            tent_slot_claim(b, t);
+            i = absorb(e, b, g, i, first + n, xi);
+            continue;
+        }
+        struct tent_peer_ref *pr = NULL;
+        int prc = task_peer(e, c, c->seg, xi, t, &pr);
+        if (prc == TENT_ESTALE) {
+            /* resolved in a descriptor of a process gone since */
+            tmh_failed(e, t);
+            tent_task_fail(t, prc, 0, tent_last_error());
+            continue;
+        }
+        if (prc) {
+            again |= tent_task_advance(e, t, prc, 0, tent_last_error());
+            continue;
+        }
+        if (g->k == GROUP) {
+            cache_flush(c);
+            again |= flush_group(e, b, xi, g);
+        }
+        t->lead = (uint32_t)i;
+        tent_slot_claim(b, t);
+        g->ntasks[g->k] = 1;
+        fill_xfer(e, c, t, (uint32_t)i, &g->x[g->k++], pr);
+        if (e->merge_requests)
+            i = absorb(e, b, g, i, first + n, xi);
+    }
+    cache_flush(c);
+    again |= flush_group(e, b, xi, g);
+    return again;
+}
+
 void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
                          size_t first, size_t n)
 {
     struct seg_cache c = {0};
     if (atomic_load(&e->stopping)) {
-        for (size_t i = first; i < first + n; i++) {
-            struct tent_task *t = &b->tasks[i];
-            if (t->state == STATUS_WAITING && !t->busy)
-                tent_task_fail(t, TENT_ESHUTDOWN, 0,
-                               "the engine is being destroyed");
-        }
+        fail_waiting(b, first, n, TENT_ESHUTDOWN,
+                     "the engine is being destroyed");
         return;
     }
     /* the engine's spare group, unless another dispatch holds it */
@@ -372,12 +452,8 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
     if (!g)
         g = malloc(sizeof(*g));
     if (!g) {
-        for (size_t i = first; i < first + n; i++) {
-            struct tent_task *t = &b->tasks[i];
-            if (t->state == STATUS_WAITING && !t->busy)
-                tent_task_fail(t, TENT_ENOMEM, 0,
-                               "out of memory starting the task");
-        }
+        fail_waiting(b, first, n, TENT_ENOMEM,
+                     "out of memory starting the task");
         return;
     }
     bool again = true;
@@ -385,69 +461,8 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
         again = false;
         /* a task waiting for its descriptor: refetch_waiting has work */
         bool refetch = false;
-        for (int xi = 0; xi < e->nxports; xi++) {
-            g->k = 0;
-            for (size_t i = first; i < first + n; i++) {
-                struct tent_task *t = &b->tasks[i];
-                if (t->state != STATUS_WAITING || t->busy)
-                    continue;
-                if (t->needs_refetch) {
-                    refetch = true;
-                    continue;
-                }
-                if (t->cands[t->cand_pos] != xi)
-                    continue;
-                if (!seg_lookup(e, &c, t->req.target_id)) {
-                    /* Closed since the task was accepted: it cannot start. */
-                    LOG_WARN("task %zu not started: its target segment %llu "
-                             "was closed",
-                             i, (unsigned long long)t->req.target_id);
-                    tent_task_fail(t, TENT_ENOSEGMENT, 0,
-                                   "the target segment was closed before the "
-                                   "task started");
-                    continue;
-                }
-                /* Requests over an overlapping source and target keep
-                 * their order: never merged (each is its own copy). */
-                if (e->merge_requests && g->k > 0 && i > first &&
-                    mergeable(e, b, i, t, &g->x[g->k - 1])) {
-                    g->x[g->k - 1].length += t->req.length;
-                    /* one that follows is on its first transport, the
-                     * lead's now: nothing to add */
-                    if (!t->follows)
-                        g->x[g->k - 1].durable |= task_durable(e, t);
-                    g->ntasks[g->k - 1]++;
-                    t->lead = g->x[g->k - 1].slot;
-                    tent_slot_claim(b, t);
-                    i = absorb(e, b, g, i, first + n, xi);
-                    continue;
-                }
-                struct tent_peer_ref *pr = NULL;
-                int prc = task_peer(e, &c, c.seg, xi, t, &pr);
-                if (prc == TENT_ESTALE) {
-                    /* resolved in a descriptor of a process gone since */
-                    tmh_failed(e, t);
-                    tent_task_fail(t, prc, 0, tent_last_error());
-                    continue;
-                }
-                if (prc) {
-                    again |= tent_task_advance(e, t, prc, 0, tent_last_error());
-                    continue;
-                }
-                if (g->k == GROUP) {
-                    cache_flush(&c);
-                    again |= flush_group(e, b, xi, g);
-                }
-                t->lead = (uint32_t)i;
-                tent_slot_claim(b, t);
-                g->ntasks[g->k] = 1;
-                fill_xfer(e, &c, t, (uint32_t)i, &g->x[g->k++], pr);
-                if (e->merge_requests)
-                    i = absorb(e, b, g, i, first + n, xi);
-            }
-            cache_flush(&c);
-            again |= flush_group(e, b, xi, g);
-        }
+        for (int xi = 0; xi < e->nxports; xi++)
+            again |= dispatch_pass(e, b, &c, g, xi, first, n, &refetch);
         if (!again && (refetch || e->nxports == 0)) {
             cache_drop(&c);
             again = refetch_waiting(e, b, first, n);
