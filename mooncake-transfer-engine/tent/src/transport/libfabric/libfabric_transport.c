@@ -1187,6 +1187,16 @@ static int lf_poll(struct lf_transport *lf, bool block)
     return n;
 }
 
+/* fi_trywait(3) on rail r's CQ, under its lock. */
+static int rail_trywait(struct lf_rail *r)
+{
+    struct fid *f = &r->cq->fid;
+    pthread_mutex_lock(&r->cq_lock);
+    int rc = fi_trywait(r->fabric, &f, 1);
+    pthread_mutex_unlock(&r->cq_lock);
+    return rc;
+}
+
 /* Whether a peer's RMA reached this side: a target's only sign of
  * traffic, since it has no completions of its own.  A rail with an
  * FI_RMA_EVENT counter (shm) says so by the counter (after the CQ read
@@ -1210,10 +1220,7 @@ static bool lf_served(struct lf_transport *lf, bool before)
             struct pollfd p = {.fd = r->wait_fd, .events = POLLIN};
             any |= poll(&p, 1, 0) > 0;
         } else if (r->wait_fd >= 0 && lf->fds_wait) {
-            struct fid *f = &r->cq->fid;
-            pthread_mutex_lock(&r->cq_lock);
-            any |= fi_trywait(r->fabric, &f, 1) == -FI_EAGAIN;
-            pthread_mutex_unlock(&r->cq_lock);
+            any |= rail_trywait(r) == -FI_EAGAIN;
         }
     }
     return any;
@@ -1244,11 +1251,7 @@ static void lf_wake(struct lf_transport *lf, bool fd)
 static int lf_trywait(struct lf_transport *lf)
 {
     for (int k = 0; k < lf->nrails; k++) {
-        struct lf_rail *r = &lf->rails[k];
-        struct fid *f = &r->cq->fid;
-        pthread_mutex_lock(&r->cq_lock);
-        int rc = fi_trywait(r->fabric, &f, 1);
-        pthread_mutex_unlock(&r->cq_lock);
+        int rc = rail_trywait(&lf->rails[k]);
         if (rc != FI_SUCCESS)
             return rc == -FI_EAGAIN ? 0 : rc;
     }
