@@ -980,9 +980,6 @@ static struct tcp_conn *slot_conn_locked(struct tcp_rail *r, int me)
     return c;
 }
 
-/* Sends windows of r on one of its connections until it has no work a
- * thread may take, no free connection, or SERVE_WINDOWS were sent (then
- * it goes to the back of the ready list). */
 /* Sends window w[0..n) on c (opened first when it is not open: the peer
  * may have closed it while idle) and takes its answers; 0 or the failure
  * (native: its errno). */
@@ -1016,6 +1013,9 @@ static int window_run(struct tcp_rail *r, struct tcp_conn *c, struct slice **w,
     return rc;
 }
 
+/* Sends windows of r on one of its connections until it has no work a
+ * thread may take, no free connection, or SERVE_WINDOWS were sent (then
+ * it goes to the back of the ready list). */
 static void serve_rail(struct tcp_rail *r)
 {
     struct tcp_transport *t = r->peer->t;
