@@ -58,9 +58,8 @@ static const uint8_t *g_forge_key;
  */
 
 struct rogue_arg {
-    const char *json;
+    char *json;
     size_t len;
-    const char *own_sock; /* an abstract name to listen on, or NULL */
 };
 
 static char *rogue_describe(void *ctx, size_t *len)
@@ -80,51 +79,89 @@ static int rogue_notify(void *ctx, const char *peer, const char *from,
     return 0;
 }
 
-/* Serves the forged descriptor on 127.0.0.1 (port answered on afd) until
- * the command pipe closes. */
+/* Listens on the abstract unix name sock; -1 on failure. */
+static int rogue_listen(const char *sock)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    size_t n = strlen(sock);
+    if (n + 1 > sizeof(sa.sun_path))
+        return -1;
+    memcpy(sa.sun_path + 1, sock, n);
+    int ls = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    if (ls < 0)
+        return -1;
+    if (bind(ls, (struct sockaddr *)&sa,
+             (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) ||
+        listen(ls, 16)) {
+        close(ls);
+        return -1;
+    }
+    return ls;
+}
+
+/* The rogue: one process, forked in setup while this one has no threads
+ * (a fork of the deputy, whose engine runs threads, could inherit a lock
+ * held at the fork and hang).  Per command 'S' (u32 length, descriptor
+ * JSON, u32 length, control socket name or nothing) it serves that
+ * descriptor on 127.0.0.1 and answers the port (0: failed); per 'T' it
+ * stops serving and answers a byte.  Ends when the command pipe closes. */
 static void rogue_main(int cfd, int afd, void *arg)
 {
-    struct rogue_arg *a = arg;
-    int ls = -1;
-    if (a->own_sock) {
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        size_t n = strlen(a->own_sock);
-        memcpy(sa.sun_path + 1, a->own_sock, n);
-        ls = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-        if (ls < 0 ||
-            bind(ls, (struct sockaddr *)&sa,
-                 (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) !=
-                0 ||
-            listen(ls, 16) != 0)
-            _exit(2);
-    }
-    struct tent_rpc_handlers h = {
-        .ctx = a, .describe = rogue_describe, .notify = rogue_notify};
+    (void)arg;
+    struct rogue_arg a = {0};
     struct tent_rpc_server *srv = NULL;
-    uint16_t port = 0;
-    if (tent_rpc_server_start(&h, NULL, "127.0.0.1", 0, &srv, &port))
-        _exit(3);
-    tc_write_all(afd, &port, sizeof(port));
+    int ls = -1;
     char c;
-    while (tc_read_all(cfd, &c, 1) == 0)
-        ;
-    tent_rpc_server_stop(srv);
-    if (ls >= 0)
-        close(ls);
+    while (tc_read_all(cfd, &c, 1) == 0) {
+        /* 'S' after a case that failed before its 'T': stop that one */
+        if (c == 'T' || srv) {
+            if (srv)
+                tent_rpc_server_stop(srv);
+            srv = NULL;
+            if (ls >= 0)
+                close(ls);
+            ls = -1;
+            free(a.json);
+            a.json = NULL;
+            if (c == 'T') {
+                tc_write_all(afd, &c, 1);
+                continue;
+            }
+        }
+        uint32_t jn = 0, sn = 0;
+        char sock[108] = "";
+        if (c != 'S' || tc_read_all(cfd, &jn, sizeof(jn)) ||
+            !(a.json = malloc(jn ? jn : 1)) || tc_read_all(cfd, a.json, jn) ||
+            tc_read_all(cfd, &sn, sizeof(sn)) || sn >= sizeof(sock) ||
+            tc_read_all(cfd, sock, sn))
+            _exit(2);
+        a.len = jn;
+        uint16_t port = 0;
+        struct tent_rpc_handlers h = {
+            .ctx = &a, .describe = rogue_describe, .notify = rogue_notify};
+        if ((sn == 0 || (ls = rogue_listen(sock)) >= 0) &&
+            tent_rpc_server_start(&h, NULL, "127.0.0.1", 0, &srv, &port))
+            port = 0;
+        tc_write_all(afd, &port, sizeof(port));
+    }
     _exit(0);
 }
 
-struct rogue {
+static struct {
     pid_t pid;
     int cmd, ans;
+} g_rogue = {.pid = -1};
+
+struct rogue {
     char name[64];
 };
 
 static void rogue_stop(struct rogue *r)
 {
-    close(r->cmd);
-    close(r->ans);
-    waitpid(r->pid, NULL, 0);
+    (void)r;
+    char c = 'T';
+    assert_int_equal(tc_write_all(g_rogue.cmd, &c, 1), 0);
+    assert_int_equal(tc_read_all(g_rogue.ans, &c, 1), 0);
 }
 
 /* What the rogue publishes: one buffer [base, +len) granting reads and
@@ -164,14 +201,21 @@ static void forge_and_start(struct rogue *r, uint64_t base, uint64_t len,
             snprintf(d.attr_value[d.nattrs], 256, "%s", sock);
         d.nattrs++;
     }
-    struct rogue_arg a = {.own_sock = sock};
-    a.json = tent_wire_encode_desc(&d, &a.len);
-    assert_non_null(a.json);
-    r->pid = tc_fork_child(rogue_main, &a, &r->cmd, &r->ans);
-    assert_true(r->pid > 0);
+    size_t jn = 0;
+    char *json = tent_wire_encode_desc(&d, &jn);
+    assert_non_null(json);
+    uint32_t n32 = (uint32_t)jn, sn = sock ? (uint32_t)strlen(sock) : 0;
+    char c = 'S';
+    assert_int_equal(tc_write_all(g_rogue.cmd, &c, 1), 0);
+    assert_int_equal(tc_write_all(g_rogue.cmd, &n32, sizeof(n32)), 0);
+    assert_int_equal(tc_write_all(g_rogue.cmd, json, jn), 0);
+    assert_int_equal(tc_write_all(g_rogue.cmd, &sn, sizeof(sn)), 0);
+    if (sn)
+        assert_int_equal(tc_write_all(g_rogue.cmd, sock, sn), 0);
+    free(json);
     uint16_t port = 0;
-    assert_int_equal(tc_read_all(r->ans, &port, sizeof(port)), 0);
-    free((void *)a.json);
+    assert_int_equal(tc_read_all(g_rogue.ans, &port, sizeof(port)), 0);
+    assert_int_not_equal(port, 0);
     snprintf(r->name, sizeof(r->name), "127.0.0.1:%u", port);
 }
 
@@ -520,6 +564,9 @@ static int setup(void **state)
             g_vrw = &g_vdesc.bufs[i];
     if (!g_vrw)
         return -1;
+    g_rogue.pid = tc_fork_child(rogue_main, NULL, &g_rogue.cmd, &g_rogue.ans);
+    if (g_rogue.pid < 0)
+        return -1;
     g_e = tent_create_engine();
     void *p;
     if (!g_e || tent_allocate_memory(g_e, &p, LEN, "cpu") ||
@@ -539,6 +586,11 @@ static int teardown(void **state)
         tent_destroy_engine(g_e);
     }
     tent_wire_desc_free(&g_vdesc);
+    if (g_rogue.pid > 0) {
+        close(g_rogue.cmd);
+        close(g_rogue.ans);
+        waitpid(g_rogue.pid, NULL, 0);
+    }
     if (g_victim.pid > 0)
         e2e_peer_quit(&g_victim);
     return 0;
