@@ -980,6 +980,19 @@ static struct tcp_conn *slot_conn_locked(struct tcp_rail *r, int me)
     return c;
 }
 
+/* Closes (abort: resets) busy connection c of r under the rail's lock:
+ * rail_stop shuts down the fds of busy connections and must not see the
+ * number once close has freed it for reuse. */
+static void conn_drop(struct tcp_rail *r, struct tcp_conn *c, bool abort)
+{
+    pthread_mutex_lock(&r->lock);
+    if (abort)
+        tcp_conn_abort(c);
+    else
+        tcp_conn_close(c);
+    pthread_mutex_unlock(&r->lock);
+}
+
 /* Sends window w[0..n) on c (opened first when it is not open: the peer
  * may have closed it while idle) and takes its answers; 0 or the failure
  * (native: its errno). */
@@ -991,7 +1004,7 @@ static int window_run(struct tcp_rail *r, struct tcp_conn *c, struct slice **w,
     if (c->fd >= 0 && tcp_conn_closed_while_idle(c)) {
         LOG_DEBUG("tcp: peer %s closed an idle connection; reconnecting",
                   r->addr);
-        tcp_conn_close(c);
+        conn_drop(r, c, false);
     }
     if (c->fd < 0) {
         retry_pause(w, n);
@@ -1111,7 +1124,7 @@ static void serve_rail(struct tcp_rail *r)
                          r->addr, tent_last_error(), n);
             char why[512];
             snprintf(why, sizeof(why), "%s", tent_last_error());
-            tcp_conn_abort(c);
+            conn_drop(r, c, true);
             struct slice *rest =
                 conn_lost(rc, native) ? NULL : take_queue_at_failure(r);
             struct slice *fence = NULL;
