@@ -1197,28 +1197,36 @@ static int rail_trywait(struct lf_rail *r)
     return rc;
 }
 
-/* Whether a peer's RMA reached this side: a target's only sign of
- * traffic, since it has no completions of its own.  A rail with an
- * FI_RMA_EVENT counter (shm) says so by the counter (after the CQ read
- * that serves it: before = false).  A rail without one but with a wait fd
- * (tcp;ofi_rxm) says so by the fd: readable before the CQ read (before =
- * true) means a peer's bytes wait in a socket; fi_trywait(3) after the
- * read re-arms the fd's signal (it stays readable until then) and answers
- * -FI_EAGAIN while something is left to serve. */
-static bool lf_served(struct lf_transport *lf, bool before)
+/* A target has no completions of its own: these two tell its progress
+ * thread that a peer's RMA reached it.  A rail without an FI_RMA_EVENT
+ * counter but with a wait fd (tcp;ofi_rxm) says so by the fd, readable
+ * before the CQ read while a peer's bytes wait in a socket. */
+static bool lf_peer_bytes_waiting(struct lf_transport *lf)
+{
+    bool any = false;
+    for (int k = 0; k < lf->nrails && lf->fds_wait; k++) {
+        struct lf_rail *r = &lf->rails[k];
+        if (!r->served && r->wait_fd >= 0) {
+            struct pollfd p = {.fd = r->wait_fd, .events = POLLIN};
+            any |= poll(&p, 1, 0) > 0;
+        }
+    }
+    return any;
+}
+
+/* After the CQ read that served it: a rail with an FI_RMA_EVENT counter
+ * (shm) says so by the counter; one with a wait fd by fi_trywait(3),
+ * which re-arms the fd's signal (it stays readable until then) and
+ * answers -FI_EAGAIN while something is left to serve. */
+static bool lf_peer_served(struct lf_transport *lf)
 {
     bool any = false;
     for (int k = 0; k < lf->nrails; k++) {
         struct lf_rail *r = &lf->rails[k];
         if (r->served) {
-            if (before)
-                continue;
             uint64_t v = fi_cntr_read(r->served);
             any |= v != r->served_seen;
             r->served_seen = v;
-        } else if (r->wait_fd >= 0 && lf->fds_wait && before) {
-            struct pollfd p = {.fd = r->wait_fd, .events = POLLIN};
-            any |= poll(&p, 1, 0) > 0;
         } else if (r->wait_fd >= 0 && lf->fds_wait) {
             any |= rail_trywait(r) == -FI_EAGAIN;
         }
@@ -1299,7 +1307,7 @@ static void spin_over(struct lf_spin *sp, uint64_t now)
 #define LF_WAIT_BUSY_NS  1000000L
 #define LF_WARM_NS       50000000UL
 /* The progress thread.  After activity (a completion, a submit, a wait fd
- * that fired, a peer's RMA lf_served saw) it polls the CQs for spin_ns;
+ * that fired, a peer's RMA seen) it polls the CQs for spin_ns;
  * while a caller polls status it neither reads the CQs nor spins.  Then it
  * sleeps: pauses doubling from LF_PAUSE_MIN_NS up to LF_PAUSE_BUSY_NS while
  * operations are out (LF_WAIT_BUSY_NS while a caller polls) and for LF_WARM_NS
@@ -1349,9 +1357,9 @@ static void *progress_main(void *arg)
         bool caller = caller_polls(lf, tent_now_ns());
         bool act = false;
         if (!caller) {
-            act = lf_served(lf, true);
+            act = lf_peer_bytes_waiting(lf);
             act |= lf_poll(lf, true) > 0;
-            act |= lf_served(lf, false) || kicks != seen;
+            act |= lf_peer_served(lf) || kicks != seen;
         }
         seen = kicks;
         now = tent_now_ns();
