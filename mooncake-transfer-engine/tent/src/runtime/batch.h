@@ -189,4 +189,14 @@ int tent_task_apply_status(struct tent_engine *e, struct tent_batch *b,
  * transport calls); returns the first query error. */
 int tent_batch_poll_all(struct tent_engine *e, struct tent_batch *b);
 
+/* What the states of a batch's tasks add up to. */
+struct tent_tally {
+    bool in_flight; /* a task PENDING */
+    bool failed, canceled;
+    size_t busy;    /* tasks PENDING or WAITING */
+    uint64_t bytes; /* moved by the COMPLETED tasks */
+};
+/* One walk over the tasks of a locked batch. */
+void tent_batch_tally(const struct tent_batch *b, struct tent_tally *tl);
+
 #endif

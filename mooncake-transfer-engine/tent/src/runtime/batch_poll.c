@@ -311,29 +311,22 @@ int tent_batch_poll_all(struct tent_engine *e, struct tent_batch *b)
     return first_err;
 }
 
-/* What the states of a batch's tasks add up to. */
-struct tally {
-    bool in_flight; /* a task PENDING */
-    bool pending;   /* a task PENDING or WAITING */
-    bool failed, canceled;
-    uint64_t bytes; /* moved by the COMPLETED tasks */
-};
-
-static void tally(const struct tent_batch *b, struct tally *tl)
+void tent_batch_tally(const struct tent_batch *b, struct tent_tally *tl)
 {
     unsigned seen = 0; /* bit s: a task in state s */
+    size_t busy = 0;
     uint64_t bytes = 0;
     for (size_t i = 0; i < b->ntasks; i++) {
         unsigned s = b->tasks[i].state;
         seen |= 1u << s;
+        busy += s == STATUS_PENDING || s == STATUS_WAITING;
         bytes += s == STATUS_COMPLETED ? b->tasks[i].bytes : 0;
     }
-    *tl = (struct tally){
-        .in_flight = seen & 1u << STATUS_PENDING,
-        .pending = seen & (1u << STATUS_PENDING | 1u << STATUS_WAITING),
-        .failed = seen & 1u << STATUS_FAILED,
-        .canceled = seen & 1u << STATUS_CANCELED,
-        .bytes = bytes};
+    *tl = (struct tent_tally){.in_flight = seen & 1u << STATUS_PENDING,
+                              .failed = seen & 1u << STATUS_FAILED,
+                              .canceled = seen & 1u << STATUS_CANCELED,
+                              .busy = busy,
+                              .bytes = bytes};
 }
 
 int tent_overall_status(tent_engine_t engine, tent_batch_id_t batch_id,
@@ -349,18 +342,18 @@ int tent_overall_status(tent_engine_t engine, tent_batch_id_t batch_id,
     struct tent_batch *b = tent_batch_lock(e, batch_id, "tent_overall_status");
     if (!b)
         return TENT_ENOBATCH;
-    struct tally tl = {.bytes = b->done_bytes};
+    struct tent_tally tl = {.bytes = b->done_bytes};
     /* all completed in submit: nothing to count */
     if (b->ndone < b->ntasks)
-        tally(b, &tl);
+        tent_batch_tally(b, &tl);
     int rc = TENT_OK;
     /* Nothing in flight and no notification to send: a poll would do
      * nothing (a WAITING task is the dispatcher's, not the poll's). */
     if (tl.in_flight || b->notif_name) {
         rc = tent_batch_poll_all(e, b);
-        tally(b, &tl);
+        tent_batch_tally(b, &tl);
     }
-    bool pending = tl.pending, failed = tl.failed, canceled = tl.canceled;
+    bool pending = tl.busy > 0, failed = tl.failed, canceled = tl.canceled;
     uint64_t bytes = tl.bytes;
     if (b->ntasks == 0)
         status->status = STATUS_WAITING;

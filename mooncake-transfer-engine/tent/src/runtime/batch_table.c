@@ -285,12 +285,9 @@ static void unlink_batch(struct tent_engine *e, struct tent_batch *b,
 /* Tasks of b not yet terminal.  b locked. */
 static size_t busy_tasks(const struct tent_batch *b)
 {
-    size_t busy = 0;
-    for (size_t i = 0; i < b->ntasks; i++) {
-        unsigned s = b->tasks[i].state;
-        busy += s == STATUS_PENDING || s == STATUS_WAITING;
-    }
-    return busy;
+    struct tent_tally tl;
+    tent_batch_tally(b, &tl);
+    return tl.busy;
 }
 
 /* With b locked: polls it, and when every task is terminal frees the
