@@ -7,11 +7,12 @@
  * The child of a fork made while other threads run may inherit a lock one
  * of them held at that moment (the dynamic loader's, OpenSSL's, a TENT
  * mutex) and hang on it; until it execs it may only make async-signal-safe
- * calls.  So tc_fork_child is for a process with one thread, and a child
- * that must start after threads exist (a target engine beside this
- * process's engine) is started by tc_spawn_child instead: a fork and an
- * exec of this test binary, in which a constructor (TC_CHILD_ROLE) runs
- * the child's function before main. */
+ * calls.  So tc_fork_child refuses to fork while this process has more
+ * than one thread, and a child that must start after threads exist (a
+ * target engine beside this process's engine) is started by
+ * tc_spawn_child instead: a fork and an exec of this test binary, in
+ * which a constructor (TC_CHILD_ROLE) runs the child's function before
+ * main. */
 #ifndef TENT_TESTS_TEST_CHILD_H
 #define TENT_TESTS_TEST_CHILD_H
 
@@ -49,15 +50,54 @@ static inline int tc_write_all(int fd, const void *buf, size_t n)
     return write(fd, buf, n) == (ssize_t)n ? 0 : -1;
 }
 
+/* The threads a process has before its own first pthread_create: one, and
+ * under ThreadSanitizer its background thread too (it starts with the
+ * first thread and stays; TSan's fork handling takes its locks). */
+#if defined(__SANITIZE_THREAD__)
+#define TC_OWN_THREADS 2
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TC_OWN_THREADS 2
+#endif
+#endif
+#ifndef TC_OWN_THREADS
+#define TC_OWN_THREADS 1
+#endif
+
+/* The threads of this process (entries of /proc/self/task); -1 when they
+ * cannot be counted. */
+static inline int tc_thread_count(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
 /* Forks a child running child_main(cmd_rd, ans_wr, arg), which must not
  * return (it ends with _exit).  The parent gets the write end of the
  * command pipe in *cmd_fd and the read end of the answer pipe in *ans_fd.
- * Returns the child's pid, or -1 with no descriptor left open.  Only for
- * a process with one thread (else use tc_spawn_child). */
+ * Returns the child's pid, or -1 with no descriptor left open; -1 also,
+ * with a message on stderr, when this process runs more than one thread
+ * (use tc_spawn_child then). */
 static inline pid_t tc_fork_child(void (*child_main)(int cmd_rd, int ans_wr,
                                                      void *arg),
                                   void *arg, int *cmd_fd, int *ans_fd)
 {
+    int nthreads = tc_thread_count();
+    if (nthreads < 1 || nthreads > TC_OWN_THREADS) {
+        fprintf(stderr,
+                "tc_fork_child: refused: this process runs %d threads (a "
+                "child forked now may inherit a held lock); fork before "
+                "the first thread starts, or use tc_spawn_child\n",
+                nthreads);
+        return -1;
+    }
     int cmd[2], ans[2];
     if (pipe(cmd) != 0)
         return -1;

@@ -1,7 +1,7 @@
-/* test_child.h's children of a threaded test process: while another
- * thread holds a lock, a tc_spawn_child child, a fresh exec of this
- * binary, takes that same lock and answers (a forked one could inherit the
- * held lock and hang on it). */
+/* test_child.h's rule for children of a threaded test process: while
+ * another thread holds a lock, tc_fork_child refuses (its child could
+ * inherit the held lock and hang on it), and a tc_spawn_child child, a
+ * fresh exec of this binary, takes that same lock and answers. */
 // clang-format off
 #include <setjmp.h>
 #include <stdarg.h>
@@ -92,6 +92,17 @@ static int teardown(void **state)
     return pthread_join(g_holder.th, NULL);
 }
 
+static void test_fork_refused_with_threads(void **state)
+{
+    (void)state;
+    assert_true(tc_thread_count() >= 2);
+    struct echo_arg a = {.add = 1};
+    int cmd = -1, ans = -1;
+    assert_int_equal(tc_fork_child(echo_main, &a, &cmd, &ans), -1);
+    assert_int_equal(cmd, -1);
+    assert_int_equal(ans, -1);
+}
+
 static void test_spawned_child_starts_clean(void **state)
 {
     (void)state;
@@ -144,6 +155,8 @@ static void test_unknown_role_exits(void **state)
 static void test_fork_allowed_single_threaded(void **state)
 {
     (void)state;
+    if (tc_thread_count() > TC_OWN_THREADS)
+        skip();
     struct echo_arg a = {.add = 7};
     snprintf(a.tag, sizeof(a.tag), "forked");
     int cmd = -1, ans = -1;
@@ -167,6 +180,8 @@ int main(int argc, char **argv)
         return 2; /* a role this binary does not have */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fork_allowed_single_threaded),
+        cmocka_unit_test_setup_teardown(test_fork_refused_with_threads,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_spawned_child_starts_clean,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_unknown_role_exits, setup,
