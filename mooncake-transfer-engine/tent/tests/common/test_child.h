@@ -221,12 +221,12 @@ static inline void tc_role_run(int argc, char **argv, const char *name,
 /* Gives child_main the role name in this binary: a constructor, run
  * before main with the program's arguments (glibc passes them to ELF
  * constructors), hands a process tc_spawn_child started for name to it. */
-#define TC_CHILD_ROLE(name, child_main)                                       \
-    __attribute__((constructor)) static void tc_role_##child_main(            \
-        int argc, char **argv, char **envp)                                   \
-    {                                                                         \
-        (void)envp;                                                           \
-        tc_role_run(argc, argv, name, child_main);                            \
+#define TC_CHILD_ROLE(name, child_main)                                        \
+    __attribute__((constructor)) static void tc_role_##child_main(             \
+        int argc, char **argv, char **envp)                                    \
+    {                                                                          \
+        (void)envp;                                                            \
+        tc_role_run(argc, argv, name, child_main);                             \
     }
 
 #endif

@@ -51,8 +51,7 @@ static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool holding, release;
-} g_holder = {.mu = PTHREAD_MUTEX_INITIALIZER,
-              .cv = PTHREAD_COND_INITIALIZER};
+} g_holder = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static void *holder_main(void *p)
 {
@@ -180,10 +179,10 @@ int main(int argc, char **argv)
         return 2; /* a role this binary does not have */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fork_allowed_single_threaded),
-        cmocka_unit_test_setup_teardown(test_fork_refused_with_threads,
-                                        setup, teardown),
-        cmocka_unit_test_setup_teardown(test_spawned_child_starts_clean,
-                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fork_refused_with_threads, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_spawned_child_starts_clean, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_unknown_role_exits, setup,
                                         teardown),
     };
