@@ -40,15 +40,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_THREAD__)
-/* The peer-churn case forks while this process runs an engine's threads. */
-const char *__tsan_default_options(void);
-const char *__tsan_default_options(void)
-{
-    return "die_after_fork=0";
-}
-#endif
-
 /* The peer's rw buffer, and this process's src and dst: BIG_LEN for the
  * sizes case (the largest request, 64 MiB, at an unaligned offset fits),
  * RW_LEN for the others (cheaper to set up). */

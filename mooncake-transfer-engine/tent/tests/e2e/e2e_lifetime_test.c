@@ -28,16 +28,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_THREAD__)
-/* Peers are started (forked) while this process runs an engine's threads,
- * and each starts threads of its own: let ThreadSanitizer allow it. */
-const char *__tsan_default_options(void);
-const char *__tsan_default_options(void)
-{
-    return "die_after_fork=0";
-}
-#endif
-
 static bool g_skipped;
 
 static int restarts(int dflt)

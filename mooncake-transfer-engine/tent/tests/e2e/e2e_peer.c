@@ -458,22 +458,72 @@ static void child(int cfd, int afd, size_t rw_len, bool shm, bool tcp)
     _exit(0);
 }
 
+/* What a child needs from this process, as bytes (tc_spawn_child): the
+ * buffer and transport choices, the settings e2e_set_* made, and the
+ * config pairs, each string NUL-terminated, after the fixed part. */
 struct child_args {
-    size_t rw_len;
-    bool shm, tcp;
+    uint64_t rw_len, nofile_soft, nofile_hard, rw_at;
+    uint8_t shm, tcp, memfabric;
+    uint32_t nkv; /* strings that follow: keys and values */
 };
+
+#define CHILD_ARGS_MAX 16384
 
 static void child_main(int cfd, int afd, void *arg)
 {
-    const struct child_args *a = arg;
-    child(cfd, afd, a->rw_len, a->shm, a->tcp);
+    struct child_args a;
+    memcpy(&a, arg, sizeof(a));
+    g_memfabric = a.memfabric;
+    g_nofile_soft = a.nofile_soft;
+    g_nofile_hard = a.nofile_hard;
+    g_child_rw_at = a.rw_at;
+    /* the strings are NUL-terminated: the parent wrote at most
+     * CHILD_ARGS_MAX bytes, each string with its terminator */
+    const char **kv = calloc(a.nkv + 2, sizeof(*kv));
+    if (!kv)
+        _exit(7);
+    const char *at = (const char *)arg + sizeof(a);
+    for (uint32_t i = 0; i < a.nkv; i++) {
+        kv[i] = at;
+        at += strlen(at) + 1;
+    }
+    g_child_kv = kv;
+    child(cfd, afd, a.rw_len, a.shm, a.tcp);
 }
+
+/* The child starts in a fresh process (an exec of this binary): a fork
+ * alone, made while this process runs its engine's threads, could leave
+ * the child a lock one of them held, and the child hang on it. */
+TC_CHILD_ROLE("e2e_peer", child_main)
 
 int e2e_peer_start(struct e2e_peer *p, size_t rw_len, bool shm, bool tcp)
 {
-    struct child_args args = {rw_len, shm, tcp};
+    char *buf = malloc(CHILD_ARGS_MAX);
+    if (!buf)
+        return -1;
+    struct child_args a = {.rw_len = rw_len,
+                           .nofile_soft = g_nofile_soft,
+                           .nofile_hard = g_nofile_hard,
+                           .rw_at = g_child_rw_at,
+                           .shm = shm,
+                           .tcp = tcp,
+                           .memfabric = g_memfabric};
+    size_t n = sizeof(a);
+    for (const char *const *kv = g_child_kv; kv && kv[0]; kv += 2)
+        for (int i = 0; i < 2; i++) {
+            size_t l = strlen(kv[i]) + 1;
+            if (n + l > CHILD_ARGS_MAX) {
+                free(buf);
+                return -1;
+            }
+            memcpy(buf + n, kv[i], l);
+            n += l;
+            a.nkv++;
+        }
+    memcpy(buf, &a, sizeof(a));
     int cmd_fd = -1, ans_fd = -1;
-    pid_t pid = tc_fork_child(child_main, &args, &cmd_fd, &ans_fd);
+    pid_t pid = tc_spawn_child("e2e_peer", buf, n, &cmd_fd, &ans_fd);
+    free(buf);
     if (pid < 0)
         return -1;
     /* A child that fails exits, and its answer pipe reads end of file at

@@ -42,17 +42,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_THREAD__)
-/* The restart case starts a new target (a fork) while this process runs an
- * engine's threads, and the child starts threads of its own: ThreadSanitizer
- * refuses that by default; its fork interceptors make it work, so let it. */
-const char *__tsan_default_options(void);
-const char *__tsan_default_options(void)
-{
-    return "die_after_fork=0";
-}
-#endif
-
 /* The transport under test. */
 enum mode { M_SHM, M_TCP, M_MF_TCP, M_MF_SHM };
 static enum mode g_mode;

@@ -343,9 +343,14 @@ static struct atk_status atk_status(struct atk *a)
     return st;
 }
 
+/* A fresh process (an exec of this binary): this one may run an engine's
+ * threads when the attack starts, and a fork alone could leave the
+ * attacker a lock one of them held. */
+TC_CHILD_ROLE("rpc_attacker", attacker)
+
 static void atk_start(struct atk *a, struct atk_cfg *c)
 {
-    a->pid = tc_fork_child(attacker, c, &a->cmd, &a->ans);
+    a->pid = tc_spawn_child("rpc_attacker", c, sizeof(*c), &a->cmd, &a->ans);
     assert_true(a->pid > 0);
 }
 

@@ -1116,20 +1116,40 @@ static void test_single_process_local_segment(void **state)
 
 /* Run in a child (which inherits this process's fds but not its POSIX
  * locks): how many memfds of tent_allocate_memory (distinct files) carry a
- * read lock held by this process, as a peer's shm check sees them. */
+ * read lock held by this process, as a peer's shm check sees them.  This
+ * process runs engine threads, so the child makes only async-signal-safe
+ * calls: the descriptors are listed here, and the child checks each again
+ * (still that memfd) and asks for its lock. */
 static int memfds_locked_by_parent(void)
 {
+    enum { MAXFD = 512 };
+    static char path[MAXFD][64];
+    int fds[MAXFD], nfd = 0;
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *de;
+    while (d && (de = readdir(d)) && nfd < MAXFD) {
+        char link[256];
+        int fd = atoi(de->d_name);
+        if (de->d_name[0] == '.' || fd == dirfd(d))
+            continue;
+        snprintf(path[nfd], sizeof(path[nfd]), "/proc/self/fd/%d", fd);
+        ssize_t l = readlink(path[nfd], link, sizeof(link) - 1);
+        if (l <= 0)
+            continue;
+        link[l] = 0;
+        if (strstr(link, "memfd:tent-buffer"))
+            fds[nfd++] = fd;
+    }
+    if (d)
+        closedir(d);
     pid_t parent = getpid();
     pid_t c = fork();
     if (c == 0) {
         int n = 0;
         ino_t seen[100];
-        DIR *d = opendir("/proc/self/fd");
-        struct dirent *de;
-        while (d && (de = readdir(d))) {
-            char path[300], link[256];
-            snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
-            ssize_t l = readlink(path, link, sizeof(link) - 1);
+        for (int i = 0; i < nfd; i++) {
+            char link[256];
+            ssize_t l = readlink(path[i], link, sizeof(link) - 1);
             if (l <= 0)
                 continue;
             link[l] = 0;
@@ -1137,7 +1157,7 @@ static int memfds_locked_by_parent(void)
                 continue;
             struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
             struct stat sb;
-            int fd = atoi(de->d_name);
+            int fd = fds[i];
             if (fstat(fd, &sb) || fcntl(fd, F_GETLK, &lk) ||
                 lk.l_type != F_RDLCK || lk.l_pid != parent)
                 continue;

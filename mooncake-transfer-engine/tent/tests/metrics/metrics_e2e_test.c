@@ -21,6 +21,7 @@
 /* clang-format on */
 
 #include <cjson/cJSON.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -503,15 +504,20 @@ static int run_prometheus(void)
             "      - targets: ['127.0.0.1:%u']\n",
             (unsigned)mt_port(f->e));
     fclose(cf);
+    char cfg[300], data[300], listen[64], log[300];
+    snprintf(cfg, sizeof(cfg), "--config.file=%s", path);
+    snprintf(data, sizeof(data), "--storage.tsdb.path=%s/data", dir);
+    snprintf(listen, sizeof(listen), "--web.listen-address=127.0.0.1:%u",
+             (unsigned)pport);
+    snprintf(log, sizeof(log), "%s/prometheus.log", dir);
+    fflush(NULL);
+    /* this process runs the engine's threads: the child makes only
+     * async-signal-safe calls (no stdio, whose locks a thread may hold)
+     * up to the exec */
     pid_t pid = fork();
     if (pid == 0) {
-        char cfg[300], data[300], listen[64], log[300];
-        snprintf(cfg, sizeof(cfg), "--config.file=%s", path);
-        snprintf(data, sizeof(data), "--storage.tsdb.path=%s/data", dir);
-        snprintf(listen, sizeof(listen), "--web.listen-address=127.0.0.1:%u",
-                 (unsigned)pport);
-        snprintf(log, sizeof(log), "%s/prometheus.log", dir);
-        if (!freopen(log, "w", stdout) || !freopen(log, "a", stderr))
+        int lfd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (lfd < 0 || dup2(lfd, 1) < 0 || dup2(lfd, 2) < 0)
             _exit(126);
         execlp("prometheus", "prometheus", cfg, data, listen, (char *)NULL);
         _exit(127);

@@ -145,6 +145,11 @@ static void attacker(int cmd_fd, int ans_fd, void *arg)
     }
 }
 
+/* Started by tc_spawn_child, a fresh process: the engine's threads run
+ * when the attack starts, and a fork alone could leave the attacker a
+ * lock one of them held. */
+TC_CHILD_ROLE("slowloris", attacker)
+
 static struct atk_status atk_status(int cmd, int ans)
 {
     struct atk_status st = {0};
@@ -227,7 +232,7 @@ static void test_scrapes_under_slowloris(void **state)
     assert_true(alone >= 0);
 
     int cmd = -1, ans = -1;
-    pid_t pid = tc_fork_child(attacker, &port, &cmd, &ans);
+    pid_t pid = tc_spawn_child("slowloris", &port, sizeof(port), &cmd, &ans);
     assert_true(pid > 0);
     long end = now_ms() + 20000;
     while (atk_status(cmd, ans).ever < NSLOW && now_ms() < end)
