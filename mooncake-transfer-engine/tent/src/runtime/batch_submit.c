@@ -587,6 +587,25 @@ static inline void flush_likes(struct seg_cache *c, const struct tent_task *t)
     }
 }
 
+/* The fields of task t that resolve sets alike for every request r. */
+static inline void task_init(struct tent_task *t, const tent_request_t *r)
+{
+    t->req = *r;
+    t->req.policy_name = NULL; /* the caller's string: resolved below */
+    t->bytes = 0;
+    t->last_error = 0;
+    t->native_error = 0;
+    t->error_msg = NULL; /* a fresh slot: task slots are never reused */
+    t->busy = false;
+    t->needs_refetch = t->refetched = false;
+    t->xport = t->last_xport = -1;
+    t->attempts = 0;
+    t->policy = -1;
+    t->peer = NULL;
+    t->rqn = NULL;
+    t->t_submit = 0; /* untimed unless tmh_submit picks it */
+}
+
 /* Checks request i (check_request, or, for one like the head of the chain
  * it continues, only what may differ from the head's checked fields),
  * then resolves it into task t and pins its source and target buffers.
@@ -619,20 +638,7 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
             return rc;
         }
     }
-    t->req = *r;
-    t->req.policy_name = NULL; /* the caller's string: resolved below */
-    t->bytes = 0;
-    t->last_error = 0;
-    t->native_error = 0;
-    t->error_msg = NULL; /* a fresh slot: task slots are never reused */
-    t->busy = false;
-    t->needs_refetch = t->refetched = false;
-    t->xport = t->last_xport = -1;
-    t->attempts = 0;
-    t->policy = -1;
-    t->peer = NULL;
-    t->rqn = NULL;
-    t->t_submit = 0; /* untimed unless tmh_submit picks it */
+    task_init(t, r);
     if (like) {
         /* The request before, in the same direction: its buffers hold
          * this one too (pinned once more, counted in likes until the
@@ -724,6 +730,58 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
                               (unsigned long long)r->length, seg->v.name);
     c->last[write] = c->head[write] = t;
     return TENT_OK;
+}
+
+/* Requests r[0..n) after the one just resolved (task t[-1], which ended
+ * resolve in its direction): resolves the leading ones that resolve would
+ * find like the head of t[-1]'s chain into t[0..), exactly as its like
+ * branch does, with what the chain shares kept in locals rather than read
+ * again from the head after every store to a task.  Returns how many. */
+static size_t resolve_likes(const struct tent_engine *e, struct seg_cache *c,
+                            const tent_request_t *r, size_t n,
+                            struct tent_task *t)
+{
+    bool write = t[-1].req.opcode == OPCODE_WRITE;
+    const struct tent_task *head = c->head[write];
+    if (c->last[write] != &t[-1] || head->req.deadline_ns || head->policy != -1)
+        return 0;
+    const tent_request_t h = head->req;
+    struct tent_buffer *sb = head->src_buf, *db = head->dst_buf;
+    const uint64_t sbase = sb->base, slen = sb->length;
+    const uint64_t dbase = db->base, dlen = db->length;
+    const uint64_t inc = head->incarnation;
+    const bool any_len = e->npolicies == 0;
+    uintptr_t send = (uintptr_t)r[-1].source + r[-1].length;
+    uint64_t dend = r[-1].target_offset + r[-1].length;
+    size_t k = 0;
+    for (; k < n; k++) {
+        const tent_request_t *q = &r[k];
+        uintptr_t src = (uintptr_t)q->source;
+        uint64_t off = q->target_offset, len = q->length;
+        if (q->opcode != h.opcode || q->target_id != h.target_id ||
+            q->priority != h.priority ||
+            q->transport_hint != h.transport_hint ||
+            q->intent_type != h.intent_type || q->deadline_ns ||
+            (q->policy_name && q->policy_name[0]) ||
+            !(any_len || len == h.length) || !len || off + len <= off ||
+            src < sbase || len > slen || src - sbase > slen - len ||
+            off < dbase || len > dlen || off - dbase > dlen - len)
+            break;
+        struct tent_task *u = &t[k];
+        task_init(u, q);
+        u->src_buf = sb;
+        u->dst_buf = db;
+        u->incarnation = inc;
+        u->like = true;
+        u->follows = send == src && dend == off;
+        send = src + len;
+        dend = off + len;
+    }
+    if (k) {
+        c->likes += (int)k;
+        c->last[write] = &t[k - 1];
+    }
+    return k;
 }
 
 /* Permission and transport selection for a resolved task (no lock held:
@@ -932,6 +990,8 @@ static int prepare_all(struct tent_engine *e, const tent_request_t *entries,
             pinned += !invalid; /* a task that failed resolving holds pins */
             break;
         }
+        pinned += resolve_likes(e, c, &entries[pinned + 1], count - pinned - 1,
+                                &tasks[pinned + 1]);
     }
     flush_likes(c, &tasks[pinned]);
     tent_pin_run_flush(&c->runs[0]);
