@@ -162,23 +162,35 @@ static void complete_merged(struct tent_engine *e, struct tent_batch *b,
         tent_pin_run_add(&runs[0], lead->src_buf, -(int)m);
     if (lead->dst_buf)
         tent_pin_run_add(&runs[1], lead->dst_buf, -(int)m);
+    /* rq: one is in the runtime queue; msgs: one keeps a message.  The
+     * metrics count the untimed ones of the lead's length in one update
+     * (alike), the others one by one. */
     bool rq = false, msgs = false;
+    const uint64_t len0 = lead->req.length;
     uint64_t bytes = 0;
+    uint32_t alike = 0;
     for (uint32_t k = 0; k < m; k++) {
         struct tent_task *t = &lead[k];
+        uint64_t len = t->req.length;
         t->busy = false;
         t->state = STATUS_COMPLETED;
         t->xport = t->last_xport = (int8_t)xi;
-        t->bytes = t->req.length;
-        bytes += t->bytes;
+        t->bytes = len;
+        bytes += len;
         t->src_buf = t->dst_buf = NULL;
         rq |= t->rqn != NULL;
         msgs |= t->error_msg != NULL;
+        if (t->t_submit || t->req.deadline_ns)
+            tmh_completed(e, t, xi, len);
+        else if (len == len0)
+            alike++;
+        else
+            tmh_completed_alike(e, t->req.opcode, xi, len, 1);
     }
     b->ndone += m;
     b->done_bytes += bytes;
     b->done_msgs |= msgs;
-    tmh_completed_run(e, lead, m, xi);
+    tmh_completed_alike(e, lead->req.opcode, xi, len0, alike);
     if (rq)
         for (uint32_t k = 0; k < m; k++)
             if (lead[k].rqn)
@@ -329,24 +341,29 @@ static size_t absorb(const struct tent_engine *e, struct tent_batch *b,
                      struct group *g, size_t i, size_t end, int xi)
 {
     struct tent_xfer *x = &g->x[g->k - 1];
-    bool local = x->target->local;
-    uint64_t len = x->length, max = e->merge_max_bytes;
-    size_t j = i + 1;
-    for (; j < end; j++) {
-        struct tent_task *t = &b->tasks[j];
+    /* what the loop compares, in locals: its stores to tasks may alias */
+    const bool local = x->target->local;
+    const struct tent_buffer *tbuf = x->target_buf;
+    const uint32_t slot = x->slot;
+    const uintptr_t xl = (uintptr_t)x->local;
+    const uint64_t xr = x->remote, max = e->merge_max_bytes;
+    uint64_t len = x->length;
+    struct tent_task *t = &b->tasks[i + 1], *stop = &b->tasks[end];
+    for (; t < stop; t++) {
         /* follows: on its first transport (cands[0]), same target, source
-         * buffer, opcode, priority and incarnation as task j - 1 (in x),
-         * contiguous with it, and needing no refetch */
+         * buffer, opcode, priority and incarnation as the task before (in
+         * x), contiguous with it, and needing no refetch */
         if (!t->follows || t->state != STATUS_WAITING || t->busy ||
-            t->cands[0] != xi || t->dst_buf != x->target_buf ||
+            t->cands[0] != xi || t->dst_buf != tbuf ||
             len + t->req.length > max ||
-            (local && overlap((uintptr_t)x->local, len + t->req.length,
-                              x->remote, len + t->req.length)))
+            (local &&
+             overlap(xl, len + t->req.length, xr, len + t->req.length)))
             break;
         len += t->req.length;
-        t->lead = x->slot;
+        t->lead = slot;
         t->busy = true;
     }
+    size_t j = (size_t)(t - b->tasks);
     uint32_t m = (uint32_t)(j - 1 - i);
     x->length = len;
     g->ntasks[g->k - 1] += m;
@@ -971,6 +988,25 @@ static bool refetch_waiting(struct tent_engine *e, struct tent_batch *b,
     return again;
 }
 
+/* The like tasks right after head (at most n; resolve found each like the
+ * one before it in everything select_for reads, so like head) get head's
+ * answer.  Returns how many. */
+static size_t share_selection(const struct tent_task *head, size_t n)
+{
+    uint8_t cands[TENT_MAX_TRANSPORTS];
+    memcpy(cands, head->cands, sizeof(cands));
+    const uint8_t ncand = head->ncand;
+    size_t k = 0;
+    for (struct tent_task *t = (struct tent_task *)head + 1; k < n && t->like;
+         k++, t++) {
+        memcpy(t->cands, cands, sizeof(cands));
+        t->ncand = ncand;
+        t->cand_pos = 0;
+        t->state = STATUS_WAITING;
+    }
+    return k;
+}
+
 /* Validates, resolves and selects every request into tasks[0..count); on
  * failure (or NEED_REFETCH, c->refetch naming the segment) nothing stays
  * pinned and the error names the request. */
@@ -1006,21 +1042,10 @@ static int prepare_all(struct tent_engine *e, const tent_request_t *entries,
             rc = vrc;
         invalid = vrc != TENT_OK;
     }
-    const struct tent_task *head = NULL; /* the last task selected */
     for (size_t i = 0; i < count && rc == TENT_OK; i++) {
-        struct tent_task *t = &tasks[i];
-        /* Like the request before in everything select_for reads (resolve
-         * found it so), and so like the head of its chain: the same
-         * answer. */
-        if (t->like) {
-            memcpy(t->cands, head->cands, sizeof(t->cands));
-            t->ncand = head->ncand;
-            t->cand_pos = 0;
-            t->state = STATUS_WAITING;
-            continue;
-        }
-        rc = select_for(e, c, i, t, i ? &tasks[i - 1] : NULL);
-        head = t;
+        rc = select_for(e, c, i, &tasks[i], i ? &tasks[i - 1] : NULL);
+        if (rc == TENT_OK)
+            i += share_selection(&tasks[i], count - i - 1);
     }
     if (rc != TENT_OK)
         for (size_t i = 0; i < pinned; i++)
