@@ -770,21 +770,21 @@ static size_t resolve_likes(const struct tent_engine *e, struct seg_cache *c,
     const bool any_len = e->npolicies == 0;
     uintptr_t send = (uintptr_t)r[-1].source + r[-1].length;
     uint64_t dend = r[-1].target_offset + r[-1].length;
-    size_t k = 0;
-    for (; k < n; k++) {
-        const tent_request_t *q = &r[k];
+    const tent_request_t *q = r, *qend = r + n;
+    struct tent_task *u = t;
+    for (; q < qend; q++, u++) {
         uintptr_t src = (uintptr_t)q->source;
         uint64_t off = q->target_offset, len = q->length;
+        /* off + len <= off: a length of 0, or a target range that wraps */
         if (q->opcode != h.opcode || q->target_id != h.target_id ||
             q->priority != h.priority ||
             q->transport_hint != h.transport_hint ||
             q->intent_type != h.intent_type || q->deadline_ns ||
             (q->policy_name && q->policy_name[0]) ||
-            !(any_len || len == h.length) || !len || off + len <= off ||
-            src < sbase || len > slen || src - sbase > slen - len ||
-            off < dbase || len > dlen || off - dbase > dlen - len)
+            !(any_len || len == h.length) || off + len <= off || src < sbase ||
+            len > slen || src - sbase > slen - len || off < dbase ||
+            len > dlen || off - dbase > dlen - len)
             break;
-        struct tent_task *u = &t[k];
         task_init(u, q);
         u->src_buf = sb;
         u->dst_buf = db;
@@ -794,6 +794,7 @@ static size_t resolve_likes(const struct tent_engine *e, struct seg_cache *c,
         send = src + len;
         dend = off + len;
     }
+    size_t k = (size_t)(q - r);
     if (k) {
         c->likes += (int)k;
         c->last[write] = &t[k - 1];
