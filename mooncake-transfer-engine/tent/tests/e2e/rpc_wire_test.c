@@ -393,6 +393,8 @@ static void test_shm_fields(void **state)
     assert_int_equal(tent_shm_parse_u64("18446744073709551615:", &end, &v), 0);
     assert_true(v == ~0ull);
     assert_int_equal(*end, ':');
+    assert_int_equal(tent_shm_parse_u64("10000000000000000000", &end, &v), 0);
+    assert_true(v == 10000000000000000000ull);
     assert_int_equal(tent_shm_parse_u64("007", &end, &v), 0);
     assert_true(v == 7);
     const char *nok[] = {"18446744073709551616", "99999999999999999999",

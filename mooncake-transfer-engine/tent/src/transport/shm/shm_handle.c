@@ -12,9 +12,12 @@ int tent_shm_parse_u64(const char *s, const char **end, unsigned long long *v)
 {
     const char *p = s;
     unsigned long long x = 0;
+    const unsigned long long top = ~0ull / 10;
     for (; *p >= '0' && *p <= '9'; p++) {
         unsigned d = (unsigned)(*p - '0');
-        if (p - s >= 20 || x > (~0ull - d) / 10)
+        /* 19 digits always fit; a 20th only below 2^64 */
+        if (p - s >= 19 &&
+            (p - s >= 20 || x > top || (x == top && d > ~0ull % 10)))
             return -1;
         x = x * 10 + d;
     }
