@@ -992,14 +992,13 @@ static bool refetch_waiting(struct tent_engine *e, struct tent_batch *b,
 /* The like tasks right after head (at most n; resolve found each like the
  * one before it in everything select_for reads, so like head) get head's
  * answer.  Returns how many. */
-static size_t share_selection(const struct tent_task *head, size_t n)
+static size_t share_selection(struct tent_task *head, size_t n)
 {
     uint8_t cands[TENT_MAX_TRANSPORTS];
     memcpy(cands, head->cands, sizeof(cands));
     const uint8_t ncand = head->ncand;
     size_t k = 0;
-    for (struct tent_task *t = (struct tent_task *)head + 1; k < n && t->like;
-         k++, t++) {
+    for (struct tent_task *t = head + 1; k < n && t->like; k++, t++) {
         memcpy(t->cands, cands, sizeof(cands));
         t->ncand = ncand;
         t->cand_pos = 0;
