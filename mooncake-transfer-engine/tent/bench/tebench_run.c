@@ -284,8 +284,9 @@ static void *worker_main(void *arg)
         uint64_t wkey = block_key(w, gen);
         char *lbase = w->lsrc + (liter % lgroups) * batch * block;
         bool any_write = false;
-        for (uint64_t i = 0; i < batch; i++) {
-            uint64_t k = (cursor + i) % w->nblocks;
+        /* k = (cursor + i) % nblocks, without a division per request */
+        for (uint64_t i = 0, k = cursor; i < batch;
+             i++, k = k + 1 == w->nblocks ? 0 : k + 1) {
             int opc;
             switch (o->op) {
             case TB_OP_WRITE:

@@ -162,23 +162,35 @@ static void complete_merged(struct tent_engine *e, struct tent_batch *b,
         tent_pin_run_add(&runs[0], lead->src_buf, -(int)m);
     if (lead->dst_buf)
         tent_pin_run_add(&runs[1], lead->dst_buf, -(int)m);
+    /* rq: one is in the runtime queue; msgs: one keeps a message.  The
+     * metrics count the untimed ones of the lead's length in one update
+     * (alike), the others one by one. */
     bool rq = false, msgs = false;
+    const uint64_t len0 = lead->req.length;
     uint64_t bytes = 0;
+    uint32_t alike = 0;
     for (uint32_t k = 0; k < m; k++) {
         struct tent_task *t = &lead[k];
+        uint64_t len = t->req.length;
         t->busy = false;
         t->state = STATUS_COMPLETED;
         t->xport = t->last_xport = (int8_t)xi;
-        t->bytes = t->req.length;
-        bytes += t->bytes;
+        t->bytes = len;
+        bytes += len;
         t->src_buf = t->dst_buf = NULL;
         rq |= t->rqn != NULL;
         msgs |= t->error_msg != NULL;
+        if (t->t_submit || t->req.deadline_ns)
+            tmh_completed(e, t, xi, len);
+        else if (len == len0)
+            alike++;
+        else
+            tmh_completed_alike(e, t->req.opcode, xi, len, 1);
     }
     b->ndone += m;
     b->done_bytes += bytes;
     b->done_msgs |= msgs;
-    tmh_completed_run(e, lead, m, xi);
+    tmh_completed_alike(e, lead->req.opcode, xi, len0, alike);
     if (rq)
         for (uint32_t k = 0; k < m; k++)
             if (lead[k].rqn)
@@ -329,24 +341,29 @@ static size_t absorb(const struct tent_engine *e, struct tent_batch *b,
                      struct group *g, size_t i, size_t end, int xi)
 {
     struct tent_xfer *x = &g->x[g->k - 1];
-    bool local = x->target->local;
-    uint64_t len = x->length, max = e->merge_max_bytes;
-    size_t j = i + 1;
-    for (; j < end; j++) {
-        struct tent_task *t = &b->tasks[j];
+    /* what the loop compares, in locals: its stores to tasks may alias */
+    const bool local = x->target->local;
+    const struct tent_buffer *tbuf = x->target_buf;
+    const uint32_t slot = x->slot;
+    const uintptr_t xl = (uintptr_t)x->local;
+    const uint64_t xr = x->remote, max = e->merge_max_bytes;
+    uint64_t len = x->length;
+    struct tent_task *t = &b->tasks[i + 1], *stop = &b->tasks[end];
+    for (; t < stop; t++) {
         /* follows: on its first transport (cands[0]), same target, source
-         * buffer, opcode, priority and incarnation as task j - 1 (in x),
-         * contiguous with it, and needing no refetch */
+         * buffer, opcode, priority and incarnation as the task before (in
+         * x), contiguous with it, and needing no refetch */
         if (!t->follows || t->state != STATUS_WAITING || t->busy ||
-            t->cands[0] != xi || t->dst_buf != x->target_buf ||
+            t->cands[0] != xi || t->dst_buf != tbuf ||
             len + t->req.length > max ||
-            (local && overlap((uintptr_t)x->local, len + t->req.length,
-                              x->remote, len + t->req.length)))
+            (local &&
+             overlap(xl, len + t->req.length, xr, len + t->req.length)))
             break;
         len += t->req.length;
-        t->lead = x->slot;
+        t->lead = slot;
         t->busy = true;
     }
+    size_t j = (size_t)(t - b->tasks);
     uint32_t m = (uint32_t)(j - 1 - i);
     x->length = len;
     g->ntasks[g->k - 1] += m;
@@ -587,6 +604,25 @@ static inline void flush_likes(struct seg_cache *c, const struct tent_task *t)
     }
 }
 
+/* The fields of task t that resolve sets alike for every request r. */
+static inline void task_init(struct tent_task *t, const tent_request_t *r)
+{
+    t->req = *r;
+    t->req.policy_name = NULL; /* the caller's string: resolved below */
+    t->bytes = 0;
+    t->last_error = 0;
+    t->native_error = 0;
+    t->error_msg = NULL; /* a fresh slot: task slots are never reused */
+    t->busy = false;
+    t->needs_refetch = t->refetched = false;
+    t->xport = t->last_xport = -1;
+    t->attempts = 0;
+    t->policy = -1;
+    t->peer = NULL;
+    t->rqn = NULL;
+    t->t_submit = 0; /* untimed unless tmh_submit picks it */
+}
+
 /* Checks request i (check_request, or, for one like the head of the chain
  * it continues, only what may differ from the head's checked fields),
  * then resolves it into task t and pins its source and target buffers.
@@ -619,20 +655,7 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
             return rc;
         }
     }
-    t->req = *r;
-    t->req.policy_name = NULL; /* the caller's string: resolved below */
-    t->bytes = 0;
-    t->last_error = 0;
-    t->native_error = 0;
-    t->error_msg = NULL; /* a fresh slot: task slots are never reused */
-    t->busy = false;
-    t->needs_refetch = t->refetched = false;
-    t->xport = t->last_xport = -1;
-    t->attempts = 0;
-    t->policy = -1;
-    t->peer = NULL;
-    t->rqn = NULL;
-    t->t_submit = 0; /* untimed unless tmh_submit picks it */
+    task_init(t, r);
     if (like) {
         /* The request before, in the same direction: its buffers hold
          * this one too (pinned once more, counted in likes until the
@@ -724,6 +747,59 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
                               (unsigned long long)r->length, seg->v.name);
     c->last[write] = c->head[write] = t;
     return TENT_OK;
+}
+
+/* Requests r[0..n) after the one just resolved (task t[-1], which ended
+ * resolve in its direction): resolves the leading ones that resolve would
+ * find like the head of t[-1]'s chain into t[0..), exactly as its like
+ * branch does, with what the chain shares kept in locals rather than read
+ * again from the head after every store to a task.  Returns how many. */
+static size_t resolve_likes(const struct tent_engine *e, struct seg_cache *c,
+                            const tent_request_t *r, size_t n,
+                            struct tent_task *t)
+{
+    bool write = t[-1].req.opcode == OPCODE_WRITE;
+    const struct tent_task *head = c->head[write];
+    if (c->last[write] != &t[-1] || head->req.deadline_ns || head->policy != -1)
+        return 0;
+    const tent_request_t h = head->req;
+    struct tent_buffer *sb = head->src_buf, *db = head->dst_buf;
+    const uint64_t sbase = sb->base, slen = sb->length;
+    const uint64_t dbase = db->base, dlen = db->length;
+    const uint64_t inc = head->incarnation;
+    const bool any_len = e->npolicies == 0;
+    uintptr_t send = (uintptr_t)r[-1].source + r[-1].length;
+    uint64_t dend = r[-1].target_offset + r[-1].length;
+    const tent_request_t *q = r, *qend = r + n;
+    struct tent_task *u = t;
+    for (; q < qend; q++, u++) {
+        uintptr_t src = (uintptr_t)q->source;
+        uint64_t off = q->target_offset, len = q->length;
+        /* off + len <= off: a length of 0, or a target range that wraps */
+        if (q->opcode != h.opcode || q->target_id != h.target_id ||
+            q->priority != h.priority ||
+            q->transport_hint != h.transport_hint ||
+            q->intent_type != h.intent_type || q->deadline_ns ||
+            (q->policy_name && q->policy_name[0]) ||
+            !(any_len || len == h.length) || off + len <= off || src < sbase ||
+            len > slen || src - sbase > slen - len || off < dbase ||
+            len > dlen || off - dbase > dlen - len)
+            break;
+        task_init(u, q);
+        u->src_buf = sb;
+        u->dst_buf = db;
+        u->incarnation = inc;
+        u->like = true;
+        u->follows = send == src && dend == off;
+        send = src + len;
+        dend = off + len;
+    }
+    size_t k = (size_t)(q - r);
+    if (k) {
+        c->likes += (int)k;
+        c->last[write] = &t[k - 1];
+    }
+    return k;
 }
 
 /* Permission and transport selection for a resolved task (no lock held:
@@ -913,6 +989,24 @@ static bool refetch_waiting(struct tent_engine *e, struct tent_batch *b,
     return again;
 }
 
+/* The like tasks right after head (at most n; resolve found each like the
+ * one before it in everything select_for reads, so like head) get head's
+ * answer.  Returns how many. */
+static size_t share_selection(struct tent_task *head, size_t n)
+{
+    uint8_t cands[TENT_MAX_TRANSPORTS];
+    memcpy(cands, head->cands, sizeof(cands));
+    const uint8_t ncand = head->ncand;
+    size_t k = 0;
+    for (struct tent_task *t = head + 1; k < n && t->like; k++, t++) {
+        memcpy(t->cands, cands, sizeof(cands));
+        t->ncand = ncand;
+        t->cand_pos = 0;
+        t->state = STATUS_WAITING;
+    }
+    return k;
+}
+
 /* Validates, resolves and selects every request into tasks[0..count); on
  * failure (or NEED_REFETCH, c->refetch naming the segment) nothing stays
  * pinned and the error names the request. */
@@ -932,6 +1026,8 @@ static int prepare_all(struct tent_engine *e, const tent_request_t *entries,
             pinned += !invalid; /* a task that failed resolving holds pins */
             break;
         }
+        pinned += resolve_likes(e, c, &entries[pinned + 1], count - pinned - 1,
+                                &tasks[pinned + 1]);
     }
     flush_likes(c, &tasks[pinned]);
     tent_pin_run_flush(&c->runs[0]);
@@ -946,21 +1042,10 @@ static int prepare_all(struct tent_engine *e, const tent_request_t *entries,
             rc = vrc;
         invalid = vrc != TENT_OK;
     }
-    const struct tent_task *head = NULL; /* the last task selected */
     for (size_t i = 0; i < count && rc == TENT_OK; i++) {
-        struct tent_task *t = &tasks[i];
-        /* Like the request before in everything select_for reads (resolve
-         * found it so), and so like the head of its chain: the same
-         * answer. */
-        if (t->like) {
-            memcpy(t->cands, head->cands, sizeof(t->cands));
-            t->ncand = head->ncand;
-            t->cand_pos = 0;
-            t->state = STATUS_WAITING;
-            continue;
-        }
-        rc = select_for(e, c, i, t, i ? &tasks[i - 1] : NULL);
-        head = t;
+        rc = select_for(e, c, i, &tasks[i], i ? &tasks[i - 1] : NULL);
+        if (rc == TENT_OK)
+            i += share_selection(&tasks[i], count - i - 1);
     }
     if (rc != TENT_OK)
         for (size_t i = 0; i < pinned; i++)

@@ -128,31 +128,16 @@ static inline void tmh_completed(struct tent_engine *e, struct tent_task *t,
                    (now - t->t_submit) / 1000);
 }
 
-/* tmh_completed for tasks[0..m), each having moved its whole length, all
- * of one opcode: the size samples of equal lengths go in one update. */
-static inline void tmh_completed_run(struct tent_engine *e,
-                                     struct tent_task *tasks, size_t m, int xi)
+/* tmh_completed for m untimed tasks without deadline of one opcode, each
+ * having moved its whole length len. */
+static inline void tmh_completed_alike(struct tent_engine *e, int opcode,
+                                       int xi, uint64_t len, size_t m)
 {
     struct tm_shard *s = tm_shard(e->metrics);
-    if (!s)
-        return;
-    enum tm_id id =
-        tasks[0].req.opcode == OPCODE_WRITE ? TM_WRITE_SIZE : TM_READ_SIZE;
-    uint64_t len = 0, n = 0;
-    for (size_t k = 0; k < m; k++) {
-        struct tent_task *t = &tasks[k];
-        if (t->t_submit || t->req.deadline_ns) {
-            tmh_completed(e, t, xi, t->bytes);
-            continue;
-        }
-        if (t->bytes != len) {
-            tm_observe_size_n(s, id, TM_X(xi), len, n);
-            len = t->bytes;
-            n = 0;
-        }
-        n++;
-    }
-    tm_observe_size_n(s, id, TM_X(xi), len, n);
+    if (s)
+        tm_observe_size_n(s,
+                          opcode == OPCODE_WRITE ? TM_WRITE_SIZE : TM_READ_SIZE,
+                          TM_X(xi), len, m);
 }
 
 /* The task's transport xi reported FAILED (a completion-stage failure). */

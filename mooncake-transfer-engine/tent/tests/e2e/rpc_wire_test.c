@@ -387,6 +387,23 @@ static void test_shm_fields(void **state)
     assert_int_equal(tent_shm_parse_pid("12a"), -1);
     assert_int_equal(tent_shm_parse_pid("9999999999"), -1);
     assert_int_equal(tent_shm_parse_pid(NULL), -1);
+    /* 64 bits at most, digits only; the end is left after the last digit */
+    const char *end;
+    unsigned long long v;
+    assert_int_equal(tent_shm_parse_u64("18446744073709551615:", &end, &v), 0);
+    assert_true(v == ~0ull);
+    assert_int_equal(*end, ':');
+    assert_int_equal(tent_shm_parse_u64("10000000000000000000", &end, &v), 0);
+    assert_true(v == 10000000000000000000ull);
+    assert_int_equal(tent_shm_parse_u64("007", &end, &v), 0);
+    assert_true(v == 7);
+    const char *nok[] = {"18446744073709551616", "99999999999999999999",
+                         "000000000000000000001", "", "+1", " 1", "-0"};
+    for (size_t i = 0; i < sizeof(nok) / sizeof(nok[0]); i++)
+        assert_int_equal(tent_shm_parse_u64(nok[i], &end, &v), -1);
+    assert_int_equal(tent_shm_parse_handle("memfd:1:18446744073709551616", &fd,
+                                           &ino),
+                     TENT_EPROTO);
 }
 
 int main(void)

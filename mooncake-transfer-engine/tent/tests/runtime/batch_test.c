@@ -1,6 +1,7 @@
 /* Batch lifecycle through the public API: capacity, several submit calls,
  * per-task status, status list, overall status, free refused while tasks are
  * in flight, ids that do not come back after free. */
+#include "metrics/metrics.h"
 #include "runtime/batch.h"
 #include "test_util.h"
 
@@ -507,8 +508,9 @@ static void test_done_at_submit(void **state)
     }
     tent_batch_id_t b = tent_allocate_batch(e, 8);
     tent_request_t r[8];
-    for (size_t i = 0; i < 4; i++) /* contiguous: merged into one */
-        r[i] = tu_write(&p, i * 100, 100);
+    /* contiguous, of two lengths: merged into one */
+    for (size_t i = 0, off = 0; i < 4; off += r[i].length, i++)
+        r[i] = tu_write(&p, off, i == 2 ? 40 : 100);
     for (size_t i = 4; i < 8; i++) { /* reads and writes alternate */
         r[i] = tu_write(&p, i * 4096, 512 + i);
         if (i % 2)
@@ -534,6 +536,15 @@ static void test_done_at_submit(void **state)
     }
     assert_int_equal(atomic_load(&fake_stats[0].status_calls), 0);
     assert_int_equal(atomic_load(&fake_stats[0].submitted), 5); /* 4 merged */
+    /* the metrics count every task of the merged run with its own size */
+    struct tent_metrics *m = tent_engine_cast(e)->metrics;
+    uint64_t wbytes = 0, rbytes = 0;
+    for (size_t i = 0; i < 8; i++)
+        *(r[i].opcode == OPCODE_WRITE ? &wbytes : &rbytes) += r[i].length;
+    assert_int_equal(tent_metrics_total(m, TM_WRITE_REQUESTS), 6);
+    assert_int_equal(tent_metrics_total(m, TM_READ_REQUESTS), 2);
+    assert_int_equal(tent_metrics_total(m, TM_WRITE_BYTES), wbytes);
+    assert_int_equal(tent_metrics_total(m, TM_READ_BYTES), rbytes);
     assert_memory_equal(p.src, want_src, LEN);
     assert_memory_equal(p.dst, want_dst, LEN);
     /* no pin left: the batch frees at once and the memory unregisters */

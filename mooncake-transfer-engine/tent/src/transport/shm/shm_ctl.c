@@ -479,16 +479,11 @@ bool shm_ctl_end(struct shm_ctl_view *v)
 
 int shm_ctl_parse_reg(const char *s, uint32_t *idx, uint64_t *gen)
 {
-    char *end;
-    if (!s || *s < '0' || *s > '9')
-        goto bad;
-    errno = 0;
-    unsigned long i = strtoul(s, &end, 10);
-    if (errno || *end != ':' || i >= SHM_CTL_REGS || end[1] < '0' ||
-        end[1] > '9')
-        goto bad;
-    unsigned long long g = strtoull(end + 1, &end, 10);
-    if (errno || *end || !(g & 1))
+    const char *end;
+    unsigned long long i, g;
+    if (!s || tent_shm_parse_u64(s, &end, &i) || *end != ':' ||
+        i >= SHM_CTL_REGS || tent_shm_parse_u64(end + 1, &end, &g) || *end ||
+        !(g & 1))
         goto bad;
     *idx = (uint32_t)i;
     *gen = g;

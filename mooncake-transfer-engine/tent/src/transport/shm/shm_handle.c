@@ -2,24 +2,29 @@
 
 #include "common/error.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Decimal digits only (no sign, no spaces), at most 20 of them. */
-static int parse_dec(const char *s, const char **end, unsigned long long *v)
+/* Decimal digits only (no sign, no spaces), at most 20 of them, and no
+ * more than fits in 64 bits.  Called for every submit call: no strtoull
+ * (locale, errno). */
+int tent_shm_parse_u64(const char *s, const char **end, unsigned long long *v)
 {
     const char *p = s;
-    while (*p >= '0' && *p <= '9')
-        p++;
-    if (p == s || p - s > 20)
-        return -1;
-    char *e;
-    errno = 0;
-    *v = strtoull(s, &e, 10);
-    if (errno || e != p)
+    unsigned long long x = 0;
+    const unsigned long long top = ~0ull / 10;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        /* 19 digits always fit; a 20th only below 2^64 */
+        if (p - s >= 19 &&
+            (p - s >= 20 || x > top || (x == top && d > ~0ull % 10)))
+            return -1;
+        x = x * 10 + d;
+    }
+    if (p == s)
         return -1;
     *end = p;
+    *v = x;
     return 0;
 }
 
@@ -27,8 +32,9 @@ int tent_shm_parse_handle(const char *s, int *fd, unsigned long long *ino)
 {
     const char *p;
     unsigned long long f, i;
-    if (!s || strncmp(s, "memfd:", 6) != 0 || parse_dec(s + 6, &p, &f) ||
-        *p != ':' || f > 0x7fffffff || parse_dec(p + 1, &p, &i) || *p)
+    if (!s || strncmp(s, "memfd:", 6) != 0 ||
+        tent_shm_parse_u64(s + 6, &p, &f) || *p != ':' || f > 0x7fffffff ||
+        tent_shm_parse_u64(p + 1, &p, &i) || *p)
         return tent_set_error(TENT_EPROTO, "shm: handle '%s' is malformed",
                               s ? s : "(null)");
     *fd = (int)f;
@@ -40,7 +46,7 @@ long tent_shm_parse_pid(const char *s)
 {
     const char *p;
     unsigned long long v;
-    if (!s || parse_dec(s, &p, &v) || *p || v == 0 || v > (1ull << 30))
+    if (!s || tent_shm_parse_u64(s, &p, &v) || *p || v == 0 || v > (1ull << 30))
         return -1;
     return (long)v;
 }

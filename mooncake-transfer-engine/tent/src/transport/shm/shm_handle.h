@@ -5,6 +5,9 @@
 
 #include <stddef.h>
 
+/* The decimal at s (digits only, no sign or space, fitting in 64 bits):
+ * 0 with *v and *end one past its last digit, else -1. */
+int tent_shm_parse_u64(const char *s, const char **end, unsigned long long *v);
 /* "memfd:<fd>:<inode>" -> fd >= 0 and inode; 0 or TENT_EPROTO. */
 int tent_shm_parse_handle(const char *s, int *fd, unsigned long long *ino);
 /* The "pid" attribute: a decimal in 1..2^30, else -1. */
