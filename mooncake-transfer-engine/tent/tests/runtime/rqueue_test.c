@@ -282,19 +282,29 @@ struct stress_arg {
     int id, fails;
 };
 
-/* Submits 150 batches of 1..3 requests with deadlines or none, waiting on
- * some and freeing others in flight. */
+#define STRESS_BATCHES 150
+/* Every stress request writes a block of its own: requests in flight at
+ * once (a batch freed in flight, other threads' batches) are dispatched
+ * by whichever thread pumps the queue, and the fake transport copies at
+ * dispatch, so two of them on one block would race in this process. */
+#define STRESS_BLK 512
+#define STRESS_LEN /* whole pages, as aligned_alloc wants */                \
+    ((3 * STRESS_BATCHES * 3 * STRESS_BLK + 4095) / 4096 * 4096)
+
+/* Submits STRESS_BATCHES batches of 1..3 requests with deadlines or none,
+ * waiting on some and freeing others in flight. */
 static void *stress_thread(void *arg)
 {
     struct stress_arg *a = arg;
     uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(a->id + 1);
-    for (int k = 0; k < 150; k++) {
+    for (int k = 0; k < STRESS_BATCHES; k++) {
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
         size_t n = 1 + rng % 3;
         tent_batch_id_t b = tent_allocate_batch(a->e, n);
         tent_request_t r[3];
         for (size_t i = 0; i < n; i++) {
-            r[i] = tu_write(a->p, (((size_t)a->id * 3 + i) % 8) * BLK, BLK);
+            size_t blk = ((size_t)a->id * STRESS_BATCHES + (size_t)k) * 3 + i;
+            r[i] = tu_write(a->p, blk * STRESS_BLK, STRESS_BLK);
             r[i].deadline_ns =
                 (rng >> 8) % 3 ? tent_now_ns() + (rng >> 16) % 50000000 : 0;
         }
@@ -323,12 +333,14 @@ static void *stress_thread(void *arg)
 static void test_threads_share_the_queue(void **state)
 {
     (void)state;
-    struct tu_fx f = open_q(TU_LIST("enable_runtime_queue", "true",
-                                    "runtime_queue/max_outstanding_owners", "8",
-                                    "runtime_queue/max_dispatch_owners", "2",
-                                    "runtime_queue/deadline_aware", "true",
-                                    "runtime_queue/promotion_slack_ns",
-                                    "1000000"));
+    struct tu_fx f = tu_fx_open(
+        TU_LIST("fake_a"),
+        TU_LIST("enable_runtime_queue", "true",
+                "runtime_queue/max_outstanding_owners", "8",
+                "runtime_queue/max_dispatch_owners", "2",
+                "runtime_queue/deadline_aware", "true",
+                "runtime_queue/promotion_slack_ns", "1000000"),
+        STRESS_LEN);
     pthread_t th[3];
     struct stress_arg a[3];
     for (int i = 0; i < 3; i++) {
