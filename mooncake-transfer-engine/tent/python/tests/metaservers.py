@@ -35,42 +35,65 @@ def wait_listening(port, proc, deadline_s=20):
     raise RuntimeError("metadata server not listening on %d" % port)
 
 
-@contextlib.contextmanager
-def running(kind, tmp_path):
-    """Starts a `kind` server; yields the URL initialize() takes."""
+def command(kind, tmp_path, attempt):
+    """The command line of a `kind` server on fresh ports, and its URL."""
     port = free_port()
     if kind == "etcd":
         if not shutil.which("etcd"):
             pytest.skip("etcd is not installed (etcd-server)")
+        peer_port = free_port()
+        while peer_port == port:
+            peer_port = free_port()
         client = "http://127.0.0.1:%d" % port
-        peer = "http://127.0.0.1:%d" % free_port()
-        cmd = ["etcd", "--name", "py-test", "--data-dir", str(tmp_path / "d"),
+        peer = "http://127.0.0.1:%d" % peer_port
+        cmd = ["etcd", "--name", "py-test", "--data-dir",
+               str(tmp_path / ("d%d" % attempt)),
                "--listen-client-urls", client, "--advertise-client-urls",
                client, "--listen-peer-urls", peer,
                "--initial-advertise-peer-urls", peer, "--initial-cluster",
                "py-test=" + peer]
-        url = "etcd://127.0.0.1:%d" % port
-    elif kind == "redis":
+        return port, cmd, "etcd://127.0.0.1:%d" % port
+    if kind == "redis":
         if not shutil.which("redis-server"):
             pytest.skip("redis-server is not installed")
         cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
                "--save", "", "--appendonly", "no", "--dir", str(tmp_path)]
-        url = "redis://127.0.0.1:%d" % port
-    else:
-        cmd = [sys.executable, HTTP_SERVER, str(port)]
-        url = "http://127.0.0.1:%d/metadata" % port
-    log = open(tmp_path / ("%s-server.log" % kind), "wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=log)
+        return port, cmd, "redis://127.0.0.1:%d" % port
+    cmd = [sys.executable, HTTP_SERVER, str(port)]
+    return port, cmd, "http://127.0.0.1:%d/metadata" % port
+
+
+def stop(proc):
+    proc.terminate()
     try:
-        wait_listening(port, proc)
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextlib.contextmanager
+def running(kind, tmp_path):
+    """Starts a `kind` server; yields the URL initialize() takes.  A port
+    free when asked may be taken before the server binds it (another test's
+    server, an ephemeral connection): a server that exits at start is
+    started again on other ports, three times at most; its log says why."""
+    for attempt in range(3):
+        port, cmd, url = command(kind, tmp_path, attempt)
+        log = open(tmp_path / ("%s-server-%d.log" % (kind, attempt)), "wb")
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log)
+        try:
+            wait_listening(port, proc)
+            break
+        except RuntimeError:
+            stop(proc)
+            log.close()
+            if attempt == 2:
+                raise
+    try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         log.close()
 
 
