@@ -79,6 +79,28 @@ static inline int tc_thread_count(void)
     return n;
 }
 
+/* Both pipes of a child (commands, answers); -1 with neither open. */
+static inline int tc_pipes_open(int cmd[2], int ans[2])
+{
+    if (pipe(cmd) != 0)
+        return -1;
+    if (pipe(ans) != 0) {
+        close(cmd[0]);
+        close(cmd[1]);
+        return -1;
+    }
+    return 0;
+}
+
+/* Closes all four ends tc_pipes_open opened. */
+static inline void tc_pipes_close(int cmd[2], int ans[2])
+{
+    for (int i = 0; i < 2; i++) {
+        close(cmd[i]);
+        close(ans[i]);
+    }
+}
+
 /* Forks a child running child_main(cmd_rd, ans_wr, arg), which must not
  * return (it ends with _exit).  The parent gets the write end of the
  * command pipe in *cmd_fd and the read end of the answer pipe in *ans_fd.
@@ -99,20 +121,12 @@ static inline pid_t tc_fork_child(void (*child_main)(int cmd_rd, int ans_wr,
         return -1;
     }
     int cmd[2], ans[2];
-    if (pipe(cmd) != 0)
+    if (tc_pipes_open(cmd, ans))
         return -1;
-    if (pipe(ans) != 0) {
-        close(cmd[0]);
-        close(cmd[1]);
-        return -1;
-    }
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
-        close(cmd[0]);
-        close(cmd[1]);
-        close(ans[0]);
-        close(ans[1]);
+        tc_pipes_close(cmd, ans);
         return -1;
     }
     if (pid == 0) {
@@ -152,13 +166,8 @@ static inline pid_t tc_spawn_child(const char *role, const void *arg,
         return -1; /* the argument must fit in the pipe (64 KiB) */
     path[pl] = 0;
     int cmd[2], ans[2];
-    if (pipe(cmd) != 0)
+    if (tc_pipes_open(cmd, ans))
         return -1;
-    if (pipe(ans) != 0) {
-        close(cmd[0]);
-        close(cmd[1]);
-        return -1;
-    }
     for (int i = 0; i < 2; i++) {
         fcntl(cmd[i], F_SETFD, FD_CLOEXEC);
         fcntl(ans[i], F_SETFD, FD_CLOEXEC);
@@ -168,10 +177,7 @@ static inline pid_t tc_spawn_child(const char *role, const void *arg,
      * child */
     if (tc_write_all(cmd[1], &n32, sizeof(n32)) ||
         (len && tc_write_all(cmd[1], arg, len))) {
-        for (int i = 0; i < 2; i++) {
-            close(cmd[i]);
-            close(ans[i]);
-        }
+        tc_pipes_close(cmd, ans);
         return -1;
     }
     snprintf(rd, sizeof(rd), "%d", cmd[0]);
