@@ -577,6 +577,18 @@ static void test_install(void **state)
     assert_null(bad);
     assert_non_null(strstr(tent_last_error(), "transports/libfabric/progress"));
     assert_non_null(strstr(tent_last_error(), "sometimes"));
+    /* a NIC the provider does not list: named, with what it lists */
+    e2e_config(false, true);
+    tent_set_config("transports/libfabric/enable", "true");
+    tent_set_config("transports/libfabric/provider", g_prov);
+    tent_set_config("transports/libfabric/domains", "no-such-nic0");
+    bad = tent_create_engine();
+    if (bad)
+        tent_destroy_engine(bad);
+    assert_null(bad);
+    assert_non_null(strstr(tent_last_error(), "transports/libfabric/domains"));
+    assert_non_null(strstr(tent_last_error(), "no-such-nic0"));
+    assert_non_null(strstr(tent_last_error(), "it lists: "));
     /* off unless enabled */
     e2e_config(false, true);
     tent_set_config("transports/libfabric/provider", g_prov);

@@ -5,7 +5,10 @@
 # The two hosts of scripts/lib/rails_net.sh (two veth pairs, shaped 1 and
 # 3 Gbit/s); target and initiator run the libfabric transport alone over
 # tcp;ofi_rxm, one rail per veth (max_rails 2: fi_getinfo lists both veths
-# before lo).  The initiator writes 1 MiB x 32 batches with --check (each
+# before lo).  The initiator opens its veths in the opposite order
+# (transports/libfabric/domains): each rail must find the target's rail on
+# its own subnet by fabric name, as the NICs of real hosts need not
+# enumerate alike.  The initiator writes 1 MiB x 32 batches with --check (each
 # round writes a pattern of its own and reads it back: every byte is
 # compared) while rail 2's link goes down at the initiator and comes back.
 #
@@ -53,8 +56,7 @@ LF=(--set transports/tcp/enable=false --set transports/shm/enable=false
     --set transports/libfabric/rail_backoff_max_ms=800 ${RAILS_LF_EXTRA:-})
 
 rails_netns_setup 1gbit 3gbit
-# both ends must list the veths as their first two domains (rail k goes to
-# the peer's rail k); fi_info says what the transport will open
+# both ends must list the veths as their first two domains (a subnet each)
 for ns in "$RN_I" "$RN_T"; do
     doms=$(ip netns exec "$ns" fi_info -p 'tcp;ofi_rxm' -t FI_EP_RDM 2>/dev/null |
         awk '/domain:/ { if (!seen[$2]++) print $2 }' | head -n 2 | sort | tr '\n' ' ')
@@ -67,7 +69,10 @@ for ns in "$RN_I" "$RN_T"; do
     esac
 done
 
-rails_test_target 10.77.1.2 17787 "${LF[@]}"
+rails_test_target 10.77.1.2 17787 "${LF[@]}" \
+    --set "transports/libfabric/domains=${RN_PFX}t1,${RN_PFX}t2"
+# the initiator's rail 0 is the veth of rail 2
+LF+=(--set "transports/libfabric/domains=${RN_PFX}i2,${RN_PFX}i1")
 
 rails_event_script "$RAILS_WORK/ev_down.sh" rails_net_link 2 down
 rails_event_script "$RAILS_WORK/ev_up.sh" rails_net_link 2 up

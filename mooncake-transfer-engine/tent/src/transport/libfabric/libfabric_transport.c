@@ -27,6 +27,7 @@
 #include "common/log.h"
 #include "sched/rails.h"
 #include "transport/libfabric/libfabric_api.h"
+#include "transport/libfabric/libfabric_pair.h"
 #include "transport/transport.h"
 
 #include <errno.h>
@@ -49,6 +50,7 @@
 #include <unistd.h>
 
 #define LF_ATTR_ADDR       "libfabric_addr"
+#define LF_ATTR_FABRIC     "libfabric_fabric"
 #define LF_ATTR_PROV       "libfabric_provider"
 #define LF_ATTR_KEY        "libfabric_key"
 #define LF_ATTR_BASE       "libfabric_base"
@@ -83,6 +85,7 @@ struct lf_rail {
     bool loopback; /* the host's loopback: reaches peers on this host only */
     uint64_t max_msg;
     char name[64]; /* the domain: the NIC */
+    char net[64];  /* its fabric's name (fabric_attr->name): rails pair by it */
     char addr_hex[2 * LF_MAX_ADDR + 1];
     pthread_mutex_t cq_lock;
 };
@@ -503,9 +506,9 @@ static int rail_open(struct lf_transport *lf, struct lf_rail *r,
     r->mr_endpoint = mm & FI_MR_ENDPOINT;
     r->max_msg =
         i->ep_attr->max_msg_size ? i->ep_attr->max_msg_size : UINT64_MAX;
-    const char *fn = i->fabric_attr->name ? i->fabric_attr->name : "";
-    r->loopback = strcmp(r->name, "lo") == 0 || strncmp(fn, "127.", 4) == 0 ||
-                  strncmp(fn, "::1/", 4) == 0;
+    snprintf(r->net, sizeof(r->net), "%s",
+             i->fabric_attr->name ? i->fabric_attr->name : "");
+    r->loopback = strcmp(r->name, "lo") == 0 || lf_fabric_loopback(r->net);
     pthread_mutex_init(&r->cq_lock, NULL);
     return TENT_OK;
 fail:
@@ -517,32 +520,87 @@ fail:
  * to max; the ones that do not open are left out (logged).  TENT_EVENDOR
  * when none opens.  Rails whose FI_MR_VIRT_ADDR differs from the first's
  * are left out: a buffer has one base for all of them. */
-static int rails_open(struct lf_transport *lf, int max, bool cq_waits)
+/* Opens the rail of fi_getinfo entry i unless its domain is open already
+ * or its FI_MR_VIRT_ADDR differs from the first rail's; *rc keeps the first
+ * open failure. */
+static void rail_add(struct lf_transport *lf, const struct fi_info *i,
+                     bool cq_waits, int *rc)
+{
+    const char *dn = i->domain_attr->name ? i->domain_attr->name : "";
+    for (int k = 0; k < lf->nrails; k++)
+        if (strcmp(lf->rails[k].name, dn) == 0)
+            return;
+    bool va = i->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
+    if (lf->nrails && va != lf->virt_addr)
+        return;
+    struct lf_rail *r = &lf->rails[lf->nrails];
+    int orc = rail_open(lf, r, i, cq_waits);
+    if (orc) {
+        LOG_WARN("libfabric: rail %s left out: %s", dn, tent_last_error());
+        if (*rc == TENT_EVENDOR)
+            *rc = orc;
+        memset(r, 0, sizeof(*r));
+        return;
+    }
+    if (!lf->nrails)
+        lf->virt_addr = va;
+    lf->nrails++;
+}
+
+/* The fi_getinfo entry of domain name (the first), or NULL. */
+static const struct fi_info *info_of(const struct fi_info *list,
+                                     const char *name, size_t len)
+{
+    for (const struct fi_info *i = list; i; i = i->next) {
+        const char *dn = i->domain_attr->name ? i->domain_attr->name : "";
+        if (strlen(dn) == len && strncmp(dn, name, len) == 0)
+            return i;
+    }
+    return NULL;
+}
+
+/* The domains fi_getinfo lists, for an error message. */
+static void list_domains(const struct fi_info *list, char *buf, size_t len)
+{
+    size_t at = 0;
+    buf[0] = '\0';
+    for (const struct fi_info *i = list; i && at < len; i = i->next) {
+        const char *dn = i->domain_attr->name ? i->domain_attr->name : "";
+        if (info_of(list, dn, strlen(dn)) != i)
+            continue; /* listed already */
+        int w = snprintf(buf + at, len - at, "%s%s", at ? ", " : "", dn);
+        at += w > 0 ? (size_t)w : 0;
+    }
+}
+
+/* One rail per distinct domain: those domains names (a comma-separated
+ * list) in its order, else fi_getinfo's, up to max.  A named domain the
+ * provider does not list is a configuration error. */
+static int rails_open(struct lf_transport *lf, int max, bool cq_waits,
+                      const char *domains)
 {
     int rc = TENT_EVENDOR;
-    for (const struct fi_info *i = lf->info; i && lf->nrails < max;
-         i = i->next) {
-        const char *dn = i->domain_attr->name ? i->domain_attr->name : "";
-        bool seen = false;
-        for (int k = 0; k < lf->nrails; k++)
-            seen |= strcmp(lf->rails[k].name, dn) == 0;
-        if (seen)
-            continue;
-        bool va = i->domain_attr->mr_mode & FI_MR_VIRT_ADDR;
-        if (lf->nrails && va != lf->virt_addr)
-            continue;
-        struct lf_rail *r = &lf->rails[lf->nrails];
-        int orc = rail_open(lf, r, i, cq_waits);
-        if (orc) {
-            LOG_WARN("libfabric: rail %s left out: %s", dn, tent_last_error());
-            if (rc == TENT_EVENDOR)
-                rc = orc;
-            memset(r, 0, sizeof(*r));
-            continue;
+    if (domains && *domains) {
+        for (const char *d = domains; *d && lf->nrails < max;) {
+            size_t n = strcspn(d, ",");
+            const struct fi_info *i = info_of(lf->info, d, n);
+            if (!i && n) {
+                char have[256];
+                list_domains(lf->info, have, sizeof(have));
+                return tent_set_error(
+                    TENT_ECONFIG,
+                    "transports/libfabric/domains names '%.*s', which "
+                    "provider %s does not list here (it lists: %s)",
+                    (int)n, d, lf->provider, have);
+            }
+            if (i)
+                rail_add(lf, i, cq_waits, &rc);
+            d += n + (d[n] == ',');
         }
-        if (!lf->nrails)
-            lf->virt_addr = va;
-        lf->nrails++;
+    } else {
+        for (const struct fi_info *i = lf->info; i && lf->nrails < max;
+             i = i->next)
+            rail_add(lf, i, cq_waits, &rc);
     }
     if (lf->nrails)
         return TENT_OK;
@@ -1481,22 +1539,25 @@ static void lf_free_state(struct lf_transport *lf)
     lf->ops = lf->free_ops = NULL;
 }
 
-static void rail_attr(char *key, size_t len, int k);
+static void rail_attr(char *key, size_t len, const char *attr, int k);
 
-/* Publishes (or, publish false, removes) every rail's address and the
- * provider's name. */
+/* Publishes (or, publish false, removes) every rail's address and fabric
+ * and the provider's name. */
 static int publish_rails(struct tent_transport *t, bool publish)
 {
     struct lf_transport *lf = lf_of(t);
     int rc = t->env->publish_attr(t->env->ctx, LF_ATTR_PROV,
                                   publish ? lf->provider : NULL);
     for (int k = 0; k < lf->nrails && (!rc || !publish); k++) {
-        char key[32];
-        rail_attr(key, sizeof(key), k);
+        char key[32], fkey[32];
+        rail_attr(key, sizeof(key), LF_ATTR_ADDR, k);
+        rail_attr(fkey, sizeof(fkey), LF_ATTR_FABRIC, k);
         int r = t->env->publish_attr(t->env->ctx, key,
                                      publish ? lf->rails[k].addr_hex : NULL);
+        int f = t->env->publish_attr(t->env->ctx, fkey,
+                                     publish ? lf->rails[k].net : NULL);
         if (!rc)
-            rc = r;
+            rc = r ? r : f;
     }
     if (rc && publish)
         publish_rails(t, false);
@@ -1553,13 +1614,16 @@ static int lf_install_inner(struct tent_transport *t)
 {
     struct lf_transport *lf = lf_of(t);
     const struct tent_config *cfg = t->env->cfg;
-    const char *lib = NULL, *prov = NULL, *progress = NULL;
+    const char *lib = NULL, *prov = NULL, *progress = NULL, *domains = NULL;
     int64_t slice, inflight, tmo, idle_us, spin_us, max_rails, promo_us;
     int rc =
         tent_config_get_string(cfg, "transports/libfabric/library", NULL, &lib);
     if (!rc)
         rc = tent_config_get_string(cfg, "transports/libfabric/provider", NULL,
                                     &prov);
+    if (!rc)
+        rc = tent_config_get_string(cfg, "transports/libfabric/domains", NULL,
+                                    &domains);
     if (!rc)
         rc = tent_config_get_int_range(cfg, "transports/libfabric/slice_size",
                                        1 << 20, 4096, 1ll << 32, &slice);
@@ -1630,7 +1694,7 @@ static int lf_install_inner(struct tent_transport *t)
     if (rc)
         goto fail_api;
     bool cq_waits = !lf_polled(progress, lf->info->fabric_attr->prov_name);
-    rc = rails_open(lf, (int)max_rails, cq_waits);
+    rc = rails_open(lf, (int)max_rails, cq_waits, domains);
     if (rc)
         goto fail_info;
     lf->slice = (uint64_t)slice;
@@ -1756,12 +1820,13 @@ static uint32_t lf_capabilities(TENT_UNUSED struct tent_transport *t)
     return TENT_CAP_DRAM_TO_DRAM;
 }
 
-static void rail_attr(char *key, size_t len, int k)
+/* Rail k's attribute: attr for rail 0, attr<k> after it. */
+static void rail_attr(char *key, size_t len, const char *attr, int k)
 {
     if (k)
-        snprintf(key, len, "%s%d", LF_ATTR_ADDR, k);
+        snprintf(key, len, "%s%d", attr, k);
     else
-        snprintf(key, len, "%s", LF_ATTR_ADDR);
+        snprintf(key, len, "%s", attr);
 }
 
 static bool lf_can_reach(struct tent_transport *t,
@@ -1781,9 +1846,64 @@ static bool lf_can_reach(struct tent_transport *t,
 
 /* ---- peers --------------------------------------------------------------- */
 
+/* The peer's rails from its descriptor (ours for the local segment): the
+ * endpoint address of each and its fabric ("" where it names none);
+ * returns how many. */
+static int peer_rails(struct tent_transport *t, const struct tent_seg_view *seg,
+                      char (*addr)[2 * LF_MAX_ADDR + 1], char (*fabric)[64])
+{
+    struct lf_transport *lf = lf_of(t);
+    int n = 0;
+    for (; n < LF_MAX_RAILS; n++) {
+        char key[32];
+        if (seg->local) {
+            if (n == lf->nrails)
+                break;
+            snprintf(addr[n], sizeof(addr[n]), "%s", lf->rails[n].addr_hex);
+            snprintf(fabric[n], sizeof(fabric[n]), "%s", lf->rails[n].net);
+            continue;
+        }
+        rail_attr(key, sizeof(key), LF_ATTR_ADDR, n);
+        if (!t->env->seg_attr(t->env->ctx, seg, key, addr[n],
+                              sizeof(addr[n])) ||
+            !*addr[n])
+            break;
+        rail_attr(key, sizeof(key), LF_ATTR_FABRIC, n);
+        if (!t->env->seg_attr(t->env->ctx, seg, key, fabric[n],
+                              sizeof(fabric[n])))
+            fabric[n][0] = '\0';
+    }
+    return n;
+}
+
+/* Which peer rail each of ours goes to (libfabric_pair.h: the same fabric
+ * first, then in order); use[j] = our rail and peer[j] = its peer rail for
+ * the handle's rail j.  Returns how many. */
+static int pair_rails(const struct lf_transport *lf, bool same_host,
+                      char (*fabric)[64], int n, int *use, int *peer)
+{
+    const char *mine[LF_MAX_RAILS], *theirs[LF_MAX_RAILS];
+    bool usable[LF_MAX_RAILS];
+    int peer_of[LF_MAX_RAILS], m = 0;
+    for (int k = 0; k < lf->nrails; k++) {
+        mine[k] = lf->rails[k].net;
+        usable[k] = !lf->rails[k].loopback || same_host;
+    }
+    for (int j = 0; j < n; j++)
+        theirs[j] = fabric[j];
+    lf_pair_rails(mine, usable, lf->nrails, theirs, n, same_host, peer_of);
+    for (int k = 0; k < lf->nrails; k++)
+        if (peer_of[k] != LF_PAIR_NONE) {
+            use[m] = k;
+            peer[m++] = peer_of[k];
+        }
+    return m;
+}
+
 /* peer_open: the peer's endpoint address on each rail from its descriptor
  * (ours for the local segment), in the rails' AVs from now until
- * peer_close; rail k goes to the peer's rail k, as many as both have.  An
+ * peer_close; each of our rails goes to a peer rail on its fabric, the
+ * rest in order (libfabric_pair.h).  An
  * AV entry is inserted once when the first handle naming that address
  * opens and removed when the last one closes.  With more than one rail the
  * handle has a rail set of the engine's scheduler (sched/rails.h): each
@@ -1799,17 +1919,8 @@ static int lf_peer_open(struct tent_transport *t,
 {
     struct lf_transport *lf = lf_of(t);
     char addr[LF_MAX_RAILS][2 * LF_MAX_ADDR + 1];
-    int n = 0;
-    for (; n < lf->nrails; n++) {
-        char key[32];
-        rail_attr(key, sizeof(key), n);
-        if (seg->local)
-            snprintf(addr[n], sizeof(addr[n]), "%s", lf->rails[n].addr_hex);
-        else if (!t->env->seg_attr(t->env->ctx, seg, key, addr[n],
-                                   sizeof(addr[n])) ||
-                 !*addr[n])
-            break;
-    }
+    char fabric[LF_MAX_RAILS][64];
+    int n = peer_rails(t, seg, addr, fabric);
     if (!n)
         return tent_set_error(TENT_EPEER,
                               "libfabric: segment %s publishes no libfabric "
@@ -1817,14 +1928,13 @@ static int lf_peer_open(struct tent_transport *t,
                               seg->name);
     /* a loopback rail reaches a peer on this host only */
     bool same_host = seg->local || t->env->seg_on_host(t->env->ctx, seg);
-    int use[LF_MAX_RAILS], m = 0;
-    for (int k = 0; k < n; k++)
-        if (!lf->rails[k].loopback || same_host)
-            use[m++] = k;
+    int use[LF_MAX_RAILS], peer[LF_MAX_RAILS];
+    int m = pair_rails(lf, same_host, fabric, n, use, peer);
     if (!m)
         return tent_set_error(TENT_EPEER,
                               "libfabric: no rail reaches segment %s (this "
-                              "engine's rails are loopback only)",
+                              "engine's rails are loopback only, or the "
+                              "peer's are)",
                               seg->name);
     if (!t->env->sched)
         m = 1;
@@ -1841,7 +1951,7 @@ static int lf_peer_open(struct tent_transport *t,
                      (int)sizeof(rails[j].local_nic) - 1,
                      lf->rails[use[j]].name);
             snprintf(rails[j].peer_nic, sizeof(rails[j].peer_nic), "rail%d",
-                     use[j]);
+                     peer[j]);
         }
         rc = tent_railset_new(t->env->sched, &lf->sp, "libfabric", seg->name,
                               rails, (size_t)m, &p->rs);
@@ -1852,7 +1962,7 @@ static int lf_peer_open(struct tent_transport *t,
     }
     pthread_mutex_lock(&lf->lock);
     for (int j = 0; j < m && !rc; j++) {
-        rc = av_get_locked(lf, use[j], addr[use[j]], &p->ents[j]);
+        rc = av_get_locked(lf, use[j], addr[peer[j]], &p->ents[j]);
         if (!rc)
             p->nrails = j + 1;
     }

@@ -6,6 +6,7 @@ if(TENT_LIBFABRIC_INCLUDE)
   include_directories(${TENT_LIBFABRIC_INCLUDE})
   list(APPEND TENT_SOURCES
     src/transport/libfabric/libfabric_api.c
+    src/transport/libfabric/libfabric_pair.c
     src/transport/libfabric/libfabric_transport.c)
   set(TENT_XPORT_BUILT TRUE)
 else()
