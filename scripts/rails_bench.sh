@@ -2,56 +2,15 @@
 # The rail benchmark (issue 21, items 6 and 7):  scripts/rails_bench.sh [build]
 #
 # Two hosts in network namespaces (scripts/lib/rails_net.sh) joined by two
-# rails shaped with tbf, 1 Gbit/s (rail 1, 10.77.1.0/24) and 3 Gbit/s
-# (rail 2, 10.77.2.0/24).  The target engines are bound to the slow rail's
-# address (10.77.1.2): one serves both its NICs (the engine's figure), one
-# only that NIC (transports/tcp/nics: the single-rail figure).  The raw TCP
-# ceilings (tent_tcp_stream: one stream per rail, each rail alone and both
-# at once, the write direction every case loads) are measured before and
-# after the cases, and the table uses the higher; the cases run through
-# tent_rails_tool from the other namespace:
-#   (a) 1 MiB x 32 writes: GB/s against both rails' raw streams;
-#   (b) rail 2's link set down at the initiator mid-transfer (its route
-#       goes), then up: tasks FAILED, GB/s during the outage (from 1 s
-#       after the link went down) against rail 1's stream, and the time
-#       from link-up until rail 2 carries a slice again (a tick in which
-#       its link carried >= 1 MiB) and its share again (>= half its raw
-#       stream's bytes per tick);
-#   (b') the same with the target's end of rail 2 down (the initiator's
-#       route stays: packets are lost, as on a cable cut further away);
-#   (c) rail 2 throttled from 3 to 0.2 Gbit/s mid-run: the time until it
-#       gets probe slices only (from then on it carries <= 5% of the
-#       bytes in every 1 s window; probes are 1 pick in rail_probe_every),
-#       and the p99 latency of the 1 MiB tasks from 2 s after the throttle
-#       on, against the single-rail engine's p99 on the untouched 1 Gbit/s
-#       rail (the same workload, (a)'s single-rail run);
-#   (d) 4 KiB HIGH reads (one at a time, 1 ms apart) while LOW 64 MiB
-#       writes (2 threads x 2 per batch) saturate the rails: HIGH p99
-#       against its unloaded p99 (each run as long as the loaded one: a
-#       p99 of fewer samples is noisier; on both rails D_PAIRS unloaded
-#       and loaded runs alternate, and the table gives the medians), LOW
-#       GB/s against the raw streams; and the same with priorities ignored
-#       (both streams HIGH, the class requests have by default).  (d) runs
-#       once for each qdisc in D_QDISCS (default "fifo pfifo_fast") behind
-#       the shapers: tbf's own FIFO, which no priority reaches, and a Linux
-#       host's default qdisc, whose bands follow the SO_PRIORITY each tcp
-#       window goes out with (transports/tcp/socket_priority).  Beside
-#       them, the floor: the same latency stream over plain sockets
-#       (tent_tcp_stream ping, SO_PRIORITY 6) alone and under plain LOW
-#       write streams (SO_PRIORITY 2) on both rails, unpaced and paced at
-#       0.95 of each rail's raw stream (as the engine paces LOW under HIGH:
-#       transports/tcp/low_pacing_gain).
-# A task latency is from its batch's submit to its completion.  Each
-# figure is printed next to its ceiling or reference and the issue's goal,
-# whether met or not.  GB = 1e9 bytes.  About 5 minutes.
-#
-# RAILS_BENCH_CASES (default "a b b2 c d") runs some of the cases only
-# (the ceilings and (a)'s single-rail run always run: the others refer to
-# them); RAILS_BENCH_KEEP=<dir> keeps every run's output (ticks) there.
-#
-# Needs root, iproute2 and tc with tbf (checked; without them the script
-# says why and exits 77).  Traffic stays inside the namespaces it creates,
-# which every exit path removes.
+# tbf-shaped rails, 1 Gbit/s (10.77.1.0/24) and 3 Gbit/s (10.77.2.0/24);
+# cases (a) bulk writes, (b)/(b') a rail down at either end, (c) a rail
+# throttled, (d) HIGH reads under LOW bulk per qdisc, each printed beside
+# raw-TCP ceilings over the same rails (tent_tcp_stream, before and after)
+# and the issue's goal.  What each case measures: docs/performance.md,
+# "Rails".  About 5 minutes.  RAILS_BENCH_CASES (default "a b b2 c d")
+# picks cases; RAILS_BENCH_KEEP=<dir> keeps every run's ticks; D_QDISCS,
+# D_PAIRS tune (d).  Needs root, iproute2 and tc with tbf (else exits 77);
+# every exit path removes the namespaces it creates.
 set -u
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

@@ -1,47 +1,17 @@
 # Engines on the two hosts of rails_net.sh, for the rail benchmark
 # (scripts/rails_bench.sh) and test (tests/e2e/rails_netns_test.sh).
 # Source rails_net.sh first, bring the hosts up, set RAILS_TOOL (the
-# tent_rails_tool binary) and RAILS_WORK (a scratch directory), then:
-#
-#   rails_target_start <id> <host> <port> <mib> [--set k=v]...
-#       a target engine in $RN_T bound to host; sets <id>_SEG, <id>_ADDR
-#       (its segment name and buffer address) and <id>_PID
-#   rails_target_stop <id>         closes its stdin and waits for it (20 s,
-#                                  then kills it); returns its status
-#   rails_targets_stop             every target started
-#   rails_run <out> <id> [run options]...
-#       an initiator in $RN_I (bound to 10.77.1.1) against target <id>,
-#       its stdout in <out> (stderr in <out>.err); returns the tool's status
-#   rails_result <out> <key>       a figure of the result line
-#   rails_ticks <out> <op>         the tick lines as columns:
-#       t_ms bytes failed in1 ewma1 in2 ewma2 data1 data2
-#       (in: the NIC's bytes in flight, ewma: its bandwidth in bytes/s,
-#       data: bytes its link carried in the data's direction since the
-#       previous tick -- sent for write, received for read, both for both;
-#       -1 when the kernel's counters are not readable), rails 1 and 2 by
-#       NIC name
-#   rails_events <out>             the event lines: t_ms end_ms rc
-# Figures from the ticks (op: write, read or both, the data's direction; rail: 1
-# or 2; times in ms of the run's clock):
-#   rails_rate <out> <from> <to>   GB/s the engine completed between the
-#       first tick at or after from and the last at or before to
-#   rails_min_rate <out> <from> <to> <win>
-#       the least GB/s completed over any win ms between from and to
-#   rails_first_carry <out> <op> <rail> <from> <bytes>
-#       the first tick at or after from in which the rail's link carried at
-#       least bytes (-1: none)
-#   rails_probe_only <out> <op> <rail> <from> <share> <win>
-#       the first tick t at or after from such that in every window of win
-#       ms starting at a tick from t on (to the end of the run) the rail's
-#       link carried at most share of what both links carried (-1: none)
-#   rails_max_inflight <out> <rail>   the most bytes in flight at a tick
-#   rails_event_script <path> <command>...
-#       a script for --event that runs the command (with RN_* set and
-#       rails_net.sh loaded)
+# tent_rails_tool binary) and RAILS_WORK (a scratch directory), then call
+# the functions below: targets, initiator runs, and figures from a run's
+# ticks (op: write, read or both, the data's direction; rail: 1 or 2;
+# times in ms of the run's clock).
 
 RAILS_TARGETS=""
 RAILS_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
+# rails_target_start <id> <host> <port> <mib> [--set k=v]...
+#   a target engine in $RN_T bound to host; sets <id>_SEG, <id>_ADDR (its
+#   segment name and buffer address) and <id>_PID
 rails_target_start() {
     local id=$1 host=$2 port=$3 mib=$4
     shift 4
@@ -74,6 +44,8 @@ rails_target_start() {
     return 1
 }
 
+# rails_target_stop <id>: closes its stdin and waits for it (20 s, then
+# kills it); returns its status
 rails_target_stop() {
     local holdv="${1}_HOLD" pidv="${1}_PID"
     [ -n "${!holdv:-}" ] || return 0
@@ -94,6 +66,7 @@ rails_target_stop() {
     wait "${!pidv}" 2>/dev/null
 }
 
+# rails_targets_stop: every target started
 rails_targets_stop() {
     local id
     for id in $RAILS_TARGETS; do
@@ -102,6 +75,9 @@ rails_targets_stop() {
     RAILS_TARGETS=""
 }
 
+# rails_run <out> <id> [run options]...: an initiator in $RN_I (bound to
+# 10.77.1.1) against target <id>, its stdout in <out> (stderr in
+# <out>.err); returns the tool's status
 rails_run() {
     local out=$1 id=$2
     shift 2
@@ -114,10 +90,17 @@ rails_run() {
         >"$out" 2>"$out.err"
 }
 
+# rails_result <out> <key>: a figure of the result line
 rails_result() {
     sed -n 's/^result\(.*\) '"$2"'=\([^ ]*\).*/\2/p' "$1" | tail -n 1
 }
 
+# rails_ticks <out> <op>: the tick lines as columns
+#   t_ms bytes failed in1 ewma1 in2 ewma2 data1 data2
+# (in: the NIC's bytes in flight, ewma: its bandwidth in bytes/s, data:
+# bytes its link carried in the data's direction since the previous tick
+# -- sent for write, received for read, both for both; -1 when the
+# kernel's counters are not readable), rails 1 and 2 by NIC name
 rails_ticks() {
     awk -v n1="${RN_PFX}i1" -v n2="${RN_PFX}i2" -v op="$2" '
     /^tick / {
@@ -143,10 +126,13 @@ rails_ticks() {
     }' "$1"
 }
 
+# rails_events <out>: the event lines as t_ms end_ms rc
 rails_events() {
     sed -n 's/^event t_ms=\([0-9]*\) end_ms=\([0-9]*\) rc=\([-0-9]*\) .*/\1 \2 \3/p' "$1"
 }
 
+# rails_event_script <path> <command>...: a script for --event that runs
+# the command (with RN_* set and rails_net.sh loaded)
 rails_event_script() {
     local path=$1
     shift
@@ -162,6 +148,8 @@ rails_event_script() {
     chmod +x "$path"
 }
 
+# rails_rate <out> <from> <to>: GB/s the engine completed between the
+# first tick at or after from and the last at or before to
 rails_rate() {
     rails_ticks "$1" write | awk -v a="$2" -v b="$3" '
         $1 >= a && t0 == "" { t0 = $1; b0 = $2 }
@@ -169,6 +157,8 @@ rails_rate() {
         END { printf "%.4f\n", (t1 > t0) ? (b1 - b0) / (t1 - t0) / 1e6 : 0 }'
 }
 
+# rails_min_rate <out> <from> <to> <win>: the least GB/s completed over
+# any win ms between from and to
 rails_min_rate() {
     rails_ticks "$1" write | awk -v a="$2" -v b="$3" -v w="$4" '
         $1 >= a && $1 <= b { n++; t[n] = $1; y[n] = $2 }
@@ -185,12 +175,18 @@ rails_min_rate() {
         }'
 }
 
+# rails_first_carry <out> <op> <rail> <from> <bytes>: the first tick at or
+# after from in which the rail's link carried at least bytes (-1: none)
 rails_first_carry() {
     rails_ticks "$1" "$2" | awk -v r="$3" -v a="$4" -v min="$5" '
         $1 >= a && found == "" && $(7 + r) >= min { found = $1 }
         END { print found == "" ? -1 : found }'
 }
 
+# rails_probe_only <out> <op> <rail> <from> <share> <win>: the first tick
+# t at or after from such that in every window of win ms starting at a
+# tick from t on (to the end of the run) the rail's link carried at most
+# share of what both links carried (-1: none)
 rails_probe_only() {
     rails_ticks "$1" "$2" | awk -v r="$3" -v a="$4" -v share="$5" -v w="$6" '
         $1 >= a && $8 >= 0 && $9 >= 0 { n++; t[n] = $1; d[n] = $(7 + r); s[n] = $8 + $9 }
@@ -213,6 +209,7 @@ rails_probe_only() {
         }'
 }
 
+# rails_max_inflight <out> <rail>: the most bytes in flight at a tick
 rails_max_inflight() {
     rails_ticks "$1" write | awk -v r="$2" '
         { v = $(2 + 2 * r); if (v > m) m = v }

@@ -1,23 +1,19 @@
 /*
  * Mooncake's classic transfer-engine C API (libtransfer_engine), over TENT in
- * C.
- *
- * The names, types, struct layouts, constants and argument order are those
- * of Mooncake's transfer_engine_c.h, so programs and bindings written for it
- * (NIXL's Mooncake backend, Mooncake's Go and Rust bindings) compile and link
- * against this library unchanged.  Results follow Mooncake's conventions:
- *   - submitTransfer, submitTransferWithNotify, getTransferStatus and
- *     freeBatchID return a Mooncake Status code: 0 on success, a positive
- *     code otherwise (1 invalid argument, 2 too many requests, 3 address not
- *     registered, 4 batch busy, ...);
- *   - the other int functions return 0 (or, for openSegment, a segment id
- *     >= 0) on success and one of Mooncake's negative ERR_* codes on failure
- *     (-1 invalid argument, -3 address not registered, -7 overlapped, -200
- *     metadata, ...);
- *   - createTransferEngine and installTransport return NULL on failure, and
- *     allocateBatchID returns INVALID_BATCH.
- * Every failure is logged with its reason; docs/classic-c-api.md lists where
- * this library differs from Mooncake.  Strings passed in are copied.
+ * C: Mooncake's names, types, struct layouts, constants and argument order,
+ * so programs and bindings written for it (NIXL's Mooncake backend, the Go
+ * and Rust bindings) compile and link against this library unchanged.
+ * Results follow Mooncake: submitTransfer[WithNotify], getTransferStatus and
+ * freeBatchID return a Status code (0, or positive: 1 invalid argument, 2
+ * too many requests, 3 address not registered, 4 batch busy, ...); the other
+ * int functions 0 (openSegment: an id >= 0) or a negative ERR_* (-1 invalid
+ * argument, -3 not registered, -7 overlapped, -200 metadata, ...);
+ * createTransferEngine and installTransport NULL, allocateBatchID
+ * INVALID_BATCH.  Every failure is logged with its reason.  Threads: any
+ * function from any thread, concurrently on one engine. Ownership: strings
+ * passed in are copied; registered memory stays the caller's and must
+ * outlive its registration.  Differences from Mooncake:
+ * docs/classic-c-api.md.
  */
 #ifndef TRANSFER_ENGINE_C
 #define TRANSFER_ENGINE_C

@@ -262,9 +262,9 @@ TENT_API int tent_open_segment(tent_engine_t engine, tent_segment_id_t *handle,
  *  opening the name again fetches a fresh descriptor under a new handle.
  *  TENT_EBUSY while a task still uses it (a file segment). */
 TENT_API int tent_close_segment(tent_engine_t engine, tent_segment_id_t handle);
-/** Fills *info with the segment's type (TYPE_MEMORY / TYPE_FILE) and its
- *  buffers as last fetched; the caller frees it with
- *  tent_free_segment_info. */
+/** Fills *info with the type (TYPE_MEMORY / TYPE_FILE) of the open segment
+ *  handle and its buffers as last fetched; the caller frees it with
+ *  tent_free_segment_info.  TENT_ENOSEGMENT for an unknown handle. */
 TENT_API int tent_get_segment_info(tent_engine_t engine,
                                    tent_segment_id_t handle,
                                    tent_segment_info_t *info);
@@ -287,7 +287,10 @@ TENT_API int tent_free_memory(tent_engine_t engine, void *addr);
 /** Registers [addr, addr+size) with every installed transport and
  *  publishes it (PERM_GLOBAL_READ_WRITE).  Registering the same range again
  *  raises a reference count; overlapping different ranges are separate
- *  entries.  The memory must stay valid until it is unregistered. */
+ *  entries.  The memory stays the caller's and must stay valid until it is
+ *  unregistered.  TENT_ENULL for a NULL addr, TENT_EINVAL for size 0 or a
+ *  range that wraps, TENT_ENOTRANSPORT when no transport can take it,
+ *  TENT_ENOMEM; on failure nothing is registered. */
 TENT_API int tent_register_memory(tent_engine_t engine, void *addr,
                                   size_t size);
 /** Drops one reference to the range (size 0: the first range registered
@@ -298,18 +301,23 @@ TENT_API int tent_register_memory(tent_engine_t engine, void *addr,
  *  range that is not registered (TENT returns success). */
 TENT_API int tent_unregister_memory(tent_engine_t engine, void *addr,
                                     size_t size);
-/** tent_register_memory with a permission: PERM_LOCAL_READ_WRITE (no peer
- *  may touch it), PERM_GLOBAL_READ_ONLY (peers may read it) or
- *  PERM_GLOBAL_READ_WRITE. */
+/** tent_register_memory of [addr, addr+size) with a permission:
+ *  PERM_LOCAL_READ_WRITE (no peer may touch it), PERM_GLOBAL_READ_ONLY
+ *  (peers may read it) or PERM_GLOBAL_READ_WRITE; another value is
+ *  TENT_EINVAL.  Otherwise the same codes. */
 TENT_API int tent_register_memory_with_perm(tent_engine_t engine, void *addr,
                                             size_t size, int permission);
-/** Registers count ranges with one permission.  All or nothing: a failure
- *  part-way gives back every entry it added or counted. */
+/** Registers count ranges, [addrs[i], addrs[i]+sizes[i]), with one
+ *  permission.  All or nothing: a failure part-way gives back every entry
+ *  it added or counted and returns that range's code. */
 TENT_API int tent_register_memory_batch(tent_engine_t engine, void **addrs,
                                         size_t *sizes, size_t count,
                                         int permission);
-/** tent_unregister_memory for count ranges; the first failure is
- *  returned. */
+/** tent_unregister_memory of each [addrs[i], addrs[i]+sizes[i]) of the
+ *  count ranges (sizes NULL: every size 0).  Every entry is checked first:
+ *  one not registered (TENT_ENOTREG), in use by tasks (TENT_EBUSY) or
+ *  named twice (TENT_EINVAL) changes nothing.  A failure after that stops
+ *  at its entry (the ones before it are unregistered) and names it. */
 TENT_API int tent_unregister_memory_batch(tent_engine_t engine, void **addrs,
                                           size_t *sizes, size_t count);
 /** tent_allocate_memory with options: opts->location (and the rest of
@@ -328,7 +336,10 @@ TENT_API int tent_register_memory_batch_ex(tent_engine_t engine, void **addrs,
 
 /* ---- batches and transfers -------------------------------------------- */
 
-/** Returns a batch id, or TENT_INVALID_BATCH_ID (0) on failure. */
+/** Returns the id of a new batch that holds up to batch_size requests
+ *  over all its submits (1..16777216), or TENT_INVALID_BATCH_ID (0) with
+ *  the cause in tent_last_error(): a NULL engine, a size out of range, out
+ *  of memory or of batches.  Free it with tent_free_batch. */
 TENT_API tent_batch_id_t tent_allocate_batch(tent_engine_t engine,
                                              size_t batch_size);
 /** Frees a batch id.  As TENT's lazy free, it returns 0 even while tasks
@@ -341,8 +352,15 @@ TENT_API tent_batch_id_t tent_allocate_batch(tent_engine_t engine,
  *  memory. */
 TENT_API int tent_free_batch(tent_engine_t engine, tent_batch_id_t batch_id);
 
-/** Validates every request first: on error nothing is submitted.  Task ids
- *  continue from the batch's previous submissions. */
+/** Starts count requests (entries[0..count)) in batch batch_id; the
+ *  entries are read during the call only.  Validates every request first:
+ *  on error nothing is submitted.  Task ids continue from the batch's
+ *  previous submissions.  TENT_ENULL, TENT_EINVAL (count 0, a bad opcode,
+ *  length, priority or policy_name), TENT_ENOBATCH, TENT_ECAPACITY (more
+ *  than the batch has left), TENT_ENOTREG (source not registered here),
+ *  TENT_ENOSEGMENT, TENT_ERANGE or TENT_EPERM (target outside the peer's
+ *  buffers or not permitted), TENT_ENOTRANSPORT.  A failure after the call
+ *  is the task's: tent_task_status, tent_task_error. */
 TENT_API int tent_submit(tent_engine_t engine, tent_batch_id_t batch_id,
                          tent_request_t *entries, size_t count);
 /** tent_submit, then a notification (name, message) to the target segment
@@ -351,9 +369,10 @@ TENT_API int tent_submit(tent_engine_t engine, tent_batch_id_t batch_id,
 TENT_API int tent_submit_notif(tent_engine_t engine, tent_batch_id_t batch_id,
                                tent_request_t *entries, size_t count,
                                const char *name, const char *message);
-/** Sends a notification (name, message) to the segment's engine now;
- *  its receive queue is bounded in total and per sender
- *  (notify_max_queued_bytes[_per_sender]). */
+/** Sends a notification (name, message) to the engine of the open
+ *  segment handle now; its receive queue is bounded in total and per
+ *  sender (notify_max_queued_bytes[_per_sender]).  TENT_ENOSEGMENT for an
+ *  unknown handle, the peer's error (TENT_EPEER...) when it is refused. */
 TENT_API int tent_send_notifs(tent_engine_t engine, tent_segment_id_t handle,
                               const char *name, const char *message);
 /** Takes every queued notification into *info (num_records may be 0); the
@@ -362,7 +381,9 @@ TENT_API int tent_recv_notifs(tent_engine_t engine, tent_notifi_info *info);
 /** Frees the records tent_recv_notifs allocated in *info. */
 TENT_API void tent_free_notifs(tent_notifi_info *info);
 
-/** Polls the task (and may fail it over to the next transport).  A transport
+/** Polls task task_id of batch batch_id into *status (and may fail it over
+ *  to the next transport).  TENT_ENOBATCH for an unknown batch, TENT_ENOTASK
+ *  (status STATUS_INVALID) for a task id not submitted.  A transport
  *  whose status query itself failed makes this return that error with
  *  status->status = STATUS_PENDING: the task may still be running. */
 TENT_API int tent_task_status(tent_engine_t engine, tent_batch_id_t batch_id,
@@ -378,7 +399,10 @@ TENT_API int tent_cancel_task(tent_engine_t engine, tent_batch_id_t batch_id,
  *  completed tasks'.  STATUS_WAITING for a batch with no task. */
 TENT_API int tent_overall_status(tent_engine_t engine, tent_batch_id_t batch_id,
                                  tent_status_t *status);
-/** *count: in, capacity of statuses; out, number of tasks written. */
+/** The status of every task of batch batch_id, as tent_task_status polls
+ *  them, into statuses.  *count: in, capacity of statuses; out, number of
+ *  tasks written, or with TENT_EOVERFLOW the number it needs.
+ *  TENT_ENOBATCH for an unknown batch. */
 TENT_API int tent_task_status_list(tent_engine_t engine,
                                    tent_batch_id_t batch_id,
                                    tent_status_t *statuses, size_t *count);
@@ -395,7 +419,8 @@ struct tent_nic_load_stat {
 typedef struct tent_nic_load_stat tent_nic_load_stat_t;
 
 /** Fills up to *count entries of stats; *count becomes the number of NICs
- *  (which may be larger: call again with room for all). */
+ *  (which may be larger: call again with room for all).  Returns 0,
+ *  TENT_ENULL or TENT_ENOMEM. */
 TENT_API int tent_get_nic_load_stats(tent_engine_t engine,
                                      tent_nic_load_stat_t *stats,
                                      size_t *count);
@@ -428,7 +453,8 @@ TENT_API int tent_task_error(tent_engine_t engine, tent_batch_id_t batch_id,
 TENT_API int tent_metrics_prometheus(tent_engine_t engine, char *buf,
                                      size_t *len);
 
-/** The same metrics as JSON (what /metrics/json serves); same contract. */
+/** The same metrics as JSON (what /metrics/json serves) into buf; *len and
+ *  the return codes as tent_metrics_prometheus. */
 TENT_API int tent_metrics_json(tent_engine_t engine, char *buf, size_t *len);
 
 /** Host and port the metrics HTTP endpoint is bound to (metrics/http_port 0

@@ -780,7 +780,7 @@ static void follow_leave(struct follow *f)
 /* Moves the worker to the CPU the connection's frames come in on.  Once it
  * runs there, the kernel is asked again only every FOLLOW_ASK_MS: a sender
  * seldom moves, and the question is a system call on every large frame
- * (about 1% of a 1 MiB write; docs/performance.md "Design figures"). */
+ * (its cost: docs/performance.md "Design figures"). */
 static void follow_to(struct tent_rpc_conn *c, struct follow *f, long long now)
 {
     if (f->cpu >= 0 && now - f->asked_ms < FOLLOW_ASK_MS)

@@ -2,40 +2,17 @@
 # Rails in network namespaces (issue 21, item 6), the functional parts:
 #   rails_netns_test.sh <path to tent_rails_tool> [down|far|slow|all]
 #
-# Two hosts (scripts/lib/rails_net.sh) joined by two rails shaped with tbf,
-# 1 and 3 Gbit/s; a target engine bound to the slow rail's address serves
-# both its NICs; an initiator in the other namespace writes 1 MiB x 32
-# batches with --check (every round writes a pattern of its own and reads
-# it back: every byte is compared) while one scenario changes rail 2
-# (all three by default; CTest runs each as a test of its own):
-#   down  its link goes down at the initiator (the route goes), then up;
-#   far   its far end goes down (the initiator's route stays, packets are
-#         lost: the engine finds the dead path by its stall, rail_stall_ms
-#         500), then up;
-#   slow  it is throttled from 3 to 0.2 Gbit/s (below rail_min_share of
-#         rail 1).
-# Every scenario asserts: the run ends with status 0 (and so does the
-# target at the end), no task FAILED, no byte differs, and both rails
-# carried slices before the change (both NICs
-# had bytes in flight at a tick, both links carried >= 1 MiB in a tick).
-# Then:
-#   down  data keeps moving (every 1 s of the outage sees completions);
-#         after link-up rail 2 carries slices again within 2 s (a tick in
-#         which its link carried >= 1 MiB; the issue's bound);
-#   far   a paused rail does not starve transfers: never 3 x rail_stall_ms
-#         without a task completing (the tool's own clock); rail 2 carries
-#         slices again within 2 s of link-up;
-#   slow  within 2 s it gets probe slices only: from then on to the end of
-#         the run it carries at most 5% of the bytes of every 1 s (probes
-#         are one pick in rail_probe_every = 100; its normal share at 0.2
-#         against 1 Gbit/s would be about 17%).
-# Times come from the tool's ticks (every 100 ms: the kernel's byte
-# counters of each link, the NICs' bytes in flight): a tick late can only
-# make a bound fail, never pass.  RAILS_TEST_KEEP=<dir> keeps the runs'
-# output.
-#
-# Needs root, iproute2 and tc with tbf; where namespaces are not allowed
-# the test prints why and exits 77 (SKIP_RETURN_CODE in CMakeLists.txt).
+# Two hosts (scripts/lib/rails_net.sh) joined by two tbf-shaped rails, 1 and
+# 3 Gbit/s; a target engine bound to the slow rail's address serves both
+# its NICs; an initiator writes 1 MiB x 32 batches with --check (every byte
+# read back and compared) while one scenario changes rail 2: down (its link
+# down at the initiator, then up), far (its far end down: packets lost, then
+# up), slow (throttled to 0.2 Gbit/s).  Every scenario asserts status 0, no
+# task FAILED, no byte differing and both rails used before the change;
+# each scenario's own bounds are its check lines below.  Times come from the
+# tool's 100 ms ticks: a late tick can only fail a bound, never pass it.
+# RAILS_TEST_KEEP=<dir> keeps the runs' output.  Needs root, iproute2 and tc
+# with tbf; where namespaces are not allowed it exits 77 (skipped).
 set -u
 
 RAILS_TOOL=${1:?usage: rails_netns_test.sh <path to tent_rails_tool> [down|far|slow|all]}
@@ -132,6 +109,8 @@ scenario_down() {
 }
 
 # ---- 2. the far end down, then up: a paused rail does not starve -----------
+# packets are lost and the route stays: the engine finds the dead path by
+# its stall (rail_stall_ms)
 scenario_far() {
     rails_event_script "$RAILS_WORK/ev_down2.sh" ip -n "$RN_T" link set "${RN_PFX}t2" down
     rails_event_script "$RAILS_WORK/ev_up2.sh" ip -n "$RN_T" link set "${RN_PFX}t2" up
@@ -148,6 +127,8 @@ scenario_far() {
 }
 
 # ---- 3. the fast rail throttled to 0.2 Gbit/s ------------------------------
+# probes are one pick in rail_probe_every = 100; rail 2's normal share at
+# 0.2 against 1 Gbit/s would be about 17%, so <= 5% means probes only
 scenario_slow() {
     rails_event_script "$RAILS_WORK/ev_slow.sh" rails_net_shape 2 200mbit
     run slow 7 "2000=$RAILS_WORK/ev_slow.sh"
