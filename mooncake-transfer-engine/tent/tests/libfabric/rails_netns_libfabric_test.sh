@@ -2,27 +2,16 @@
 # The libfabric transport's rails in network namespaces (issue 44, item 6):
 #   rails_netns_libfabric_test.sh <path to tent_rails_tool>
 #
-# The two hosts of scripts/lib/rails_net.sh (two veth pairs, shaped 1 and
-# 3 Gbit/s); target and initiator run the libfabric transport alone over
-# tcp;ofi_rxm, one rail per veth (max_rails 2: fi_getinfo lists both veths
-# before lo).  The initiator opens its veths in the opposite order
-# (transports/libfabric/domains): each rail must find the target's rail on
-# its own subnet by fabric name, as the NICs of real hosts need not
-# enumerate alike.  The initiator writes 1 MiB x 32 batches with --check (each
-# round writes a pattern of its own and reads it back: every byte is
-# compared) while rail 2's link goes down at the initiator and comes back.
-#
-# The contract (docs/transports/libfabric.md): an operation that fails or
-# does not complete within timeout_ms on a rail pauses that rail and its
-# slice goes to the other rail; a task fails only when no rail takes it,
-# with its cause, and the runtime retries it once against a fresh
-# descriptor.  So the test asserts: the run ends with status 0, no task
-# FAILED but by the dead rail's timeout, no byte differs (but see the
-# known limitation at the byte check), both rails carried bytes before the link went
-# down, data keeps moving while it is down (every 1 s window after the
-# first timeout_ms sees completions), and after link-up rail 2 carries
-# bytes again within REJOIN_MS.  RAILS_TEST_KEEP=<dir> keeps the output.
-#
+# Two veth pairs (scripts/lib/rails_net.sh, shaped 1 and 3 Gbit/s), libfabric
+# alone over tcp;ofi_rxm, one rail per veth, opened in opposite orders by
+# the two ends (transports/libfabric/domains): rails must pair by fabric.
+# The initiator reads, then writes and reads back, 1 MiB x 32 batches with
+# every byte compared while rail 2's link goes down and comes back.
+# Asserted (the contract in docs/transports/libfabric.md): status 0; no task
+# FAILED but by the dead rail's timeout; no byte differs (but see the known
+# limitation at the byte check); both rails carried bytes before the outage;
+# data keeps moving during it; rail 2 carries bytes again within REJOIN_MS
+# of link-up.  RAILS_TEST_KEEP=<dir> keeps the output.
 # Needs root, iproute2 and tc (tbf); else it prints why and exits 77.
 set -u
 
