@@ -52,7 +52,8 @@ struct opts {
     double seconds;
     long iters;
     bool json;
-    bool spin; /* the target polls its CQ instead of sleeping */
+    bool spin;      /* the target polls its CQ instead of sleeping */
+    bool busy_poll; /* the initiator polls with a full window, too */
 };
 
 struct fab {
@@ -403,7 +404,7 @@ static int run_initiator(const struct opts *o, int fd)
             if (!more && inflight == 0)
                 break;
             /* a full window waits in the CQ rather than spinning */
-            int got = cq_poll(&f, inflight == o->window);
+            int got = cq_poll(&f, inflight == o->window && !o->busy_poll);
             inflight -= got;
             ops += (uint64_t)got;
         }
@@ -473,7 +474,10 @@ static void usage(void)
             "         [--size B] [--window W] [--seconds S] [--iters N] "
             "[--json]\n"
             "         [--spin]   (the target polls its CQ; default: it sleeps\n"
-            "                     in the CQ's wait object)\n");
+            "                     in the CQ's wait object)\n"
+            "         [--busy-poll] (the initiator polls its CQ with a full\n"
+            "                     window too, as a caller spinning on status\n"
+            "                     does; default: it waits in the CQ then)\n");
     exit(2);
 }
 
@@ -499,19 +503,12 @@ int main(int argc, char **argv)
                      .window = 32,
                      .seconds = 2,
                      .iters = 10000};
-    static const struct option lo[] = {{"provider", 1, 0, 'p'},
-                                       {"role", 1, 0, 'r'},
-                                       {"host", 1, 0, 'H'},
-                                       {"port", 1, 0, 'P'},
-                                       {"mode", 1, 0, 'm'},
-                                       {"op", 1, 0, 'o'},
-                                       {"size", 1, 0, 's'},
-                                       {"window", 1, 0, 'w'},
-                                       {"seconds", 1, 0, 'd'},
-                                       {"iters", 1, 0, 'n'},
-                                       {"json", 0, 0, 'j'},
-                                       {"spin", 0, 0, 'S'},
-                                       {0, 0, 0, 0}};
+    static const struct option lo[] = {
+        {"provider", 1, 0, 'p'},  {"role", 1, 0, 'r'},   {"host", 1, 0, 'H'},
+        {"port", 1, 0, 'P'},      {"mode", 1, 0, 'm'},   {"op", 1, 0, 'o'},
+        {"size", 1, 0, 's'},      {"window", 1, 0, 'w'}, {"seconds", 1, 0, 'd'},
+        {"iters", 1, 0, 'n'},     {"json", 0, 0, 'j'},   {"spin", 0, 0, 'S'},
+        {"busy-poll", 0, 0, 'B'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -554,6 +551,9 @@ int main(int argc, char **argv)
             break;
         case 'S':
             o.spin = true;
+            break;
+        case 'B':
+            o.busy_poll = true;
             break;
         default:
             usage();
