@@ -50,7 +50,7 @@
 #include <unistd.h>
 
 #define LF_ATTR_ADDR       "libfabric_addr"
-#define LF_ATTR_FABRIC     "libfabric_fabric"
+#define LF_ATTR_FABRICS    "libfabric_fabrics" /* rails' fabrics, "," between */
 #define LF_ATTR_PROV       "libfabric_provider"
 #define LF_ATTR_KEY        "libfabric_key"
 #define LF_ATTR_BASE       "libfabric_base"
@@ -516,13 +516,10 @@ fail:
     return TENT_EVENDOR;
 }
 
-/* Opens a rail per distinct domain of lf->info, in fi_getinfo's order, up
- * to max; the ones that do not open are left out (logged).  TENT_EVENDOR
- * when none opens.  Rails whose FI_MR_VIRT_ADDR differs from the first's
- * are left out: a buffer has one base for all of them. */
 /* Opens the rail of fi_getinfo entry i unless its domain is open already
- * or its FI_MR_VIRT_ADDR differs from the first rail's; *rc keeps the first
- * open failure. */
+ * or its FI_MR_VIRT_ADDR differs from the first rail's (a buffer has one
+ * base for all of them); one that does not open is left out (logged) and
+ * *rc keeps the first such failure. */
 static void rail_add(struct lf_transport *lf, const struct fi_info *i,
                      bool cq_waits, int *rc)
 {
@@ -575,14 +572,16 @@ static void list_domains(const struct fi_info *list, char *buf, size_t len)
 
 /* One rail per distinct domain: those domains names (a comma-separated
  * list) in its order, else fi_getinfo's, up to max.  A named domain the
- * provider does not list is a configuration error. */
+ * provider does not list is a configuration error; TENT_EVENDOR (or the
+ * first open failure) when no rail opens. */
 static int rails_open(struct lf_transport *lf, int max, bool cq_waits,
                       const char *domains)
 {
     int rc = TENT_EVENDOR;
     if (domains && *domains) {
         for (const char *d = domains; *d && lf->nrails < max;) {
-            size_t n = strcspn(d, ",");
+            d += strspn(d, " \t");
+            size_t n = strcspn(d, ", \t");
             const struct fi_info *i = info_of(lf->info, d, n);
             if (!i && n) {
                 char have[256];
@@ -595,7 +594,9 @@ static int rails_open(struct lf_transport *lf, int max, bool cq_waits,
             }
             if (i)
                 rail_add(lf, i, cq_waits, &rc);
-            d += n + (d[n] == ',');
+            d += n;
+            d += strspn(d, " \t");
+            d += *d == ',';
         }
     } else {
         for (const struct fi_info *i = lf->info; i && lf->nrails < max;
@@ -1541,23 +1542,42 @@ static void lf_free_state(struct lf_transport *lf)
 
 static void rail_attr(char *key, size_t len, const char *attr, int k);
 
-/* Publishes (or, publish false, removes) every rail's address and fabric
- * and the provider's name. */
+/* The rails' fabric names, "," between; "" when they do not fit (the
+ * peers then pair rails in order). */
+static void fabrics_attr(const struct lf_transport *lf, char *buf, size_t len)
+{
+    size_t at = 0;
+    for (int k = 0; k < lf->nrails; k++) {
+        int w = snprintf(buf + at, len - at, "%s%s", k ? "," : "",
+                         lf->rails[k].net);
+        if (w < 0 || (size_t)w >= len - at || strchr(lf->rails[k].net, ',')) {
+            buf[0] = '\0';
+            return;
+        }
+        at += (size_t)w;
+    }
+}
+
+/* Publishes (or, publish false, removes) every rail's address, their
+ * fabrics and the provider's name. */
 static int publish_rails(struct tent_transport *t, bool publish)
 {
     struct lf_transport *lf = lf_of(t);
+    char fabrics[256];
+    fabrics_attr(lf, fabrics, sizeof(fabrics));
     int rc = t->env->publish_attr(t->env->ctx, LF_ATTR_PROV,
                                   publish ? lf->provider : NULL);
+    int f = t->env->publish_attr(t->env->ctx, LF_ATTR_FABRICS,
+                                 publish ? fabrics : NULL);
+    if (!rc)
+        rc = f;
     for (int k = 0; k < lf->nrails && (!rc || !publish); k++) {
-        char key[32], fkey[32];
+        char key[32];
         rail_attr(key, sizeof(key), LF_ATTR_ADDR, k);
-        rail_attr(fkey, sizeof(fkey), LF_ATTR_FABRIC, k);
         int r = t->env->publish_attr(t->env->ctx, key,
                                      publish ? lf->rails[k].addr_hex : NULL);
-        int f = t->env->publish_attr(t->env->ctx, fkey,
-                                     publish ? lf->rails[k].net : NULL);
         if (!rc)
-            rc = r ? r : f;
+            rc = r;
     }
     if (rc && publish)
         publish_rails(t, false);
@@ -1853,25 +1873,28 @@ static int peer_rails(struct tent_transport *t, const struct tent_seg_view *seg,
                       char (*addr)[2 * LF_MAX_ADDR + 1], char (*fabric)[64])
 {
     struct lf_transport *lf = lf_of(t);
+    char names[256] = "";
+    if (seg->local)
+        fabrics_attr(lf, names, sizeof(names));
+    else if (!t->env->seg_attr(t->env->ctx, seg, LF_ATTR_FABRICS, names,
+                               sizeof(names)))
+        names[0] = '\0';
+    const char *nm = names;
     int n = 0;
     for (; n < LF_MAX_RAILS; n++) {
         char key[32];
-        if (seg->local) {
-            if (n == lf->nrails)
-                break;
-            snprintf(addr[n], sizeof(addr[n]), "%s", lf->rails[n].addr_hex);
-            snprintf(fabric[n], sizeof(fabric[n]), "%s", lf->rails[n].net);
-            continue;
-        }
         rail_attr(key, sizeof(key), LF_ATTR_ADDR, n);
-        if (!t->env->seg_attr(t->env->ctx, seg, key, addr[n],
-                              sizeof(addr[n])) ||
-            !*addr[n])
+        if (seg->local && n < lf->nrails)
+            snprintf(addr[n], sizeof(addr[n]), "%s", lf->rails[n].addr_hex);
+        else if (seg->local ||
+                 !t->env->seg_attr(t->env->ctx, seg, key, addr[n],
+                                   sizeof(addr[n])) ||
+                 !*addr[n])
             break;
-        rail_attr(key, sizeof(key), LF_ATTR_FABRIC, n);
-        if (!t->env->seg_attr(t->env->ctx, seg, key, fabric[n],
-                              sizeof(fabric[n])))
-            fabric[n][0] = '\0';
+        /* rail n's fabric: the nth name of the list */
+        size_t len = strcspn(nm, ",");
+        snprintf(fabric[n], sizeof(fabric[n]), "%.*s", (int)len, nm);
+        nm += len + (nm[len] == ',');
     }
     return n;
 }
