@@ -962,7 +962,7 @@ static int post_slice_locked(struct lf_transport *lf, struct lf_task *task,
             return -2;
     }
     struct lf_av_ent *ent = p->ents[k];
-    int li = ent->rail; /* the local rail, and the peer's of that index */
+    int li = ent->rail; /* the local rail (paired by libfabric_pair.c) */
     struct lf_rail *r = &lf->rails[li];
     if (av_refresh_locked(lf, ent)) {
         if (p->rs)
