@@ -1547,6 +1547,7 @@ static void rail_attr(char *key, size_t len, const char *attr, int k);
 static void fabrics_attr(const struct lf_transport *lf, char *buf, size_t len)
 {
     size_t at = 0;
+    buf[0] = '\0';
     for (int k = 0; k < lf->nrails; k++) {
         int w = snprintf(buf + at, len - at, "%s%s", k ? "," : "",
                          lf->rails[k].net);
