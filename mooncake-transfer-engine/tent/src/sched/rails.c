@@ -643,6 +643,11 @@ void tent_rail_release(struct tent_railset *rs, int i, uint64_t bytes,
     pthread_mutex_lock(&rs->lock);
     struct rail_state *x = &rs->rails[i];
     count_locked(rs, x, bytes, false, tk, now);
+    /* a probe that never went out tested nothing: paused as before, its
+     * back-off spent, so the next pick probes again (else the rail would
+     * stay probing with nothing in flight, never picked again) */
+    if (x->state == RAIL_PROBING)
+        x->state = RAIL_PAUSED;
     pthread_mutex_unlock(&rs->lock);
 }
 

@@ -151,7 +151,8 @@ void tent_rail_complete(struct tent_railset *rs, int i, uint64_t bytes,
  * complete it). */
 void tent_rail_fail(struct tent_railset *rs, int i, uint64_t bytes,
                     const struct tent_rail_ticket *tk);
-/* It leaves rail i without an outcome (moved to another rail unsent). */
+/* It leaves rail i without an outcome (moved to another rail unsent); a
+ * probe left so is taken again by the next pick. */
 void tent_rail_release(struct tent_railset *rs, int i, uint64_t bytes,
                        const struct tent_rail_ticket *tk);
 /* Whether rail i takes slices now (not paused). */

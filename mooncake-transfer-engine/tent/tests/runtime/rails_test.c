@@ -263,6 +263,46 @@ static void test_pause_probe_and_back_off(void **state)
     tent_sched_free(s);
 }
 
+static uint64_t g_clock;
+static uint64_t test_clock(void)
+{
+    return g_clock;
+}
+
+static int real_clock(void **state)
+{
+    (void)state;
+    tent_sched_use_clock(NULL);
+    return 0;
+}
+
+/* A probe that was never posted (the transport released its pick: the
+ * provider said FI_EAGAIN) tested nothing: the rail is probed again at
+ * the next pick, not left probing forever with nothing in flight. */
+static void test_released_probe_probes_again(void **state)
+{
+    (void)state;
+    g_clock = 1000000000ull;
+    tent_sched_use_clock(test_clock);
+    struct tent_sched *s = tent_sched_new();
+    struct tent_sched_params p = params();
+    p.probe_every = 0;
+    p.backoff_min_ms = 30;
+    p.backoff_max_ms = 200;
+    struct tent_railset *rs = two_rails(s, &p, 1 * GB, 1 * GB);
+    struct tent_rail_ticket tk;
+    assert_int_equal(tent_rail_pick(rs, 4096, false, 1u << 1, &tk), 0);
+    tent_rail_fail(rs, 0, 4096, NULL);
+    g_clock += 40000000ull; /* past the 30 ms back-off */
+    assert_int_equal(tent_rail_pick(rs, 4096, false, 0, &tk), 0); /* probe */
+    tent_rail_release(rs, 0, 4096, &tk); /* never posted */
+    assert_int_equal(tent_rail_pick(rs, 4096, false, 0, &tk), 0); /* again */
+    tent_rail_complete(rs, 0, 4096, &tk);
+    assert_true(tent_rail_usable(rs, 0));
+    tent_railset_free(rs);
+    tent_sched_free(s);
+}
+
 /* The estimate is the delivery rate: bytes the rail completed over a
  * slice's life.  Eight slices of 1 MiB picked together and completing
  * 10 ms apart read as 100 MiB/s, not as eight bursts. */
@@ -764,7 +804,6 @@ static void test_yield_pace(void **state)
     assert_true(tent_rail_yield_pace(rs, 0, false) == 0);
     tent_railset_free(rs);
     tent_sched_free(s);
-    tent_sched_use_clock(NULL);
 }
 
 /* Out-of-range keys are refused naming the key. */
@@ -831,6 +870,8 @@ int main(void)
         cmocka_unit_test(test_slow_rail_gets_probes_only),
         cmocka_unit_test(test_small_slices_do_not_probe),
         cmocka_unit_test(test_pause_probe_and_back_off),
+        cmocka_unit_test_teardown(test_released_probe_probes_again,
+                                  real_clock),
         cmocka_unit_test(test_delivery_rate),
         cmocka_unit_test(test_small_slices_keep_the_estimate),
         cmocka_unit_test(test_sample_min_learns_from_small_bulk),
