@@ -208,13 +208,10 @@ static void test_small_slices_do_not_probe(void **state)
     tent_sched_free(s);
 }
 
-/* A failed rail is paused: picks avoid it; when its back-off runs out the
- * next pick probes it; a probe that fails doubles the back-off, one that
- * completes brings the rail back. */
-static void test_pause_probe_and_back_off(void **state)
+/* Two equal rails with a 30..200 ms back-off, rail 0 failed once (now,
+ * by the scheduler's clock): paused for 30 ms. */
+static struct tent_railset *rail0_paused(struct tent_sched *s)
 {
-    (void)state;
-    struct tent_sched *s = tent_sched_new();
     struct tent_sched_params p = params();
     p.probe_every = 0;
     p.backoff_min_ms = 30;
@@ -223,6 +220,18 @@ static void test_pause_probe_and_back_off(void **state)
     struct tent_rail_ticket tk;
     assert_int_equal(tent_rail_pick(rs, 4096, false, 1u << 1, &tk), 0);
     tent_rail_fail(rs, 0, 4096, NULL);
+    return rs;
+}
+
+/* A failed rail is paused: picks avoid it; when its back-off runs out the
+ * next pick probes it; a probe that fails doubles the back-off, one that
+ * completes brings the rail back. */
+static void test_pause_probe_and_back_off(void **state)
+{
+    (void)state;
+    struct tent_sched *s = tent_sched_new();
+    struct tent_railset *rs = rail0_paused(s);
+    struct tent_rail_ticket tk;
     assert_false(tent_rail_usable(rs, 0));
     uint64_t t0 = tent_now_ns();
     for (int i = 0; i < 50; i++) {
@@ -285,14 +294,8 @@ static void test_released_probe_probes_again(void **state)
     g_clock = 1000000000ull;
     tent_sched_use_clock(test_clock);
     struct tent_sched *s = tent_sched_new();
-    struct tent_sched_params p = params();
-    p.probe_every = 0;
-    p.backoff_min_ms = 30;
-    p.backoff_max_ms = 200;
-    struct tent_railset *rs = two_rails(s, &p, 1 * GB, 1 * GB);
+    struct tent_railset *rs = rail0_paused(s);
     struct tent_rail_ticket tk;
-    assert_int_equal(tent_rail_pick(rs, 4096, false, 1u << 1, &tk), 0);
-    tent_rail_fail(rs, 0, 4096, NULL);
     g_clock += 40000000ull; /* past the 30 ms back-off */
     assert_int_equal(tent_rail_pick(rs, 4096, false, 0, &tk), 0); /* probe */
     tent_rail_release(rs, 0, 4096, &tk); /* never posted */
