@@ -1,8 +1,9 @@
 /* The shm control page's checks in one process (issue 42, items 1 and 3):
  * a copy must lie inside its entry (no wrap), the entry hands back the
  * range, memfd identity and access key its owner wrote (only that key
- * opens it), and a control socket is only taken for the pid the kernel
- * names behind it. */
+ * opens it), a control socket is only taken for the pid the kernel
+ * names behind it, and the owner's liveness reads true only while its
+ * engine runs. */
 // clang-format off
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,7 +16,9 @@
 #include "tent/transfer_engine.h"
 #include "transport/shm/shm_ctl.h"
 
+#include <signal.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void test_inside(void **state)
@@ -158,6 +161,52 @@ static void test_identify(void **state)
         TENT_ENOTSUP);
 }
 
+/* The owner's liveness as initiators read it: alive while its engine
+ * runs, gone once it is destroyed (the mutex unlocked) or its process is
+ * killed (the kernel marks the mutex's owner dead). */
+static void test_owner_alive(void **state)
+{
+    (void)state;
+    struct shm_ctl_owner o;
+    assert_int_equal(shm_ctl_create(&o, 0x77), 0);
+    char h[64];
+    shm_ctl_handle(&o, h, sizeof(h));
+    struct shm_ctl_view v;
+    assert_int_equal(shm_ctl_attach(&v, (long)getpid(), h, 0x77), 0);
+    assert_true(shm_ctl_owner_alive(&v));
+    shm_ctl_destroy(&o);
+    assert_false(shm_ctl_owner_alive(&v)); /* the view still maps the page */
+    shm_ctl_detach(&v);
+
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        close(fds[0]);
+        struct shm_ctl_owner co;
+        char ch[64] = "";
+        if (shm_ctl_create(&co, 0x78) == 0)
+            shm_ctl_handle(&co, ch, sizeof(ch));
+        ssize_t w = write(fds[1], ch, sizeof(ch));
+        (void)w;
+        for (;;)
+            pause(); /* killed below, holding the page */
+    }
+    close(fds[1]);
+    char ch[64];
+    assert_int_equal(read(fds[0], ch, sizeof(ch)), (ssize_t)sizeof(ch));
+    close(fds[0]);
+    assert_true(ch[0] != '\0');
+    assert_int_equal(shm_ctl_attach(&v, (long)child, ch, 0x78), 0);
+    assert_true(shm_ctl_owner_alive(&v));
+    kill(child, SIGKILL);
+    int st;
+    assert_int_equal(waitpid(child, &st, 0), child);
+    assert_false(shm_ctl_owner_alive(&v));
+    shm_ctl_detach(&v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -165,6 +214,7 @@ int main(void)
         cmocka_unit_test(test_entry_round_trip),
         cmocka_unit_test(test_entry_key),
         cmocka_unit_test(test_identify),
+        cmocka_unit_test(test_owner_alive),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -55,10 +56,13 @@ static socklen_t sock_addr(struct sockaddr_un *sa, const char *name)
 }
 
 /* Accepts and closes: connecting is all a peer needs (the kernel tells it
- * who listens); accepting keeps the backlog from filling. */
+ * who listens); accepting keeps the backlog from filling.  Holds the
+ * page's alive mutex while it runs (shm_ctl_owner_alive). */
 static void *accept_main(void *arg)
 {
     struct shm_ctl_owner *o = arg;
+    o->holds = pthread_mutex_lock(&o->ctl->alive) == 0;
+    sem_post(&o->ready);
     for (;;) {
         struct pollfd pf[2] = {{.fd = o->sock, .events = POLLIN},
                                {.fd = o->stop, .events = POLLIN}};
@@ -70,6 +74,8 @@ static void *accept_main(void *arg)
         while ((c = accept4(o->sock, NULL, NULL, SOCK_CLOEXEC)) >= 0)
             close(c);
     }
+    if (o->holds)
+        pthread_mutex_unlock(&o->ctl->alive);
     return NULL;
 }
 
@@ -82,6 +88,9 @@ static void sock_close(struct shm_ctl_owner *o)
         pthread_join(o->th, NULL);
         o->thread = false;
     }
+    if (o->sem)
+        sem_destroy(&o->ready);
+    o->sem = false;
     if (o->sock >= 0)
         close(o->sock);
     if (o->stop >= 0)
@@ -105,11 +114,18 @@ static int sock_open(struct shm_ctl_owner *o, uint64_t incarnation)
                             "shm: cannot listen on the control socket "
                             "'@%s': %s",
                             o->sock_name, strerror(errno));
-    else if (pthread_create(&o->th, NULL, accept_main, o) != 0)
+    else if (!(o->sem = sem_init(&o->ready, 0, 0) == 0) ||
+             pthread_create(&o->th, NULL, accept_main, o) != 0)
         rc = tent_set_error(TENT_ENOMEM,
                             "shm: cannot start the control socket's thread");
-    else
+    else {
         o->thread = true;
+        while (sem_wait(&o->ready) != 0 && errno == EINTR)
+            ;
+        if (!o->holds)
+            rc = tent_set_error(TENT_EIO, "shm: cannot lock the control "
+                                          "page's liveness mutex");
+    }
     if (rc)
         sock_close(o);
     return rc;
@@ -127,10 +143,9 @@ int shm_ctl_create(struct shm_ctl_owner *o, uint64_t incarnation)
                               "%s",
                               strerror(errno));
     struct stat st;
-    struct flock lk = {.l_type = F_RDLCK, .l_whence = SEEK_SET};
     int rc = TENT_OK;
     if (ftruncate(fd, (off_t)sizeof(struct shm_ctl)) != 0 ||
-        fstat(fd, &st) != 0 || fcntl(fd, F_SETLK, &lk) != 0)
+        fstat(fd, &st) != 0)
         rc = tent_set_error(TENT_ENOMEM,
                             "shm: cannot set up the control page: %s",
                             strerror(errno));
@@ -146,6 +161,12 @@ int shm_ctl_create(struct shm_ctl_owner *o, uint64_t incarnation)
         return rc;
     }
     struct shm_ctl *c = p;
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&c->alive, &ma);
+    pthread_mutexattr_destroy(&ma);
     c->version = SHM_CTL_VERSION;
     c->incarnation = incarnation;
     c->nregs = SHM_CTL_REGS;
@@ -461,6 +482,22 @@ int shm_ctl_begin(struct shm_ctl_view *v, uint32_t idx, uint64_t gen,
                               "valid range",
                               idx, v->pid);
     return TENT_OK;
+}
+
+/* glibc keeps a mutex's futex word first (__data.__lock): the word the
+ * kernel's robust-list walk marks at the holder's exit. */
+#ifndef __GLIBC__
+#error "shm_ctl_owner_alive reads glibc's pthread_mutex_t futex word"
+#endif
+_Static_assert(offsetof(pthread_mutex_t, __data.__lock) == 0,
+               "glibc's mutex word comes first");
+
+bool shm_ctl_owner_alive(const struct shm_ctl_view *v)
+{
+    atomic_thread_fence(memory_order_seq_cst); /* after the copies */
+    unsigned w = (unsigned)__atomic_load_n(&v->ctl->alive.__data.__lock,
+                                           __ATOMIC_ACQUIRE);
+    return (w & FUTEX_TID_MASK) != 0 && !(w & FUTEX_OWNER_DIED);
 }
 
 bool shm_ctl_key_ok(const struct shm_ctl_entry *e, const uint8_t *key)

@@ -18,13 +18,14 @@
 #define TENT_TRANSPORT_SHM_CTL_H
 
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define SHM_CTL_MAGIC   0x315443204d485354ull /* "TSHM CT1" */
-#define SHM_CTL_VERSION 4
+#define SHM_CTL_VERSION 5
 #define SHM_CTL_REGS    4096
 #define SHM_CTL_PEERS   256
 
@@ -57,6 +58,9 @@ struct shm_ctl {
     uint64_t incarnation; /* the owner engine's (transport.h) */
     struct shm_ctl_reg regs[SHM_CTL_REGS];
     struct shm_ctl_slot slots[SHM_CTL_PEERS];
+    /* Robust and process-shared, held by the owner's control thread for
+     * the engine's life: its word reads as the owner's liveness. */
+    pthread_mutex_t alive;
 };
 
 /* ---- the owner's side --------------------------------------------------- */
@@ -67,17 +71,20 @@ struct shm_ctl_owner {
     unsigned long long ino;
     int sock;    /* the listening control socket, or -1 */
     int stop;    /* eventfd that stops its accept thread */
-    bool thread; /* the accept thread runs */
+    bool thread; /* the accept thread runs (and holds ctl->alive) */
+    sem_t ready; /* posted once the thread tried to lock ctl->alive */
+    bool sem;    /* ready is initialised */
+    bool holds;  /* it holds ctl->alive */
     pthread_t th;
     char sock_name[64];             /* its abstract name, without the NUL */
     uint64_t next_gen;              /* the next odd generation */
     uint8_t used[SHM_CTL_REGS / 8]; /* entries in use */
 };
 
-/* Creates the page (memfd, mapped, read-locked for as long as it lives:
- * peers' liveness checks look for that lock) and the control socket, whose
- * thread only accepts and closes: a peer learns who listens from the
- * kernel on connect.  0 or a TENT_E* code. */
+/* Creates the page (memfd, mapped) and the control socket, whose thread
+ * only accepts and closes (a peer learns who listens from the kernel on
+ * connect) and holds the page's alive mutex until shm_ctl_destroy.  0 or a
+ * TENT_E* code. */
 int shm_ctl_create(struct shm_ctl_owner *o, uint64_t incarnation);
 void shm_ctl_destroy(struct shm_ctl_owner *o);
 /* "memfd:<fd>:<inode>": what the segment attribute "shm_ctl" carries. */
@@ -157,6 +164,11 @@ bool shm_ctl_key_ok(const struct shm_ctl_entry *e, const uint8_t *key);
 /* Ends the copy; false when the owner gave up waiting for it (it revoked
  * the range while this copy stalled): the copy must be reported FAILED. */
 bool shm_ctl_end(struct shm_ctl_view *v);
+/* Whether the page's owner engine still runs, without a system call: the
+ * kernel marks its alive mutex's word FUTEX_OWNER_DIED when the thread
+ * holding it ends (its process exits, is killed or execs), and a destroyed
+ * engine leaves it unlocked.  Ordered after the caller's earlier copies. */
+bool shm_ctl_owner_alive(const struct shm_ctl_view *v);
 
 /* "<idx>:<gen>" of attribute "shm_reg"; 0 or TENT_EPROTO. */
 int shm_ctl_parse_reg(const char *s, uint32_t *idx, uint64_t *gen);

@@ -8,9 +8,9 @@
  * (shm_ctl.h), every copy must lie inside the entry its owner wrote, and a
  * memfd is mapped only when it is the entry's inode; mappings are cached in
  * the peer handle.  Copies run in submit; a copy is COMPLETED once a check
- * that began after it found the owner still holding the memory (one F_GETLK
- * per mapping and status round), and a failed check is sticky.  The whole
- * design: docs/transports/shm.md. */
+ * that began after it found the owner engine still running (its control
+ * page's robust mutex, read without a system call), and a failed check is
+ * sticky.  The whole design: docs/transports/shm.md. */
 #include "common/clock.h"
 #include "common/compiler.h"
 #include "common/config.h"
@@ -48,7 +48,6 @@ struct shm_check {
 /* A peer process we copy to/from. */
 struct shm_proc {
     long pid;
-    int pidfd;            /* -1 when the kernel has no pidfd_open */
     struct shm_check chk; /* cma copies */
     /* Its control page (shm_ctl.h), mapped on first use. */
     struct shm_ctl_view ctl;
@@ -290,7 +289,6 @@ static int shm_peer_open(struct tent_transport *t,
     sp->base.incarnation = incarnation;
     sp->pid = pid;
     sp->proc.pid = pid;
-    sp->proc.pidfd = -1;
     sp->proc.ctl.fd = -1;
     if (pid >= 0) {
         if (!t->env->seg_attr(t->env->ctx, seg, SHM_CTL_ATTR, sp->ctl_handle,
@@ -304,8 +302,8 @@ static int shm_peer_open(struct tent_transport *t,
     return TENT_OK;
 }
 
-/* peer_close: no copy of the peer awaits its check any more; its mappings,
- * control page and pidfd go. */
+/* peer_close: no copy of the peer awaits its check any more; its mappings
+ * and control page go. */
 static void shm_peer_close(struct tent_transport *base, struct tent_peer *h)
 {
     struct shm_transport *t = shm_of(base);
@@ -316,8 +314,6 @@ static void shm_peer_close(struct tent_transport *base, struct tent_peer *h)
     if (sp->proc.ctl.ctl)
         shm_ctl_detach(&sp->proc.ctl);
     pthread_mutex_unlock(&t->lock);
-    if (sp->proc.pidfd >= 0)
-        close(sp->proc.pidfd);
     free(sp);
 }
 
@@ -486,17 +482,10 @@ static int shm_free_sub(struct tent_transport *t, struct tent_sub_batch *base)
     return TENT_OK;
 }
 
-static bool proc_alive(const struct shm_proc *p)
-{
-    if (p->pidfd < 0)
-        return true; /* no way to tell; the kernel predates pidfd */
-    struct pollfd pf = {.fd = p->pidfd, .events = POLLIN};
-    return poll(&pf, 1, 0) == 0;
-}
-
 /* Does the peer still hold m's memory?  Its read lock on the memfd is
  * still there (an exited process holds no locks, so this also proves it
- * alive); in this process, the owner's fd still names the inode. */
+ * alive); in this process, the owner's fd still names the inode.  Used
+ * when mapping anew, to drop the cached mappings of freed memory. */
 static bool map_held(const struct shm_map *m)
 {
     if (m->fd < 0) {
@@ -689,7 +678,8 @@ static int proc_ctl_locked(struct shm_peer *sp, const char *name)
         int rc = shm_ctl_identify(name, sp->sock_name, sp->pid, &pidfd);
         if (rc)
             return rc;
-        sp->proc.pidfd = pidfd;
+        if (pidfd >= 0)
+            close(pidfd); /* liveness is read from the control page */
         sp->identified = true;
     }
     return shm_ctl_attach(&sp->proc.ctl, sp->pid, sp->ctl_handle,
@@ -932,7 +922,9 @@ static int shm_submit(struct tent_transport *base, struct tent_sub_batch *sbb,
 }
 
 /* Settles a copy awaiting its check: COMPLETED when a check that began
- * after the copy found the peer still holding the memory, else FAILED. */
+ * after the copy found the owner engine still running, else FAILED.  The
+ * owner cannot have freed the memory under a finished copy: freeing
+ * revokes the entry first and waits for copies marked in it. */
 static void task_settle(struct shm_transport *t, struct shm_task *k)
 {
     struct shm_map *m = k->map;
@@ -940,7 +932,7 @@ static void task_settle(struct shm_transport *t, struct shm_task *k)
     bool good = k->gen < atomic_load(&chk->ok_upto);
     if (!good && !atomic_load(&chk->bad)) {
         uint64_t g = atomic_fetch_add(&chk->gen, 1) + 1;
-        good = m ? map_held(m) : proc_alive(k->proc);
+        good = shm_ctl_owner_alive(m ? &m->peer->proc.ctl : &k->proc->ctl);
         if (good) {
             uint64_t cur = atomic_load(&chk->ok_upto);
             while (cur < g &&
@@ -959,12 +951,14 @@ static void task_settle(struct shm_transport *t, struct shm_task *k)
         k->state = TENT_XFER_COMPLETED;
     else if (m)
         task_fail(k, TENT_EPEER, 0,
-                  "shm: pid %ld no longer holds the memory (inode %llu) the "
-                  "copy went to: it was freed or the process exited",
+                  "shm: the engine of pid %ld that holds the memory (inode "
+                  "%llu) the copy went to has ended: the process exited or "
+                  "destroyed it",
                   m->pid, m->ino);
     else
         task_fail(k, TENT_EPEER, ESRCH,
-                  "shm: peer process %ld exited before its copy was confirmed",
+                  "shm: the engine of peer process %ld ended before its copy "
+                  "was confirmed",
                   k->proc->pid);
     task_release(t, k);
 }
