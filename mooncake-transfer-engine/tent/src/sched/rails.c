@@ -33,6 +33,9 @@
  * 0.25) = 1.33, so a rail with a third of the best one's bandwidth is never
  * held out by it. */
 #define SHARE_REJOIN 1.3
+/* An idle rail of the last pick keeps the next slice while its expected
+ * time is within this multiple of the best rail's (tent_rail_pick). */
+#define RAIL_STICKY 1.25
 /* Pacing of the yielding class (tent_rail_yield_pace): it is paced while
  * another class's slice was picked within PACE_HOLD_NS (so a HIGH request
  * now and then finds no queue either), once CAP_MIN_SAMPLES unpaced meter
@@ -101,6 +104,7 @@ struct tent_railset {
     struct tent_slots *slots; /* host-wide slots (the sched's), or NULL */
     bool probe_due; /* the next slice that can measure bandwidth probes */
     unsigned rr;
+    int last; /* the rail of the last pick, -1 before the first */
     uint64_t rng;
     struct rail_state rails[TENT_MAX_RAILS];
 };
@@ -271,6 +275,7 @@ int tent_railset_new(struct tent_sched *s, const struct tent_sched_params *p,
     rs->n = n;
     uint64_t now = rails_clock();
     rs->rng = (uint64_t)(uintptr_t)rs ^ now ^ 0x9e3779b97f4a7c15ull;
+    rs->last = -1;
     for (size_t i = 0; i < n; i++) {
         struct rail_state *x = &rs->rails[i];
         x->r = rails[i];
@@ -513,7 +518,7 @@ int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, bool yields,
     }
     if (pick < 0) {
         double best_bw = best_share_locked(rs, avoid);
-        double best = 0;
+        double best = 0, t_last = -1;
         for (size_t i = 0; i < rs->n; i++) {
             struct rail_state *x = &rs->rails[i];
             if ((avoid & (1u << i)) || x->state != RAIL_UP ||
@@ -523,11 +528,20 @@ int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, bool yields,
             double t =
                 ((double)(ahead_locked(rs, x, yields) + bytes) / x->ewma) *
                 (1.0 + (double)(next_rand(rs) & 0xffff) * 1e-12);
+            if ((int)i == rs->last && x->inflight == 0)
+                t_last = t;
             if (pick < 0 || t < best) {
                 best = t;
                 pick = (int)i;
             }
         }
+        /* A slice that finds the rail of the last pick idle stays there
+         * unless another is clearly faster: requests sent one at a time
+         * gain nothing from alternating over idle rails but more
+         * connections and completion queues to poll on both sides.  A
+         * window in flight makes the rail busy, and slices spread. */
+        if (t_last >= 0 && t_last <= best * RAIL_STICKY)
+            pick = rs->last;
     }
     if (pick < 0 && avoid == 0) {
         /* every rail paused: new work still goes somewhere, to the one
@@ -538,6 +552,7 @@ int tent_rail_pick(struct tent_railset *rs, uint64_t bytes, bool yields,
                 pick = (int)i;
     }
     if (pick >= 0) {
+        rs->last = pick;
         if (!yields) {
             rs->fg_ns = now;
             if (rs->slots) /* the host's clock, whatever rails_clock is */

@@ -1,7 +1,8 @@
 /* The rail scheduler (sched/rails.c) on its own: TENT's slice spraying by
  * least predicted completion time, probes, slow rails kept to probes,
  * paused rails and their back-off, the delivery-rate estimate, and the
- * per-NIC figures of tent_get_nic_load_stats.  No network: rails are
+ * per-NIC figures of tent_get_nic_load_stats, and an idle rail keeping
+ * requests sent one at a time.  No network: rails are
  * descriptions, completions are reported by the test. */
 // clang-format off
 #include <setjmp.h>
@@ -204,6 +205,41 @@ static void test_small_slices_do_not_probe(void **state)
      * those of picks 1100 (rail 1) and 1200 (rail 0) */
     assert_int_equal(first, 0);
     assert_int_equal(big[0], 2);
+    tent_railset_free(rs);
+    tent_sched_free(s);
+}
+
+/* Requests sent one at a time stay on the rail of the last pick while it
+ * is idle and not clearly slower; a window in flight spreads over the
+ * rails, and a rail several times faster takes over at once. */
+static void test_idle_rail_keeps_requests(void **state)
+{
+    (void)state;
+    struct tent_sched *s = tent_sched_new();
+    struct tent_sched_params p = params();
+    p.probe_every = 0;
+    struct tent_railset *rs = two_rails(s, &p, 1 * GB, 1 * GB);
+    struct tent_rail_ticket tk, w[2];
+    int n[2] = {0, 0};
+    for (int i = 0; i < 200; i++) {
+        int r = tent_rail_pick(rs, 4096, false, 0, &tk);
+        n[r]++;
+        tent_rail_complete(rs, r, 4096, &tk);
+    }
+    print_message("    one at a time: %d and %d\n", n[0], n[1]);
+    assert_true(n[0] == 200 || n[1] == 200);
+    int a = tent_rail_pick(rs, 1 << 20, false, 0, &w[0]);
+    int b = tent_rail_pick(rs, 1 << 20, false, 0, &w[1]);
+    assert_int_not_equal(a, b); /* the first is in flight */
+    tent_rail_complete(rs, a, 1 << 20, &w[0]);
+    tent_rail_complete(rs, b, 1 << 20, &w[1]);
+    tent_railset_free(rs);
+
+    rs = two_rails(s, &p, 0.2 * GB, 1 * GB);
+    assert_int_equal(tent_rail_pick(rs, 4096, false, 1u << 1, &tk), 0);
+    tent_rail_complete(rs, 0, 4096, &tk);
+    assert_int_equal(tent_rail_pick(rs, 4096, false, 0, &tk), 1);
+    tent_rail_complete(rs, 1, 4096, &tk);
     tent_railset_free(rs);
     tent_sched_free(s);
 }
@@ -872,6 +908,7 @@ int main(void)
         cmocka_unit_test(test_promotion),
         cmocka_unit_test(test_slow_rail_gets_probes_only),
         cmocka_unit_test(test_small_slices_do_not_probe),
+        cmocka_unit_test(test_idle_rail_keeps_requests),
         cmocka_unit_test(test_pause_probe_and_back_off),
         cmocka_unit_test_teardown(test_released_probe_probes_again,
                                   real_clock),
