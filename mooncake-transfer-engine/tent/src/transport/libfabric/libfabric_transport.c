@@ -81,6 +81,7 @@ struct lf_rail {
     /* FI_RMA_EVENT: counts the peers' RMA this side served (NULL: none) */
     struct fid_cntr *served;
     uint64_t served_seen; /* progress thread only */
+    uint32_t ops_out;     /* our operations on it (lf->lock) */
     bool prov_key, mr_local, mr_endpoint;
     bool loopback; /* the host's loopback: reaches peers on this host only */
     uint64_t max_msg;
@@ -211,6 +212,8 @@ struct lf_transport {
     atomic_bool sleeping;       /* the progress thread is in (or near) ppoll */
     atomic_uint kicks;          /* submits that posted or queued work */
     _Atomic uint64_t status_ns; /* when a caller last polled status */
+    atomic_uint busy_rails;     /* bit k: rail k has operations out */
+    _Atomic uint64_t caller_sweep_ns; /* a status poll reads every rail */
     uint64_t promo_ns;
     struct tent_sched_params sp;
 
@@ -816,6 +819,12 @@ static int lf_cause(int err)
     }
 }
 
+static void rail_out_dec_locked(struct lf_transport *lf, int li)
+{
+    if (--lf->rails[li].ops_out == 0)
+        atomic_fetch_and(&lf->busy_rails, ~(1u << li));
+}
+
 static void enqueue_locked(struct lf_transport *lf, struct lf_task *task)
 {
     if (task->queued)
@@ -920,6 +929,7 @@ static void op_done_locked(struct lf_transport *lf, struct lf_op *op,
     struct lf_peer *p = task->peer;
     task->ops_out--;
     op->ent->ops_out--;
+    rail_out_dec_locked(lf, op->ent->rail);
     lf->ops_out--;
     if (!err) {
         if (p->rs)
@@ -1034,6 +1044,8 @@ static int post_slice_locked(struct lf_transport *lf, struct lf_task *task,
     op->avoid = avoid;
     op->posted_ns = tent_now_ns();
     ent->ops_out++;
+    if (r->ops_out++ == 0)
+        atomic_fetch_or(&lf->busy_rails, 1u << li);
     task->ops_out++;
     lf->ops_out++;
     if (fault)
@@ -1128,6 +1140,7 @@ static void expire_locked(struct lf_transport *lf, uint64_t now)
             tent_rail_fail(task->peer->rs, op->rail, op->len, &op->tk);
         op->abandoned = true;
         op->ent->ops_out--;
+        rail_out_dec_locked(lf, op->ent->rail);
         op->ent->stale = true;
         op->ent = NULL;
         lf->abandoned++;
@@ -1237,14 +1250,17 @@ static int rail_poll(struct lf_transport *lf, struct lf_rail *r, bool block)
     return 0;
 }
 
-/* Every rail's CQ, once. */
-static int lf_poll(struct lf_transport *lf, bool block)
+/* The CQs of the rails in mask (bit k: rail k), once each. */
+static int lf_poll_rails(struct lf_transport *lf, bool block, unsigned mask)
 {
     int n = 0;
     for (int k = 0; k < lf->nrails; k++)
-        n += rail_poll(lf, &lf->rails[k], block);
+        if (mask >> k & 1)
+            n += rail_poll(lf, &lf->rails[k], block);
     return n;
 }
+
+#define LF_ALL_RAILS ((1u << LF_MAX_RAILS) - 1)
 
 /* fi_trywait(3) on rail r's CQ, under its lock. */
 static int rail_trywait(struct lf_rail *r)
@@ -1259,29 +1275,38 @@ static int rail_trywait(struct lf_rail *r)
 /* A target has no completions of its own: these two tell its progress
  * thread that a peer's RMA reached it.  A rail without an FI_RMA_EVENT
  * counter but with a wait fd (tcp;ofi_rxm) says so by the fd, readable
- * before the CQ read while a peer's bytes wait in a socket. */
-static bool lf_peer_bytes_waiting(struct lf_transport *lf)
+ * before the CQ read while a peer's bytes wait in a socket: one poll over
+ * those fds returns the rails (bit k: rail k) with bytes waiting. */
+static unsigned lf_peer_bytes_waiting(struct lf_transport *lf)
 {
-    bool any = false;
+    struct pollfd p[LF_MAX_RAILS];
+    int rail[LF_MAX_RAILS], n = 0;
     for (int k = 0; k < lf->nrails && lf->fds_wait; k++) {
         struct lf_rail *r = &lf->rails[k];
         if (!r->served && r->wait_fd >= 0) {
-            struct pollfd p = {.fd = r->wait_fd, .events = POLLIN};
-            any |= poll(&p, 1, 0) > 0;
+            p[n] = (struct pollfd){.fd = r->wait_fd, .events = POLLIN};
+            rail[n++] = k;
         }
     }
-    return any;
+    unsigned mask = 0;
+    if (n > 0 && poll(p, (nfds_t)n, 0) > 0)
+        for (int i = 0; i < n; i++)
+            if (p[i].revents)
+                mask |= 1u << rail[i];
+    return mask;
 }
 
 /* After the CQ read that served it: a rail with an FI_RMA_EVENT counter
- * (shm) says so by the counter; one with a wait fd by fi_trywait(3),
- * which re-arms the fd's signal (it stays readable until then) and
- * answers -FI_EAGAIN while something is left to serve. */
-static bool lf_peer_served(struct lf_transport *lf)
+ * (shm) says so by the counter; one with a wait fd (of those in mask) by
+ * fi_trywait(3), which re-arms the fd's signal (it stays readable until
+ * then) and answers -FI_EAGAIN while something is left to serve. */
+static bool lf_peer_served(struct lf_transport *lf, unsigned mask)
 {
     bool any = false;
     for (int k = 0; k < lf->nrails; k++) {
         struct lf_rail *r = &lf->rails[k];
+        if (!r->served && !(mask >> k & 1))
+            continue;
         if (r->served) {
             uint64_t v = fi_cntr_read(r->served);
             any |= v != r->served_seen;
@@ -1361,10 +1386,12 @@ static void spin_over(struct lf_spin *sp, uint64_t now)
     sp->end = 0;
 }
 
-#define LF_PAUSE_MIN_NS  2000L
-#define LF_PAUSE_BUSY_NS 50000L
-#define LF_WAIT_BUSY_NS  1000000L
-#define LF_WARM_NS       50000000UL
+#define LF_PAUSE_MIN_NS    2000L
+#define LF_PAUSE_BUSY_NS   50000L
+#define LF_WAIT_BUSY_NS    1000000L
+#define LF_WARM_NS         50000000UL
+#define LF_SWEEP_NS        50000UL
+#define LF_CALLER_SWEEP_NS 20000UL
 /* The progress thread.  After activity (a completion, a submit, a wait fd
  * that fired, a peer's RMA seen) it polls the CQs for spin_ns;
  * while a caller polls status it neither reads the CQs nor spins.  Then it
@@ -1388,7 +1415,7 @@ static void *progress_main(void *arg)
             pfd[nfd++] =
                 (struct pollfd){.fd = lf->rails[k].wait_fd, .events = POLLIN};
     struct lf_spin sp = {0};
-    uint64_t warm_until = 0;
+    uint64_t warm_until = 0, next_sweep = 0;
     long pause = LF_PAUSE_MIN_NS;
     int again = 0; /* fi_trywait's -FI_EAGAIN in a row */
     unsigned seen = atomic_load(&lf->kicks);
@@ -1416,9 +1443,21 @@ static void *progress_main(void *arg)
         bool caller = caller_polls(lf, tent_now_ns());
         bool act = false;
         if (!caller) {
-            act = lf_peer_bytes_waiting(lf);
-            act |= lf_poll(lf, true) > 0;
-            act |= lf_peer_served(lf) || kicks != seen;
+            /* Where every rail's wait fd sees a peer's traffic, a pass
+             * reads only the CQs of rails with bytes waiting: a serving
+             * target then makes one system call per idle pass rather than
+             * two or three per rail.  Every CQ is read while operations
+             * of ours are out and at least every LF_SWEEP_NS (rxm moves
+             * deferred work and connection set-up only inside a read). */
+            unsigned waiting = lf_peer_bytes_waiting(lf);
+            unsigned mask = waiting;
+            if (!lf->fds_wait || busy || now >= next_sweep) {
+                mask = LF_ALL_RAILS;
+                next_sweep = now + LF_SWEEP_NS;
+            }
+            act = waiting != 0;
+            act |= lf_poll_rails(lf, true, mask) > 0;
+            act |= lf_peer_served(lf, mask) || kicks != seen;
         }
         seen = kicks;
         now = tent_now_ns();
@@ -2215,8 +2254,19 @@ static int lf_status(struct tent_transport *t, struct tent_sub_batch *sb,
         return tent_set_error(TENT_EINVAL, "libfabric: slot %u out of range",
                               slot);
     /* The caller's poll drives progress too (no thread hand-off). */
-    atomic_store_explicit(&lf->status_ns, tent_now_ns(), memory_order_relaxed);
-    lf_poll(lf, false);
+    uint64_t now = tent_now_ns();
+    atomic_store_explicit(&lf->status_ns, now, memory_order_relaxed);
+    /* The rails our operations are on; all of them (the peers' RMA on
+     * ours needs the reads while the progress thread stays out) every
+     * LF_CALLER_SWEEP_NS. */
+    unsigned mask = atomic_load(&lf->busy_rails);
+    if (now >=
+        atomic_load_explicit(&lf->caller_sweep_ns, memory_order_relaxed)) {
+        mask = LF_ALL_RAILS;
+        atomic_store_explicit(&lf->caller_sweep_ns, now + LF_CALLER_SWEEP_NS,
+                              memory_order_relaxed);
+    }
+    lf_poll_rails(lf, false, mask);
     pthread_mutex_lock(&lf->lock);
     struct lf_task *task = &s->tasks[slot];
     memset(out, 0, sizeof(*out));
