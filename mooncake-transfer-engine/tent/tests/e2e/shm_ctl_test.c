@@ -18,6 +18,7 @@
 
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -183,6 +184,8 @@ static void test_owner_alive(void **state)
     pid_t child = fork();
     assert_true(child >= 0);
     if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives a failed test */
+        alarm(60);
         close(fds[0]);
         struct shm_ctl_owner co;
         char ch[64] = "";
@@ -194,15 +197,18 @@ static void test_owner_alive(void **state)
             pause(); /* killed below, holding the page */
     }
     close(fds[1]);
-    char ch[64];
-    assert_int_equal(read(fds[0], ch, sizeof(ch)), (ssize_t)sizeof(ch));
+    char ch[64] = "";
+    ssize_t got = read(fds[0], ch, sizeof(ch));
     close(fds[0]);
-    assert_true(ch[0] != '\0');
-    assert_int_equal(shm_ctl_attach(&v, (long)child, ch, 0x78), 0);
-    assert_true(shm_ctl_owner_alive(&v));
-    kill(child, SIGKILL);
+    int arc = got == (ssize_t)sizeof(ch) && ch[0]
+                  ? shm_ctl_attach(&v, (long)child, ch, 0x78)
+                  : -1;
+    bool before = arc == 0 && shm_ctl_owner_alive(&v);
+    kill(child, SIGKILL); /* before any assertion can end the test */
     int st;
     assert_int_equal(waitpid(child, &st, 0), child);
+    assert_int_equal(arc, 0);
+    assert_true(before);
     assert_false(shm_ctl_owner_alive(&v));
     shm_ctl_detach(&v);
 }

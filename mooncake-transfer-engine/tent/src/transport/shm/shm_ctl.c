@@ -32,6 +32,16 @@
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
 #endif
+/* glibc keeps a mutex's futex word first (__data.__lock): the word the
+ * kernel's robust-list walk marks at the holder's exit. */
+#ifndef __GLIBC__
+#error "shm_ctl_owner_alive reads glibc's pthread_mutex_t futex word"
+#endif
+_Static_assert(offsetof(pthread_mutex_t, __data.__lock) == 0,
+               "glibc's mutex word comes first");
+#define ALIVE_LEN 4096
+_Static_assert(sizeof(struct shm_ctl_alive) <= ALIVE_LEN,
+               "the liveness mutex fits its page");
 
 _Static_assert(sizeof(((struct shm_ctl_entry *)0)->key) == TENT_BUF_KEY_LEN &&
                    sizeof(((struct shm_ctl_reg *)0)->key) == TENT_BUF_KEY_LEN,
@@ -57,30 +67,48 @@ static socklen_t sock_addr(struct sockaddr_un *sa, const char *name)
 
 /* Accepts and closes: connecting is all a peer needs (the kernel tells it
  * who listens); accepting keeps the backlog from filling.  Holds the
- * page's alive mutex while it runs (shm_ctl_owner_alive). */
+ * liveness mutex until told to stop (shm_ctl_owner_alive): it must store
+ * this thread's id, which the kernel's robust-list walk looks for. */
 static void *accept_main(void *arg)
 {
     struct shm_ctl_owner *o = arg;
-    o->holds = pthread_mutex_lock(&o->ctl->alive) == 0;
+    pthread_mutex_t *m = &o->alive->mutex;
+    bool held = pthread_mutex_lock(m) == 0;
+    if (held &&
+        ((unsigned)__atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED) &
+         FUTEX_TID_MASK) != (unsigned)syscall(SYS_gettid)) {
+        pthread_mutex_unlock(m);
+        held = false;
+    }
+    o->holds = held;
     sem_post(&o->ready);
+    if (!held)
+        return NULL;
     for (;;) {
         struct pollfd pf[2] = {{.fd = o->sock, .events = POLLIN},
                                {.fd = o->stop, .events = POLLIN}};
-        if (poll(pf, 2, -1) < 0 && errno != EINTR)
-            break;
+        if (poll(pf, 2, -1) < 0) {
+            /* only a stop ends the thread: its end reads as ours */
+            if (errno != EINTR)
+                nanosleep(&(struct timespec){0, 1000000}, NULL);
+            continue;
+        }
         if (pf[1].revents)
             break;
         int c;
         while ((c = accept4(o->sock, NULL, NULL, SOCK_CLOEXEC)) >= 0)
             close(c);
     }
-    if (o->holds)
-        pthread_mutex_unlock(&o->ctl->alive);
+    pthread_mutex_unlock(m);
     return NULL;
 }
 
 static void sock_close(struct shm_ctl_owner *o)
 {
+    /* A forked child that tears down an inherited engine has no such
+     * thread; the eventfd it shares would stop its parent's. */
+    if (o->thread && o->pid != (long)getpid())
+        o->thread = false;
     if (o->thread) {
         uint64_t one = 1;
         ssize_t w = write(o->stop, &one, sizeof(one));
@@ -122,19 +150,59 @@ static int sock_open(struct shm_ctl_owner *o, uint64_t incarnation)
         o->thread = true;
         while (sem_wait(&o->ready) != 0 && errno == EINTR)
             ;
-        if (!o->holds)
-            rc = tent_set_error(TENT_EIO, "shm: cannot lock the control "
-                                          "page's liveness mutex");
+        if (!o->holds) {
+            pthread_join(o->th, NULL);
+            o->thread = false;
+            rc = tent_set_error(TENT_EIO, "shm: the control thread cannot "
+                                          "hold the liveness mutex");
+        }
     }
     if (rc)
         sock_close(o);
     return rc;
 }
 
+/* The liveness memfd: one page holding a robust, process-shared mutex. */
+static int alive_create(struct shm_ctl_owner *o, unsigned long long *ino)
+{
+    int fd = memfd_create("tent-shm-alive", MFD_CLOEXEC);
+    struct stat st;
+    void *p = MAP_FAILED;
+    if (fd >= 0 && ftruncate(fd, ALIVE_LEN) == 0 && fstat(fd, &st) == 0)
+        p = mmap(NULL, ALIVE_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        int err = errno;
+        if (fd >= 0)
+            close(fd);
+        return tent_set_error(TENT_ENOMEM,
+                              "shm: cannot set up the liveness page: %s",
+                              strerror(err));
+    }
+    o->alive = p;
+    o->alive_fd = fd;
+    *ino = (unsigned long long)st.st_ino;
+    pthread_mutexattr_t ma;
+    int e = pthread_mutexattr_init(&ma);
+    if (!e) {
+        e = pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+        if (!e)
+            e = pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
+        if (!e)
+            e = pthread_mutex_init(&o->alive->mutex, &ma);
+        pthread_mutexattr_destroy(&ma);
+    }
+    if (e)
+        return tent_set_error(TENT_ENOTSUP,
+                              "shm: no robust process-shared mutex here "
+                              "(the owner's liveness needs one): %s",
+                              strerror(e));
+    return TENT_OK;
+}
+
 int shm_ctl_create(struct shm_ctl_owner *o, uint64_t incarnation)
 {
     memset(o, 0, sizeof(*o));
-    o->fd = -1;
+    o->fd = o->alive_fd = -1;
     o->sock = o->stop = -1;
     int fd = memfd_create("tent-shm-ctl", MFD_CLOEXEC);
     if (fd < 0)
@@ -161,20 +229,23 @@ int shm_ctl_create(struct shm_ctl_owner *o, uint64_t incarnation)
         return rc;
     }
     struct shm_ctl *c = p;
-    pthread_mutexattr_t ma;
-    pthread_mutexattr_init(&ma);
-    pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
-    pthread_mutex_init(&c->alive, &ma);
-    pthread_mutexattr_destroy(&ma);
+    o->ctl = c;
+    o->fd = fd;
+    o->pid = (long)getpid();
+    unsigned long long alive_ino = 0;
+    rc = alive_create(o, &alive_ino);
+    if (rc) {
+        shm_ctl_destroy(o);
+        return rc;
+    }
+    c->alive_fd = o->alive_fd;
+    c->alive_ino = alive_ino;
     c->version = SHM_CTL_VERSION;
     c->incarnation = incarnation;
     c->nregs = SHM_CTL_REGS;
     c->nslots = SHM_CTL_PEERS;
     atomic_thread_fence(memory_order_seq_cst);
     c->magic = SHM_CTL_MAGIC;
-    o->ctl = c;
-    o->fd = fd;
     o->ino = (unsigned long long)st.st_ino;
     o->next_gen = 1;
     rc = sock_open(o, incarnation);
@@ -190,8 +261,13 @@ void shm_ctl_destroy(struct shm_ctl_owner *o)
         munmap(o->ctl, sizeof(struct shm_ctl));
     if (o->fd >= 0)
         close(o->fd);
+    if (o->alive)
+        munmap(o->alive, ALIVE_LEN);
+    if (o->alive_fd >= 0)
+        close(o->alive_fd);
     o->ctl = NULL;
-    o->fd = -1;
+    o->alive = NULL;
+    o->fd = o->alive_fd = -1;
 }
 
 void shm_ctl_handle(const struct shm_ctl_owner *o, char *buf, size_t len)
@@ -290,7 +366,8 @@ void shm_ctl_free(struct shm_ctl_owner *o, uint32_t idx)
 int shm_ctl_identify(const char *seg, const char *sock_name, long desc_pid,
                      int *pidfd)
 {
-    *pidfd = -1;
+    if (pidfd)
+        *pidfd = -1;
     if (!sock_name || !*sock_name || strlen(sock_name) > 100)
         return tent_set_error(TENT_ENOTSUP,
                               "shm: segment '%s' publishes no control "
@@ -339,20 +416,53 @@ int shm_ctl_identify(const char *seg, const char *sock_name, long desc_pid,
                                     "shm: segment '%s': pid %ld behind its "
                                     "control socket has exited",
                                     seg, (long)cr.pid);
-            else
+            else if (pidfd)
                 pf = (int)syscall(SYS_pidfd_open, (pid_t)cr.pid, 0);
         }
-        *pidfd = pf;
+        if (pidfd)
+            *pidfd = pf;
+        else if (pf >= 0)
+            close(pf);
     }
     close(s);
     return rc;
+}
+
+/* Maps the owner's liveness memfd, which page c names, read-only. */
+static int alive_map(struct shm_ctl_view *v, const struct shm_ctl *c, long pid,
+                     bool self)
+{
+    int fdnum = c->alive_fd;
+    unsigned long long ino = c->alive_ino;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%ld/fd/%d", pid, fdnum);
+    int fd = self ? fdnum : open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    void *p = MAP_FAILED;
+    const char *why = NULL;
+    bool opened = fd >= 0 && fstat(fd, &st) == 0;
+    if (opened &&
+        ((unsigned long long)st.st_ino != ino || st.st_size < ALIVE_LEN))
+        why = "another file";
+    else if (!opened || (p = mmap(NULL, ALIVE_LEN, PROT_READ, MAP_SHARED, fd,
+                                  0)) == MAP_FAILED)
+        why = strerror(errno);
+    if (fd >= 0 && !self)
+        close(fd);
+    if (why)
+        return tent_set_error(TENT_EPEER,
+                              "shm: the liveness page pid %ld names (%s, "
+                              "inode %llu) cannot be mapped: %s",
+                              pid, path, ino, why);
+    v->alive = p;
+    v->alive_len = ALIVE_LEN;
+    return TENT_OK;
 }
 
 int shm_ctl_attach(struct shm_ctl_view *v, long pid, const char *handle,
                    uint64_t incarnation)
 {
     memset(v, 0, sizeof(*v));
-    v->fd = -1;
     bool self = pid == (long)getpid();
     int fdnum;
     unsigned long long ino;
@@ -402,6 +512,11 @@ int shm_ctl_attach(struct shm_ctl_view *v, long pid, const char *handle,
                               pid, (unsigned long long)theirs,
                               (unsigned long long)incarnation);
     }
+    rc = alive_map(v, c, pid, self);
+    if (rc) {
+        munmap(p, sizeof(*c));
+        return rc;
+    }
     int64_t me = (int64_t)getpid();
     struct shm_ctl_slot *got = NULL;
     for (uint32_t s = 0; s < SHM_CTL_PEERS && !got; s++) {
@@ -418,6 +533,8 @@ int shm_ctl_attach(struct shm_ctl_view *v, long pid, const char *handle,
     }
     if (!got) {
         munmap(p, sizeof(*c));
+        munmap((void *)v->alive, v->alive_len);
+        v->alive = NULL;
         return tent_set_error(TENT_ENOTSUP,
                               "shm: all %d peer slots of pid %ld's control "
                               "page are held by live processes",
@@ -439,7 +556,9 @@ void shm_ctl_detach(struct shm_ctl_view *v)
         return;
     atomic_store(&v->slot->pid, 0);
     munmap(v->ctl, sizeof(*v->ctl));
+    munmap((void *)v->alive, v->alive_len);
     v->ctl = NULL;
+    v->alive = NULL;
     v->slot = NULL;
 }
 
@@ -484,18 +603,10 @@ int shm_ctl_begin(struct shm_ctl_view *v, uint32_t idx, uint64_t gen,
     return TENT_OK;
 }
 
-/* glibc keeps a mutex's futex word first (__data.__lock): the word the
- * kernel's robust-list walk marks at the holder's exit. */
-#ifndef __GLIBC__
-#error "shm_ctl_owner_alive reads glibc's pthread_mutex_t futex word"
-#endif
-_Static_assert(offsetof(pthread_mutex_t, __data.__lock) == 0,
-               "glibc's mutex word comes first");
-
 bool shm_ctl_owner_alive(const struct shm_ctl_view *v)
 {
     atomic_thread_fence(memory_order_seq_cst); /* after the copies */
-    unsigned w = (unsigned)__atomic_load_n(&v->ctl->alive.__data.__lock,
+    unsigned w = (unsigned)__atomic_load_n(&v->alive->mutex.__data.__lock,
                                            __ATOMIC_ACQUIRE);
     return (w & FUTEX_TID_MASK) != 0 && !(w & FUTEX_OWNER_DIED);
 }

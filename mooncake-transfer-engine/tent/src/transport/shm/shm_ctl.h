@@ -13,7 +13,9 @@
  * show it (sequentially consistent on both sides).  The owner is the
  * process the kernel names behind its abstract control socket ("shm_sock",
  * SO_PEERCRED), never the descriptor's pid alone.  Everything read from a
- * peer's page is bounds-checked.  More: docs/transports/shm.md. */
+ * peer's page is bounds-checked.  The owner's liveness is a robust mutex in
+ * a second memfd that peers map read-only (the page names it).  More:
+ * docs/transports/shm.md. */
 #ifndef TENT_TRANSPORT_SHM_CTL_H
 #define TENT_TRANSPORT_SHM_CTL_H
 
@@ -58,9 +60,18 @@ struct shm_ctl {
     uint64_t incarnation; /* the owner engine's (transport.h) */
     struct shm_ctl_reg regs[SHM_CTL_REGS];
     struct shm_ctl_slot slots[SHM_CTL_PEERS];
-    /* Robust and process-shared, held by the owner's control thread for
-     * the engine's life: its word reads as the owner's liveness. */
-    pthread_mutex_t alive;
+    /* The owner's memfd holding its liveness mutex (struct shm_ctl_alive):
+     * its fd number in the owner and its inode. */
+    int32_t alive_fd;
+    uint32_t pad2;
+    uint64_t alive_ino;
+};
+
+/* The liveness memfd: a robust, process-shared mutex the owner's control
+ * thread holds for the engine's life.  Peers map it read-only, so none can
+ * forge it or reach the robust-list pointers glibc keeps inside it. */
+struct shm_ctl_alive {
+    pthread_mutex_t mutex;
 };
 
 /* ---- the owner's side --------------------------------------------------- */
@@ -71,20 +82,23 @@ struct shm_ctl_owner {
     unsigned long long ino;
     int sock;    /* the listening control socket, or -1 */
     int stop;    /* eventfd that stops its accept thread */
-    bool thread; /* the accept thread runs (and holds ctl->alive) */
-    sem_t ready; /* posted once the thread tried to lock ctl->alive */
+    bool thread; /* the accept thread runs (and holds alive->mutex) */
+    sem_t ready; /* posted once the thread tried to lock alive->mutex */
     bool sem;    /* ready is initialised */
-    bool holds;  /* it holds ctl->alive */
+    bool holds;  /* it holds alive->mutex */
+    long pid;    /* the creating process: a forked child stops nothing */
+    struct shm_ctl_alive *alive; /* mapped read-write here */
+    int alive_fd;
     pthread_t th;
     char sock_name[64];             /* its abstract name, without the NUL */
     uint64_t next_gen;              /* the next odd generation */
     uint8_t used[SHM_CTL_REGS / 8]; /* entries in use */
 };
 
-/* Creates the page (memfd, mapped) and the control socket, whose thread
- * only accepts and closes (a peer learns who listens from the kernel on
- * connect) and holds the page's alive mutex until shm_ctl_destroy.  0 or a
- * TENT_E* code. */
+/* Creates the page and the liveness memfd (mapped) and the control socket,
+ * whose thread only accepts and closes (a peer learns who listens from the
+ * kernel on connect) and holds the liveness mutex until shm_ctl_destroy.
+ * 0 or a TENT_E* code. */
 int shm_ctl_create(struct shm_ctl_owner *o, uint64_t incarnation);
 void shm_ctl_destroy(struct shm_ctl_owner *o);
 /* "memfd:<fd>:<inode>": what the segment attribute "shm_ctl" carries. */
@@ -111,7 +125,8 @@ void shm_ctl_free(struct shm_ctl_owner *o, uint32_t idx);
 /* A peer's page as an initiator maps it, and the slot it holds there. */
 struct shm_ctl_view {
     struct shm_ctl *ctl;
-    int fd; /* ours, for the peer's liveness (F_GETLK); -1 for this process */
+    const struct shm_ctl_alive *alive; /* mapped read-only */
+    size_t alive_len;
     unsigned long long ino;
     struct shm_ctl_slot *slot;
     long pid;
@@ -122,8 +137,8 @@ struct shm_ctl_view {
  * sock_name and asks the kernel who listens there, which must be a
  * process of our user and desc_pid (TENT_EPERM, TENT_EPEER otherwise,
  * naming seg; TENT_ENOTSUP when nothing answers: another network
- * namespace, or a peer of an older layout).  *pidfd gets a pidfd of it
- * (-1 when the kernel has none). */
+ * namespace, or a peer of an older layout).  *pidfd, unless pidfd is
+ * NULL, gets a pidfd of it (-1 when the kernel has none). */
 int shm_ctl_identify(const char *seg, const char *sock_name, long desc_pid,
                      int *pidfd);
 /* Maps the page published as handle by process pid (from

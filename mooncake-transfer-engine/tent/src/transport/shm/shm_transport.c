@@ -289,7 +289,6 @@ static int shm_peer_open(struct tent_transport *t,
     sp->base.incarnation = incarnation;
     sp->pid = pid;
     sp->proc.pid = pid;
-    sp->proc.ctl.fd = -1;
     if (pid >= 0) {
         if (!t->env->seg_attr(t->env->ctx, seg, SHM_CTL_ATTR, sp->ctl_handle,
                               sizeof(sp->ctl_handle)))
@@ -674,12 +673,9 @@ static int proc_ctl_locked(struct shm_peer *sp, const char *name)
         return tent_set_error(
             TENT_ENOTSUP, "shm: segment '%s' publishes no control page", name);
     if (!sp->identified) {
-        int pidfd;
-        int rc = shm_ctl_identify(name, sp->sock_name, sp->pid, &pidfd);
+        int rc = shm_ctl_identify(name, sp->sock_name, sp->pid, NULL);
         if (rc)
             return rc;
-        if (pidfd >= 0)
-            close(pidfd); /* liveness is read from the control page */
         sp->identified = true;
     }
     return shm_ctl_attach(&sp->proc.ctl, sp->pid, sp->ctl_handle,
@@ -741,6 +737,11 @@ static int run_begin(struct shm_transport *t, const struct tent_xfer *x,
     pthread_mutex_lock(&t->lock);
     struct shm_proc *p = &sp->proc;
     rc = proc_ctl_locked(sp, x->target->name);
+    if (!rc && !shm_ctl_owner_alive(&p->ctl))
+        rc = tent_set_error(TENT_EPEER,
+                            "shm: the engine of pid %ld behind segment '%s' "
+                            "has ended: nothing copied",
+                            sp->pid, x->target->name);
     if (rc) {
         pthread_mutex_unlock(&t->lock);
         return rc;
@@ -956,7 +957,7 @@ static void task_settle(struct shm_transport *t, struct shm_task *k)
                   "destroyed it",
                   m->pid, m->ino);
     else
-        task_fail(k, TENT_EPEER, ESRCH,
+        task_fail(k, TENT_EPEER, 0,
                   "shm: the engine of peer process %ld ended before its copy "
                   "was confirmed",
                   k->proc->pid);
