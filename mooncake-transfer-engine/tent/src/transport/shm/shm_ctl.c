@@ -40,6 +40,12 @@
 _Static_assert(offsetof(pthread_mutex_t, __data.__lock) == 0,
                "glibc's mutex word comes first");
 #define ALIVE_LEN 4096
+
+/* m's futex word, as the kernel's robust-list walk leaves it. */
+static unsigned mutex_word(const pthread_mutex_t *m)
+{
+    return (unsigned)__atomic_load_n(&m->__data.__lock, __ATOMIC_ACQUIRE);
+}
 _Static_assert(sizeof(struct shm_ctl_alive) <= ALIVE_LEN,
                "the liveness mutex fits its page");
 
@@ -75,8 +81,7 @@ static void *accept_main(void *arg)
     pthread_mutex_t *m = &o->alive->mutex;
     bool held = pthread_mutex_lock(m) == 0;
     if (held &&
-        ((unsigned)__atomic_load_n(&m->__data.__lock, __ATOMIC_RELAXED) &
-         FUTEX_TID_MASK) != (unsigned)syscall(SYS_gettid)) {
+        (mutex_word(m) & FUTEX_TID_MASK) != (unsigned)syscall(SYS_gettid)) {
         pthread_mutex_unlock(m);
         held = false;
     }
@@ -455,7 +460,6 @@ static int alive_map(struct shm_ctl_view *v, const struct shm_ctl *c, long pid,
                               "inode %llu) cannot be mapped: %s",
                               pid, path, ino, why);
     v->alive = p;
-    v->alive_len = ALIVE_LEN;
     return TENT_OK;
 }
 
@@ -533,7 +537,7 @@ int shm_ctl_attach(struct shm_ctl_view *v, long pid, const char *handle,
     }
     if (!got) {
         munmap(p, sizeof(*c));
-        munmap((void *)v->alive, v->alive_len);
+        munmap((void *)v->alive, ALIVE_LEN);
         v->alive = NULL;
         return tent_set_error(TENT_ENOTSUP,
                               "shm: all %d peer slots of pid %ld's control "
@@ -556,7 +560,7 @@ void shm_ctl_detach(struct shm_ctl_view *v)
         return;
     atomic_store(&v->slot->pid, 0);
     munmap(v->ctl, sizeof(*v->ctl));
-    munmap((void *)v->alive, v->alive_len);
+    munmap((void *)v->alive, ALIVE_LEN);
     v->ctl = NULL;
     v->alive = NULL;
     v->slot = NULL;
@@ -606,8 +610,7 @@ int shm_ctl_begin(struct shm_ctl_view *v, uint32_t idx, uint64_t gen,
 bool shm_ctl_owner_alive(const struct shm_ctl_view *v)
 {
     atomic_thread_fence(memory_order_seq_cst); /* after the copies */
-    unsigned w = (unsigned)__atomic_load_n(&v->alive->mutex.__data.__lock,
-                                           __ATOMIC_ACQUIRE);
+    unsigned w = mutex_word(&v->alive->mutex);
     return (w & FUTEX_TID_MASK) != 0 && !(w & FUTEX_OWNER_DIED);
 }
 

@@ -126,7 +126,6 @@ void shm_ctl_free(struct shm_ctl_owner *o, uint32_t idx);
 struct shm_ctl_view {
     struct shm_ctl *ctl;
     const struct shm_ctl_alive *alive; /* mapped read-only */
-    size_t alive_len;
     unsigned long long ino;
     struct shm_ctl_slot *slot;
     long pid;
