@@ -353,13 +353,12 @@ static size_t absorb(const struct tent_engine *e, struct tent_batch *b,
         /* follows: on its first transport (cands[0]), same target, source
          * buffer, opcode, priority and incarnation as the task before (in
          * x), contiguous with it, and needing no refetch */
+        uint64_t nlen = len + t->req.length;
         if (!t->follows || t->state != STATUS_WAITING || t->busy ||
-            t->cands[0] != xi || t->dst_buf != tbuf ||
-            len + t->req.length > max ||
-            (local &&
-             overlap(xl, len + t->req.length, xr, len + t->req.length)))
+            t->cands[0] != xi || t->dst_buf != tbuf || nlen > max ||
+            (local && overlap(xl, nlen, xr, nlen)))
             break;
-        len += t->req.length;
+        len = nlen;
         t->lead = slot;
         t->busy = true;
     }
@@ -604,23 +603,38 @@ static inline void flush_likes(struct seg_cache *c, const struct tent_task *t)
     }
 }
 
-/* The fields of task t that resolve sets alike for every request r. */
-static inline void task_init(struct tent_task *t, const tent_request_t *r)
+_Static_assert(offsetof(struct tent_task, needs_refetch) ==
+                       offsetof(struct tent_task, busy) + 1 &&
+                   offsetof(struct tent_task, refetched) ==
+                       offsetof(struct tent_task, busy) + 2 &&
+                   offsetof(struct tent_task, xport) ==
+                       offsetof(struct tent_task, busy) + 3 &&
+                   offsetof(struct tent_task, last_xport) ==
+                       offsetof(struct tent_task, busy) + 4 &&
+                   offsetof(struct tent_task, attempts) ==
+                       offsetof(struct tent_task, busy) + 5 &&
+                   offsetof(struct tent_task, policy) ==
+                       offsetof(struct tent_task, busy) + 6 &&
+                   offsetof(struct tent_task, like) ==
+                       offsetof(struct tent_task, busy) + 7,
+               "task_init's flags are in this order");
+
+/* The fields of task t that resolve sets alike for every request r;
+ * like is the caller's (the flags are one word: engine.h). */
+static inline void task_init(struct tent_task *t, const tent_request_t *r,
+                             bool like)
 {
     t->req = *r;
     t->req.policy_name = NULL; /* the caller's string: resolved below */
-    t->bytes = 0;
-    t->last_error = 0;
-    t->native_error = 0;
-    t->error_msg = NULL; /* a fresh slot: task slots are never reused */
-    t->busy = false;
-    t->needs_refetch = t->refetched = false;
-    t->xport = t->last_xport = -1;
-    t->attempts = 0;
-    t->policy = -1;
-    t->peer = NULL;
-    t->rqn = NULL;
-    t->t_submit = 0; /* untimed unless tmh_submit picks it */
+    /* bytes, the error (a fresh slot: task slots are never reused), peer,
+     * rqn, t_submit (untimed unless tmh_submit picks it) */
+    memset((char *)t + offsetof(struct tent_task, bytes), 0,
+           offsetof(struct tent_task, t_attempt) -
+               offsetof(struct tent_task, bytes));
+    /* busy, needs_refetch, refetched false; xport, last_xport -1;
+     * attempts 0; policy -1; like: one store */
+    const uint8_t flags[8] = {0, 0, 0, 0xff, 0xff, 0, 0xff, like};
+    memcpy((char *)t + offsetof(struct tent_task, busy), flags, sizeof(flags));
 }
 
 /* Checks request i (check_request, or, for one like the head of the chain
@@ -655,7 +669,7 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
             return rc;
         }
     }
-    task_init(t, r);
+    task_init(t, r, like);
     if (like) {
         /* The request before, in the same direction: its buffers hold
          * this one too (pinned once more, counted in likes until the
@@ -664,7 +678,6 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
         t->dst_buf = head->dst_buf;
         c->likes++;
         t->incarnation = head->incarnation;
-        t->like = true;
         t->follows =
             (uintptr_t)r[-1].source + r[-1].length == (uintptr_t)r->source &&
             r[-1].target_offset + r[-1].length == r->target_offset;
@@ -672,7 +685,7 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
         return TENT_OK;
     }
     flush_likes(c, t);
-    t->like = t->follows = false;
+    t->follows = false;
     t->src_buf = t->dst_buf = NULL;
     if (r->deadline_ns) { /* read only when there is a deadline */
         uint64_t now = tent_now_ns();
@@ -749,6 +762,25 @@ static int resolve(struct tent_engine *e, struct seg_cache *c,
     return TENT_OK;
 }
 
+/* A buffer's end, saturated at the top of the address space. */
+static inline uint64_t end_of(const struct tent_buffer *buf)
+{
+    return buf->length > UINT64_MAX - buf->base ? UINT64_MAX
+                                                : buf->base + buf->length;
+}
+
+/* A request's priority and transport hint, compared as one word. */
+_Static_assert(offsetof(tent_request_t, transport_hint) ==
+                       offsetof(tent_request_t, priority) + sizeof(int) &&
+                   sizeof(int) == 4,
+               "priority and transport_hint are adjacent ints");
+static inline uint64_t prio_hint(const tent_request_t *r)
+{
+    uint64_t v;
+    memcpy(&v, (const char *)r + offsetof(tent_request_t, priority), sizeof(v));
+    return v;
+}
+
 /* Requests r[0..n) after the one just resolved (task t[-1], which ended
  * resolve in its direction): resolves the leading ones that resolve would
  * find like the head of t[-1]'s chain into t[0..), exactly as its like
@@ -764,10 +796,14 @@ static size_t resolve_likes(const struct tent_engine *e, struct seg_cache *c,
         return 0;
     const tent_request_t h = head->req;
     struct tent_buffer *sb = head->src_buf, *db = head->dst_buf;
-    const uint64_t sbase = sb->base, slen = sb->length;
-    const uint64_t dbase = db->base, dlen = db->length;
+    /* a range is inside a buffer when it starts at or after its base and
+     * ends at or before its end (saturated: a peer's descriptor may give
+     * a buffer that wraps), and does not wrap itself */
+    const uint64_t sbase = sb->base, send_max = end_of(sb);
+    const uint64_t dbase = db->base, dend_max = end_of(db);
     const uint64_t inc = head->incarnation;
     const bool any_len = e->npolicies == 0;
+    const uint64_t ph = prio_hint(&h);
     uintptr_t send = (uintptr_t)r[-1].source + r[-1].length;
     uint64_t dend = r[-1].target_offset + r[-1].length;
     const tent_request_t *q = r, *qend = r + n;
@@ -775,24 +811,23 @@ static size_t resolve_likes(const struct tent_engine *e, struct seg_cache *c,
     for (; q < qend; q++, u++) {
         uintptr_t src = (uintptr_t)q->source;
         uint64_t off = q->target_offset, len = q->length;
-        /* off + len <= off: a length of 0, or a target range that wraps */
+        uint64_t se = src + len, de = off + len;
+        /* de <= off: a length of 0, or a target range that wraps; any
+         * policy_name pointer ends the run here (resolve then takes q, an
+         * empty name included) */
         if (q->opcode != h.opcode || q->target_id != h.target_id ||
-            q->priority != h.priority ||
-            q->transport_hint != h.transport_hint ||
-            q->intent_type != h.intent_type || q->deadline_ns ||
-            (q->policy_name && q->policy_name[0]) ||
-            !(any_len || len == h.length) || off + len <= off || src < sbase ||
-            len > slen || src - sbase > slen - len || off < dbase ||
-            len > dlen || off - dbase > dlen - len)
+            prio_hint(q) != ph || q->intent_type != h.intent_type ||
+            q->deadline_ns || q->policy_name || !(any_len || len == h.length) ||
+            de <= off || se < src || src < sbase || se > send_max ||
+            off < dbase || de > dend_max)
             break;
-        task_init(u, q);
+        task_init(u, q, true);
         u->src_buf = sb;
         u->dst_buf = db;
         u->incarnation = inc;
-        u->like = true;
         u->follows = send == src && dend == off;
-        send = src + len;
-        dend = off + len;
+        send = se;
+        dend = de;
     }
     size_t k = (size_t)(q - r);
     if (k) {
@@ -994,16 +1029,14 @@ static bool refetch_waiting(struct tent_engine *e, struct tent_batch *b,
  * answer.  Returns how many. */
 static size_t share_selection(struct tent_task *head, size_t n)
 {
-    uint8_t cands[TENT_MAX_TRANSPORTS];
-    memcpy(cands, head->cands, sizeof(cands));
-    const uint8_t ncand = head->ncand;
+    /* cands, ncand, cand_pos (0) and state (WAITING), as select_for set
+     * them in head */
+    enum { off = offsetof(struct tent_task, cands) };
+    uint8_t sel[TENT_TASK_SEL_BYTES];
+    memcpy(sel, (const char *)head + off, sizeof(sel));
     size_t k = 0;
-    for (struct tent_task *t = head + 1; k < n && t->like; k++, t++) {
-        memcpy(t->cands, cands, sizeof(cands));
-        t->ncand = ncand;
-        t->cand_pos = 0;
-        t->state = STATUS_WAITING;
-    }
+    for (struct tent_task *t = head + 1; k < n && t->like; k++, t++)
+        memcpy((char *)t + off, sel, sizeof(sel));
     return k;
 }
 

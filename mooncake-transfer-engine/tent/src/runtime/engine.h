@@ -123,40 +123,23 @@ struct tent_task {
     tent_request_t req;
     struct tent_buffer *src_buf; /* pinned (inflight) until terminal */
     struct tent_buffer *dst_buf; /* target buffer, pinned too */
+    /* The incarnation of the descriptor its target buffer was resolved in. */
+    uint64_t incarnation;
+    /* From bytes to t_submit: zero at submit (task_init clears them as one
+     * range).  The cause of the last failure (tent_task_error): our code,
+     * the native one and the message (heap, or NULL). */
     uint64_t bytes;
-    /* The cause of the last failure (tent_task_error): our code, the
-     * native one and the message (heap, or NULL). */
+    char *error_msg;
     int32_t last_error;
     int32_t native_error;
-    char *error_msg;
-    uint8_t state; /* STATUS_* */
-    /* This task's slot is in a transport call with the batch lock released
-     * (a submit of the group it leads, a status of its slot): nobody else
-     * hands the slot to a transport meanwhile (batch.h). */
-    bool busy;
-    int8_t xport;      /* engine transport index now executing it, -1 none */
-    int8_t last_xport; /* the last one that took it, -1 none */
-    uint8_t attempts;  /* failovers taken */
-    /* The rule req.policy_name named (its index), or -1: follow the rules.
-     * The caller's string is not kept (req.policy_name is NULL). */
-    int8_t policy;
-    /* The peer handle the task is in flight with (leads only; released when
-     * it leaves its transport), and the incarnation of the descriptor its
-     * target buffer was resolved in. */
+    /* The peer handle the task is in flight with (leads only; released
+     * when it leaves its transport). */
     struct tent_peer_ref *peer;
-    uint64_t incarnation;
-    /* The target's descriptor is to be fetched again before the task goes
-     * on (it met a range the target no longer has as published); once per
-     * task (refetched). */
-    bool needs_refetch, refetched;
-    /* Set at submit when the task is like the one before it in the call
-     * in everything selection reads, within the same two buffers (like);
-     * and its source and target start where that one's end (follows):
-     * dispatch then merges it without comparing them again.  Cleared when
-     * the task leaves its first transport (tent_task_advance). */
-    bool like, follows;
-    uint8_t ncand, cand_pos;
-    uint8_t cands[TENT_MAX_TRANSPORTS];
+    /* Its entry in the runtime queue (rqueue.c) until it is terminal;
+     * NULL when enable_runtime_queue is off. */
+    struct tent_rq_node *rqn;
+    /* metrics: submit and attempt start (ns) of a timed task; 0 = untimed */
+    uint64_t t_submit, t_attempt;
     /* With a deadline: the time it gave at submit, µs (rounded up, at most
      * UINT32_MAX), 0 when it had passed; for its MLU.  Else not read. */
     uint32_t dl_window_us;
@@ -164,12 +147,45 @@ struct tent_task {
      * when merge_requests joined it to the request before it, the index of
      * the first task of that merged request. */
     uint32_t lead;
-    /* metrics: submit and attempt start (ns) of a timed task; 0 = untimed */
-    uint64_t t_submit, t_attempt;
-    /* Its entry in the runtime queue (rqueue.c) until it is terminal;
-     * NULL when enable_runtime_queue is off. */
-    struct tent_rq_node *rqn;
+    /* Eight bytes that submit sets together.  busy: this task's slot is
+     * in a transport call with the batch lock released (a submit of the
+     * group it leads, a status of its slot): nobody else hands the slot to
+     * a transport meanwhile (batch.h).  needs_refetch: the target's
+     * descriptor is to be fetched again before the task goes on (it met a
+     * range the target no longer has as published); once per task
+     * (refetched). */
+    bool busy;
+    bool needs_refetch, refetched;
+    int8_t xport;      /* engine transport index now executing it, -1 none */
+    int8_t last_xport; /* the last one that took it, -1 none */
+    uint8_t attempts;  /* failovers taken */
+    /* The rule req.policy_name named (its index), or -1: follow the rules.
+     * The caller's string is not kept (req.policy_name is NULL). */
+    int8_t policy;
+    /* Set at submit when the task is like the one before it in the call
+     * in everything selection reads, within the same two buffers (like);
+     * and its source and target start where that one's end (follows):
+     * dispatch then merges it without comparing them again.  Cleared when
+     * the task leaves its first transport (tent_task_advance). */
+    bool like;
+    bool follows;
+    /* The selection, copied whole from a run's head to its like tasks
+     * (TENT_TASK_SEL_BYTES): the candidates, how many, the one being
+     * tried, and the state (STATUS_*). */
+    uint8_t cands[TENT_MAX_TRANSPORTS];
+    uint8_t ncand, cand_pos;
+    uint8_t state;
 };
+
+#define TENT_TASK_SEL_BYTES (TENT_MAX_TRANSPORTS + 3)
+_Static_assert(offsetof(struct tent_task, state) + 1 -
+                       offsetof(struct tent_task, cands) ==
+                   TENT_TASK_SEL_BYTES,
+               "a task's selection is one block");
+_Static_assert(offsetof(struct tent_task, like) + 1 -
+                       offsetof(struct tent_task, busy) ==
+                   8,
+               "the flags submit sets are one 8-byte word");
 
 /* Batch table geometry: 1024 chunks of 1024 slots, so at most 1M batches
  * allocated at once per engine. */
