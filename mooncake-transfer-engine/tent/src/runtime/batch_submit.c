@@ -137,6 +137,12 @@ struct group {
     struct tent_xfer_result res[GROUP];
     uint32_t ntasks[GROUP];
     size_t k; /* requests */
+    /* The tasks of the call being dispatched are as submit left them, but
+     * for those merged in order into this group: the batch lock has been
+     * held since and none failed or moved on (set by submit_common;
+     * cleared by a handover, which unlocks, a failure, an advance, and
+     * after the first round of passes). */
+    bool fresh;
 };
 
 /* Records the m tasks of one request, lead and the followers merged into
@@ -216,6 +222,7 @@ static bool flush_group(struct tent_engine *e, struct tent_batch *b, int xi,
         struct tent_sub_batch *sb = b->subs[xi];
         for (size_t j = 0; j < g->k; j++)
             g->res[j].done = false;
+        g->fresh = false;
         pthread_mutex_unlock(&b->lock);
         tr->ops->submit(tr, sb, g->x, g->k, g->res);
         pthread_mutex_lock(&b->lock);
@@ -349,18 +356,33 @@ static size_t absorb(const struct tent_engine *e, struct tent_batch *b,
     const uint64_t xr = x->remote, max = e->merge_max_bytes;
     uint64_t len = x->length;
     struct tent_task *t = &b->tasks[i + 1], *stop = &b->tasks[end];
-    for (; t < stop; t++) {
-        /* follows: on its first transport (cands[0]), same target, source
-         * buffer, opcode, priority and incarnation as the task before (in
-         * x), contiguous with it, and needing no refetch */
-        uint64_t nlen = len + t->req.length;
-        if (!t->follows || t->state != STATUS_WAITING || t->busy ||
-            t->cands[0] != xi || t->dst_buf != tbuf || nlen > max ||
-            (local && overlap(xl, nlen, xr, nlen)))
-            break;
-        len = nlen;
-        t->lead = slot;
-        t->busy = true;
+    if (g->fresh) {
+        /* As submit left them: a task that follows is like the one before
+         * it (so in x's target buffer, with x's selection), waiting and
+         * unclaimed; what is left to ask is the size and the overlap. */
+        for (; t < stop; t++) {
+            uint64_t nlen = len + t->req.length;
+            if (!t->follows || nlen > max ||
+                (local && overlap(xl, nlen, xr, nlen)))
+                break;
+            len = nlen;
+            t->lead = slot;
+            t->busy = true;
+        }
+    } else {
+        for (; t < stop; t++) {
+            /* follows: on its first transport (cands[0]), same target,
+             * source buffer, opcode, priority and incarnation as the task
+             * before (in x), contiguous with it, and needing no refetch */
+            uint64_t nlen = len + t->req.length;
+            if (!t->follows || t->state != STATUS_WAITING || t->busy ||
+                t->cands[0] != xi || t->dst_buf != tbuf || nlen > max ||
+                (local && overlap(xl, nlen, xr, nlen)))
+                break;
+            len = nlen;
+            t->lead = slot;
+            t->busy = true;
+        }
     }
     size_t j = (size_t)(t - b->tasks);
     uint32_t m = (uint32_t)(j - 1 - i);
@@ -409,6 +431,7 @@ static bool dispatch_pass(struct tent_engine *e, struct tent_batch *b,
             tent_task_fail(t, TENT_ENOSEGMENT, 0,
                            "the target segment was closed before the "
                            "task started");
+            g->fresh = false;
             continue;
         }
         /* Requests over an overlapping source and target keep their
@@ -432,10 +455,12 @@ static bool dispatch_pass(struct tent_engine *e, struct tent_batch *b,
             /* resolved in a descriptor of a process gone since */
             tmh_failed(e, t);
             tent_task_fail(t, prc, 0, tent_last_error());
+            g->fresh = false;
             continue;
         }
         if (prc) {
             again |= tent_task_advance(e, t, prc, 0, tent_last_error());
+            g->fresh = false;
             continue;
         }
         if (g->k == GROUP) {
@@ -454,8 +479,10 @@ static bool dispatch_pass(struct tent_engine *e, struct tent_batch *b,
     return again;
 }
 
-void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
-                         size_t first, size_t n)
+/* tent_batch_dispatch; fresh: called by submit for the tasks it just
+ * prepared, with the batch lock held since (struct group). */
+static void batch_dispatch(struct tent_engine *e, struct tent_batch *b,
+                           size_t first, size_t n, bool fresh)
 {
     struct seg_cache c = {0};
     if (atomic_load(&e->stopping)) {
@@ -473,12 +500,14 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
         return;
     }
     bool again = true;
+    g->fresh = fresh;
     while (again) {
         again = false;
         /* a task waiting for its descriptor: refetch_waiting has work */
         bool refetch = false;
         for (int xi = 0; xi < e->nxports; xi++)
             again |= dispatch_pass(e, b, &c, g, xi, first, n, &refetch);
+        g->fresh = false; /* a task may have moved on; refetch unlocks */
         if (!again && (refetch || e->nxports == 0)) {
             cache_drop(&c);
             again = refetch_waiting(e, b, first, n);
@@ -486,6 +515,12 @@ void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
     }
     cache_drop(&c);
     free(atomic_exchange(&e->spare_group, g));
+}
+
+void tent_batch_dispatch(struct tent_engine *e, struct tent_batch *b,
+                         size_t first, size_t n)
+{
+    batch_dispatch(e, b, first, n, false);
 }
 
 /* Finds the buffer of seg holding [addr, +len) and pins it (inflight), so
@@ -1182,7 +1217,7 @@ again:
         return TENT_OK;
     }
     b->ntasks += count;
-    tent_batch_dispatch(e, b, first, count);
+    batch_dispatch(e, b, first, count, true);
 out:
     tent_batch_unlock(b);
     return rc;
