@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 struct tent_config;
 struct tent_metrics;
@@ -74,12 +75,19 @@ struct tent_peer {
 #define TENT_BUF_KEY_LEN 16
 
 /* Whether two access keys are equal, in time independent of where they
- * differ (a refused peer learns nothing of the key from the answer time). */
+ * differ (a refused peer learns nothing of the key from the answer time):
+ * both words are always compared, with no branch on either. */
+_Static_assert(TENT_BUF_KEY_LEN == 16, "a key is two 64-bit words");
 static inline bool tent_key_equal(const uint8_t *a, const uint8_t *b)
 {
-    volatile uint8_t d = 0;
-    for (int i = 0; i < TENT_BUF_KEY_LEN; i++)
-        d |= (uint8_t)(a[i] ^ b[i]);
+    uint64_t a0, a1, b0, b1;
+    memcpy(&a0, a, 8);
+    memcpy(&a1, a + 8, 8);
+    memcpy(&b0, b, 8);
+    memcpy(&b1, b + 8, 8);
+    uint64_t d = (a0 ^ b0) | (a1 ^ b1);
+    /* the compiler may not turn the OR into a compare per word */
+    __asm__("" : "+r"(d));
     return d == 0;
 }
 
