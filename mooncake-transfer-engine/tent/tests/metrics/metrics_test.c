@@ -570,7 +570,18 @@ static void test_http_concurrent_scrapes(void **state TENT_UNUSED)
         skip(); /* cannot hold 1,000 connections on each side here */
         return;
     }
-    int ok = mt_scrape_many(port, NSCRAPES, 60.0);
+    int unanswered = 0;
+    int ok = mt_scrape_many(port, NSCRAPES, 60.0, &unanswered);
+    /* The endpoint replaces a connection that has sent nothing for 2 s (its
+     * defence against idle holders); on a loaded machine this one loop over
+     * 1,000 sockets can be that slow.  Scrapes closed before any byte of an
+     * answer are tried once more; a wrong answer is never excused. */
+    if (ok < NSCRAPES && ok + unanswered == NSCRAPES) {
+        print_message("    %d scrape(s) closed unanswered: tried again\n",
+                      unanswered);
+        int again = 0;
+        ok += mt_scrape_many(port, unanswered, 60.0, &again);
+    }
     assert_int_equal(ok, NSCRAPES);
     /* the endpoint still answers afterwards */
     struct mt_reply r;

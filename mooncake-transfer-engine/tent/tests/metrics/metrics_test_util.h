@@ -139,8 +139,10 @@ static inline int mt_get(uint16_t port, const char *req, struct mt_reply *r)
 }
 
 /* n clients at once (non-blocking, one poll loop): each sends a scrape and
- * reads the whole answer.  Returns how many got 200 with a full body. */
-static inline int mt_scrape_many(uint16_t port, int n, double limit_s)
+ * reads the whole answer.  Returns how many got 200 with a full body;
+ * *unanswered counts those closed before any byte of an answer came. */
+static inline int mt_scrape_many(uint16_t port, int n, double limit_s,
+                                 int *unanswered)
 {
     struct pollfd *p = calloc((size_t)n, sizeof(*p));
     size_t *got = calloc((size_t)n, sizeof(*got));
@@ -156,6 +158,7 @@ static inline int mt_scrape_many(uint16_t port, int n, double limit_s)
         buf[i] = malloc(1 << 16);
     }
     int open_ = n, ok = 0;
+    *unanswered = 0;
     double end = mt_now() + limit_s;
     while (open_ > 0 && mt_now() < end) {
         if (poll(p, (nfds_t)n, 1000) < 0)
@@ -164,10 +167,15 @@ static inline int mt_scrape_many(uint16_t port, int n, double limit_s)
             if (p[i].fd < 0 || !p[i].revents)
                 continue;
             if (!sent[i] && (p[i].revents & POLLOUT)) {
-                if (send(p[i].fd, req, sizeof(req) - 1, MSG_NOSIGNAL) ==
-                    (ssize_t)(sizeof(req) - 1)) {
+                ssize_t w = send(p[i].fd, req, sizeof(req) - 1, MSG_NOSIGNAL);
+                if (w == (ssize_t)(sizeof(req) - 1)) {
                     sent[i] = true;
                     p[i].events = POLLIN;
+                } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+                    close(p[i].fd); /* refused or reset before the request */
+                    p[i].fd = -1;
+                    open_--;
+                    ++*unanswered;
                 }
                 continue;
             }
@@ -184,6 +192,8 @@ static inline int mt_scrape_many(uint16_t port, int n, double limit_s)
             if (strncmp(buf[i], "HTTP/1.", 7) == 0 && atoi(buf[i] + 9) == 200 &&
                 strstr(buf[i], "tent_write_bytes_total"))
                 ok++;
+            else if (got[i] == 0)
+                ++*unanswered; /* closed before any byte of an answer */
             close(p[i].fd);
             p[i].fd = -1;
             open_--;
