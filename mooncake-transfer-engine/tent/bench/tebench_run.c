@@ -296,40 +296,31 @@ static void *worker_main(void *arg)
          * nblocks, without a division per request. */
         uint64_t toff = w->tgt->base + w->slice_off + cursor * block;
         const uint64_t tbase = w->tgt->base + w->slice_off;
-        if (o->op != TB_OP_MIX && !fill_writes) {
-            /* one opcode, no pattern, no read-back (which rewrites the
-             * requests): only the two addresses change */
-            any_write = fixed_op == OPCODE_WRITE;
-            for (uint64_t i = 0, k = cursor; i < batch; i++) {
-                w->reqs[i].source = lbase + i * block;
-                w->reqs[i].target_offset = toff;
-                w->blk[i] = k;
-                toff += block;
-                if (++k == w->nblocks) {
-                    k = 0;
-                    toff = tbase;
-                }
-            }
-        } else {
-            for (uint64_t i = 0, k = cursor; i < batch; i++) {
+        if (o->op == TB_OP_MIX || fill_writes) {
+            /* opcodes and patterns first (a read-back rewrote the opcodes) */
+            for (uint64_t i = 0, k = cursor; i < batch;
+                 i++, k = k + 1 == w->nblocks ? 0 : k + 1) {
                 int opc = fixed_op;
                 if (o->op == TB_OP_MIX)
                     opc = (xorshift(&w->rng) >> 17) & 1 ? OPCODE_WRITE
                                                         : OPCODE_READ;
-                char *local = lbase + i * block;
                 if (opc == OPCODE_WRITE && fill_writes)
-                    tb_pattern_fill(local, block, wkey,
+                    tb_pattern_fill(lbase + i * block, block, wkey,
                                     w->slice_off + k * block);
                 any_write |= opc == OPCODE_WRITE;
-                w->reqs[i].opcode = opc; /* a read-back rewrote it */
-                w->reqs[i].source = local;
-                w->reqs[i].target_offset = toff;
-                w->blk[i] = k;
-                toff += block;
-                if (++k == w->nblocks) {
-                    k = 0;
-                    toff = tbase;
-                }
+                w->reqs[i].opcode = opc;
+            }
+        } else {
+            any_write = fixed_op == OPCODE_WRITE;
+        }
+        for (uint64_t i = 0, k = cursor; i < batch; i++) {
+            w->reqs[i].source = lbase + i * block;
+            w->reqs[i].target_offset = toff;
+            w->blk[i] = k;
+            toff += block;
+            if (++k == w->nblocks) {
+                k = 0;
+                toff = tbase;
             }
         }
         double tx;
