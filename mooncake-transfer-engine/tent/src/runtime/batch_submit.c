@@ -355,34 +355,24 @@ static size_t absorb(const struct tent_engine *e, struct tent_batch *b,
     const uintptr_t xl = (uintptr_t)x->local;
     const uint64_t xr = x->remote, max = e->merge_max_bytes;
     uint64_t len = x->length;
+    /* Fresh (g->fresh: as submit left them), a task that follows is like
+     * the one before it, so in x's target buffer with x's selection,
+     * waiting and unclaimed: only the size and the overlap are asked. */
+    const bool fresh = g->fresh;
     struct tent_task *t = &b->tasks[i + 1], *stop = &b->tasks[end];
-    if (g->fresh) {
-        /* As submit left them: a task that follows is like the one before
-         * it (so in x's target buffer, with x's selection), waiting and
-         * unclaimed; what is left to ask is the size and the overlap. */
-        for (; t < stop; t++) {
-            uint64_t nlen = len + t->req.length;
-            if (!t->follows || nlen > max ||
-                (local && overlap(xl, nlen, xr, nlen)))
-                break;
-            len = nlen;
-            t->lead = slot;
-            t->busy = true;
-        }
-    } else {
-        for (; t < stop; t++) {
-            /* follows: on its first transport (cands[0]), same target,
-             * source buffer, opcode, priority and incarnation as the task
-             * before (in x), contiguous with it, and needing no refetch */
-            uint64_t nlen = len + t->req.length;
-            if (!t->follows || t->state != STATUS_WAITING || t->busy ||
-                t->cands[0] != xi || t->dst_buf != tbuf || nlen > max ||
-                (local && overlap(xl, nlen, xr, nlen)))
-                break;
-            len = nlen;
-            t->lead = slot;
-            t->busy = true;
-        }
+    for (; t < stop; t++) {
+        /* follows: on its first transport (cands[0]), same target, source
+         * buffer, opcode, priority and incarnation as the task before (in
+         * x), contiguous with it, and needing no refetch */
+        uint64_t nlen = len + t->req.length;
+        if (!t->follows || nlen > max ||
+            (local && overlap(xl, nlen, xr, nlen)) ||
+            (!fresh && (t->state != STATUS_WAITING || t->busy ||
+                        t->cands[0] != xi || t->dst_buf != tbuf)))
+            break;
+        len = nlen;
+        t->lead = slot;
+        t->busy = true;
     }
     size_t j = (size_t)(t - b->tasks);
     uint32_t m = (uint32_t)(j - 1 - i);
