@@ -433,6 +433,12 @@ int shm_ctl_identify(const char *seg, const char *sock_name, long desc_pid,
     return rc;
 }
 
+int shm_open_peer_fd(long pid, int fdnum, int flags, char *path, size_t len)
+{
+    snprintf(path, len, "/proc/%ld/fd/%d", pid, fdnum);
+    return pid == (long)getpid() ? fdnum : open(path, flags | O_CLOEXEC);
+}
+
 /* Maps the owner's liveness memfd, which page c names, read-only. */
 static int alive_map(struct shm_ctl_view *v, const struct shm_ctl *c, long pid,
                      bool self)
@@ -440,8 +446,7 @@ static int alive_map(struct shm_ctl_view *v, const struct shm_ctl *c, long pid,
     int fdnum = c->alive_fd;
     unsigned long long ino = c->alive_ino;
     char path[64];
-    snprintf(path, sizeof(path), "/proc/%ld/fd/%d", pid, fdnum);
-    int fd = self ? fdnum : open(path, O_RDONLY | O_CLOEXEC);
+    int fd = shm_open_peer_fd(pid, fdnum, O_RDONLY, path, sizeof(path));
     struct stat st;
     void *p = MAP_FAILED;
     const char *why = NULL;
@@ -474,10 +479,7 @@ int shm_ctl_attach(struct shm_ctl_view *v, long pid, const char *handle,
     if (rc)
         return rc;
     char path[64];
-    snprintf(path, sizeof(path), "/proc/%ld/fd/%d", pid, fdnum);
-    /* An engine of this process: its own fd.  Opening and closing a second
-     * fd of the file would drop this process's lock on it. */
-    int fd = self ? fdnum : open(path, O_RDWR | O_CLOEXEC);
+    int fd = shm_open_peer_fd(pid, fdnum, O_RDWR, path, sizeof(path));
     if (fd < 0)
         return tent_set_error(TENT_ENOTSUP, "shm: open %s failed: %s", path,
                               strerror(errno));

@@ -140,6 +140,12 @@ struct shm_ctl_view {
  * NULL, gets a pidfd of it (-1 when the kernel has none). */
 int shm_ctl_identify(const char *seg, const char *sock_name, long desc_pid,
                      int *pidfd);
+/* Opens fd fdnum that process pid published (a memfd) with open flags
+ * (O_CLOEXEC added) through /proc/<pid>/fd/<fdnum>, which path gets; when
+ * pid is this process, returns fdnum itself: opening and later closing a
+ * second fd of the file would drop this process's locks on it.  -1 with
+ * errno on failure.  The caller closes the fd unless pid is its own. */
+int shm_open_peer_fd(long pid, int fdnum, int flags, char *path, size_t len);
 /* Maps the page published as handle by process pid (from
  * shm_ctl_identify; an engine of this process when it is ours) and takes a
  * slot.  0 or a TENT_E* code (TENT_ENOTSUP when every slot is held by a

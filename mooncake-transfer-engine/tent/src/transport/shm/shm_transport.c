@@ -536,14 +536,13 @@ static int map_get_locked(struct shm_transport *t, struct shm_peer *sp,
             return TENT_OK;
         }
     sweep_locked(t, sp);
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%ld/fd/%d", pid, fdnum);
     bool rw = e->perm == PERM_GLOBAL_READ_WRITE;
-    /* Another engine of this process: map its fd as it is.  Opening and
-     * later closing a second fd of the file would drop this process's lock
-     * on it, which other peers' checks rely on. */
+    /* Another engine of this process: its fd as it is, which other peers'
+     * checks rely on (shm_open_peer_fd). */
     bool self = pid == (long)getpid();
-    int fd = self ? fdnum : open(path, (rw ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+    char path[64];
+    int fd = shm_open_peer_fd(pid, fdnum, rw ? O_RDWR : O_RDONLY, path,
+                              sizeof(path));
     if (fd < 0)
         return tent_set_error(TENT_EPEER, "shm: open %s failed: %s", path,
                               strerror(errno));
